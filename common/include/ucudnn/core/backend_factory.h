@@ -1,0 +1,20 @@
+// Creating backends by name. Which backends exist is decided in CMake (UCUDNN_ENABLE_CUDNN): this
+// header is the same either way, and asking for "cudnn" in a build without it is an error value.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "ucudnn/core/backend.h"
+
+namespace ucudnn {
+
+// "cpu", or "cudnn" on GPU `device_index`. kUnavailable when the build has no cuDNN backend or
+// the machine has no such GPU.
+Result<std::unique_ptr<ConvBackend>> MakeBackend(std::string_view name, int device_index = 0);
+// GPUs visible to the cuDNN backend; 0 without cuDNN in the build or without a GPU.
+int GpuCount();
+// Whether this build has the cuDNN backend.
+bool BuildHasCudnn();
+
+}  // namespace ucudnn

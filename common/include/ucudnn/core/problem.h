@@ -1,0 +1,99 @@
+// The convolution problem model: one kernel of a network, batch size excluded (DESIGN.md).
+// A problem's canonical key and stable hash identify it in the database on every machine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ucudnn/core/status.h"
+
+namespace ucudnn {
+
+enum class ConvOp { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
+enum class DataType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+enum class Layout { kNCHW = 0, kNHWC = 1 };
+// cuDNN's math types; the CPU backend computes in fp32 whatever is asked.
+enum class MathMode { kDefault = 0, kTensorOp = 1, kTensorOpAllowConversion = 2 };
+
+// Short, stable names used in canonical keys, CSV files, the database and the CLI:
+// "fwd" "bwd_data" "bwd_filter"; "fp32" "fp16" "bf16"; "nchw" "nhwc"; "default" "tensor_op"
+// "tensor_op_allow_conversion".
+std::string_view ToString(ConvOp op);
+std::string_view ToString(DataType t);
+std::string_view ToString(Layout l);
+std::string_view ToString(MathMode m);
+Result<ConvOp> ParseConvOp(std::string_view s);
+Result<DataType> ParseDataType(std::string_view s);
+Result<Layout> ParseLayout(std::string_view s);
+Result<MathMode> ParseMathMode(std::string_view s);
+size_t ElementSize(DataType t);
+
+// Bounds that keep every size computation far from overflow and reject absurd requests.
+inline constexpr int64_t kMaxChannels = 1 << 16;
+inline constexpr int64_t kMaxSpatial = 1 << 15;
+inline constexpr int64_t kMaxFilterSpatial = 1 << 10;
+inline constexpr int64_t kMaxStrideOrDilation = 1 << 10;
+inline constexpr int64_t kMaxBatch = 1 << 16;
+inline constexpr int64_t kMaxElementsPerSample = int64_t{1} << 36;
+
+// One convolution of a network. Tensor shapes (batch n excluded):
+//   input  x: c x h x w     filter w: k x (c / groups) x r x s     output y: k x out_h x out_w
+// For backward-data the problem describes the same forward convolution (dy -> dx);
+// for backward-filter likewise (x, dy -> dw).
+struct ConvProblem {
+  ConvOp op = ConvOp::kForward;
+  int64_t c = 0, h = 0, w = 0;  // input channels and spatial size
+  int64_t k = 0, r = 0, s = 0;  // output channels (filters), filter height and width
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+  DataType data_type = DataType::kFloat32;
+  DataType compute_type = DataType::kFloat32;
+  Layout layout = Layout::kNCHW;
+  MathMode math = MathMode::kDefault;
+
+  bool operator==(const ConvProblem&) const = default;
+
+  // Valid only after Validate() succeeded.
+  int64_t out_h() const;
+  int64_t out_w() const;
+  // Elements of one sample of x, of one sample of y, and of the whole filter.
+  int64_t input_elements_per_sample() const { return c * h * w; }
+  int64_t output_elements_per_sample() const { return k * out_h() * out_w(); }
+  int64_t filter_elements() const { return k * (c / groups) * r * s; }
+  // Per-sample tensors the op reads and writes along the batch: for kForward x (in) and y (out);
+  // for kBackwardData dy (in) and dx (out); for kBackwardFilter x and dy (both in).
+  size_t input_bytes_per_sample() const;
+  size_t output_bytes_per_sample() const;
+  size_t filter_bytes() const;
+  // Multiply-adds of the whole op for `batch` samples (the same count for all three ops).
+  double flops(int64_t batch) const;
+};
+
+// Checks every field: positive and bounded dimensions, padding in range, a positive output size,
+// groups dividing both c and k, element counts without overflow. The error names the field:
+// "c: must be in [1, 65536], got 0".
+Status Validate(const ConvProblem& p);
+Status ValidateBatch(int64_t batch);
+
+// Canonical text form, the database key. Fixed field order, lowercase names, no spaces:
+// "v1;op=fwd;c=64;h=56;w=56;k=64;r=3;s=3;pad=1,1;stride=1,1;dil=1,1;g=1;dtype=fp32;
+//  ctype=fp32;layout=nchw;math=default"
+std::string CanonicalKey(const ConvProblem& p);
+Result<ConvProblem> ParseCanonicalKey(std::string_view key);
+// 64-bit FNV-1a of CanonicalKey(), identical on every machine (stored as BIGINT by bit-cast).
+uint64_t StableHash(const ConvProblem& p);
+uint64_t Fnv1a64(std::string_view bytes);
+
+// One kernel of a network: a problem at a mini-batch size.
+struct Kernel {
+  ConvProblem problem;
+  int64_t mini_batch = 0;
+  std::string name;  // e.g. "conv2/fwd"; informational, not part of any key
+  bool operator==(const Kernel&) const = default;
+};
+
+}  // namespace ucudnn
