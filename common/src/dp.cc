@@ -1,0 +1,384 @@
+// The μ-cuDNN per-kernel dynamic program and the time/workspace Pareto front (dp.h), plus the
+// names of the plan and timing enums (plan.h, timing.h), which have no other home in the core.
+#include "ucudnn/core/dp.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "ucudnn/core/units.h"
+
+namespace ucudnn {
+
+std::string_view ToString(BatchPolicy p) {
+  switch (p) {
+    case BatchPolicy::kUndivided:
+      return "undivided";
+    case BatchPolicy::kPowerOfTwo:
+      return "power_of_two";
+    case BatchPolicy::kAll:
+      return "all";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(WorkspaceMode m) {
+  switch (m) {
+    case WorkspaceMode::kPerKernel:
+      return "per_kernel";
+    case WorkspaceMode::kTotalSum:
+      return "total_sum";
+    case WorkspaceMode::kTotalShared:
+      return "total_shared";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(TimingStatus s) {
+  switch (s) {
+    case TimingStatus::kOk:
+      return "ok";
+    case TimingStatus::kUnsupported:
+      return "unsupported";
+    case TimingStatus::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string Lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+Result<BatchPolicy> ParseBatchPolicy(std::string_view s) {
+  const std::string lower = Lowercase(s);
+  for (BatchPolicy p : {BatchPolicy::kUndivided, BatchPolicy::kPowerOfTwo, BatchPolicy::kAll}) {
+    if (lower == ToString(p)) return p;
+  }
+  return InvalidArgument("policy: expected undivided, power_of_two or all, got '" + std::string(s) +
+                         "'");
+}
+
+Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s) {
+  const std::string lower = Lowercase(s);
+  for (WorkspaceMode m :
+       {WorkspaceMode::kPerKernel, WorkspaceMode::kTotalSum, WorkspaceMode::kTotalShared}) {
+    if (lower == ToString(m)) return m;
+  }
+  return InvalidArgument("workspace_mode: expected per_kernel, total_sum or total_shared, got '" +
+                         std::string(s) + "'");
+}
+
+std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch) {
+  std::vector<int64_t> sizes;
+  if (mini_batch < 1) return sizes;
+  switch (policy) {
+    case BatchPolicy::kUndivided:
+      sizes.push_back(mini_batch);
+      break;
+    case BatchPolicy::kPowerOfTwo:
+      for (int64_t b = 1; b <= mini_batch; b *= 2) sizes.push_back(b);
+      if (sizes.back() != mini_batch) sizes.push_back(mini_batch);
+      break;
+    case BatchPolicy::kAll:
+      sizes.reserve(static_cast<size_t>(mini_batch));
+      for (int64_t b = 1; b <= mini_batch; ++b) sizes.push_back(b);
+      break;
+  }
+  return sizes;
+}
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Times that differ only by the order of a floating-point sum are equal: ties then fall to the
+// documented tie-breakers instead of to rounding noise.
+constexpr double kRelativeTie = 1e-12;
+bool ClearlyLess(double a, double b) {
+  return b == kInfinity ? a < b : a < b - kRelativeTie * std::fabs(b);
+}
+
+// A measurement the planner may choose: measured fine and with a sane time.
+bool Usable(const Timing& t) {
+  return t.status == TimingStatus::kOk && std::isfinite(t.time_ms) && t.time_ms >= 0;
+}
+
+// The algorithm chosen for one micro-batch size: t(b) of the DP.
+struct Best {
+  bool present = false;
+  int algo = 0;
+  double time_ms = kInfinity;
+  uint64_t workspace_bytes = 0;
+};
+
+// Faster wins; on equal time the smaller workspace, then the lower algorithm id.
+bool Improves(const Timing& t, const Best& best) {
+  if (!best.present) return true;
+  if (t.time_ms != best.time_ms) return t.time_ms < best.time_ms;
+  if (t.workspace_bytes != best.workspace_bytes) return t.workspace_bytes < best.workspace_bytes;
+  return t.algo < best.algo;
+}
+
+void Take(const Timing& t, Best* best) {
+  best->present = true;
+  best->algo = t.algo;
+  best->time_ms = t.time_ms;
+  best->workspace_bytes = t.workspace_bytes;
+}
+
+// allowed[b] for b in [0, mini_batch].
+std::vector<char> AllowedMask(BatchPolicy policy, int64_t mini_batch) {
+  std::vector<char> allowed(static_cast<size_t>(mini_batch) + 1, 0);
+  for (int64_t b : MicroBatchSizes(policy, mini_batch)) allowed[static_cast<size_t>(b)] = 1;
+  return allowed;
+}
+
+Status ValidateMiniBatch(int64_t mini_batch) {
+  if (mini_batch < 1 || mini_batch > kMaxBatch) {
+    return InvalidArgument("mini_batch: must be in [1, " + std::to_string(kMaxBatch) + "], got " +
+                           std::to_string(mini_batch));
+  }
+  return Status::Ok();
+}
+
+// Walks the DP's first-segment choices from n = mini_batch down to 0 and returns the
+// configuration in canonical order (larger micro-batches first, then lower algorithm id).
+KernelConfig Reconstruct(int64_t mini_batch, const std::vector<int64_t>& first,
+                         const std::vector<Best>& best) {
+  KernelConfig config;
+  for (int64_t n = mini_batch; n > 0;) {
+    const int64_t b = first[static_cast<size_t>(n)];
+    const Best& choice = best[static_cast<size_t>(b)];
+    config.segments.push_back(Segment{b, choice.algo, choice.time_ms, choice.workspace_bytes});
+    n -= b;
+  }
+  std::sort(config.segments.begin(), config.segments.end(), [](const Segment& a, const Segment& b) {
+    if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;
+    return a.algo < b.algo;
+  });
+  for (const Segment& s : config.segments) {
+    config.time_ms += s.time_ms;
+    config.workspace_bytes = std::max(config.workspace_bytes, s.workspace_bytes);
+  }
+  return config;
+}
+
+std::string JoinSizes(const std::vector<int64_t>& sizes) {
+  std::string out;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i > 0) out += ", ";
+    if (i == 8 && sizes.size() > 10) {
+      out += "... " + std::to_string(sizes.back());
+      break;
+    }
+    out += std::to_string(sizes[i]);
+  }
+  return out;
+}
+
+// Why no configuration exists, in words a user can act on.
+Status ExplainInfeasible(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
+                         uint64_t workspace_limit, const std::vector<char>& allowed,
+                         const std::vector<Best>& best) {
+  if (table.entries.empty()) return NotFound("no timings for this problem");
+  int ok = 0, unsupported = 0, failed = 0;
+  const Timing* smallest = nullptr;  // the usable allowed entry needing the least workspace
+  for (const Timing& t : table.entries) {
+    if (t.status == TimingStatus::kUnsupported) ++unsupported;
+    if (t.status == TimingStatus::kFailed) ++failed;
+    if (!Usable(t)) continue;
+    ++ok;
+    if (t.micro_batch < 1 || t.micro_batch > mini_batch) continue;
+    if (!allowed[static_cast<size_t>(t.micro_batch)]) continue;
+    if (smallest == nullptr || t.workspace_bytes < smallest->workspace_bytes) smallest = &t;
+  }
+  if (ok == 0) {
+    return NotFound("no successful timing (" + std::to_string(unsupported) + " unsupported, " +
+                    std::to_string(failed) + " failed)");
+  }
+  if (smallest == nullptr) {
+    return NotFound("no successful timing at a micro-batch size that policy " +
+                    std::string(ToString(policy)) + " allows up to mini-batch " +
+                    std::to_string(mini_batch));
+  }
+  if (smallest->workspace_bytes > workspace_limit) {
+    return NotFound("nothing fits the workspace limit of " + FormatBytes(workspace_limit) +
+                    ": the smallest workspace measured is " +
+                    FormatBytes(smallest->workspace_bytes) + " (micro-batch " +
+                    std::to_string(smallest->micro_batch) + ", algo " +
+                    std::to_string(smallest->algo) + ")");
+  }
+  std::vector<int64_t> fitting;
+  for (int64_t b = 1; b <= mini_batch; ++b) {
+    if (best[static_cast<size_t>(b)].present) fitting.push_back(b);
+  }
+  return NotFound("the micro-batch sizes with a timing within the workspace limit of " +
+                  FormatBytes(workspace_limit) + " (" + JoinSizes(fitting) +
+                  ") cannot sum to mini-batch " + std::to_string(mini_batch));
+}
+
+}  // namespace
+
+Result<KernelConfig> SolveKernelDp(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
+                                   uint64_t workspace_limit) {
+  UCUDNN_RETURN_IF_ERROR(ValidateMiniBatch(mini_batch));
+  const std::vector<char> allowed = AllowedMask(policy, mini_batch);
+  const size_t size = static_cast<size_t>(mini_batch) + 1;
+
+  // t(b): one pass over the table.
+  std::vector<Best> best(size);
+  for (const Timing& t : table.entries) {
+    if (!Usable(t) || t.micro_batch < 1 || t.micro_batch > mini_batch) continue;
+    const size_t b = static_cast<size_t>(t.micro_batch);
+    if (!allowed[b] || t.workspace_bytes > workspace_limit) continue;
+    if (Improves(t, best[b])) Take(t, &best[b]);
+  }
+  struct Candidate {
+    int64_t b;
+    double time_ms;
+    uint64_t workspace_bytes;
+  };
+  std::vector<Candidate> candidates;  // sizes with a t(b), ascending
+  for (int64_t b = 1; b <= mini_batch; ++b) {
+    const Best& seg = best[static_cast<size_t>(b)];
+    if (seg.present) candidates.push_back({b, seg.time_ms, seg.workspace_bytes});
+  }
+
+  // T(n) with its workspace (largest segment) as the tie-breaker, then the larger first segment.
+  // The inner loop is the hot spot (O(B^2) for policy all): ClearlyLess is folded into two
+  // thresholds that change only when the best candidate does.
+  std::vector<double> time(size, kInfinity);
+  std::vector<uint64_t> workspace(size, 0);
+  std::vector<int64_t> first(size, 0);
+  time[0] = 0;
+  for (int64_t n = 1; n <= mini_batch; ++n) {
+    double best_time = kInfinity;
+    double faster_below = kInfinity;  // t < faster_below: ClearlyLess(t, best_time)
+    double tie_up_to = -1;            // t <= tie_up_to: !ClearlyLess(best_time, t), a tie
+    uint64_t best_workspace = 0;
+    int64_t best_first = 0;
+    for (const Candidate& c : candidates) {
+      if (c.b > n) break;
+      const size_t rest = static_cast<size_t>(n - c.b);
+      const double t = c.time_ms + time[rest];
+      if (t < faster_below) {
+        best_workspace = std::max(c.workspace_bytes, workspace[rest]);
+      } else if (t <= tie_up_to) {
+        const uint64_t w = std::max(c.workspace_bytes, workspace[rest]);
+        // Ascending b: `<=` on a full tie prefers the larger micro-batch.
+        if (w > best_workspace) continue;
+        best_workspace = w;
+      } else {
+        continue;
+      }
+      best_time = t;
+      best_first = c.b;
+      faster_below = t - kRelativeTie * t;
+      tie_up_to = t / (1 - kRelativeTie);
+    }
+    time[static_cast<size_t>(n)] = best_time;
+    workspace[static_cast<size_t>(n)] = best_workspace;
+    first[static_cast<size_t>(n)] = best_first;
+  }
+  if (time[static_cast<size_t>(mini_batch)] == kInfinity) {
+    return ExplainInfeasible(table, mini_batch, policy, workspace_limit, allowed, best);
+  }
+  return Reconstruct(mini_batch, first, best);
+}
+
+Result<Segment> FastestUndivided(const TimingTable& table, int64_t mini_batch,
+                                 uint64_t workspace_limit) {
+  UCUDNN_RETURN_IF_ERROR(ValidateMiniBatch(mini_batch));
+  Best best;
+  for (const Timing& t : table.entries) {
+    if (!Usable(t) || t.micro_batch != mini_batch || t.workspace_bytes > workspace_limit) continue;
+    if (Improves(t, best)) Take(t, &best);
+  }
+  if (!best.present) {
+    std::vector<char> allowed = AllowedMask(BatchPolicy::kUndivided, mini_batch);
+    std::vector<Best> none(static_cast<size_t>(mini_batch) + 1);
+    return ExplainInfeasible(table, mini_batch, BatchPolicy::kUndivided, workspace_limit, allowed,
+                             none);
+  }
+  return Segment{mini_batch, best.algo, best.time_ms, best.workspace_bytes};
+}
+
+// Workspace levels in increasing order. At each level only the sizes whose t(b) improved can
+// change T, and a config using such a size b can be reordered to run b first, so the update
+//   T(n) <- min(T(n), t(b) + T(n - b)) for n = b .. B (ascending)
+// turns the previous level's optimum into this level's in O(B) per improved size, instead of a
+// full O(B * |sizes|) DP per level. The front gets a point whenever T(B) strictly decreases.
+std::vector<KernelConfig> ParetoFront(const TimingTable& table, int64_t mini_batch,
+                                      BatchPolicy policy, uint64_t max_workspace) {
+  std::vector<KernelConfig> front;
+  if (!ValidateMiniBatch(mini_batch).ok()) return front;
+  const std::vector<char> allowed = AllowedMask(policy, mini_batch);
+  const size_t size = static_cast<size_t>(mini_batch) + 1;
+
+  std::vector<const Timing*> entries;
+  for (const Timing& t : table.entries) {
+    if (!Usable(t) || t.micro_batch < 1 || t.micro_batch > mini_batch) continue;
+    if (!allowed[static_cast<size_t>(t.micro_batch)] || t.workspace_bytes > max_workspace) continue;
+    entries.push_back(&t);
+  }
+  std::sort(entries.begin(), entries.end(), [](const Timing* a, const Timing* b) {
+    if (a->workspace_bytes != b->workspace_bytes) return a->workspace_bytes < b->workspace_bytes;
+    if (a->time_ms != b->time_ms) return a->time_ms < b->time_ms;
+    if (a->algo != b->algo) return a->algo < b->algo;
+    return a->micro_batch < b->micro_batch;
+  });
+
+  std::vector<Best> best(size);
+  std::vector<double> time(size, kInfinity);
+  std::vector<int64_t> first(size, 0);
+  time[0] = 0;
+  double last_time = kInfinity;
+  std::vector<int64_t> improved;
+  for (size_t i = 0; i < entries.size();) {
+    const uint64_t level = entries[i]->workspace_bytes;
+    improved.clear();
+    for (; i < entries.size() && entries[i]->workspace_bytes == level; ++i) {
+      const Timing& t = *entries[i];
+      Best& slot = best[static_cast<size_t>(t.micro_batch)];
+      // Entries come by increasing workspace: an equal time at a larger level is no gain.
+      if (slot.present && t.time_ms >= slot.time_ms) continue;
+      Take(t, &slot);
+      improved.push_back(t.micro_batch);
+    }
+    if (improved.empty()) continue;
+    std::sort(improved.begin(), improved.end());
+    improved.erase(std::unique(improved.begin(), improved.end()), improved.end());
+    for (int64_t b : improved) {
+      const double tb = best[static_cast<size_t>(b)].time_ms;
+      for (int64_t n = b; n <= mini_batch; ++n) {
+        const double candidate = tb + time[static_cast<size_t>(n - b)];
+        if (candidate < time[static_cast<size_t>(n)]) {
+          time[static_cast<size_t>(n)] = candidate;
+          first[static_cast<size_t>(n)] = b;
+        }
+      }
+    }
+    const double total = time[static_cast<size_t>(mini_batch)];
+    if (!ClearlyLess(total, last_time)) continue;
+    last_time = total;
+    KernelConfig config = Reconstruct(mini_batch, first, best);
+    // Summation order can move the time by an ulp: keep the front strictly monotone.
+    if (!front.empty() && !ClearlyLess(config.time_ms, front.back().time_ms)) continue;
+    while (!front.empty() && front.back().workspace_bytes >= config.workspace_bytes) {
+      front.pop_back();  // slower and no smaller: dominated
+    }
+    front.push_back(std::move(config));
+  }
+  return front;
+}
+
+}  // namespace ucudnn

@@ -1,0 +1,109 @@
+#include "ucudnn/core/executor.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+namespace ucudnn {
+namespace {
+
+Status CheckOperand(const void* p, const char* name, ConvOp op) {
+  if (p != nullptr) return Status::Ok();
+  return InvalidArgument(fmt::format("operands.{}: null, but {} needs it", name, ToString(op)));
+}
+
+Status CheckOperands(ConvOp op, const ConvOperands& o) {
+  switch (op) {
+    case ConvOp::kForward:
+      UCUDNN_RETURN_IF_ERROR(CheckOperand(o.x, "x", op));
+      UCUDNN_RETURN_IF_ERROR(CheckOperand(o.w, "w", op));
+      return CheckOperand(o.y, "y", op);
+    case ConvOp::kBackwardData:
+      UCUDNN_RETURN_IF_ERROR(CheckOperand(o.dy, "dy", op));
+      UCUDNN_RETURN_IF_ERROR(CheckOperand(o.w, "w", op));
+      return CheckOperand(o.dx, "dx", op);
+    case ConvOp::kBackwardFilter:
+      UCUDNN_RETURN_IF_ERROR(CheckOperand(o.x, "x", op));
+      UCUDNN_RETURN_IF_ERROR(CheckOperand(o.dy, "dy", op));
+      return CheckOperand(o.dw, "dw", op);
+  }
+  return InvalidArgument("problem.op: unknown convolution op");
+}
+
+// The operands of the samples [first, ...): batch is the outermost dimension in NCHW and NHWC,
+// so a micro-batch's tensors start `first` samples in. The filter is shared by every sample.
+ConvOperands OffsetOperands(const ConvOperands& o, int64_t first, size_t x_sample_bytes,
+                            size_t y_sample_bytes) {
+  auto in = [first](const void* p, size_t sample_bytes) -> const void* {
+    return p == nullptr ? nullptr : static_cast<const char*>(p) + first * sample_bytes;
+  };
+  auto out = [first](void* p, size_t sample_bytes) -> void* {
+    return p == nullptr ? nullptr : static_cast<char*>(p) + first * sample_bytes;
+  };
+  ConvOperands shifted = o;
+  shifted.x = in(o.x, x_sample_bytes);
+  shifted.dy = in(o.dy, y_sample_bytes);
+  shifted.y = out(o.y, y_sample_bytes);
+  shifted.dx = out(o.dx, x_sample_bytes);
+  return shifted;
+}
+
+}  // namespace
+
+Status ExecuteMicroBatched(ConvBackend& backend, const ConvProblem& problem, int64_t mini_batch,
+                           std::span<const Segment> segments, const ConvOperands& operands,
+                           void* workspace, size_t workspace_bytes, float alpha, float beta) {
+  // Everything is checked before the first segment runs: a bad plan must not leave a half-written
+  // output behind.
+  UCUDNN_RETURN_IF_ERROR(Validate(problem).WithContext("problem"));
+  UCUDNN_RETURN_IF_ERROR(ValidateBatch(mini_batch).WithContext("mini_batch"));
+  if (segments.empty()) return InvalidArgument("segments: empty, need at least one");
+  int64_t total = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const int64_t size = segments[i].micro_batch;
+    if (size < 1 || size > mini_batch) {
+      return InvalidArgument(
+          fmt::format("segments[{}].micro_batch: must be in [1, {}], got {}", i, mini_batch, size));
+    }
+    total += size;  // no overflow: each term <= mini_batch <= kMaxBatch, and we stop past it
+    if (total > mini_batch) break;
+  }
+  if (total != mini_batch) {
+    return InvalidArgument(
+        fmt::format("segments: micro-batch sizes must sum to the mini-batch {}, got {}{}",
+                    mini_batch, total, total > mini_batch ? " or more" : ""));
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    Result<size_t> needed = backend.WorkspaceSize(problem, seg.micro_batch, seg.algo);
+    if (!needed.ok()) return needed.status().WithContext(fmt::format("segments[{}]", i));
+    if (*needed > workspace_bytes) {
+      return InvalidArgument(fmt::format(
+          "workspace_bytes: segments[{}] (algo {}, micro-batch {}) needs {} bytes, got {}", i,
+          seg.algo, seg.micro_batch, *needed, workspace_bytes));
+    }
+    if (*needed > 0 && workspace == nullptr) {
+      return InvalidArgument(
+          fmt::format("workspace: null, but segments[{}] needs {} bytes", i, *needed));
+    }
+  }
+  UCUDNN_RETURN_IF_ERROR(CheckOperands(problem.op, operands));
+
+  const size_t element = ElementSize(problem.data_type);
+  const size_t x_sample_bytes = static_cast<size_t>(problem.input_elements_per_sample()) * element;
+  const size_t y_sample_bytes = static_cast<size_t>(problem.output_elements_per_sample()) * element;
+  int64_t done = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    // Backward-filter sums over the batch: later micro-batches add onto the first one's result.
+    const float seg_beta = (problem.op == ConvOp::kBackwardFilter && i > 0) ? 1.0f : beta;
+    const ConvOperands shifted = OffsetOperands(operands, done, x_sample_bytes, y_sample_bytes);
+    Status status = backend.Run(problem, seg.micro_batch, seg.algo, shifted, workspace,
+                                workspace_bytes, alpha, seg_beta);
+    if (!status.ok()) return status.WithContext(fmt::format("segments[{}]", i));
+    done += seg.micro_batch;
+  }
+  return Status::Ok();
+}
+
+}  // namespace ucudnn

@@ -1,0 +1,359 @@
+#include "ucudnn/core/problem.h"
+
+#include <array>
+#include <charconv>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace ucudnn {
+namespace {
+
+std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+Status OutOfRange(std::string_view field, int64_t lo, int64_t hi, int64_t got) {
+  return InvalidArgument(std::string(field) + ": must be in [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) + "], got " + std::to_string(got));
+}
+
+Status CheckRange(std::string_view field, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) return OutOfRange(field, lo, hi, value);
+  return Status::Ok();
+}
+
+// Height or width the filter covers once dilated. Only called with bounded, positive inputs.
+int64_t DilatedExtent(int64_t filter, int64_t dilation) { return (filter - 1) * dilation + 1; }
+
+// Product of the factors, or nullopt on int64 overflow.
+std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t f : factors) {
+    if (__builtin_mul_overflow(product, f, &product)) return std::nullopt;
+  }
+  return product;
+}
+
+Status CheckElements(std::string_view expression, std::string_view what,
+                     std::initializer_list<int64_t> factors) {
+  std::optional<int64_t> n = CheckedProduct(factors);
+  if (!n || *n > kMaxElementsPerSample) {
+    return InvalidArgument(std::string(expression) + ": " + std::string(what) +
+                           " must be at most " + std::to_string(kMaxElementsPerSample) + ", got " +
+                           (n ? std::to_string(*n) : std::string("more than 2^63")));
+  }
+  return Status::Ok();
+}
+
+template <typename Enum, size_t N>
+Result<Enum> ParseEnum(std::string_view what, std::string_view s,
+                       const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  for (const auto& [name, value] : names) {
+    if (s == name) return value;
+  }
+  std::string expected;
+  for (const auto& entry : names) {
+    if (!expected.empty()) expected += ", ";
+    expected += entry.first;
+  }
+  return InvalidArgument(std::string(what) + ": unknown value " + Quoted(s) + " (expected one of " +
+                         expected + ")");
+}
+
+constexpr std::array<std::pair<std::string_view, ConvOp>, 3> kConvOpNames{{
+    {"fwd", ConvOp::kForward},
+    {"bwd_data", ConvOp::kBackwardData},
+    {"bwd_filter", ConvOp::kBackwardFilter},
+}};
+constexpr std::array<std::pair<std::string_view, DataType>, 3> kDataTypeNames{{
+    {"fp32", DataType::kFloat32},
+    {"fp16", DataType::kFloat16},
+    {"bf16", DataType::kBFloat16},
+}};
+constexpr std::array<std::pair<std::string_view, Layout>, 2> kLayoutNames{{
+    {"nchw", Layout::kNCHW},
+    {"nhwc", Layout::kNHWC},
+}};
+constexpr std::array<std::pair<std::string_view, MathMode>, 3> kMathModeNames{{
+    {"default", MathMode::kDefault},
+    {"tensor_op", MathMode::kTensorOp},
+    {"tensor_op_allow_conversion", MathMode::kTensorOpAllowConversion},
+}};
+
+template <typename Enum, size_t N>
+std::string_view EnumName(Enum value,
+                          const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  for (const auto& [name, v] : names) {
+    if (v == value) return name;
+  }
+  return "invalid";
+}
+
+template <typename Enum, size_t N>
+Status CheckEnum(std::string_view field, Enum value,
+                 const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  for (const auto& entry : names) {
+    if (entry.second == value) return Status::Ok();
+  }
+  return InvalidArgument(std::string(field) + ": unknown value " +
+                         std::to_string(static_cast<int>(value)));
+}
+
+// ---- Canonical key parsing -----------------------------------------------------------------
+
+constexpr std::string_view kKeyVersion = "v1";
+constexpr size_t kKeyFields = 16;
+
+// ParseCanonicalKey() prefixes every error with "canonical key: ".
+Status KeyError(std::string message) { return InvalidArgument(std::move(message)); }
+
+// A decimal integer exactly as std::to_string writes it (no '+', no leading zeros, no "-0"), so
+// that every accepted key is the one CanonicalKey() would write.
+Result<int64_t> ParseCanonicalInt(std::string_view name, std::string_view text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || std::to_string(value) != text) {
+    return KeyError(std::string(name) + ": not a canonical decimal integer: " + Quoted(text));
+  }
+  return value;
+}
+
+// "a,b" -> (a, b).
+Result<std::pair<int64_t, int64_t>> ParseIntPair(std::string_view name, std::string_view text) {
+  size_t comma = text.find(',');
+  if (comma == std::string_view::npos) {
+    return KeyError(std::string(name) + ": expected two integers \"A,B\", got " + Quoted(text));
+  }
+  UCUDNN_ASSIGN_OR_RETURN(int64_t first, ParseCanonicalInt(name, text.substr(0, comma)));
+  UCUDNN_ASSIGN_OR_RETURN(int64_t second, ParseCanonicalInt(name, text.substr(comma + 1)));
+  return std::make_pair(first, second);
+}
+
+std::vector<std::string_view> Split(std::string_view s, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(separator, start);
+    if (pos == std::string_view::npos) {
+      parts.push_back(s.substr(start));
+      return parts;
+    }
+    parts.push_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+}  // namespace
+
+std::string_view ToString(ConvOp op) { return EnumName(op, kConvOpNames); }
+std::string_view ToString(DataType t) { return EnumName(t, kDataTypeNames); }
+std::string_view ToString(Layout l) { return EnumName(l, kLayoutNames); }
+std::string_view ToString(MathMode m) { return EnumName(m, kMathModeNames); }
+
+Result<ConvOp> ParseConvOp(std::string_view s) { return ParseEnum("op", s, kConvOpNames); }
+Result<DataType> ParseDataType(std::string_view s) {
+  return ParseEnum("data type", s, kDataTypeNames);
+}
+Result<Layout> ParseLayout(std::string_view s) { return ParseEnum("layout", s, kLayoutNames); }
+Result<MathMode> ParseMathMode(std::string_view s) {
+  return ParseEnum("math mode", s, kMathModeNames);
+}
+
+size_t ElementSize(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+  }
+  return 0;  // not a DataType; Validate() rejects it
+}
+
+int64_t ConvProblem::out_h() const {
+  return (h + 2 * pad_h - DilatedExtent(r, dilation_h)) / stride_h + 1;
+}
+
+int64_t ConvProblem::out_w() const {
+  return (w + 2 * pad_w - DilatedExtent(s, dilation_w)) / stride_w + 1;
+}
+
+// The tensor the op reads along the batch first (x, dy, x) and the second one (y, dx, dy).
+size_t ConvProblem::input_bytes_per_sample() const {
+  const int64_t elements =
+      op == ConvOp::kBackwardData ? output_elements_per_sample() : input_elements_per_sample();
+  return static_cast<size_t>(elements) * ElementSize(data_type);
+}
+
+size_t ConvProblem::output_bytes_per_sample() const {
+  const int64_t elements =
+      op == ConvOp::kBackwardData ? input_elements_per_sample() : output_elements_per_sample();
+  return static_cast<size_t>(elements) * ElementSize(data_type);
+}
+
+size_t ConvProblem::filter_bytes() const {
+  return static_cast<size_t>(filter_elements()) * ElementSize(data_type);
+}
+
+double ConvProblem::flops(int64_t batch) const {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(k) * static_cast<double>(out_h()) *
+         static_cast<double>(out_w()) * static_cast<double>(c / groups) * static_cast<double>(r) *
+         static_cast<double>(s);
+}
+
+Status Validate(const ConvProblem& p) {
+  UCUDNN_RETURN_IF_ERROR(CheckEnum("op", p.op, kConvOpNames));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("c", p.c, 1, kMaxChannels));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("h", p.h, 1, kMaxSpatial));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("w", p.w, 1, kMaxSpatial));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("k", p.k, 1, kMaxChannels));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("r", p.r, 1, kMaxFilterSpatial));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("s", p.s, 1, kMaxFilterSpatial));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("stride_h", p.stride_h, 1, kMaxStrideOrDilation));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("stride_w", p.stride_w, 1, kMaxStrideOrDilation));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("dilation_h", p.dilation_h, 1, kMaxStrideOrDilation));
+  UCUDNN_RETURN_IF_ERROR(CheckRange("dilation_w", p.dilation_w, 1, kMaxStrideOrDilation));
+
+  // A pad as large as the filter would only add outputs that see nothing but zeros.
+  const int64_t extent_h = DilatedExtent(p.r, p.dilation_h);
+  const int64_t extent_w = DilatedExtent(p.s, p.dilation_w);
+  if (p.pad_h < 0 || p.pad_h >= extent_h) {
+    return InvalidArgument("pad_h: must be in [0, " + std::to_string(extent_h - 1) +
+                           "] (below the dilated filter height " + std::to_string(extent_h) +
+                           "), got " + std::to_string(p.pad_h));
+  }
+  if (p.pad_w < 0 || p.pad_w >= extent_w) {
+    return InvalidArgument("pad_w: must be in [0, " + std::to_string(extent_w - 1) +
+                           "] (below the dilated filter width " + std::to_string(extent_w) +
+                           "), got " + std::to_string(p.pad_w));
+  }
+
+  UCUDNN_RETURN_IF_ERROR(CheckRange("groups", p.groups, 1, kMaxChannels));
+  if (p.c % p.groups != 0) {
+    return InvalidArgument("groups: must divide c (" + std::to_string(p.c) + "), got " +
+                           std::to_string(p.groups));
+  }
+  if (p.k % p.groups != 0) {
+    return InvalidArgument("groups: must divide k (" + std::to_string(p.k) + "), got " +
+                           std::to_string(p.groups));
+  }
+
+  UCUDNN_RETURN_IF_ERROR(CheckEnum("data_type", p.data_type, kDataTypeNames));
+  UCUDNN_RETURN_IF_ERROR(CheckEnum("compute_type", p.compute_type, kDataTypeNames));
+  UCUDNN_RETURN_IF_ERROR(CheckEnum("layout", p.layout, kLayoutNames));
+  UCUDNN_RETURN_IF_ERROR(CheckEnum("math", p.math, kMathModeNames));
+
+  // The bounds above keep these sums far from overflow (at most about 2^21).
+  if (p.h + 2 * p.pad_h < extent_h) {
+    return InvalidArgument(
+        "out_h: must be positive, but h + 2 * pad_h (" + std::to_string(p.h + 2 * p.pad_h) +
+        ") is smaller than the dilated filter height (" + std::to_string(extent_h) + ")");
+  }
+  if (p.w + 2 * p.pad_w < extent_w) {
+    return InvalidArgument(
+        "out_w: must be positive, but w + 2 * pad_w (" + std::to_string(p.w + 2 * p.pad_w) +
+        ") is smaller than the dilated filter width (" + std::to_string(extent_w) + ")");
+  }
+
+  UCUDNN_RETURN_IF_ERROR(CheckElements("c * h * w", "input elements per sample", {p.c, p.h, p.w}));
+  UCUDNN_RETURN_IF_ERROR(CheckElements("k * out_h * out_w", "output elements per sample",
+                                       {p.k, p.out_h(), p.out_w()}));
+  UCUDNN_RETURN_IF_ERROR(CheckElements("k * (c / groups) * r * s", "filter elements",
+                                       {p.k, p.c / p.groups, p.r, p.s}));
+  return Status::Ok();
+}
+
+Status ValidateBatch(int64_t batch) { return CheckRange("batch", batch, 1, kMaxBatch); }
+
+std::string CanonicalKey(const ConvProblem& p) {
+  using std::to_string;
+  std::string key;
+  key.reserve(160);
+  key += kKeyVersion;
+  key += ";op=" + std::string(ToString(p.op));
+  key += ";c=" + to_string(p.c) + ";h=" + to_string(p.h) + ";w=" + to_string(p.w);
+  key += ";k=" + to_string(p.k) + ";r=" + to_string(p.r) + ";s=" + to_string(p.s);
+  key += ";pad=" + to_string(p.pad_h) + "," + to_string(p.pad_w);
+  key += ";stride=" + to_string(p.stride_h) + "," + to_string(p.stride_w);
+  key += ";dil=" + to_string(p.dilation_h) + "," + to_string(p.dilation_w);
+  key += ";g=" + to_string(p.groups);
+  key += ";dtype=" + std::string(ToString(p.data_type));
+  key += ";ctype=" + std::string(ToString(p.compute_type));
+  key += ";layout=" + std::string(ToString(p.layout));
+  key += ";math=" + std::string(ToString(p.math));
+  return key;
+}
+
+namespace {
+
+Result<ConvProblem> ParseCanonicalKeyFields(std::string_view key) {
+  static constexpr std::array<std::string_view, kKeyFields> kNames = {
+      "",    "op",     "c",   "h", "w",     "k",     "r",      "s",
+      "pad", "stride", "dil", "g", "dtype", "ctype", "layout", "math"};
+  std::vector<std::string_view> parts = Split(key, ';');
+  if (parts.size() != kKeyFields) {
+    return KeyError("expected " + std::to_string(kKeyFields) + " fields separated by ';', got " +
+                    std::to_string(parts.size()));
+  }
+  if (parts[0] != kKeyVersion) {
+    return KeyError("unsupported version " + Quoted(parts[0]) + " (expected \"v1\")");
+  }
+  std::array<std::string_view, kKeyFields> values;
+  for (size_t i = 1; i < kKeyFields; ++i) {
+    const std::string_view part = parts[i];
+    const std::string prefix = std::string(kNames[i]) + "=";
+    if (part.substr(0, prefix.size()) != prefix) {
+      return KeyError("field " + std::to_string(i) + " must start with " + Quoted(prefix) +
+                      ", got " + Quoted(part));
+    }
+    values[i] = part.substr(prefix.size());
+  }
+
+  ConvProblem p;
+  UCUDNN_ASSIGN_OR_RETURN(p.op, ParseConvOp(values[1]));
+  UCUDNN_ASSIGN_OR_RETURN(p.c, ParseCanonicalInt("c", values[2]));
+  UCUDNN_ASSIGN_OR_RETURN(p.h, ParseCanonicalInt("h", values[3]));
+  UCUDNN_ASSIGN_OR_RETURN(p.w, ParseCanonicalInt("w", values[4]));
+  UCUDNN_ASSIGN_OR_RETURN(p.k, ParseCanonicalInt("k", values[5]));
+  UCUDNN_ASSIGN_OR_RETURN(p.r, ParseCanonicalInt("r", values[6]));
+  UCUDNN_ASSIGN_OR_RETURN(p.s, ParseCanonicalInt("s", values[7]));
+  UCUDNN_ASSIGN_OR_RETURN(auto pad, ParseIntPair("pad", values[8]));
+  UCUDNN_ASSIGN_OR_RETURN(auto stride, ParseIntPair("stride", values[9]));
+  UCUDNN_ASSIGN_OR_RETURN(auto dilation, ParseIntPair("dil", values[10]));
+  std::tie(p.pad_h, p.pad_w) = pad;
+  std::tie(p.stride_h, p.stride_w) = stride;
+  std::tie(p.dilation_h, p.dilation_w) = dilation;
+  UCUDNN_ASSIGN_OR_RETURN(p.groups, ParseCanonicalInt("g", values[11]));
+  UCUDNN_ASSIGN_OR_RETURN(p.data_type, ParseDataType(values[12]));
+  UCUDNN_ASSIGN_OR_RETURN(p.compute_type, ParseDataType(values[13]));
+  UCUDNN_ASSIGN_OR_RETURN(p.layout, ParseLayout(values[14]));
+  UCUDNN_ASSIGN_OR_RETURN(p.math, ParseMathMode(values[15]));
+
+  UCUDNN_RETURN_IF_ERROR(Validate(p));
+  // Every piece was checked to be canonical above; this guards the whole against future drift.
+  if (CanonicalKey(p) != key) return KeyError("not in canonical form: " + Quoted(key));
+  return p;
+}
+
+}  // namespace
+
+Result<ConvProblem> ParseCanonicalKey(std::string_view key) {
+  Result<ConvProblem> parsed = ParseCanonicalKeyFields(key);
+  if (!parsed.ok()) return parsed.status().WithContext("canonical key");
+  return parsed;
+}
+
+uint64_t Fnv1a64(std::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
+  for (unsigned char byte : bytes) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;  // FNV 64-bit prime
+  }
+  return hash;
+}
+
+uint64_t StableHash(const ConvProblem& p) { return Fnv1a64(CanonicalKey(p)); }
+
+}  // namespace ucudnn

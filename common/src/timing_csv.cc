@@ -1,0 +1,426 @@
+#include "ucudnn/core/timing_csv.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace ucudnn {
+namespace {
+
+enum Column {
+  kLayer,
+  kN,
+  kC,
+  kH,
+  kW,
+  kK,
+  kR,
+  kS,
+  kPad,
+  kStride,
+  kDtype,
+  kLayout,
+  kOp,
+  kMicroBatch,
+  kAlgo,
+  kTimeMs,
+  kWorkspaceBytes,
+  kRequiredCount,
+  // Optional problem columns.
+  kPadW = kRequiredCount,
+  kStrideW,
+  kDilationH,
+  kDilationW,
+  kGroups,
+  kCtype,
+  kMath,
+  // Optional measurement columns.
+  kStatus,
+  kSpreadMs,
+  kSamples,
+  kError,
+  kColumnCount,
+};
+
+constexpr std::array<std::string_view, kColumnCount> kColumnNames = {"layer",
+                                                                     "n",
+                                                                     "c",
+                                                                     "h",
+                                                                     "w",
+                                                                     "k",
+                                                                     "r",
+                                                                     "s",
+                                                                     "pad",
+                                                                     "stride",
+                                                                     "dtype",
+                                                                     "layout",
+                                                                     "op",
+                                                                     "micro_batch",
+                                                                     "algo",
+                                                                     "time_ms",
+                                                                     "workspace_bytes",
+                                                                     "pad_w",
+                                                                     "stride_w",
+                                                                     "dilation_h",
+                                                                     "dilation_w",
+                                                                     "groups",
+                                                                     "ctype",
+                                                                     "math",
+                                                                     "status",
+                                                                     "spread_ms",
+                                                                     "samples",
+                                                                     "error"};
+
+std::string Lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// Splits one CSV record; fields may be double-quoted with "" for a quote inside.
+Result<std::vector<std::string>> SplitRecord(std::string_view line) {
+  std::vector<std::string> fields;
+  std::string field;
+  size_t i = 0;
+  while (true) {
+    field.clear();
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      while (true) {
+        if (i >= line.size()) return InvalidArgument("unterminated quoted field");
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            field += '"';
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        field += line[i++];
+      }
+      if (i < line.size() && line[i] != ',') {
+        return InvalidArgument("text after a closing quote");
+      }
+    } else {
+      const size_t comma = line.find(',', i);
+      const size_t end = comma == std::string_view::npos ? line.size() : comma;
+      field.assign(line.substr(i, end - i));
+      i = end;
+    }
+    fields.push_back(field);
+    if (i >= line.size()) return fields;
+    ++i;  // the comma
+  }
+}
+
+template <typename T>
+Result<T> ParseNumber(std::string_view column, std::string_view text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgument(std::string(column) + ": not a number: '" + std::string(text) + "'");
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value) || value < 0) {
+      return InvalidArgument(std::string(column) + ": must be finite and non-negative, got '" +
+                             std::string(text) + "'");
+    }
+  }
+  return value;
+}
+
+Result<int64_t> ParseBatchColumn(std::string_view column, std::string_view text) {
+  UCUDNN_ASSIGN_OR_RETURN(int64_t value, ParseNumber<int64_t>(column, text));
+  if (value < 1 || value > kMaxBatch) {
+    return InvalidArgument(std::string(column) + ": must be in [1, " + std::to_string(kMaxBatch) +
+                           "], got " + std::to_string(value));
+  }
+  return value;
+}
+
+Result<TimingStatus> ParseStatus(std::string_view text) {
+  const std::string lower = Lowercase(text);
+  for (TimingStatus s : {TimingStatus::kOk, TimingStatus::kUnsupported, TimingStatus::kFailed}) {
+    if (lower == ToString(s)) return s;
+  }
+  return InvalidArgument("status: expected ok, unsupported or failed, got '" + std::string(text) +
+                         "'");
+}
+
+MathMode DefaultMath(DataType dtype) {
+  return dtype == DataType::kFloat32 ? MathMode::kDefault : MathMode::kTensorOp;
+}
+
+// One data row -> (problem, timing, layer, n).
+struct Row {
+  ConvProblem problem;
+  Timing timing;
+  std::string layer;
+  int64_t mini_batch = 0;
+};
+
+Result<Row> ParseRow(const std::vector<std::string>& fields,
+                     const std::array<int, kColumnCount>& index) {
+  auto field = [&](Column c) -> std::optional<std::string_view> {
+    if (index[c] < 0) return std::nullopt;
+    return std::string_view(fields[static_cast<size_t>(index[c])]);
+  };
+  auto integer = [&](Column c, int64_t fallback) -> Result<int64_t> {
+    std::optional<std::string_view> text = field(c);
+    if (!text) return fallback;
+    return ParseNumber<int64_t>(kColumnNames[c], *text);
+  };
+  Row row;
+  row.layer = std::string(*field(kLayer));
+  UCUDNN_ASSIGN_OR_RETURN(row.mini_batch, ParseBatchColumn("n", *field(kN)));
+  ConvProblem& p = row.problem;
+  UCUDNN_ASSIGN_OR_RETURN(p.op, ParseConvOp(Lowercase(*field(kOp))));
+  UCUDNN_ASSIGN_OR_RETURN(p.c, integer(kC, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.h, integer(kH, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.w, integer(kW, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.k, integer(kK, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.r, integer(kR, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.s, integer(kS, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.pad_h, integer(kPad, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.pad_w, integer(kPadW, p.pad_h));
+  UCUDNN_ASSIGN_OR_RETURN(p.stride_h, integer(kStride, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.stride_w, integer(kStrideW, p.stride_h));
+  UCUDNN_ASSIGN_OR_RETURN(p.dilation_h, integer(kDilationH, 1));
+  UCUDNN_ASSIGN_OR_RETURN(p.dilation_w, integer(kDilationW, p.dilation_h));
+  UCUDNN_ASSIGN_OR_RETURN(p.groups, integer(kGroups, 1));
+  UCUDNN_ASSIGN_OR_RETURN(p.data_type, ParseDataType(Lowercase(*field(kDtype))));
+  UCUDNN_ASSIGN_OR_RETURN(p.layout, ParseLayout(Lowercase(*field(kLayout))));
+  p.compute_type = DataType::kFloat32;
+  if (std::optional<std::string_view> ctype = field(kCtype)) {
+    UCUDNN_ASSIGN_OR_RETURN(p.compute_type, ParseDataType(Lowercase(*ctype)));
+  }
+  p.math = DefaultMath(p.data_type);
+  if (std::optional<std::string_view> math = field(kMath)) {
+    UCUDNN_ASSIGN_OR_RETURN(p.math, ParseMathMode(Lowercase(*math)));
+  }
+  UCUDNN_RETURN_IF_ERROR(Validate(p));
+
+  Timing& t = row.timing;
+  UCUDNN_ASSIGN_OR_RETURN(t.micro_batch, ParseBatchColumn("micro_batch", *field(kMicroBatch)));
+  UCUDNN_ASSIGN_OR_RETURN(int64_t algo, integer(kAlgo, 0));
+  if (algo < 0 || algo > 1000) {
+    return InvalidArgument("algo: must be in [0, 1000], got " + std::to_string(algo));
+  }
+  t.algo = static_cast<int>(algo);
+  UCUDNN_ASSIGN_OR_RETURN(t.time_ms, ParseNumber<double>("time_ms", *field(kTimeMs)));
+  UCUDNN_ASSIGN_OR_RETURN(t.workspace_bytes,
+                          ParseNumber<uint64_t>("workspace_bytes", *field(kWorkspaceBytes)));
+  if (std::optional<std::string_view> status = field(kStatus)) {
+    UCUDNN_ASSIGN_OR_RETURN(t.status, ParseStatus(*status));
+  }
+  if (std::optional<std::string_view> spread = field(kSpreadMs)) {
+    UCUDNN_ASSIGN_OR_RETURN(t.spread_ms, ParseNumber<double>("spread_ms", *spread));
+  }
+  UCUDNN_ASSIGN_OR_RETURN(int64_t samples, integer(kSamples, 0));
+  if (samples < 0 || samples > 1'000'000'000) {
+    return InvalidArgument("samples: must be in [0, 1e9], got " + std::to_string(samples));
+  }
+  t.samples = static_cast<int>(samples);
+  if (std::optional<std::string_view> error = field(kError)) t.error = std::string(*error);
+  return row;
+}
+
+}  // namespace
+
+Result<TimingTables> ParseTimingCsv(std::string_view text) {
+  TimingTables tables;
+  std::map<std::string, std::set<std::pair<int64_t, int>>> seen;
+  std::array<int, kColumnCount> index;
+  index.fill(-1);
+  size_t column_count = 0;
+  bool header_seen = false;
+  int line_number = 0;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || line.front() == '#') continue;
+    const std::string where = "line " + std::to_string(line_number);
+    Result<std::vector<std::string>> fields = SplitRecord(line);
+    if (!fields.ok()) return fields.status().WithContext(where);
+    if (!header_seen) {
+      header_seen = true;
+      column_count = fields->size();
+      for (size_t i = 0; i < fields->size(); ++i) {
+        const std::string name = Lowercase((*fields)[i]);
+        for (int c = 0; c < kColumnCount; ++c) {
+          if (name != kColumnNames[static_cast<size_t>(c)]) continue;
+          if (index[static_cast<size_t>(c)] >= 0) {
+            return InvalidArgument(where + ": header: column '" + name + "' appears twice");
+          }
+          index[static_cast<size_t>(c)] = static_cast<int>(i);
+        }
+      }
+      for (int c = 0; c < kRequiredCount; ++c) {
+        if (index[static_cast<size_t>(c)] < 0) {
+          return InvalidArgument(where + ": header: missing column '" +
+                                 std::string(kColumnNames[static_cast<size_t>(c)]) + "'");
+        }
+      }
+      continue;
+    }
+    if (fields->size() != column_count) {
+      return InvalidArgument(where + ": expected " + std::to_string(column_count) +
+                             " fields, got " + std::to_string(fields->size()));
+    }
+    Result<Row> row = ParseRow(*fields, index);
+    if (!row.ok()) return row.status().WithContext(where);
+    const std::string key = CanonicalKey(row->problem);
+    if (!seen[key].emplace(row->timing.micro_batch, row->timing.algo).second) {
+      return InvalidArgument(where + ": micro_batch " + std::to_string(row->timing.micro_batch) +
+                             ", algo " + std::to_string(row->timing.algo) +
+                             ": repeated for the same problem");
+    }
+    auto [it, inserted] = tables.try_emplace(key);
+    if (inserted) {
+      it->second.problem = row->problem;
+      it->second.layer = std::move(row->layer);
+      it->second.mini_batch = row->mini_batch;
+    }
+    it->second.table.entries.push_back(std::move(row->timing));
+  }
+  if (!header_seen) return InvalidArgument("no header line");
+  return tables;
+}
+
+Result<TimingTables> ReadTimingCsvFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open timing file '" + path + "'");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return Unavailable("cannot read timing file '" + path + "'");
+  Result<TimingTables> tables = ParseTimingCsv(buffer.str());
+  if (!tables.ok()) return tables.status().WithContext(path);
+  return tables;
+}
+
+namespace {
+
+std::string FormatDouble(double value) {
+  char buffer[64];
+  // Shortest text that reads back to the same double.
+  const auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (error != std::errc()) return "nan";
+  return std::string(buffer, end);
+}
+
+std::string QuoteIfNeeded(std::string_view text) {
+  // A leading '#' would read as a comment line.
+  if (text.find_first_of(",\"") == std::string_view::npos && (text.empty() || text[0] != '#')) {
+    return std::string(text);
+  }
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string Uppercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return out;
+}
+
+bool NeedsProblemColumns(const ConvProblem& p) {
+  return p.pad_h != p.pad_w || p.stride_h != p.stride_w || p.dilation_h != 1 || p.dilation_w != 1 ||
+         p.groups != 1 || p.compute_type != DataType::kFloat32 ||
+         p.math != DefaultMath(p.data_type);
+}
+
+bool NeedsMeasurementColumns(const Timing& t) {
+  return t.status != TimingStatus::kOk || t.spread_ms != 0 || t.samples != 0 || !t.error.empty();
+}
+
+}  // namespace
+
+Result<std::string> WriteTimingCsv(const TimingTables& tables) {
+  bool problem_columns = false;
+  bool measurement_columns = false;
+  for (const auto& [key, timings] : tables) {
+    UCUDNN_RETURN_IF_ERROR(Validate(timings.problem).WithContext(key));
+    if (timings.layer.find_first_of("\r\n") != std::string::npos) {
+      return InvalidArgument(key + ": layer: must not contain a line break");
+    }
+    if (timings.mini_batch < 1 || timings.mini_batch > kMaxBatch) {
+      return InvalidArgument(key + ": mini_batch: must be in [1, " + std::to_string(kMaxBatch) +
+                             "], got " + std::to_string(timings.mini_batch));
+    }
+    problem_columns = problem_columns || NeedsProblemColumns(timings.problem);
+    for (const Timing& t : timings.table.entries) {
+      measurement_columns = measurement_columns || NeedsMeasurementColumns(t);
+    }
+  }
+  std::string out;
+  for (int c = 0; c < kColumnCount; ++c) {
+    if (c >= kPadW && c < kStatus && !problem_columns) continue;
+    if (c >= kStatus && !measurement_columns) continue;
+    if (c > 0) out += ',';
+    out += kColumnNames[static_cast<size_t>(c)];
+  }
+  out += '\n';
+  for (const auto& [key, timings] : tables) {
+    const ConvProblem& p = timings.problem;
+    std::string prefix = QuoteIfNeeded(timings.layer) + ',' + std::to_string(timings.mini_batch);
+    for (int64_t v : {p.c, p.h, p.w, p.k, p.r, p.s, p.pad_h, p.stride_h}) {
+      prefix += ',' + std::to_string(v);
+    }
+    prefix += ',' + std::string(ToString(p.data_type)) + ',' + Uppercase(ToString(p.layout)) + ',' +
+              std::string(ToString(p.op));
+    for (const Timing& t : timings.table.entries) {
+      if (t.micro_batch < 1 || t.micro_batch > kMaxBatch) {
+        return InvalidArgument(key + ": micro_batch: must be in [1, " + std::to_string(kMaxBatch) +
+                               "], got " + std::to_string(t.micro_batch));
+      }
+      if (!std::isfinite(t.time_ms) || t.time_ms < 0 || !std::isfinite(t.spread_ms) ||
+          t.spread_ms < 0) {
+        return InvalidArgument(key + ": time_ms and spread_ms: must be finite and non-negative");
+      }
+      out += prefix;
+      out += ',' + std::to_string(t.micro_batch) + ',' + std::to_string(t.algo) + ',' +
+             FormatDouble(t.time_ms) + ',' + std::to_string(t.workspace_bytes);
+      if (problem_columns) {
+        for (int64_t v : {p.pad_w, p.stride_w, p.dilation_h, p.dilation_w, p.groups}) {
+          out += ',' + std::to_string(v);
+        }
+        out += ',' + std::string(ToString(p.compute_type)) + ',' + std::string(ToString(p.math));
+      }
+      if (measurement_columns) {
+        std::string error = t.error;
+        for (char& c : error) {
+          if (c == '\n' || c == '\r') c = ' ';  // one record per line
+        }
+        out += ',' + std::string(ToString(t.status)) + ',' + FormatDouble(t.spread_ms) + ',' +
+               std::to_string(t.samples) + ',' + QuoteIfNeeded(error);
+      }
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+const TimingTable* FindTimings(const TimingTables& tables, const ConvProblem& problem) {
+  auto it = tables.find(CanonicalKey(problem));
+  return it == tables.end() ? nullptr : &it->second.table;
+}
+
+}  // namespace ucudnn

@@ -1,0 +1,491 @@
+// The cuDNN backend over the legacy convolution API (deprecated in cuDNN 9 but present; cudnn.h
+// is a system header here, see cmake/UcudnnDependencies.cmake).
+#include "ucudnn/core/cudnn_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <climits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "cuda_check.h"
+
+namespace ucudnn {
+namespace {
+
+// Suffixes of cuDNN's enum names, indexed by the enum value.
+constexpr std::array<const char*, 8> kForwardAlgoNames = {
+    "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+    "WINOGRAD",      "WINOGRAD_NONFUSED"};
+constexpr std::array<const char*, 6> kBackwardDataAlgoNames = {
+    "ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+constexpr std::array<const char*, 7> kBackwardFilterAlgoNames = {
+    "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+static_assert(kForwardAlgoNames.size() == CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+static_assert(kBackwardDataAlgoNames.size() == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+static_assert(kBackwardFilterAlgoNames.size() == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+
+size_t AlgorithmCount(ConvOp op) {
+  switch (op) {
+    case ConvOp::kForward:
+      return kForwardAlgoNames.size();
+    case ConvOp::kBackwardData:
+      return kBackwardDataAlgoNames.size();
+    case ConvOp::kBackwardFilter:
+      return kBackwardFilterAlgoNames.size();
+  }
+  return 0;
+}
+
+Status CheckAlgorithm(ConvOp op, int algo) {
+  const size_t count = AlgorithmCount(op);
+  if (count == 0) {
+    return InvalidArgument("op: unknown value " + std::to_string(static_cast<int>(op)));
+  }
+  if (algo < 0 || static_cast<size_t>(algo) >= count) {
+    return InvalidArgument("algo: must be in [0, " + std::to_string(count - 1) + "] for " +
+                           std::string(ToString(op)) + ", got " + std::to_string(algo));
+  }
+  return Status::Ok();
+}
+
+Result<cudnnDataType_t> CudnnDataType(DataType t, const char* field) {
+  switch (t) {
+    case DataType::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case DataType::kFloat16:
+      return CUDNN_DATA_HALF;
+    case DataType::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+  }
+  return InvalidArgument(std::string(field) + ": unknown data type");
+}
+
+// The legacy API computes in float or (pseudo-)half; there is no bf16 compute type.
+Result<cudnnDataType_t> CudnnComputeType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case DataType::kFloat16:
+      return CUDNN_DATA_HALF;
+    case DataType::kBFloat16:
+      return Unsupported("compute_type: bf16 compute is not available in cuDNN's legacy API");
+  }
+  return InvalidArgument("compute_type: unknown data type");
+}
+
+cudnnTensorFormat_t CudnnFormat(Layout l) {
+  return l == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+cudnnMathType_t CudnnMath(MathMode m) {
+  switch (m) {
+    case MathMode::kDefault:
+      return CUDNN_DEFAULT_MATH;
+    case MathMode::kTensorOp:
+      return CUDNN_TENSOR_OP_MATH;
+    case MathMode::kTensorOpAllowConversion:
+      return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+  return CUDNN_DEFAULT_MATH;
+}
+
+// cuDNN's 4-d descriptors take int dimensions and compute int strides.
+Status CheckFitsInt(const char* tensor, int64_t elements) {
+  if (elements > INT_MAX) {
+    return Unsupported(std::string(tensor) + " has " + std::to_string(elements) +
+                       " elements, more than cuDNN's 4-d descriptors can address (2^31-1)");
+  }
+  return Status::Ok();
+}
+
+// Descriptors depend on the convolution, not on the op: forward, backward-data and
+// backward-filter of one shape share them.
+using DescriptorKey = std::array<int64_t, 18>;
+DescriptorKey KeyOf(const ConvProblem& p, int64_t batch) {
+  return {p.c,
+          p.h,
+          p.w,
+          p.k,
+          p.r,
+          p.s,
+          p.pad_h,
+          p.pad_w,
+          p.stride_h,
+          p.stride_w,
+          p.dilation_h,
+          p.dilation_w,
+          p.groups,
+          static_cast<int64_t>(p.data_type),
+          static_cast<int64_t>(p.compute_type),
+          static_cast<int64_t>(p.layout),
+          static_cast<int64_t>(p.math),
+          batch};
+}
+
+// Bounds the cache; a client with more distinct (shape, batch) pairs than this rebuilds some.
+constexpr size_t kMaxCachedDescriptorSets = 1024;
+
+class DeviceBuffer final : public BackendBuffer {
+ public:
+  DeviceBuffer(void* data, size_t size) : data_(data), size_(size) {}
+  ~DeviceBuffer() override {
+    if (data_ == nullptr) return;
+    Status status = UCUDNN_GPU_STATUS(cudaFree(data_));
+    if (!status.ok()) spdlog::error("cudnn backend: {}", status.message());
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
+}  // namespace
+
+struct CudnnBackend::Descriptors {
+  cudnnTensorDescriptor_t x = nullptr;  // input-shaped: x or dx
+  cudnnTensorDescriptor_t y = nullptr;  // output-shaped: y or dy
+  cudnnFilterDescriptor_t w = nullptr;  // w or dw
+  cudnnConvolutionDescriptor_t conv = nullptr;
+
+  Descriptors() = default;
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+  ~Descriptors() {
+    // Destroying a descriptor only frees host memory; failures are logged, not fatal.
+    Status statuses[] = {
+        x != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyTensorDescriptor(x)) : Status::Ok(),
+        y != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyTensorDescriptor(y)) : Status::Ok(),
+        w != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyFilterDescriptor(w)) : Status::Ok(),
+        conv != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyConvolutionDescriptor(conv))
+                        : Status::Ok()};
+    for (const Status& s : statuses) {
+      if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
+    }
+  }
+
+  static Result<std::unique_ptr<Descriptors>> Build(const ConvProblem& p, int64_t batch) {
+    UCUDNN_RETURN_IF_ERROR(Validate(p));
+    UCUDNN_RETURN_IF_ERROR(ValidateBatch(batch));
+    UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type,
+                            CudnnDataType(p.data_type, "data_type"));
+    UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnComputeType(p.compute_type));
+    const int64_t out_h = p.out_h();
+    const int64_t out_w = p.out_w();
+    UCUDNN_RETURN_IF_ERROR(CheckFitsInt("input tensor", batch * p.input_elements_per_sample()));
+    UCUDNN_RETURN_IF_ERROR(CheckFitsInt("output tensor", batch * p.output_elements_per_sample()));
+    UCUDNN_RETURN_IF_ERROR(CheckFitsInt("filter", p.filter_elements()));
+    const cudnnTensorFormat_t format = CudnnFormat(p.layout);
+    const auto i = [](int64_t v) { return static_cast<int>(v); };
+
+    auto d = std::make_unique<Descriptors>();
+    UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->x));
+    UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->y));
+    UCUDNN_GPU_CHECK(cudnnCreateFilterDescriptor(&d->w));
+    UCUDNN_GPU_CHECK(cudnnCreateConvolutionDescriptor(&d->conv));
+    UCUDNN_GPU_CHECK(
+        cudnnSetTensor4dDescriptor(d->x, format, data_type, i(batch), i(p.c), i(p.h), i(p.w)));
+    UCUDNN_GPU_CHECK(
+        cudnnSetTensor4dDescriptor(d->y, format, data_type, i(batch), i(p.k), i(out_h), i(out_w)));
+    UCUDNN_GPU_CHECK(cudnnSetFilter4dDescriptor(d->w, data_type, format, i(p.k), i(p.c / p.groups),
+                                                i(p.r), i(p.s)));
+    UCUDNN_GPU_CHECK(cudnnSetConvolution2dDescriptor(
+        d->conv, i(p.pad_h), i(p.pad_w), i(p.stride_h), i(p.stride_w), i(p.dilation_h),
+        i(p.dilation_w), CUDNN_CROSS_CORRELATION, compute_type));
+    UCUDNN_GPU_CHECK(cudnnSetConvolutionGroupCount(d->conv, i(p.groups)));
+    UCUDNN_GPU_CHECK(cudnnSetConvolutionMathType(d->conv, CudnnMath(p.math)));
+
+    // Our output-size arithmetic and cuDNN's must agree, or every operand size would be wrong.
+    int n = 0, k = 0, oh = 0, ow = 0;
+    UCUDNN_GPU_CHECK(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &k, &oh, &ow));
+    if (n != batch || k != p.k || oh != out_h || ow != out_w) {
+      return Internal("cuDNN computes output " + std::to_string(n) + "x" + std::to_string(k) + "x" +
+                      std::to_string(oh) + "x" + std::to_string(ow) + ", problem says " +
+                      std::to_string(batch) + "x" + std::to_string(p.k) + "x" +
+                      std::to_string(out_h) + "x" + std::to_string(out_w));
+    }
+    return d;
+  }
+};
+
+class CudnnBackend::DescriptorCache {
+ public:
+  Result<const Descriptors*> Get(const ConvProblem& p, int64_t batch) {
+    const DescriptorKey key = KeyOf(p, batch);
+    auto it = sets_.find(key);
+    if (it != sets_.end()) return static_cast<const Descriptors*>(it->second.get());
+    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<Descriptors> built, Descriptors::Build(p, batch));
+    if (sets_.size() >= kMaxCachedDescriptorSets) sets_.clear();
+    const Descriptors* raw = built.get();
+    sets_.emplace(key, std::move(built));
+    return raw;
+  }
+  size_t size() const { return sets_.size(); }
+
+ private:
+  std::map<DescriptorKey, std::unique_ptr<Descriptors>> sets_;
+};
+
+CudnnBackend::CudnnBackend() : descriptors_(std::make_unique<DescriptorCache>()) {}
+
+CudnnBackend::~CudnnBackend() {
+  if (owns_handle_) (void)MakeDeviceCurrent();
+  descriptors_.reset();
+  for (cudaEvent_t e : events_) {
+    Status s = UCUDNN_GPU_STATUS(cudaEventDestroy(e));
+    if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
+  }
+  if (owns_handle_ && handle_ != nullptr) {
+    Status s = UCUDNN_GPU_STATUS(cudnnDestroy(handle_));
+    if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
+  }
+  if (own_stream_ != nullptr) {
+    Status s = UCUDNN_GPU_STATUS(cudaStreamDestroy(own_stream_));
+    if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
+  }
+}
+
+Result<std::unique_ptr<CudnnBackend>> CudnnBackend::Create(int device_index) {
+  if (device_index < 0) {
+    return InvalidArgument("device_index: must be >= 0, got " + std::to_string(device_index));
+  }
+  int count = 0;
+  UCUDNN_GPU_CHECK(cudaGetDeviceCount(&count));
+  if (device_index >= count) {
+    return Unavailable("GPU " + std::to_string(device_index) + " does not exist (" +
+                       std::to_string(count) + " visible)");
+  }
+  std::unique_ptr<CudnnBackend> backend(new CudnnBackend());
+  backend->device_index_ = device_index;
+  backend->owns_handle_ = true;
+  UCUDNN_GPU_CHECK(cudaSetDevice(device_index));
+  UCUDNN_GPU_CHECK(cudaStreamCreateWithFlags(&backend->own_stream_, cudaStreamNonBlocking));
+  UCUDNN_GPU_CHECK(cudnnCreate(&backend->handle_));
+  UCUDNN_GPU_CHECK(cudnnSetStream(backend->handle_, backend->own_stream_));
+  UCUDNN_ASSIGN_OR_RETURN(backend->fingerprint_, GpuFingerprint(device_index));
+  spdlog::debug("cudnn backend: GPU {} ({}), cuDNN {}", device_index, backend->fingerprint_.name,
+                backend->fingerprint_.cudnn_version);
+  return backend;
+}
+
+Result<std::unique_ptr<CudnnBackend>> CudnnBackend::Wrap(cudnnHandle_t handle) {
+  if (handle == nullptr) return InvalidArgument("handle: must not be null");
+  std::unique_ptr<CudnnBackend> backend(new CudnnBackend());
+  backend->handle_ = handle;
+  backend->owns_handle_ = false;
+  UCUDNN_GPU_CHECK(cudaGetDevice(&backend->device_index_));
+  UCUDNN_ASSIGN_OR_RETURN(backend->fingerprint_, GpuFingerprint(backend->device_index_));
+  return backend;
+}
+
+cudaStream_t CudnnBackend::stream() const {
+  if (own_stream_ != nullptr) return own_stream_;
+  cudaStream_t s = nullptr;
+  Status status = UCUDNN_GPU_STATUS(cudnnGetStream(handle_, &s));
+  if (!status.ok()) spdlog::warn("cudnn backend: {}", status.message());
+  return s;
+}
+
+size_t CudnnBackend::cached_descriptor_sets() const { return descriptors_->size(); }
+
+Status CudnnBackend::MakeDeviceCurrent() const {
+  if (!owns_handle_) return Status::Ok();  // the caller manages its own device
+  int current = -1;
+  UCUDNN_GPU_CHECK(cudaGetDevice(&current));
+  if (current != device_index_) UCUDNN_GPU_CHECK(cudaSetDevice(device_index_));
+  return Status::Ok();
+}
+
+Result<const CudnnBackend::Descriptors*> CudnnBackend::GetDescriptors(const ConvProblem& problem,
+                                                                      int64_t batch) {
+  return descriptors_->Get(problem, batch);
+}
+
+std::vector<AlgorithmInfo> CudnnAlgorithms(ConvOp op) {
+  std::vector<AlgorithmInfo> algos;
+  const auto add = [&algos](const auto& names) {
+    for (size_t i = 0; i < names.size(); ++i) algos.push_back({static_cast<int>(i), names[i]});
+  };
+  switch (op) {
+    case ConvOp::kForward:
+      add(kForwardAlgoNames);
+      break;
+    case ConvOp::kBackwardData:
+      add(kBackwardDataAlgoNames);
+      break;
+    case ConvOp::kBackwardFilter:
+      add(kBackwardFilterAlgoNames);
+      break;
+  }
+  return algos;
+}
+
+std::vector<AlgorithmInfo> CudnnBackend::Algorithms(ConvOp op) const { return CudnnAlgorithms(op); }
+
+Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) {
+  UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(const Descriptors* d, GetDescriptors(problem, batch));
+  size_t bytes = 0;
+  Status status;
+  switch (problem.op) {
+    case ConvOp::kForward:
+      status = UCUDNN_GPU_STATUS(cudnnGetConvolutionForwardWorkspaceSize(
+          handle_, d->x, d->w, d->conv, d->y, static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+          &bytes));
+      break;
+    case ConvOp::kBackwardData:
+      status = UCUDNN_GPU_STATUS(cudnnGetConvolutionBackwardDataWorkspaceSize(
+          handle_, d->w, d->y, d->conv, d->x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+          &bytes));
+      break;
+    case ConvOp::kBackwardFilter:
+      status = UCUDNN_GPU_STATUS(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          handle_, d->x, d->y, d->conv, d->w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+          &bytes));
+      break;
+  }
+  if (status.ok()) return bytes;
+  // The descriptors were validated above, so a bad-parameter answer here is cuDNN declining
+  // this algorithm for this shape (older releases report some rejections that way).
+  if (status.code() == StatusCode::kInternal &&
+      status.message().find("CUDNN_STATUS_BAD_PARAM") != std::string::npos) {
+    return Unsupported(status.message());
+  }
+  return status;
+}
+
+Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
+                         const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                         float alpha, float beta) {
+  UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(const Descriptors* d, GetDescriptors(problem, batch));
+  if (workspace == nullptr && workspace_bytes > 0) {
+    return InvalidArgument("workspace: null with workspace_bytes " +
+                           std::to_string(workspace_bytes));
+  }
+  const auto require = [](const void* p, const char* name) {
+    return p != nullptr ? Status::Ok()
+                        : InvalidArgument(std::string("operands.") + name + ": must not be null");
+  };
+  // alpha and beta are float for every data type except double, which the model does not have.
+  switch (problem.op) {
+    case ConvOp::kForward:
+      UCUDNN_RETURN_IF_ERROR(require(operands.x, "x"));
+      UCUDNN_RETURN_IF_ERROR(require(operands.w, "w"));
+      UCUDNN_RETURN_IF_ERROR(require(operands.y, "y"));
+      UCUDNN_GPU_CHECK(
+          cudnnConvolutionForward(handle_, &alpha, d->x, operands.x, d->w, operands.w, d->conv,
+                                  static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace,
+                                  workspace_bytes, &beta, d->y, operands.y));
+      break;
+    case ConvOp::kBackwardData:
+      UCUDNN_RETURN_IF_ERROR(require(operands.dy, "dy"));
+      UCUDNN_RETURN_IF_ERROR(require(operands.w, "w"));
+      UCUDNN_RETURN_IF_ERROR(require(operands.dx, "dx"));
+      UCUDNN_GPU_CHECK(
+          cudnnConvolutionBackwardData(handle_, &alpha, d->w, operands.w, d->y, operands.dy,
+                                       d->conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                       workspace, workspace_bytes, &beta, d->x, operands.dx));
+      break;
+    case ConvOp::kBackwardFilter:
+      UCUDNN_RETURN_IF_ERROR(require(operands.x, "x"));
+      UCUDNN_RETURN_IF_ERROR(require(operands.dy, "dy"));
+      UCUDNN_RETURN_IF_ERROR(require(operands.dw, "dw"));
+      UCUDNN_GPU_CHECK(cudnnConvolutionBackwardFilter(
+          handle_, &alpha, d->x, operands.x, d->y, operands.dy, d->conv,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace, workspace_bytes, &beta,
+          d->w, operands.dw));
+      break;
+  }
+  return Status::Ok();
+}
+
+Status CudnnBackend::Synchronize() {
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_GPU_CHECK(cudaStreamSynchronize(stream()));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<BackendBuffer>> CudnnBackend::Allocate(size_t bytes) {
+  if (bytes == 0) return std::unique_ptr<BackendBuffer>(new DeviceBuffer(nullptr, 0));
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  void* data = nullptr;
+  Status status = UCUDNN_GPU_STATUS(cudaMalloc(&data, bytes));
+  if (!status.ok()) return status.WithContext("allocating " + std::to_string(bytes) + " bytes");
+  return std::unique_ptr<BackendBuffer>(new DeviceBuffer(data, bytes));
+}
+
+Status CudnnBackend::CopyToDevice(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (device_dst == nullptr || host_src == nullptr) {
+    return InvalidArgument("CopyToDevice: null pointer with " + std::to_string(bytes) + " bytes");
+  }
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  const cudaStream_t s = stream();
+  UCUDNN_GPU_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+  UCUDNN_GPU_CHECK(cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
+Status CudnnBackend::CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (host_dst == nullptr || device_src == nullptr) {
+    return InvalidArgument("CopyToHost: null pointer with " + std::to_string(bytes) + " bytes");
+  }
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  const cudaStream_t s = stream();
+  UCUDNN_GPU_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, s));
+  UCUDNN_GPU_CHECK(cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
+Status CudnnBackend::EnsureEvents(size_t count) {
+  while (events_.size() < count) {
+    cudaEvent_t e = nullptr;
+    UCUDNN_GPU_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, int64_t batch,
+                                                   int algo, const ConvOperands& operands,
+                                                   void* workspace, size_t workspace_bytes,
+                                                   int warmup, int runs) {
+  if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
+  if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  for (int i = 0; i < warmup; ++i) {
+    UCUDNN_RETURN_IF_ERROR(
+        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+  }
+  UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(runs)));
+  // Runs are issued back to back and waited for once, so the GPU is not left idle between them
+  // while the host returns from a wait; each run is still bracketed by its own pair of events.
+  const cudaStream_t s = stream();
+  for (int i = 0; i < runs; ++i) {
+    UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));
+    UCUDNN_RETURN_IF_ERROR(
+        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+    UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i + 1], s));
+  }
+  UCUDNN_GPU_CHECK(cudaEventSynchronize(events_[2 * runs - 1]));
+  std::vector<double> times;
+  times.reserve(runs);
+  for (int i = 0; i < runs; ++i) {
+    float ms = 0;
+    UCUDNN_GPU_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
+    times.push_back(ms);
+  }
+  return times;
+}
+
+}  // namespace ucudnn

@@ -1,0 +1,28 @@
+// How the CLI reaches a server: one channel per invocation, a deadline on every call.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ucudnn/core/status.h"
+
+namespace ucudnn::cli {
+
+struct ServerOptions {
+  std::string address = "127.0.0.1:50051";
+  std::string tls_ca_file;  // empty: plaintext; set: TLS verified against this CA bundle
+  std::string token;        // bearer token, for calls that write
+  int64_t deadline_ms = 30000;
+};
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ServerOptions& options);
+// A context with the options' deadline (or `deadline_ms` when positive) and the token.
+std::unique_ptr<grpc::ClientContext> MakeContext(const ServerOptions& options,
+                                                 int64_t deadline_ms = 0);
+// The gRPC status as ours, with the address in the message.
+Status FromGrpc(const grpc::Status& status, const ServerOptions& options);
+
+}  // namespace ucudnn::cli

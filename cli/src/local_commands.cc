@@ -1,0 +1,158 @@
+// Commands that need neither a server nor a database.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "progress.h"
+#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/networks.h"
+#include "ucudnn/core/timing_csv.h"
+#include "ucudnn/core/units.h"
+#include "ucudnn/worker/benchmark.h"
+#include "ucudnn/worker/offline.h"
+
+namespace ucudnn::cli {
+
+Result<std::vector<Kernel>> ResolveKernels(const NetworkOptions& net) {
+  UCUDNN_ASSIGN_OR_RETURN(DataType dtype, ParseDataType(net.dtype));
+  Layout layout = dtype == DataType::kFloat32 ? Layout::kNCHW : Layout::kNHWC;
+  if (!net.layout.empty()) {
+    UCUDNN_ASSIGN_OR_RETURN(layout, ParseLayout(net.layout));
+  }
+  return NetworkKernels(net.network, net.batch, dtype, layout);
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "ucudnn: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int RunNetworks() {
+  std::printf("%-14s %8s %8s\n", "network", "convs", "unique");
+  for (const std::string& name : NetworkNames()) {
+    auto kernels = NetworkKernels(name, 1);
+    if (!kernels.ok()) return Fail(kernels.status());
+    std::set<std::string> unique;
+    for (const Kernel& k : *kernels) unique.insert(CanonicalKey(k.problem));
+    std::printf("%-14s %8zu %8zu\n", name.c_str(), kernels->size() / 3, unique.size() / 3);
+  }
+  return 0;
+}
+
+int RunProblem(const NetworkOptions& net, bool unique_only) {
+  auto kernels = ResolveKernels(net);
+  if (!kernels.ok()) return Fail(kernels.status());
+  std::set<uint64_t> seen;
+  std::printf("%-36s %-16s %s\n", "kernel", "hash", "canonical key");
+  for (const Kernel& k : *kernels) {
+    const uint64_t hash = StableHash(k.problem);
+    if (unique_only && !seen.insert(hash).second) continue;
+    std::printf("%-36s %016llx %s\n", k.name.c_str(), static_cast<unsigned long long>(hash),
+                CanonicalKey(k.problem).c_str());
+  }
+  return 0;
+}
+
+int RunGpus() {
+  const int count = GpuCount();
+  if (count == 0) {
+    std::fprintf(stderr, "ucudnn: no GPU visible to the cuDNN backend%s\n",
+                 BuildHasCudnn() ? "" : " (this build has no cuDNN backend)");
+    return 1;
+  }
+  for (int i = 0; i < count; ++i) {
+    auto backend = MakeBackend("cudnn", i);
+    if (!backend.ok()) return Fail(backend.status());
+    const DeviceFingerprint& f = (*backend)->fingerprint();
+    std::printf("gpu %d: %s  fingerprint %016llx  %s\n", i, f.name.c_str(),
+                static_cast<unsigned long long>(f.Hash()), f.Key().c_str());
+  }
+  return 0;
+}
+
+int RunCpuBench(const CpuBenchOptions& options) {
+  auto kernels = ResolveKernels(options.net);
+  if (!kernels.ok()) return Fail(kernels.status());
+  auto policy = ParseBatchPolicy(options.policy);
+  if (!policy.ok()) return Fail(policy.status());
+  auto limit = ParseByteSize(options.workspace);
+  if (!limit.ok()) return Fail(limit.status());
+  CpuBackendOptions cpu_options;
+  cpu_options.blas_threads = options.threads;
+  CpuBackend backend(cpu_options);
+
+  // Each distinct problem is measured once; kernels sharing it share the table.
+  std::map<std::string, TimingTable> tables;
+  std::vector<const Kernel*> unique;
+  for (const Kernel& k : *kernels) {
+    if (tables.emplace(CanonicalKey(k.problem), TimingTable{}).second) unique.push_back(&k);
+  }
+  const int64_t configs_per_problem =
+      static_cast<int64_t>(MicroBatchSizes(*policy, options.net.batch).size()) *
+      static_cast<int64_t>(backend.Algorithms(ConvOp::kForward).size());
+  ProgressBar bar("cpu-bench", configs_per_problem * static_cast<int64_t>(unique.size()));
+  int64_t done_before = 0;
+  for (const Kernel* k : unique) {
+    auto table = BenchmarkProblem(
+        backend, k->problem, options.net.batch, *policy, {},
+        [&](const BenchmarkProgress& p) { bar.Update(done_before + p.done, k->name); });
+    if (!table.ok()) return Fail(table.status().WithContext(k->name));
+    done_before += configs_per_problem;
+    tables[CanonicalKey(k->problem)] = std::move(*table);
+  }
+  bar.Finish();
+
+  if (!options.output_csv.empty()) {
+    TimingTables files;
+    for (const Kernel* k : unique) {
+      files[CanonicalKey(k->problem)] =
+          ProblemTimings{k->problem, k->name, options.net.batch, tables[CanonicalKey(k->problem)]};
+    }
+    auto csv = WriteTimingCsv(files);
+    if (!csv.ok()) return Fail(csv.status());
+    std::ofstream out(options.output_csv);
+    out << worker::DeviceHeader(backend.fingerprint(), {"cpu-bench " + options.net.network})
+        << *csv;
+    if (!out) return Fail(Internal("cannot write " + options.output_csv));
+    std::printf("timings written to %s (load them with `ucudnn import`)\n",
+                options.output_csv.c_str());
+  }
+
+  std::printf("\n%-32s %12s %12s %-28s %8s\n", "kernel", "undivided ms", "ucudnn ms",
+              "configuration", "speedup");
+  double total_undivided = 0, total_planned = 0;
+  for (const Kernel& k : *kernels) {
+    const TimingTable& table = tables[CanonicalKey(k.problem)];
+    auto undivided = FastestUndivided(table, options.net.batch, *limit);
+    auto planned = SolveKernelDp(table, options.net.batch, *policy, *limit);
+    if (!planned.ok()) {
+      std::printf("%-32s %s\n", k.name.c_str(), planned.status().message().c_str());
+      continue;
+    }
+    std::map<std::pair<int64_t, int>, int> counts;
+    for (const Segment& s : planned->segments) ++counts[{s.micro_batch, s.algo}];
+    std::string config;
+    for (const auto& [key, n] : counts) {
+      if (!config.empty()) config += " ";
+      config +=
+          std::to_string(n) + "x" + std::to_string(key.first) + "@" + std::to_string(key.second);
+    }
+    const double base = undivided.ok() ? undivided->time_ms : 0;
+    total_undivided += base;
+    total_planned += planned->time_ms;
+    std::printf("%-32s %12.3f %12.3f %-28s %7.2fx\n", k.name.c_str(), base, planned->time_ms,
+                config.c_str(), base > 0 ? base / planned->time_ms : 0.0);
+  }
+  std::printf("%-32s %12.3f %12.3f %-28s %7.2fx\n", "total", total_undivided, total_planned, "",
+              total_planned > 0 ? total_undivided / total_planned : 0.0);
+  return 0;
+}
+
+}  // namespace ucudnn::cli

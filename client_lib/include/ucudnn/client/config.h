@@ -1,0 +1,86 @@
+// Configuration of the ucudnn client library, by code and by environment variables.
+//
+// Part of the public API (include prefix ucudnn/client/): standard C++ only, no gRPC, protobuf
+// or internal types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ucudnn {
+
+struct ClientConfig {
+  // Which micro-batch sizes a kernel may be split into (the planner's batch-size policy).
+  enum class BatchPolicy {
+    kUndivided,   // "undivided": never split; the plan only picks the algorithm
+    kPowerOfTwo,  // "power_of_two": 1, 2, 4, ... and the mini-batch itself (default)
+    kAll,         // "all": every size (more benchmarking on the cluster)
+  };
+  // How the workspace limit applies.
+  enum class WorkspaceMode {
+    // "per_kernel": each call may use the workspace the framework passes it (default).
+    kPerKernel,
+    // "total" or "total_sum": one budget for the whole network, planned together (ILP). The
+    // library owns a workspace of workspace_bytes and gives each planned kernel its own slice.
+    kTotalSum,
+    // "total_shared": the planned kernels share one library-owned workspace of workspace_bytes;
+    // only safe when the handle's calls run on one stream.
+    kTotalShared,
+  };
+
+  // UCUDNN_DISABLE=1 turns the library off: every call goes to cuDNN unchanged (the framework's
+  // own algorithm and workspace), no thread, no network, no cache file.
+  bool enabled = true;
+  // UCUDNN_SERVER: planner address, host:port. Empty: no server (local cache and fallback only).
+  std::string server;
+  // UCUDNN_TOKEN: bearer token sent as `authorization` metadata with every call.
+  std::string token;
+  // UCUDNN_POLICY: undivided | power_of_two | all.
+  BatchPolicy policy = BatchPolicy::kPowerOfTwo;
+  // UCUDNN_WORKSPACE_MODE: per_kernel | total (= total_sum) | total_shared.
+  WorkspaceMode workspace_mode = WorkspaceMode::kPerKernel;
+  // UCUDNN_WORKSPACE_BYTES ("64MiB", "1.5GiB", "4096").
+  //   per_kernel: the workspace the handle's get*WorkspaceSize asks the framework for (at least
+  //     what cuDNN needs for the framework's algorithm); 0 leaves those queries to cuDNN alone.
+  //     The limit a kernel is planned for is the workspace passed to its first call.
+  //   total modes: the network's budget (required; 0 falls back to per_kernel with a warning).
+  uint64_t workspace_bytes = 0;
+  // UCUDNN_CACHE_PATH: local plan cache file; empty (or "off") for none. FromEnvironment()
+  // defaults it to $XDG_CACHE_HOME/ucudnn/plans.bin (or ~/.cache/ucudnn/plans.bin).
+  std::string cache_path;
+  // UCUDNN_DEADLINE_MS: deadline of each call to the server, milliseconds.
+  int64_t deadline_ms = 2000;
+
+  // Code only.
+  // UCUDNN_SERVER_WAIT_MS: how long the server may wait for missing benchmarks before answering
+  // (GetPlanRequest.max_wait_ms); the deadline must exceed it for that to help.
+  uint32_t server_wait_ms = 0;
+  // Back-off between attempts for kernels without a plan (server away, timings missing):
+  // doubles from the initial value up to the maximum.
+  int64_t retry_initial_ms = 500;
+  int64_t retry_max_ms = 60000;
+  // Total modes without an explicit Prepare(): the kernels seen are taken to be the whole
+  // network once no new kernel appeared for this long, and planned together.
+  int64_t collect_quiet_ms = 1000;
+  // Distinct kernels tracked (plans and fallback choices); calls of further kernels still run,
+  // undivided.
+  uint32_t max_kernels = 4096;
+
+  // Defaults overridden by the environment. Invalid values are ignored with a warning in the
+  // log: a typo in a variable never stops a training job.
+  static ClientConfig FromEnvironment();
+  // This configuration overridden by whatever the environment sets.
+  ClientConfig WithEnvironment() const;
+  // This configuration overridden by `options`: "NAME=value" pairs with the environment
+  // variables' names, separated by ';' or newlines ("UCUDNN_SERVER=planner:7000;
+  // UCUDNN_WORKSPACE_MODE=total"). Problems are appended to `warnings` when given, else logged.
+  ClientConfig WithOptions(std::string_view options,
+                           std::vector<std::string>* warnings = nullptr) const;
+};
+
+std::string_view ToString(ClientConfig::BatchPolicy policy);
+std::string_view ToString(ClientConfig::WorkspaceMode mode);
+
+}  // namespace ucudnn

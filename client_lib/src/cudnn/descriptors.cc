@@ -1,0 +1,174 @@
+#include "cudnn/descriptors.h"
+
+namespace ucudnn::client {
+namespace {
+
+bool ToDataType(cudnnDataType_t type, DataType* out) {
+  switch (type) {
+    case CUDNN_DATA_FLOAT:
+      *out = DataType::kFloat32;
+      return true;
+    case CUDNN_DATA_HALF:
+      *out = DataType::kFloat16;
+      return true;
+    case CUDNN_DATA_BFLOAT16:
+      *out = DataType::kBFloat16;
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool ToMathMode(cudnnMathType_t math, MathMode* out) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH:
+      *out = MathMode::kDefault;
+      return true;
+    case CUDNN_TENSOR_OP_MATH:
+      *out = MathMode::kTensorOp;
+      return true;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      *out = MathMode::kTensorOpAllowConversion;
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct Tensor4d {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  int n = 0, c = 0, h = 0, w = 0;
+};
+
+// A fully packed 4-D tensor in `layout`. Strides of dimensions of size 1 are free (cuDNN and the
+// frameworks put anything there).
+bool ReadTensor(cudnnTensorDescriptor_t desc, Layout layout, Tensor4d* t, const char** why) {
+  int dims[CUDNN_DIM_MAX] = {};
+  int strides[CUDNN_DIM_MAX] = {};
+  int rank = 0;
+  if (cudnnGetTensorNdDescriptor(desc, CUDNN_DIM_MAX, &t->type, &rank, dims, strides) !=
+      CUDNN_STATUS_SUCCESS) {
+    *why = "cannot read a tensor descriptor";
+    return false;
+  }
+  if (rank != 4) {
+    *why = "tensor is not 4-D";
+    return false;
+  }
+  t->n = dims[0];
+  t->c = dims[1];
+  t->h = dims[2];
+  t->w = dims[3];
+  const int64_t c = t->c, h = t->h, w = t->w;
+  int64_t expected[4];
+  if (layout == Layout::kNCHW) {
+    expected[0] = c * h * w, expected[1] = h * w, expected[2] = w, expected[3] = 1;
+  } else {
+    expected[0] = h * w * c, expected[1] = 1, expected[2] = w * c, expected[3] = c;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (dims[i] > 1 && strides[i] != expected[i]) {
+      *why = "tensor is not packed in the filter's layout";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
+                      cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output,
+                      ParsedConvolution* parsed, const char** why) {
+  cudnnDataType_t filter_type = CUDNN_DATA_FLOAT;
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;
+  int filter_rank = 0;
+  int filter_dims[CUDNN_DIM_MAX] = {};
+  if (cudnnGetFilterNdDescriptor(filter, CUDNN_DIM_MAX, &filter_type, &format, &filter_rank,
+                                 filter_dims) != CUDNN_STATUS_SUCCESS) {
+    *why = "cannot read the filter descriptor";
+    return false;
+  }
+  if (filter_rank != 4) {
+    *why = "filter is not 4-D";
+    return false;
+  }
+  Layout layout = Layout::kNCHW;
+  if (format == CUDNN_TENSOR_NHWC) {
+    layout = Layout::kNHWC;
+  } else if (format != CUDNN_TENSOR_NCHW) {
+    *why = "filter format is neither NCHW nor NHWC";
+    return false;
+  }
+
+  int pads[2] = {}, strides[2] = {}, dilations[2] = {};
+  int conv_rank = 0;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  if (cudnnGetConvolutionNdDescriptor(conv, 2, &conv_rank, pads, strides, dilations, &mode,
+                                      &compute) != CUDNN_STATUS_SUCCESS ||
+      conv_rank != 2) {
+    *why = "convolution is not 2-D";
+    return false;
+  }
+  if (mode != CUDNN_CROSS_CORRELATION) {
+    *why = "CUDNN_CONVOLUTION mode (only cross-correlation is planned)";
+    return false;
+  }
+  int groups = 1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  if (cudnnGetConvolutionGroupCount(conv, &groups) != CUDNN_STATUS_SUCCESS ||
+      cudnnGetConvolutionMathType(conv, &math) != CUDNN_STATUS_SUCCESS) {
+    *why = "cannot read the convolution's groups or math type";
+    return false;
+  }
+
+  Tensor4d in, out;
+  if (!ReadTensor(input, layout, &in, why) || !ReadTensor(output, layout, &out, why)) return false;
+
+  ConvProblem& p = parsed->problem;
+  p = ConvProblem{};
+  p.op = op;
+  if (!ToDataType(in.type, &p.data_type) || in.type != out.type || in.type != filter_type) {
+    *why = "data types differ or are not fp32, fp16 or bf16";
+    return false;
+  }
+  if (!ToDataType(compute, &p.compute_type)) {
+    *why = "compute type is not fp32, fp16 or bf16";
+    return false;
+  }
+  if (!ToMathMode(math, &p.math)) {
+    *why = "math type is not modelled (e.g. CUDNN_FMA_MATH)";
+    return false;
+  }
+  p.layout = layout;
+  p.c = in.c;
+  p.h = in.h;
+  p.w = in.w;
+  p.k = filter_dims[0];
+  p.r = filter_dims[2];
+  p.s = filter_dims[3];
+  p.pad_h = pads[0];
+  p.pad_w = pads[1];
+  p.stride_h = strides[0];
+  p.stride_w = strides[1];
+  p.dilation_h = dilations[0];
+  p.dilation_w = dilations[1];
+  p.groups = groups;
+  parsed->batch = in.n;
+  if (groups < 1 || int64_t{filter_dims[1]} * groups != p.c) {
+    *why = "filter channels times groups differ from the input's channels";
+    return false;
+  }
+  if (!Validate(p).ok() || !ValidateBatch(in.n).ok()) {
+    *why = "shape outside the problem model's bounds";
+    return false;
+  }
+  if (out.n != in.n || out.c != p.k || out.h != p.out_h() || out.w != p.out_w()) {
+    *why = "output tensor shape does not match the convolution";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace ucudnn::client

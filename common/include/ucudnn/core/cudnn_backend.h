@@ -1,0 +1,102 @@
+// The cuDNN backend: the legacy cuDNN convolution functions behind the ConvBackend interface.
+// Available only in builds with UCUDNN_ENABLE_CUDNN (library ucudnn_cudnn); other code reaches
+// it by name through backend_factory.h. The client library uses it directly, wrapping the
+// training job's own cuDNN handle.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ucudnn/core/backend.h"
+#include "ucudnn/core/fingerprint.h"
+#include "ucudnn/core/status.h"
+
+namespace ucudnn {
+
+// Not thread-safe: use one CudnnBackend per thread (the worker runs one thread per GPU). All
+// work is issued on stream(); Synchronize() and the copies wait for that stream only.
+class CudnnBackend final : public ConvBackend {
+ public:
+  // Owns a new cuDNN handle bound to a new non-blocking stream on GPU `device_index`; makes that
+  // device current on the calling thread (and again before each call that issues work).
+  static Result<std::unique_ptr<CudnnBackend>> Create(int device_index);
+  // Wraps a handle the caller owns and keeps alive for the backend's lifetime; the backend
+  // never destroys it nor changes its stream or the current device. Work goes to whatever stream
+  // the handle is bound to at each call. The handle's device is taken to be the current one.
+  static Result<std::unique_ptr<CudnnBackend>> Wrap(cudnnHandle_t handle);
+
+  ~CudnnBackend() override;
+  CudnnBackend(const CudnnBackend&) = delete;
+  CudnnBackend& operator=(const CudnnBackend&) = delete;
+
+  cudnnHandle_t handle() const { return handle_; }
+  // The stream the handle issues work on (cudnnGetStream; nullptr is the legacy default stream).
+  cudaStream_t stream() const;
+  int device_index() const { return device_index_; }
+  bool owns_handle() const { return owns_handle_; }
+
+  const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
+  // Forward: the 8 cudnnConvolutionFwdAlgo_t values; backward-data: the 6
+  // cudnnConvolutionBwdDataAlgo_t; backward-filter: the 7 cudnnConvolutionBwdFilterAlgo_t. The
+  // id is cuDNN's enum value, the name its suffix ("IMPLICIT_PRECOMP_GEMM", "ALGO_1", "FFT").
+  std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override;
+  // kUnsupported with cuDNN's reason when cuDNN declines `algo` for this problem (or when the
+  // legacy API cannot describe it, e.g. bf16 compute or more than 2^31 elements per tensor).
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) override;
+  Status Run(const ConvProblem& problem, int64_t batch, int algo, const ConvOperands& operands,
+             void* workspace, size_t workspace_bytes, float alpha, float beta) override;
+  Status Synchronize() override;
+  // Device memory from cudaMalloc, freed when the buffer is destroyed.
+  Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override;
+  // Ordered after the work already issued on stream(); they return when the copy is done.
+  Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override;
+  Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) override;
+  // CUDA events around each run, all runs issued back to back before one wait.
+  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
+                                       const ConvOperands& operands, void* workspace,
+                                       size_t workspace_bytes, int warmup, int runs) override;
+
+  // Descriptor sets currently cached (one per (problem shape, batch)); for tests.
+  size_t cached_descriptor_sets() const;
+
+ private:
+  struct Descriptors;
+  class DescriptorCache;
+
+  CudnnBackend();
+  Status MakeDeviceCurrent() const;
+  Result<const Descriptors*> GetDescriptors(const ConvProblem& problem, int64_t batch);
+  Status EnsureEvents(size_t count);
+
+  cudnnHandle_t handle_ = nullptr;
+  cudaStream_t own_stream_ = nullptr;
+  bool owns_handle_ = false;
+  int device_index_ = 0;
+  DeviceFingerprint fingerprint_;
+  std::unique_ptr<DescriptorCache> descriptors_;
+  std::vector<cudaEvent_t> events_;  // reused by TimeRuns: start/stop pairs
+};
+
+// CudnnBackend::Algorithms() without a backend (no GPU needed).
+std::vector<AlgorithmInfo> CudnnAlgorithms(ConvOp op);
+
+// The fingerprint of GPU `device_index` with the versions of the libraries actually loaded:
+// cudnnGetVersion() and cudaRuntimeGetVersion() at run time, not the headers' versions.
+Result<DeviceFingerprint> GpuFingerprint(int device_index);
+
+// Every visible GPU with its fingerprint.
+struct GpuDevice {
+  int index = 0;
+  DeviceFingerprint fingerprint;
+};
+Result<std::vector<GpuDevice>> ListGpus();
+// One fingerprint per distinct GPU model (equal fingerprints share timings), in device order:
+// a node with two H100s and one A100 yields two.
+std::vector<DeviceFingerprint> DistinctFingerprints(const std::vector<GpuDevice>& gpus);
+
+}  // namespace ucudnn

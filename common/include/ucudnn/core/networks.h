@@ -1,0 +1,45 @@
+// Built-in networks: every convolution layer of a few well-known CNNs (torchvision definitions,
+// input 3x224x224), as the kernels a training step runs. The layer tables are networks/*.csv,
+// embedded in the library (scripts/gen_networks.py documents how they were derived).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucudnn/core/problem.h"
+#include "ucudnn/core/status.h"
+
+namespace ucudnn {
+
+// One convolution layer of a network, batch size excluded.
+struct NetworkLayer {
+  std::string name;     // torchvision's module name, e.g. "layer2.0.conv2"
+  ConvProblem problem;  // op kForward; data type, layout and math at their defaults
+};
+
+// "alexnet", "densenet121", "resnet152", "resnet18", "resnet50", "vgg16" (sorted).
+std::vector<std::string> NetworkNames();
+
+// The convolution layers of `name`, in network order.
+Result<std::vector<NetworkLayer>> NetworkLayers(std::string_view name);
+
+// Every convolution layer of `name` as three kernels of a training step, in network order:
+// "<layer>/fwd", "<layer>/bwd_data", "<layer>/bwd_filter", each at `mini_batch`. Compute type is
+// fp32; math is kDefault for fp32 data and kTensorOp for fp16 and bf16 data.
+// Errors: kInvalidArgument for an unknown network (the message lists the known ones) or a
+// mini-batch out of range.
+Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_batch,
+                                           DataType dtype = DataType::kFloat32,
+                                           Layout layout = Layout::kNCHW);
+
+// The distinct kernels (same problem and mini-batch) in order of first appearance, each under its
+// first name.
+std::vector<Kernel> UniqueKernels(const std::vector<Kernel>& kernels);
+
+// The embedded text of networks/<name>.csv, or empty for an unknown name (tests compare it with
+// the repository's file).
+std::string_view EmbeddedNetworkCsv(std::string_view name);
+
+}  // namespace ucudnn

@@ -1,0 +1,58 @@
+// Timing tables as CSV files: the format of the measured H100 data (data/h100/README.md) and of
+// the worker's offline mode.
+//
+// Required columns (any order, matched by header name):
+//   layer,n,c,h,w,k,r,s,pad,stride,dtype,layout,op,micro_batch,algo,time_ms,workspace_bytes
+// `pad` and `stride` apply to both spatial dimensions, dilation and groups are 1, compute type is
+// fp32, math is `default` for fp32 data and `tensor_op` otherwise (the measured data's settings).
+// Optional columns, written only when some row needs them, so files of ordinary problems keep
+// exactly the columns above:
+//   pad_w,stride_w,dilation_h,dilation_w,groups,ctype,math  (then `pad`/`stride` are the h parts)
+//   status,spread_ms,samples,error                            (status: ok, unsupported, failed)
+// Lines starting with '#' and blank lines are ignored; fields may be double-quoted ("" escapes a
+// quote). dtype, layout, op and status are case-insensitive.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "ucudnn/core/problem.h"
+#include "ucudnn/core/status.h"
+#include "ucudnn/core/timing.h"
+
+namespace ucudnn {
+
+// Every timing of one problem, with the names the file gave it.
+struct ProblemTimings {
+  ConvProblem problem;
+  std::string layer;       // the `layer` column of the problem's first row
+  int64_t mini_batch = 0;  // the `n` column of the problem's first row
+  TimingTable table;       // in file order
+  bool operator==(const ProblemTimings& other) const {
+    return problem == other.problem && layer == other.layer && mini_batch == other.mini_batch &&
+           table.entries == other.table.entries;
+  }
+};
+
+// Keyed by CanonicalKey(problem): iteration order is deterministic.
+using TimingTables = std::map<std::string, ProblemTimings>;
+
+// Parses CSV text. Errors (kInvalidArgument) name the line and column: a missing required
+// column, a malformed number, an invalid problem, or a repeated (micro_batch, algo) of a problem.
+Result<TimingTables> ParseTimingCsv(std::string_view text);
+
+// Reads and parses a file; kNotFound when it cannot be opened (the message names the path).
+Result<TimingTables> ReadTimingCsvFile(const std::string& path);
+
+// Writes `tables` in key order, each problem's rows in table order; ParseTimingCsv reads it back
+// equal (times in the shortest text that reads back exactly; line breaks inside an error text
+// become spaces). kInvalidArgument for a problem that fails Validate(), a layer name with a line
+// break, or a time that is negative or not finite.
+Result<std::string> WriteTimingCsv(const TimingTables& tables);
+
+// The table of `problem`, or nullptr.
+const TimingTable* FindTimings(const TimingTables& tables, const ConvProblem& problem);
+
+}  // namespace ucudnn

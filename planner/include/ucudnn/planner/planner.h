@@ -1,0 +1,38 @@
+// Network planning: a plan for every kernel of a request from its timing table (pure: no I/O).
+#pragma once
+
+#include <vector>
+
+#include "ucudnn/core/plan.h"
+#include "ucudnn/core/status.h"
+#include "ucudnn/core/timing.h"
+#include "ucudnn/planner/ilp.h"
+
+namespace ucudnn {
+
+// Plans `request.kernels`; tables[i] holds kernel i's timings (for its problem, on the request's
+// device), or nullptr when they are missing (the kernel is then kMissing). By workspace mode:
+//   kPerKernel:   the DP of each kernel at request.workspace_bytes.
+//   kTotalSum:    each kernel's Pareto front up to the budget, then the ILP (CBC) choosing one
+//                 point per kernel with the sum of workspaces within request.workspace_bytes;
+//                 plan.ilp reports it. Missing and individually infeasible kernels are left out
+//                 of the ILP; when even the smallest workspaces exceed the budget together, the
+//                 others are kInfeasible and say so.
+//   kTotalShared: kernels run one after another and share one workspace of
+//                 request.workspace_bytes: the DP of each kernel at the budget;
+//                 total_workspace_bytes is the largest kernel workspace.
+// The undivided baseline of each kernel is the fastest algorithm at the full mini-batch within
+// the kernel's limit (request.workspace_bytes in every mode). Kernels with the same problem,
+// mini-batch and table share one computation. Same input -> same plan (except
+// ilp.solve_seconds, and unless the ILP hit its time limit).
+// Errors: kInvalidArgument for an invalid request (the message names the field, e.g.
+// "kernels[3].mini_batch") or a tables vector of the wrong length; kInternal if CBC fails.
+Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
+                                const std::vector<const TimingTable*>& tables);
+
+// The same with the ILP's settings spelled out (request.ilp_time_limit_s is ignored).
+Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
+                                const std::vector<const TimingTable*>& tables,
+                                const IlpOptions& ilp_options);
+
+}  // namespace ucudnn

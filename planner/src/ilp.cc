@@ -1,0 +1,518 @@
+#include "ucudnn/planner/ilp.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+// COIN-OR's headers are not warning-clean under -Wall -Wextra.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wdeprecated-copy"
+#include <CbcModel.hpp>
+#include <CoinMessageHandler.hpp>
+#include <CoinPackedMatrix.hpp>
+#include <OsiClpSolverInterface.hpp>
+#pragma GCC diagnostic pop
+
+namespace ucudnn {
+namespace {
+
+// CBC and CLP print through a CoinMessageHandler; this one forwards to spdlog at debug level and
+// keeps them silent otherwise.
+class SpdlogMessageHandler : public CoinMessageHandler {
+ public:
+  SpdlogMessageHandler() {
+    setLogLevel(spdlog::default_logger_raw()->should_log(spdlog::level::debug) ? 1 : 0);
+  }
+  CoinMessageHandler* clone() const override { return new SpdlogMessageHandler(*this); }
+  int print() override {
+    spdlog::debug("cbc: {}", messageBuffer());
+    return 0;
+  }
+};
+
+// Workspaces enter the model in MiB: coefficients near 1 keep the LP well scaled, and dividing by
+// 2^20 is exact in double precision for any workspace below 2^53 bytes.
+constexpr double kBytesToModelUnits = 1.0 / 1048576.0;
+
+// CBC's absolute optimality tolerance, in ms of objective.
+constexpr double kAllowableGapMs = 1e-9;
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+uint64_t SaturatingMultiply(uint64_t a, uint64_t b) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return a * b;
+}
+
+// One kernel's non-dominated options, by increasing workspace (and strictly decreasing time),
+// with their indices in the caller's list.
+struct ReducedOptions {
+  std::vector<IlpOption> options;
+  std::vector<int> original;
+};
+
+ReducedOptions Reduce(const std::vector<IlpOption>& options) {
+  std::vector<int> order(options.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const IlpOption& x = options[static_cast<size_t>(a)];
+    const IlpOption& y = options[static_cast<size_t>(b)];
+    if (x.workspace_bytes != y.workspace_bytes) return x.workspace_bytes < y.workspace_bytes;
+    if (x.time_ms != y.time_ms) return x.time_ms < y.time_ms;
+    return a < b;
+  });
+  ReducedOptions reduced;
+  for (int i : order) {
+    const IlpOption& option = options[static_cast<size_t>(i)];
+    if (!reduced.options.empty() && option.time_ms >= reduced.options.back().time_ms) continue;
+    reduced.options.push_back(option);
+    reduced.original.push_back(i);
+  }
+  return reduced;
+}
+
+// Kernels whose reduced option lists are identical: one integer count per option.
+struct Group {
+  std::vector<IlpOption> options;
+  std::vector<int> members;  // kernel indices, ascending
+  int first_column = 0;
+};
+
+// counts[g][j]: how many members of group g take option j.
+using Counts = std::vector<std::vector<int64_t>>;
+
+uint64_t CountsWorkspace(const std::vector<Group>& groups, const Counts& counts) {
+  uint64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t j = 0; j < groups[g].options.size(); ++j) {
+      total = SaturatingAdd(total, SaturatingMultiply(static_cast<uint64_t>(counts[g][j]),
+                                                      groups[g].options[j].workspace_bytes));
+    }
+  }
+  return total;
+}
+
+double CountsTime(const std::vector<Group>& groups, const Counts& counts) {
+  double total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t j = 0; j < groups[g].options.size(); ++j) {
+      total += static_cast<double>(counts[g][j]) * groups[g].options[j].time_ms;
+    }
+  }
+  return total;
+}
+
+// Every member at its smallest workspace (feasible whenever anything is) or at its fastest.
+Counts UniformCounts(const std::vector<Group>& groups, bool fastest) {
+  Counts counts(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    counts[g].assign(groups[g].options.size(), 0);
+    counts[g][fastest ? groups[g].options.size() - 1 : 0] =
+        static_cast<int64_t>(groups[g].members.size());
+  }
+  return counts;
+}
+
+// Integral counts from column values, or false when they are not a valid assignment.
+bool CountsFromColumns(const std::vector<Group>& groups, const double* columns, Counts* counts) {
+  counts->assign(groups.size(), {});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    int64_t sum = 0;
+    (*counts)[g].assign(groups[g].options.size(), 0);
+    for (size_t j = 0; j < groups[g].options.size(); ++j) {
+      const double value = columns[static_cast<size_t>(groups[g].first_column) + j];
+      if (!std::isfinite(value) || std::fabs(value - std::round(value)) > 1e-4) return false;
+      const int64_t count = std::llround(value);
+      if (count < 0) return false;
+      (*counts)[g][j] = count;
+      sum += count;
+    }
+    if (sum != static_cast<int64_t>(groups[g].members.size())) return false;
+  }
+  return true;
+}
+
+// A feasible start from the LP relaxation: whole parts kept, each group's fractional remainder
+// given to the smallest-workspace option among the fractional ones, which cannot need more
+// workspace than the LP solution did. Falls back to the all-smallest assignment.
+Counts RoundLpSolution(const std::vector<Group>& groups, const double* columns, uint64_t budget) {
+  Counts counts(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    counts[g].assign(groups[g].options.size(), 0);
+    int64_t assigned = 0;
+    size_t remainder_to = groups[g].options.size();
+    for (size_t j = 0; j < groups[g].options.size(); ++j) {
+      const double value = std::max(0.0, columns[static_cast<size_t>(groups[g].first_column) + j]);
+      const double whole = std::floor(value + 1e-9);
+      counts[g][j] = static_cast<int64_t>(whole);
+      assigned += counts[g][j];
+      if (value - whole > 1e-9 && remainder_to == groups[g].options.size()) remainder_to = j;
+    }
+    const int64_t members = static_cast<int64_t>(groups[g].members.size());
+    if (assigned > members) return UniformCounts(groups, false);
+    if (remainder_to == groups[g].options.size()) remainder_to = 0;
+    counts[g][remainder_to] += members - assigned;
+  }
+  if (CountsWorkspace(groups, counts) > budget) return UniformCounts(groups, false);
+  return counts;
+}
+
+// Spends the budget left over by `counts` greedily: moves one member of a group to a faster option
+// that still fits, the largest time gain first, until no move fits. The LP rounding leaves about
+// one option step of budget unused; this takes most of it back, so that CBC starts from an
+// incumbent close to the LP bound and prunes early.
+// `work`, when given, counts the options scanned.
+void FillLeftover(const std::vector<Group>& groups, uint64_t budget, Counts* counts,
+                  uint64_t* work = nullptr) {
+  uint64_t used = CountsWorkspace(groups, *counts);
+  while (used < budget) {
+    const uint64_t left = budget - used;
+    double best_gain = 0;
+    size_t best_group = 0, best_from = 0, best_to = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<IlpOption>& options = groups[g].options;
+      for (size_t from = 0; from + 1 < options.size(); ++from) {
+        if ((*counts)[g][from] == 0) continue;
+        // Options are by increasing workspace: the fastest that fits is the last that fits.
+        size_t to = from;
+        if (work != nullptr) *work += options.size() - from;
+        while (to + 1 < options.size() &&
+               options[to + 1].workspace_bytes - options[from].workspace_bytes <= left) {
+          ++to;
+        }
+        const double gain = options[from].time_ms - options[to].time_ms;
+        if (to > from && gain > best_gain) {
+          best_gain = gain;
+          best_group = g;
+          best_from = from;
+          best_to = to;
+        }
+      }
+    }
+    if (best_gain <= 0) return;
+    const std::vector<IlpOption>& options = groups[best_group].options;
+    --(*counts)[best_group][best_from];
+    ++(*counts)[best_group][best_to];
+    used += options[best_to].workspace_bytes - options[best_from].workspace_bytes;
+  }
+}
+
+// Local search over "one member one option down, then refill" moves, kept while they lower the
+// total time. Bounded by a fixed amount of work (options scanned), so that it stays cheap on huge
+// models and its result does not depend on the machine's speed.
+void ImproveBySwaps(const std::vector<Group>& groups, uint64_t budget, Counts* counts) {
+  constexpr uint64_t kMaxWork = 20'000'000;
+  uint64_t work = 0;
+  uint64_t columns = 0;
+  for (const Group& group : groups) columns += group.options.size();
+  double best_time = CountsTime(groups, *counts);
+  for (int pass = 0; pass < 8; ++pass) {
+    bool improved = false;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t from = 1; from < groups[g].options.size(); ++from) {
+        if ((*counts)[g][from] == 0) continue;
+        if (work > kMaxWork) return;
+        work += columns;  // the copy and the evaluation
+        Counts trial = *counts;
+        --trial[g][from];
+        ++trial[g][from - 1];
+        FillLeftover(groups, budget, &trial, &work);
+        const double time = CountsTime(groups, trial);
+        if (time < best_time - 1e-12 * best_time) {
+          best_time = time;
+          *counts = std::move(trial);
+          improved = true;
+        }
+      }
+    }
+    if (!improved) return;
+  }
+}
+
+// Loads the model restricted to `kept` columns (indices into the full model, ascending).
+// Columns: how many members of group g take option j. Rows: one per group (the counts sum to its
+// size) and the budget over the workspace above each group's smallest option.
+void LoadModel(const std::vector<Group>& groups, const std::vector<int>& kept, double budget_units,
+               OsiClpSolverInterface* solver) {
+  std::vector<std::pair<int, int>> where;  // full column -> (group, option)
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t j = 0; j < groups[g].options.size(); ++j) {
+      where.emplace_back(static_cast<int>(g), static_cast<int>(j));
+    }
+  }
+  const int rows = static_cast<int>(groups.size()) + 1;
+  const int budget_row = rows - 1;
+  const size_t columns = kept.size();
+  std::vector<double> lower(columns, 0.0), upper(columns), objective(columns);
+  std::vector<CoinBigIndex> starts;
+  std::vector<int> row_index, lengths;
+  std::vector<double> elements;
+  for (size_t c = 0; c < columns; ++c) {
+    const auto [g, j] = where[static_cast<size_t>(kept[c])];
+    const Group& group = groups[static_cast<size_t>(g)];
+    const IlpOption& option = group.options[static_cast<size_t>(j)];
+    upper[c] = static_cast<double>(group.members.size());
+    objective[c] = option.time_ms;
+    starts.push_back(static_cast<CoinBigIndex>(elements.size()));
+    row_index.push_back(g);
+    elements.push_back(1.0);
+    const uint64_t extra = option.workspace_bytes - group.options[0].workspace_bytes;
+    if (extra > 0) {
+      row_index.push_back(budget_row);
+      elements.push_back(static_cast<double>(extra) * kBytesToModelUnits);
+    }
+    lengths.push_back(static_cast<int>(elements.size() - static_cast<size_t>(starts.back())));
+  }
+  starts.push_back(static_cast<CoinBigIndex>(elements.size()));
+  std::vector<double> row_lower(static_cast<size_t>(rows)), row_upper(static_cast<size_t>(rows));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    row_lower[g] = row_upper[g] = static_cast<double>(groups[g].members.size());
+  }
+  row_lower[static_cast<size_t>(budget_row)] = 0.0;
+  row_upper[static_cast<size_t>(budget_row)] = budget_units;
+  const CoinPackedMatrix matrix(true, rows, static_cast<int>(columns),
+                                static_cast<CoinBigIndex>(elements.size()), elements.data(),
+                                row_index.data(), starts.data(), lengths.data());
+  solver->loadProblem(matrix, lower.data(), upper.data(), objective.data(), row_lower.data(),
+                      row_upper.data());
+}
+
+std::vector<double> CountsToColumns(const std::vector<Group>& groups, const Counts& counts,
+                                    int columns) {
+  std::vector<double> values(static_cast<size_t>(columns), 0.0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t j = 0; j < groups[g].options.size(); ++j) {
+      values[static_cast<size_t>(groups[g].first_column) + j] = static_cast<double>(counts[g][j]);
+    }
+  }
+  return values;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<IlpOption> ToIlpOptions(const std::vector<KernelConfig>& front) {
+  std::vector<IlpOption> options;
+  options.reserve(front.size());
+  for (const KernelConfig& config : front) {
+    options.push_back(IlpOption{config.time_ms, config.workspace_bytes});
+  }
+  return options;
+}
+
+Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& options,
+                                    uint64_t budget_bytes, const IlpOptions& ilp_options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!(ilp_options.time_limit_s > 0) || !std::isfinite(ilp_options.time_limit_s)) {
+    return InvalidArgument("time_limit_s: must be positive and finite, got " +
+                           std::to_string(ilp_options.time_limit_s));
+  }
+  if (!(ilp_options.relative_gap >= 0) || !std::isfinite(ilp_options.relative_gap)) {
+    return InvalidArgument("relative_gap: must be non-negative and finite");
+  }
+  for (size_t k = 0; k < options.size(); ++k) {
+    if (options[k].empty()) {
+      return InvalidArgument("options[" + std::to_string(k) + "]: a kernel needs an option");
+    }
+    for (const IlpOption& option : options[k]) {
+      if (!std::isfinite(option.time_ms) || option.time_ms < 0) {
+        return InvalidArgument("options[" + std::to_string(k) +
+                               "].time_ms: must be finite and non-negative");
+      }
+    }
+  }
+
+  std::vector<ReducedOptions> reduced;
+  reduced.reserve(options.size());
+  for (const auto& kernel_options : options) reduced.push_back(Reduce(kernel_options));
+  std::vector<Group> groups;
+  {
+    std::map<std::vector<std::pair<double, uint64_t>>, size_t> index;
+    for (size_t k = 0; k < reduced.size(); ++k) {
+      std::vector<std::pair<double, uint64_t>> key;
+      for (const IlpOption& o : reduced[k].options) key.emplace_back(o.time_ms, o.workspace_bytes);
+      auto [it, inserted] = index.try_emplace(std::move(key), groups.size());
+      if (inserted) groups.push_back(Group{reduced[k].options, {}, 0});
+      groups[it->second].members.push_back(static_cast<int>(k));
+    }
+  }
+  int columns = 0;
+  for (Group& group : groups) {
+    group.first_column = columns;
+    columns += static_cast<int>(group.options.size());
+  }
+  const int rows = static_cast<int>(groups.size()) + 1;
+
+  IlpSolution solution;
+  IlpReport& report = solution.report;
+  report.used = true;
+  report.variables = columns;
+  report.constraints = rows;
+
+  auto finish = [&](const Counts& counts) {
+    solution.choice.assign(options.size(), -1);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      size_t member = 0;
+      for (size_t j = 0; j < groups[g].options.size(); ++j) {
+        for (int64_t c = 0; c < counts[g][j]; ++c, ++member) {
+          const int kernel = groups[g].members[member];
+          solution.choice[static_cast<size_t>(kernel)] =
+              reduced[static_cast<size_t>(kernel)].original[j];
+        }
+      }
+    }
+    // Totals in kernel order, so they do not depend on how kernels were grouped.
+    for (size_t k = 0; k < options.size(); ++k) {
+      const IlpOption& o = options[k][static_cast<size_t>(solution.choice[k])];
+      solution.total_time_ms += o.time_ms;
+      solution.total_workspace_bytes =
+          SaturatingAdd(solution.total_workspace_bytes, o.workspace_bytes);
+    }
+    report.objective_ms = solution.total_time_ms;
+    report.bound_ms = std::min(report.bound_ms, report.objective_ms);
+    report.gap = report.objective_ms > 0
+                     ? std::max(0.0, (report.objective_ms - report.bound_ms) / report.objective_ms)
+                     : 0.0;
+    report.solve_seconds = SecondsSince(start);
+  };
+
+  const Counts smallest = UniformCounts(groups, false);
+  const uint64_t smallest_total = CountsWorkspace(groups, smallest);
+  if (smallest_total > budget_bytes) {
+    report.status = "infeasible";
+    report.solve_seconds = SecondsSince(start);
+    return solution;
+  }
+  const Counts fastest = UniformCounts(groups, true);
+  if (CountsWorkspace(groups, fastest) <= budget_bytes) {
+    // Every kernel's fastest option fits: optimal without a search.
+    report.status = "optimal";
+    report.bound_ms = std::numeric_limits<double>::infinity();
+    finish(fastest);
+    return solution;
+  }
+
+  SpdlogMessageHandler handler;
+  const double budget_units =
+      static_cast<double>(budget_bytes - smallest_total) * kBytesToModelUnits;
+
+  // The LP relaxation of the whole model: its bound, its reduced costs, and a rounded incumbent.
+  std::vector<int> all_columns(static_cast<size_t>(columns));
+  for (int c = 0; c < columns; ++c) all_columns[static_cast<size_t>(c)] = c;
+  OsiClpSolverInterface relaxation;
+  relaxation.passInMessageHandler(&handler);
+  LoadModel(groups, all_columns, budget_units, &relaxation);
+  relaxation.initialSolve();
+  if (!relaxation.isProvenOptimal()) {
+    return Internal("CLP: the LP relaxation did not solve although a feasible point exists");
+  }
+  const double lp_bound = relaxation.getObjValue();
+  Counts incumbent = RoundLpSolution(groups, relaxation.getColSolution(), budget_bytes);
+  FillLeftover(groups, budget_bytes, &incumbent);
+  ImproveBySwaps(groups, budget_bytes, &incumbent);
+  const double incumbent_time = CountsTime(groups, incumbent);
+  const double allowed_gap =
+      std::max(kAllowableGapMs, ilp_options.relative_gap * std::fabs(incumbent_time));
+  if (incumbent_time - lp_bound <= allowed_gap) {
+    spdlog::debug("ilp: the rounded LP solution is within the gap: no search");
+    report.status = "optimal";
+    report.bound_ms = lp_bound;
+    finish(incumbent);
+    spdlog::debug(
+        "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound "
+        "{:.6f} ms, gap {:.3g}, {:.3f} s",
+        options.size(), groups.size(), columns, report.status, report.objective_ms, report.bound_ms,
+        report.gap, report.solve_seconds);
+    return solution;
+  }
+
+  // Reduced-cost elimination: a column at zero with reduced cost rc raises any solution that
+  // uses it to at least lp_bound + rc, so columns with rc above the incumbent's excess cannot
+  // improve on it and leave the model. The incumbent's own columns all stay (each of its
+  // columns' rc * count is part of that excess). Smaller node LPs make the search much faster.
+  const double* reduced_cost = relaxation.getReducedCost();
+  const double* lp_values = relaxation.getColSolution();
+  const double excess = incumbent_time - lp_bound;
+  std::vector<int> kept;
+  for (int c = 0; c < columns; ++c) {
+    // The margin covers CLP's dual tolerance: a column kept in doubt costs only a little time.
+    if (lp_values[c] > 1e-9 || reduced_cost[c] <= excess + 1e-6 * std::max(1.0, incumbent_time)) {
+      kept.push_back(c);
+    }
+  }
+  OsiClpSolverInterface restricted;
+  restricted.passInMessageHandler(&handler);
+  LoadModel(groups, kept, budget_units, &restricted);
+  for (int c = 0; c < static_cast<int>(kept.size()); ++c) restricted.setInteger(c);
+
+  CbcModel model(restricted);  // copies the solver
+  model.passInMessageHandler(&handler);
+  model.setLogLevel(handler.logLevel());
+  model.setNumberThreads(0);  // deterministic: one thread
+  model.setUseElapsedTime(true);
+  model.setMaximumSeconds(std::max(0.0, ilp_options.time_limit_s - SecondsSince(start)));
+  model.setAllowableFractionGap(ilp_options.relative_gap);
+  model.setAllowableGap(kAllowableGapMs);
+  model.initialSolve();
+  {
+    const std::vector<double> full = CountsToColumns(groups, incumbent, columns);
+    std::vector<double> start_columns(kept.size());
+    for (size_t i = 0; i < kept.size(); ++i) start_columns[i] = full[static_cast<size_t>(kept[i])];
+    model.setBestSolution(start_columns.data(), static_cast<int>(kept.size()), incumbent_time,
+                          true);
+  }
+  spdlog::debug("ilp: LP bound {:.6f} ms, incumbent {:.6f} ms, {} of {} columns kept", lp_bound,
+                incumbent_time, kept.size(), columns);
+  model.branchAndBound();
+
+  Counts counts = incumbent;
+  if (const double* best = model.bestSolution(); best != nullptr) {
+    std::vector<double> full(static_cast<size_t>(columns), 0.0);
+    for (size_t i = 0; i < kept.size(); ++i) full[static_cast<size_t>(kept[i])] = best[i];
+    Counts found;
+    // CBC's tolerances never let a solution past the budget by a byte, but check exactly.
+    if (CountsFromColumns(groups, full.data(), &found) &&
+        CountsWorkspace(groups, found) <= budget_bytes &&
+        CountsTime(groups, found) < incumbent_time) {
+      counts = std::move(found);
+    }
+  }
+  // Proven infeasible can only mean that nothing beat the incumbent's cutoff.
+  const bool optimal = model.isProvenOptimal() || model.isProvenInfeasible();
+  report.status = optimal ? "optimal" : model.isSecondsLimitReached() ? "time_limit" : "stopped";
+  report.bound_ms = std::max(lp_bound, model.getBestPossibleObjValue());
+  if (!std::isfinite(report.bound_ms)) report.bound_ms = lp_bound;
+  if (optimal) {
+    // A finished search pruned every node against the incumbent, but CBC leaves the bound of
+    // the last open node in getBestPossibleObjValue(): the proof is the incumbent less the
+    // allowed gap.
+    const double objective = CountsTime(groups, counts);
+    report.bound_ms =
+        std::max(report.bound_ms,
+                 objective - std::max(kAllowableGapMs, ilp_options.relative_gap * objective));
+  }
+  finish(counts);
+  spdlog::debug(
+      "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound {:.6f} "
+      "ms, gap {:.3g}, {:.3f} s",
+      options.size(), groups.size(), columns, report.status, report.objective_ms, report.bound_ms,
+      report.gap, report.solve_seconds);
+  return solution;
+}
+
+}  // namespace ucudnn

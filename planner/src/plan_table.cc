@@ -1,0 +1,187 @@
+#include "ucudnn/planner/plan_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ucudnn/core/units.h"
+
+namespace ucudnn {
+namespace {
+
+std::string Printf(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), format, value);
+  return buffer;
+}
+
+std::string Mib(uint64_t bytes) {
+  return Printf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+std::string Pair(int64_t a, int64_t b) {
+  return a == b ? std::to_string(a) : std::to_string(a) + "x" + std::to_string(b);
+}
+
+struct Row {
+  std::vector<std::string> cells;
+  bool overflow_last = false;  // a long reason: it does not widen its column
+};
+
+std::string FormatRows(const std::vector<Row>& rows, const std::vector<bool>& left_aligned) {
+  std::vector<size_t> width(left_aligned.size(), 0);
+  for (const Row& row : rows) {
+    for (size_t c = 0; c < row.cells.size() && c < width.size(); ++c) {
+      if (row.overflow_last && c + 1 == row.cells.size()) continue;
+      width[c] = std::max(width[c], row.cells[c].size());
+    }
+  }
+  std::string out;
+  for (const Row& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.cells.size(); ++c) {
+      const std::string& cell = row.cells[c];
+      const size_t pad = c < width.size() && width[c] > cell.size() ? width[c] - cell.size() : 0;
+      const bool left = c >= left_aligned.size() || left_aligned[c];
+      if (c > 0) line += "  ";
+      if (!left) line.append(pad, ' ');
+      line += cell;
+      if (left && c + 1 < row.cells.size()) line.append(pad, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatSegments(const std::vector<Segment>& segments) {
+  std::string out;
+  for (size_t i = 0; i < segments.size();) {
+    size_t j = i;
+    while (j < segments.size() && segments[j].micro_batch == segments[i].micro_batch &&
+           segments[j].algo == segments[i].algo) {
+      ++j;
+    }
+    if (!out.empty()) out += " + ";
+    out += std::to_string(j - i) + "x" + std::to_string(segments[i].micro_batch) + "@algo" +
+           std::to_string(segments[i].algo);
+    i = j;
+  }
+  return out;
+}
+
+std::string FormatShape(const Kernel& kernel) {
+  const ConvProblem& p = kernel.problem;
+  std::string out = "n" + std::to_string(kernel.mini_batch) + " c" + std::to_string(p.c) + " " +
+                    std::to_string(p.h) + "x" + std::to_string(p.w) + " k" + std::to_string(p.k) +
+                    " " + std::to_string(p.r) + "x" + std::to_string(p.s) + " s" +
+                    Pair(p.stride_h, p.stride_w) + " p" + Pair(p.pad_h, p.pad_w);
+  if (p.dilation_h != 1 || p.dilation_w != 1) out += " d" + Pair(p.dilation_h, p.dilation_w);
+  if (p.groups != 1) out += " g" + std::to_string(p.groups);
+  return out;
+}
+
+std::string FormatPlanTable(const NetworkPlan& plan) {
+  std::string out;
+  int planned = 0, missing = 0, infeasible = 0, without_baseline = 0;
+  for (const KernelPlan& kp : plan.kernels) {
+    if (kp.status == KernelPlanStatus::kPlanned) ++planned;
+    if (kp.status == KernelPlanStatus::kMissing) ++missing;
+    if (kp.status == KernelPlanStatus::kInfeasible) ++infeasible;
+    if (kp.status == KernelPlanStatus::kPlanned && !kp.undivided) ++without_baseline;
+  }
+  std::string limit;
+  switch (plan.workspace_mode) {
+    case WorkspaceMode::kPerKernel:
+      limit = FormatBytes(plan.workspace_budget_bytes) + " per kernel";
+      break;
+    case WorkspaceMode::kTotalSum:
+      limit = FormatBytes(plan.workspace_budget_bytes) +
+              " in total (each kernel owns its workspace; ILP)";
+      break;
+    case WorkspaceMode::kTotalShared:
+      limit = FormatBytes(plan.workspace_budget_bytes) +
+              " shared (kernels run one after another in one workspace)";
+      break;
+  }
+  std::string dtype;
+  if (!plan.kernels.empty()) {
+    const ConvProblem& first = plan.kernels.front().kernel.problem;
+    dtype = std::string(ToString(first.data_type)) + " " + std::string(ToString(first.layout));
+    for (const KernelPlan& kp : plan.kernels) {
+      if (kp.kernel.problem.data_type != first.data_type ||
+          kp.kernel.problem.layout != first.layout) {
+        dtype = "mixed types";
+        break;
+      }
+    }
+  }
+  out += "Plan: " + std::to_string(plan.kernels.size()) + " kernels (" + dtype + "), policy " +
+         std::string(ToString(plan.policy)) + ", workspace " + limit + "\n";
+
+  std::vector<Row> rows;
+  rows.push_back({{"kernel", "shape", "segments", "ws MiB", "time ms", "undiv ms", "speedup"}});
+  for (const KernelPlan& kp : plan.kernels) {
+    Row row;
+    row.cells = {kp.kernel.name.empty() ? "-" : kp.kernel.name, FormatShape(kp.kernel)};
+    if (kp.status != KernelPlanStatus::kPlanned) {
+      row.cells.push_back(
+          std::string(kp.status == KernelPlanStatus::kMissing ? "MISSING: " : "INFEASIBLE: ") +
+          kp.reason);
+      row.overflow_last = true;
+      rows.push_back(std::move(row));
+      continue;
+    }
+    row.cells.push_back(FormatSegments(kp.config.segments));
+    row.cells.push_back(Mib(kp.config.workspace_bytes));
+    row.cells.push_back(Printf("%.3f", kp.config.time_ms));
+    if (kp.undivided) {
+      row.cells.push_back(Printf("%.3f", kp.undivided->time_ms));
+      row.cells.push_back(
+          kp.config.time_ms > 0 ? Printf("%.2fx", kp.undivided->time_ms / kp.config.time_ms) : "-");
+    } else {
+      row.cells.push_back("-");
+      row.cells.push_back("-");
+    }
+    rows.push_back(std::move(row));
+  }
+  std::string total_name = "total";
+  if (planned != static_cast<int>(plan.kernels.size())) {
+    total_name += " (" + std::to_string(planned) + " planned)";
+  }
+  rows.push_back(
+      {{total_name, "",
+        plan.workspace_mode == WorkspaceMode::kTotalShared ? "(largest workspace)" : "",
+        Mib(plan.total_workspace_bytes), Printf("%.3f", plan.total_time_ms),
+        Printf("%.3f", plan.total_undivided_ms),
+        plan.total_time_ms > 0 ? Printf("%.2fx", plan.total_undivided_ms / plan.total_time_ms)
+                               : "-"}});
+  out += FormatRows(rows, {true, true, true, false, false, false, false});
+  if (missing > 0 || infeasible > 0 || without_baseline > 0) {
+    out += "Not planned: " + std::to_string(missing) + " missing, " + std::to_string(infeasible) +
+           " infeasible.";
+    if (without_baseline > 0) {
+      out += " " + std::to_string(without_baseline) +
+             " planned kernels have no undivided configuration within the limit (not in the "
+             "undivided total).";
+    }
+    out += "\n";
+  }
+  if (plan.workspace_mode == WorkspaceMode::kTotalSum) {
+    out += "Undivided: each kernel alone within the whole budget (together they may exceed it).\n";
+  }
+  if (plan.ilp.used) {
+    out += "ILP (COIN-OR CBC): " + plan.ilp.status + ", objective " +
+           Printf("%.3f", plan.ilp.objective_ms) + " ms, bound " +
+           Printf("%.3f", plan.ilp.bound_ms) + " ms, gap " + Printf("%.4f", plan.ilp.gap * 100) +
+           "%, " + Printf("%.3f", plan.ilp.solve_seconds) + " s, " +
+           std::to_string(plan.ilp.variables) + " variables, " +
+           std::to_string(plan.ilp.constraints) + " constraints\n";
+  }
+  return out;
+}
+
+}  // namespace ucudnn

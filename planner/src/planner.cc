@@ -1,0 +1,208 @@
+#include "ucudnn/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/units.h"
+
+namespace ucudnn {
+namespace {
+
+Status ValidateRequest(const PlanRequest& request, size_t table_count) {
+  if (request.kernels.empty()) return InvalidArgument("kernels: must not be empty");
+  if (table_count != request.kernels.size()) {
+    return InvalidArgument("tables: expected one per kernel (" +
+                           std::to_string(request.kernels.size()) + "), got " +
+                           std::to_string(table_count));
+  }
+  switch (request.policy) {
+    case BatchPolicy::kUndivided:
+    case BatchPolicy::kPowerOfTwo:
+    case BatchPolicy::kAll:
+      break;
+    default:
+      return InvalidArgument("policy: unknown value " +
+                             std::to_string(static_cast<int>(request.policy)));
+  }
+  switch (request.workspace_mode) {
+    case WorkspaceMode::kPerKernel:
+    case WorkspaceMode::kTotalSum:
+    case WorkspaceMode::kTotalShared:
+      break;
+    default:
+      return InvalidArgument("workspace_mode: unknown value " +
+                             std::to_string(static_cast<int>(request.workspace_mode)));
+  }
+  for (size_t i = 0; i < request.kernels.size(); ++i) {
+    const Kernel& kernel = request.kernels[i];
+    const std::string where = "kernels[" + std::to_string(i) + "]";
+    UCUDNN_RETURN_IF_ERROR(Validate(kernel.problem).WithContext(where + ".problem"));
+    if (kernel.mini_batch < 1 || kernel.mini_batch > kMaxBatch) {
+      return InvalidArgument(where + ".mini_batch: must be in [1, " + std::to_string(kMaxBatch) +
+                             "], got " + std::to_string(kernel.mini_batch));
+    }
+  }
+  return Status::Ok();
+}
+
+// What one distinct (problem, mini-batch, table) yields; shared by identical kernels.
+struct KernelResult {
+  std::optional<KernelConfig> config;  // kPerKernel, kTotalShared
+  std::vector<KernelConfig> front;     // kTotalSum
+  std::string infeasible_reason;       // when neither a config nor a front point exists
+  std::optional<Segment> undivided;
+};
+
+KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel, const TimingTable& table) {
+  KernelResult result;
+  const uint64_t limit = request.workspace_bytes;
+  if (request.workspace_mode == WorkspaceMode::kTotalSum) {
+    result.front = ParetoFront(table, kernel.mini_batch, request.policy, limit);
+    if (result.front.empty()) {
+      // The DP at the budget explains why nothing fits.
+      Result<KernelConfig> dp = SolveKernelDp(table, kernel.mini_batch, request.policy, limit);
+      result.infeasible_reason =
+          dp.ok() ? "no configuration within the budget" : dp.status().message();
+    }
+  } else {
+    Result<KernelConfig> dp = SolveKernelDp(table, kernel.mini_batch, request.policy, limit);
+    if (dp.ok()) {
+      result.config = std::move(dp).value();
+    } else {
+      result.infeasible_reason = dp.status().message();
+    }
+  }
+  Result<Segment> undivided = FastestUndivided(table, kernel.mini_batch, limit);
+  if (undivided.ok()) result.undivided = *undivided;
+  return result;
+}
+
+}  // namespace
+
+Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
+                                const std::vector<const TimingTable*>& tables) {
+  IlpOptions ilp_options;
+  ilp_options.time_limit_s = request.ilp_time_limit_s;
+  return PlanNetwork(request, tables, ilp_options);
+}
+
+Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
+                                const std::vector<const TimingTable*>& tables,
+                                const IlpOptions& ilp_options) {
+  UCUDNN_RETURN_IF_ERROR(ValidateRequest(request, tables.size()));
+  if (request.workspace_mode == WorkspaceMode::kTotalSum &&
+      (!(ilp_options.time_limit_s > 0) || !std::isfinite(ilp_options.time_limit_s))) {
+    return InvalidArgument("ilp_time_limit_s: must be positive and finite, got " +
+                           std::to_string(ilp_options.time_limit_s));
+  }
+
+  NetworkPlan plan;
+  plan.workspace_mode = request.workspace_mode;
+  plan.policy = request.policy;
+  plan.workspace_budget_bytes = request.workspace_bytes;
+  plan.kernels.resize(request.kernels.size());
+
+  // One computation per distinct (problem, mini-batch, table).
+  std::map<std::tuple<std::string, int64_t, uintptr_t>, size_t> cache;
+  std::vector<KernelResult> results;
+  std::vector<size_t> result_of(request.kernels.size(), SIZE_MAX);
+  for (size_t i = 0; i < request.kernels.size(); ++i) {
+    const Kernel& kernel = request.kernels[i];
+    KernelPlan& kp = plan.kernels[i];
+    kp.kernel = kernel;
+    if (tables[i] == nullptr) {
+      kp.status = KernelPlanStatus::kMissing;
+      kp.reason = "no timings for this problem on this device";
+      continue;
+    }
+    auto key = std::make_tuple(CanonicalKey(kernel.problem), kernel.mini_batch,
+                               reinterpret_cast<uintptr_t>(tables[i]));
+    auto [it, inserted] = cache.try_emplace(std::move(key), results.size());
+    if (inserted) results.push_back(SolveOne(request, kernel, *tables[i]));
+    result_of[i] = it->second;
+    const KernelResult& result = results[it->second];
+    kp.undivided = result.undivided;
+    if (!result.infeasible_reason.empty()) {
+      kp.status = KernelPlanStatus::kInfeasible;
+      kp.reason = result.infeasible_reason;
+    } else if (result.config) {
+      kp.status = KernelPlanStatus::kPlanned;
+      kp.config = *result.config;
+    }
+  }
+
+  if (request.workspace_mode == WorkspaceMode::kTotalSum) {
+    std::vector<size_t> in_ilp;  // kernels with a non-empty front
+    std::vector<std::vector<IlpOption>> options;
+    for (size_t i = 0; i < plan.kernels.size(); ++i) {
+      if (result_of[i] == SIZE_MAX || plan.kernels[i].status == KernelPlanStatus::kInfeasible) {
+        continue;
+      }
+      in_ilp.push_back(i);
+      options.push_back(ToIlpOptions(results[result_of[i]].front));
+    }
+    if (!in_ilp.empty()) {
+      UCUDNN_ASSIGN_OR_RETURN(IlpSolution solution,
+                              SolveNetworkIlp(options, request.workspace_bytes, ilp_options));
+      plan.ilp = solution.report;
+      if (solution.choice.empty()) {
+        uint64_t smallest = 0;
+        for (const auto& kernel_options : options) {
+          uint64_t least = UINT64_MAX;
+          for (const IlpOption& o : kernel_options) least = std::min(least, o.workspace_bytes);
+          smallest = smallest > UINT64_MAX - least ? UINT64_MAX : smallest + least;
+        }
+        const std::string reason = "the smallest workspaces of the " +
+                                   std::to_string(in_ilp.size()) +
+                                   " kernels that fit alone sum to " + FormatBytes(smallest) +
+                                   ", more than the budget " + FormatBytes(request.workspace_bytes);
+        for (size_t i : in_ilp) {
+          plan.kernels[i].status = KernelPlanStatus::kInfeasible;
+          plan.kernels[i].reason = reason;
+        }
+      } else {
+        for (size_t n = 0; n < in_ilp.size(); ++n) {
+          KernelPlan& kp = plan.kernels[in_ilp[n]];
+          kp.status = KernelPlanStatus::kPlanned;
+          kp.config = results[result_of[in_ilp[n]]].front[static_cast<size_t>(solution.choice[n])];
+        }
+      }
+    } else {
+      plan.ilp.used = true;
+      plan.ilp.status = "empty";  // nothing to choose: every kernel is missing or infeasible
+    }
+  }
+
+  plan.complete = true;
+  for (const KernelPlan& kp : plan.kernels) {
+    if (kp.status != KernelPlanStatus::kPlanned) {
+      plan.complete = false;
+      continue;
+    }
+    plan.total_time_ms += kp.config.time_ms;
+    if (kp.undivided) plan.total_undivided_ms += kp.undivided->time_ms;
+    if (request.workspace_mode == WorkspaceMode::kTotalShared) {
+      plan.total_workspace_bytes = std::max(plan.total_workspace_bytes, kp.config.workspace_bytes);
+    } else {
+      plan.total_workspace_bytes += kp.config.workspace_bytes;
+    }
+  }
+  spdlog::debug(
+      "plan: {} kernels ({} distinct), {} / {} at {}: {:.3f} ms (undivided {:.3f} ms), "
+      "workspace {}{}",
+      plan.kernels.size(), results.size(), ToString(plan.workspace_mode), ToString(plan.policy),
+      FormatBytes(plan.workspace_budget_bytes), plan.total_time_ms, plan.total_undivided_ms,
+      FormatBytes(plan.total_workspace_bytes), plan.complete ? "" : ", incomplete");
+  return plan;
+}
+
+}  // namespace ucudnn

@@ -1,0 +1,67 @@
+// The planner server's configuration: flags, each with an environment variable behind it (a flag
+// wins over its variable, a variable over the default). Parsing is pure: the environment comes in
+// as a function, so tests need no setenv.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucudnn/core/status.h"
+
+namespace ucudnn::server {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string database_url;
+  std::vector<std::string> tokens;  // from --tokens, plus --token-file once loaded
+  std::string token_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string log_level = "info";
+  std::string metrics_listen = "127.0.0.1:9464";  // empty: no metrics endpoint
+  bool auto_migrate = true;
+  int db_pool_size = 8;
+  int max_kernels = 4096;
+  int64_t max_message_bytes = 16 << 20;
+  int plan_cache_entries = 1024;     // in-process LRU in front of the database's plan cache
+  int max_blocking_calls = 1024;     // GetPlan calls planning or waiting at once
+  int timings_cache_entries = 8192;  // (device, problem) timing tables kept in process
+  int64_t timings_cache_ttl_ms = 300000;
+  int64_t ilp_time_limit_ms = 10000;
+  int64_t shutdown_grace_ms = 10000;
+  int64_t start_timeout_ms = 60000;  // keep retrying an unreachable database this long at start
+  int64_t health_interval_ms = 2000;
+  int64_t recheck_interval_ms = 1000;  // fallback re-check while waiting for benchmarks
+};
+
+// What the command line asked for: run with a configuration, or print help / the version.
+struct ParsedCommandLine {
+  enum class Action { kRun, kHelp, kVersion };
+  Action action = Action::kRun;
+  ServerConfig config;
+};
+
+// Returns the value of an environment variable, or nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup ProcessEnv();
+
+// Parses `args` (without the program name): "--flag value" and "--flag=value". Every error names
+// the flag (or variable) and what it accepts. Does not read the token file (see LoadTokenFile).
+Result<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                           const EnvLookup& env);
+// Checks the combination: database URL present, TLS cert and key together, bounds.
+Status ValidateConfig(const ServerConfig& config);
+// Adds the tokens of config.token_file (if set) to config.tokens.
+Status LoadTokenFile(ServerConfig& config);
+
+// --help: every flag with its variable and default.
+std::string HelpText(std::string_view program);
+// "postgresql://user:secret@host/db" -> "postgresql://user:***@host/db" (also password=... in
+// key/value form), for logs.
+std::string RedactDatabaseUrl(std::string_view url);
+
+}  // namespace ucudnn::server

@@ -1,0 +1,96 @@
+// The planner server assembled: store, notification watcher, caches, services, health,
+// reflection and the metrics endpoint. main() and the tests start it the same way.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ucudnn/core/status.h"
+#include "ucudnn/server/config.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ucudnn::store {
+class Store;
+}
+
+namespace ucudnn::server {
+
+class ServerMetrics;
+class TimingsCache;
+class TimingWatcher;
+class PlanCoordinator;
+class TokenAuthenticator;
+class PlannerServiceImpl;
+class CatalogServiceImpl;
+class TimingServiceImpl;
+class MetricsHttpServer;
+
+class PlannerServer {
+ public:
+  // Opens the database (kUnavailable when unreachable), migrates it unless
+  // config.auto_migrate is off (then a schema older than this binary is kFailedPrecondition),
+  // binds config.listen (port 0: any free port; see port()) and starts serving.
+  // config.tokens must already include the token file's (LoadTokenFile).
+  static Result<std::unique_ptr<PlannerServer>> Start(const ServerConfig& config);
+  ~PlannerServer();
+  PlannerServer(const PlannerServer&) = delete;
+  PlannerServer& operator=(const PlannerServer&) = delete;
+
+  int port() const { return port_; }
+  // 0 when the metrics endpoint is disabled.
+  int metrics_port() const;
+  // Health NOT_SERVING, calls waiting for benchmarks answer with what they have, new calls are
+  // refused, calls in flight get up to `grace` to finish, then everything stops. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+  // Blocks until Shutdown() finished.
+  void Wait();
+
+  // Collects the scrape-time gauges (queue depth, per-device jobs, ...) and renders all metrics:
+  // what GET /metrics answers.
+  std::string ScrapeMetrics();
+  bool database_healthy() const { return database_healthy_.load(); }
+  ServerMetrics& metrics() { return *metrics_; }
+
+ private:
+  PlannerServer();
+  void HealthLoop(std::chrono::milliseconds interval);
+  void SetServing(bool serving);
+
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<TimingsCache> timings_cache_;
+  std::unique_ptr<TimingWatcher> watcher_;
+  std::unique_ptr<PlanCoordinator> coordinator_;
+  std::unique_ptr<TokenAuthenticator> auth_;
+  std::unique_ptr<PlannerServiceImpl> planner_service_;
+  std::unique_ptr<CatalogServiceImpl> catalog_service_;
+  std::unique_ptr<TimingServiceImpl> timing_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  int port_ = 0;
+
+  std::atomic<bool> database_healthy_{false};
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;  // wakes the health loop and Wait()
+  bool shut_down_ = false;
+  std::thread health_thread_;
+};
+
+// The services' names, as health checks and reflection list them.
+inline constexpr const char* kPlannerServiceName = "ucudnn.v1.PlannerService";
+inline constexpr const char* kCatalogServiceName = "ucudnn.v1.CatalogService";
+inline constexpr const char* kTimingServiceName = "ucudnn.v1.TimingService";
+// A health-check name that is SERVING whenever the process serves, whatever the database does:
+// for liveness probes (readiness probes use "" or a service name).
+inline constexpr const char* kLivenessServiceName = "liveness";
+
+}  // namespace ucudnn::server

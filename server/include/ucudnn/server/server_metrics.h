@@ -1,0 +1,85 @@
+// The planner server's metric families on top of MetricsRegistry, with typed recorders, so that
+// names and labels are spelled in one place. Pure: values queried from the database at scrape
+// time come in as plain structs (see Server::CollectScrapeMetrics).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <grpcpp/support/status.h>
+
+#include "ucudnn/server/metrics.h"
+
+namespace ucudnn::server {
+
+// Live job counts of one device, as the store reports them.
+struct DeviceJobGauge {
+  std::string device_hash;  // 16 hex digits
+  std::string device_name;
+  int64_t queued = 0;
+  int64_t running = 0;
+  int64_t done = 0;
+  int64_t failed = 0;
+};
+
+// What a scrape found besides the counters.
+struct ScrapeSnapshot {
+  bool database_up = false;
+  int64_t queue_depth = 0;
+  std::vector<DeviceJobGauge> device_jobs;
+  int pool_open = 0;
+  int pool_in_use = 0;
+  bool listener_connected = false;
+  size_t plan_cache_entries = 0;
+  size_t timings_cache_entries = 0;
+};
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  // One finished RPC: counts and latency by method and gRPC code.
+  void RecordRpc(std::string_view method, grpc::StatusCode code, double seconds);
+  // tier: "memory" (in-process LRU) or "database".
+  void RecordPlanCacheHit(std::string_view tier);
+  void RecordPlanCacheMiss();
+  void RecordPlanComputed(bool complete, double seconds);
+  void RecordJobsEnqueued(int created);
+  void RecordTimingsStored(int64_t count);
+  void RecordAuthFailure();
+  // Replaces the scrape-time gauges.
+  void ApplySnapshot(const ScrapeSnapshot& snapshot);
+
+  std::string Render() const { return registry_.Render(); }
+  const MetricsRegistry& registry() const { return registry_; }
+
+ private:
+  MetricsRegistry registry_;
+};
+
+// Times one RPC and records it when destroyed, with the code given to Finish (INTERNAL if the
+// handler forgot, so a missing call shows up in the metrics instead of vanishing).
+class RpcTimer {
+ public:
+  RpcTimer(ServerMetrics& metrics, std::string_view method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
+  ~RpcTimer();
+  RpcTimer(const RpcTimer&) = delete;
+  RpcTimer& operator=(const RpcTimer&) = delete;
+
+  // Returns `status`, so a handler can `return timer.Finish(status);`.
+  const grpc::Status& Finish(const grpc::Status& status) {
+    code_ = status.error_code();
+    return status;
+  }
+
+ private:
+  ServerMetrics& metrics_;
+  std::string_view method_;
+  std::chrono::steady_clock::time_point start_;
+  grpc::StatusCode code_ = grpc::StatusCode::INTERNAL;
+};
+
+}  // namespace ucudnn::server

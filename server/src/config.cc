@@ -1,0 +1,363 @@
+#include "ucudnn/server/config.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "ucudnn/core/units.h"
+#include "ucudnn/server/auth.h"
+
+namespace ucudnn::server {
+namespace {
+
+struct FlagSpec {
+  std::string_view name;     // without the leading "--"
+  std::string_view env;      // environment variable, empty when none
+  std::string_view metavar;  // empty for a switch that takes no value
+  std::string_view help;
+  std::string_view default_text;
+  // Applies a value; `where` is the flag or variable name, for error messages.
+  std::function<Status(ServerConfig&, std::string_view value, std::string_view where)> apply;
+  // Applies the environment variable when it reads differently from the flag (switches).
+  std::function<Status(ServerConfig&, std::string_view value, std::string_view where)> apply_env;
+};
+
+Status Bad(std::string_view where, std::string_view what, std::string_view value) {
+  return InvalidArgument(std::string(where) + ": " + std::string(what) + ", got '" +
+                         std::string(value) + "'");
+}
+
+Result<int64_t> ParseInt(std::string_view where, std::string_view value, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || v < lo || v > hi) {
+    return Bad(where,
+               "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+               value);
+  }
+  return v;
+}
+
+Result<bool> ParseBool(std::string_view where, std::string_view value) {
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
+  return Bad(where, "must be one of 1, 0, true, false, yes, no, on, off", value);
+}
+
+Result<int64_t> ParseDuration(std::string_view where, std::string_view value, int64_t lo_ms,
+                              int64_t hi_ms) {
+  auto ms = ParseDurationMs(value);
+  if (!ms.ok() || *ms < lo_ms || *ms > hi_ms) {
+    return Bad(where,
+               "must be a duration (\"500ms\", \"10s\") between " + std::to_string(lo_ms) +
+                   " ms and " + std::to_string(hi_ms) + " ms",
+               value);
+  }
+  return *ms;
+}
+
+// host:port with a numeric port; host may be a bracketed IPv6 address.
+Status CheckAddress(std::string_view where, std::string_view value) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return Bad(where, "must be HOST:PORT", value);
+  }
+  auto port = ParseInt(where, value.substr(colon + 1), 0, 65535);
+  if (!port.ok()) return Bad(where, "must be HOST:PORT with a port in [0, 65535]", value);
+  return Status::Ok();
+}
+
+template <typename T>
+auto IntFlag(T ServerConfig::*field, int64_t lo, int64_t hi) {
+  return [field, lo, hi](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+    UCUDNN_ASSIGN_OR_RETURN(const int64_t parsed, ParseInt(where, v, lo, hi));
+    c.*field = static_cast<T>(parsed);
+    return Status::Ok();
+  };
+}
+
+auto DurationFlag(int64_t ServerConfig::*field, int64_t lo_ms, int64_t hi_ms) {
+  return
+      [field, lo_ms, hi_ms](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+        UCUDNN_ASSIGN_OR_RETURN(c.*field, ParseDuration(where, v, lo_ms, hi_ms));
+        return Status::Ok();
+      };
+}
+
+auto StringFlag(std::string ServerConfig::*field) {
+  return [field](ServerConfig& c, std::string_view v, std::string_view) -> Status {
+    c.*field = std::string(v);
+    return Status::Ok();
+  };
+}
+
+const std::vector<FlagSpec>& Specs() {
+  static const std::vector<FlagSpec> specs = {
+      {"listen", "UCUDNN_LISTEN", "HOST:PORT",
+       "gRPC address to listen on (port 0 picks a free port)", "127.0.0.1:50051",
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         UCUDNN_RETURN_IF_ERROR(CheckAddress(where, v));
+         c.listen = std::string(v);
+         return Status::Ok();
+       },
+       nullptr},
+      {"database-url", "UCUDNN_DATABASE_URL", "URL",
+       "PostgreSQL connection string (postgresql://user:pass@host:5432/db or key=value form); "
+       "required",
+       "", StringFlag(&ServerConfig::database_url), nullptr},
+      {"tokens", "UCUDNN_TOKENS", "T1,T2",
+       "comma-separated bearer tokens accepted by TimingService.SubmitTimings (no token: writes "
+       "refused)",
+       "",
+       [](ServerConfig& c, std::string_view v, std::string_view) -> Status {
+         for (auto& t : SplitTokenList(v)) c.tokens.push_back(std::move(t));
+         return Status::Ok();
+       },
+       nullptr},
+      {"token-file", "UCUDNN_TOKEN_FILE", "PATH",
+       "file with one bearer token per line ('#' comments), added to --tokens", "",
+       StringFlag(&ServerConfig::token_file), nullptr},
+      {"tls-cert", "UCUDNN_TLS_CERT", "PATH", "PEM certificate chain; with --tls-key serves TLS",
+       "", StringFlag(&ServerConfig::tls_cert), nullptr},
+      {"tls-key", "UCUDNN_TLS_KEY", "PATH", "PEM private key of --tls-cert", "",
+       StringFlag(&ServerConfig::tls_key), nullptr},
+      {"log-level", "UCUDNN_LOG_LEVEL", "LEVEL", "trace, debug, info, warn, error, critical or off",
+       "info",
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
+                                                        "error", "critical", "off"};
+         for (auto level : kLevels) {
+           if (v == level) {
+             c.log_level = std::string(v);
+             return Status::Ok();
+           }
+         }
+         return Bad(where, "must be one of trace, debug, info, warn, error, critical, off", v);
+       },
+       nullptr},
+      {"metrics-listen", "UCUDNN_METRICS_LISTEN", "HOST:PORT",
+       "HTTP address of the Prometheus /metrics endpoint; empty disables it", "127.0.0.1:9464",
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         if (!v.empty()) UCUDNN_RETURN_IF_ERROR(CheckAddress(where, v));
+         c.metrics_listen = std::string(v);
+         return Status::Ok();
+       },
+       nullptr},
+      {"no-migrate", "UCUDNN_AUTO_MIGRATE", "",
+       "do not apply database migrations at start (variable: UCUDNN_AUTO_MIGRATE=0)", "migrate",
+       [](ServerConfig& c, std::string_view, std::string_view) -> Status {
+         c.auto_migrate = false;
+         return Status::Ok();
+       },
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         UCUDNN_ASSIGN_OR_RETURN(c.auto_migrate, ParseBool(where, v));
+         return Status::Ok();
+       }},
+      {"db-pool-size", "UCUDNN_DB_POOL_SIZE", "N", "database connections kept open, 1 to 256", "8",
+       IntFlag(&ServerConfig::db_pool_size, 1, 256), nullptr},
+      {"max-kernels", "UCUDNN_MAX_KERNELS", "N", "most kernels in one plan request, 1 to 4096",
+       "4096", IntFlag(&ServerConfig::max_kernels, 1, 4096), nullptr},
+      {"max-message-bytes", "UCUDNN_MAX_MESSAGE_BYTES", "SIZE",
+       "largest gRPC request accepted (\"16MiB\"), 4 KiB to 1 GiB", "16 MiB",
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         auto bytes = ParseByteSize(v);
+         if (!bytes.ok() || *bytes < 4096 || *bytes > (uint64_t{1} << 30)) {
+           return Bad(where, "must be a size between 4 KiB and 1 GiB (\"16MiB\")", v);
+         }
+         c.max_message_bytes = static_cast<int64_t>(*bytes);
+         return Status::Ok();
+       },
+       nullptr},
+      {"plan-cache-entries", "UCUDNN_PLAN_CACHE_ENTRIES", "N",
+       "complete plans kept in process in front of the database cache; 0 disables", "1024",
+       IntFlag(&ServerConfig::plan_cache_entries, 0, 1 << 24), nullptr},
+      {"max-waiting-calls", "UCUDNN_MAX_WAITING_CALLS", "N",
+       "GetPlan calls computing or waiting for benchmarks at once (one thread each); more are "
+       "refused with RESOURCE_EXHAUSTED",
+       "1024", IntFlag(&ServerConfig::max_blocking_calls, 1, 65536), nullptr},
+      {"timings-cache-entries", "UCUDNN_TIMINGS_CACHE_ENTRIES", "N",
+       "timing tables kept in process, invalidated by the database's notifications; 0 disables",
+       "8192", IntFlag(&ServerConfig::timings_cache_entries, 0, 1 << 24), nullptr},
+      {"timings-cache-ttl", "UCUDNN_TIMINGS_CACHE_TTL", "DURATION",
+       "re-read a cached timing table at least this often, even without a notification (covers "
+       "writes made around the store, e.g. by hand in SQL)",
+       "5m", DurationFlag(&ServerConfig::timings_cache_ttl_ms, 0, 86400000), nullptr},
+      {"ilp-time-limit", "UCUDNN_ILP_TIME_LIMIT", "DURATION",
+       "CBC time limit of one network-wide ILP solve", "10s",
+       DurationFlag(&ServerConfig::ilp_time_limit_ms, 10, 600000), nullptr},
+      {"start-timeout", "UCUDNN_START_TIMEOUT", "DURATION",
+       "at start, keep retrying a database that cannot be reached this long before giving up "
+       "(0: give up at once)",
+       "60s", DurationFlag(&ServerConfig::start_timeout_ms, 0, 3600000), nullptr},
+      {"shutdown-grace", "UCUDNN_SHUTDOWN_GRACE", "DURATION",
+       "how long calls in flight may finish after SIGTERM/SIGINT", "10s",
+       DurationFlag(&ServerConfig::shutdown_grace_ms, 0, 600000), nullptr},
+      {"health-interval", "UCUDNN_HEALTH_INTERVAL", "DURATION",
+       "how often the database is probed for grpc.health.v1", "2s",
+       DurationFlag(&ServerConfig::health_interval_ms, 100, 600000), nullptr},
+      {"recheck-interval", "UCUDNN_RECHECK_INTERVAL", "DURATION",
+       "while waiting for benchmarks, re-read the database this often even without a "
+       "notification",
+       "1s", DurationFlag(&ServerConfig::recheck_interval_ms, 50, 600000), nullptr},
+  };
+  return specs;
+}
+
+const FlagSpec* FindSpec(std::string_view name) {
+  for (const auto& spec : Specs()) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+Result<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                           const EnvLookup& env) {
+  ParsedCommandLine parsed;
+  ServerConfig& config = parsed.config;
+  for (const auto& spec : Specs()) {
+    if (spec.env.empty() || !env) continue;
+    const auto value = env(std::string(spec.env));
+    if (!value) continue;
+    const auto& apply = spec.apply_env ? spec.apply_env : spec.apply;
+    UCUDNN_RETURN_IF_ERROR(apply(config, *value, spec.env));
+  }
+  // Tokens given on the command line replace those of the environment, like every other flag.
+  bool tokens_from_flag = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      parsed.action = ParsedCommandLine::Action::kHelp;
+      return parsed;
+    }
+    if (arg == "--version") {
+      parsed.action = ParsedCommandLine::Action::kVersion;
+      return parsed;
+    }
+    if (arg.substr(0, 2) != "--") {
+      return InvalidArgument("unexpected argument '" + std::string(arg) + "' (see --help)");
+    }
+    arg.remove_prefix(2);
+    std::optional<std::string_view> inline_value;
+    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const FlagSpec* spec = FindSpec(arg);
+    const std::string where = "--" + std::string(arg);
+    if (spec == nullptr) return InvalidArgument("unknown flag " + where + " (see --help)");
+    std::string_view value;
+    if (spec->metavar.empty()) {
+      if (inline_value) return InvalidArgument(where + ": takes no value");
+    } else if (inline_value) {
+      value = *inline_value;
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return InvalidArgument(where + ": needs a value (" + std::string(spec->metavar) + ")");
+    }
+    if (spec->name == "tokens" && !tokens_from_flag) {
+      config.tokens.clear();
+      tokens_from_flag = true;
+    }
+    UCUDNN_RETURN_IF_ERROR(spec->apply(config, value, where));
+  }
+  return parsed;
+}
+
+Status ValidateConfig(const ServerConfig& config) {
+  if (config.database_url.empty()) {
+    return InvalidArgument("--database-url (or UCUDNN_DATABASE_URL): required");
+  }
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return InvalidArgument("--tls-cert and --tls-key: give both or neither");
+  }
+  return Status::Ok();
+}
+
+Status LoadTokenFile(ServerConfig& config) {
+  if (config.token_file.empty()) return Status::Ok();
+  UCUDNN_ASSIGN_OR_RETURN(auto tokens, ReadTokenFile(config.token_file));
+  for (auto& t : tokens) config.tokens.push_back(std::move(t));
+  return Status::Ok();
+}
+
+namespace {
+
+// Wraps `text` at word boundaries to lines of at most `width` bytes, each starting with `indent`.
+std::string Wrap(std::string_view text, std::string_view indent, size_t width) {
+  std::string out;
+  std::string line(indent);
+  while (!text.empty()) {
+    const size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    if (line.size() > indent.size() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = std::string(indent);
+    }
+    if (line.size() > indent.size()) line += ' ';
+    line += word;
+    if (space == std::string_view::npos) break;
+    text.remove_prefix(space + 1);
+  }
+  return out + line + "\n";
+}
+
+}  // namespace
+
+std::string HelpText(std::string_view program) {
+  std::string out;
+  out += "Usage: " + std::string(program) + " [flags]\n\n";
+  out +=
+      "The ucudnn planner server: plans micro-batched cuDNN convolutions from the timings in\n"
+      "PostgreSQL, enqueues benchmarks for missing ones, and serves ucudnn.v1.PlannerService,\n"
+      "CatalogService and TimingService, grpc.health.v1 and server reflection. Stateless: run\n"
+      "as many replicas on one database as you like.\n\n"
+      "Every flag can also be set by its environment variable; a flag wins over its variable.\n\n"
+      "Flags:\n";
+  for (const auto& spec : Specs()) {
+    std::string head = "  --" + std::string(spec.name);
+    if (!spec.metavar.empty()) head += " " + std::string(spec.metavar);
+    std::string help(spec.help);
+    if (!spec.default_text.empty()) help += " (default: " + std::string(spec.default_text) + ")";
+    out += head + "\n" + Wrap(help, "      ", 92);
+    if (!spec.env.empty()) out += "      env: " + std::string(spec.env) + "\n";
+  }
+  out +=
+      "  --help\n      print this text\n"
+      "  --version\n      print the version\n";
+  return out;
+}
+
+std::string RedactDatabaseUrl(std::string_view url) {
+  std::string out(url);
+  // URI form: scheme://user:password@host...
+  if (const size_t scheme = out.find("://"); scheme != std::string::npos) {
+    const size_t at = out.find('@', scheme + 3);
+    if (at != std::string::npos) {
+      const size_t colon = out.find(':', scheme + 3);
+      if (colon != std::string::npos && colon < at) {
+        out.replace(colon + 1, at - colon - 1, "***");
+      }
+    }
+  }
+  // Key/value form (or URI query): password=secret
+  for (size_t pos = out.find("password="); pos != std::string::npos;
+       pos = out.find("password=", pos + 1)) {
+    const size_t start = pos + 9;
+    size_t end = out.find_first_of(" &", start);
+    if (end == std::string::npos) end = out.size();
+    out.replace(start, end - start, "***");
+  }
+  return out;
+}
+
+}  // namespace ucudnn::server

@@ -1,0 +1,97 @@
+#include "ucudnn/server/plan_key.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+
+#include "ucudnn/core/problem.h"
+
+namespace ucudnn::server {
+namespace {
+
+void AppendU64(std::string& out, uint64_t v) {
+  char buffer[24];
+  const int n = std::snprintf(buffer, sizeof(buffer), "%llx", static_cast<unsigned long long>(v));
+  out.append(buffer, static_cast<size_t>(n));
+}
+
+void AppendI64(std::string& out, int64_t v) { out += std::to_string(v); }
+
+}  // namespace
+
+uint64_t TimingTableDigest(const TimingTable& table) {
+  std::vector<const Timing*> entries;
+  entries.reserve(table.entries.size());
+  for (const auto& t : table.entries) entries.push_back(&t);
+  std::sort(entries.begin(), entries.end(), [](const Timing* a, const Timing* b) {
+    if (a->micro_batch != b->micro_batch) return a->micro_batch < b->micro_batch;
+    if (a->algo != b->algo) return a->algo < b->algo;
+    return a->time_ms < b->time_ms;  // duplicates should not exist; keep the order total anyway
+  });
+  std::string text;
+  text.reserve(entries.size() * 64);
+  for (const Timing* t : entries) {
+    AppendI64(text, t->micro_batch);
+    text += ',';
+    AppendI64(text, t->algo);
+    text += ',';
+    AppendU64(text, std::bit_cast<uint64_t>(t->time_ms));
+    text += ',';
+    AppendU64(text, std::bit_cast<uint64_t>(t->spread_ms));
+    text += ',';
+    AppendI64(text, t->samples);
+    text += ',';
+    AppendU64(text, t->workspace_bytes);
+    text += ',';
+    AppendI64(text, static_cast<int>(t->status));
+    text += ',';
+    AppendI64(text, static_cast<int64_t>(t->error.size()));
+    text += ':';
+    text += t->error;
+    text += ';';
+  }
+  return Fnv1a64(text);
+}
+
+std::string CanonicalPlanRequest(const PlanRequest& request) {
+  std::string text;
+  text.reserve(256 + request.kernels.size() * 200);
+  text += "device=";
+  text += request.device.Key();
+  text += "\npolicy=";
+  text += ToString(request.policy);
+  text += "\nmode=";
+  text += ToString(request.workspace_mode);
+  text += "\nworkspace=";
+  AppendU64(text, request.workspace_bytes);
+  text += '\n';
+  for (const auto& kernel : request.kernels) {
+    text += CanonicalKey(kernel.problem);
+    text += "|n=";
+    AppendI64(text, kernel.mini_batch);
+    text += "|name=";
+    AppendI64(text, static_cast<int64_t>(kernel.name.size()));
+    text += ':';
+    text += kernel.name;
+    text += '\n';
+  }
+  return text;
+}
+
+uint64_t PlanContentHash(const PlanRequest& request,
+                         const std::vector<std::optional<uint64_t>>& kernel_table_digests) {
+  std::string text = "ucudnn-plan;revision=" + std::to_string(kPlannerRevision) + "\n";
+  text += CanonicalPlanRequest(request);
+  text += "timings:";
+  for (const auto& digest : kernel_table_digests) {
+    if (digest) {
+      AppendU64(text, *digest);
+    } else {
+      text += '-';
+    }
+    text += ',';
+  }
+  return Fnv1a64(text);
+}
+
+}  // namespace ucudnn::server

@@ -1,0 +1,230 @@
+#include "ucudnn/server/server.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "grpc/health/v1/health.pb.h"
+#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/server/auth.h"
+#include "ucudnn/server/metrics_http.h"
+#include "ucudnn/server/plan_coordinator.h"
+#include "ucudnn/server/server_metrics.h"
+#include "ucudnn/server/services.h"
+#include "ucudnn/server/timing_watcher.h"
+#include "ucudnn/server/timings_cache.h"
+#include "ucudnn/store/store.h"
+
+namespace ucudnn::server {
+namespace {
+
+Result<std::string> ReadFile(const std::string& path, std::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(std::string(flag) + ": cannot open '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+Result<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const ServerConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  UCUDNN_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls_cert, "--tls-cert"));
+  UCUDNN_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls_key, "--tls-key"));
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
+
+PlannerServer::PlannerServer() = default;
+
+PlannerServer::~PlannerServer() {
+  Shutdown(std::chrono::milliseconds(0));
+  Wait();  // a Shutdown begun on another thread (signal) must finish before members go
+}
+
+Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& config) {
+  UCUDNN_RETURN_IF_ERROR(ValidateConfig(config));
+  std::unique_ptr<PlannerServer> server(new PlannerServer());
+
+  store::StoreOptions store_options;
+  store_options.url = config.database_url;
+  store_options.pool_size = config.db_pool_size;
+  UCUDNN_ASSIGN_OR_RETURN(server->store_, store::Store::Open(store_options));
+  if (config.auto_migrate) {
+    UCUDNN_ASSIGN_OR_RETURN(auto migration, server->store_->Migrate());
+    if (!migration.applied.empty()) {
+      spdlog::info("database migrated from schema {} to {}", migration.from_version,
+                   migration.to_version);
+    }
+  } else {
+    UCUDNN_ASSIGN_OR_RETURN(const int version, server->store_->SchemaVersion());
+    if (version < store::Store::LatestSchemaVersion()) {
+      return FailedPrecondition("database schema is at version " + std::to_string(version) +
+                                ", this server needs " +
+                                std::to_string(store::Store::LatestSchemaVersion()) +
+                                "; run the migrations (or start without --no-migrate)");
+    }
+  }
+  server->database_healthy_ = true;
+
+  server->metrics_ = std::make_unique<ServerMetrics>();
+  server->timings_cache_ =
+      std::make_unique<TimingsCache>(static_cast<size_t>(config.timings_cache_entries),
+                                     std::chrono::milliseconds(config.timings_cache_ttl_ms));
+  server->watcher_ = std::make_unique<TimingWatcher>(ListenerSourceFactory(config.database_url),
+                                                     server->timings_cache_.get());
+  server->watcher_->Start();
+
+  PlanCoordinatorOptions coordinator_options;
+  coordinator_options.max_kernels = config.max_kernels;
+  coordinator_options.plan_cache_entries = static_cast<size_t>(config.plan_cache_entries);
+  coordinator_options.ilp_time_limit = std::chrono::milliseconds(config.ilp_time_limit_ms);
+  coordinator_options.recheck_interval = std::chrono::milliseconds(config.recheck_interval_ms);
+  server->coordinator_ = std::make_unique<PlanCoordinator>(
+      server->store_.get(), server->watcher_.get(), server->timings_cache_.get(),
+      server->metrics_.get(), coordinator_options);
+  server->auth_ = std::make_unique<TokenAuthenticator>(config.tokens);
+  if (!server->auth_->has_tokens()) {
+    spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call");
+  }
+  server->planner_service_ = std::make_unique<PlannerServiceImpl>(
+      server->coordinator_.get(), server->metrics_.get(), config.max_blocking_calls);
+  server->catalog_service_ = std::make_unique<CatalogServiceImpl>(
+      server->store_.get(), server->coordinator_.get(), server->metrics_.get());
+  server->timing_service_ = std::make_unique<TimingServiceImpl>(
+      server->store_.get(), server->auth_.get(), server->metrics_.get());
+
+  UCUDNN_ASSIGN_OR_RETURN(auto credentials, MakeCredentials(config));
+  // gRPC's built-in health service does not use the generated health messages, so nothing would
+  // link them in; naming the descriptor does, and reflection can then describe the service.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &server->port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.RegisterService(server->planner_service_.get());
+  builder.RegisterService(server->catalog_service_.get());
+  builder.RegisterService(server->timing_service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (!server->grpc_server_ || server->port_ == 0) {
+    server->watcher_->Stop();
+    return Unavailable("cannot listen on " + config.listen);
+  }
+  server->SetServing(true);
+  spdlog::info(
+      "ucudnn-server listening on {} ({}), database {}",
+      config.listen.substr(0, config.listen.rfind(':') + 1) + std::to_string(server->port_),
+      config.tls_cert.empty() ? "plaintext" : "TLS", RedactDatabaseUrl(config.database_url));
+
+  if (!config.metrics_listen.empty()) {
+    PlannerServer* self = server.get();
+    auto http =
+        MetricsHttpServer::Start(config.metrics_listen, [self] { return self->ScrapeMetrics(); });
+    if (!http.ok()) {
+      server->Shutdown(std::chrono::milliseconds(0));
+      return http.status();
+    }
+    server->metrics_http_ = std::move(http).value();
+    spdlog::info("metrics at http://{}/metrics",
+                 config.metrics_listen.substr(0, config.metrics_listen.rfind(':') + 1) +
+                     std::to_string(server->metrics_http_->port()));
+  }
+
+  const auto interval = std::chrono::milliseconds(config.health_interval_ms);
+  server->health_thread_ =
+      std::thread([self = server.get(), interval] { self->HealthLoop(interval); });
+  return server;
+}
+
+int PlannerServer::metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+
+void PlannerServer::SetServing(bool serving) {
+  if (!grpc_server_) return;
+  auto* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  for (const char* name : {"", kPlannerServiceName, kCatalogServiceName, kTimingServiceName}) {
+    health->SetServingStatus(name, serving);
+  }
+  // Liveness says only that the process answers: a database outage must not get the server
+  // restarted (readiness, the other names, takes it out of the load balancer instead).
+  health->SetServingStatus(kLivenessServiceName, !stopping_.load());
+}
+
+void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
+  std::unique_lock lock(mu_);
+  while (!shut_down_ && !stopping_) {
+    cv_.wait_for(lock, interval, [&] { return shut_down_ || stopping_.load(); });
+    if (shut_down_ || stopping_) break;
+    lock.unlock();
+    const Status ping = store_->Ping();
+    const bool healthy = ping.ok();
+    if (healthy != database_healthy_.exchange(healthy)) {
+      if (healthy) {
+        spdlog::info("database reachable again: SERVING");
+      } else {
+        spdlog::error("database unreachable ({}): NOT_SERVING", ping.ToString());
+      }
+    }
+    if (!stopping_) SetServing(healthy);
+    lock.lock();
+  }
+}
+
+std::string PlannerServer::ScrapeMetrics() {
+  ScrapeSnapshot snapshot;
+  snapshot.listener_connected = watcher_ && watcher_->connected();
+  snapshot.plan_cache_entries = coordinator_ ? coordinator_->plan_cache_size() : 0;
+  snapshot.timings_cache_entries = timings_cache_ ? timings_cache_->size() : 0;
+  if (store_) {
+    const auto pool = store_->GetPoolStats();
+    snapshot.pool_open = pool.open;
+    snapshot.pool_in_use = pool.in_use;
+    auto depth = store_->QueueDepth();
+    auto per_device = store_->JobCountsByDevice();
+    snapshot.database_up = depth.ok() && per_device.ok();
+    if (snapshot.database_up) {
+      snapshot.queue_depth = *depth;
+      for (const auto& d : *per_device) {
+        snapshot.device_jobs.push_back(
+            {HashHex(d.device_hash), d.device_name, d.queued, d.running, d.done, d.failed});
+      }
+    }
+  }
+  metrics_->ApplySnapshot(snapshot);
+  return metrics_->Render();
+}
+
+void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_ || stopping_.exchange(true)) return;
+  }
+  cv_.notify_all();
+  SetServing(false);
+  if (coordinator_) coordinator_->StopWaiting();
+  if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now() + grace);
+  if (planner_service_) planner_service_->Drain();
+  if (health_thread_.joinable()) health_thread_.join();
+  if (watcher_) watcher_->Stop();
+  if (metrics_http_) metrics_http_->Stop();
+  {
+    std::lock_guard lock(mu_);
+    shut_down_ = true;
+  }
+  cv_.notify_all();
+  if (grpc_server_) spdlog::info("ucudnn-server stopped");
+}
+
+void PlannerServer::Wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return shut_down_; });
+}
+
+}  // namespace ucudnn::server

@@ -1,0 +1,401 @@
+#include "ucudnn/server/services.h"
+
+#include <exception>
+#include <set>
+#include <system_error>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/planner/plan_table.h"
+#include "ucudnn/server/grpc_status.h"
+
+namespace ucudnn::server {
+namespace {
+
+constexpr int kDefaultJobLimit = 100;
+constexpr int kMaxJobLimit = 10000;
+constexpr int kMaxTimingsPerSubmit = 100000;
+constexpr size_t kMaxMeasuredByBytes = 128;
+
+// "device" + "name: required" -> "device.name: required" (invalid-argument messages start with
+// the field they are about, so nesting is a prefix).
+Status Nested(std::string_view path, const Status& status) {
+  if (status.ok() || status.code() != StatusCode::kInvalidArgument) return status;
+  return Status(status.code(), std::string(path) + "." + status.message());
+}
+
+Status Required(std::string_view field) {
+  return InvalidArgument(std::string(field) + ": required");
+}
+
+// Runs a handler body, turning anything thrown (a bug, or std::bad_alloc) into INTERNAL: no
+// exception crosses into gRPC's threads.
+template <typename Body>
+grpc::Status Guarded(std::string_view method, Body&& body) {
+  try {
+    return ToGrpcStatus(body());
+  } catch (const std::exception& e) {
+    spdlog::error("{}: unexpected exception: {}", method, e.what());
+    return grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
+  }
+}
+
+v1::Job ToProto(const store::Job& job) {
+  v1::Job m;
+  m.set_id(job.id);
+  m.set_state(std::string(store::ToString(job.state)));
+  m.set_device_hash(HashHex(job.device_hash));
+  *m.mutable_problem() = ucudnn::ToProto(job.problem);
+  m.set_max_micro_batch(job.max_micro_batch);
+  m.set_policy(ucudnn::ToProto(job.policy));
+  m.set_worker_id(job.worker_id);
+  m.set_attempts(job.attempts);
+  m.set_error(job.error);
+  m.set_created_at(job.created_at);
+  m.set_updated_at(job.updated_at);
+  return m;
+}
+
+std::string_view AuthorizationOf(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) return {};
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+Result<DeviceFingerprint> DeviceField(bool present, const v1::DeviceFingerprint& device,
+                                      std::string_view field) {
+  if (!present) return Required(field);
+  auto parsed = FromProto(device);
+  if (!parsed.ok()) return Nested(field, parsed.status());
+  return parsed;
+}
+
+Result<ConvProblem> ProblemField(bool present, const v1::ConvProblem& problem,
+                                 std::string_view field) {
+  if (!present) return Required(field);
+  auto parsed = FromProto(problem);
+  if (!parsed.ok()) return Nested(field, parsed.status());
+  return parsed;
+}
+
+}  // namespace
+
+// ---- PlannerService ----------------------------------------------------------------------------
+
+bool BlockingCallRunner::TryRun(std::function<void()> work) {
+  {
+    std::lock_guard lock(mu_);
+    if (in_flight_ >= max_in_flight_) return false;
+    ++in_flight_;
+  }
+  try {
+    std::thread([this, work = std::move(work)] {
+      work();
+      // Notified under the lock, so Drain() cannot return (and the runner go away) before this
+      // thread has let go of it.
+      std::lock_guard lock(mu_);
+      --in_flight_;
+      idle_.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {  // out of threads: refuse rather than crash
+    spdlog::error("cannot start a thread for a plan request: {}", e.what());
+    std::lock_guard lock(mu_);
+    --in_flight_;
+    idle_.notify_all();
+    return false;
+  }
+  return true;
+}
+
+void BlockingCallRunner::Drain() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return in_flight_ == 0; });
+}
+
+grpc::ByteBuffer GetPlanResponseBuffer(std::shared_ptr<const std::string> plan_bytes,
+                                       bool from_cache, uint32_t waited_ms) {
+  auto [prefix, suffix] = GetPlanResponseFraming(plan_bytes->size(), from_cache, waited_ms);
+  auto* holder = new std::shared_ptr<const std::string>(std::move(plan_bytes));
+  grpc::Slice slices[3] = {
+      grpc::Slice(prefix),
+      grpc::Slice(
+          const_cast<char*>((*holder)->data()), (*holder)->size(),
+          [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, holder),
+      grpc::Slice(suffix)};
+  return grpc::ByteBuffer(slices, suffix.empty() ? 2 : 3);
+}
+
+grpc::ServerUnaryReactor* PlannerServiceImpl::GetPlan(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  const auto start = std::chrono::steady_clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto finish = [this, reactor, start](const grpc::Status& status) {
+    metrics_->RecordRpc(
+        "GetPlan", status.error_code(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    reactor->Finish(status);
+  };
+  grpc::Slice slice;
+  if (!request->DumpToSingleSlice(&slice).ok()) {
+    finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request"));
+    return reactor;
+  }
+  const std::string_view raw(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  try {
+    if (auto plan = coordinator_->TryServeFromMemo(raw)) {
+      *response = GetPlanResponseBuffer(std::move(plan), /*from_cache=*/true, 0);
+      finish(grpc::Status::OK);
+      return reactor;
+    }
+  } catch (const std::exception& e) {  // std::bad_alloc: nothing else throws here
+    spdlog::error("GetPlan: unexpected exception: {}", e.what());
+    finish(grpc::Status(grpc::StatusCode::INTERNAL, "internal error"));
+    return reactor;
+  }
+  auto work = [this, context, response, finish, raw_request = std::string(raw)] {
+    finish(Guarded("GetPlan", [&]() -> Status {
+      v1::GetPlanRequest message;
+      if (!message.ParseFromString(raw_request)) {
+        return InvalidArgument("request: not a valid ucudnn.v1.GetPlanRequest");
+      }
+      PlanCall call;
+      call.request = &message;
+      call.raw_request = raw_request;
+      call.deadline = context->deadline();
+      call.cancelled = [context] { return context->IsCancelled(); };
+      UCUDNN_ASSIGN_OR_RETURN(PlanOutcome outcome, coordinator_->Plan(call));
+      *response = GetPlanResponseBuffer(outcome.plan_bytes, outcome.from_cache, outcome.waited_ms);
+      return Status::Ok();
+    }));
+  };
+  if (!runner_.TryRun(std::move(work))) {
+    finish(ToGrpcStatus(ResourceExhausted("too many plan requests in flight; retry later")));
+  }
+  return reactor;
+}
+
+grpc::Status PlannerServiceImpl::StreamPlan(grpc::ServerContext* context,
+                                            const v1::StreamPlanRequest* request,
+                                            grpc::ServerWriter<v1::StreamPlanResponse>* writer) {
+  RpcTimer timer(*metrics_, "StreamPlan");
+  return timer.Finish(Guarded("StreamPlan", [&]() -> Status {
+    if (!request->has_request()) return Required("request");
+    int last_ready = 0;
+    int last_total = 0;
+    bool client_gone = false;
+    PlanCall call;
+    call.request = &request->request();
+    call.deadline = context->deadline();
+    call.on_progress = [&](int ready, int total) {
+      last_ready = ready;
+      last_total = total;
+      v1::StreamPlanResponse progress;
+      progress.set_problems_ready(ready);
+      progress.set_problems_total(total);
+      if (!writer->Write(progress)) client_gone = true;
+    };
+    call.cancelled = [&] { return client_gone || context->IsCancelled(); };
+    auto outcome = coordinator_->Plan(call);
+    if (!outcome.ok()) return Nested("request", outcome.status());
+    v1::StreamPlanResponse last;
+    last.set_problems_ready(last_ready);
+    last.set_problems_total(last_total);
+    UCUDNN_ASSIGN_OR_RETURN(*last.mutable_plan(), outcome->ParsePlan());
+    last.set_done(true);
+    if (!writer->Write(last)) return Unavailable("client went away before the plan was sent");
+    return Status::Ok();
+  }));
+}
+
+// ---- CatalogService ----------------------------------------------------------------------------
+
+grpc::Status CatalogServiceImpl::ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+                                             v1::ListDevicesResponse* response) {
+  RpcTimer timer(*metrics_, "ListDevices");
+  return timer.Finish(Guarded("ListDevices", [&]() -> Status {
+    UCUDNN_ASSIGN_OR_RETURN(auto devices, store_->ListDevices());
+    for (const auto& d : devices) {
+      v1::Device* m = response->add_devices();
+      m->set_id(static_cast<int64_t>(d.hash));
+      *m->mutable_fingerprint() = ToProto(d.fingerprint);
+      m->set_fingerprint_hash(HashHex(d.hash));
+      m->set_timing_count(d.timing_count);
+      m->set_live_workers(d.live_workers);
+    }
+    return Status::Ok();
+  }));
+}
+
+grpc::Status CatalogServiceImpl::ListWorkers(grpc::ServerContext*,
+                                             const v1::ListWorkersRequest* request,
+                                             v1::ListWorkersResponse* response) {
+  RpcTimer timer(*metrics_, "ListWorkers");
+  return timer.Finish(Guarded("ListWorkers", [&]() -> Status {
+    UCUDNN_ASSIGN_OR_RETURN(auto workers, store_->ListWorkers(request->alive_only()));
+    for (const auto& w : workers) {
+      v1::Worker* m = response->add_workers();
+      m->set_id(w.id);
+      m->set_host(w.host);
+      *m->mutable_device() = ToProto(w.device);
+      m->set_last_heartbeat(w.last_heartbeat);
+      m->set_alive(w.alive);
+      m->set_jobs_done(w.jobs_done);
+    }
+    return Status::Ok();
+  }));
+}
+
+grpc::Status CatalogServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                                          v1::ListJobsResponse* response) {
+  RpcTimer timer(*metrics_, "ListJobs");
+  return timer.Finish(Guarded("ListJobs", [&]() -> Status {
+    std::optional<store::JobState> state;
+    if (!request->state().empty()) {
+      auto parsed = store::ParseJobState(request->state());
+      if (!parsed.ok()) {
+        return InvalidArgument("state: must be one of queued, running, done, failed, got \"" +
+                               request->state() + "\"");
+      }
+      state = *parsed;
+    }
+    int limit = request->limit();
+    if (limit < 0 || limit > kMaxJobLimit) {
+      return InvalidArgument("limit: must be in [0, " + std::to_string(kMaxJobLimit) + "], got " +
+                             std::to_string(limit));
+    }
+    if (limit == 0) limit = kDefaultJobLimit;
+    UCUDNN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs(state, limit));
+    UCUDNN_ASSIGN_OR_RETURN(const int64_t depth, store_->QueueDepth());
+    for (const auto& job : jobs) *response->add_jobs() = ToProto(job);
+    response->set_queue_depth(depth);
+    return Status::Ok();
+  }));
+}
+
+grpc::Status CatalogServiceImpl::GetTimings(grpc::ServerContext*,
+                                            const v1::GetTimingsRequest* request,
+                                            v1::GetTimingsResponse* response) {
+  RpcTimer timer(*metrics_, "GetTimings");
+  return timer.Finish(Guarded("GetTimings", [&]() -> Status {
+    UCUDNN_ASSIGN_OR_RETURN(auto device,
+                            DeviceField(request->has_device(), request->device(), "device"));
+    UCUDNN_ASSIGN_OR_RETURN(auto problem,
+                            ProblemField(request->has_problem(), request->problem(), "problem"));
+    UCUDNN_ASSIGN_OR_RETURN(auto records, store_->GetTimingRecords(device, problem));
+    for (const auto& record : records) {
+      v1::Timing* m = response->add_timings();
+      *m = ToProto(record.timing);
+      m->set_measured_by(record.measured_by);
+      m->set_measured_at(record.measured_at);
+    }
+    response->set_problem_hash(HashHex(StableHash(problem)));
+    return Status::Ok();
+  }));
+}
+
+grpc::Status CatalogServiceImpl::GetParetoFront(grpc::ServerContext*,
+                                                const v1::GetParetoFrontRequest* request,
+                                                v1::GetParetoFrontResponse* response) {
+  RpcTimer timer(*metrics_, "GetParetoFront");
+  return timer.Finish(Guarded("GetParetoFront", [&]() -> Status {
+    UCUDNN_ASSIGN_OR_RETURN(auto device,
+                            DeviceField(request->has_device(), request->device(), "device"));
+    if (!request->has_kernel()) return Required("kernel");
+    auto kernel = FromProto(request->kernel());
+    if (!kernel.ok()) return Nested("kernel", kernel.status());
+    UCUDNN_ASSIGN_OR_RETURN(const BatchPolicy policy, FromProto(request->policy()));
+    UCUDNN_ASSIGN_OR_RETURN(auto timings, coordinator_->LoadTimings(device, kernel->problem));
+    if (timings->table.entries.empty()) {
+      return NotFound("no timings for problem " + HashHex(StableHash(kernel->problem)) +
+                      " on device " + HashHex(device.Hash()) +
+                      " (GetPlan enqueues a benchmark for it)");
+    }
+    for (const auto& config : ParetoFront(timings->table, kernel->mini_batch, policy)) {
+      v1::ParetoPoint* point = response->add_points();
+      point->set_time_ms(config.time_ms);
+      point->set_workspace_bytes(config.workspace_bytes);
+      for (const auto& segment : config.segments) *point->add_segments() = ToProto(segment);
+    }
+    return Status::Ok();
+  }));
+}
+
+grpc::Status CatalogServiceImpl::ExplainPlan(grpc::ServerContext* context,
+                                             const v1::ExplainPlanRequest* request,
+                                             v1::ExplainPlanResponse* response) {
+  RpcTimer timer(*metrics_, "ExplainPlan");
+  return timer.Finish(Guarded("ExplainPlan", [&]() -> Status {
+    if (!request->has_request()) return Required("request");
+    PlanCall call;
+    call.request = &request->request();
+    call.deadline = context->deadline();
+    call.enqueue_and_wait = false;  // a read: nothing is enqueued, nothing is waited for
+    call.use_plan_cache = false;    // the table needs the computed plan
+    auto outcome = coordinator_->Plan(call);
+    if (!outcome.ok()) return Nested("request", outcome.status());
+    UCUDNN_ASSIGN_OR_RETURN(*response->mutable_plan(), outcome->ParsePlan());
+    if (outcome->network_plan) response->set_text(FormatPlanTable(*outcome->network_plan));
+    return Status::Ok();
+  }));
+}
+
+// ---- TimingService -----------------------------------------------------------------------------
+
+Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& request) {
+  ValidatedSubmission out;
+  UCUDNN_ASSIGN_OR_RETURN(out.device,
+                          DeviceField(request.has_device(), request.device(), "device"));
+  UCUDNN_ASSIGN_OR_RETURN(out.problem,
+                          ProblemField(request.has_problem(), request.problem(), "problem"));
+  const int count = request.timings_size();
+  if (count < 1 || count > kMaxTimingsPerSubmit) {
+    return InvalidArgument("timings: must hold 1 to " + std::to_string(kMaxTimingsPerSubmit) +
+                           " timings, got " + std::to_string(count));
+  }
+  out.timings.reserve(static_cast<size_t>(count));
+  std::set<std::pair<int64_t, int>> seen;
+  for (int i = 0; i < count; ++i) {
+    const std::string field = "timings[" + std::to_string(i) + "]";
+    auto timing = FromProto(request.timings(i));
+    if (!timing.ok()) return Nested(field, timing.status());
+    if (!seen.emplace(timing->micro_batch, timing->algo).second) {
+      return InvalidArgument(field + ": duplicate (micro_batch " +
+                             std::to_string(timing->micro_batch) + ", algo " +
+                             std::to_string(timing->algo) + ")");
+    }
+    out.timings.push_back(std::move(timing).value());
+  }
+  if (request.measured_by().size() > kMaxMeasuredByBytes) {
+    return InvalidArgument("measured_by: at most " + std::to_string(kMaxMeasuredByBytes) +
+                           " bytes, got " + std::to_string(request.measured_by().size()));
+  }
+  out.measured_by = request.measured_by().empty() ? "api" : request.measured_by();
+  return out;
+}
+
+grpc::Status TimingServiceImpl::SubmitTimings(grpc::ServerContext* context,
+                                              const v1::SubmitTimingsRequest* request,
+                                              v1::SubmitTimingsResponse* response) {
+  RpcTimer timer(*metrics_, "SubmitTimings");
+  return timer.Finish(Guarded("SubmitTimings", [&]() -> Status {
+    // The token before anything else: an unauthenticated caller learns nothing about its input.
+    if (Status auth = auth_->Check(AuthorizationOf(*context)); !auth.ok()) {
+      metrics_->RecordAuthFailure();
+      spdlog::warn("SubmitTimings refused from {}: {}", context->peer(), auth.message());
+      return auth;
+    }
+    UCUDNN_ASSIGN_OR_RETURN(auto submission, ValidateSubmission(*request));
+    UCUDNN_RETURN_IF_ERROR(store_->PutTimings(submission.device, submission.problem,
+                                              submission.timings, submission.measured_by));
+    metrics_->RecordTimingsStored(static_cast<int64_t>(submission.timings.size()));
+    response->set_stored(static_cast<int32_t>(submission.timings.size()));
+    return Status::Ok();
+  }));
+}
+
+}  // namespace ucudnn::server

@@ -1,0 +1,182 @@
+#include "ucudnn/server/timing_watcher.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace ucudnn::server {
+namespace {
+
+constexpr std::chrono::milliseconds kPollSlice{200};  // bounds how long Stop() waits
+constexpr std::chrono::milliseconds kRetryInitial{100};
+constexpr std::chrono::milliseconds kRetryMax{5000};
+
+class ListenerSource : public NotificationSource {
+ public:
+  explicit ListenerSource(std::unique_ptr<store::Listener> listener)
+      : listener_(std::move(listener)) {}
+  Result<std::vector<store::TimingsNotification>> Wait(std::chrono::milliseconds timeout) override {
+    return listener_->WaitForNotification(timeout);
+  }
+
+ private:
+  std::unique_ptr<store::Listener> listener_;
+};
+
+}  // namespace
+
+NotificationSourceFactory ListenerSourceFactory(std::string database_url) {
+  return [url = std::move(database_url)]() -> Result<std::unique_ptr<NotificationSource>> {
+    UCUDNN_ASSIGN_OR_RETURN(auto listener, store::Listener::Open(url));
+    return std::unique_ptr<NotificationSource>(
+        std::make_unique<ListenerSource>(std::move(listener)));
+  };
+}
+
+// ---- TimingSubscription ------------------------------------------------------------------------
+
+TimingSubscription::TimingSubscription(TimingWatcher* watcher, uint64_t device_hash,
+                                       const std::vector<uint64_t>& problem_hashes)
+    : watcher_(watcher),
+      device_hash_(device_hash),
+      problems_(problem_hashes.begin(), problem_hashes.end()) {}
+
+TimingSubscription::~TimingSubscription() { watcher_->Unregister(this); }
+
+WakeReason TimingSubscription::WaitUntil(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, until, [&] { return reset_ || !landed_.empty(); });
+  WakeReason reason;
+  reason.landed.swap(landed_);
+  reason.reset = reset_;
+  reset_ = false;
+  return reason;
+}
+
+void TimingSubscription::SetProblems(const std::vector<uint64_t>& problem_hashes) {
+  std::lock_guard lock(mu_);
+  problems_ = std::set<uint64_t>(problem_hashes.begin(), problem_hashes.end());
+}
+
+void TimingSubscription::Deliver(const store::TimingsNotification& n) {
+  if (n.device_hash != device_hash_) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!problems_.count(n.problem_hash)) return;
+    landed_.push_back(n.problem_hash);
+  }
+  cv_.notify_all();
+}
+
+void TimingSubscription::DeliverReset() {
+  {
+    std::lock_guard lock(mu_);
+    reset_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---- TimingWatcher -----------------------------------------------------------------------------
+
+TimingWatcher::TimingWatcher(NotificationSourceFactory factory, TimingsCache* cache)
+    : factory_(std::move(factory)), cache_(cache) {}
+
+TimingWatcher::~TimingWatcher() { Stop(); }
+
+void TimingWatcher::Start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void TimingWatcher::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  SetConnected(false);
+}
+
+std::unique_ptr<TimingSubscription> TimingWatcher::Subscribe(
+    uint64_t device_hash, const std::vector<uint64_t>& problem_hashes) {
+  std::unique_ptr<TimingSubscription> subscription(
+      new TimingSubscription(this, device_hash, problem_hashes));
+  std::lock_guard lock(mu_);
+  subscriptions_.push_back(subscription.get());
+  return subscription;
+}
+
+void TimingWatcher::Unregister(TimingSubscription* subscription) {
+  std::lock_guard lock(mu_);
+  subscriptions_.erase(std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
+                       subscriptions_.end());
+}
+
+void TimingWatcher::SetConnected(bool connected) {
+  const bool was = connected_.exchange(connected);
+  if (cache_ != nullptr) cache_->SetLive(connected);
+  if (was != connected && !stop_) {
+    if (connected) {
+      spdlog::info("timing notifications: listening");
+    } else {
+      spdlog::warn("timing notifications: not connected; waiting calls re-read the database");
+    }
+  }
+}
+
+void TimingWatcher::Dispatch(const std::vector<store::TimingsNotification>& notifications) {
+  for (const auto& n : notifications) {
+    // The cache first: a woken waiter re-reads, and must not find the stale entry.
+    if (cache_ != nullptr) cache_->Invalidate({n.device_hash, n.problem_hash});
+  }
+  notifications_ += notifications.size();
+  std::lock_guard lock(mu_);
+  for (TimingSubscription* subscription : subscriptions_) {
+    for (const auto& n : notifications) subscription->Deliver(n);
+  }
+}
+
+void TimingWatcher::Reset() {
+  std::lock_guard lock(mu_);
+  for (TimingSubscription* subscription : subscriptions_) subscription->DeliverReset();
+}
+
+void TimingWatcher::Run() {
+  std::unique_ptr<NotificationSource> source;
+  auto retry = kRetryInitial;
+  auto sleep_interruptibly = [&](std::chrono::milliseconds total) {
+    const auto until = std::chrono::steady_clock::now() + total;
+    while (!stop_ && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::min(total, std::chrono::milliseconds(50)));
+    }
+  };
+  while (!stop_) {
+    if (!source) {
+      auto opened = factory_();
+      if (!opened.ok()) {
+        spdlog::debug("timing listener: {}", opened.status().ToString());
+        sleep_interruptibly(retry);
+        retry = std::min(retry * 2, kRetryMax);
+        continue;
+      }
+      source = std::move(opened).value();
+    }
+    auto received = source->Wait(kPollSlice);
+    if (!received.ok()) {
+      // Notifications sent meanwhile are lost: waiters re-read, the cache forgets.
+      SetConnected(false);
+      Reset();
+      spdlog::debug("timing listener: {}", received.status().ToString());
+      sleep_interruptibly(retry);
+      retry = std::min(retry * 2, kRetryMax);
+      continue;
+    }
+    if (!connected_.load()) {
+      SetConnected(true);
+      // Anything that landed before the (re)connection was not seen: have waiters re-read.
+      Reset();
+    }
+    retry = kRetryInitial;
+    if (!received->empty()) Dispatch(*received);
+  }
+}
+
+}  // namespace ucudnn::server

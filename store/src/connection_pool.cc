@@ -1,0 +1,148 @@
+#include "connection_pool.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <pqxx/connection>
+#include <pqxx/except>
+#include <pqxx/nontransaction>
+#include <utility>
+
+#include "errors.h"
+
+namespace ucudnn::store::internal {
+
+using Clock = std::chrono::steady_clock;
+
+ConnectionPool::Lease::Lease(ConnectionPool* pool, std::unique_ptr<pqxx::connection> conn)
+    : pool_(pool), conn_(std::move(conn)) {}
+
+ConnectionPool::Lease::Lease(Lease&& other) noexcept
+    : pool_(other.pool_), conn_(std::move(other.conn_)), lost_(other.lost_) {
+  other.pool_ = nullptr;
+}
+
+ConnectionPool::Lease::~Lease() {
+  if (pool_ != nullptr && conn_ != nullptr) pool_->Return(std::move(conn_), lost_);
+}
+
+ConnectionPool::ConnectionPool(Config config) : config_(std::move(config)) {}
+
+ConnectionPool::~ConnectionPool() = default;
+
+std::unique_ptr<pqxx::connection> ConnectionPool::ConnectOrThrow(
+    const std::string& url, std::chrono::milliseconds statement_timeout) {
+  auto conn = std::make_unique<pqxx::connection>(url);
+  if (statement_timeout.count() > 0) {
+    pqxx::nontransaction tx(*conn);
+    tx.exec_params("SELECT set_config('statement_timeout', $1, false)",
+                   std::to_string(statement_timeout.count()));
+  }
+  return conn;
+}
+
+Result<std::unique_ptr<pqxx::connection>> ConnectionPool::Connect() {
+  {
+    std::lock_guard lock(mu_);
+    const auto now = Clock::now();
+    if (now < next_connect_) {
+      const auto wait =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_connect_ - now).count();
+      return Unavailable("database unreachable (" + last_connect_error_ +
+                         "); next reconnect attempt in " + std::to_string(wait) + " ms");
+    }
+  }
+  try {
+    auto conn = ConnectOrThrow(config_.url, config_.statement_timeout);
+    if (config_.on_connect) config_.on_connect(*conn);
+    std::lock_guard lock(mu_);
+    if (backoff_.count() > 0) spdlog::info("store: database reachable again, reconnected");
+    backoff_ = std::chrono::milliseconds(0);
+    ++connects_;
+    return conn;
+  } catch (...) {
+    MappedError mapped = MapCurrentException("connect");
+    std::lock_guard lock(mu_);
+    backoff_ = backoff_.count() == 0 ? config_.backoff_initial
+                                     : std::min(backoff_ * 2, config_.backoff_max);
+    next_connect_ = Clock::now() + backoff_;
+    last_connect_error_ = mapped.status.message();
+    spdlog::warn("store: {}; retrying in {} ms", mapped.status.message(), backoff_.count());
+    return Unavailable(mapped.status.message());
+  }
+}
+
+Result<ConnectionPool::Lease> ConnectionPool::Acquire() {
+  std::unique_lock lock(mu_);
+  const auto deadline = Clock::now() + config_.acquire_timeout;
+  while (true) {
+    while (!idle_.empty()) {
+      std::unique_ptr<pqxx::connection> conn = std::move(idle_.back());
+      idle_.pop_back();
+      if (conn->is_open()) {
+        ++in_use_;
+        return Lease(this, std::move(conn));
+      }
+      --open_;  // closed while idle: drop it and look further
+      ++lost_;
+    }
+    if (open_ < config_.size) {
+      ++open_;  // reserve the slot while connecting without the lock
+      ++in_use_;
+      lock.unlock();
+      Result<std::unique_ptr<pqxx::connection>> conn = Connect();
+      if (!conn.ok()) {
+        lock.lock();
+        --open_;
+        --in_use_;
+        available_.notify_one();
+        return conn.status();
+      }
+      return Lease(this, std::move(conn).value());
+    }
+    if (available_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
+        open_ >= config_.size) {
+      return Unavailable("store: all " + std::to_string(config_.size) +
+                         " database connections stayed busy for " +
+                         std::to_string(config_.acquire_timeout.count()) + " ms");
+    }
+  }
+}
+
+void ConnectionPool::Return(std::unique_ptr<pqxx::connection> conn, bool lost) {
+  std::vector<std::unique_ptr<pqxx::connection>> to_close;
+  {
+    std::lock_guard lock(mu_);
+    --in_use_;
+    if (lost || !conn->is_open()) {
+      --open_;
+      ++lost_;
+      to_close.push_back(std::move(conn));
+      // A lost connection usually means the server restarted, which killed the idle ones too:
+      // drop them now instead of failing one call per idle connection.
+      open_ -= static_cast<int>(idle_.size());
+      lost_ += static_cast<int64_t>(idle_.size());
+      for (auto& idle : idle_) to_close.push_back(std::move(idle));
+      idle_.clear();
+    } else {
+      idle_.push_back(std::move(conn));
+    }
+  }
+  available_.notify_all();
+  // Closing (socket shutdown) happens outside the lock.
+  to_close.clear();
+}
+
+PoolStats ConnectionPool::Stats() const {
+  std::lock_guard lock(mu_);
+  PoolStats stats;
+  stats.size = config_.size;
+  stats.open = open_;
+  stats.in_use = in_use_;
+  stats.connects = connects_;
+  stats.broken = lost_;
+  stats.backing_off = Clock::now() < next_connect_;
+  return stats;
+}
+
+}  // namespace ucudnn::store::internal

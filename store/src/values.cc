@@ -1,0 +1,224 @@
+#include "values.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "ucudnn/core/problem.h"
+#include "ucudnn/store/store.h"
+
+namespace ucudnn::store {
+
+std::string FormatHash(uint64_t hash) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+Result<uint64_t> ParseHash(std::string_view hex) {
+  if (hex.empty() || hex.size() > 16) {
+    return InvalidArgument("hash: must be 1 to 16 hex digits, got \"" + std::string(hex) + "\"");
+  }
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(hex.data(), hex.data() + hex.size(), value, 16);
+  if (error != std::errc() || end != hex.data() + hex.size()) {
+    return InvalidArgument("hash: must be 1 to 16 hex digits, got \"" + std::string(hex) + "\"");
+  }
+  return value;
+}
+
+std::string_view ToString(JobState s) {
+  switch (s) {
+    case JobState::kQueued:
+      return "queued";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kDone:
+      return "done";
+    case JobState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+Result<JobState> ParseJobState(std::string_view s) {
+  for (JobState state :
+       {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed}) {
+    if (s == ToString(state)) return state;
+  }
+  return InvalidArgument("state: must be one of queued, running, done, failed; got \"" +
+                         std::string(s) + "\"");
+}
+
+}  // namespace ucudnn::store
+
+namespace ucudnn::store::internal {
+
+std::string_view TimingStatusName(TimingStatus s) {
+  switch (s) {
+    case TimingStatus::kOk:
+      return "ok";
+    case TimingStatus::kUnsupported:
+      return "unsupported";
+    case TimingStatus::kFailed:
+      return "failed";
+  }
+  return "invalid";
+}
+
+Result<TimingStatus> ParseTimingStatus(std::string_view s) {
+  for (TimingStatus status :
+       {TimingStatus::kOk, TimingStatus::kUnsupported, TimingStatus::kFailed}) {
+    if (s == TimingStatusName(status)) return status;
+  }
+  return InvalidArgument("status: must be ok, unsupported or failed; got \"" + std::string(s) +
+                         "\"");
+}
+
+std::string IntArrayLiteral(const std::vector<int64_t>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(values[i]);
+  }
+  out += '}';
+  return out;
+}
+
+std::string DoubleArrayLiteral(const std::vector<double>& values) {
+  std::string out = "{";
+  char text[40];
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    // %.17g round-trips every double exactly.
+    std::snprintf(text, sizeof text, "%.17g", values[i]);
+    out += text;
+  }
+  out += '}';
+  return out;
+}
+
+std::string TextArrayLiteral(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    // Every element double-quoted, with '\' and '"' escaped: no other character is special.
+    out += '"';
+    for (char ch : values[i]) {
+      if (ch == '\\' || ch == '"') out += '\\';
+      out += ch;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
+std::string CleanText(std::string_view text, size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  for (char ch : text) {
+    if (ch != '\0') out += ch;
+  }
+  if (out.size() > max_bytes) {
+    size_t cut = max_bytes;
+    // Step back over UTF-8 continuation bytes so no character is split.
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+    out.resize(cut);
+  }
+  return out;
+}
+
+namespace {
+
+std::string Field(size_t index, const char* field) {
+  return "timings[" + std::to_string(index) + "]." + field;
+}
+
+std::string FormatDouble(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+}  // namespace
+
+Status ValidateTimings(const std::vector<Timing>& timings) {
+  if (timings.empty()) {
+    return InvalidArgument(
+        "timings: must not be empty (record unsupported or failed algorithms as such)");
+  }
+  if (timings.size() > kMaxTimingsPerWrite) {
+    return InvalidArgument("timings: at most " + std::to_string(kMaxTimingsPerWrite) +
+                           " per write, got " + std::to_string(timings.size()));
+  }
+  std::set<std::pair<int64_t, int>> seen;
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const Timing& t = timings[i];
+    if (t.micro_batch < 1 || t.micro_batch > kMaxBatch) {
+      return InvalidArgument(Field(i, "micro_batch") + ": must be in [1, " +
+                             std::to_string(kMaxBatch) + "], got " + std::to_string(t.micro_batch));
+    }
+    if (t.algo < 0) {
+      return InvalidArgument(Field(i, "algo") + ": must be >= 0, got " + std::to_string(t.algo));
+    }
+    if (!std::isfinite(t.time_ms) || t.time_ms < 0) {
+      return InvalidArgument(Field(i, "time_ms") + ": must be finite and >= 0, got " +
+                             FormatDouble(t.time_ms));
+    }
+    if (!std::isfinite(t.spread_ms) || t.spread_ms < 0) {
+      return InvalidArgument(Field(i, "spread_ms") + ": must be finite and >= 0, got " +
+                             FormatDouble(t.spread_ms));
+    }
+    if (t.samples < 0) {
+      return InvalidArgument(Field(i, "samples") + ": must be >= 0, got " +
+                             std::to_string(t.samples));
+    }
+    if (t.workspace_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return InvalidArgument(Field(i, "workspace_bytes") + ": must be at most 2^63-1, got " +
+                             std::to_string(t.workspace_bytes));
+    }
+    if (TimingStatusName(t.status) == "invalid") {
+      return InvalidArgument(Field(i, "status") + ": unknown value " +
+                             std::to_string(static_cast<int>(t.status)));
+    }
+    if (!seen.emplace(t.micro_batch, t.algo).second) {
+      return InvalidArgument("timings[" + std::to_string(i) + "]: duplicate (micro_batch " +
+                             std::to_string(t.micro_batch) + ", algo " + std::to_string(t.algo) +
+                             ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateMeasuredBy(const std::string& measured_by) {
+  if (measured_by.size() > kMaxMeasuredByBytes) {
+    return InvalidArgument("measured_by: at most " + std::to_string(kMaxMeasuredByBytes) +
+                           " bytes, got " + std::to_string(measured_by.size()));
+  }
+  if (measured_by.find('\0') != std::string::npos) {
+    return InvalidArgument("measured_by: must not contain NUL bytes");
+  }
+  return Status::Ok();
+}
+
+Status ValidateWorkerId(const std::string& worker_id) {
+  if (worker_id.empty() || worker_id.size() > kMaxWorkerIdBytes) {
+    return InvalidArgument("worker_id: must be 1 to " + std::to_string(kMaxWorkerIdBytes) +
+                           " bytes, got " + std::to_string(worker_id.size()));
+  }
+  if (worker_id.find('\0') != std::string::npos) {
+    return InvalidArgument("worker_id: must not contain NUL bytes");
+  }
+  return Status::Ok();
+}
+
+std::string TimestampSql(std::string_view column) {
+  std::string c(column);
+  return "to_char(" + c + " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')";
+}
+
+}  // namespace ucudnn::store::internal

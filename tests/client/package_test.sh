@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the client component of BUILD_DIR into a temporary prefix, then builds a consumer of
+# it twice: with find_package(ucudnn) (shared and static targets) and with pkg-config. Runs both.
+set -euo pipefail
+build_dir="$1"
+source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/package_consumer"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+cmake --install "$build_dir" --prefix "$work/prefix" --component client >/dev/null
+test -f "$work/prefix/include/ucudnn/client/config.h"
+if find "$work/prefix/include" -name '*.h' | xargs grep -lE '#include.*(grpc|protobuf|google/|ucudnn/core)' ; then
+  echo "public headers mention gRPC, protobuf or internal headers" >&2
+  exit 1
+fi
+
+cmake -S "$source_dir" -B "$work/cmake-build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+"$work/cmake-build/consumer"
+"$work/cmake-build/consumer_static"
+
+pc="$work/prefix/lib/pkgconfig"
+[ -d "$pc" ] || pc="$(dirname "$(find "$work/prefix" -name ucudnn.pc | head -1)")"
+flags="$(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs ucudnn)"
+# shellcheck disable=SC2086
+c++ -std=c++17 "$source_dir/main.cc" -o "$work/pc-consumer" $flags \
+  -Wl,-rpath,"$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir ucudnn)"
+"$work/pc-consumer"
+echo "package ok"

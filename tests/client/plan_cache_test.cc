@@ -1,0 +1,125 @@
+// The local plan cache: format round trip, every kind of damage, merge on save.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "plan_cache.h"
+#include "test_util.h"
+#include "ucudnn/core/fingerprint.h"
+
+namespace ucudnn::testing {
+namespace {
+
+using client::CacheRecord;
+using client::ParseCache;
+using client::PlanCache;
+using client::SerializeCache;
+
+DeviceFingerprint Device(const std::string& name = "test gpu") {
+  DeviceFingerprint f;
+  f.backend = "cudnn";
+  f.name = name;
+  f.cc_major = 9;
+  f.sm_count = 132;
+  f.memory_bytes = 80ull << 30;
+  f.cudnn_version = 91400;
+  f.cuda_runtime_version = 13000;
+  return f;
+}
+
+KernelPlan Planned(ConvOp op, int64_t batch, int64_t micro) {
+  KernelPlan kp;
+  kp.kernel = Kernel{SmallProblem(op), batch, "k"};
+  kp.status = KernelPlanStatus::kPlanned;
+  for (int64_t left = batch; left > 0; left -= micro) {
+    Segment s{std::min(left, micro), 1, 0.25, 4096};
+    kp.config.segments.push_back(s);
+    kp.config.time_ms += s.time_ms;
+    kp.config.workspace_bytes = 4096;
+  }
+  kp.undivided = Segment{batch, 0, 9.0, 0};
+  return kp;
+}
+
+CacheRecord PerKernel(const DeviceFingerprint& device, const KernelPlan& kp, uint64_t limit) {
+  CacheRecord r;
+  r.device = device;
+  r.plan.kernels = {kp};
+  r.plan.workspace_mode = WorkspaceMode::kPerKernel;
+  r.plan.policy = BatchPolicy::kPowerOfTwo;
+  r.plan.workspace_budget_bytes = limit;
+  r.plan.complete = true;
+  return r;
+}
+
+TEST(PlanCacheTest, RoundTrip) {
+  const std::vector<CacheRecord> records = {
+      PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20),
+      PerKernel(Device("other"), Planned(ConvOp::kBackwardFilter, 6, 4), 0)};
+  Result<std::vector<CacheRecord>> parsed = ParseCache(SerializeCache(records));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].device, Device());
+  EXPECT_EQ((*parsed)[1].device, Device("other"));
+  EXPECT_EQ((*parsed)[0].plan.kernels[0].config, records[0].plan.kernels[0].config);
+  EXPECT_EQ((*parsed)[1].plan.kernels[0].kernel.problem, records[1].plan.kernels[0].kernel.problem);
+  EXPECT_EQ((*parsed)[0].plan.workspace_budget_bytes, 1u << 20);
+  EXPECT_TRUE(ParseCache(SerializeCache({})).ok());
+}
+
+TEST(PlanCacheTest, EveryDamageIsDetected) {
+  const std::string good =
+      SerializeCache({PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20)});
+  EXPECT_FALSE(ParseCache("").ok());
+  EXPECT_FALSE(ParseCache("hello world\n").ok());
+  std::string version = good;
+  version[std::string("ucudnn-plan-cache ").size()] = '9';
+  EXPECT_NE(ParseCache(version).status().message().find("version"), std::string::npos);
+  for (size_t cut : {good.size() - 1, good.size() / 2, size_t{25}}) {
+    EXPECT_FALSE(ParseCache(good.substr(0, cut)).ok()) << "truncated at " << cut;
+  }
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 0x10;
+  EXPECT_NE(ParseCache(flipped).status().message().find("checksum"), std::string::npos);
+  EXPECT_FALSE(ParseCache(good + "x").ok());
+}
+
+TEST(PlanCacheTest, FindsByDeviceKernelAndLimit) {
+  PlanCache cache;
+  const KernelPlan kp = Planned(ConvOp::kForward, 8, 4);
+  cache.Put(PerKernel(Device(), kp, 1 << 20));
+  EXPECT_TRUE(cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, kp.kernel));
+  EXPECT_FALSE(cache.FindKernel(Device("other"), BatchPolicy::kPowerOfTwo, 1 << 20, kp.kernel));
+  EXPECT_FALSE(cache.FindKernel(Device(), BatchPolicy::kAll, 1 << 20, kp.kernel));
+  EXPECT_FALSE(cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 21, kp.kernel));
+  Kernel other_batch = kp.kernel;
+  other_batch.mini_batch = 16;
+  EXPECT_FALSE(cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, other_batch));
+  Kernel renamed = kp.kernel;
+  renamed.name = "another label";
+  EXPECT_TRUE(cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, renamed));
+}
+
+TEST(PlanCacheTest, SaveMergesWithWhatIsOnDiskAndLoadIgnoresCorruption) {
+  TempDir dir;
+  const std::string path = dir.file("sub/plans.bin");
+  PlanCache first;
+  first.Put(PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1));
+  ASSERT_TRUE(first.Save(path).ok());
+  PlanCache second;  // another process, saving later
+  second.Put(PerKernel(Device(), Planned(ConvOp::kBackwardData, 8, 2), 1));
+  ASSERT_TRUE(second.Save(path).ok());
+  EXPECT_EQ(PlanCache::Load(path).size(), 2u);
+
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << "not a cache";
+  }
+  LogCapture log;
+  EXPECT_EQ(PlanCache::Load(path).size(), 0u);
+  EXPECT_NE(log.text().find("ignoring corrupt plan cache"), std::string::npos) << log.text();
+  EXPECT_EQ(PlanCache::Load(dir.file("missing.bin")).size(), 0u);
+}
+
+}  // namespace
+}  // namespace ucudnn::testing

@@ -1,0 +1,444 @@
+// The client library's session on the CPU backend, against a fake PlannerService over real gRPC:
+// plan execution equals undivided execution, fallback when the server is down, slow or wrong,
+// the switch to a plan when it arrives, the workspace check, the total-budget mode and the
+// local plan cache across restarts.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "fake_planner.h"
+#include "session.h"
+#include "test_util.h"
+#include "ucudnn/core/cpu_backend.h"
+
+namespace ucudnn::testing {
+namespace {
+
+using client::Session;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr int64_t kBatch = 7;  // not a multiple of the fake's micro-batch: uneven segments
+
+ClientConfig TestConfig(const std::string& server) {
+  ClientConfig config;
+  config.server = server;
+  config.cache_path = "";
+  config.deadline_ms = 20000;
+  config.retry_initial_ms = 20;
+  config.retry_max_ms = 200;
+  config.collect_quiet_ms = 50;
+  return config;
+}
+
+// Reference: the whole batch at once with the direct algorithm.
+std::vector<float> Undivided(CpuBackend& backend, const ConvProblem& p, int64_t batch,
+                             Operands operands, float alpha, float beta) {
+  Status status =
+      backend.Run(p, batch, kCpuAlgoDirect, operands.Bind(p.op), nullptr, 0, alpha, beta);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return operands.out;
+}
+
+size_t Im2colWorkspace(CpuBackend& backend, const ConvProblem& p, int64_t batch) {
+  Result<size_t> ws = backend.WorkspaceSize(p, batch, kCpuAlgoIm2colGemm);
+  EXPECT_TRUE(ws.ok()) << ws.status().ToString();
+  return ws.ok() ? *ws : 0;
+}
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake_ = std::make_unique<FakePlanner>(backend_);
+    fake_->set_choice({3, kCpuAlgoIm2colGemm});
+    fake_->Start();
+  }
+
+  CpuBackend backend_;
+  std::unique_ptr<FakePlanner> fake_;
+};
+
+// ---- Equivalence -------------------------------------------------------------------------------
+
+class PlanEquivalenceTest : public SessionTest,
+                            public ::testing::WithParamInterface<std::tuple<ConvOp, int>> {};
+
+TEST_P(PlanEquivalenceTest, PlanEqualsUndivided) {
+  const auto [op, stride] = GetParam();
+  const ConvProblem p = SmallProblem(op, stride);
+  // Mixed algorithms: the plan's segments use im2col, the fallback would use another one.
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  const size_t limit = Im2colWorkspace(backend_, p, 3);
+  session->Declare(p, kBatch, limit);
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  ASSERT_EQ(session->Stats().kernels_planned, 1u);
+
+  for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{1.5f, 0.5f}}) {
+    Operands operands = MakeOperands(p, kBatch);
+    const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, alpha, beta);
+    std::vector<char> workspace(limit);
+    const uint64_t planned_before = session->Stats().planned_calls;
+    Status status =
+        session->Execute(p, kBatch, operands.Bind(op), workspace.data(), limit, alpha, beta);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(session->Stats().planned_calls, planned_before + 1);
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6) << "alpha " << alpha << " beta " << beta;
+  }
+  const std::vector<KernelReport> kernels = session->Kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].state, KernelReport::State::kPlanned);
+  ASSERT_EQ(kernels[0].segments.size(), 3u);  // 3 + 3 + 1
+  EXPECT_EQ(kernels[0].segments[2].micro_batch, 1);
+  EXPECT_GT(kernels[0].predicted_ms, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, PlanEquivalenceTest,
+                         ::testing::Combine(::testing::Values(ConvOp::kForward,
+                                                              ConvOp::kBackwardData,
+                                                              ConvOp::kBackwardFilter),
+                                            ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<ConvOp, int>>& info) {
+                           return std::string(ToString(std::get<0>(info.param))) + "_stride" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST_F(SessionTest, FallbackEqualsUndivided) {
+  // No server at all: every call runs undivided with the best algorithm within the workspace.
+  auto session = Session::Create(backend_, TestConfig(""));
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    const ConvProblem p = SmallProblem(op);
+    Operands operands = MakeOperands(p, kBatch);
+    const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.25f);
+    const size_t limit = Im2colWorkspace(backend_, p, kBatch);
+    std::vector<char> workspace(limit);
+    ASSERT_TRUE(
+        session->Execute(p, kBatch, operands.Bind(op), workspace.data(), limit, 1.0f, 0.25f).ok());
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  }
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.fallback_calls, 3u);
+  EXPECT_EQ(stats.planned_calls, 0u);
+  EXPECT_EQ(stats.plan_requests, 0u);
+  for (const KernelReport& k : session->Kernels())
+    EXPECT_EQ(k.state, KernelReport::State::kNoServer);
+}
+
+// ---- Server trouble ----------------------------------------------------------------------------
+
+TEST_F(SessionTest, ServerDownFallsBack) {
+  // Nothing listens on port 1: connections are refused.
+  auto session = Session::Create(backend_, TestConfig("127.0.0.1:1"));
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  for (int i = 0; i < 3; ++i) {
+    Operands operands = MakeOperands(p, kBatch, 10 + i);
+    const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+    ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 0.0f).ok());
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  }
+  EXPECT_TRUE(WaitUntil([&] { return session->Stats().plan_request_failures >= 2; }))
+      << "the planner thread retries with back-off";
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.fallback_calls, 3u);
+  EXPECT_EQ(stats.planned_calls, 0u);
+  EXPECT_FALSE(session->WaitForPlans(milliseconds(1)));  // still waiting for a server
+}
+
+TEST_F(SessionTest, SlowServerNeverBlocksCallsAndHitsTheDeadline) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.deadline_ms = 100;
+  fake_->Hold();  // the server sits on every request until released
+  auto session = Session::Create(backend_, config);
+  const ConvProblem p = SmallProblem(ConvOp::kBackwardData);
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+  ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 0.0f).ok());
+  // The request reached the server, which still holds it: the call above did not wait for it.
+  ASSERT_TRUE(WaitUntil([&] { return fake_->calls_in_handler() >= 1; }));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 0.0f).ok());
+  }
+  EXPECT_GE(fake_->calls_in_handler(), 1);
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  // The client gives up at its deadline while the server still holds the call.
+  EXPECT_TRUE(WaitUntil([&] { return session->Stats().plan_request_failures >= 1; }));
+  EXPECT_EQ(session->Stats().fallback_calls, 6u);
+  EXPECT_EQ(session->Stats().planned_calls, 0u);
+  fake_->Release();
+}
+
+TEST_F(SessionTest, ServerErrorFallsBack) {
+  fake_->set_behaviour(FakePlanner::Behaviour::kError);
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  const ConvProblem p = SmallProblem(ConvOp::kBackwardFilter);
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 1.0f);
+  ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 1.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  EXPECT_TRUE(WaitUntil([&] { return session->Stats().plan_request_failures >= 2; }));
+  EXPECT_GE(fake_->calls(), 2) << "errors are retried";
+  const std::vector<KernelReport> kernels = session->Kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].state, KernelReport::State::kWaiting);
+  EXPECT_NE(kernels[0].reason.find("told to fail"), std::string::npos) << kernels[0].reason;
+}
+
+TEST_F(SessionTest, WrongPlanForTheWorkspaceIsNotUsed) {
+  // The fake plans the whole batch with im2col, whatever the limit: more than the call has.
+  fake_->set_choice({kBatch, kCpuAlgoIm2colGemm});
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  const size_t small = Im2colWorkspace(backend_, p, 1);
+  ASSERT_LT(small, Im2colWorkspace(backend_, p, kBatch));
+  std::vector<char> workspace(small);
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), small, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  ASSERT_EQ(session->Stats().kernels_planned, 1u);
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), small, 1.0f, 0.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.planned_calls, 0u);
+  EXPECT_EQ(stats.fallback_calls, 2u);
+  EXPECT_EQ(stats.rejected_plan_calls, 1u);
+}
+
+// ---- Plans arriving ----------------------------------------------------------------------------
+
+TEST_F(SessionTest, SwitchesToThePlanWhenItArrives) {
+  fake_->Hold();
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  const size_t limit = Im2colWorkspace(backend_, p, 3);
+  std::vector<char> workspace(limit);
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(WaitUntil([&] { return fake_->calls_in_handler() == 1; }));
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  EXPECT_EQ(session->Stats().fallback_calls, 2u);
+  EXPECT_EQ(session->Stats().planned_calls, 0u);
+
+  fake_->Release();
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.planned_calls, 1u);
+  EXPECT_EQ(stats.fallback_calls, 2u);
+  EXPECT_EQ(stats.plans_received, 1u);
+  EXPECT_EQ(stats.plan_requests, 1u);
+  // The request carried the kernel and the limit of its first call.
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].workspace_bytes(), limit);
+  EXPECT_EQ(requests[0].workspace_mode(), v1::WORKSPACE_MODE_PER_KERNEL);
+  ASSERT_EQ(requests[0].kernels_size(), 1);
+  EXPECT_EQ(requests[0].kernels(0).mini_batch(), kBatch);
+  EXPECT_EQ(requests[0].device().backend(), "cpu");
+}
+
+TEST_F(SessionTest, MissingTimingsAreAskedAgain) {
+  fake_->set_behaviour(FakePlanner::Behaviour::kMissing);
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  const ConvProblem p = SmallProblem(ConvOp::kBackwardData);
+  session->Declare(p, kBatch, 1 << 20);
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  ASSERT_EQ(session->Kernels().at(0).state, KernelReport::State::kMissing);
+  fake_->set_behaviour(FakePlanner::Behaviour::kPlan);
+  EXPECT_TRUE(WaitUntil([&] { return session->Stats().kernels_planned == 1; }));
+  EXPECT_GE(fake_->calls(), 2);
+}
+
+TEST_F(SessionTest, KernelsOfOneLimitGoInOneRequest) {
+  fake_->Hold();
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  session->Declare(SmallProblem(ConvOp::kForward), kBatch, 4096);  // sent at once
+  ASSERT_TRUE(WaitUntil([&] { return fake_->calls_in_handler() == 1; }));
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    session->Declare(SmallProblem(op, 2), kBatch, 4096);
+  }
+  fake_->Release();
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].kernels_size(), 3);
+  EXPECT_EQ(session->Stats().kernels_planned, 4u);
+}
+
+// ---- Total-budget mode --------------------------------------------------------------------------
+
+TEST_F(SessionTest, TotalModePlansTheNetworkTogetherInTheLibraryWorkspace) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+  config.workspace_bytes = 1 << 20;
+  config.collect_quiet_ms = 60000;  // only Prepare() closes the collection here
+  auto session = Session::Create(backend_, config);
+  std::vector<Kernel> kernels;
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    kernels.push_back(Kernel{SmallProblem(op), kBatch, std::string(ToString(op))});
+  }
+  session->Prepare(kernels);
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].workspace_mode(), v1::WORKSPACE_MODE_TOTAL_SUM);
+  EXPECT_EQ(requests[0].workspace_bytes(), config.workspace_bytes);
+  EXPECT_EQ(requests[0].kernels_size(), 3);
+
+  for (const Kernel& kernel : kernels) {
+    Operands operands = MakeOperands(kernel.problem, kBatch);
+    const std::vector<float> expected =
+        Undivided(backend_, kernel.problem, kBatch, operands, 1.0f, 0.5f);
+    // The framework passes no workspace: the library's own serves the plan.
+    ASSERT_TRUE(session
+                    ->Execute(kernel.problem, kBatch, operands.Bind(kernel.problem.op), nullptr, 0,
+                              1.0f, 0.5f)
+                    .ok());
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  }
+  EXPECT_EQ(session->Stats().planned_calls, 3u);
+  EXPECT_EQ(session->Stats().fallback_calls, 0u);
+}
+
+TEST_F(SessionTest, TotalModeCollectsKernelsFromFirstCalls) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+  config.workspace_bytes = 1 << 20;
+  config.collect_quiet_ms = 100;
+  auto session = Session::Create(backend_, config);
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData}) {
+    const ConvProblem p = SmallProblem(op);
+    Operands operands = MakeOperands(p, kBatch);
+    ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(op), nullptr, 0, 1.0f, 0.0f).ok());
+  }
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].kernels_size(), 2);
+  EXPECT_EQ(session->Stats().kernels_planned, 2u);
+}
+
+TEST_F(SessionTest, TotalModeWithoutBudgetPlansPerKernel) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+  config.workspace_bytes = 0;
+  LogCapture log;
+  auto session = Session::Create(backend_, config);
+  EXPECT_EQ(session->workspace_mode(), WorkspaceMode::kPerKernel);
+  EXPECT_NE(log.text().find("needs a budget"), std::string::npos) << log.text();
+}
+
+// ---- Local plan cache
+// ----------------------------------------------------------------------------
+
+TEST_F(SessionTest, CachedPlansSurviveARestartWithoutServer) {
+  TempDir dir;
+  const std::string cache = dir.file("plans.bin");
+  const ConvProblem p = SmallProblem(ConvOp::kBackwardFilter, 2);
+  const size_t limit = Im2colWorkspace(backend_, p, 3);
+  {
+    ClientConfig config = TestConfig(fake_->address());
+    config.cache_path = cache;
+    auto session = Session::Create(backend_, config);
+    session->Declare(p, kBatch, limit);
+    ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+    ASSERT_EQ(session->Stats().kernels_planned, 1u);
+  }
+  ASSERT_TRUE(std::filesystem::exists(cache));
+  fake_->Stop();
+
+  ClientConfig config = TestConfig("127.0.0.1:1");  // the server is gone
+  config.cache_path = cache;
+  auto session = Session::Create(backend_, config);
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+  std::vector<char> workspace(limit);
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.planned_calls, 1u) << "the very first call runs the cached plan";
+  EXPECT_EQ(stats.plans_from_cache, 1u);
+  EXPECT_EQ(stats.plan_requests, 0u);
+  EXPECT_TRUE(session->Kernels().at(0).from_cache);
+}
+
+TEST_F(SessionTest, CachedNetworkPlanSurvivesARestart) {
+  TempDir dir;
+  ClientConfig config = TestConfig(fake_->address());
+  config.cache_path = dir.file("plans.bin");
+  config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+  config.workspace_bytes = 1 << 20;
+  const std::vector<Kernel> kernels = {Kernel{SmallProblem(ConvOp::kForward), kBatch, "a"},
+                                       Kernel{SmallProblem(ConvOp::kBackwardData), kBatch, "b"}};
+  {
+    auto session = Session::Create(backend_, config);
+    session->Prepare(kernels);
+    ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+    ASSERT_EQ(session->Stats().kernels_planned, 2u);
+  }
+  fake_->Stop();
+  config.server = "127.0.0.1:1";
+  auto session = Session::Create(backend_, config);
+  // Declared in the other order: the record is found all the same.
+  session->Prepare({kernels[1], kernels[0]});
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  EXPECT_EQ(session->Stats().kernels_planned, 2u);
+  EXPECT_EQ(session->Stats().plans_from_cache, 2u);
+  EXPECT_EQ(session->Stats().plan_requests, 0u);
+}
+
+TEST_F(SessionTest, CorruptCacheIsIgnoredWithAWarning) {
+  TempDir dir;
+  const std::string cache = dir.file("plans.bin");
+  {
+    std::ofstream out(cache, std::ios::binary);
+    out << "ucudnn-plan-cache 1\n" << std::string(40, '\x7f');
+  }
+  ClientConfig config = TestConfig("");
+  config.cache_path = cache;
+  LogCapture log;
+  auto session = Session::Create(backend_, config);
+  EXPECT_NE(log.text().find("ignoring corrupt plan cache"), std::string::npos) << log.text();
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  Operands operands = MakeOperands(p, kBatch);
+  ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 0.0f).ok());
+  EXPECT_EQ(session->Stats().fallback_calls, 1u);
+}
+
+// ---- Off switch
+// ----------------------------------------------------------------------------------
+
+TEST_F(SessionTest, DisabledPassesThroughWithoutRequests) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.enabled = false;
+  auto session = Session::Create(backend_, config);
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+  session->Declare(p, kBatch, 0);
+  ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 0.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  EXPECT_EQ(session->Stats().passthrough_calls, 1u);
+  EXPECT_EQ(session->Stats().kernels, 0u);
+  EXPECT_EQ(fake_->calls(), 0);
+}
+
+TEST_F(SessionTest, InvalidCallReportsTheBackendError) {
+  auto session = Session::Create(backend_, TestConfig(""));
+  ConvProblem p = SmallProblem(ConvOp::kForward);
+  Operands operands = MakeOperands(p, kBatch);
+  ConvOperands bound = operands.Bind(p.op);
+  bound.x = nullptr;
+  EXPECT_FALSE(session->Execute(p, kBatch, bound, nullptr, 0, 1.0f, 0.0f).ok());
+}
+
+}  // namespace
+}  // namespace ucudnn::testing

@@ -1,0 +1,150 @@
+// Shared helpers of the client library's tests: problems, operands, reference runs, waiting and
+// log capture.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ucudnn/core/backend.h"
+#include "ucudnn/core/problem.h"
+#include "ucudnn/core/random_fill.h"
+
+namespace ucudnn::testing {
+
+inline ConvProblem SmallProblem(ConvOp op, int64_t stride = 1) {
+  ConvProblem p;
+  p.op = op;
+  p.c = 3;
+  p.h = 9;
+  p.w = 9;
+  p.k = 4;
+  p.r = 3;
+  p.s = 3;
+  p.pad_h = 1;
+  p.pad_w = 1;
+  p.stride_h = stride;
+  p.stride_w = stride;
+  return p;
+}
+
+// Host tensors of one call, filled with deterministic non-zero data; `out` is the output
+// (y, dx or dw) with non-zero initial contents so that beta matters.
+struct Operands {
+  std::vector<float> x, w, dy, out;
+  ConvOperands Bind(ConvOp op) {
+    ConvOperands o;
+    switch (op) {
+      case ConvOp::kForward:
+        o.x = x.data();
+        o.w = w.data();
+        o.y = out.data();
+        break;
+      case ConvOp::kBackwardData:
+        o.dy = dy.data();
+        o.w = w.data();
+        o.dx = out.data();
+        break;
+      case ConvOp::kBackwardFilter:
+        o.x = x.data();
+        o.dy = dy.data();
+        o.dw = out.data();
+        break;
+    }
+    return o;
+  }
+};
+
+inline std::vector<float> RandomVector(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  GenerateRandom(v.data(), n, DataType::kFloat32, seed);
+  return v;
+}
+
+inline Operands MakeOperands(const ConvProblem& p, int64_t batch, uint64_t seed = 1) {
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  Operands o;
+  const size_t x_n = static_cast<size_t>(batch * p.input_elements_per_sample());
+  const size_t y_n = static_cast<size_t>(batch * p.output_elements_per_sample());
+  const size_t w_n = static_cast<size_t>(p.filter_elements());
+  o.x = RandomVector(x_n, seed);
+  o.w = RandomVector(w_n, seed + 1);
+  o.dy = RandomVector(y_n, seed + 2);
+  const size_t out_n = p.op == ConvOp::kForward ? y_n : p.op == ConvOp::kBackwardData ? x_n : w_n;
+  o.out = RandomVector(out_n, seed + 3);
+  return o;
+}
+
+// ||a - b|| / ||b||.
+inline double NormalizedL2(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    ref += double(b[i]) * b[i];
+  }
+  return ref == 0 ? std::sqrt(diff) : std::sqrt(diff / ref);
+}
+
+// Polls `done` until it holds or `timeout` passes (a wait, not a timing assertion).
+inline bool WaitUntil(const std::function<bool()>& done,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// Routes spdlog's default logger into a string for the test's duration.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
+    auto logger = std::make_shared<spdlog::logger>("capture", sink);
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() {
+    spdlog::default_logger()->flush();
+    return stream_.str();
+  }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// A fresh folder under the build tree's temporary space, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("ucudnn-client-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+}  // namespace ucudnn::testing

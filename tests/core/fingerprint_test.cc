@@ -1,0 +1,232 @@
+#include "ucudnn/core/fingerprint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ucudnn/core/problem.h"
+
+namespace ucudnn {
+namespace {
+
+using ::testing::StartsWith;
+
+DeviceFingerprint H100() {
+  DeviceFingerprint f;
+  f.backend = "cudnn";
+  f.name = "NVIDIA H100 80GB HBM3";
+  f.cc_major = 9;
+  f.cc_minor = 0;
+  f.sm_count = 132;
+  f.memory_bytes = 85045854208ull;
+  f.cudnn_version = 91400;
+  f.cuda_runtime_version = 13000;
+  return f;
+}
+
+DeviceFingerprint Xeon() {
+  DeviceFingerprint f;
+  f.backend = "cpu";
+  f.name = "Intel(R) Xeon(R) CPU @ 2.20GHz";
+  f.sm_count = 2;
+  f.memory_bytes = 8339963904ull;
+  f.blas = "openblas 0.3.21";
+  return f;
+}
+
+void ExpectInvalid(const DeviceFingerprint& f, const std::string& message) {
+  Status s = Validate(f);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << f.Key();
+  EXPECT_EQ(s.message(), message) << f.Key();
+}
+
+TEST(FingerprintKey, Format) {
+  EXPECT_EQ(H100().Key(),
+            "v1;backend=cudnn;name=NVIDIA H100 80GB HBM3;cc=9.0;sm=132;mem=85045854208;"
+            "cudnn=91400;cuda=13000;blas=");
+  EXPECT_EQ(Xeon().Key(),
+            "v1;backend=cpu;name=Intel(R) Xeon(R) CPU @ 2.20GHz;cc=0.0;sm=2;mem=8339963904;"
+            "cudnn=0;cuda=0;blas=openblas 0.3.21");
+}
+
+TEST(FingerprintKey, SeparatorsInNamesAreReplaced) {
+  DeviceFingerprint f = Xeon();
+  f.name = "a;b=c";
+  f.blas = "x=y;z";
+  EXPECT_EQ(f.Key(),
+            "v1;backend=cpu;name=a_b_c;cc=0.0;sm=2;mem=8339963904;cudnn=0;cuda=0;blas=x_y_z");
+  // Other characters, including spaces and non-ASCII, are kept verbatim.
+  f.name = "  Ärger (R)  ";
+  EXPECT_THAT(f.Key(), ::testing::HasSubstr(";name=  Ärger (R)  ;"));
+}
+
+// Pinned: fingerprint hashes identify devices in the database of every installation.
+TEST(FingerprintHash, PinnedValues) {
+  EXPECT_EQ(H100().Hash(), 0x4c2360e2eab95ef2ull);
+  EXPECT_EQ(Xeon().Hash(), 0xf8433e7a7a0317ecull);
+  EXPECT_EQ(H100().Hash(), Fnv1a64(H100().Key()));
+}
+
+TEST(FingerprintHash, EveryFieldMatters) {
+  const DeviceFingerprint base = H100();
+  std::vector<std::function<void(DeviceFingerprint&)>> changes = {
+      [](DeviceFingerprint& f) { f.backend = "cpu"; },
+      [](DeviceFingerprint& f) { f.name = "NVIDIA H100 PCIe"; },
+      [](DeviceFingerprint& f) { f.cc_major = 8; },
+      [](DeviceFingerprint& f) { f.cc_minor = 1; },
+      [](DeviceFingerprint& f) { f.sm_count = 114; },
+      [](DeviceFingerprint& f) { f.memory_bytes += 1; },
+      [](DeviceFingerprint& f) { f.cudnn_version = 91900; },
+      [](DeviceFingerprint& f) { f.cuda_runtime_version = 12080; },
+      [](DeviceFingerprint& f) { f.blas = "x"; },
+  };
+  std::set<uint64_t> hashes = {base.Hash()};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    DeviceFingerprint f = base;
+    changes[i](f);
+    EXPECT_NE(f, base) << i;
+    EXPECT_TRUE(hashes.insert(f.Hash()).second) << i << ": " << f.Key();
+  }
+  // cc 1.10 and 11.0 must not collide ("cc=1.10" vs "cc=11.0").
+  DeviceFingerprint a = base, b = base;
+  a.cc_major = 1;
+  a.cc_minor = 10;
+  b.cc_major = 11;
+  b.cc_minor = 0;
+  EXPECT_NE(a.Key(), b.Key());
+}
+
+TEST(FingerprintValidate, ValidExamples) {
+  EXPECT_TRUE(Validate(H100()).ok()) << Validate(H100()).ToString();
+  EXPECT_TRUE(Validate(Xeon()).ok()) << Validate(Xeon()).ToString();
+  // The CPU backend needs no GPU fields and no memory size.
+  DeviceFingerprint cpu = Xeon();
+  cpu.memory_bytes = 0;
+  cpu.blas.clear();
+  EXPECT_TRUE(Validate(cpu).ok());
+}
+
+TEST(FingerprintValidate, Backend) {
+  for (const char* bad : {"gpu", "", "CUDNN", "cudnn ", "cuda"}) {
+    DeviceFingerprint f = H100();
+    f.backend = bad;
+    ExpectInvalid(f, std::string("backend: must be \"cudnn\" or \"cpu\", got \"") + bad + "\"");
+  }
+}
+
+TEST(FingerprintValidate, Name) {
+  DeviceFingerprint f = H100();
+  f.name = "";
+  ExpectInvalid(f, "name: required");
+  f.name = std::string(256, 'x');
+  EXPECT_TRUE(Validate(f).ok());
+  f.name = std::string(257, 'x');
+  ExpectInvalid(f, "name: at most 256 bytes, got 257");
+  f.name = std::string("H100\0x", 6);
+  ExpectInvalid(f, "name: must not contain NUL bytes");
+  for (const char* bad_utf8 :
+       {"\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "ok\xe2\x82"}) {
+    f.name = bad_utf8;
+    ExpectInvalid(f, "name: must be valid UTF-8");
+  }
+  for (const char* good_utf8 : {"\xc3\xa4", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "a\x7f"}) {
+    f.name = good_utf8;
+    EXPECT_TRUE(Validate(f).ok()) << good_utf8;
+  }
+}
+
+TEST(FingerprintValidate, Blas) {
+  DeviceFingerprint f = Xeon();
+  f.blas = std::string(256, 'b');
+  EXPECT_TRUE(Validate(f).ok());
+  f.blas = std::string(257, 'b');
+  ExpectInvalid(f, "blas: at most 256 bytes, got 257");
+  f.blas = "\xfe";
+  ExpectInvalid(f, "blas: must be valid UTF-8");
+}
+
+TEST(FingerprintValidate, CudnnNeedsItsGpuFields) {
+  DeviceFingerprint f = H100();
+  f.cc_major = 0;
+  ExpectInvalid(f, "cc_major: must be positive for backend \"cudnn\", got 0");
+  f = H100();
+  f.sm_count = 0;
+  ExpectInvalid(f, "sm_count: must be positive for backend \"cudnn\", got 0");
+  f = H100();
+  f.cudnn_version = 0;
+  ExpectInvalid(f, "cudnn_version: must be positive for backend \"cudnn\", got 0");
+  f = H100();
+  f.memory_bytes = 0;
+  ExpectInvalid(f, "memory_bytes: must be positive for backend \"cudnn\", got 0");
+  // Minimal positive values pass; cc_minor 0 and an unknown runtime version are allowed.
+  f = H100();
+  f.cc_major = 1;
+  f.sm_count = 1;
+  f.cudnn_version = 1;
+  f.memory_bytes = 1;
+  f.cuda_runtime_version = 0;
+  EXPECT_TRUE(Validate(f).ok());
+}
+
+TEST(FingerprintValidate, CpuNeedsCores) {
+  DeviceFingerprint f = Xeon();
+  f.sm_count = 0;
+  ExpectInvalid(f, "sm_count: must be positive for backend \"cpu\", got 0");
+  f.sm_count = 1;
+  EXPECT_TRUE(Validate(f).ok());
+}
+
+TEST(FingerprintValidate, NegativeNumbers) {
+  const std::vector<std::pair<std::string, std::function<void(DeviceFingerprint&)>>> cases = {
+      {"cc_major", [](DeviceFingerprint& f) { f.cc_major = -1; }},
+      {"cc_minor", [](DeviceFingerprint& f) { f.cc_minor = -1; }},
+      {"sm_count", [](DeviceFingerprint& f) { f.sm_count = -1; }},
+      {"cudnn_version", [](DeviceFingerprint& f) { f.cudnn_version = -1; }},
+      {"cuda_runtime_version", [](DeviceFingerprint& f) { f.cuda_runtime_version = -1; }},
+  };
+  for (const DeviceFingerprint& base : {H100(), Xeon()}) {
+    for (const auto& [field, change] : cases) {
+      DeviceFingerprint f = base;
+      change(f);
+      ExpectInvalid(f, field + ": must be >= 0, got -1");
+    }
+  }
+}
+
+TEST(CpuFingerprint, DescribesThisMachine) {
+  const DeviceFingerprint f = CpuFingerprint();
+  EXPECT_TRUE(Validate(f).ok()) << Validate(f).ToString() << " " << f.Key();
+  EXPECT_EQ(f.backend, "cpu");
+  EXPECT_FALSE(f.name.empty());
+  EXPECT_EQ(f.cc_major, 0);
+  EXPECT_EQ(f.cudnn_version, 0);
+  EXPECT_EQ(f.cuda_runtime_version, 0);
+  EXPECT_GT(f.memory_bytes, 0u);
+  EXPECT_EQ(f.memory_bytes % 1024, 0u);  // MemTotal is in KiB
+  // "openblas 0.3.21": the version only, not the build's core name.
+  EXPECT_THAT(f.blas, StartsWith("openblas "));
+  EXPECT_THAT(f.blas, ::testing::MatchesRegex("openblas [0-9]+\\.[0-9]+\\.[0-9]+.*"));
+  EXPECT_EQ(f.blas.find(' ', 9), std::string::npos) << f.blas;
+
+  // Cross-check with /proc: one "processor" line per logical core.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  int processors = 0;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("processor", 0) == 0) ++processors;
+  }
+  if (processors > 0) {
+    EXPECT_EQ(f.sm_count, processors);
+  }
+  // Stable from one call to the next (the fingerprint is a database key).
+  EXPECT_EQ(CpuFingerprint(), f);
+  EXPECT_EQ(CpuFingerprint().Hash(), f.Hash());
+}
+
+}  // namespace
+}  // namespace ucudnn

@@ -1,0 +1,330 @@
+#include "ucudnn/core/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/conv_reference.h"
+#include "ucudnn/core/random_fill.h"
+
+namespace ucudnn {
+namespace {
+
+using testing::RandomSmallProblem;
+using testing::ReferenceConv;
+using testing::RelativeL2;
+using testing::SizesOf;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kGuard = 12345.0f;  // written past the end of outputs to catch overruns
+constexpr size_t kGuardElements = 64;
+
+std::vector<float> Random(size_t count, uint64_t seed) {
+  std::vector<float> v(count);
+  GenerateRandom(v.data(), count, DataType::kFloat32, seed);
+  return v;
+}
+
+ConvProblem ResNetLikeProblem(ConvOp op) {
+  ConvProblem p;
+  p.op = op;
+  p.c = 8;
+  p.h = p.w = 9;
+  p.k = 12;
+  p.r = p.s = 3;
+  p.pad_h = p.pad_w = 1;
+  return p;
+}
+
+struct AlphaBeta {
+  float alpha, beta;
+};
+constexpr AlphaBeta kAlphaBetas[] = {
+    {1.0f, 0.0f}, {0.5f, 0.0f}, {1.0f, 1.0f}, {-1.5f, 0.25f}, {2.0f, -1.0f}};
+
+// One Run of `algo` on `p` against the float64 reference; the output starts as NaN when beta = 0
+// (every element must be written, and not read) and as random data otherwise.
+void CheckAgainstReference(CpuBackend& backend, const ConvProblem& p, int64_t batch, int algo,
+                           AlphaBeta ab, uint64_t seed) {
+  SCOPED_TRACE(CanonicalKey(p) + " batch=" + std::to_string(batch) +
+               " algo=" + std::to_string(algo) + " alpha=" + std::to_string(ab.alpha) +
+               " beta=" + std::to_string(ab.beta));
+  const testing::TensorSizes sizes = SizesOf(p, batch);
+  std::vector<float> a, b;
+  size_t out_count = 0;
+  ConvOperands ops;
+  switch (p.op) {
+    case ConvOp::kForward:
+      a = Random(sizes.x, seed);
+      b = Random(sizes.w, seed + 1);
+      out_count = sizes.y;
+      break;
+    case ConvOp::kBackwardData:
+      a = Random(sizes.y, seed);
+      b = Random(sizes.w, seed + 1);
+      out_count = sizes.x;
+      break;
+    case ConvOp::kBackwardFilter:
+      a = Random(sizes.x, seed);
+      b = Random(sizes.y, seed + 1);
+      out_count = sizes.w;
+      break;
+  }
+  std::vector<float> initial =
+      ab.beta == 0.0f ? std::vector<float>(out_count, kNaN) : Random(out_count, seed + 2);
+  std::vector<float> out = initial;
+  out.resize(out_count + kGuardElements, kGuard);
+  switch (p.op) {
+    case ConvOp::kForward:
+      ops.x = a.data();
+      ops.w = b.data();
+      ops.y = out.data();
+      break;
+    case ConvOp::kBackwardData:
+      ops.dy = a.data();
+      ops.w = b.data();
+      ops.dx = out.data();
+      break;
+    case ConvOp::kBackwardFilter:
+      ops.x = a.data();
+      ops.dy = b.data();
+      ops.dw = out.data();
+      break;
+  }
+
+  Result<size_t> ws_bytes = backend.WorkspaceSize(p, batch, algo);
+  ASSERT_TRUE(ws_bytes.ok()) << ws_bytes.status().ToString();
+  // Stale NaNs in the workspace must not leak into the result.
+  std::vector<float> workspace(*ws_bytes / sizeof(float) + 1, kNaN);
+  Status st = backend.Run(p, batch, algo, ops, workspace.data(), *ws_bytes, ab.alpha, ab.beta);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+
+  for (size_t i = out_count; i < out.size(); ++i) ASSERT_EQ(out[i], kGuard) << "overrun at " << i;
+  out.resize(out_count);
+  std::vector<double> want = ReferenceConv(p, batch, a, b);
+  for (size_t i = 0; i < out_count; ++i) {
+    want[i] *= ab.alpha;
+    if (ab.beta != 0.0f) want[i] += double{ab.beta} * initial[i];
+  }
+  EXPECT_LT(RelativeL2(out, want), 1e-5);
+}
+
+class CpuBackendReferenceTest : public ::testing::TestWithParam<std::tuple<ConvOp, int>> {};
+
+TEST_P(CpuBackendReferenceTest, MatchesFloat64ReferenceOnRandomProblems) {
+  const auto [op, algo] = GetParam();
+  CpuBackend backend;
+  std::mt19937_64 rng(1000 + static_cast<int>(op) * 10 + algo);
+  constexpr int kProblems = 40;
+  for (int i = 0; i < kProblems; ++i) {
+    const ConvProblem p = RandomSmallProblem(op, rng);
+    const int64_t batch = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+    const AlphaBeta ab = kAlphaBetas[i % std::size(kAlphaBetas)];
+    CheckAgainstReference(backend, p, batch, algo, ab, 77 + i);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST_P(CpuBackendReferenceTest, MatchesReferenceOnAFixedLayer) {
+  const auto [op, algo] = GetParam();
+  CpuBackend backend;
+  ConvProblem p = ResNetLikeProblem(op);
+  CheckAgainstReference(backend, p, 3, algo, {1.0f, 0.0f}, 5);
+  p.stride_h = p.stride_w = 2;
+  p.groups = 4;
+  CheckAgainstReference(backend, p, 2, algo, {0.75f, 0.5f}, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOpsAllAlgos, CpuBackendReferenceTest,
+                         ::testing::Combine(::testing::Values(ConvOp::kForward,
+                                                              ConvOp::kBackwardData,
+                                                              ConvOp::kBackwardFilter),
+                                            ::testing::Values(kCpuAlgoDirect, kCpuAlgoIm2colGemm,
+                                                              kCpuAlgoIm2colGemmPerSample)),
+                         [](const auto& info) {
+                           return std::string(ToString(std::get<0>(info.param))) + "_algo" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(CpuBackendTest, AlgorithmsAreTheSameForEveryOp) {
+  CpuBackend backend;
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    const std::vector<AlgorithmInfo> algos = backend.Algorithms(op);
+    ASSERT_EQ(algos.size(), 3u);
+    EXPECT_EQ(algos[0].id, kCpuAlgoDirect);
+    EXPECT_EQ(algos[0].name, "direct");
+    EXPECT_EQ(algos[1].id, kCpuAlgoIm2colGemm);
+    EXPECT_EQ(algos[1].name, "im2col_gemm");
+    EXPECT_EQ(algos[2].id, kCpuAlgoIm2colGemmPerSample);
+    EXPECT_EQ(algos[2].name, "im2col_gemm_per_sample");
+  }
+}
+
+TEST(CpuBackendTest, FingerprintIsTheCpus) {
+  CpuBackend backend;
+  EXPECT_EQ(backend.fingerprint().backend, "cpu");
+  EXPECT_EQ(backend.fingerprint(), CpuFingerprint());
+}
+
+TEST(CpuBackendTest, WorkspaceGrowsWithBatchOnlyForWholeBatchIm2col) {
+  CpuBackend backend;
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    const ConvProblem p = ResNetLikeProblem(op);
+    const size_t per_sample_gemm = static_cast<size_t>(
+        (p.c * p.r * p.s + p.k) * p.out_h() * p.out_w() * static_cast<int64_t>(sizeof(float)));
+    size_t previous = 0;
+    for (int64_t batch : {1, 2, 3, 8, 64, 256}) {
+      Result<size_t> direct = backend.WorkspaceSize(p, batch, kCpuAlgoDirect);
+      Result<size_t> whole = backend.WorkspaceSize(p, batch, kCpuAlgoIm2colGemm);
+      Result<size_t> one = backend.WorkspaceSize(p, batch, kCpuAlgoIm2colGemmPerSample);
+      ASSERT_TRUE(direct.ok() && whole.ok() && one.ok());
+      EXPECT_EQ(*direct, 0u);
+      EXPECT_EQ(*whole, per_sample_gemm * batch);  // linear in the batch
+      EXPECT_GT(*whole, previous);
+      previous = *whole;
+      EXPECT_EQ(*one, static_cast<size_t>(p.c * p.r * p.s * p.out_h() * p.out_w() * 4));
+    }
+  }
+}
+
+TEST(CpuBackendTest, UnsupportedTypesAndLayouts) {
+  CpuBackend backend;
+  std::vector<float> buf(4096, 1.0f);
+  ConvOperands ops{buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data()};
+  auto expect_unsupported = [&](const ConvProblem& p, const std::string& field) {
+    for (int algo = 0; algo < kCpuAlgoCount; ++algo) {
+      Result<size_t> ws = backend.WorkspaceSize(p, 1, algo);
+      ASSERT_FALSE(ws.ok());
+      EXPECT_EQ(ws.status().code(), StatusCode::kUnsupported) << ws.status().ToString();
+      EXPECT_NE(ws.status().message().find(field), std::string::npos) << ws.status().ToString();
+      Status st = backend.Run(p, 1, algo, ops, buf.data(), 0, 1.0f, 0.0f);
+      EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.ToString();
+    }
+  };
+  ConvProblem p = ResNetLikeProblem(ConvOp::kForward);
+  p.data_type = DataType::kFloat16;
+  p.compute_type = DataType::kFloat16;
+  expect_unsupported(p, "data_type");
+  p.data_type = DataType::kBFloat16;
+  p.compute_type = DataType::kFloat32;
+  expect_unsupported(p, "data_type");
+  p = ResNetLikeProblem(ConvOp::kBackwardData);
+  p.layout = Layout::kNHWC;
+  expect_unsupported(p, "layout");
+  p = ResNetLikeProblem(ConvOp::kBackwardFilter);
+  p.compute_type = DataType::kFloat16;
+  expect_unsupported(p, "compute_type");
+
+  // Math modes are accepted and computed in fp32.
+  p = ResNetLikeProblem(ConvOp::kForward);
+  p.math = MathMode::kTensorOp;
+  EXPECT_TRUE(backend.WorkspaceSize(p, 1, kCpuAlgoIm2colGemm).ok());
+}
+
+TEST(CpuBackendTest, HugeProblemsAreUnsupportedNotOverflowed) {
+  CpuBackend backend;
+  ConvProblem p;
+  p.c = 1 << 16;
+  p.k = 1;
+  p.h = p.w = 1 << 10;
+  p.r = p.s = 1 << 10;
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+  Result<size_t> whole = backend.WorkspaceSize(p, 1 << 16, kCpuAlgoIm2colGemm);
+  EXPECT_EQ(whole.status().code(), StatusCode::kUnsupported) << whole.status().ToString();
+  Result<size_t> direct = backend.WorkspaceSize(p, 1 << 16, kCpuAlgoDirect);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(*direct, 0u);
+}
+
+TEST(CpuBackendTest, RejectsInvalidInput) {
+  CpuBackend backend;
+  const ConvProblem p = ResNetLikeProblem(ConvOp::kForward);
+  std::vector<float> x(SizesOf(p, 1).x, 1.0f), w(SizesOf(p, 1).w, 1.0f);
+  std::vector<float> y(SizesOf(p, 1).y, 7.0f);
+  ConvOperands ops;
+  ops.x = x.data();
+  ops.w = w.data();
+  ops.y = y.data();
+
+  EXPECT_EQ(backend.WorkspaceSize(p, 1, 3).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.WorkspaceSize(p, 1, -1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.WorkspaceSize(p, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  ConvProblem bad = p;
+  bad.groups = 3;
+  Result<size_t> bad_ws = backend.WorkspaceSize(bad, 1, 0);
+  EXPECT_EQ(bad_ws.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_ws.status().message().find("groups"), std::string::npos);
+
+  const size_t needed = *backend.WorkspaceSize(p, 1, kCpuAlgoIm2colGemm);
+  std::vector<char> workspace(needed);
+  Status st = backend.Run(p, 1, kCpuAlgoIm2colGemm, ops, workspace.data(), needed - 1, 1, 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("workspace_bytes"), std::string::npos) << st.ToString();
+  st = backend.Run(p, 1, kCpuAlgoIm2colGemm, ops, nullptr, needed, 1, 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  ConvOperands no_w = ops;
+  no_w.w = nullptr;
+  st = backend.Run(p, 1, kCpuAlgoDirect, no_w, nullptr, 0, 1, 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("operands.w"), std::string::npos) << st.ToString();
+  for (float v : y) ASSERT_EQ(v, 7.0f);  // nothing ran
+
+  // Direct needs no workspace at all.
+  EXPECT_TRUE(backend.Run(p, 1, kCpuAlgoDirect, ops, nullptr, 0, 1, 0).ok());
+}
+
+TEST(CpuBackendTest, AllocateAndCopy) {
+  CpuBackend backend;
+  Result<std::unique_ptr<BackendBuffer>> empty = backend.Allocate(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->size(), 0u);
+  EXPECT_NE((*empty)->data(), nullptr);
+
+  Result<std::unique_ptr<BackendBuffer>> buf = backend.Allocate(1000);
+  ASSERT_TRUE(buf.ok());
+  EXPECT_EQ((*buf)->size(), 1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*buf)->data()) % 64, 0u);
+  std::vector<float> host = Random(250, 3), back(250, 0.0f);
+  ASSERT_TRUE(backend.CopyToDevice((*buf)->data(), host.data(), 1000).ok());
+  ASSERT_TRUE(backend.CopyToHost(back.data(), (*buf)->data(), 1000).ok());
+  EXPECT_EQ(back, host);
+  EXPECT_EQ(backend.CopyToHost(nullptr, (*buf)->data(), 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.CopyToDevice((*buf)->data(), nullptr, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(backend.CopyToDevice(nullptr, nullptr, 0).ok());
+  EXPECT_TRUE(backend.Synchronize().ok());
+}
+
+TEST(CpuBackendTest, TimeRunsReturnsOneTimePerRunAndComputes) {
+  CpuBackend backend;
+  const ConvProblem p = ResNetLikeProblem(ConvOp::kForward);
+  const testing::TensorSizes sizes = SizesOf(p, 2);
+  std::vector<float> x = Random(sizes.x, 1), w = Random(sizes.w, 2);
+  std::vector<float> y(sizes.y, kNaN);
+  ConvOperands ops;
+  ops.x = x.data();
+  ops.w = w.data();
+  ops.y = y.data();
+  const size_t ws = *backend.WorkspaceSize(p, 2, kCpuAlgoIm2colGemm);
+  std::vector<char> workspace(ws);
+  Result<std::vector<double>> times =
+      backend.TimeRuns(p, 2, kCpuAlgoIm2colGemm, ops, workspace.data(), ws, 1, 5);
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  ASSERT_EQ(times->size(), 5u);
+  for (double t : *times) EXPECT_GT(t, 0.0);
+  EXPECT_LT(RelativeL2(y, ReferenceConv(p, 2, x, w)), 1e-5);
+
+  EXPECT_EQ(backend.TimeRuns(p, 2, 0, ops, nullptr, 0, 0, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.TimeRuns(p, 2, 0, ops, nullptr, 0, -1, 1).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.TimeRuns(p, 2, kCpuAlgoIm2colGemm, ops, nullptr, 0, 0, 1).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ucudnn

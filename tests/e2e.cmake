@@ -1,0 +1,47 @@
+# End-to-end and fault tests (issue 7): the real ucudnn-server and ucudnn-worker binaries as child
+# processes against a throw-away PostgreSQL, CPU backend, tiny problems; plus libFuzzer targets
+# over request validation and plan decoding, built with clang as a separate little CMake project
+# (fuzz/) and run for a bounded time.
+ucudnn_add_test(NAME ucudnn_e2e_tests
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/e2e_util.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/cluster_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/faults_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/bad_input_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/load_test.cc
+  LIBS ucudnn_test_postgres ucudnn_client_core ucudnn_store ucudnn_proto_convert ucudnn_core
+       ucudnn_proto gRPC::grpc++ PkgConfig::PQXX Threads::Threads
+  LABELS e2e
+  TIMEOUT 180)
+# The client library's session (the training client of the fault tests) is an internal header.
+target_include_directories(ucudnn_e2e_tests PRIVATE ${PROJECT_SOURCE_DIR}/client_lib/src)
+# The tests start these binaries.
+add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker)
+
+# ---- Fuzzing ------------------------------------------------------------------------------------
+# The project compiles with g++; libFuzzer needs clang. fuzz/ is its own CMake project, configured
+# with clang++ by tests/e2e/run_fuzz.sh into ${PROJECT_BINARY_DIR}/fuzz, compiling the sources it
+# exercises (validation, conversions, the client's plan-cache parser, the generated messages of
+# this build) with -fsanitize=fuzzer-no-link,address,undefined so the fuzzer sees their coverage.
+# Each ctest test builds (a no-op when up to date) and runs one target for a bounded time over the
+# committed seed corpus; without clang it skips (exit code 77).
+set(UCUDNN_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs in the test suite")
+set(ucudnn_fuzz_targets plan_request_fuzzer plan_decode_fuzzer plan_cache_fuzzer)
+# Builds the fuzzers ahead of the tests (ninja ucudnn_fuzzers); the tests build them otherwise.
+add_custom_target(ucudnn_fuzzers
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/e2e/run_fuzz.sh --build-only ${PROJECT_SOURCE_DIR}
+          ${PROJECT_BINARY_DIR}
+  DEPENDS ucudnn_proto
+  USES_TERMINAL
+  COMMENT "Building the libFuzzer targets with clang (fuzz/)")
+foreach(target IN LISTS ucudnn_fuzz_targets)
+  add_test(NAME ucudnn_fuzz_${target}
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/e2e/run_fuzz.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}
+            ${target} ${UCUDNN_FUZZ_SECONDS})
+  set_tests_properties(ucudnn_fuzz_${target} PROPERTIES
+    LABELS "e2e;fuzz"
+    TIMEOUT 600
+    SKIP_RETURN_CODE 77
+    # One clang build at a time: the first test builds every target, the others find them built.
+    RESOURCE_LOCK ucudnn_fuzz_build)
+endforeach()

@@ -1,0 +1,183 @@
+// The whole system on one machine: PostgreSQL, two ucudnn-server replicas and two CPU workers
+// as separate processes. A client plans a tiny network through server A (waiting for the
+// benchmarks), server B serves the catalog; every timing is stored once, and the same request to
+// B is answered from the shared plan cache.
+#include <gmock/gmock.h>
+
+#include <set>
+
+#include "e2e/e2e_fixture.h"
+
+namespace ucudnn::e2e {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::Eq;
+
+class ClusterTest : public E2eTest {};
+
+TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
+  ServerProcess* a = StartServer("a");
+  ServerProcess* b = StartServer("b");
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_TRUE(StartWorker("w1") != nullptr);
+  ASSERT_TRUE(StartWorker("w2") != nullptr);
+  ASSERT_TRUE(WaitWorkersRegistered(2));
+
+  // The catalog on B sees both workers alive, on one device: this machine's CPU.
+  auto catalog = b->Catalog();
+  {
+    v1::ListWorkersResponse workers;
+    v1::ListWorkersRequest request;
+    request.set_alive_only(true);
+    const auto status = catalog->ListWorkers(ContextWithDeadline(seconds(10)).get(), request,
+                                             &workers);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    ASSERT_EQ(workers.workers_size(), 2);
+    for (const auto& w : workers.workers()) {
+      auto device = FromProto(w.device());
+      ASSERT_TRUE(device.ok()) << device.status().ToString();
+      EXPECT_EQ(*device, CpuDevice()) << "the client's fingerprint must match the workers'";
+    }
+  }
+
+  // Plan through A, waiting for the benchmarks.
+  const auto network = TinyNetwork();
+  const v1::GetPlanRequest request = PlanRequestFor(network, /*max_wait_ms=*/60000);
+  v1::GetPlanResponse first;
+  {
+    const auto status =
+        a->Planner()->GetPlan(ContextWithDeadline(seconds(90)).get(), request, &first);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+  }
+  EXPECT_FALSE(first.from_cache());
+  ASSERT_EQ(first.plan().status(), v1::PLAN_STATUS_COMPLETE) << first.plan().DebugString();
+  ASSERT_EQ(first.plan().kernels_size(), static_cast<int>(network.size()));
+  for (int i = 0; i < first.plan().kernels_size(); ++i) {
+    const auto& kernel = first.plan().kernels(i);
+    EXPECT_EQ(kernel.status(), v1::KERNEL_PLAN_STATUS_PLANNED) << i;
+    EXPECT_EQ(kernel.kernel().name(), network[static_cast<size_t>(i)].name);
+    EXPECT_GT(kernel.time_ms(), 0.0);
+  }
+  // The plan decodes and passes every consistency check a client applies.
+  auto decoded = FromProto(first.plan());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(first.plan().missing_size(), 0);
+
+  // Exactly one benchmark job per distinct problem, each done at its first attempt.
+  const auto problems = DistinctProblems(network);
+  ASSERT_EQ(problems.size(), kTinyNetworkProblems);
+  {
+    v1::ListJobsResponse jobs;
+    const auto status =
+        catalog->ListJobs(ContextWithDeadline(seconds(10)).get(), v1::ListJobsRequest(), &jobs);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    ASSERT_EQ(jobs.jobs_size(), static_cast<int>(problems.size()));
+    EXPECT_EQ(jobs.queue_depth(), 0);
+    std::set<std::string> job_problems;
+    for (const auto& job : jobs.jobs()) {
+      EXPECT_EQ(job.state(), "done");
+      EXPECT_EQ(job.attempts(), 1);
+      EXPECT_THAT(job.worker_id(), AnyOf(Eq("w1:cpu"), Eq("w2:cpu")));
+      auto problem = FromProto(job.problem());
+      ASSERT_TRUE(problem.ok());
+      job_problems.insert(CanonicalKey(*problem));
+    }
+    EXPECT_EQ(job_problems.size(), problems.size());
+  }
+
+  // Every (micro-batch, algorithm) of every problem stored once, written by one worker.
+  size_t expected_total = 0;
+  for (const auto& [problem, max_batch] : problems) {
+    v1::GetTimingsRequest timings_request;
+    *timings_request.mutable_device() = ToProto(CpuDevice());
+    *timings_request.mutable_problem() = ToProto(problem);
+    v1::GetTimingsResponse timings;
+    const auto status =
+        catalog->GetTimings(ContextWithDeadline(seconds(10)).get(), timings_request, &timings);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    const size_t expected = ExpectedTimings(problem, max_batch);
+    expected_total += expected;
+    EXPECT_EQ(static_cast<size_t>(timings.timings_size()), expected) << CanonicalKey(problem);
+    std::set<std::pair<int64_t, int>> keys;
+    std::set<std::string> writers;
+    int ok = 0;
+    for (const auto& t : timings.timings()) {
+      keys.emplace(t.micro_batch(), t.algo());
+      writers.insert(t.measured_by());
+      ok += t.status() == v1::TIMING_STATUS_OK ? 1 : 0;
+    }
+    EXPECT_EQ(keys.size(), static_cast<size_t>(timings.timings_size())) << "a duplicate timing";
+    EXPECT_EQ(writers.size(), 1u) << "one job, one writer";
+    EXPECT_GT(ok, 0);
+  }
+  auto rows = Query("SELECT count(*) FROM timings");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(static_cast<size_t>(*rows), expected_total);
+  auto duplicates = Query(
+      "SELECT count(*) FROM (SELECT 1 FROM timings GROUP BY device_id, problem_id, micro_batch, "
+      "algo HAVING count(*) > 1) d");
+  ASSERT_TRUE(duplicates.ok());
+  EXPECT_EQ(*duplicates, 0);
+
+  {
+    v1::ListDevicesResponse devices;
+    const auto status = catalog->ListDevices(ContextWithDeadline(seconds(10)).get(),
+                                             v1::ListDevicesRequest(), &devices);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    ASSERT_EQ(devices.devices_size(), 1);
+    EXPECT_EQ(static_cast<size_t>(devices.devices(0).timing_count()), expected_total);
+    EXPECT_EQ(devices.devices(0).live_workers(), 2);
+  }
+  {
+    v1::GetParetoFrontRequest pareto_request;
+    *pareto_request.mutable_device() = ToProto(CpuDevice());
+    *pareto_request.mutable_kernel() = ToProto(network[0]);
+    v1::GetParetoFrontResponse front;
+    const auto status =
+        catalog->GetParetoFront(ContextWithDeadline(seconds(10)).get(), pareto_request, &front);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    ASSERT_GT(front.points_size(), 0);
+    for (int i = 1; i < front.points_size(); ++i) {
+      EXPECT_GT(front.points(i).workspace_bytes(), front.points(i - 1).workspace_bytes());
+      EXPECT_LT(front.points(i).time_ms(), front.points(i - 1).time_ms());
+    }
+  }
+  {
+    v1::ExplainPlanRequest explain_request;
+    *explain_request.mutable_request() = request;
+    v1::ExplainPlanResponse explained;
+    const auto status =
+        catalog->ExplainPlan(ContextWithDeadline(seconds(10)).get(), explain_request, &explained);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    EXPECT_EQ(explained.plan().status(), v1::PLAN_STATUS_COMPLETE);
+    EXPECT_THAT(explained.text(), ::testing::HasSubstr("conv2/bwd_data"));
+  }
+
+  // The identical request to B: a hit in the plan cache A filled (shared through the database),
+  // the very same plan.
+  v1::GetPlanResponse second;
+  {
+    const auto status =
+        b->Planner()->GetPlan(ContextWithDeadline(seconds(30)).get(), request, &second);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+  }
+  EXPECT_TRUE(second.from_cache());
+  EXPECT_EQ(second.waited_ms(), 0u);
+  EXPECT_EQ(second.plan().plan_hash(), first.plan().plan_hash());
+  EXPECT_EQ(second.plan().SerializeAsString(), first.plan().SerializeAsString());
+
+  // Nothing more was benchmarked or written for it.
+  auto jobs_after = Query("SELECT count(*) FROM jobs");
+  ASSERT_TRUE(jobs_after.ok());
+  EXPECT_EQ(static_cast<size_t>(*jobs_after), problems.size());
+  auto rows_after = Query("SELECT count(*) FROM timings");
+  ASSERT_TRUE(rows_after.ok());
+  EXPECT_EQ(*rows_after, *rows);
+
+  for (auto& s : servers_) EXPECT_TRUE(s->process().Running()) << s->name();
+  for (auto& w : workers_) EXPECT_TRUE(w->process().Running()) << w->worker_id();
+}
+
+}  // namespace
+}  // namespace ucudnn::e2e

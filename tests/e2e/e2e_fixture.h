@@ -1,0 +1,83 @@
+// The base fixture of the end-to-end tests: a fresh database in the test binary's throw-away
+// PostgreSQL, and servers and workers started as child processes, all killed when the test ends
+// (their logs printed when it failed).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "e2e/e2e_util.h"
+#include "support/postgres_fixture.h"
+#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/proto_convert.h"
+
+namespace ucudnn::e2e {
+
+class E2eTest : public test_support::PostgresTest {
+ protected:
+  void TearDown() override {
+    if (HasFailure()) {
+      for (auto& s : servers_) std::cerr << s->process().LogTail() << "\n";
+      for (auto& w : workers_) std::cerr << w->process().LogTail() << "\n";
+    }
+    // Workers first: they would only log reconnection attempts once the servers are gone.
+    workers_.clear();
+    servers_.clear();
+  }
+
+  // Starts a server; nullptr (and a test failure) when it cannot start.
+  ServerProcess* StartServer(const std::string& name, std::vector<std::string> extra = {}) {
+    auto server = ServerProcess::Start(url(), name, std::move(extra));
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (!server.ok()) return nullptr;
+    servers_.push_back(std::move(server).value());
+    return servers_.back().get();
+  }
+
+  // Starts a CPU worker with the fast benchmark settings (plus `extra`).
+  WorkerProcess* StartWorker(const std::string& prefix, std::vector<std::string> extra = {},
+                             bool fast = true) {
+    std::vector<std::string> flags = fast ? FastBenchmarkFlags() : std::vector<std::string>{};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto worker = WorkerProcess::Start(url(), prefix, std::move(flags));
+    EXPECT_TRUE(worker.ok()) << worker.status().ToString();
+    if (!worker.ok()) return nullptr;
+    workers_.push_back(std::move(worker).value());
+    return workers_.back().get();
+  }
+
+  // Waits until `count` workers are registered.
+  bool WaitWorkersRegistered(int64_t count) {
+    return WaitUntil([&] {
+      auto n = QueryInt(url(), "SELECT count(*) FROM workers");
+      return n.ok() && *n >= count;
+    });
+  }
+
+  // Timings one complete benchmark job of `problem` up to `max_micro_batch` writes.
+  static size_t ExpectedTimings(const ConvProblem& problem, int64_t max_micro_batch,
+                                BatchPolicy policy = BatchPolicy::kPowerOfTwo) {
+    static CpuBackend backend;
+    return MicroBatchSizes(policy, max_micro_batch).size() *
+           backend.Algorithms(problem.op).size();
+  }
+
+  Result<int64_t> Query(const std::string& sql) { return QueryInt(url(), sql); }
+
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;
+};
+
+// Kills `process` (the whole group) and checks it was the kill that ended it.
+inline void KillHard(ChildProcess& process) {
+  process.Signal(SIGKILL);
+  const auto status = process.WaitExit(seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+}
+
+}  // namespace ucudnn::e2e

@@ -1,0 +1,183 @@
+// cuDNN-backend specifics (built only with UCUDNN_ENABLE_CUDNN): the error helper and the
+// algorithm lists need no GPU; wrapping a caller's handle, the run-time version and the
+// descriptor cache do.
+#include <gtest/gtest.h>
+
+#include "cuda_check.h"
+#include "gpu/gpu_test_util.h"
+#include "ucudnn/core/cudnn_backend.h"
+#include "ucudnn/core/random_fill.h"
+
+namespace ucudnn::gputest {
+namespace {
+
+Status FailingCudnnCall() {
+  UCUDNN_GPU_CHECK(static_cast<cudnnStatus_t>(CUDNN_STATUS_NOT_SUPPORTED));
+  return Status::Ok();
+}
+
+TEST(CudaCheckTest, CudnnFailureReadsLikeASentence) {
+  const int line = __LINE__ + 1;
+  Status s = UCUDNN_GPU_STATUS(static_cast<cudnnStatus_t>(CUDNN_STATUS_NOT_SUPPORTED));
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("static_cast<cudnnStatus_t>(CUDNN_STATUS_NOT_SUPPORTED) failed: "
+                             "CUDNN_STATUS_NOT_SUPPORTED"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("at cudnn_backend_test.cc:" + std::to_string(line)), std::string::npos)
+      << s.message();
+  EXPECT_EQ(FailingCudnnCall().code(), StatusCode::kUnsupported);
+  std::printf("  %s\n", s.ToString().c_str());
+  EXPECT_TRUE(UCUDNN_GPU_STATUS(CUDNN_STATUS_SUCCESS).ok());
+}
+
+TEST(CudaCheckTest, CudaErrorsMapToWhatTheyMean) {
+  Status oom = UCUDNN_GPU_STATUS(cudaErrorMemoryAllocation);
+  EXPECT_EQ(oom.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(oom.message().find("cudaErrorMemoryAllocation"), std::string::npos) << oom.message();
+  EXPECT_EQ(UCUDNN_GPU_STATUS(cudaErrorNoDevice).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(UCUDNN_GPU_STATUS(cudaErrorIllegalAddress).code(), StatusCode::kInternal);
+  EXPECT_EQ(UCUDNN_GPU_STATUS(static_cast<cudnnStatus_t>(CUDNN_STATUS_EXECUTION_FAILED)).code(),
+            StatusCode::kInternal);
+  EXPECT_TRUE(UCUDNN_GPU_STATUS(cudaSuccess).ok());
+}
+
+TEST(CudaCheckTest, LongCallsAreShortened) {
+  EXPECT_EQ(gpu::CallText("cudnnGetConvolutionForwardWorkspaceSize(handle_, d->x, d->w, d->conv, "
+                          "d->y,\n    algo, &bytes)"),
+            "cudnnGetConvolutionForwardWorkspaceSize(...)");
+  EXPECT_EQ(gpu::CallText("cudaFree(  data_ )"), "cudaFree( data_ )");
+}
+
+TEST(CudnnAlgorithmsTest, AllLegacyAlgorithmsAreListed) {
+  EXPECT_EQ(CudnnAlgorithms(ConvOp::kForward).size(), 8u);
+  EXPECT_EQ(CudnnAlgorithms(ConvOp::kBackwardData).size(), 6u);
+  EXPECT_EQ(CudnnAlgorithms(ConvOp::kBackwardFilter).size(), 7u);
+  EXPECT_EQ(CudnnAlgorithms(ConvOp::kForward)[CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED].name,
+            "WINOGRAD_NONFUSED");
+  EXPECT_EQ(
+      CudnnAlgorithms(ConvOp::kBackwardFilter)[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING].name,
+      "FFT_TILING");
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    const auto algos = CudnnAlgorithms(op);
+    for (size_t i = 0; i < algos.size(); ++i) EXPECT_EQ(algos[i].id, static_cast<int>(i));
+  }
+}
+
+TEST(DistinctFingerprintsTest, OnePerGpuModel) {
+  DeviceFingerprint h100;
+  h100.backend = "cudnn";
+  h100.name = "NVIDIA H100 80GB HBM3";
+  h100.cc_major = 9;
+  h100.sm_count = 132;
+  h100.memory_bytes = uint64_t{85} << 30;
+  h100.cudnn_version = 91400;
+  h100.cuda_runtime_version = 13000;
+  DeviceFingerprint a100 = h100;
+  a100.name = "NVIDIA A100-SXM4-80GB";
+  a100.cc_major = 8;
+  a100.sm_count = 108;
+  const std::vector<DeviceFingerprint> distinct =
+      DistinctFingerprints({{0, h100}, {1, a100}, {2, h100}, {3, a100}});
+  ASSERT_EQ(distinct.size(), 2u);
+  EXPECT_EQ(distinct[0], h100);
+  EXPECT_EQ(distinct[1], a100);
+  EXPECT_TRUE(DistinctFingerprints({}).empty());
+}
+
+class CudnnBackendTest : public GpuTest {};
+
+TEST_F(CudnnBackendTest, FingerprintHasTheLoadedLibraryVersions) {
+  Result<DeviceFingerprint> f = GpuFingerprint(0);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->cudnn_version, static_cast<int>(cudnnGetVersion()));
+  int runtime = 0;
+  ASSERT_EQ(cudaRuntimeGetVersion(&runtime), cudaSuccess);
+  EXPECT_EQ(f->cuda_runtime_version, runtime);
+  std::printf("  cuDNN at run time %d (headers %d), CUDA runtime %d\n", f->cudnn_version,
+              CUDNN_VERSION, runtime);
+  Result<std::vector<GpuDevice>> gpus = ListGpus();
+  ASSERT_TRUE(gpus.ok()) << gpus.status().ToString();
+  EXPECT_EQ(static_cast<int>(gpus->size()), GpuCount());
+  EXPECT_GE(DistinctFingerprints(*gpus).size(), 1u);
+  EXPECT_EQ(GpuFingerprint(GpuCount()).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(CudnnBackendTest, WrapsACallersHandleWithoutTakingIt) {
+  cudnnHandle_t handle = nullptr;
+  ASSERT_EQ(cudnnCreate(&handle), CUDNN_STATUS_SUCCESS);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudnnSetStream(handle, stream), CUDNN_STATUS_SUCCESS);
+  {
+    Result<std::unique_ptr<CudnnBackend>> wrapped = CudnnBackend::Wrap(handle);
+    ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+    CudnnBackend& b = **wrapped;
+    EXPECT_FALSE(b.owns_handle());
+    EXPECT_EQ(b.handle(), handle);
+    EXPECT_EQ(b.stream(), stream);
+    ConvProblem p = MakeConv(16, 12, 24, 3, 1, 1);
+    const int64_t batch = 2;
+    HostTensors host = RandomTensors(p, batch, 5);
+    Result<std::vector<float>> ref = CpuReference(p, batch, host);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    Result<std::vector<float>> out =
+        RunAlgorithm(b, p, batch, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, host);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_LT(RelativeL2(*out, *ref), 3e-3);
+  }
+  // The handle outlives the backend and still works.
+  EXPECT_EQ(cudnnDestroy(handle), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(CudnnBackend::Wrap(nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudnnBackendTest, DescriptorsAreCachedPerShapeAndBatch) {
+  Result<std::unique_ptr<CudnnBackend>> made = CudnnBackend::Create(0);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  CudnnBackend& b = **made;
+  EXPECT_TRUE(b.owns_handle());
+  EXPECT_NE(b.stream(), nullptr);
+  ConvProblem p = MakeConv(32, 16, 32, 3, 1, 1);
+  ASSERT_TRUE(b.WorkspaceSize(p, 4, 0).ok());
+  ASSERT_TRUE(b.WorkspaceSize(p, 4, 1).ok());
+  EXPECT_EQ(b.cached_descriptor_sets(), 1u);
+  p.op = ConvOp::kBackwardFilter;  // same convolution, same descriptors
+  ASSERT_TRUE(b.WorkspaceSize(p, 4, 0).ok());
+  EXPECT_EQ(b.cached_descriptor_sets(), 1u);
+  ASSERT_TRUE(b.WorkspaceSize(p, 8, 0).ok());
+  EXPECT_EQ(b.cached_descriptor_sets(), 2u);
+}
+
+TEST_F(CudnnBackendTest, ProblemsTheLegacyApiCannotExpressAreUnsupported) {
+  ConvProblem p = MakeConv(16, 12, 16, 3, 1, 1);
+  p.data_type = DataType::kBFloat16;
+  p.compute_type = DataType::kBFloat16;
+  p.layout = Layout::kNHWC;
+  Result<size_t> ws = gpu()->WorkspaceSize(p, 2, 0);
+  EXPECT_EQ(ws.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(ws.status().message().find("compute_type"), std::string::npos);
+}
+
+TEST_F(CudnnBackendTest, TimeRunsReturnsOnePositiveTimePerRun) {
+  ConvProblem p = MakeConv(64, 28, 64, 3, 1, 1);
+  const int64_t batch = 4;
+  ConvBackend& b = *gpu();
+  auto x = b.Allocate(batch * p.input_elements_per_sample() * 4);
+  auto y = b.Allocate(batch * p.output_elements_per_sample() * 4);
+  auto w = b.Allocate(p.filter_elements() * 4);
+  ASSERT_TRUE(x.ok() && y.ok() && w.ok());
+  ASSERT_TRUE(
+      FillRandom(b, (*x)->data(), batch * p.input_elements_per_sample(), p.data_type, 1).ok());
+  ASSERT_TRUE(FillRandom(b, (*w)->data(), p.filter_elements(), p.data_type, 2).ok());
+  ConvOperands ops{.x = (*x)->data(), .w = (*w)->data(), .y = (*y)->data()};
+  Result<std::vector<double>> times = b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 4);
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  ASSERT_EQ(times->size(), 4u);
+  for (double t : *times) EXPECT_GT(t, 0.0);
+  EXPECT_EQ(b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ucudnn::gputest

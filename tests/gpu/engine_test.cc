@@ -1,0 +1,235 @@
+// The benchmark engine on both backends: on the CPU backend everywhere (never skipped), on cuDNN
+// where a GPU is.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "gpu/gpu_test_util.h"
+#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/core/dp.h"
+#include "ucudnn/worker/benchmark.h"
+
+namespace ucudnn::gputest {
+namespace {
+
+BenchmarkOptions QuickOptions() {
+  BenchmarkOptions o;
+  o.warmup_runs = 1;
+  o.min_runs = 3;
+  o.max_runs = 6;
+  // Generous: on a busy 2-core machine no configuration may fall short of min_runs.
+  o.config_time_budget_ms = 60'000;
+  return o;
+}
+
+ConvProblem SmallProblem(ConvOp op) {
+  ConvProblem p = MakeConv(4, 10, 6, 3, 1, 1);
+  p.op = op;
+  return p;
+}
+
+// Every (size, algorithm) pair appears exactly once.
+void ExpectComplete(const TimingTable& table, const std::vector<int64_t>& sizes,
+                    const std::vector<AlgorithmInfo>& algos) {
+  ASSERT_EQ(table.entries.size(), sizes.size() * algos.size());
+  std::set<std::pair<int64_t, int>> seen;
+  for (const Timing& t : table.entries) seen.insert({t.micro_batch, t.algo});
+  for (int64_t size : sizes) {
+    for (const AlgorithmInfo& a : algos)
+      EXPECT_TRUE(seen.count({size, a.id})) << size << "/" << a.id;
+  }
+}
+
+TEST(SummarizeTest, MedianAndInterquartileRange) {
+  const SampleSummary odd = Summarize({3.0, 1.0, 2.0});
+  EXPECT_DOUBLE_EQ(odd.median_ms, 2.0);
+  EXPECT_DOUBLE_EQ(odd.spread_ms, 1.0);  // 2.5 - 1.5
+  const SampleSummary even = Summarize({4.0, 1.0, 3.0, 2.0});
+  EXPECT_DOUBLE_EQ(even.median_ms, 2.5);
+  EXPECT_DOUBLE_EQ(even.spread_ms, 1.5);  // 3.25 - 1.75
+  const SampleSummary one = Summarize({7.0});
+  EXPECT_DOUBLE_EQ(one.median_ms, 7.0);
+  EXPECT_DOUBLE_EQ(one.spread_ms, 0.0);
+  EXPECT_DOUBLE_EQ(Summarize({}).median_ms, 0.0);
+}
+
+TEST(BenchmarkOptionsTest, RejectsNonsenseNamingTheField) {
+  BenchmarkOptions o;
+  o.min_runs = 0;
+  Status s = Validate(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("min_runs"), std::string::npos) << s.message();
+  o = {};
+  o.max_runs = 2;
+  o.min_runs = 3;
+  EXPECT_NE(Validate(o).message().find("max_runs"), std::string::npos);
+  o = {};
+  o.config_time_budget_ms = 0;
+  EXPECT_NE(Validate(o).message().find("config_time_budget_ms"), std::string::npos);
+  EXPECT_TRUE(Validate(BenchmarkOptions{}).ok());
+}
+
+class CpuEngineTest : public ::testing::TestWithParam<ConvOp> {};
+
+TEST_P(CpuEngineTest, MeasuresEveryAlgorithmAtEverySize) {
+  CpuBackend cpu;
+  const ConvProblem p = SmallProblem(GetParam());
+  const BenchmarkOptions options = QuickOptions();
+  int64_t last_done = 0, calls = 0;
+  Result<TimingTable> table = BenchmarkProblem(cpu, p, 4, BatchPolicy::kPowerOfTwo, options,
+                                               [&](const BenchmarkProgress& progress) {
+                                                 EXPECT_EQ(progress.done, last_done + 1);
+                                                 EXPECT_EQ(progress.total, 9);
+                                                 ASSERT_NE(progress.latest, nullptr);
+                                                 last_done = progress.done;
+                                                 ++calls;
+                                               });
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ExpectComplete(*table, MicroBatchSizes(BatchPolicy::kPowerOfTwo, 4), cpu.Algorithms(p.op));
+  EXPECT_EQ(calls, 9);
+  for (const Timing& t : table->entries) {
+    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + std::to_string(t.algo));
+    EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+    EXPECT_GT(t.time_ms, 0.0);
+    EXPECT_GE(t.spread_ms, 0.0);
+    EXPECT_GE(t.samples, options.min_runs);
+    EXPECT_LE(t.samples, options.max_runs);
+    Result<size_t> ws = cpu.WorkspaceSize(p, t.micro_batch, t.algo);
+    ASSERT_TRUE(ws.ok());
+    EXPECT_EQ(t.workspace_bytes, *ws);
+  }
+}
+
+TEST_P(CpuEngineTest, Fp16IsRecordedUnsupportedNotSkipped) {
+  CpuBackend cpu;
+  ConvProblem p = SmallProblem(GetParam());
+  p.data_type = DataType::kFloat16;
+  p.layout = Layout::kNHWC;
+  Result<TimingTable> table = BenchmarkProblem(cpu, p, 2, BatchPolicy::kPowerOfTwo, QuickOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ExpectComplete(*table, {1, 2}, cpu.Algorithms(p.op));
+  for (const Timing& t : table->entries) {
+    EXPECT_EQ(t.status, TimingStatus::kUnsupported);
+    EXPECT_FALSE(t.error.empty());
+    EXPECT_EQ(t.samples, 0);
+  }
+}
+
+TEST_P(CpuEngineTest, WorkspaceAboveCapIsUnsupportedWithReason) {
+  CpuBackend cpu;
+  const ConvProblem p = SmallProblem(GetParam());
+  BenchmarkOptions options = QuickOptions();
+  options.workspace_cap_bytes = 0;
+  Result<TimingTable> table = BenchmarkProblem(cpu, p, 2, BatchPolicy::kPowerOfTwo, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  int ok = 0, capped = 0;
+  for (const Timing& t : table->entries) {
+    Result<size_t> ws = cpu.WorkspaceSize(p, t.micro_batch, t.algo);
+    ASSERT_TRUE(ws.ok());
+    if (*ws == 0) {
+      EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+      ++ok;
+    } else {
+      EXPECT_EQ(t.status, TimingStatus::kUnsupported);
+      EXPECT_NE(t.error.find("exceeds cap"), std::string::npos) << t.error;
+      EXPECT_EQ(t.workspace_bytes, *ws);
+      ++capped;
+    }
+  }
+  EXPECT_GT(ok, 0);      // direct needs no workspace
+  EXPECT_GT(capped, 0);  // im2col does
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CpuEngineTest,
+                         ::testing::Values(ConvOp::kForward, ConvOp::kBackwardData,
+                                           ConvOp::kBackwardFilter),
+                         [](const ::testing::TestParamInfo<ConvOp>& info) {
+                           return std::string(ToString(info.param));
+                         });
+
+TEST(CpuEngineArgsTest, CancelStopsTheBenchmark) {
+  CpuBackend cpu;
+  std::atomic<bool> cancel{true};
+  BenchmarkOptions options = QuickOptions();
+  options.cancel = &cancel;
+  Result<TimingTable> table =
+      BenchmarkProblem(cpu, SmallProblem(ConvOp::kForward), 2, BatchPolicy::kAll, options);
+  EXPECT_EQ(table.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(CpuEngineArgsTest, InvalidInputsAreRejected) {
+  CpuBackend cpu;
+  ConvProblem bad = SmallProblem(ConvOp::kForward);
+  bad.c = 0;
+  EXPECT_EQ(BenchmarkProblem(cpu, bad, 2, BatchPolicy::kAll).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      BenchmarkProblem(cpu, SmallProblem(ConvOp::kForward), 0, BatchPolicy::kAll).status().code(),
+      StatusCode::kInvalidArgument);
+}
+
+// ---- on the GPU -------------------------------------------------------------------------------
+
+class GpuEngineTest : public GpuTest {};
+
+TEST_F(GpuEngineTest, ProducesACompleteTableForOneProblem) {
+  ConvProblem p = MakeConv(256, 14, 256, 3, 1, 1);  // ResNet-50 layer 3, 3x3
+  p.op = ConvOp::kForward;
+  const BenchmarkOptions options = QuickOptions();
+  Result<TimingTable> table = BenchmarkProblem(*gpu(), p, 16, BatchPolicy::kPowerOfTwo, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 16);
+  ExpectComplete(*table, sizes, gpu()->Algorithms(p.op));
+  std::map<int64_t, int> ok_per_size;
+  for (const Timing& t : table->entries) {
+    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + std::to_string(t.algo));
+    EXPECT_NE(t.status, TimingStatus::kFailed) << t.error;
+    if (t.status != TimingStatus::kOk) {
+      EXPECT_FALSE(t.error.empty());
+      continue;
+    }
+    ++ok_per_size[t.micro_batch];
+    EXPECT_GT(t.time_ms, 0.0);
+    EXPECT_GE(t.spread_ms, 0.0);
+    EXPECT_GE(t.samples, 1);
+    std::printf("  b=%-3lld algo=%d %.4f ms (iqr %.4f, n=%d) ws=%llu\n",
+                static_cast<long long>(t.micro_batch), t.algo, t.time_ms, t.spread_ms, t.samples,
+                static_cast<unsigned long long>(t.workspace_bytes));
+  }
+  for (int64_t size : sizes) EXPECT_GE(ok_per_size[size], 2) << "micro-batch " << size;
+}
+
+TEST_F(GpuEngineTest, WorkspaceQueriesAgreeWithTheCap) {
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    ConvProblem p = MakeConv(64, 28, 64, 3, 1, 1);
+    p.op = op;
+    BenchmarkOptions options = QuickOptions();
+    options.workspace_cap_bytes = 256 << 10;
+    Result<TimingTable> table = BenchmarkProblem(*gpu(), p, 8, BatchPolicy::kPowerOfTwo, options);
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    int ok = 0;
+    for (const Timing& t : table->entries) {
+      SCOPED_TRACE(std::string(ToString(op)) + " b=" + std::to_string(t.micro_batch) +
+                   " algo=" + std::to_string(t.algo));
+      Result<size_t> ws = gpu()->WorkspaceSize(p, t.micro_batch, t.algo);
+      if (!ws.ok()) {
+        EXPECT_EQ(t.status, TimingStatus::kUnsupported) << ws.status().ToString();
+        continue;
+      }
+      EXPECT_EQ(t.workspace_bytes, *ws);  // the same answer as a direct query, every time
+      if (*ws > options.workspace_cap_bytes) {
+        EXPECT_EQ(t.status, TimingStatus::kUnsupported);
+        EXPECT_NE(t.error.find("exceeds cap"), std::string::npos) << t.error;
+      } else if (t.status == TimingStatus::kOk) {
+        ++ok;
+      }
+    }
+    EXPECT_GT(ok, 0) << ToString(op) << ": no algorithm fits 256 KiB (algorithm 0 needs none)";
+  }
+}
+
+}  // namespace
+}  // namespace ucudnn::gputest

@@ -1,0 +1,22 @@
+# Planner server tests. Unit: the pure pieces (configuration, auth, metrics, caches, plan keys,
+# the notification watcher with a fake source). Integration: a real gRPC server on an ephemeral
+# loopback port with real clients, against a throw-away PostgreSQL (ucudnn_test_postgres).
+ucudnn_add_test(NAME ucudnn_server_unit_tests
+  SOURCES server/config_test.cc server/auth_test.cc server/metrics_test.cc
+          server/caches_test.cc server/watcher_test.cc
+  LIBS ucudnn_server_lib
+  LABELS unit)
+
+if(TARGET httplib::httplib)
+  set(UCUDNN_SERVER_TEST_HTTPLIB httplib::httplib)
+else()
+  set(UCUDNN_SERVER_TEST_HTTPLIB PkgConfig::CPP_HTTPLIB)  # made GLOBAL by server/CMakeLists.txt
+endif()
+if(TARGET ucudnn_test_postgres)
+  ucudnn_add_test(NAME ucudnn_server_tests
+    SOURCES server/server_test.cc
+    LIBS ucudnn_server_lib ucudnn_planner ucudnn_proto_convert ucudnn_test_postgres
+         ${UCUDNN_SERVER_TEST_HTTPLIB}
+    LABELS integration
+    TIMEOUT 600)
+endif()

@@ -1,0 +1,144 @@
+#include "ucudnn/server/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <gtest/gtest.h>
+
+namespace ucudnn::server {
+namespace {
+
+EnvLookup FakeEnv(std::map<std::string, std::string> values) {
+  return [values = std::move(values)](const std::string& name) -> std::optional<std::string> {
+    auto it = values.find(name);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ConfigTest, DefaultsWithoutFlagsOrEnvironment) {
+  auto parsed = ParseCommandLine({}, FakeEnv({}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->action, ParsedCommandLine::Action::kRun);
+  EXPECT_EQ(parsed->config.listen, "127.0.0.1:50051");
+  EXPECT_EQ(parsed->config.metrics_listen, "127.0.0.1:9464");
+  EXPECT_TRUE(parsed->config.auto_migrate);
+  EXPECT_EQ(parsed->config.max_kernels, 4096);
+  EXPECT_EQ(parsed->config.max_message_bytes, 16 << 20);
+  // No database URL: the configuration is incomplete.
+  EXPECT_EQ(ValidateConfig(parsed->config).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, EnvironmentThenFlagsWin) {
+  auto parsed = ParseCommandLine(
+      {"--listen", "0.0.0.0:6000", "--db-pool-size=3", "--no-migrate", "--tokens", "x,y"},
+      FakeEnv({{"UCUDNN_LISTEN", "127.0.0.1:7000"},
+               {"UCUDNN_DATABASE_URL", "postgresql://u:secret@db/ucudnn"},
+               {"UCUDNN_TOKENS", "from-env"},
+               {"UCUDNN_LOG_LEVEL", "debug"},
+               {"UCUDNN_METRICS_LISTEN", ""},
+               {"UCUDNN_MAX_KERNELS", "100"},
+               {"UCUDNN_MAX_MESSAGE_BYTES", "4MiB"},
+               {"UCUDNN_ILP_TIME_LIMIT", "2500ms"}}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const ServerConfig& c = parsed->config;
+  EXPECT_EQ(c.listen, "0.0.0.0:6000");
+  EXPECT_EQ(c.database_url, "postgresql://u:secret@db/ucudnn");
+  EXPECT_EQ(c.tokens, (std::vector<std::string>{"x", "y"}));  // the flag replaced the variable
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.metrics_listen, "");  // empty disables the endpoint
+  EXPECT_FALSE(c.auto_migrate);
+  EXPECT_EQ(c.db_pool_size, 3);
+  EXPECT_EQ(c.max_kernels, 100);
+  EXPECT_EQ(c.max_message_bytes, 4 << 20);
+  EXPECT_EQ(c.ilp_time_limit_ms, 2500);
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, AutoMigrateVariable) {
+  auto off = ParseCommandLine({}, FakeEnv({{"UCUDNN_AUTO_MIGRATE", "0"}}));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->config.auto_migrate);
+  auto bad = ParseCommandLine({}, FakeEnv({{"UCUDNN_AUTO_MIGRATE", "maybe"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("UCUDNN_AUTO_MIGRATE"), std::string::npos);
+}
+
+TEST(ConfigTest, ErrorsNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {{"--db-pool-size", "0"}, "--db-pool-size"},
+      {{"--db-pool-size=abc"}, "--db-pool-size"},
+      {{"--max-kernels", "5000"}, "--max-kernels"},
+      {{"--listen", "nohostport"}, "--listen"},
+      {{"--listen", "host:99999"}, "--listen"},
+      {{"--metrics-listen", "x"}, "--metrics-listen"},
+      {{"--log-level", "loud"}, "--log-level"},
+      {{"--max-message-bytes", "1"}, "--max-message-bytes"},
+      {{"--ilp-time-limit", "forever"}, "--ilp-time-limit"},
+      {{"--no-migrate=1"}, "--no-migrate"},
+      {{"--listen"}, "--listen"},
+      {{"--frobnicate"}, "--frobnicate"},
+      {{"positional"}, "positional"},
+  };
+  for (const auto& c : cases) {
+    auto parsed = ParseCommandLine(c.args, FakeEnv({}));
+    ASSERT_FALSE(parsed.ok()) << c.args[0];
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.expected), std::string::npos)
+        << parsed.status().message();
+  }
+}
+
+TEST(ConfigTest, HelpAndVersion) {
+  auto help = ParseCommandLine({"--db-pool-size", "2", "--help"}, FakeEnv({}));
+  ASSERT_TRUE(help.ok());
+  EXPECT_EQ(help->action, ParsedCommandLine::Action::kHelp);
+  auto version = ParseCommandLine({"--version"}, FakeEnv({}));
+  ASSERT_TRUE(version.ok());
+  EXPECT_EQ(version->action, ParsedCommandLine::Action::kVersion);
+  const std::string text = HelpText("ucudnn-server");
+  for (const char* expected :
+       {"--listen", "UCUDNN_LISTEN", "--database-url", "UCUDNN_DATABASE_URL", "--tokens",
+        "--token-file", "--tls-cert", "--tls-key", "--log-level", "--metrics-listen",
+        "--no-migrate", "UCUDNN_AUTO_MIGRATE", "--db-pool-size", "--max-kernels"}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << expected;
+  }
+}
+
+TEST(ConfigTest, TlsNeedsCertAndKey) {
+  auto parsed = ParseCommandLine({"--database-url", "host=x", "--tls-cert", "c.pem"}, FakeEnv({}));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(ValidateConfig(parsed->config).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, TokenFileAddsTokens) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("ucudnn-tokens-" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream out(path);
+    out << "# operators\n  alpha  \n\nbeta\n";
+  }
+  auto parsed = ParseCommandLine({"--tokens", "gamma", "--token-file", path.string()}, FakeEnv({}));
+  ASSERT_TRUE(parsed.ok());
+  ServerConfig config = parsed->config;
+  ASSERT_TRUE(LoadTokenFile(config).ok());
+  EXPECT_EQ(config.tokens, (std::vector<std::string>{"gamma", "alpha", "beta"}));
+  std::filesystem::remove(path);
+  config.token_file = path.string();
+  EXPECT_EQ(LoadTokenFile(config).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, RedactsPasswords) {
+  EXPECT_EQ(RedactDatabaseUrl("postgresql://user:s3cret@db:5432/x"),
+            "postgresql://user:***@db:5432/x");
+  EXPECT_EQ(RedactDatabaseUrl("host=db password=s3cret dbname=x"), "host=db password=*** dbname=x");
+  EXPECT_EQ(RedactDatabaseUrl("postgresql://user@db/x"), "postgresql://user@db/x");
+}
+
+}  // namespace
+}  // namespace ucudnn::server

@@ -1,0 +1,155 @@
+// Catalog reads (devices, workers, jobs, counts) and the plan cache.
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+
+#include "store_test_util.h"
+
+namespace ucudnn::store {
+namespace {
+
+using namespace std::chrono_literals;
+using testing_util::A100;
+using testing_util::Conv3x3;
+using testing_util::H100;
+using testing_util::SampleTimings;
+using testing_util::StoreTest;
+
+using CatalogTest = StoreTest;
+
+TEST_F(CatalogTest, DevicesCountTheirTimingsAndLiveWorkers) {
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), SampleTimings(8, 2), "w").ok());
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(32), SampleTimings(4, 2), "w").ok());
+  ASSERT_TRUE(store_->RegisterWorker("gpu-node:1:0", "gpu-node", H100()).ok());
+  ASSERT_TRUE(store_->RegisterWorker("old-node:1:0", "old-node", A100()).ok());
+  {
+    // The A100 worker last beat long ago.
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(
+        "UPDATE workers SET last_heartbeat = now() - interval '1 hour' "
+        "WHERE id = 'old-node:1:0'");
+    tx.commit();
+  }
+  auto devices = store_->ListDevices();
+  ASSERT_TRUE(devices.ok()) << devices.status().ToString();
+  ASSERT_EQ(devices->size(), 2u);
+  const DeviceInfo& a100 = (*devices)[0];  // ordered by name
+  const DeviceInfo& h100 = (*devices)[1];
+  EXPECT_EQ(a100.fingerprint, A100());
+  EXPECT_EQ(a100.timing_count, 0);
+  EXPECT_EQ(a100.live_workers, 0);
+  EXPECT_EQ(h100.fingerprint, H100());
+  EXPECT_EQ(h100.hash, H100().Hash());
+  EXPECT_EQ(h100.timing_count, 8 + 6);
+  EXPECT_EQ(h100.live_workers, 1);
+  EXPECT_FALSE(h100.first_seen.empty());
+
+  auto all = store_->ListWorkers();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, "gpu-node:1:0");
+  EXPECT_TRUE((*all)[0].alive);
+  EXPECT_EQ((*all)[0].device, H100());
+  EXPECT_FALSE((*all)[1].alive);
+  auto alive = store_->ListWorkers(/*alive_only=*/true);
+  ASSERT_TRUE(alive.ok());
+  ASSERT_EQ(alive->size(), 1u);
+  EXPECT_EQ((*alive)[0].host, "gpu-node");
+
+  // A heartbeat brings the old worker back.
+  ASSERT_TRUE(store_->Heartbeat("old-node:1:0").ok());
+  alive = store_->ListWorkers(true);
+  ASSERT_TRUE(alive.ok());
+  EXPECT_EQ(alive->size(), 2u);
+  EXPECT_EQ(store_->Heartbeat("never-registered").code(), StatusCode::kNotFound);
+}
+
+TEST_F(CatalogTest, JobListsAndCounts) {
+  ASSERT_TRUE(store_->RegisterWorker("w1", "node", H100()).ok());
+  std::vector<int64_t> ids;
+  for (int64_t c : {16, 32, 48}) {
+    auto r = store_->EnqueueJob(H100(), Conv3x3(c), 32, BatchPolicy::kPowerOfTwo);
+    ASSERT_TRUE(r.ok());
+    ids.push_back(r->job_id);
+  }
+  auto on_a100 = store_->EnqueueJob(A100(), Conv3x3(16), 32, BatchPolicy::kAll);
+  ASSERT_TRUE(on_a100.ok());
+  auto claimed = store_->ClaimJob(H100().Hash(), "w1", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_TRUE(store_->CompleteJob((*claimed)->id, "w1", SampleTimings(32, 2)).ok());
+  claimed = store_->ClaimJob(H100().Hash(), "w1", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+
+  auto depth = store_->QueueDepth();
+  ASSERT_TRUE(depth.ok());
+  EXPECT_EQ(*depth, 3);  // one H100 queued + one running + the A100 one
+
+  auto all = store_->ListJobs(std::nullopt, 100);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].id, on_a100->job_id);  // newest first
+  auto done = store_->ListJobs(JobState::kDone, 100);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->size(), 1u);
+  EXPECT_EQ((*done)[0].worker_id, "w1");
+  auto limited = store_->ListJobs(std::nullopt, 2);
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(limited->size(), 2u);
+  EXPECT_EQ(store_->ListJobs(std::nullopt, 0).status().code(), StatusCode::kInvalidArgument);
+
+  auto counts = store_->JobCountsByDevice();
+  ASSERT_TRUE(counts.ok());
+  ASSERT_EQ(counts->size(), 2u);
+  for (const DeviceJobCounts& c : *counts) {
+    if (c.device_hash == H100().Hash()) {
+      EXPECT_EQ(c.device_name, H100().name);
+      EXPECT_EQ(c.queued, 1);
+      EXPECT_EQ(c.running, 1);
+      EXPECT_EQ(c.done, 1);
+      EXPECT_EQ(c.failed, 0);
+    } else {
+      EXPECT_EQ(c.device_hash, A100().Hash());
+      EXPECT_EQ(c.queued, 1);
+    }
+  }
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].jobs_done, 1);
+}
+
+TEST_F(CatalogTest, PlanCacheStoresBytesExactly) {
+  const uint64_t hash = 0xfeedfacecafebeefULL;  // above INT64_MAX: exercises the bit-cast
+  auto missing = store_->GetCachedPlan(hash);
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_FALSE(missing->has_value());
+
+  std::string plan("\x08\x01\x00\xff\x10serialized plan\x00tail", 24);
+  ASSERT_TRUE(store_->PutCachedPlan(hash, H100(), plan).ok());
+  auto got = store_->GetCachedPlan(hash);
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, plan);
+
+  const std::string replaced = "another plan";
+  ASSERT_TRUE(store_->PutCachedPlan(hash, H100(), replaced).ok());
+  got = store_->GetCachedPlan(hash);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ(**got, replaced);
+
+  EXPECT_EQ(store_->PutCachedPlan(hash, H100(), "").code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogTest, PingAndPoolStats) {
+  ASSERT_TRUE(store_->Ping().ok());
+  const PoolStats stats = store_->GetPoolStats();
+  EXPECT_EQ(stats.size, 4);
+  EXPECT_GE(stats.open, 1);
+  EXPECT_EQ(stats.in_use, 0);
+  EXPECT_GE(stats.connects, 1);
+  EXPECT_FALSE(stats.backing_off);
+}
+
+}  // namespace
+}  // namespace ucudnn::store

@@ -1,0 +1,305 @@
+// The benchmark job queue: idempotent enqueue, exclusive claims, leases, completion, failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <pqxx/pqxx>
+#include <set>
+#include <thread>
+
+#include "store_test_util.h"
+
+namespace ucudnn::store {
+namespace {
+
+using namespace std::chrono_literals;
+using testing_util::A100;
+using testing_util::Conv3x3;
+using testing_util::H100;
+using testing_util::SampleTimings;
+using testing_util::StoreTest;
+
+class JobsTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    StoreTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(store_->RegisterWorker("worker-a", "node1", H100()).ok());
+    ASSERT_TRUE(store_->RegisterWorker("worker-b", "node2", H100()).ok());
+  }
+
+  int64_t Enqueue(const ConvProblem& p, const DeviceFingerprint& d = H100(), int64_t max = 64) {
+    auto r = store_->EnqueueJob(d, p, max, BatchPolicy::kPowerOfTwo);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->job_id : 0;
+  }
+
+  // Makes the job's lease run out now (instead of sleeping through it).
+  void ExpireLease(int64_t job_id) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+                   job_id);
+    tx.commit();
+  }
+
+  int64_t LiveJobs() {
+    auto depth = store_->QueueDepth();
+    EXPECT_TRUE(depth.ok());
+    return depth.ok() ? *depth : -1;
+  }
+};
+
+TEST_F(JobsTest, EnqueueIsIdempotentAndWidens) {
+  auto first = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->created);
+  EXPECT_EQ(first->state, JobState::kQueued);
+
+  auto same = store_->EnqueueJob(H100(), Conv3x3(64), 32, BatchPolicy::kUndivided);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(same->job_id, first->job_id);
+  EXPECT_FALSE(same->created);
+  EXPECT_FALSE(same->widened);  // a smaller request is covered
+
+  auto larger = store_->EnqueueJob(H100(), Conv3x3(64), 256, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(larger.ok());
+  EXPECT_EQ(larger->job_id, first->job_id);
+  EXPECT_TRUE(larger->widened);
+  auto wider = store_->EnqueueJob(H100(), Conv3x3(64), 128, BatchPolicy::kAll);
+  ASSERT_TRUE(wider.ok());
+  EXPECT_TRUE(wider->widened);
+
+  auto job = store_->GetJob(first->job_id);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->max_micro_batch, 256);
+  EXPECT_EQ(job->policy, BatchPolicy::kAll);
+  EXPECT_EQ(job->problem, Conv3x3(64));
+  EXPECT_EQ(job->device_hash, H100().Hash());
+  EXPECT_EQ(job->problem_hash, StableHash(Conv3x3(64)));
+  EXPECT_EQ(LiveJobs(), 1);
+
+  // Another device or problem is another job.
+  EXPECT_NE(Enqueue(Conv3x3(64), A100()), first->job_id);
+  EXPECT_NE(Enqueue(Conv3x3(32)), first->job_id);
+  EXPECT_EQ(LiveJobs(), 3);
+
+  EXPECT_EQ(store_->EnqueueJob(H100(), Conv3x3(64), 0, BatchPolicy::kAll).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobsTest, ConcurrentEnqueuesMakeExactlyOneLiveJob) {
+  constexpr int kThreads = 12;
+  auto shared = OpenStore(/*pool_size=*/6);
+  ASSERT_NE(shared, nullptr);
+  std::atomic<bool> go{false};
+  std::vector<Result<EnqueueResult>> results(kThreads, Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      while (!go) std::this_thread::yield();
+      // Every request differs in its bound, so several also race to widen.
+      results[i] = shared->EnqueueJob(H100(), Conv3x3(96), 16 + i, BatchPolicy::kPowerOfTwo);
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+
+  std::set<int64_t> ids;
+  int created = 0;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ids.insert(r->job_id);
+    created += r->created ? 1 : 0;
+  }
+  EXPECT_EQ(ids.size(), 1u);
+  EXPECT_EQ(created, 1);
+  EXPECT_EQ(LiveJobs(), 1);
+  auto job = store_->GetJob(*ids.begin());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->max_micro_batch, 16 + kThreads - 1);  // the largest request won
+}
+
+TEST_F(JobsTest, TwoClaimersNeverGetTheSameJob) {
+  constexpr int kJobs = 24;
+  std::set<int64_t> enqueued;
+  for (int i = 0; i < kJobs; ++i) enqueued.insert(Enqueue(Conv3x3(8 + i)));
+  ASSERT_EQ(enqueued.size(), static_cast<size_t>(kJobs));
+
+  // Separate stores: separate connections, as two worker processes would have.
+  auto store_a = OpenStore(1);
+  auto store_b = OpenStore(1);
+  ASSERT_TRUE(store_a && store_b);
+  std::vector<int64_t> claimed_a, claimed_b;
+  auto claim_all = [](Store* store, const char* worker, std::vector<int64_t>* out) {
+    while (true) {
+      auto job = store->ClaimJob(H100().Hash(), worker, 60s);
+      ASSERT_TRUE(job.ok()) << job.status().ToString();
+      if (!job->has_value()) return;
+      EXPECT_EQ((*job)->state, JobState::kRunning);
+      EXPECT_EQ((*job)->worker_id, worker);
+      out->push_back((*job)->id);
+    }
+  };
+  std::thread a(claim_all, store_a.get(), "worker-a", &claimed_a);
+  std::thread b(claim_all, store_b.get(), "worker-b", &claimed_b);
+  a.join();
+  b.join();
+
+  std::set<int64_t> all(claimed_a.begin(), claimed_a.end());
+  for (int64_t id : claimed_b) {
+    EXPECT_TRUE(all.insert(id).second) << "job " << id << " claimed twice";
+  }
+  EXPECT_EQ(all, enqueued);
+  EXPECT_EQ(claimed_a.size() + claimed_b.size(), static_cast<size_t>(kJobs));
+}
+
+TEST_F(JobsTest, ClaimsOnlyJobsOfItsOwnDevice) {
+  const int64_t a100_job = Enqueue(Conv3x3(64), A100());
+  const int64_t h100_job = Enqueue(Conv3x3(64), H100());
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+  ASSERT_TRUE(claimed->has_value());
+  EXPECT_EQ((*claimed)->id, h100_job);
+  auto nothing = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_FALSE(nothing->has_value());  // the A100 job stays queued for an A100 worker
+  auto a100 = store_->GetJob(a100_job);
+  ASSERT_TRUE(a100.ok());
+  EXPECT_EQ(a100->state, JobState::kQueued);
+}
+
+TEST_F(JobsTest, ClaimNeedsARegisteredWorker) {
+  Enqueue(Conv3x3(64));
+  auto claimed = store_->ClaimJob(H100().Hash(), "stranger", 60s);
+  EXPECT_EQ(claimed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->ClaimJob(H100().Hash(), "worker-a", 0ms).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobsTest, ExpiredLeaseIsReclaimedAndTheOldHolderWritesNothing) {
+  const int64_t id = Enqueue(Conv3x3(64));
+  auto first = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->attempts, 1);
+  EXPECT_FALSE((*first)->lease_expires_at.empty());
+  EXPECT_TRUE(store_->RenewLease(id, "worker-a", 60s).ok());
+
+  // A live lease is not claimable.
+  auto blocked = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+  ASSERT_TRUE(blocked.ok());
+  EXPECT_FALSE(blocked->has_value());
+
+  ExpireLease(id);  // worker-a "died"
+  auto second = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->id, id);
+  EXPECT_EQ((*second)->attempts, 2);
+  EXPECT_EQ((*second)->worker_id, "worker-b");
+
+  // worker-a comes back: its lease is gone; nothing it sends is stored.
+  Status renew = store_->RenewLease(id, "worker-a", 60s);
+  EXPECT_EQ(renew.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(renew.message().find("worker-b"), std::string::npos) << renew.message();
+  auto late = store_->CompleteJob(id, "worker-a", SampleTimings(64, 3, 1.0));
+  EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
+  auto table = store_->GetTimings(H100(), Conv3x3(64));
+  ASSERT_TRUE(table.ok());
+  EXPECT_TRUE(table->entries.empty());
+  EXPECT_EQ(store_->FailJob(id, "worker-a", "x", 3).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->ReleaseJob(id, "worker-a").code(), StatusCode::kFailedPrecondition);
+
+  // The holder completes: timings and done state together, exactly once.
+  const auto timings = SampleTimings(64, 3, 2.0);
+  auto done = store_->CompleteJob(id, "worker-b", timings);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(*done, JobState::kDone);
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(64));
+  ASSERT_TRUE(records.ok());
+  EXPECT_EQ(records->size(), timings.size());
+  for (const auto& r : *records) EXPECT_EQ(r.measured_by, "worker-b");
+  auto job = store_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kDone);
+  EXPECT_TRUE(job->lease_expires_at.empty());
+  EXPECT_EQ(LiveJobs(), 0);
+
+  // Completing twice is refused: the job is no longer running.
+  EXPECT_EQ(store_->CompleteJob(id, "worker-b", timings).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->RenewLease(987654, "worker-b", 60s).code(), StatusCode::kNotFound);
+}
+
+TEST_F(JobsTest, FailedJobRetriesThenFailsAfterMaxAttempts) {
+  const int64_t id = Enqueue(Conv3x3(64));
+  constexpr int kMaxAttempts = 3;
+  for (int attempt = 1; attempt <= kMaxAttempts; ++attempt) {
+    auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+    ASSERT_TRUE(claimed.ok() && claimed->has_value()) << "attempt " << attempt;
+    EXPECT_EQ((*claimed)->attempts, attempt);
+    auto state = store_->FailJob(
+        id, "worker-a", "CUDNN_STATUS_EXECUTION_FAILED #" + std::to_string(attempt), kMaxAttempts);
+    ASSERT_TRUE(state.ok()) << state.status().ToString();
+    EXPECT_EQ(*state, attempt < kMaxAttempts ? JobState::kQueued : JobState::kFailed);
+  }
+  auto job = store_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kFailed);
+  EXPECT_EQ(job->error, "CUDNN_STATUS_EXECUTION_FAILED #3");
+  auto nothing = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_FALSE(nothing->has_value());
+  // A failed job is not live: asking again makes a fresh one.
+  auto fresh = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(fresh->created);
+  EXPECT_NE(fresh->job_id, id);
+}
+
+TEST_F(JobsTest, ReleasedJobIsQueuedAgainWithoutSpendingAnAttempt) {
+  const int64_t id = Enqueue(Conv3x3(64));
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_TRUE(store_->ReleaseJob(id, "worker-a").ok());
+  auto job = store_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kQueued);
+  EXPECT_EQ(job->attempts, 0);
+  EXPECT_TRUE(job->worker_id.empty());
+  auto again = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->id, id);
+  EXPECT_EQ((*again)->attempts, 1);
+}
+
+TEST_F(JobsTest, JobWidenedWhileRunningIsQueuedAgainAfterCompletion) {
+  const int64_t id = Enqueue(Conv3x3(64), H100(), 64);
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  EXPECT_EQ((*claimed)->max_micro_batch, 64);
+
+  auto widened = store_->EnqueueJob(H100(), Conv3x3(64), 256, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(widened.ok());
+  EXPECT_EQ(widened->job_id, id);
+  EXPECT_EQ(widened->state, JobState::kRunning);
+  EXPECT_TRUE(widened->widened);
+
+  auto state = store_->CompleteJob(id, "worker-a", SampleTimings(64, 2));
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_EQ(*state, JobState::kQueued);
+  auto table = store_->GetTimings(H100(), Conv3x3(64));
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(table->entries.size(), SampleTimings(64, 2).size());  // kept, not lost
+
+  auto again = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->id, id);
+  EXPECT_EQ((*again)->max_micro_batch, 256);
+  auto done = store_->CompleteJob(id, "worker-b", SampleTimings(256, 2));
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(*done, JobState::kDone);
+}
+
+}  // namespace
+}  // namespace ucudnn::store

@@ -1,0 +1,177 @@
+// Migrations against a real PostgreSQL: from empty, re-run, newer schema, concurrent migrators,
+// and the constraints the schema enforces by itself.
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "store_test_util.h"
+#include "ucudnn/store/migrations.h"
+
+namespace ucudnn::store {
+namespace {
+
+using testing_util::Conv3x3;
+using testing_util::H100;
+
+class MigrationsTest : public test_support::PostgresTest {
+ protected:
+  std::unique_ptr<Store> Open() {
+    auto store = Store::Open(url(), 2);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  int64_t Count(const std::string& sql) {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    return tx.exec1(sql)[0].as<int64_t>();
+  }
+};
+
+TEST_F(MigrationsTest, AppliesAllFromEmptyInOrder) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto before = store->SchemaVersion();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(*before, 0);
+
+  auto summary = store->Migrate();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->from_version, 0);
+  EXPECT_EQ(summary->to_version, Store::LatestSchemaVersion());
+  ASSERT_EQ(summary->applied.size(), EmbeddedMigrations().size());
+  EXPECT_EQ(summary->applied[0], "0001_init");
+  EXPECT_EQ(summary->applied[1], "0002_jobs_workers");
+  EXPECT_EQ(*store->SchemaVersion(), Store::LatestSchemaVersion());
+
+  EXPECT_EQ(Count("SELECT count(*) FROM schema_migrations"),
+            static_cast<int64_t>(EmbeddedMigrations().size()));
+  EXPECT_EQ(Count("SELECT count(*) FROM information_schema.tables WHERE table_name IN "
+                  "('devices', 'problems', 'timings', 'jobs', 'workers', 'plans')"),
+            6);
+}
+
+TEST_F(MigrationsTest, ReRunIsANoOp) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Migrate().ok());
+  ASSERT_TRUE(store->UpsertDevice(H100()).ok());
+  auto again = store->Migrate();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->applied.empty());
+  EXPECT_EQ(again->from_version, Store::LatestSchemaVersion());
+  EXPECT_EQ(again->to_version, Store::LatestSchemaVersion());
+  EXPECT_EQ(Count("SELECT count(*) FROM schema_migrations"),
+            static_cast<int64_t>(EmbeddedMigrations().size()));
+  EXPECT_EQ(Count("SELECT count(*) FROM devices"), 1);  // data untouched
+}
+
+TEST_F(MigrationsTest, RefusesADatabaseNewerThanTheBinary) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Migrate().ok());
+  const int newer = Store::LatestSchemaVersion() + 1;
+  pqxx::connection conn(url());
+  pqxx::work tx(conn);
+  tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_the_future')",
+                 newer);
+  tx.commit();
+
+  auto refused = store->Migrate();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("newer than this binary"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(*store->SchemaVersion(), newer);
+}
+
+TEST_F(MigrationsTest, ConcurrentMigratorsApplyEachMigrationOnce) {
+  constexpr int kMigrators = 4;
+  std::vector<std::unique_ptr<Store>> stores;
+  for (int i = 0; i < kMigrators; ++i) {
+    stores.push_back(Open());
+    ASSERT_NE(stores.back(), nullptr);
+  }
+  std::vector<Result<MigrationSummary>> results(kMigrators, Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kMigrators; ++i) {
+    threads.emplace_back([&, i] { results[i] = stores[i]->Migrate(); });
+  }
+  for (auto& t : threads) t.join();
+  size_t applied = 0;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->to_version, Store::LatestSchemaVersion());
+    applied += r->applied.size();
+  }
+  EXPECT_EQ(applied, EmbeddedMigrations().size());
+  EXPECT_EQ(Count("SELECT count(*) FROM schema_migrations"),
+            static_cast<int64_t>(EmbeddedMigrations().size()));
+}
+
+TEST_F(MigrationsTest, OperationsBeforeMigrationSayToMigrate) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  Result<uint64_t> id = store->UpsertDevice(H100());
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(id.status().message().find("migrate"), std::string::npos) << id.status().message();
+}
+
+// The schema guards its data even against writers that bypass the store.
+TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Migrate().ok());
+  auto device = store->UpsertDevice(H100());
+  auto problem = store->UpsertProblem(Conv3x3(64));
+  ASSERT_TRUE(device.ok() && problem.ok());
+  const auto d = static_cast<int64_t>(*device);
+  const auto p = static_cast<int64_t>(*problem);
+
+  auto fails_with = [&](const std::string& sql, const std::string& sqlstate) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    try {
+      tx.exec_params(sql, d, p);
+      ADD_FAILURE() << "accepted: " << sql;
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), sqlstate) << sql << "\n" << e.what();
+    }
+  };
+  const std::string timing =
+      "INSERT INTO timings (device_id, problem_id, micro_batch, algo, time_ms, status) "
+      "VALUES ($1, $2, ";
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params(timing + "4, 1, 0.5, 'ok')", d, p);
+    tx.commit();
+  }
+  fails_with(timing + "4, 1, 0.7, 'ok')", "23505");     // (device, problem, mb, algo) unique
+  fails_with(timing + "0, 1, 0.5, 'ok')", "23514");     // micro_batch >= 1
+  fails_with(timing + "8, 1, -1, 'ok')", "23514");      // time_ms >= 0
+  fails_with(timing + "8, 1, 'NaN', 'ok')", "23514");   // time_ms finite
+  fails_with(timing + "8, 1, 0.5, 'great')", "23514");  // status in the list
+  fails_with(
+      "INSERT INTO timings (device_id, problem_id, micro_batch, algo, time_ms, status) "
+      "VALUES ($1::bigint # 1, $2, 1, 1, 0.5, 'ok')",
+      "23503");  // unknown device
+  const std::string job =
+      "INSERT INTO jobs (device_id, problem_id, max_micro_batch, policy) "
+      "VALUES ($1, $2, ";
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params(job + "64, 'all')", d, p);
+    tx.commit();
+  }
+  fails_with(job + "128, 'all')", "23505");       // one live job per (device, problem)
+  fails_with(job + "0, 'all')", "23514");         // max_micro_batch >= 1
+  fails_with(job + "64, 'sometimes')", "23514");  // policy in the list
+  fails_with("UPDATE jobs SET state = 'running' WHERE device_id = $1 AND problem_id = $2",
+             "23514");  // running needs a lease holder
+}
+
+}  // namespace
+}  // namespace ucudnn::store

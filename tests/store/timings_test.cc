@@ -1,0 +1,196 @@
+// Devices, problems and timings: round trips, upserts, batch reads, input checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <pqxx/pqxx>
+#include <regex>
+
+#include "store_test_util.h"
+
+namespace ucudnn::store {
+namespace {
+
+using testing_util::A100;
+using testing_util::Conv3x3;
+using testing_util::H100;
+using testing_util::SampleTimings;
+using testing_util::StoreTest;
+
+std::vector<Timing> Sorted(std::vector<Timing> t) {
+  std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) {
+    return std::tie(a.micro_batch, a.algo) < std::tie(b.micro_batch, b.algo);
+  });
+  return t;
+}
+
+using TimingsTest = StoreTest;
+
+TEST_F(TimingsTest, DeviceAndProblemKeysAreTheirHashes) {
+  auto device = store_->UpsertDevice(H100());
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  EXPECT_EQ(*device, H100().Hash());
+  auto again = store_->UpsertDevice(H100());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *device);
+
+  auto problem = store_->UpsertProblem(Conv3x3(128, ConvOp::kBackwardFilter));
+  ASSERT_TRUE(problem.ok()) << problem.status().ToString();
+  EXPECT_EQ(*problem, StableHash(Conv3x3(128, ConvOp::kBackwardFilter)));
+
+  pqxx::connection conn(url());
+  pqxx::nontransaction tx(conn);
+  pqxx::row row = tx.exec_params1("SELECT canonical_key, op, c, r FROM problems WHERE id = $1",
+                                  static_cast<int64_t>(*problem));
+  EXPECT_EQ(row[0].as<std::string>(), CanonicalKey(Conv3x3(128, ConvOp::kBackwardFilter)));
+  EXPECT_EQ(row[1].as<std::string>(), "bwd_filter");
+  EXPECT_EQ(row[2].as<int>(), 128);
+  EXPECT_EQ(row[3].as<int>(), 3);
+}
+
+TEST_F(TimingsTest, HashCollisionIsReportedNotMerged) {
+  // A row that owns H100's hash with another fingerprint key, as a collision would.
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params(
+        "INSERT INTO devices (id, fingerprint_key, backend, name, cc_major, cc_minor, sm_count, "
+        "memory_bytes, cudnn_version, cuda_runtime_version) "
+        "VALUES ($1, 'v1;backend=cpu;other', 'cpu', 'other', 0, 0, 4, 1, 0, 0)",
+        static_cast<int64_t>(H100().Hash()));
+    tx.commit();
+  }
+  auto device = store_->UpsertDevice(H100());
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(device.status().message().find("collides"), std::string::npos);
+}
+
+TEST_F(TimingsTest, PutThenGetRoundTripsExactly) {
+  const auto timings = SampleTimings(64, 4);
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), timings, "worker-a").ok());
+
+  auto table = store_->GetTimings(H100(), Conv3x3(64));
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(table->entries, Sorted(timings));  // every field, doubles exact, error text intact
+
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(64));
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), timings.size());
+  const std::regex rfc3339(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
+  for (const TimingRecord& r : *records) {
+    EXPECT_EQ(r.measured_by, "worker-a");
+    EXPECT_TRUE(std::regex_match(r.measured_at, rfc3339)) << r.measured_at;
+  }
+
+  // Other device, other problem: nothing.
+  auto other_device = store_->GetTimings(A100(), Conv3x3(64));
+  ASSERT_TRUE(other_device.ok());
+  EXPECT_TRUE(other_device->entries.empty());
+  auto other_problem = store_->GetTimings(H100(), Conv3x3(32));
+  ASSERT_TRUE(other_problem.ok());
+  EXPECT_TRUE(other_problem->entries.empty());
+}
+
+TEST_F(TimingsTest, UpsertReplacesAndKeepsOneRowPerKey) {
+  const auto first = SampleTimings(16, 3, 1.0);
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), first, "worker-a").ok());
+  auto second = SampleTimings(16, 3, 2.5);  // same keys, other values
+  second.resize(4);
+  Timing extra = first[0];
+  extra.micro_batch = 32;
+  extra.time_ms = 9.75;
+  second.push_back(extra);
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), second, "worker-b").ok());
+
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(64));
+  ASSERT_TRUE(records.ok());
+  EXPECT_EQ(records->size(), first.size() + 1);  // replaced in place, one new key
+  for (const TimingRecord& r : *records) {
+    const bool replaced = std::any_of(second.begin(), second.end(), [&](const Timing& t) {
+      return t.micro_batch == r.timing.micro_batch && t.algo == r.timing.algo;
+    });
+    EXPECT_EQ(r.measured_by, replaced ? "worker-b" : "worker-a");
+    if (replaced) {
+      const auto it = std::find_if(second.begin(), second.end(), [&](const Timing& t) {
+        return t.micro_batch == r.timing.micro_batch && t.algo == r.timing.algo;
+      });
+      EXPECT_EQ(r.timing, *it);
+    }
+  }
+}
+
+TEST_F(TimingsTest, GetTimingsForProblemsAnswersAWholeNetworkInOrder) {
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), SampleTimings(8, 2, 1.0), "w").ok());
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(128), SampleTimings(4, 3, 3.0), "w").ok());
+  ASSERT_TRUE(store_->PutTimings(A100(), Conv3x3(256), SampleTimings(4, 3, 3.0), "w").ok());
+
+  const std::vector<ConvProblem> network = {Conv3x3(128), Conv3x3(256), Conv3x3(64), Conv3x3(128)};
+  auto tables = store_->GetTimingsForProblems(H100(), network);
+  ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+  ASSERT_EQ(tables->size(), 4u);
+  EXPECT_EQ((*tables)[0].entries, Sorted(SampleTimings(4, 3, 3.0)));
+  EXPECT_TRUE((*tables)[1].entries.empty());  // only measured on the A100
+  EXPECT_EQ((*tables)[2].entries, Sorted(SampleTimings(8, 2, 1.0)));
+  EXPECT_EQ((*tables)[3].entries, (*tables)[0].entries);  // a repeated layer
+
+  auto none = store_->GetTimingsForProblems(H100(), {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST_F(TimingsTest, BadInputIsRejectedWithTheFieldNamed) {
+  auto timings = SampleTimings(4, 2);
+  timings[1].time_ms = std::nan("");
+  Status s = store_->PutTimings(H100(), Conv3x3(64), timings, "w");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("timings[1].time_ms"), std::string::npos) << s.message();
+
+  ConvProblem bad = Conv3x3(64);
+  bad.c = 0;
+  s = store_->PutTimings(H100(), bad, SampleTimings(4, 2), "w");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("problem: c", 0), 0u) << s.message();
+
+  DeviceFingerprint no_name = H100();
+  no_name.name.clear();
+  s = store_->PutTimings(no_name, Conv3x3(64), SampleTimings(4, 2), "w");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("device"), std::string::npos);
+
+  s = store_->PutTimings(H100(), Conv3x3(64), SampleTimings(4, 2), std::string(200, 'x'));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("measured_by"), std::string::npos);
+
+  auto table = store_->GetTimings(H100(), Conv3x3(64));
+  ASSERT_TRUE(table.ok());
+  EXPECT_TRUE(table->entries.empty());  // nothing written by the rejected calls
+}
+
+TEST_F(TimingsTest, ImportWritesManyProblemsAtOnceOrNothing) {
+  std::vector<ProblemTimings> batch;
+  for (int64_t c : {16, 32, 64}) {
+    batch.push_back({Conv3x3(c), SampleTimings(8, 2, static_cast<double>(c))});
+  }
+  auto rows = store_->ImportTimings(H100(), batch, "import:resnet50.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(*rows, 3 * 8);
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(32));
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 8u);
+  EXPECT_EQ((*records)[0].measured_by, "import:resnet50.csv");
+
+  // One bad problem: the whole import is refused.
+  batch.push_back({Conv3x3(128), SampleTimings(2, 1)});
+  batch.back().timings[0].algo = -1;
+  auto refused = store_->ImportTimings(H100(), batch, "import:second.csv");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("problems[3]"), std::string::npos)
+      << refused.status().message();
+  auto untouched = store_->GetTimings(H100(), Conv3x3(128));
+  ASSERT_TRUE(untouched.ok());
+  EXPECT_TRUE(untouched->entries.empty());
+}
+
+}  // namespace
+}  // namespace ucudnn::store

@@ -1,0 +1,134 @@
+// Unit tests of the store's pure pieces: hash text, array literals, input checks, the mapping of
+// SQLSTATEs to Status codes and the embedded migrations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "errors.h"
+#include "store_test_util.h"
+#include "ucudnn/store/migrations.h"
+#include "values.h"
+
+namespace ucudnn::store {
+namespace {
+
+using testing_util::SampleTimings;
+
+TEST(HashText, RoundTripsAndPads) {
+  EXPECT_EQ(FormatHash(0x1fULL), "000000000000001f");
+  EXPECT_EQ(FormatHash(0xfedcba9876543210ULL), "fedcba9876543210");
+  for (uint64_t h : {uint64_t{0}, uint64_t{1}, uint64_t{0xdeadbeefcafef00d},
+                     std::numeric_limits<uint64_t>::max()}) {
+    auto parsed = ParseHash(FormatHash(h));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, h);
+  }
+  EXPECT_EQ(*ParseHash("ABC"), 0xabcULL);
+  EXPECT_FALSE(ParseHash("").ok());
+  EXPECT_FALSE(ParseHash("12345678901234567").ok());
+  EXPECT_FALSE(ParseHash("12g4").ok());
+  EXPECT_EQ(ParseHash("xyz").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HashText, BitCastKeepsEveryValue) {
+  for (uint64_t h : {uint64_t{0}, uint64_t{1} << 63, std::numeric_limits<uint64_t>::max()}) {
+    EXPECT_EQ(internal::FromDb(internal::ToDb(h)), h);
+  }
+  EXPECT_LT(internal::ToDb(uint64_t{1} << 63), 0);
+}
+
+TEST(JobStateText, RoundTrips) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed}) {
+    auto parsed = ParseJobState(ToString(s));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, s);
+  }
+  EXPECT_EQ(ParseJobState("Done").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ArrayLiterals, QuoteEveryTextElement) {
+  EXPECT_EQ(internal::IntArrayLiteral({1, -2, 30}), "{1,-2,30}");
+  EXPECT_EQ(internal::IntArrayLiteral({}), "{}");
+  EXPECT_EQ(internal::TextArrayLiteral({"ok", "a\"b", "c\\d", "{x,y}", ""}),
+            "{\"ok\",\"a\\\"b\",\"c\\\\d\",\"{x,y}\",\"\"}");
+  const double third = 1.0 / 3.0;
+  const std::string text = internal::DoubleArrayLiteral({third, 2.5});
+  EXPECT_EQ(std::stod(text.substr(1, text.find(',') - 1)), third);  // exact round trip
+}
+
+TEST(CleanText, DropsNulAndCutsOnCharacterBoundary) {
+  EXPECT_EQ(internal::CleanText(std::string("a\0b", 3), 10), "ab");
+  // "é" is two bytes; a cut in its middle backs off to before it.
+  EXPECT_EQ(internal::CleanText("ab\xC3\xA9", 3), "ab");
+  EXPECT_EQ(internal::CleanText("ab\xC3\xA9", 4), "ab\xC3\xA9");
+}
+
+TEST(ValidateTimings, NamesTheBadField) {
+  std::vector<Timing> timings = SampleTimings(8, 3);
+  EXPECT_TRUE(internal::ValidateTimings(timings).ok());
+
+  auto bad = timings;
+  bad[2].time_ms = std::nan("");
+  Status s = internal::ValidateTimings(bad);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("timings[2].time_ms"), std::string::npos) << s.message();
+
+  bad = timings;
+  bad[1].micro_batch = 0;
+  EXPECT_NE(internal::ValidateTimings(bad).message().find("timings[1].micro_batch"),
+            std::string::npos);
+
+  bad = timings;
+  bad[3].workspace_bytes = std::numeric_limits<uint64_t>::max();
+  EXPECT_NE(internal::ValidateTimings(bad).message().find("workspace_bytes"), std::string::npos);
+
+  bad = timings;
+  bad.push_back(timings[0]);
+  EXPECT_NE(internal::ValidateTimings(bad).message().find("duplicate"), std::string::npos);
+
+  EXPECT_EQ(internal::ValidateTimings({}).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(internal::ValidateMeasuredBy(std::string(kMaxMeasuredByBytes + 1, 'x')).ok());
+  EXPECT_FALSE(internal::ValidateWorkerId("").ok());
+  EXPECT_TRUE(internal::ValidateWorkerId("node1:42:0").ok());
+}
+
+TEST(ErrorMapping, SqlStatesBecomeMeaningfulCodes) {
+  auto code = [](const char* state) {
+    return internal::MapSqlState("op", state, "ERROR:  boom\nDETAIL: x").status.code();
+  };
+  EXPECT_EQ(code("53100"), StatusCode::kResourceExhausted);
+  EXPECT_EQ(code("25006"), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code("23505"), StatusCode::kAlreadyExists);
+  EXPECT_EQ(code("23514"), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code("23503"), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code("22003"), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code("08006"), StatusCode::kUnavailable);
+  EXPECT_EQ(code("57P01"), StatusCode::kUnavailable);
+  EXPECT_EQ(code("40001"), StatusCode::kUnavailable);
+  EXPECT_EQ(code("42P01"), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code("57014"), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(code("XX000"), StatusCode::kInternal);
+
+  EXPECT_TRUE(internal::MapSqlState("op", "57P01", "bye").connection_lost);
+  EXPECT_FALSE(internal::MapSqlState("op", "23505", "dup").connection_lost);
+  const auto disk = internal::MapSqlState("put timings", "53100", "ERROR:  could not extend\n");
+  EXPECT_EQ(disk.status.message(), "put timings: database disk is full: could not extend");
+  const auto read_only = internal::MapSqlState("x", "25006", "cannot execute INSERT");
+  EXPECT_NE(read_only.status.message().find("read-only"), std::string::npos);
+}
+
+TEST(EmbeddedMigrations, NumberedFromOneWithoutGaps) {
+  const auto& migrations = EmbeddedMigrations();
+  ASSERT_GE(migrations.size(), 3u);
+  for (size_t i = 0; i < migrations.size(); ++i) {
+    EXPECT_EQ(migrations[i].version, static_cast<int>(i) + 1);
+    EXPECT_FALSE(migrations[i].sql.empty());
+  }
+  EXPECT_EQ(migrations[0].name, "0001_init");
+  EXPECT_NE(migrations[0].sql.find("CREATE TABLE timings"), std::string::npos);
+  EXPECT_EQ(Store::LatestSchemaVersion(), migrations.back().version);
+}
+
+}  // namespace
+}  // namespace ucudnn::store

@@ -1,0 +1,15 @@
+# The worker daemon. Unit tests of its pure logic (flags, the offline file's device header,
+# signal glue), and integration tests against a throw-away PostgreSQL: the daemon in-process and
+# the real ucudnn-worker binary as a child process (SIGKILL, SIGTERM, SIGSTOP, --once). CPU
+# backend and tiny problems throughout.
+ucudnn_add_test(NAME ucudnn_worker_unit_tests
+  SOURCES worker/options_test.cc worker/signals_test.cc
+  LIBS ucudnn_worker_lib ucudnn_backends)
+
+ucudnn_add_test(NAME ucudnn_worker_tests
+  SOURCES worker/daemon_test.cc worker/process_test.cc
+  LIBS ucudnn_worker_lib ucudnn_backends ucudnn_test_postgres
+  LABELS integration
+  TIMEOUT 300)
+# The process tests start bin/ucudnn-worker.
+add_dependencies(ucudnn_worker_tests ucudnn-worker)

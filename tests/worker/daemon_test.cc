@@ -1,0 +1,432 @@
+// The worker daemon in-process against a real PostgreSQL: draining the queue, two workers sharing
+// it, a mix of device models, a database restart under a running worker, and the offline CSV
+// round trip through ImportTimingsFile. CPU backend, tiny problems.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "support/postgres_fixture.h"
+#include "ucudnn/core/timing_csv.h"
+#include "ucudnn/store/store.h"
+#include "ucudnn/worker/daemon.h"
+#include "ucudnn/worker/import.h"
+#include "ucudnn/worker/offline.h"
+#include "ucudnn/worker/worker_main.h"
+#include "worker/worker_test_util.h"
+
+namespace ucudnn::worker {
+namespace {
+
+using namespace ucudnn::worker::testing;  // NOLINT(google-build-using-namespace)
+using ::testing::HasSubstr;
+
+struct EnqueuedJob {
+  int64_t id = 0;
+  ConvProblem problem;
+  int64_t max_micro_batch = 0;
+  BatchPolicy policy = BatchPolicy::kPowerOfTwo;
+};
+
+class WorkerDaemonTest : public test_support::PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    if (HasFatalFailure()) return;
+    store_ = OpenStore();
+    ASSERT_NE(store_, nullptr);
+    auto migrated = store_->Migrate();
+    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
+  }
+
+  std::unique_ptr<store::Store> OpenStore() {
+    store::StoreOptions options;
+    options.url = url();
+    options.pool_size = 16;
+    // Short back-off: the restart test should not wait seconds after the database is back.
+    options.reconnect_backoff_initial = std::chrono::milliseconds(50);
+    options.reconnect_backoff_max = std::chrono::milliseconds(300);
+    auto store = store::Store::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  EnqueuedJob Enqueue(const DeviceFingerprint& device, const ConvProblem& problem,
+                      int64_t max_micro_batch, BatchPolicy policy) {
+    auto r = store_->EnqueueJob(device, problem, max_micro_batch, policy);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r.ok() && r->created);
+    return {r.ok() ? r->job_id : -1, problem, max_micro_batch, policy};
+  }
+
+  store::Job GetJob(int64_t id) {
+    auto job = store_->GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : store::Job{};
+  }
+
+  // The job is done by `worker_id` and its timing rows are exactly one table: every size x
+  // algorithm once, all measured by that worker, measured times positive.
+  void ExpectDoneOnce(const EnqueuedJob& e, ConvBackend& backend, const std::string& worker_id) {
+    SCOPED_TRACE("job " + std::to_string(e.id) + " " + CanonicalKey(e.problem));
+    const store::Job job = GetJob(e.id);
+    EXPECT_EQ(job.state, store::JobState::kDone);
+    EXPECT_EQ(job.worker_id, worker_id);
+    auto records = store_->GetTimingRecords(backend.fingerprint(), e.problem);
+    ASSERT_TRUE(records.ok()) << records.status().ToString();
+    EXPECT_EQ(records->size(), ExpectedTimings(backend, e.problem, e.max_micro_batch, e.policy));
+    std::set<std::pair<int64_t, int>> keys;
+    int ok = 0;
+    for (const store::TimingRecord& r : *records) {
+      EXPECT_EQ(r.measured_by, worker_id);
+      keys.insert({r.timing.micro_batch, r.timing.algo});
+      if (r.timing.status == TimingStatus::kOk) {
+        ++ok;
+        EXPECT_GT(r.timing.time_ms, 0);
+      }
+    }
+    EXPECT_EQ(keys.size(), records->size());
+    EXPECT_GT(ok, 0);
+  }
+
+  std::unique_ptr<store::Store> store_;
+};
+
+TEST_F(WorkerDaemonTest, OnceDrainsItsFingerprintsQueueAndWritesTimings) {
+  auto devices = CpuDevice();
+  ConvBackend& backend = *devices[0].backend;
+  const DeviceFingerprint device = backend.fingerprint();
+  std::vector<EnqueuedJob> jobs = {
+      Enqueue(device, TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo),
+      Enqueue(device, TinyProblem(ConvOp::kBackwardData, 4), 3, BatchPolicy::kAll),
+      Enqueue(device, TinyProblem(ConvOp::kBackwardFilter, 4), 4, BatchPolicy::kUndivided),
+      Enqueue(device, TinyProblem(ConvOp::kForward, 8), 2, BatchPolicy::kPowerOfTwo),
+  };
+  // Another device model's job stays queued: a worker claims its own fingerprint only.
+  RenamedCpuBackend other("another cpu model");
+  const EnqueuedJob foreign =
+      Enqueue(other.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kAll);
+
+  DaemonConfig config = FastConfig("solo");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices), config);
+  ASSERT_EQ(daemon.worker_ids(), std::vector<std::string>{"solo:cpu"});
+  const Status run = daemon.Run();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+
+  const DaemonStats stats = daemon.stats();
+  EXPECT_EQ(stats.claimed, 4);
+  EXPECT_EQ(stats.completed, 4);
+  EXPECT_EQ(stats.failed + stats.released + stats.abandoned, 0);
+  for (const EnqueuedJob& job : jobs) {
+    ExpectDoneOnce(job, backend, "solo:cpu");
+    EXPECT_EQ(GetJob(job.id).attempts, 1);
+  }
+  EXPECT_EQ(GetJob(foreign.id).state, store::JobState::kQueued);
+  EXPECT_EQ(GetJob(foreign.id).attempts, 0);
+
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ(workers->front().id, "solo:cpu");
+  EXPECT_EQ(workers->front().host, "test-host");
+  EXPECT_EQ(workers->front().device, device);
+}
+
+TEST_F(WorkerDaemonTest, TwoWorkersNeverClaimTheSameJob) {
+  auto devices_a = CpuDevice();
+  auto devices_b = CpuDevice();
+  ConvBackend& backend = *devices_a[0].backend;
+  std::vector<EnqueuedJob> jobs;
+  for (int64_t channels = 1; channels <= 5; ++channels) {
+    for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+      jobs.push_back(
+          Enqueue(backend.fingerprint(), TinyProblem(op, channels), 4, BatchPolicy::kPowerOfTwo));
+    }
+  }
+  DaemonConfig config_a = FastConfig("alpha");
+  DaemonConfig config_b = FastConfig("beta");
+  config_a.once = config_b.once = true;
+  Daemon a(*store_, std::move(devices_a), config_a);
+  Daemon b(*store_, std::move(devices_b), config_b);
+  Status run_a, run_b;
+  std::thread thread_a([&] { run_a = a.Run(); });
+  std::thread thread_b([&] { run_b = b.Run(); });
+  thread_a.join();
+  thread_b.join();
+  ASSERT_TRUE(run_a.ok()) << run_a.ToString();
+  ASSERT_TRUE(run_b.ok()) << run_b.ToString();
+
+  EXPECT_EQ(a.stats().claimed + b.stats().claimed, static_cast<int64_t>(jobs.size()));
+  EXPECT_EQ(a.stats().completed + b.stats().completed, static_cast<int64_t>(jobs.size()));
+  for (const EnqueuedJob& job : jobs) {
+    const store::Job stored = GetJob(job.id);
+    ASSERT_THAT(stored.worker_id, ::testing::AnyOf("alpha:cpu", "beta:cpu"));
+    EXPECT_EQ(stored.attempts, 1);
+    ExpectDoneOnce(job, backend, stored.worker_id);
+  }
+}
+
+TEST_F(WorkerDaemonTest, EachDeviceModelClaimsOnlyItsOwnJobs) {
+  std::vector<BenchmarkDevice> devices;
+  devices.push_back({"gpu0", std::make_unique<RenamedCpuBackend>("model A")});
+  devices.push_back({"gpu1", std::make_unique<RenamedCpuBackend>("model B")});
+  devices.push_back({"gpu2", std::make_unique<RenamedCpuBackend>("model A")});
+  ConvBackend& model_a = *devices[0].backend;
+  ConvBackend& model_b = *devices[1].backend;
+  std::vector<EnqueuedJob> jobs_a, jobs_b;
+  for (int64_t channels = 1; channels <= 3; ++channels) {
+    jobs_a.push_back(Enqueue(model_a.fingerprint(), TinyProblem(ConvOp::kForward, channels), 4,
+                             BatchPolicy::kPowerOfTwo));
+    jobs_b.push_back(Enqueue(model_b.fingerprint(), TinyProblem(ConvOp::kBackwardData, channels), 4,
+                             BatchPolicy::kPowerOfTwo));
+  }
+  DaemonConfig config = FastConfig("mix");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices), config);
+  const std::vector<uint64_t> hashes = daemon.device_hashes();
+  ASSERT_EQ(hashes.size(), 3u);
+  EXPECT_EQ(hashes[0], hashes[2]);
+  EXPECT_NE(hashes[0], hashes[1]);
+  const Status run = daemon.Run();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+
+  for (const EnqueuedJob& job : jobs_a) {
+    const store::Job stored = GetJob(job.id);
+    ASSERT_THAT(stored.worker_id, ::testing::AnyOf("mix:gpu0", "mix:gpu2"));
+    ExpectDoneOnce(job, model_a, stored.worker_id);
+  }
+  for (const EnqueuedJob& job : jobs_b) ExpectDoneOnce(job, model_b, "mix:gpu1");
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  EXPECT_EQ(workers->size(), 3u);
+}
+
+TEST_F(WorkerDaemonTest, BenchmarkErrorsAreRecordedUntilTheJobFails) {
+  auto broken = std::make_unique<RenamedCpuBackend>("broken device");
+  broken->FailAllocations();
+  const DeviceFingerprint device = broken->fingerprint();
+  std::vector<BenchmarkDevice> devices;
+  devices.push_back({"gpu0", std::move(broken)});
+  const EnqueuedJob job =
+      Enqueue(device, TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("broken");
+  config.once = true;
+  config.max_attempts = 2;
+  Daemon daemon(*store_, std::move(devices), config);
+  const Status run = daemon.Run();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+
+  EXPECT_EQ(daemon.stats().claimed, 2);
+  EXPECT_EQ(daemon.stats().failed, 2);
+  EXPECT_EQ(daemon.stats().completed, 0);
+  const store::Job stored = GetJob(job.id);
+  EXPECT_EQ(stored.state, store::JobState::kFailed);
+  EXPECT_EQ(stored.attempts, 2);
+  EXPECT_THAT(stored.error, HasSubstr("out of device memory"));
+  auto records = store_->GetTimingRecords(device, job.problem);
+  ASSERT_TRUE(records.ok());
+  EXPECT_TRUE(records->empty());
+}
+
+TEST_F(WorkerDaemonTest, CarriesOnAcrossADatabaseRestart) {
+  auto devices = CpuDevice();
+  ConvBackend& backend = *devices[0].backend;
+  std::vector<EnqueuedJob> jobs;
+  // Big enough (a few hundred ms each) that work is left when the database goes down.
+  for (int64_t k = 9; k <= 16; ++k) {
+    ConvProblem p = TinyProblem(ConvOp::kBackwardFilter, 16);
+    p.h = p.w = 16;
+    p.k = k;
+    jobs.push_back(Enqueue(backend.fingerprint(), p, 8, BatchPolicy::kAll));
+  }
+  auto count_done = [&] {
+    int done = 0;
+    for (const EnqueuedJob& job : jobs) {
+      auto stored = store_->GetJob(job.id);
+      done += stored.ok() && stored->state == store::JobState::kDone;
+    }
+    return done;
+  };
+
+  DaemonConfig config = FastConfig("steady");
+  config.benchmark.warmup_runs = 1;
+  config.benchmark.min_runs = 3;
+  config.benchmark.max_runs = 3;
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread thread([&] { run = daemon.Run(); });
+
+  ASSERT_TRUE(WaitUntil([&] { return count_done() >= 1; }));
+  const int done_before = count_done();
+  const Status restarted = postgres().Restart();
+  ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  ASSERT_TRUE(WaitUntil([&] { return store_->Ping().ok(); }));
+  const int done_after_restart = count_done();
+  const bool all_done = WaitUntil([&] { return count_done() == static_cast<int>(jobs.size()); });
+  daemon.RequestStop();
+  thread.join();
+  ASSERT_TRUE(all_done) << "done: " << count_done() << " of " << jobs.size();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  // The restart happened with work left, and the same worker finished all of it.
+  EXPECT_LT(done_before, static_cast<int>(jobs.size()));
+  EXPECT_LT(done_after_restart, static_cast<int>(jobs.size()));
+  EXPECT_EQ(daemon.stats().completed, static_cast<int64_t>(jobs.size()));
+  for (const EnqueuedJob& job : jobs) ExpectDoneOnce(job, backend, "steady:cpu");
+}
+
+TEST_F(WorkerDaemonTest, StopWithoutDrainReleasesTheJobInHand) {
+  auto devices = CpuDevice();
+  const DeviceFingerprint device = devices[0].backend->fingerprint();
+  const EnqueuedJob job = Enqueue(device, SlowProblem(), kSlowMaxMicroBatch, kSlowPolicy);
+  DaemonConfig config = FastConfig("quitter");
+  config.benchmark.min_runs = config.benchmark.max_runs = 10;
+  config.benchmark.config_time_budget_ms = 5000;
+  config.drain = std::chrono::milliseconds(0);
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread thread([&] { run = daemon.Run(); });
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(job.id).state == store::JobState::kRunning; }));
+  daemon.RequestStop();
+  thread.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+
+  const store::Job stored = GetJob(job.id);
+  if (stored.state == store::JobState::kDone) {
+    GTEST_SKIP() << "the job finished before the stop request; nothing to release";
+  }
+  EXPECT_EQ(stored.state, store::JobState::kQueued);
+  EXPECT_EQ(stored.attempts, 0);  // a release gives the attempt back
+  EXPECT_EQ(daemon.stats().released, 1);
+  auto records = store_->GetTimingRecords(device, job.problem);
+  ASSERT_TRUE(records.ok());
+  EXPECT_TRUE(records->empty());
+}
+
+// The one case of this file that needs a GPU: the cudnn backend on every visible GPU, one
+// worker per GPU, each claiming the jobs of its own fingerprint.
+TEST_F(WorkerDaemonTest, BenchmarksOnEveryGpuWithTheCudnnBackend) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU visible: the cudnn backend cannot run here";
+  WorkerOptions options;
+  options.backend = "auto";
+  auto devices = MakeBenchmarkDevices(options);
+  ASSERT_TRUE(devices.ok()) << devices.status().ToString();
+  ASSERT_EQ(devices->size(), static_cast<size_t>(GpuCount()));
+  std::vector<ConvBackend*> backends;
+  std::set<uint64_t> fingerprints;
+  std::vector<std::pair<EnqueuedJob, ConvBackend*>> jobs;
+  for (const BenchmarkDevice& device : *devices) {
+    EXPECT_EQ(device.backend->fingerprint().backend, "cudnn");
+    if (!fingerprints.insert(device.backend->fingerprint().Hash()).second) continue;
+    for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+      jobs.emplace_back(
+          Enqueue(device.backend->fingerprint(), TinyProblem(op, 8), 8, BatchPolicy::kPowerOfTwo),
+          device.backend.get());
+    }
+  }
+  DaemonConfig config = FastConfig("gpu-node");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices).value(), config);
+  const Status run = daemon.Run();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  for (const auto& [job, backend] : jobs) {
+    const store::Job stored = GetJob(job.id);
+    EXPECT_THAT(stored.worker_id, ::testing::StartsWith("gpu-node:gpu"));
+    ExpectDoneOnce(job, *backend, stored.worker_id);
+  }
+}
+
+TEST_F(WorkerDaemonTest, OfflineCsvRoundTripsThroughImport) {
+  auto devices = CpuDevice();
+  ConvBackend& backend = *devices[0].backend;
+  const std::string dir =
+      ::testing::TempDir() + "/ucudnn_worker_offline_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/timings.csv";
+
+  OfflineRequest request;
+  request.kernels = {
+      {TinyProblem(ConvOp::kForward, 3), 4, "conv1/fwd"},
+      {TinyProblem(ConvOp::kBackwardData, 3), 4, "conv1/bwd_data"},
+      {TinyProblem(ConvOp::kBackwardFilter, 3), 4, "conv1/bwd_filter"},
+      {TinyProblem(ConvOp::kForward, 3), 2, "conv1_again/fwd"},  // same problem: measured once
+  };
+  request.policy = BatchPolicy::kPowerOfTwo;
+  request.benchmark = FastBenchmarkOptions();
+  request.output = path;
+  request.notes = {"network: tiny test; batch: 4"};
+  auto summary = RunOffline(devices, request);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->problems, 3);
+  EXPECT_EQ(summary->device, backend.fingerprint());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto header = ParseDeviceHeader(text.str());
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  EXPECT_EQ(*header, backend.fingerprint());
+  EXPECT_THAT(text.str(), HasSubstr("# network: tiny test; batch: 4"));
+  auto tables = ReadTimingCsvFile(path);
+  ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+  ASSERT_EQ(tables->size(), 3u);
+
+  auto imported = ImportTimingsFileWithSummary(*store_, path);
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  EXPECT_EQ(imported->problems, 3);
+  EXPECT_EQ(imported->rows, summary->timings);
+  // Again, through the name the CLI calls: the rows are replaced, not added.
+  auto again = ucudnn::ImportTimingsFile(*store_, path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, summary->timings);
+
+  auto by_key = [](std::vector<Timing> v) {
+    std::sort(v.begin(), v.end(), [](const Timing& x, const Timing& y) {
+      return std::pair(x.micro_batch, x.algo) < std::pair(y.micro_batch, y.algo);
+    });
+    return v;
+  };
+  for (const auto& [key, entry] : *tables) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(entry.table.entries.size(),
+              ExpectedTimings(backend, entry.problem, 4, BatchPolicy::kPowerOfTwo));
+    EXPECT_EQ(entry.mini_batch, 4);
+    EXPECT_EQ(entry.layer, "conv1");
+    auto stored = store_->GetTimings(backend.fingerprint(), entry.problem);
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    EXPECT_EQ(by_key(stored->entries), by_key(entry.table.entries));
+    auto records = store_->GetTimingRecords(backend.fingerprint(), entry.problem);
+    ASSERT_TRUE(records.ok());
+    for (const auto& r : *records) EXPECT_EQ(r.measured_by, "import:timings.csv");
+  }
+
+  // A file without the device header needs the device named.
+  const std::string bare = dir + "/bare.csv";
+  {
+    auto csv = WriteTimingCsv(*tables);
+    ASSERT_TRUE(csv.ok());
+    std::ofstream(bare) << *csv;
+  }
+  const Status refused = ImportTimingsFile(*store_, bare).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("device"));
+  RenamedCpuBackend other("named on import");
+  auto named = ImportTimingsFileWithSummary(*store_, bare, other.fingerprint());
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(named->rows, summary->timings);
+  // ... and a named device must agree with a header.
+  EXPECT_EQ(ImportTimingsFileWithSummary(*store_, path, other.fingerprint()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ImportTimingsFile(*store_, dir + "/missing.csv").status().code(),
+            StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ucudnn::worker

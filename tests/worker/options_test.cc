@@ -1,0 +1,244 @@
+// The worker's flags and environment variables, and the offline CSV's device header: pure logic.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/core/fingerprint.h"
+#include "ucudnn/worker/offline.h"
+#include "ucudnn/worker/options.h"
+#include "ucudnn/worker/worker_main.h"
+
+namespace ucudnn::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Sets an environment variable for the scope of one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    had_old_ = old != nullptr;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_old_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_old_ = false;
+};
+
+Result<CommandLine> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "ucudnn-worker");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
+class OptionsTest : public ::testing::Test {
+ protected:
+  // The variables the parser reads must not leak in from the environment of the test run.
+  ScopedEnv url_{"UCUDNN_DATABASE_URL", nullptr};
+  ScopedEnv level_{"UCUDNN_LOG_LEVEL", nullptr};
+  ScopedEnv backend_{"UCUDNN_WORKER_BACKEND", nullptr};
+  ScopedEnv lease_{"UCUDNN_WORKER_LEASE_SECONDS", nullptr};
+};
+
+TEST_F(OptionsTest, FlagsAreParsedWithUnitsAndLists) {
+  auto cl = Parse({"--database-url", "postgresql://db/ucudnn", "--backend=cpu", "--lease-seconds",
+                   "2.5", "--heartbeat-seconds", "0.5", "--drain-seconds", "7", "--max-attempts",
+                   "5", "--workspace-cap", "512MiB", "--log-level", "debug", "--once",
+                   "--worker-id-prefix", "node7"});
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  const WorkerOptions& o = cl->options;
+  EXPECT_FALSE(cl->help);
+  EXPECT_EQ(o.database_url, "postgresql://db/ucudnn");
+  EXPECT_EQ(o.backend, "cpu");
+  EXPECT_DOUBLE_EQ(o.lease_seconds, 2.5);
+  EXPECT_DOUBLE_EQ(o.heartbeat_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(o.drain_seconds, 7);
+  EXPECT_EQ(o.max_attempts, 5);
+  EXPECT_EQ(o.workspace_cap_bytes, uint64_t{512} << 20);
+  EXPECT_EQ(o.log_level, "debug");
+  EXPECT_TRUE(o.once);
+  EXPECT_EQ(o.worker_id_prefix, "node7");
+
+  const DaemonConfig config = MakeDaemonConfig(o);
+  EXPECT_EQ(config.id_prefix, "node7");
+  EXPECT_EQ(config.lease, std::chrono::milliseconds(2500));
+  EXPECT_EQ(config.drain, std::chrono::milliseconds(7000));
+  EXPECT_EQ(config.benchmark.workspace_cap_bytes, uint64_t{512} << 20);
+  EXPECT_LE(config.retry_max, config.lease / 3);
+  EXPECT_TRUE(Validate(config).ok());
+}
+
+TEST_F(OptionsTest, EnvironmentFillsFlagsAndFlagsWin) {
+  ScopedEnv url("UCUDNN_DATABASE_URL", "postgresql://from-env/db");
+  ScopedEnv level("UCUDNN_LOG_LEVEL", "warn");
+  ScopedEnv lease("UCUDNN_WORKER_LEASE_SECONDS", "3");
+  auto from_env = Parse({"--backend", "cpu"});
+  ASSERT_TRUE(from_env.ok()) << from_env.status().ToString();
+  EXPECT_EQ(from_env->options.database_url, "postgresql://from-env/db");
+  EXPECT_EQ(from_env->options.log_level, "warn");
+  EXPECT_DOUBLE_EQ(from_env->options.lease_seconds, 3);
+
+  auto flags = Parse(
+      {"--database-url", "postgresql://flag/db", "--log-level", "error", "--lease-seconds", "9"});
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_EQ(flags->options.database_url, "postgresql://flag/db");
+  EXPECT_EQ(flags->options.log_level, "error");
+  EXPECT_DOUBLE_EQ(flags->options.lease_seconds, 9);
+}
+
+TEST_F(OptionsTest, ErrorsNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::vector<Case> cases = {
+      {{"--backend", "cpu"}, "--database-url"},
+      {{"--database-url", "x", "--lease-seconds", "0"}, "--lease-seconds"},
+      {{"--database-url", "x", "--max-attempts", "0"}, "--max-attempts"},
+      {{"--database-url", "x", "--workspace-cap", "lots"}, "--workspace-cap"},
+      {{"--database-url", "x", "--gpus", "0,x"}, "--gpus"},
+      {{"--database-url", "x", "--backend", "cpu", "--gpus", "0"}, "--gpus"},
+      {{"--database-url", "x", "--log-level", "loud"}, "--log-level"},
+      {{"--database-url", "x", "--backend", "tpu"}, "--backend"},
+      {{"--database-url", "x", "--network", "resnet50"}, "--network"},
+      {{"--offline", "--batch", "8", "--output", "t.csv"}, "--network"},
+      {{"--offline", "--network", "resnet50", "--output", "t.csv"}, "--batch"},
+      {{"--offline", "--network", "resnet50", "--batch", "8"}, "--output"},
+      {{"--offline", "--network", "r", "--batch", "8", "--output", "o", "--policy", "odd"},
+       "--policy"},
+      {{"--database-url", "x", "--no-such-flag"}, "--no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    auto cl = Parse(c.args);
+    ASSERT_FALSE(cl.ok()) << ::testing::PrintToString(c.args);
+    EXPECT_EQ(cl.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(cl.status().message(), HasSubstr(c.flag)) << ::testing::PrintToString(c.args);
+  }
+}
+
+TEST_F(OptionsTest, OfflineNeedsNoDatabase) {
+  auto cl = Parse({"--offline", "--network", "resnet50", "--batch", "256", "--policy", "all",
+                   "--output", "timings.csv", "--backend", "cpu", "--dtype", "fp32"});
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  EXPECT_TRUE(cl->options.offline);
+  EXPECT_EQ(cl->options.network, "resnet50");
+  EXPECT_EQ(cl->options.batch, 256);
+  EXPECT_EQ(cl->options.policy, BatchPolicy::kAll);
+  EXPECT_EQ(cl->options.output, "timings.csv");
+}
+
+TEST_F(OptionsTest, HelpDocumentsFlagsAndVariables) {
+  auto cl = Parse({"--help"});
+  ASSERT_TRUE(cl.ok());
+  EXPECT_TRUE(cl->help);
+  for (const char* needle :
+       {"--database-url", "UCUDNN_DATABASE_URL", "--backend", "--gpus", "--lease-seconds",
+        "--heartbeat-seconds", "--drain-seconds", "--max-attempts", "--workspace-cap",
+        "--log-level", "UCUDNN_LOG_LEVEL", "--once", "--offline", "--network", "--batch",
+        "--policy", "--output", "SIGTERM"}) {
+    EXPECT_THAT(cl->help_text, HasSubstr(needle));
+  }
+  EXPECT_EQ(cl->help_text, HelpText());
+}
+
+TEST(BenchmarkDevicesTest, CpuOnRequestAndAutoRefusedWithoutAGpu) {
+  WorkerOptions options;
+  options.backend = "cpu";
+  auto cpu = MakeBenchmarkDevices(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ASSERT_EQ(cpu->size(), 1u);
+  EXPECT_EQ(cpu->front().slot, "cpu");
+  EXPECT_EQ(cpu->front().backend->fingerprint().backend, "cpu");
+
+  if (GpuCount() > 0) GTEST_SKIP() << "a GPU is visible: auto would choose cudnn";
+  options.backend = "auto";
+  auto refused = MakeBenchmarkDevices(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--backend cpu"));
+}
+
+TEST(GpuListTest, ParsesAndRejects) {
+  auto gpus = ParseGpuList("0, 2,3");
+  ASSERT_TRUE(gpus.ok());
+  EXPECT_EQ(*gpus, (std::vector<int>{0, 2, 3}));
+  for (const char* bad : {"", "1,", "a", "-1", "1,1", "1.5"}) {
+    EXPECT_FALSE(ParseGpuList(bad).ok()) << bad;
+  }
+}
+
+DeviceFingerprint SomeGpu() {
+  DeviceFingerprint d;
+  d.backend = "cudnn";
+  d.name = "NVIDIA H100 80GB HBM3";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.memory_bytes = 84929347584ull;
+  d.cudnn_version = 91400;
+  d.cuda_runtime_version = 13000;
+  return d;
+}
+
+TEST(DeviceHeaderTest, RoundTripsGpuAndCpuFingerprints) {
+  for (const DeviceFingerprint& d : {SomeGpu(), CpuFingerprint()}) {
+    const std::string text =
+        DeviceHeader(d, {"network: resnet50"}) + "layer,n,c\n# not a device line\n";
+    auto parsed = ParseDeviceHeader(text);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(*parsed, d);
+    EXPECT_EQ(parsed->Hash(), d.Hash());
+  }
+}
+
+TEST(DeviceHeaderTest, RejectsMissingContradictoryAndMalformedHeaders) {
+  EXPECT_EQ(ParseDeviceHeader("layer,n\n1,2\n").status().code(), StatusCode::kNotFound);
+
+  const std::string good = DeviceHeader(SomeGpu(), {});
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  struct Case {
+    std::string text;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {replace("# device.sm_count: 132", "# device.sm_count: many"), "device.sm_count"},
+      {replace("# device.cc: 9.0", "# device.cc: 9"), "device.cc"},
+      {replace("# device.cudnn_version: 91400\n", ""), "device.cudnn_version"},
+      {replace("# device.name: NVIDIA H100", "# device.name: NVIDIA A100"), "device.key"},
+      {replace("# device.backend: cudnn", "# device.backend: tpu"), "backend"},
+      {good + "# device.name: twice\n", "device.name"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseDeviceHeader(c.text);
+    ASSERT_FALSE(parsed.ok()) << c.field;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.field));
+  }
+}
+
+}  // namespace
+}  // namespace ucudnn::worker

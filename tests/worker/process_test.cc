@@ -1,0 +1,275 @@
+// The real ucudnn-worker binary as a child process against a real PostgreSQL: SIGKILL mid-job
+// (another worker finishes the job once the lease expired, timings exactly once), SIGTERM (exit 0,
+// the job done or back in the queue), a stalled worker that lost its lease (writes nothing),
+// --once, --help and the backend refusal.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <csignal>
+#include <thread>
+
+#include "support/postgres_fixture.h"
+#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/store/store.h"
+#include "ucudnn/worker/daemon.h"
+#include "worker/worker_test_util.h"
+
+namespace ucudnn::worker {
+namespace {
+
+using namespace ucudnn::worker::testing;  // NOLINT(google-build-using-namespace)
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+class WorkerProcessTest : public test_support::PostgresTest {
+ protected:
+  void SetUp() override {
+    PostgresTest::SetUp();
+    if (HasFatalFailure()) return;
+    auto store = store::Store::Open(url(), 8);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    auto migrated = store_->Migrate();
+    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
+    cpu_ = std::move(MakeBackend("cpu")).value();
+  }
+
+  std::string LogPath(const std::string& name) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return ::testing::TempDir() + "/ucudnn_worker_" + info->name() + "_" + name + "_" +
+           std::to_string(getpid()) + ".log";
+  }
+
+  // Flags of a child worker on the CPU backend with a 2 s lease.
+  std::vector<std::string> ChildFlags(std::vector<std::string> extra) {
+    std::vector<std::string> flags = {"--database-url",      url(),   "--backend",       "cpu",
+                                      "--worker-id-prefix",  "child", "--lease-seconds", "2",
+                                      "--heartbeat-seconds", "0.5",   "--poll-seconds",  "0.1",
+                                      "--log-level",         "debug"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return flags;
+  }
+
+  int64_t EnqueueSlowJob() {
+    auto r =
+        store_->EnqueueJob(cpu_->fingerprint(), SlowProblem(), kSlowMaxMicroBatch, kSlowPolicy);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->job_id : -1;
+  }
+
+  store::Job GetJob(int64_t id) {
+    auto job = store_->GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : store::Job{};
+  }
+
+  bool RunningBy(int64_t id, const std::string& worker) {
+    auto job = store_->GetJob(id);
+    return job.ok() && job->state == store::JobState::kRunning && job->worker_id == worker;
+  }
+
+  std::vector<store::TimingRecord> Records(const ConvProblem& p) {
+    auto records = store_->GetTimingRecords(cpu_->fingerprint(), p);
+    EXPECT_TRUE(records.ok()) << records.status().ToString();
+    return records.ok() ? *records : std::vector<store::TimingRecord>{};
+  }
+
+  // Every size x algorithm of SlowProblem() exactly once, all by `worker`.
+  void ExpectSlowTimingsOnceBy(const std::string& worker) {
+    const auto records = Records(SlowProblem());
+    EXPECT_EQ(records.size(),
+              ExpectedTimings(*cpu_, SlowProblem(), kSlowMaxMicroBatch, kSlowPolicy));
+    for (const auto& r : records) EXPECT_EQ(r.measured_by, worker);
+  }
+
+  // An in-process worker that keeps polling until stopped.
+  struct Rescuer {
+    Rescuer(store::Store& store, const std::string& prefix)
+        : daemon(store, CpuDevice(), FastConfig(prefix)), thread([this] { run = daemon.Run(); }) {}
+    ~Rescuer() { Stop(); }
+    void Stop() {
+      if (thread.joinable()) {
+        daemon.RequestStop();
+        thread.join();
+      }
+    }
+    Daemon daemon;
+    Status run;
+    std::thread thread;
+  };
+
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<ConvBackend> cpu_;
+};
+
+bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+TEST_F(WorkerProcessTest, SigkillLeavesTheJobToAnotherWorkerAfterTheLeaseExpires) {
+  const int64_t id = EnqueueSlowJob();
+  ChildWorker child(ChildFlags(SlowFlags()), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  ASSERT_TRUE(WaitUntil([&] { return RunningBy(id, "child:cpu"); })) << child.Log();
+  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_TRUE(RunningBy(id, "child:cpu")) << "the job must still be running when killed\n"
+                                          << child.Log();
+  child.Signal(SIGKILL);
+  const auto status = child.WaitExit(seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+
+  // The dead worker's job is still running under its lease, with nothing written.
+  EXPECT_TRUE(RunningBy(id, "child:cpu"));
+  EXPECT_TRUE(Records(SlowProblem()).empty());
+
+  Rescuer rescuer(*store_, "rescuer");
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state == store::JobState::kDone; }))
+      << "job state " << store::ToString(GetJob(id).state);
+  rescuer.Stop();
+  ASSERT_TRUE(rescuer.run.ok()) << rescuer.run.ToString();
+  const store::Job job = GetJob(id);
+  EXPECT_EQ(job.worker_id, "rescuer:cpu");
+  EXPECT_EQ(job.attempts, 2);
+  EXPECT_EQ(rescuer.daemon.stats().completed, 1);
+  ExpectSlowTimingsOnceBy("rescuer:cpu");
+}
+
+TEST_F(WorkerProcessTest, SigtermExitsZeroAndReleasesTheJobAfterTheDrainTime) {
+  const int64_t id = EnqueueSlowJob();
+  std::vector<std::string> flags = SlowFlags();
+  flags.insert(flags.end(), {"--drain-seconds", "0.5"});
+  ChildWorker child(ChildFlags(flags), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  ASSERT_TRUE(WaitUntil([&] { return RunningBy(id, "child:cpu"); })) << child.Log();
+  child.Signal(SIGTERM);
+  const auto status = child.WaitExit(seconds(30));
+  ASSERT_TRUE(status.has_value()) << "no exit after SIGTERM\n" << child.Log();
+  EXPECT_TRUE(ExitedWith(*status, 0)) << child.Log();
+
+  // Never stuck running: done, or back in the queue with nothing written.
+  const store::Job job = GetJob(id);
+  ASSERT_THAT(job.state, ::testing::AnyOf(store::JobState::kDone, store::JobState::kQueued))
+      << child.Log();
+  if (job.state == store::JobState::kQueued) {
+    EXPECT_TRUE(Records(SlowProblem()).empty());
+    EXPECT_EQ(job.attempts, 0);
+    EXPECT_THAT(child.Log(), HasSubstr("released"));
+    // ... and the next worker takes it at once, with no lease to wait for.
+    Rescuer rescuer(*store_, "next");
+    ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state == store::JobState::kDone; }));
+    rescuer.Stop();
+    ExpectSlowTimingsOnceBy("next:cpu");
+  } else {
+    ExpectSlowTimingsOnceBy("child:cpu");
+  }
+}
+
+TEST_F(WorkerProcessTest, SigtermWithinTheDrainTimeFinishesTheJob) {
+  const int64_t id = EnqueueSlowJob();
+  std::vector<std::string> flags = SlowFlags();
+  flags.insert(flags.end(), {"--drain-seconds", "120"});
+  ChildWorker child(ChildFlags(flags), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  ASSERT_TRUE(WaitUntil([&] { return RunningBy(id, "child:cpu"); })) << child.Log();
+  child.Signal(SIGTERM);
+  const auto status = child.WaitExit(seconds(120));
+  ASSERT_TRUE(status.has_value()) << child.Log();
+  EXPECT_TRUE(ExitedWith(*status, 0)) << child.Log();
+  const store::Job job = GetJob(id);
+  EXPECT_EQ(job.state, store::JobState::kDone) << child.Log();
+  EXPECT_EQ(job.worker_id, "child:cpu");
+  ExpectSlowTimingsOnceBy("child:cpu");
+}
+
+TEST_F(WorkerProcessTest, AStalledWorkerThatLostItsLeaseWritesNothing) {
+  const int64_t id = EnqueueSlowJob();
+  ChildWorker child(ChildFlags(SlowFlags()), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  ASSERT_TRUE(WaitUntil([&] { return RunningBy(id, "child:cpu"); })) << child.Log();
+  // Frozen (like a long GC pause or a suspended VM): no renewals, the lease runs out.
+  {
+    Rescuer rescuer(*store_, "rescuer");
+    bool rescued = false;
+    // A child frozen inside a renewal's transaction would hold the job's row lock (claims skip
+    // locked rows): then let it go on a moment and freeze it again.
+    for (int attempt = 0; attempt < 3 && !rescued; ++attempt) {
+      child.Signal(SIGSTOP);
+      rescued = WaitUntil([&] { return GetJob(id).state == store::JobState::kDone; }, seconds(15));
+      if (!rescued) {
+        child.Signal(SIGCONT);
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    }
+    ASSERT_TRUE(rescued) << child.Log();
+    rescuer.Stop();
+    ASSERT_TRUE(rescuer.run.ok());
+  }
+  child.Signal(SIGCONT);
+  ASSERT_TRUE(WaitUntil([&] { return child.Log().find("lost the lease") != std::string::npos; }))
+      << child.Log();
+  child.Signal(SIGTERM);
+  const auto status = child.WaitExit(seconds(30));
+  ASSERT_TRUE(status.has_value()) << child.Log();
+  EXPECT_TRUE(ExitedWith(*status, 0)) << child.Log();
+  EXPECT_THAT(child.Log(), HasSubstr("abandoned"));
+
+  const store::Job job = GetJob(id);
+  EXPECT_EQ(job.state, store::JobState::kDone);
+  EXPECT_EQ(job.worker_id, "rescuer:cpu");
+  ExpectSlowTimingsOnceBy("rescuer:cpu");
+}
+
+TEST_F(WorkerProcessTest, OnceDrainsTheQueueAndExitsZero) {
+  std::vector<int64_t> ids;
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    auto r =
+        store_->EnqueueJob(cpu_->fingerprint(), TinyProblem(op, 2), 4, BatchPolicy::kPowerOfTwo);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ids.push_back(r->job_id);
+  }
+  ChildWorker child(ChildFlags({"--once", "--min-runs", "1", "--max-runs", "1"}), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  const auto status = child.WaitExit(seconds(60));
+  ASSERT_TRUE(status.has_value()) << child.Log();
+  EXPECT_TRUE(ExitedWith(*status, 0)) << child.Log();
+  for (int64_t id : ids) {
+    const store::Job job = GetJob(id);
+    EXPECT_EQ(job.state, store::JobState::kDone);
+    EXPECT_EQ(job.worker_id, "child:cpu");
+    const auto records = Records(job.problem);
+    EXPECT_EQ(records.size(), ExpectedTimings(*cpu_, job.problem, 4, BatchPolicy::kPowerOfTwo));
+  }
+  const std::string log = child.Log();
+  EXPECT_THAT(log, HasSubstr("backend: cpu"));
+  EXPECT_THAT(log, HasSubstr("queue drained"));
+}
+
+TEST_F(WorkerProcessTest, HelpAndBackendChoice) {
+  {
+    ChildWorker help({"--help"}, LogPath("help"));
+    const auto status = help.WaitExit(seconds(30));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(ExitedWith(*status, 0));
+    EXPECT_THAT(help.Log(), HasSubstr("UCUDNN_DATABASE_URL"));
+    EXPECT_THAT(help.Log(), HasSubstr("--lease-seconds"));
+  }
+  {
+    ChildWorker bad({"--database-url", url(), "--lease-seconds", "-1"}, LogPath("bad"));
+    const auto status = bad.WaitExit(seconds(30));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(ExitedWith(*status, 2));
+    EXPECT_THAT(bad.Log(), HasSubstr("--lease-seconds"));
+  }
+  if (GpuCount() == 0) {
+    // auto on a machine without a GPU: refused, saying how to run on the CPU.
+    ChildWorker refused({"--database-url", url()}, LogPath("auto"));
+    const auto status = refused.WaitExit(seconds(30));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(ExitedWith(*status, 1)) << refused.Log();
+    EXPECT_THAT(refused.Log(), HasSubstr("--backend cpu"));
+  }
+}
+
+}  // namespace
+}  // namespace ucudnn::worker

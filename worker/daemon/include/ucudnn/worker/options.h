@@ -1,0 +1,68 @@
+// The worker daemon's configuration: flags, with environment variables as fallbacks (a flag on the
+// command line wins over its variable).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ucudnn/core/plan.h"
+#include "ucudnn/core/problem.h"
+#include "ucudnn/core/status.h"
+
+namespace ucudnn::worker {
+
+struct WorkerOptions {
+  // ---- Database (daemon mode) ----
+  std::string database_url;  // --database-url / UCUDNN_DATABASE_URL
+  // ---- Devices ----
+  std::string backend = "auto";  // --backend: "auto", "cudnn" or "cpu"
+  std::vector<int> gpus;         // --gpus 0,2: GPU indices to use; empty = every visible GPU
+  // ---- Queue ----
+  double lease_seconds = 60;      // job lease, renewed while benchmarking
+  double heartbeat_seconds = 10;  // worker heartbeat period
+  double poll_seconds = 2;        // idle wait between claims when the queue is empty
+  double drain_seconds = 60;      // on SIGTERM: time the job in hand may take to finish
+  int max_attempts = 3;           // failed attempts before a job is marked failed
+  bool once = false;              // drain the queue and exit
+  std::string worker_id_prefix;   // "host:pid" unless given
+  // ---- Benchmark ----
+  uint64_t workspace_cap_bytes = uint64_t{2} << 30;
+  int warmup_runs = 2;
+  int min_runs = 5;
+  int max_runs = 25;
+  double config_budget_ms = 250;
+  // ---- Offline mode (no database) ----
+  bool offline = false;
+  std::string network;  // --network resnet50
+  int64_t batch = 0;    // --batch 256: mini-batch = largest micro-batch measured
+  BatchPolicy policy = BatchPolicy::kPowerOfTwo;
+  DataType dtype = DataType::kFloat32;  // --dtype fp32|fp16|bf16
+  Layout layout = Layout::kNCHW;        // --layout nchw|nhwc
+  std::string output;                   // --output timings.csv
+  // ---- Logging ----
+  std::string log_level = "info";  // --log-level / UCUDNN_LOG_LEVEL
+};
+
+struct CommandLine {
+  WorkerOptions options;
+  bool help = false;  // --help or --version was given: print help_text and exit 0
+  std::string help_text;
+};
+
+// Parses argv (argv[0] is the program name). Environment variables fill flags that are not on the
+// command line. kInvalidArgument names the flag that is wrong; the options are validated
+// (ValidateOptions) before they are returned.
+Result<CommandLine> ParseCommandLine(int argc, const char* const* argv);
+
+// Checks ranges and the flags each mode needs (daemon: a database URL; offline: network, batch,
+// output). The message names the flag.
+Status ValidateOptions(const WorkerOptions& options);
+
+// "0,1, 3" -> {0, 1, 3}; kInvalidArgument for anything but non-negative integers.
+Result<std::vector<int>> ParseGpuList(std::string_view text);
+
+// The full --help text.
+std::string HelpText();
+
+}  // namespace ucudnn::worker

@@ -1,0 +1,681 @@
+#include "ucudnn/worker/daemon.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/units.h"
+
+namespace ucudnn::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Errors that a later retry of the same call may not see: the database away, overloaded, slow.
+bool IsTransient(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+         s.code() == StatusCode::kResourceExhausted;
+}
+
+// Exponential back-off with +-20% jitter, so workers that lost the database together do not
+// reconnect in lock step.
+class Backoff {
+ public:
+  Backoff(milliseconds initial, milliseconds max)
+      : initial_(initial), max_(max), next_(initial), rng_(std::random_device{}()) {}
+  milliseconds Next() {
+    const milliseconds base = next_;
+    next_ = std::min(max_, next_ * 2);
+    std::uniform_real_distribution<double> jitter(0.8, 1.2);
+    return milliseconds(std::max<int64_t>(1, static_cast<int64_t>(base.count() * jitter(rng_))));
+  }
+  void Reset() { next_ = initial_; }
+
+ private:
+  milliseconds initial_, max_, next_;
+  std::mt19937_64 rng_;
+};
+
+std::string Describe(const ConvProblem& p) {
+  return std::string(ToString(p.op)) + " c=" + std::to_string(p.c) + " " + std::to_string(p.h) +
+         "x" + std::to_string(p.w) + " k=" + std::to_string(p.k) + " " + std::to_string(p.r) + "x" +
+         std::to_string(p.s);
+}
+
+}  // namespace
+
+class LeaseKeeper;
+
+// Logs a database outage once when it starts and once when it ends, instead of once per call.
+class DatabaseHealth {
+ public:
+  void Failed(const std::string& who, const Status& status) {
+    std::lock_guard lock(mu_);
+    if (!down_) {
+      down_ = true;
+      since_ = Clock::now();
+      spdlog::warn("[{}] database unavailable, retrying with back-off: {}", who, status.ToString());
+    } else {
+      spdlog::debug("[{}] database still unavailable: {}", who, status.ToString());
+    }
+  }
+  void Succeeded() {
+    std::lock_guard lock(mu_);
+    if (down_) {
+      down_ = false;
+      spdlog::info("database reachable again after {:.1f} s", SecondsSince(since_));
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  bool down_ = false;
+  Clock::time_point since_;
+};
+
+struct Slot {
+  BenchmarkDevice device;
+  std::string worker_id;
+  DeviceFingerprint fingerprint;
+  uint64_t device_hash = 0;
+  std::atomic<bool> registered{false};
+};
+
+class Daemon::Impl {
+ public:
+  Impl(store::Store& store, std::vector<BenchmarkDevice> devices, DaemonConfig config)
+      : store_(store), config_(std::move(config)) {
+    for (auto& device : devices) {
+      auto slot = std::make_unique<Slot>();
+      slot->worker_id = config_.id_prefix + ":" + device.slot;
+      if (device.backend) {
+        slot->fingerprint = device.backend->fingerprint();
+        slot->device_hash = slot->fingerprint.Hash();
+      }
+      slot->device = std::move(device);
+      slots_.push_back(std::move(slot));
+    }
+  }
+
+  Status Run();
+  void RequestStop(bool immediate);
+  bool stop_requested() const {
+    std::lock_guard lock(mu_);
+    return stop_requested_;
+  }
+  bool DrainExpired() const {
+    std::lock_guard lock(mu_);
+    return stop_requested_ && Clock::now() >= drain_deadline_;
+  }
+  std::vector<std::string> worker_ids() const {
+    std::vector<std::string> ids;
+    for (const auto& s : slots_) ids.push_back(s->worker_id);
+    return ids;
+  }
+  std::vector<uint64_t> device_hashes() const {
+    std::vector<uint64_t> hashes;
+    for (const auto& s : slots_) hashes.push_back(s->device_hash);
+    return hashes;
+  }
+  DaemonStats stats() const {
+    return {claimed_.load(), completed_.load(), failed_.load(), released_.load(),
+            abandoned_.load()};
+  }
+
+ private:
+  friend class LeaseKeeper;
+
+  // Sleeps `duration` or until a stop request (then true).
+  bool SleepOrStop(milliseconds duration) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, duration, [&] { return stop_requested_; });
+  }
+  // Sleeps `duration`, cut short when the drain deadline passes meanwhile.
+  void SleepWithinDrain(milliseconds duration) {
+    std::unique_lock lock(mu_);
+    Clock::time_point until = Clock::now() + duration;
+    while (Clock::now() < until) {
+      if (stop_requested_ && Clock::now() >= drain_deadline_) return;
+      Clock::time_point wake = stop_requested_ ? std::min(until, drain_deadline_) : until;
+      const int generation = stop_generation_;
+      cv_.wait_until(lock, wake, [&] { return stop_generation_ != generation; });
+    }
+  }
+
+  Status Register(Slot& slot);
+  void SlotLoop(Slot& slot);
+  // Returns false when the benchmark itself failed (the job was recorded failed).
+  bool RunJob(Slot& slot, const store::Job& job);
+  void HeartbeatLoop();
+
+  enum class Outcome { kDone, kLost, kGaveUp };
+  // Stores the timings and completes the job, retrying while the database is away.
+  Outcome Complete(Slot& slot, const store::Job& job, const TimingTable& table, LeaseKeeper& keeper,
+                   double elapsed_s);
+  Outcome Fail(Slot& slot, const store::Job& job, const Status& error, LeaseKeeper& keeper);
+  void Release(Slot& slot, const store::Job& job);
+  // After kFailedPrecondition: whether the job is done by this worker (a reply that got lost),
+  // still held, or someone else's. Retries GetJob while the database is away.
+  enum class Holder { kDoneByUs, kHeldByUs, kNotOurs, kUnknown };
+  Holder CheckHolder(const Slot& slot, int64_t job_id);
+
+  store::Store& store_;
+  DaemonConfig config_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  DatabaseHealth health_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;
+  int stop_generation_ = 0;  // bumped on every RequestStop, so waiters recompute deadlines
+  Clock::time_point drain_deadline_;
+  bool loops_finished_ = false;
+  bool ran_ = false;
+
+  std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0};
+};
+
+// Renews a job's lease in the background while the benchmark runs, and cancels the benchmark
+// when the lease is lost or the drain time after a stop request is up.
+class LeaseKeeper {
+ public:
+  LeaseKeeper(Daemon::Impl& daemon, Slot& slot, int64_t job_id)
+      : d_(daemon), slot_(slot), job_id_(job_id) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~LeaseKeeper() { Finish(); }
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  void Finish() {
+    {
+      std::lock_guard lock(d_.mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    d_.cv_.notify_all();
+    thread_.join();
+  }
+  // Runs the store call that ends the job (`call` returns a Result) so that no renewal overlaps
+  // it, and stops renewing once it succeeded: a renewal after the job ended would report a lost
+  // lease that is not one.
+  template <typename Call>
+  auto Settle(Call call) {
+    std::lock_guard lock(call_mu_);
+    auto result = call();
+    if (result.ok()) settled_ = true;
+    return result;
+  }
+  const std::atomic<bool>* cancel_flag() const { return &cancel_; }
+  bool lost() const { return lost_.load(); }
+  bool drain_expired() const { return drain_expired_.load(); }
+
+ private:
+  void Loop() {
+    const milliseconds renew_every = std::max(milliseconds(100), d_.config_.lease / 3);
+    Backoff backoff(d_.config_.retry_initial, std::min(renew_every, d_.config_.retry_max));
+    Clock::time_point next_renew = Clock::now() + renew_every;
+    std::unique_lock lock(d_.mu_);
+    while (!finished_) {
+      Clock::time_point wake = next_renew;
+      if (d_.stop_requested_ && !drain_expired_) wake = std::min(wake, d_.drain_deadline_);
+      const int generation = d_.stop_generation_;
+      d_.cv_.wait_until(lock, wake, [&] { return finished_ || d_.stop_generation_ != generation; });
+      if (finished_) break;
+      const Clock::time_point now = Clock::now();
+      if (d_.stop_requested_ && now >= d_.drain_deadline_ && !drain_expired_) {
+        drain_expired_ = true;
+        cancel_ = true;
+        spdlog::info("[{}] drain time is up: cancelling job {} to release it", slot_.device.slot,
+                     job_id_);
+      }
+      if (lost_ || now < next_renew) continue;
+      lock.unlock();
+      Status renewed;
+      {
+        std::lock_guard call_lock(call_mu_);
+        if (!settled_) renewed = d_.store_.RenewLease(job_id_, slot_.worker_id, d_.config_.lease);
+      }
+      lock.lock();
+      if (renewed.ok()) {
+        d_.health_.Succeeded();
+        backoff.Reset();
+        next_renew = Clock::now() + renew_every;
+        spdlog::trace("[{}] renewed the lease of job {}", slot_.device.slot, job_id_);
+      } else if (renewed.code() == StatusCode::kFailedPrecondition ||
+                 renewed.code() == StatusCode::kNotFound) {
+        lost_ = true;
+        cancel_ = true;
+        next_renew = Clock::now() + std::chrono::hours(1);  // nothing left to renew
+        spdlog::warn("[{}] lost the lease of job {}; abandoning it, nothing will be written: {}",
+                     slot_.device.slot, job_id_, renewed.ToString());
+      } else {
+        d_.health_.Failed(slot_.device.slot, renewed);
+        next_renew = Clock::now() + backoff.Next();
+      }
+    }
+  }
+
+  Daemon::Impl& d_;
+  Slot& slot_;
+  const int64_t job_id_;
+  std::thread thread_;
+  bool finished_ = false;  // guarded by d_.mu_
+  std::mutex call_mu_;     // serialises renewals with the call that ends the job
+  bool settled_ = false;   // guarded by call_mu_
+  std::atomic<bool> cancel_{false};
+  std::atomic<bool> lost_{false};
+  std::atomic<bool> drain_expired_{false};
+};
+
+void Daemon::Impl::RequestStop(bool immediate) {
+  {
+    std::lock_guard lock(mu_);
+    const Clock::time_point now = Clock::now();
+    if (!stop_requested_) {
+      stop_requested_ = true;
+      drain_deadline_ = immediate ? now : now + config_.drain;
+    } else if (immediate) {
+      drain_deadline_ = std::min(drain_deadline_, now);
+    }
+    ++stop_generation_;
+  }
+  cv_.notify_all();
+}
+
+Status Daemon::Impl::Register(Slot& slot) {
+  Backoff backoff(config_.retry_initial, config_.retry_max);
+  bool warned = false;
+  while (true) {
+    const Status st = store_.RegisterWorker(slot.worker_id, config_.host, slot.fingerprint);
+    if (st.ok()) {
+      health_.Succeeded();
+      slot.registered = true;
+      spdlog::info("[{}] registered as worker {} (device {} {}, fingerprint {})", slot.device.slot,
+                   slot.worker_id, slot.fingerprint.backend, slot.fingerprint.name,
+                   store::FormatHash(slot.device_hash));
+      return Status::Ok();
+    }
+    if (st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kAlreadyExists) {
+      return st.WithContext("registering worker " + slot.worker_id);
+    }
+    if (IsTransient(st)) {
+      health_.Failed(slot.device.slot, st);
+    } else if (!warned) {
+      // E.g. the schema is not migrated yet: the server (or `ucudnn migrate`) may fix it soon.
+      spdlog::error("[{}] cannot register worker {}, retrying: {}", slot.device.slot,
+                    slot.worker_id, st.ToString());
+      warned = true;
+    }
+    if (SleepOrStop(backoff.Next())) {
+      return Unavailable("stopped before worker " + slot.worker_id + " could register");
+    }
+  }
+}
+
+void Daemon::Impl::HeartbeatLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait_for(lock, config_.heartbeat, [&] { return loops_finished_; });
+    if (loops_finished_) return;
+    lock.unlock();
+    for (auto& slot : slots_) {
+      if (!slot->registered) continue;
+      Status st = store_.Heartbeat(slot->worker_id);
+      if (st.code() == StatusCode::kNotFound) {
+        // The row went away (database restored, operator cleanup): register again.
+        spdlog::warn("[{}] worker {} is no longer registered; registering again", slot->device.slot,
+                     slot->worker_id);
+        st = store_.RegisterWorker(slot->worker_id, config_.host, slot->fingerprint);
+      }
+      if (st.ok()) {
+        health_.Succeeded();
+      } else if (IsTransient(st)) {
+        health_.Failed("heartbeat", st);
+      } else {
+        spdlog::error("[{}] heartbeat failed: {}", slot->device.slot, st.ToString());
+      }
+    }
+    lock.lock();
+  }
+}
+
+void Daemon::Impl::SlotLoop(Slot& slot) {
+  Backoff backoff(config_.retry_initial, config_.retry_max);
+  Backoff failure_backoff(milliseconds(1000), milliseconds(60000));
+  int consecutive_failures = 0;
+  std::uniform_real_distribution<double> jitter(0.9, 1.1);
+  std::mt19937_64 rng(std::random_device{}());
+  while (!stop_requested()) {
+    auto claimed = store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease);
+    if (!claimed.ok()) {
+      const Status& st = claimed.status();
+      if (IsTransient(st)) {
+        health_.Failed(slot.device.slot, st);
+      } else if (st.code() == StatusCode::kFailedPrecondition) {
+        // Not registered (any more), or the schema is not there yet.
+        spdlog::warn("[{}] claim refused, registering again: {}", slot.device.slot, st.ToString());
+        const Status registered = Register(slot);
+        if (!registered.ok()) {
+          if (!stop_requested()) spdlog::error("[{}] {}", slot.device.slot, registered.ToString());
+          return;
+        }
+      } else {
+        spdlog::error("[{}] claiming a job failed: {}", slot.device.slot, st.ToString());
+      }
+      if (SleepOrStop(backoff.Next())) return;
+      continue;
+    }
+    health_.Succeeded();
+    backoff.Reset();
+    if (!claimed->has_value()) {
+      if (config_.once) {
+        spdlog::info("[{}] queue drained for fingerprint {}", slot.device.slot,
+                     store::FormatHash(slot.device_hash));
+        return;
+      }
+      const auto wait = milliseconds(static_cast<int64_t>(config_.poll.count() * jitter(rng)));
+      if (SleepOrStop(std::max(milliseconds(1), wait))) return;
+      continue;
+    }
+    ++claimed_;
+    if (RunJob(slot, **claimed)) {
+      consecutive_failures = 0;
+      failure_backoff.Reset();
+    } else if (++consecutive_failures >= 2) {
+      // A device that fails every job (e.g. a GPU in a bad state) must not burn through the
+      // queue's attempts: pause before the next claim, longer each time.
+      const milliseconds pause = failure_backoff.Next();
+      spdlog::warn(
+          "[{}] {} jobs failed in a row on this device; pausing {:.1f} s before the "
+          "next claim",
+          slot.device.slot, consecutive_failures, pause.count() / 1000.0);
+      if (SleepOrStop(pause)) return;
+    }
+  }
+}
+
+bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
+  ConvBackend& backend = *slot.device.backend;
+  const size_t sizes = MicroBatchSizes(job.policy, job.max_micro_batch).size();
+  const size_t algos = backend.Algorithms(job.problem.op).size();
+  const std::string key = CanonicalKey(job.problem);
+  spdlog::info(
+      "[{}] job {} claimed (attempt {}): {} up to micro-batch {} ({}), {} sizes x {} "
+      "algorithms; problem {}",
+      slot.device.slot, job.id, job.attempts, Describe(job.problem), job.max_micro_batch,
+      ToString(job.policy), sizes, algos, key);
+
+  const Clock::time_point start = Clock::now();
+  LeaseKeeper keeper(*this, slot, job.id);
+  BenchmarkOptions options = config_.benchmark;
+  options.cancel = keeper.cancel_flag();
+  Clock::time_point last_log = start;
+  auto progress = [&](const BenchmarkProgress& p) {
+    if (p.latest != nullptr) {
+      spdlog::debug("[{}] job {}: {}/{} micro-batch {} algo {}: {} {:.4f} ms, workspace {}",
+                    slot.device.slot, job.id, p.done, p.total, p.latest->micro_batch,
+                    p.latest->algo, ToString(p.latest->status), p.latest->time_ms,
+                    FormatBytes(p.latest->workspace_bytes));
+    }
+    if (Clock::now() - last_log >= config_.progress_log_interval) {
+      last_log = Clock::now();
+      spdlog::info(
+          "[{}] job {} ({}): {}/{} configurations ({} sizes x {} algorithms), "
+          "{:.1f} s",
+          slot.device.slot, job.id, Describe(job.problem), p.done, p.total, sizes, algos,
+          SecondsSince(start));
+    }
+  };
+  auto table =
+      BenchmarkProblem(backend, job.problem, job.max_micro_batch, job.policy, options, progress);
+  const double elapsed = SecondsSince(start);
+
+  if (keeper.lost()) {
+    ++abandoned_;
+    spdlog::warn("[{}] job {} abandoned after {:.1f} s: lease lost", slot.device.slot, job.id,
+                 elapsed);
+    return true;
+  }
+  if (keeper.drain_expired() && !table.ok()) {
+    keeper.Finish();
+    Release(slot, job);
+    return true;
+  }
+  Outcome outcome;
+  if (table.ok()) {
+    outcome = Complete(slot, job, *table, keeper, elapsed);
+  } else {
+    spdlog::error("[{}] job {} failed after {:.1f} s: {}", slot.device.slot, job.id, elapsed,
+                  table.status().ToString());
+    outcome = Fail(slot, job, table.status(), keeper);
+  }
+  if (outcome == Outcome::kLost || outcome == Outcome::kGaveUp) ++abandoned_;
+  return table.ok();
+}
+
+Daemon::Impl::Holder Daemon::Impl::CheckHolder(const Slot& slot, int64_t job_id) {
+  Backoff backoff(config_.retry_initial, config_.retry_max);
+  while (true) {
+    auto job = store_.GetJob(job_id);
+    if (job.ok()) {
+      health_.Succeeded();
+      if (job->worker_id != slot.worker_id) return Holder::kNotOurs;
+      if (job->state == store::JobState::kRunning) return Holder::kHeldByUs;
+      // Done (or re-queued after a widening) with us as the last holder: our write committed.
+      if (job->state == store::JobState::kDone || job->state == store::JobState::kQueued) {
+        return Holder::kDoneByUs;
+      }
+      return Holder::kNotOurs;
+    }
+    if (job.status().code() == StatusCode::kNotFound) return Holder::kNotOurs;
+    if (!IsTransient(job.status())) return Holder::kUnknown;
+    health_.Failed(slot.device.slot, job.status());
+    if (DrainExpired()) return Holder::kUnknown;
+    SleepWithinDrain(backoff.Next());
+  }
+}
+
+Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
+                                             const TimingTable& table, LeaseKeeper& keeper,
+                                             double elapsed_s) {
+  int ok = 0, unsupported = 0, failed = 0;
+  for (const Timing& t : table.entries) {
+    (t.status == TimingStatus::kOk            ? ok
+     : t.status == TimingStatus::kUnsupported ? unsupported
+                                              : failed)++;
+  }
+  Backoff backoff(config_.retry_initial, config_.retry_max);
+  bool uncertain = false;  // an earlier attempt may have committed before its reply was lost
+  while (true) {
+    auto state =
+        keeper.Settle([&] { return store_.CompleteJob(job.id, slot.worker_id, table.entries); });
+    if (state.ok()) {
+      health_.Succeeded();
+      ++completed_;
+      spdlog::info(
+          "[{}] job {} {}: {} timings ({} ok, {} unsupported, {} failed) in {:.1f} s; "
+          "problem {}",
+          slot.device.slot, job.id,
+          *state == store::JobState::kDone ? "done" : "stored, re-queued (widened)",
+          table.entries.size(), ok, unsupported, failed, elapsed_s, CanonicalKey(job.problem));
+      return Outcome::kDone;
+    }
+    const Status& st = state.status();
+    if (st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kNotFound) {
+      const Holder holder = CheckHolder(slot, job.id);
+      if (holder == Holder::kDoneByUs && uncertain) {
+        ++completed_;
+        spdlog::info("[{}] job {} done: timings written (the first reply was lost)",
+                     slot.device.slot, job.id);
+        return Outcome::kDone;
+      }
+      if (holder != Holder::kHeldByUs) {
+        spdlog::warn(
+            "[{}] job {}: lease lost before the timings were written; discarded "
+            "(another worker measures it): {}",
+            slot.device.slot, job.id, st.ToString());
+        return Outcome::kLost;
+      }
+      // Still ours: e.g. a read-only database during a fail-over. Retry like an outage.
+    } else if (!IsTransient(st)) {
+      spdlog::error("[{}] job {}: the store refused the timings: {}", slot.device.slot, job.id,
+                    st.ToString());
+      return Fail(slot, job, st, keeper);
+    }
+    uncertain = true;
+    health_.Failed(slot.device.slot, st);
+    if (keeper.lost()) return Outcome::kLost;
+    if (DrainExpired()) {
+      spdlog::warn(
+          "[{}] job {}: drain time is up while the database is away; its timings are "
+          "dropped and the job returns to the queue when its lease expires",
+          slot.device.slot, job.id);
+      return Outcome::kGaveUp;
+    }
+    SleepWithinDrain(backoff.Next());
+  }
+}
+
+Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, const Status& error,
+                                         LeaseKeeper& keeper) {
+  Backoff backoff(config_.retry_initial, config_.retry_max);
+  while (true) {
+    auto state = keeper.Settle([&] {
+      return store_.FailJob(job.id, slot.worker_id, error.ToString(), config_.max_attempts);
+    });
+    if (state.ok()) {
+      health_.Succeeded();
+      ++failed_;
+      spdlog::warn("[{}] job {} recorded as failed attempt {} of {}; now {}", slot.device.slot,
+                   job.id, job.attempts, config_.max_attempts, store::ToString(*state));
+      return Outcome::kDone;
+    }
+    const Status& st = state.status();
+    if (!IsTransient(st)) {
+      spdlog::warn("[{}] job {}: could not record the failure: {}", slot.device.slot, job.id,
+                   st.ToString());
+      return Outcome::kLost;
+    }
+    health_.Failed(slot.device.slot, st);
+    if (keeper.lost() || DrainExpired()) return Outcome::kGaveUp;
+    SleepWithinDrain(backoff.Next());
+  }
+}
+
+void Daemon::Impl::Release(Slot& slot, const store::Job& job) {
+  // Shutting down: try for a while; if the database stays away the lease expiry returns the job.
+  Backoff backoff(config_.retry_initial, config_.retry_max);
+  const Clock::time_point give_up = Clock::now() + std::min(config_.lease, milliseconds(10000));
+  while (true) {
+    const Status st = store_.ReleaseJob(job.id, slot.worker_id);
+    if (st.ok()) {
+      health_.Succeeded();
+      ++released_;
+      spdlog::info("[{}] job {} released to the queue", slot.device.slot, job.id);
+      return;
+    }
+    if (!IsTransient(st) || Clock::now() >= give_up) {
+      ++abandoned_;
+      spdlog::warn(
+          "[{}] job {} not released ({}); it returns to the queue when its lease "
+          "expires",
+          slot.device.slot, job.id, st.ToString());
+      return;
+    }
+    health_.Failed(slot.device.slot, st);
+    std::this_thread::sleep_for(std::min(backoff.Next(), milliseconds(1000)));
+  }
+}
+
+Status Daemon::Impl::Run() {
+  {
+    std::lock_guard lock(mu_);
+    if (ran_) return FailedPrecondition("Daemon::Run: already ran");
+    ran_ = true;
+  }
+  UCUDNN_RETURN_IF_ERROR(Validate(config_));
+  if (slots_.empty()) return InvalidArgument("devices: at least one device is needed");
+  for (const auto& slot : slots_) {
+    if (!slot->device.backend) {
+      return InvalidArgument("devices[" + slot->device.slot + "].backend: missing");
+    }
+  }
+
+  std::mutex error_mu;
+  Status fatal;
+  std::thread heartbeat([this] { HeartbeatLoop(); });
+  std::vector<std::thread> threads;
+  for (auto& slot : slots_) {
+    threads.emplace_back([&, s = slot.get()] {
+      const Status registered = Register(*s);
+      if (!registered.ok()) {
+        if (!stop_requested()) {
+          spdlog::error("[{}] {}", s->device.slot, registered.ToString());
+          std::lock_guard lock(error_mu);
+          if (fatal.ok()) fatal = registered;
+          RequestStop(/*immediate=*/true);
+        }
+        return;
+      }
+      SlotLoop(*s);
+      spdlog::debug("[{}] benchmarking thread ends", s->device.slot);
+    });
+  }
+  for (auto& t : threads) t.join();
+  {
+    std::lock_guard lock(mu_);
+    loops_finished_ = true;
+  }
+  cv_.notify_all();
+  heartbeat.join();
+  const DaemonStats s = stats();
+  spdlog::info("worker stopped: {} claimed, {} completed, {} failed, {} released, {} abandoned",
+               s.claimed, s.completed, s.failed, s.released, s.abandoned);
+  return fatal;
+}
+
+Status Validate(const DaemonConfig& c) {
+  if (c.id_prefix.empty()) return InvalidArgument("id_prefix: must not be empty");
+  if (c.lease < milliseconds(100)) return InvalidArgument("lease: must be at least 100 ms");
+  if (c.heartbeat <= milliseconds(0)) return InvalidArgument("heartbeat: must be positive");
+  if (c.poll <= milliseconds(0)) return InvalidArgument("poll: must be positive");
+  if (c.drain < milliseconds(0)) return InvalidArgument("drain: must not be negative");
+  if (c.retry_initial <= milliseconds(0) || c.retry_max < c.retry_initial) {
+    return InvalidArgument("retry_initial/retry_max: need 0 < initial <= max");
+  }
+  if (c.max_attempts < 1) return InvalidArgument("max_attempts: must be at least 1");
+  return Validate(c.benchmark);
+}
+
+Daemon::Daemon(store::Store& store, std::vector<BenchmarkDevice> devices, DaemonConfig config)
+    : impl_(std::make_unique<Impl>(store, std::move(devices), std::move(config))) {}
+Daemon::~Daemon() { impl_->RequestStop(/*immediate=*/true); }
+Status Daemon::Run() { return impl_->Run(); }
+void Daemon::RequestStop(bool immediate) { impl_->RequestStop(immediate); }
+bool Daemon::stop_requested() const { return impl_->stop_requested(); }
+std::vector<std::string> Daemon::worker_ids() const { return impl_->worker_ids(); }
+std::vector<uint64_t> Daemon::device_hashes() const { return impl_->device_hashes(); }
+DaemonStats Daemon::stats() const { return impl_->stats(); }
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+std::string DefaultWorkerIdPrefix() { return HostName() + ":" + std::to_string(getpid()); }
+
+}  // namespace ucudnn::worker

@@ -1,0 +1,286 @@
+#include "ucudnn/worker/options.h"
+
+#include <spdlog/common.h>
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <memory>
+
+#include "ucudnn/core/units.h"
+
+namespace ucudnn::worker {
+namespace {
+
+// Flags whose text needs our own parsing (units, lists, enums) land here first.
+struct RawFlags {
+  std::string gpus;
+  std::string workspace_cap;
+  std::string policy = "power_of_two";
+  std::string dtype = "fp32";
+  std::string layout = "nchw";
+};
+
+constexpr const char* kDescription =
+    "ucudnn-worker: the GPU benchmark worker daemon.\n"
+    "Claims the benchmark jobs queued for its device fingerprint (GPU model, cuDNN and CUDA\n"
+    "run-time versions) from PostgreSQL, measures every algorithm x micro-batch size with the\n"
+    "benchmark engine, and stores the timings. One benchmarking thread per GPU; each holds a "
+    "lease\n"
+    "on its job that it renews while measuring, so a killed worker's job is claimed again after\n"
+    "the lease expires.\n"
+    "\n"
+    "Signals: SIGTERM or SIGINT stops claiming; the job in hand is finished if it completes\n"
+    "within --drain-seconds, else released to the queue; then the worker exits 0. A second\n"
+    "signal releases the job at once.\n"
+    "\n"
+    "Offline mode (no database): ucudnn-worker --offline --network resnet50 --batch 256\n"
+    "  --policy power_of_two --output timings.csv benchmarks a network's unique convolution\n"
+    "  problems and writes a timing CSV with the device fingerprint in its header; load it into a\n"
+    "  database with `ucudnn import timings.csv`.\n";
+
+constexpr const char* kFooter =
+    "Exit status: 0 after a clean stop (signal, or --once with the queue drained), 1 when the\n"
+    "worker cannot run (no device, database schema refused, offline benchmark failed), 2 for\n"
+    "bad flags. Environment variables are read when the matching flag is absent.";
+
+std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
+  auto app = std::make_unique<CLI::App>(kDescription, "ucudnn-worker");
+  app->footer(kFooter);
+  app->set_version_flag("--version", std::string("ucudnn-worker ") + UCUDNN_VERSION);
+  app->get_formatter()->column_width(34);
+  app->option_defaults()->always_capture_default();
+
+  app->add_option("--database-url", o.database_url,
+                  "PostgreSQL URL or libpq connection string (add connect_timeout=N to bound "
+                  "connects to unreachable hosts)")
+      ->envname("UCUDNN_DATABASE_URL")
+      ->group("Database");
+
+  app->add_option("--backend", o.backend,
+                  "auto: cudnn when a GPU is visible, otherwise refuse; cudnn; cpu: the CPU "
+                  "reference backend (its timings are CPU timings, stored under a cpu fingerprint)")
+      ->envname("UCUDNN_WORKER_BACKEND")
+      ->check(CLI::IsMember({"auto", "cudnn", "cpu"}))
+      ->group("Devices");
+  app->add_option("--gpus", raw.gpus,
+                  "comma-separated GPU indices to benchmark on (default: every visible GPU)")
+      ->envname("UCUDNN_WORKER_GPUS")
+      ->group("Devices");
+
+  app->add_option("--lease-seconds", o.lease_seconds,
+                  "job lease; renewed every third of it while benchmarking. A killed worker's job "
+                  "is claimed again once its lease expired")
+      ->envname("UCUDNN_WORKER_LEASE_SECONDS")
+      ->group("Queue");
+  app->add_option("--heartbeat-seconds", o.heartbeat_seconds, "worker heartbeat period")
+      ->envname("UCUDNN_WORKER_HEARTBEAT_SECONDS")
+      ->group("Queue");
+  app->add_option("--poll-seconds", o.poll_seconds, "wait between claims while the queue is empty")
+      ->envname("UCUDNN_WORKER_POLL_SECONDS")
+      ->group("Queue");
+  app->add_option("--drain-seconds", o.drain_seconds,
+                  "on SIGTERM/SIGINT, how long the job in hand may still run before it is "
+                  "released to the queue")
+      ->envname("UCUDNN_WORKER_DRAIN_SECONDS")
+      ->group("Queue");
+  app->add_option("--max-attempts", o.max_attempts,
+                  "failed benchmark attempts after which a job is marked failed")
+      ->envname("UCUDNN_WORKER_MAX_ATTEMPTS")
+      ->group("Queue");
+  app->add_flag("--once", o.once,
+                "drain the queue for this worker's fingerprints, then exit 0 (no idle polling)")
+      ->group("Queue");
+  app->add_option("--worker-id-prefix", o.worker_id_prefix,
+                  "prefix of the worker ids (default host:pid); each benchmarking thread "
+                  "registers as PREFIX:gpuN, or PREFIX:cpu")
+      ->envname("UCUDNN_WORKER_ID_PREFIX")
+      ->group("Queue");
+
+  app->add_option("--workspace-cap", raw.workspace_cap,
+                  "largest workspace an algorithm may use; bigger ones are recorded unsupported "
+                  "(e.g. 2GiB, 512MiB; default 2GiB)")
+      ->envname("UCUDNN_WORKER_WORKSPACE_CAP")
+      ->group("Benchmark");
+  app->add_option("--warmup-runs", o.warmup_runs, "untimed runs per configuration")
+      ->group("Benchmark");
+  app->add_option("--min-runs", o.min_runs, "timed runs per configuration, at least")
+      ->group("Benchmark");
+  app->add_option("--max-runs", o.max_runs, "timed runs per configuration, at most")
+      ->group("Benchmark");
+  app->add_option("--config-budget-ms", o.config_budget_ms,
+                  "wall time per configuration for timed runs")
+      ->group("Benchmark");
+
+  app->add_flag("--offline", o.offline,
+                "benchmark a network without a database and write a timing CSV")
+      ->group("Offline mode");
+  app->add_option("--network", o.network, "network whose convolutions to benchmark (resnet50, ...)")
+      ->group("Offline mode");
+  app->add_option("--batch", o.batch, "mini-batch size, the largest micro-batch measured")
+      ->group("Offline mode");
+  app->add_option("--policy", raw.policy, "micro-batch sizes: undivided, power_of_two or all")
+      ->group("Offline mode");
+  app->add_option("--dtype", raw.dtype, "data type of the network's convolutions: fp32, fp16, bf16")
+      ->group("Offline mode");
+  app->add_option("--layout", raw.layout, "tensor layout: nchw or nhwc")->group("Offline mode");
+  app->add_option("--output", o.output, "timing CSV to write")->group("Offline mode");
+
+  app->add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off")
+      ->envname("UCUDNN_LOG_LEVEL")
+      ->group("Logging");
+  return app;
+}
+
+bool IsLogLevel(const std::string& name) {
+  for (const char* level :
+       {"trace", "debug", "info", "warn", "warning", "error", "err", "critical", "off"}) {
+    if (name == level) return true;
+  }
+  return false;
+}
+
+bool FiniteIn(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; }
+
+}  // namespace
+
+Result<std::vector<int>> ParseGpuList(std::string_view text) {
+  std::vector<int> gpus;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view item = text.substr(pos, comma - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    int value = -1;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0 ||
+        value > 1023) {
+      return InvalidArgument("--gpus: expected comma-separated GPU indices such as 0,1, got '" +
+                             std::string(text) + "'");
+    }
+    for (int g : gpus) {
+      if (g == value) {
+        return InvalidArgument("--gpus: GPU " + std::to_string(value) + " is listed twice");
+      }
+    }
+    gpus.push_back(value);
+    pos = comma + 1;
+  }
+  return gpus;
+}
+
+Status ValidateOptions(const WorkerOptions& o) {
+  if (o.backend != "auto" && o.backend != "cudnn" && o.backend != "cpu") {
+    return InvalidArgument("--backend: must be auto, cudnn or cpu, got '" + o.backend + "'");
+  }
+  if (o.backend == "cpu" && !o.gpus.empty()) {
+    return InvalidArgument("--gpus: only with the cudnn backend, not with --backend cpu");
+  }
+  if (!FiniteIn(o.lease_seconds, 0.5, 86400)) {
+    return InvalidArgument("--lease-seconds: must be in [0.5, 86400], got " +
+                           std::to_string(o.lease_seconds));
+  }
+  if (!FiniteIn(o.heartbeat_seconds, 0.1, 3600)) {
+    return InvalidArgument("--heartbeat-seconds: must be in [0.1, 3600], got " +
+                           std::to_string(o.heartbeat_seconds));
+  }
+  if (!FiniteIn(o.poll_seconds, 0.01, 3600)) {
+    return InvalidArgument("--poll-seconds: must be in [0.01, 3600], got " +
+                           std::to_string(o.poll_seconds));
+  }
+  if (!FiniteIn(o.drain_seconds, 0, 86400)) {
+    return InvalidArgument("--drain-seconds: must be in [0, 86400], got " +
+                           std::to_string(o.drain_seconds));
+  }
+  if (o.max_attempts < 1 || o.max_attempts > 1000) {
+    return InvalidArgument("--max-attempts: must be in [1, 1000], got " +
+                           std::to_string(o.max_attempts));
+  }
+  if (o.warmup_runs < 0 || o.warmup_runs > 1000) {
+    return InvalidArgument("--warmup-runs: must be in [0, 1000], got " +
+                           std::to_string(o.warmup_runs));
+  }
+  if (o.min_runs < 1 || o.min_runs > 10000) {
+    return InvalidArgument("--min-runs: must be in [1, 10000], got " + std::to_string(o.min_runs));
+  }
+  if (o.max_runs < o.min_runs || o.max_runs > 10000) {
+    return InvalidArgument("--max-runs: must be in [--min-runs, 10000], got " +
+                           std::to_string(o.max_runs));
+  }
+  if (!FiniteIn(o.config_budget_ms, 0.001, 3.6e6)) {
+    return InvalidArgument("--config-budget-ms: must be positive, got " +
+                           std::to_string(o.config_budget_ms));
+  }
+  if (!IsLogLevel(o.log_level)) {
+    return InvalidArgument(
+        "--log-level: must be trace, debug, info, warn, error, critical or off, got '" +
+        o.log_level + "'");
+  }
+  if (o.offline) {
+    if (o.network.empty()) return InvalidArgument("--network: required with --offline");
+    if (o.batch < 1 || o.batch > kMaxBatch) {
+      return InvalidArgument("--batch: required with --offline, in [1, " +
+                             std::to_string(kMaxBatch) + "], got " + std::to_string(o.batch));
+    }
+    if (o.output.empty()) return InvalidArgument("--output: required with --offline");
+    if (o.once) return InvalidArgument("--once: has no meaning with --offline");
+  } else {
+    if (o.database_url.empty()) {
+      return InvalidArgument(
+          "--database-url: required (or UCUDNN_DATABASE_URL), unless --offline is given");
+    }
+    if (!o.network.empty() || o.batch != 0 || !o.output.empty()) {
+      return InvalidArgument("--network/--batch/--output: only with --offline");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
+  CommandLine result;
+  RawFlags raw;
+  auto app = BuildApp(result.options, raw);
+  try {
+    app->parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    result.help = true;
+    result.help_text = app->help();
+    return result;
+  } catch (const CLI::CallForVersion& e) {
+    result.help = true;
+    result.help_text = std::string(e.what()) + "\n";
+    return result;
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(e.what());
+  }
+  WorkerOptions& o = result.options;
+  if (!raw.gpus.empty()) {
+    UCUDNN_ASSIGN_OR_RETURN(o.gpus, ParseGpuList(raw.gpus));
+  }
+  if (!raw.workspace_cap.empty()) {
+    auto cap = ParseByteSize(raw.workspace_cap);
+    if (!cap.ok()) return InvalidArgument("--workspace-cap: " + cap.status().message());
+    o.workspace_cap_bytes = *cap;
+  }
+  auto policy = ParseBatchPolicy(raw.policy);
+  if (!policy.ok()) return InvalidArgument("--policy: " + policy.status().message());
+  o.policy = *policy;
+  auto dtype = ParseDataType(raw.dtype);
+  if (!dtype.ok()) return InvalidArgument("--dtype: " + dtype.status().message());
+  o.dtype = *dtype;
+  auto layout = ParseLayout(raw.layout);
+  if (!layout.ok()) return InvalidArgument("--layout: " + layout.status().message());
+  o.layout = *layout;
+  UCUDNN_RETURN_IF_ERROR(ValidateOptions(o));
+  return result;
+}
+
+std::string HelpText() {
+  WorkerOptions options;
+  RawFlags raw;
+  return BuildApp(options, raw)->help();
+}
+
+}  // namespace ucudnn::worker
