@@ -359,8 +359,8 @@ int Main(int argc, char** argv) {
         kernels->size(), problems, request.ByteSizeLong(), response_bytes,
         std::thread::hardware_concurrency(), StatsJson(cached, true).c_str(), options.clients,
         StatsJson(uncached, false).c_str(), StatsJson(uncached_warm, false).c_str(),
-        cached.p99_ms < 5 ? "true" : "false", plans_per_s > 2000 ? "true" : "false",
-        uncached.p99_ms < 50 ? "true" : "false");
+        StatsJson(first_uncached, false).c_str(), cached.p99_ms < 5 ? "true" : "false",
+        plans_per_s > 2000 ? "true" : "false", uncached.p99_ms < 50 ? "true" : "false");
   } else {
     std::printf(
         "ResNet-50: %zu kernels, %zu problems, request %zu B, plan response %zu B, "

@@ -27,7 +27,7 @@ using ::testing::StartsWith;
 
 // The server of these tests refuses requests above this size.
 constexpr const char* kMaxMessageFlag = "1MiB";
-constexpr size_t kMaxMessageBytes = 1 << 20;
+constexpr size_t kServerMaxMessageBytes = 1 << 20;
 
 // One way to spoil a message: the path of the field it spoils (relative to the message that
 // holds it) and the change.
@@ -453,7 +453,8 @@ class BadInputTest : public E2eTest {
 TEST_F(BadInputTest, EveryMalformedFieldIsInvalidArgumentNamingItAndWritesNothing) {
   const auto cases = AllCases();
   ASSERT_GT(cases.size(), 250u);
-  auto before = CountRows(url());
+  RowCounter counter(url());
+  auto before = counter.Count();
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   ASSERT_GT(before->at("timings"), 0);
   ASSERT_GT(before->at("jobs"), 0);
@@ -463,7 +464,7 @@ TEST_F(BadInputTest, EveryMalformedFieldIsInvalidArgumentNamingItAndWritesNothin
     const grpc::Status status = c.call();
     EXPECT_EQ(status.error_code(), c.code) << Describe(status);
     EXPECT_THAT(status.error_message(), StartsWith(c.field)) << Describe(status);
-    auto after = CountRows(url());
+    auto after = counter.Count();
     ASSERT_TRUE(after.ok()) << after.status().ToString();
     ASSERT_EQ(*after, *before) << "a rejected request wrote rows";
   }
@@ -503,13 +504,13 @@ TEST_F(BadInputTest, OversizedMessagesAreResourceExhaustedAndWriteNothing) {
     t->set_status(v1::TIMING_STATUS_OK);
     t->set_error(std::string(16, 'x'));
   }
-  ASSERT_GT(huge_submission.ByteSizeLong(), kMaxMessageBytes);
+  ASSERT_GT(huge_submission.ByteSizeLong(), kServerMaxMessageBytes);
   v1::SubmitTimingsResponse submitted;
   auto status = Submit(huge_submission, &submitted);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << Describe(status);
 
   auto huge_plan = ValidPlanRequest();
-  while (huge_plan.ByteSizeLong() <= kMaxMessageBytes) {
+  while (huge_plan.ByteSizeLong() <= kServerMaxMessageBytes) {
     huge_plan.mutable_kernels(0)->mutable_name()->append(1 << 16, 'k');
   }
   status = GetPlan(huge_plan);
@@ -522,7 +523,7 @@ TEST_F(BadInputTest, OversizedMessagesAreResourceExhaustedAndWriteNothing) {
 
   v1::GetTimingsRequest huge_timings;
   *huge_timings.mutable_device() = ValidDevice();
-  huge_timings.mutable_device()->set_name(std::string(2 * kMaxMessageBytes, 'n'));
+  huge_timings.mutable_device()->set_name(std::string(2 * kServerMaxMessageBytes, 'n'));
   *huge_timings.mutable_problem() = ValidProblem();
   v1::GetTimingsResponse timings;
   status = catalog_->GetTimings(ContextWithDeadline(seconds(10)).get(), huge_timings, &timings);

@@ -338,11 +338,12 @@ v1::GetPlanRequest PlanRequestFor(const std::vector<Kernel>& kernels, uint32_t m
 
 // ---- Direct database reads --------------------------------------------------------------------
 
-Result<std::map<std::string, int64_t>> CountRows(const std::string& database_url) {
+namespace {
+
+Result<std::map<std::string, int64_t>> CountRowsOn(pqxx::connection& connection) {
   static const char* kTables[] = {"devices", "problems", "timings",          "jobs",
                                   "workers", "plans",    "schema_migrations"};
   try {
-    pqxx::connection connection(database_url);
     pqxx::nontransaction tx(connection);
     std::map<std::string, int64_t> counts;
     for (const char* table : kTables) {
@@ -350,6 +351,39 @@ Result<std::map<std::string, int64_t>> CountRows(const std::string& database_url
     }
     return counts;
   } catch (const std::exception& e) {
+    return Unavailable(std::string("counting rows: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Result<std::map<std::string, int64_t>> CountRows(const std::string& database_url) {
+  try {
+    pqxx::connection connection(database_url);
+    return CountRowsOn(connection);
+  } catch (const std::exception& e) {
+    return Unavailable(std::string("counting rows: ") + e.what());
+  }
+}
+
+struct RowCounter::Connection {
+  explicit Connection(const std::string& url) : connection(url) {}
+  pqxx::connection connection;
+};
+
+RowCounter::RowCounter(std::string database_url) : url_(std::move(database_url)) {}
+RowCounter::~RowCounter() = default;
+
+Result<std::map<std::string, int64_t>> RowCounter::Count() {
+  try {
+    if (!connection_ || !connection_->connection.is_open()) {
+      connection_ = std::make_unique<Connection>(url_);
+    }
+    auto counts = CountRowsOn(connection_->connection);
+    if (!counts.ok()) connection_.reset();
+    return counts;
+  } catch (const std::exception& e) {
+    connection_.reset();
     return Unavailable(std::string("counting rows: ") + e.what());
   }
 }

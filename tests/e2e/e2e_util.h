@@ -139,6 +139,19 @@ v1::GetPlanRequest PlanRequestFor(const std::vector<Kernel>& kernels, uint32_t m
 // Rows of every table of the schema (devices, problems, timings, jobs, workers, plans,
 // schema_migrations), read with a direct connection to `database_url`.
 Result<std::map<std::string, int64_t>> CountRows(const std::string& database_url);
+
+// The same over one connection kept open (for tests that count after every call).
+class RowCounter {
+ public:
+  explicit RowCounter(std::string database_url);
+  ~RowCounter();
+  Result<std::map<std::string, int64_t>> Count();
+
+ private:
+  struct Connection;
+  std::string url_;
+  std::unique_ptr<Connection> connection_;
+};
 // One integer from a query (e.g. "SELECT count(*) FROM jobs WHERE state = 'done'").
 Result<int64_t> QueryInt(const std::string& database_url, const std::string& sql);
 // "postgresql://postgres@127.0.0.1:5432/ucudnn_test_7" -> "ucudnn_test_7".
