@@ -1,6 +1,7 @@
 // Every cuDNN algorithm that cuDNN accepts, for real layer shapes and all three ops, computes
 // what the CPU reference computes, within the tolerance of its precision and math mode.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +55,10 @@ bool Tf32Possible(const ConvBackend& gpu) {
 //  - fp16 with fp32 accumulation: the output rounded to fp16 (2^-11): bound 1e-2; 2e-2 for the
 //    transform algorithms, which may keep fp16 intermediate tiles.
 //  - bf16 (8 mantissa bits, inputs rounded to bf16 too): bound 3e-2.
-double Tolerance(const Precision& prec, const std::string& algo, bool tf32) {
+//  - Winograd on filters larger than 3x3 (cuDNN's non-fused variant handles 5x5): its transform
+//    needs more interpolation points, with larger matrix entries; measured 1.5e-3 on the H100
+//    (AlexNet conv2 5x5 backward-data, docs/h100.md): bound 5e-3 in fp32.
+double Tolerance(const Precision& prec, const std::string& algo, bool tf32, int64_t filter) {
   const bool transform = IsTransformAlgorithm(algo);
   switch (prec.data_type) {
     case DataType::kFloat16:
@@ -65,6 +69,8 @@ double Tolerance(const Precision& prec, const std::string& algo, bool tf32) {
       break;
   }
   if (tf32 || prec.math != MathMode::kDefault) return transform ? 1e-2 : 3e-3;
+  const bool large_winograd = algo.find("WINOGRAD") != std::string::npos && filter > 3;
+  if (large_winograd) return 5e-3;
   return transform ? 1e-3 : 1e-4;
 }
 
@@ -120,7 +126,7 @@ TEST_P(CudnnEquivalenceTest, EveryAcceptedAlgorithmMatchesCpuReference) {
       }
       ASSERT_TRUE(out.ok()) << where << ": " << out.status().ToString();
       const double rel = RelativeL2(*out, *ref);
-      const double tol = Tolerance(prec, algo.name, tf32);
+      const double tol = Tolerance(prec, algo.name, tf32, std::max(p.r, p.s));
       EXPECT_LT(rel, tol) << where << " (" << Describe(p, layer.batch) << ", workspace " << *ws
                           << " bytes)";
       std::printf("  %-70s ok rel_l2=%.2e (bound %.0e) ws=%zu\n", where.c_str(), rel, tol, *ws);
