@@ -4,7 +4,9 @@
 #include "ucudnn/core/networks.h"
 
 #include <charconv>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <utility>
 
 namespace ucudnn {
@@ -426,8 +428,11 @@ Result<int64_t> ParseInt(std::string_view field, std::string_view text) {
   return value;
 }
 
-// Parses one embedded table; an error here is a bug in the embedded text (tests parse them all).
-Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view name, std::string_view text) {
+std::string KnownNames();
+
+}  // namespace
+
+Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::string_view text) {
   static constexpr std::string_view kHeader =
       "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups";
   std::vector<NetworkLayer> layers;
@@ -440,15 +445,17 @@ Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view name, std::st
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || line.front() == '#') continue;
-    const std::string where =
-        "networks/" + std::string(name) + ".csv line " + std::to_string(line_number);
+    const std::string where = std::string(source) + " line " + std::to_string(line_number);
     if (!header_seen) {
-      if (line != kHeader) return Internal(where + ": unexpected header");
+      if (line != kHeader) {
+        return InvalidArgument(where + ": the header must be " + std::string(kHeader));
+      }
       header_seen = true;
       continue;
     }
     const std::vector<std::string_view> f = SplitFields(line);
-    if (f.size() != 14) return Internal(where + ": expected 14 fields");
+    if (f.size() != 14) return InvalidArgument(where + ": expected 14 fields");
+    if (f[0].empty()) return InvalidArgument(where + ": the layer name is empty");
     NetworkLayer layer;
     layer.name = std::string(f[0]);
     ConvProblem& p = layer.problem;
@@ -457,15 +464,18 @@ Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view name, std::st
                                 &p.dilation_h, &p.dilation_w, &p.groups};
     for (size_t i = 0; i < std::size(targets); ++i) {
       Result<int64_t> value = ParseInt("column " + std::to_string(i + 2), f[i + 1]);
-      if (!value.ok()) return Internal(where + ": " + value.status().message());
+      if (!value.ok()) return InvalidArgument(where + ": " + value.status().message());
       *targets[i] = *value;
     }
     const Status valid = Validate(p);
-    if (!valid.ok()) return Internal(where + ": " + valid.message());
+    if (!valid.ok()) return InvalidArgument(where + ": " + valid.message());
     layers.push_back(std::move(layer));
   }
+  if (layers.empty()) return InvalidArgument(std::string(source) + ": no layers");
   return layers;
 }
+
+namespace {
 
 std::string KnownNames() {
   std::string out;
@@ -491,13 +501,27 @@ std::string_view EmbeddedNetworkCsv(std::string_view name) {
   return {};
 }
 
+Result<std::vector<NetworkLayer>> LoadNetworkFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("network file " + path + ": cannot be opened");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseNetworkCsv(path, text.str());
+}
+
+bool IsNetworkPath(std::string_view name) {
+  return name.find('/') != std::string_view::npos ||
+         (name.size() > 4 && name.substr(name.size() - 4) == ".csv");
+}
+
 Result<std::vector<NetworkLayer>> NetworkLayers(std::string_view name) {
+  if (IsNetworkPath(name)) return LoadNetworkFile(std::string(name));
   const std::string_view text = EmbeddedNetworkCsv(name);
   if (text.empty()) {
     return InvalidArgument("network: unknown name '" + std::string(name) +
-                           "'; known: " + KnownNames());
+                           "'; known: " + KnownNames() + ", or a path to a network CSV file");
   }
-  return ParseNetworkCsv(name, text);
+  return ParseNetworkCsv("networks/" + std::string(name) + ".csv", text);
 }
 
 Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_batch,

@@ -113,5 +113,43 @@ TEST(Networks, RejectsUnknownNamesAndBadBatches) {
   EXPECT_TRUE(EmbeddedNetworkCsv("nothing").empty());
 }
 
+TEST(Networks, LoadsAUsersNetworkFile) {
+  const std::string path = ::testing::TempDir() + "my_net.csv";
+  {
+    std::ofstream out(path);
+    out << "# two layers\n"
+        << "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups\n"
+        << "stem,3,32,32,16,3,3,1,1,1,1,1,1,1\n"
+        << "dw,16,32,32,16,3,3,2,2,2,2,2,2,16\n";
+  }
+  ASSERT_TRUE(IsNetworkPath(path));
+  Result<std::vector<Kernel>> kernels = NetworkKernels(path, 8);
+  ASSERT_TRUE(kernels.ok()) << kernels.status().ToString();
+  ASSERT_EQ(kernels->size(), 6u);
+  EXPECT_EQ((*kernels)[0].name, "stem/fwd");
+  EXPECT_EQ((*kernels)[3].problem.groups, 16);
+  EXPECT_EQ((*kernels)[3].problem.dilation_h, 2);
+  EXPECT_EQ((*kernels)[5].problem.op, ConvOp::kBackwardFilter);
+}
+
+TEST(Networks, UserFileErrorsNameTheLine) {
+  const std::string header =
+      "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups\n";
+  auto bad_header = ParseNetworkCsv("x.csv", "layer,c\nl,1\n");
+  ASSERT_FALSE(bad_header.ok());
+  EXPECT_THAT(bad_header.status().message(), ::testing::HasSubstr("x.csv line 1"));
+  auto bad_number = ParseNetworkCsv("x.csv", header + "l,3,32,32,16,3,3,1,1,1,1,1,1,one\n");
+  ASSERT_FALSE(bad_number.ok());
+  EXPECT_EQ(bad_number.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_number.status().message(), ::testing::HasSubstr("line 2"));
+  auto invalid = ParseNetworkCsv("x.csv", header + "l,3,32,32,16,3,3,1,1,1,1,1,1,2\n");
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_THAT(invalid.status().message(), ::testing::HasSubstr("groups"));
+  EXPECT_FALSE(ParseNetworkCsv("x.csv", header).ok());  // no layers
+  auto missing = NetworkKernels("/nonexistent/net.csv", 8);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace ucudnn

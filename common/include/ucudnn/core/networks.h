@@ -22,10 +22,21 @@ struct NetworkLayer {
 // "alexnet", "densenet121", "resnet152", "resnet18", "resnet50", "vgg16" (sorted).
 std::vector<std::string> NetworkNames();
 
-// The convolution layers of `name`, in network order.
+// The convolution layers of `name`, in network order. `name` is a built-in network, or a path to
+// a user's network file (any name containing '/' or ending in ".csv") in the same format.
 Result<std::vector<NetworkLayer>> NetworkLayers(std::string_view name);
 
-// Every convolution layer of `name` as three kernels of a training step, in network order:
+// A network file in the format of networks/*.csv: '#' comment lines, the header
+// "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups", one line per
+// convolution layer. Errors (kInvalidArgument) name `source` and the line.
+Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::string_view text);
+// Reads and parses a network file; kNotFound when it cannot be opened.
+Result<std::vector<NetworkLayer>> LoadNetworkFile(const std::string& path);
+// Whether NetworkLayers()/NetworkKernels() read `name` as a file path.
+bool IsNetworkPath(std::string_view name);
+
+// Every convolution layer of `name` (as NetworkLayers() resolves it) as three kernels of a training
+// step, in network order:
 // "<layer>/fwd", "<layer>/bwd_data", "<layer>/bwd_filter", each at `mini_batch`. Compute type is
 // fp32; math is kDefault for fp32 data and kTensorOp for fp16 and bf16 data.
 // Errors: kInvalidArgument for an unknown network (the message lists the known ones) or a
