@@ -31,7 +31,6 @@ set(ucudnn_fuzz_targets plan_request_fuzzer plan_decode_fuzzer plan_cache_fuzzer
 add_custom_target(ucudnn_fuzzers
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/e2e/run_fuzz.sh --build-only ${PROJECT_SOURCE_DIR}
           ${PROJECT_BINARY_DIR}
-  DEPENDS ucudnn_proto
   USES_TERMINAL
   COMMENT "Building the libFuzzer targets with clang (fuzz/)")
 foreach(target IN LISTS ucudnn_fuzz_targets)

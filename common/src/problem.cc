@@ -356,4 +356,14 @@ uint64_t Fnv1a64(std::string_view bytes) {
 
 uint64_t StableHash(const ConvProblem& p) { return Fnv1a64(CanonicalKey(p)); }
 
+std::string HashHex(uint64_t hash) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    hex[i] = kDigits[hash & 0xF];
+    hash >>= 4;
+  }
+  return hex;
+}
+
 }  // namespace ucudnn

@@ -172,16 +172,6 @@ Status CheckKernelCount(int count) {
 
 }  // namespace
 
-std::string HashHex(uint64_t hash) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex(16, '0');
-  for (int i = 15; i >= 0; --i) {
-    hex[i] = kDigits[hash & 0xF];
-    hash >>= 4;
-  }
-  return hex;
-}
-
 Result<uint64_t> ParseHashHex(std::string_view hex, std::string_view field) {
   auto invalid = [&] {
     return InvalidArgument(std::string(field) + ": must be 16 lowercase hex digits, got \"" +

@@ -12,11 +12,7 @@
 
 namespace ucudnn::store {
 
-std::string FormatHash(uint64_t hash) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
+std::string FormatHash(uint64_t hash) { return HashHex(hash); }
 
 Result<uint64_t> ParseHash(std::string_view hex) {
   if (hex.empty() || hex.size() > 16) {

@@ -297,8 +297,7 @@ class BadInputTest : public E2eTest {
               *r.mutable_kernel() = ValidKernel();
               mutate(r);
               v1::GetParetoFrontResponse response;
-              return catalog_->GetParetoFront(ContextWithDeadline(seconds(10)).get(), r,
-                                              &response);
+              return catalog_->GetParetoFront(ContextWithDeadline(seconds(10)).get(), r, &response);
             }};
   }
 
@@ -324,8 +323,8 @@ class BadInputTest : public E2eTest {
     }));
     cases.push_back(
         PlanCase("kernels[1].problem", [](auto& r) { r.mutable_kernels(1)->clear_problem(); }));
-    cases.push_back(
-        PlanCase("kernels[0].mini_batch", [](auto& r) { r.mutable_kernels(0)->set_mini_batch(0); }));
+    cases.push_back(PlanCase("kernels[0].mini_batch",
+                             [](auto& r) { r.mutable_kernels(0)->set_mini_batch(0); }));
     cases.push_back(PlanCase("kernels[3].mini_batch",
                              [](auto& r) { r.mutable_kernels(3)->set_mini_batch(-8); }));
     cases.push_back(PlanCase("kernels[4].mini_batch",
@@ -335,18 +334,22 @@ class BadInputTest : public E2eTest {
     }));
     cases.push_back(
         PlanCase("policy", [](auto& r) { r.set_policy(static_cast<v1::BatchPolicy>(7)); }));
-    cases.push_back(PlanCase(
-        "workspace_mode", [](auto& r) { r.set_workspace_mode(static_cast<v1::WorkspaceMode>(-1)); }));
+    cases.push_back(PlanCase("workspace_mode", [](auto& r) {
+      r.set_workspace_mode(static_cast<v1::WorkspaceMode>(-1));
+    }));
     cases.push_back(PlanCase("workspace_bytes",
                              [](auto& r) { r.set_workspace_bytes(kMaxWorkspaceBytes + 1); }));
     cases.push_back(PlanCase("workspace_bytes", [](auto& r) {
       r.set_workspace_bytes(std::numeric_limits<uint64_t>::max());
     }));
     cases.push_back(PlanCase("max_wait_ms", [](auto& r) { r.set_max_wait_ms(kMaxWaitMs + 1); }));
-    // Not UTF-8 in a proto3 string: the message does not even parse.
-    cases.push_back(PlanCase("request", [](auto& r) {
-      r.mutable_kernels(0)->set_name(std::string("\xff\xfe", 2));
+    // Valid for the message (uint64), but no database column holds it: refused before writing.
+    cases.push_back(PlanCase("device.memory_bytes", [](auto& r) {
+      r.mutable_device()->set_memory_bytes(std::numeric_limits<uint64_t>::max());
     }));
+    // Not UTF-8 in a proto3 string: the message does not even parse.
+    cases.push_back(PlanCase(
+        "request", [](auto& r) { r.mutable_kernels(0)->set_name(std::string("\xff\xfe", 2)); }));
 
     cases.push_back({"StreamPlan", "request", [this] { return StreamPlan({}); }});
     cases.push_back({"StreamPlan", "request.kernels[0].mini_batch", [this] {
@@ -386,7 +389,8 @@ class BadInputTest : public E2eTest {
                      }});
     cases.push_back(ParetoCase("device", [](auto& r) { r.clear_device(); }));
     cases.push_back(ParetoCase("kernel", [](auto& r) { r.clear_kernel(); }));
-    cases.push_back(ParetoCase("kernel.problem", [](auto& r) { r.mutable_kernel()->clear_problem(); }));
+    cases.push_back(
+        ParetoCase("kernel.problem", [](auto& r) { r.mutable_kernel()->clear_problem(); }));
     cases.push_back(
         ParetoCase("kernel.mini_batch", [](auto& r) { r.mutable_kernel()->set_mini_batch(0); }));
     cases.push_back(ParetoCase("kernel.name", [](auto& r) {
@@ -399,11 +403,24 @@ class BadInputTest : public E2eTest {
     cases.push_back(SubmitCase("device", [](auto& r) { r.clear_device(); }));
     cases.push_back(SubmitCase("problem", [](auto& r) { r.clear_problem(); }));
     cases.push_back(SubmitCase("timings", [](auto& r) { r.clear_timings(); }));
-    cases.push_back(
-        SubmitCase("timings[0].micro_batch", [](auto& r) { r.mutable_timings(0)->set_micro_batch(0); }));
+    cases.push_back(SubmitCase("device.memory_bytes", [](auto& r) {
+      r.mutable_device()->set_memory_bytes(uint64_t{1} << 63);
+    }));
+    cases.push_back({"GetTimings", "device.memory_bytes", [this] {
+                       v1::GetTimingsRequest r;
+                       *r.mutable_device() = ValidDevice();
+                       r.mutable_device()->set_memory_bytes(uint64_t{1} << 63);
+                       *r.mutable_problem() = ValidProblem();
+                       v1::GetTimingsResponse response;
+                       return catalog_->GetTimings(ContextWithDeadline(seconds(10)).get(), r,
+                                                   &response);
+                     }});
+    cases.push_back(SubmitCase("timings[0].micro_batch",
+                               [](auto& r) { r.mutable_timings(0)->set_micro_batch(0); }));
     cases.push_back(SubmitCase("timings[1].micro_batch",
                                [](auto& r) { r.mutable_timings(1)->set_micro_batch(65537); }));
-    cases.push_back(SubmitCase("timings[2].algo", [](auto& r) { r.mutable_timings(2)->set_algo(-1); }));
+    cases.push_back(
+        SubmitCase("timings[2].algo", [](auto& r) { r.mutable_timings(2)->set_algo(-1); }));
     cases.push_back(
         SubmitCase("timings[0].time_ms", [](auto& r) { r.mutable_timings(0)->set_time_ms(-1); }));
     cases.push_back(SubmitCase("timings[0].time_ms", [](auto& r) {
@@ -419,8 +436,9 @@ class BadInputTest : public E2eTest {
     }));
     cases.push_back(
         SubmitCase("timings[1].samples", [](auto& r) { r.mutable_timings(1)->set_samples(-1); }));
-    cases.push_back(SubmitCase("timings[0].status",
-                               [](auto& r) { r.mutable_timings(0)->set_status(v1::TIMING_STATUS_UNSPECIFIED); }));
+    cases.push_back(SubmitCase("timings[0].status", [](auto& r) {
+      r.mutable_timings(0)->set_status(v1::TIMING_STATUS_UNSPECIFIED);
+    }));
     cases.push_back(SubmitCase("timings[0].status", [](auto& r) {
       r.mutable_timings(0)->set_status(static_cast<v1::TimingStatus>(42));
     }));
@@ -547,8 +565,7 @@ class RawConnection {
     address.sin_family = AF_INET;
     address.sin_port = htons(static_cast<uint16_t>(port));
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ >= 0 &&
-        connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    if (fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
       close(fd_);
       fd_ = -1;
     }

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 
 #include <set>
+#include <thread>
 
 #include "e2e/e2e_fixture.h"
 
@@ -20,18 +21,52 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
   ServerProcess* a = StartServer("a");
   ServerProcess* b = StartServer("b");
   ASSERT_TRUE(a != nullptr && b != nullptr);
+  auto catalog = b->Catalog();
+
+  // The client plans through A and waits for the benchmarks; no worker runs yet.
+  const auto network = TinyNetwork();
+  const auto problems = DistinctProblems(network);
+  ASSERT_EQ(problems.size(), kTinyNetworkProblems);
+  const v1::GetPlanRequest request = PlanRequestFor(network, /*max_wait_ms=*/60000);
+  v1::GetPlanResponse first;
+  grpc::Status first_status;
+  std::thread client([&] {
+    first_status = a->Planner()->GetPlan(ContextWithDeadline(seconds(90)).get(), request, &first);
+  });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{client};
+
+  // Meanwhile B's catalog shows the jobs A enqueued, one per distinct problem.
+  v1::ListJobsResponse queued;
+  ASSERT_TRUE(WaitUntil([&] {
+    queued.Clear();
+    const auto status =
+        catalog->ListJobs(ContextWithDeadline(seconds(10)).get(), v1::ListJobsRequest(), &queued);
+    // (The job list and the queue depth are two reads: wait until both show the jobs.)
+    return status.ok() && queued.queue_depth() == static_cast<int64_t>(problems.size()) &&
+           queued.jobs_size() == static_cast<int>(problems.size());
+  })) << queued.DebugString();
+  EXPECT_EQ(queued.jobs_size(), static_cast<int>(problems.size()));
+  for (const auto& job : queued.jobs()) EXPECT_EQ(job.state(), "queued");
+
+  // Two workers benchmark them.
   ASSERT_TRUE(StartWorker("w1") != nullptr);
   ASSERT_TRUE(StartWorker("w2") != nullptr);
   ASSERT_TRUE(WaitWorkersRegistered(2));
+  client.join();
+  ASSERT_TRUE(first_status.ok()) << Describe(first_status);
 
   // The catalog on B sees both workers alive, on one device: this machine's CPU.
-  auto catalog = b->Catalog();
   {
     v1::ListWorkersResponse workers;
-    v1::ListWorkersRequest request;
-    request.set_alive_only(true);
-    const auto status = catalog->ListWorkers(ContextWithDeadline(seconds(10)).get(), request,
-                                             &workers);
+    v1::ListWorkersRequest workers_request;
+    workers_request.set_alive_only(true);
+    const auto status =
+        catalog->ListWorkers(ContextWithDeadline(seconds(10)).get(), workers_request, &workers);
     ASSERT_TRUE(status.ok()) << Describe(status);
     ASSERT_EQ(workers.workers_size(), 2);
     for (const auto& w : workers.workers()) {
@@ -41,16 +76,8 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
     }
   }
 
-  // Plan through A, waiting for the benchmarks.
-  const auto network = TinyNetwork();
-  const v1::GetPlanRequest request = PlanRequestFor(network, /*max_wait_ms=*/60000);
-  v1::GetPlanResponse first;
-  {
-    const auto status =
-        a->Planner()->GetPlan(ContextWithDeadline(seconds(90)).get(), request, &first);
-    ASSERT_TRUE(status.ok()) << Describe(status);
-  }
   EXPECT_FALSE(first.from_cache());
+  EXPECT_GT(first.waited_ms(), 0u);
   ASSERT_EQ(first.plan().status(), v1::PLAN_STATUS_COMPLETE) << first.plan().DebugString();
   ASSERT_EQ(first.plan().kernels_size(), static_cast<int>(network.size()));
   for (int i = 0; i < first.plan().kernels_size(); ++i) {
@@ -64,9 +91,7 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(first.plan().missing_size(), 0);
 
-  // Exactly one benchmark job per distinct problem, each done at its first attempt.
-  const auto problems = DistinctProblems(network);
-  ASSERT_EQ(problems.size(), kTinyNetworkProblems);
+  // Exactly the jobs seen queued, each done at its first attempt.
   {
     v1::ListJobsResponse jobs;
     const auto status =
@@ -75,7 +100,10 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
     ASSERT_EQ(jobs.jobs_size(), static_cast<int>(problems.size()));
     EXPECT_EQ(jobs.queue_depth(), 0);
     std::set<std::string> job_problems;
+    std::set<int64_t> queued_ids, done_ids;
+    for (const auto& job : queued.jobs()) queued_ids.insert(job.id());
     for (const auto& job : jobs.jobs()) {
+      done_ids.insert(job.id());
       EXPECT_EQ(job.state(), "done");
       EXPECT_EQ(job.attempts(), 1);
       EXPECT_THAT(job.worker_id(), AnyOf(Eq("w1:cpu"), Eq("w2:cpu")));
@@ -84,6 +112,7 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
       job_problems.insert(CanonicalKey(*problem));
     }
     EXPECT_EQ(job_problems.size(), problems.size());
+    EXPECT_EQ(done_ids, queued_ids);
   }
 
   // Every (micro-batch, algorithm) of every problem stored once, written by one worker.

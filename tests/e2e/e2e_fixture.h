@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +25,17 @@ class E2eTest : public test_support::PostgresTest {
       for (auto& s : servers_) std::cerr << s->process().LogTail() << "\n";
       for (auto& w : workers_) std::cerr << w->process().LogTail() << "\n";
     }
+    // Logs of a passing test are not kept.
+    std::vector<std::string> logs;
+    if (!HasFailure()) {
+      for (auto& s : servers_) logs.push_back(s->process().log_path());
+      for (auto& w : workers_) logs.push_back(w->process().log_path());
+    }
     // Workers first: they would only log reconnection attempts once the servers are gone.
     workers_.clear();
     servers_.clear();
+    for (const auto& log : logs) std::remove(log.c_str());
+    test_support::PostgresTest::TearDown();
   }
 
   // Starts a server; nullptr (and a test failure) when it cannot start.
@@ -62,8 +71,7 @@ class E2eTest : public test_support::PostgresTest {
   static size_t ExpectedTimings(const ConvProblem& problem, int64_t max_micro_batch,
                                 BatchPolicy policy = BatchPolicy::kPowerOfTwo) {
     static CpuBackend backend;
-    return MicroBatchSizes(policy, max_micro_batch).size() *
-           backend.Algorithms(problem.op).size();
+    return MicroBatchSizes(policy, max_micro_batch).size() * backend.Algorithms(problem.op).size();
   }
 
   Result<int64_t> Query(const std::string& sql) { return QueryInt(url(), sql); }

@@ -21,8 +21,7 @@ namespace ucudnn::e2e {
 // ---- ChildProcess -----------------------------------------------------------------------------
 
 std::unique_ptr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
-                                                  const std::string& log_path,
-                                                  std::string* error) {
+                                                  const std::string& log_path, std::string* error) {
   if (argv.empty()) {
     *error = "no program";
     return nullptr;
@@ -125,11 +124,10 @@ std::string WorkerBinary() {
 
 std::string LogPath(const std::string& what) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string test = info != nullptr ? std::string(info->test_suite_name()) + "." +
-                                                 info->name()
-                                           : "global";
-  return ::testing::TempDir() + "ucudnn_e2e_" + test + "_" + what + "_" +
-         std::to_string(getpid()) + ".log";
+  const std::string test =
+      info != nullptr ? std::string(info->test_suite_name()) + "." + info->name() : "global";
+  return ::testing::TempDir() + "ucudnn_e2e_" + test + "_" + what + "_" + std::to_string(getpid()) +
+         ".log";
 }
 
 // ---- ServerProcess ----------------------------------------------------------------------------
@@ -137,22 +135,14 @@ std::string LogPath(const std::string& what) {
 Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::string& database_url,
                                                             const std::string& name,
                                                             std::vector<std::string> extra_flags) {
-  std::vector<std::string> argv = {ServerBinary(),
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--database-url",
-                                   database_url,
-                                   "--metrics-listen=",
-                                   "--tokens",
-                                   kToken,
-                                   "--log-level",
-                                   "info",
-                                   "--health-interval",
-                                   "200ms",
-                                   "--recheck-interval",
-                                   "200ms",
-                                   "--shutdown-grace",
-                                   "1s"};
+  std::vector<std::string> argv = {ServerBinary(),       "--listen",
+                                   "127.0.0.1:0",        "--database-url",
+                                   database_url,         "--metrics-listen=",
+                                   "--tokens",           kToken,
+                                   "--log-level",        "info",
+                                   "--health-interval",  "200ms",
+                                   "--recheck-interval", "200ms",
+                                   "--shutdown-grace",   "1s"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   std::string error;
   auto server = std::unique_ptr<ServerProcess>(new ServerProcess());
@@ -207,19 +197,11 @@ std::vector<std::string> FastBenchmarkFlags() {
 Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::string& database_url,
                                                             const std::string& prefix,
                                                             std::vector<std::string> extra_flags) {
-  std::vector<std::string> argv = {WorkerBinary(),
-                                   "--database-url",
-                                   database_url,
-                                   "--backend",
-                                   "cpu",
-                                   "--worker-id-prefix",
-                                   prefix,
-                                   "--heartbeat-seconds",
-                                   "0.5",
-                                   "--poll-seconds",
-                                   "0.1",
-                                   "--log-level",
-                                   "info"};
+  std::vector<std::string> argv = {
+      WorkerBinary(), "--database-url",     database_url, "--backend",
+      "cpu",          "--worker-id-prefix", prefix,       "--heartbeat-seconds",
+      "0.5",          "--poll-seconds",     "0.1",        "--log-level",
+      "info"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   std::string error;
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess());

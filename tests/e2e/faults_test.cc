@@ -11,7 +11,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "e2e/e2e_fixture.h"
@@ -30,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 // Slack on top of a call's deadline before it counts as hung: gRPC delivers DEADLINE_EXCEEDED a
 // little after the deadline, on a loaded 2-core machine sometimes a lot after. Bounds a hang,
 // not a speed.
-constexpr double kDeadlineSlackSeconds = 2.0;
+constexpr double kDeadlineSlackSeconds = 3.0;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -89,8 +92,9 @@ class FaultTest : public E2eTest {
   }
 };
 
-// A problem whose benchmark job takes seconds with the victim's flags below (the direct
-// algorithm dominates), so the worker is surely killed in the middle of it.
+// A problem whose benchmark job takes many seconds with the victim's flags below (40 timed runs
+// of 36 configurations; the direct algorithm dominates), so the victim is surely killed in the
+// middle of it. The rescuer measures with the fast flags.
 Kernel SlowKernel() {
   ConvProblem p;
   p.op = ConvOp::kBackwardFilter;
@@ -111,7 +115,7 @@ TEST_F(FaultTest, WorkerKilledMidJobTheJobCompletesOnTheOtherWorker) {
   // A 2 s lease: the victim's job is claimable again 2 s after its last renewal.
   WorkerProcess* victim = StartWorker("victim",
                                       {"--lease-seconds", "2", "--warmup-runs", "2", "--min-runs",
-                                       "10", "--max-runs", "10", "--config-budget-ms", "5000"},
+                                       "40", "--max-runs", "40", "--config-budget-ms", "5000"},
                                       /*fast=*/false);
   ASSERT_NE(victim, nullptr);
   ASSERT_TRUE(WaitWorkersRegistered(1));
@@ -122,8 +126,8 @@ TEST_F(FaultTest, WorkerKilledMidJobTheJobCompletesOnTheOtherWorker) {
   grpc::Status client_status;
   v1::GetPlanResponse response;
   std::thread client([&] {
-    client_status = server->Planner()->GetPlan(ContextWithDeadline(seconds(120)).get(), request,
-                                               &response);
+    client_status =
+        server->Planner()->GetPlan(ContextWithDeadline(seconds(120)).get(), request, &response);
   });
   struct Joiner {
     std::thread& t;
@@ -197,6 +201,9 @@ TEST_F(FaultTest, PostgresRestartedUnderLoadNothingHangsAndEverythingRecovers) {
     double seconds;
     double deadline_seconds;
     std::string what;
+    int server;
+    Clock::time_point start;
+    std::string message;
   };
   std::mutex mu;
   std::vector<Call> calls;
@@ -236,8 +243,13 @@ TEST_F(FaultTest, PostgresRestartedUnderLoadNothingHangsAndEverythingRecovers) {
           break;
         }
       }
-      std::lock_guard lock(mu);
-      calls.push_back({status.error_code(), SecondsSince(start), deadline, what});
+      {
+        std::lock_guard lock(mu);
+        calls.push_back({status.error_code(), SecondsSince(start), deadline, what, s, start,
+                         status.error_message()});
+      }
+      // Failures come back at once while the database is away: leave the cores to the rest.
+      std::this_thread::sleep_for(milliseconds(5));
     }
   };
   std::vector<std::thread> threads;
@@ -259,15 +271,31 @@ TEST_F(FaultTest, PostgresRestartedUnderLoadNothingHangsAndEverythingRecovers) {
   std::this_thread::sleep_for(seconds(2));  // the outage, under load
   const Status started = postgres().Start();
   ASSERT_TRUE(started.ok()) << started.ToString();
-  std::this_thread::sleep_for(seconds(2));  // load through the recovery
+  const auto restarted = Clock::now();
+  // Load through the recovery, until both servers answered a call started after the restart.
+  auto recovered = [&](int server) {
+    std::lock_guard lock(mu);
+    for (const auto& call : calls) {
+      if (call.server == server && call.start > restarted && call.code == grpc::StatusCode::OK &&
+          call.what != "GetPlan(warm)") {
+        return std::optional<double>(std::chrono::duration<double>(call.start - restarted).count());
+      }
+    }
+    return std::optional<double>();
+  };
+  const bool both_recovered =
+      WaitUntil([&] { return recovered(0).has_value() && recovered(1).has_value(); }, seconds(30));
   stop = true;
   for (auto& t : threads) t.join();
+  EXPECT_TRUE(both_recovered) << "a server did not answer from the database again under load";
 
   // No call outlived its deadline (beyond the slack): nothing hangs on a dead database.
   std::map<std::string, int> by_code;
+  std::map<grpc::StatusCode, std::string> example;
   double worst_overrun = -1e9;
   for (const auto& call : calls) {
     ++by_code[call.what + " " + std::to_string(static_cast<int>(call.code))];
+    example.emplace(call.code, call.message);
     worst_overrun = std::max(worst_overrun, call.seconds - call.deadline_seconds);
     EXPECT_LE(call.seconds, call.deadline_seconds + kDeadlineSlackSeconds)
         << call.what << " ended with code " << static_cast<int>(call.code);
@@ -275,7 +303,18 @@ TEST_F(FaultTest, PostgresRestartedUnderLoadNothingHangsAndEverythingRecovers) {
   std::string summary;
   for (const auto& [key, n] : by_code) summary += key + ": " + std::to_string(n) + "; ";
   std::cout << "[          ] " << calls.size() << " calls (what code: count) " << summary
-            << "worst overrun of a deadline " << worst_overrun << " s\n";
+            << "worst overrun of a deadline " << worst_overrun << " s; first database answer "
+            << "after the restart: server a " << recovered(0).value_or(-1) << " s, server b "
+            << recovered(1).value_or(-1) << " s\n";
+  for (const auto& [code, message] : example) {
+    std::cout << "[          ] e.g. code " << static_cast<int>(code) << ": " << message << "\n";
+  }
+  // Every failure was a clean UNAVAILABLE or DEADLINE_EXCEEDED, nothing else.
+  for (const auto& [code, message] : example) {
+    EXPECT_THAT(code, AnyOf(grpc::StatusCode::OK, grpc::StatusCode::UNAVAILABLE,
+                            grpc::StatusCode::DEADLINE_EXCEEDED))
+        << message;
+  }
   ASSERT_GT(calls.size(), 20u);
 
   // Recovery without restarting anything: both servers plan a new network, which the workers
@@ -494,8 +533,8 @@ TEST_F(FaultTest, ReadOnlyDatabaseGivesClearErrorsNoCrashAndRecovers) {
       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + db +
       "' AND pid <> pg_backend_pid()";
   ASSERT_TRUE(postgres()
-                  .Execute("postgres", "ALTER DATABASE \"" + db +
-                                           "\" SET default_transaction_read_only = on")
+                  .Execute("postgres",
+                           "ALTER DATABASE \"" + db + "\" SET default_transaction_read_only = on")
                   .ok());
   // Connections pick the setting up when they (re)connect.
   ASSERT_TRUE(postgres().Execute("postgres", drop_connections).ok());
@@ -504,8 +543,8 @@ TEST_F(FaultTest, ReadOnlyDatabaseGivesClearErrorsNoCrashAndRecovers) {
 
   // A plan for a new network needs to enqueue jobs: refused, saying why.
   v1::GetPlanResponse plan;
-  auto status = GetPlanRetrying(*server, PlanRequestFor(TinyNetwork(0), 0), &plan, seconds(5),
-                                seconds(30));
+  auto status =
+      GetPlanRetrying(*server, PlanRequestFor(TinyNetwork(0), 0), &plan, seconds(5), seconds(30));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << Describe(status);
   EXPECT_THAT(status.error_message(), HasSubstr("read-only"));
 
@@ -531,10 +570,10 @@ TEST_F(FaultTest, ReadOnlyDatabaseGivesClearErrorsNoCrashAndRecovers) {
   EXPECT_TRUE(worker->process().Running());
 
   // Writable again: the same processes plan and benchmark.
-  ASSERT_TRUE(postgres()
-                  .Execute("postgres", "ALTER DATABASE \"" + db +
-                                           "\" RESET default_transaction_read_only")
-                  .ok());
+  ASSERT_TRUE(
+      postgres()
+          .Execute("postgres", "ALTER DATABASE \"" + db + "\" RESET default_transaction_read_only")
+          .ok());
   ASSERT_TRUE(postgres().Execute("postgres", drop_connections).ok());
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -578,8 +617,7 @@ class ScopedTmpfs {
 };
 
 TEST_F(FaultTest, FullDiskGivesResourceExhaustedNothingPartialAndNoCrash) {
-  ScopedTmpfs disk(::testing::TempDir() + "ucudnn_e2e_full_disk_" + std::to_string(getpid()),
-                   "1m");
+  ScopedTmpfs disk(::testing::TempDir() + "ucudnn_e2e_full_disk_" + std::to_string(getpid()), "1m");
   if (!disk.mounted()) {
     GTEST_SKIP() << "cannot mount a 1 MiB tmpfs to fill (" << disk.error()
                  << "); needs root with CAP_SYS_ADMIN";
@@ -595,8 +633,8 @@ TEST_F(FaultTest, FullDiskGivesResourceExhaustedNothingPartialAndNoCrash) {
   const std::string db = DatabaseName(url());
   const std::string tablespace = "e2e_full_" + std::to_string(getpid());
   ASSERT_TRUE(postgres()
-                  .Execute("postgres", "CREATE TABLESPACE " + tablespace + " LOCATION '" +
-                                           disk.path() + "'")
+                  .Execute("postgres",
+                           "CREATE TABLESPACE " + tablespace + " LOCATION '" + disk.path() + "'")
                   .ok())
       << postgres().LogTail();
   auto move_timings = [&](const std::string& to) {

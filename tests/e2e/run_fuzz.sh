@@ -65,7 +65,7 @@ mkdir -p "$work/new" "$work/artifacts"
 status=0
 # -timeout: one input running 10 s is a hang; -rss_limit_mb: 2 GiB is a leak or a bomb.
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$fuzz_bin/$target" -max_total_time="$seconds" \
-  -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  -timeout=10 -rss_limit_mb=2048 -error_exitcode=1 -max_len=65536 -print_final_stats=1 \
   -artifact_prefix="$work/artifacts/" "$work/new" "$corpus" || status=$?
 if [[ $status != 0 ]] || compgen -G "$work/artifacts/*" >/dev/null; then
   keep=$bin/fuzz-artifacts/$target
@@ -74,4 +74,4 @@ if [[ $status != 0 ]] || compgen -G "$work/artifacts/*" >/dev/null; then
   echo "FAILED: $target found a problem (exit $status); inputs kept in $keep" >&2
   exit 1
 fi
-echo "$target: no failure in $seconds s ($(ls "$work/new" | wc -l) new inputs found)"
+echo "$target: no failure in $seconds s ($(find "$work/new" -type f | wc -l) new inputs found)"

@@ -87,6 +87,8 @@ Result<ConvProblem> ParseCanonicalKey(std::string_view key);
 // 64-bit FNV-1a of CanonicalKey(), identical on every machine (stored as BIGINT by bit-cast).
 uint64_t StableHash(const ConvProblem& p);
 uint64_t Fnv1a64(std::string_view bytes);
+// A hash as the API, logs and database payloads show it: 16 lowercase hex digits, zero-padded.
+std::string HashHex(uint64_t hash);
 
 // One kernel of a network: a problem at a mini-batch size.
 struct Kernel {

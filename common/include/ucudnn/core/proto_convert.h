@@ -33,10 +33,8 @@ inline constexpr size_t kMaxMessageBytes = 4096;
 // Plan.schema_version written and understood by this build.
 inline constexpr uint32_t kPlanSchemaVersion = 1;
 
-// A 64-bit hash (StableHash, DeviceFingerprint::Hash) as the 16 lowercase hex digits that the
-// messages and the database use: 0x00ab... -> "00ab...".
-std::string HashHex(uint64_t hash);
-// The inverse; exactly 16 lowercase hex digits. `field` names the input in the error.
+// The inverse of HashHex (problem.h), strict: exactly 16 lowercase hex digits, as the proto
+// documents; `field` names the input in the error.
 Result<uint64_t> ParseHashHex(std::string_view hex, std::string_view field = "hash");
 
 // ---- Enums ------------------------------------------------------------------------------------
