@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -147,20 +148,30 @@ int WaitFor(pid_t pid, std::chrono::milliseconds timeout) {
 
 Result<Identity> UnprivilegedIdentity() {
   if (geteuid() != 0) return Identity{};
+  // Test processes start side by side (ctest -j) and would all run useradd at once on a fresh
+  // machine; concurrent useradds can leave a user that getpwnam saw but that is gone (or not
+  // yet written) when initdb looks itself up. One at a time, under an exclusive lock.
+  const std::string lock_path = (fs::temp_directory_path() / "ucudnn-test-useradd.lock").string();
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return Internal("open " + lock_path + ": " + std::strerror(errno));
+  while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
   passwd* pw = getpwnam(kTestUser);
   if (pw == nullptr) {
-    // Several test binaries may race here; whoever loses finds the user afterwards.
     const std::string cmd = std::string("useradd --system --no-create-home --user-group ") +
                             "--shell /usr/sbin/nologin " + kTestUser + " >/dev/null 2>&1";
     [[maybe_unused]] int rc = std::system(cmd.c_str());
     pw = getpwnam(kTestUser);
-    if (pw == nullptr) {
-      return Unavailable(std::string("running as root and user ") + kTestUser +
-                         " is missing and could not be created with useradd; PostgreSQL "
-                         "refuses to run as root");
-    }
   }
-  return Identity{static_cast<int>(pw->pw_uid), static_cast<int>(pw->pw_gid)};
+  Identity who;
+  if (pw != nullptr) who = Identity{static_cast<int>(pw->pw_uid), static_cast<int>(pw->pw_gid)};
+  close(lock_fd);  // releases the lock
+  if (who.uid < 0 || getpwuid(static_cast<uid_t>(who.uid)) == nullptr) {
+    return Unavailable(std::string("running as root and user ") + kTestUser +
+                       " is missing and could not be created with useradd; PostgreSQL "
+                       "refuses to run as root");
+  }
+  return who;
 }
 
 int FreePort() {
