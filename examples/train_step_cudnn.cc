@@ -77,7 +77,8 @@ struct GpuKernel {
     const cudnnMathType_t math = p.math == MathMode::kTensorOp ? CUDNN_TENSOR_OP_MATH
                                  : p.math == MathMode::kTensorOpAllowConversion
                                      ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                                     : CUDNN_DEFAULT_MATH;
+                                 : p.math == MathMode::kFma ? CUDNN_FMA_MATH
+                                                            : CUDNN_DEFAULT_MATH;
     EXAMPLE_CHECK(cudnnSetConvolutionMathType(conv, math));
     return Status::Ok();
   }

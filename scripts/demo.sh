@@ -71,8 +71,9 @@ esac
 
 ucudnn_install_packages
 ucudnn_log "building"
-ucudnn_build "$root" >"$root/build-demo.log" 2>&1 || { tail -40 "$root/build-demo.log"; exit 1; }
 mkdir -p "$run_dir"
+ucudnn_build "$root" >"$run_dir/build.log" 2>&1 || { tail -40 "$run_dir/build.log"; exit 1; }
+ucudnn_install_buf "$root"
 
 # ---- PostgreSQL in .run/pgdata ---------------------------------------------------------------
 if [ ! -f "$run_dir/pgdata/PG_VERSION" ]; then
@@ -132,6 +133,7 @@ ucudnn_log "the worker benchmarks what is missing first (progress below)"
 "$bin/ucudnn" plan --server "127.0.0.1:$grpc_port" --backend "$backend" --network "$network" \
   --batch "$batch" --workspace "$workspace" --wait 1800
 
+buf="$root/build/tools/node_modules/.bin/buf"
 cat <<EOF
 
 The services keep running:
@@ -143,7 +145,9 @@ Query them:
   $bin/ucudnn devices --server 127.0.0.1:$grpc_port
   $bin/ucudnn jobs --server 127.0.0.1:$grpc_port
   $bin/ucudnn plan --server 127.0.0.1:$grpc_port --backend $backend --network $network --batch $batch --workspace 256MiB --total
-  grpcurl -plaintext 127.0.0.1:$grpc_port list
+  $buf curl --protocol grpc --http2-prior-knowledge --list-services http://127.0.0.1:$grpc_port
+  $buf curl --protocol grpc --http2-prior-knowledge http://127.0.0.1:$grpc_port/ucudnn.v1.CatalogService/ListDevices
+  grpcurl -plaintext 127.0.0.1:$grpc_port list      # where grpcurl is installed
 Stop them:
   $root/scripts/demo.sh stop
 EOF

@@ -35,6 +35,21 @@ ucudnn_install_packages() {
   # Debian's postgresql package starts a cluster of its own; this project never uses it.
 }
 
+# buf (npm @bufbuild/buf) into build/tools: `buf lint` for the proto in the test suite, and
+# `buf curl` to call the server through reflection as an operator would (Debian 12 has no
+# grpcurl). Without npm it is left out, and says so.
+ucudnn_install_buf() {
+  local root="$1"
+  [ -x "$root/build/tools/node_modules/.bin/buf" ] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    ucudnn_log "npm not found: buf is not installed (the proto lint test will be skipped)"
+    return 0
+  fi
+  mkdir -p "$root/build/tools"
+  npm install --silent --prefix "$root/build/tools" @bufbuild/buf >/dev/null 2>&1 ||
+    ucudnn_log "could not install buf from npm; the proto lint test will be skipped"
+}
+
 # Configures (preset "default": Ninja, build/) and builds everything.
 ucudnn_build() {
   local root="$1"

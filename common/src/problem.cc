@@ -75,10 +75,11 @@ constexpr std::array<std::pair<std::string_view, Layout>, 2> kLayoutNames{{
     {"nchw", Layout::kNCHW},
     {"nhwc", Layout::kNHWC},
 }};
-constexpr std::array<std::pair<std::string_view, MathMode>, 3> kMathModeNames{{
+constexpr std::array<std::pair<std::string_view, MathMode>, 4> kMathModeNames{{
     {"default", MathMode::kDefault},
     {"tensor_op", MathMode::kTensorOp},
     {"tensor_op_allow_conversion", MathMode::kTensorOpAllowConversion},
+    {"fma", MathMode::kFma},
 }};
 
 template <typename Enum, size_t N>

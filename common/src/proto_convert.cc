@@ -110,6 +110,8 @@ Result<MathMode> MathModeFromProto(v1::MathMode m) {
       return MathMode::kTensorOp;
     case v1::MATH_MODE_TENSOR_OP_ALLOW_CONVERSION:
       return MathMode::kTensorOpAllowConversion;
+    case v1::MATH_MODE_FMA:
+      return MathMode::kFma;
     default:
       return UnknownEnum("math", m);
   }
@@ -237,6 +239,8 @@ v1::MathMode ToProto(MathMode m) {
       return v1::MATH_MODE_TENSOR_OP;
     case MathMode::kTensorOpAllowConversion:
       return v1::MATH_MODE_TENSOR_OP_ALLOW_CONVERSION;
+    case MathMode::kFma:
+      return v1::MATH_MODE_FMA;
   }
   return v1::MATH_MODE_UNSPECIFIED;
 }

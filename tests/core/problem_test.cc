@@ -63,7 +63,8 @@ TEST(ProblemEnums, NamesRoundTrip) {
   const std::vector<std::pair<MathMode, std::string>> maths = {
       {MathMode::kDefault, "default"},
       {MathMode::kTensorOp, "tensor_op"},
-      {MathMode::kTensorOpAllowConversion, "tensor_op_allow_conversion"}};
+      {MathMode::kTensorOpAllowConversion, "tensor_op_allow_conversion"},
+      {MathMode::kFma, "fma"}};
   for (const auto& [m, name] : maths) {
     EXPECT_EQ(ToString(m), name);
     Result<MathMode> parsed = ParseMathMode(name);
@@ -293,8 +294,8 @@ TEST(ProblemValidate, EnumsOutOfRange) {
   p.layout = static_cast<Layout>(2);
   ExpectInvalid(p, "layout: unknown value 2");
   p = Resnet3x3();
-  p.math = static_cast<MathMode>(3);
-  ExpectInvalid(p, "math: unknown value 3");
+  p.math = static_cast<MathMode>(4);
+  ExpectInvalid(p, "math: unknown value 4");
 }
 
 TEST(ProblemValidate, OutputMustBePositive) {

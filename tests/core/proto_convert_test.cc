@@ -175,6 +175,7 @@ TEST(ProtoEnums, ValuesMapOneToOne) {
   EXPECT_EQ(ToProto(MathMode::kDefault), v1::MATH_MODE_DEFAULT);
   EXPECT_EQ(ToProto(MathMode::kTensorOp), v1::MATH_MODE_TENSOR_OP);
   EXPECT_EQ(ToProto(MathMode::kTensorOpAllowConversion), v1::MATH_MODE_TENSOR_OP_ALLOW_CONVERSION);
+  EXPECT_EQ(ToProto(MathMode::kFma), v1::MATH_MODE_FMA);
   EXPECT_EQ(ToProto(TimingStatus::kOk), v1::TIMING_STATUS_OK);
   EXPECT_EQ(ToProto(TimingStatus::kUnsupported), v1::TIMING_STATUS_UNSUPPORTED);
   EXPECT_EQ(ToProto(TimingStatus::kFailed), v1::TIMING_STATUS_FAILED);
@@ -294,8 +295,8 @@ TEST(ProtoConvProblem, InvalidFields) {
                 "compute_type: unknown value -3");
   ExpectInvalid(with([](auto& m) { m.set_layout(static_cast<v1::TensorLayout>(3)); }),
                 "layout: unknown value 3");
-  ExpectInvalid(with([](auto& m) { m.set_math(static_cast<v1::MathMode>(4)); }),
-                "math: unknown value 4");
+  ExpectInvalid(with([](auto& m) { m.set_math(static_cast<v1::MathMode>(5)); }),
+                "math: unknown value 5");
   ExpectInvalid(with([](auto& m) { m.set_c(0); }), "c: must be in [1, 65536], got 0");
   ExpectInvalid(with([](auto& m) { m.set_stride_h(-1); }),
                 "stride_h: must be in [1, 1024], got -1");

@@ -113,7 +113,7 @@ inline ConvProblem RandomValidProblem(std::mt19937_64& rng) {
     p.data_type = static_cast<DataType>(std::uniform_int_distribution<int>(0, 2)(rng));
     p.compute_type = static_cast<DataType>(std::uniform_int_distribution<int>(0, 2)(rng));
     p.layout = static_cast<Layout>(std::uniform_int_distribution<int>(0, 1)(rng));
-    p.math = static_cast<MathMode>(std::uniform_int_distribution<int>(0, 2)(rng));
+    p.math = static_cast<MathMode>(std::uniform_int_distribution<int>(0, 3)(rng));
     // Large channels with large images exceed the element bounds; draw again.
     if (Validate(p).ok()) return p;
   }

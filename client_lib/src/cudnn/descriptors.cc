@@ -30,6 +30,9 @@ bool ToMathMode(cudnnMathType_t math, MathMode* out) {
     case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
       *out = MathMode::kTensorOpAllowConversion;
       return true;
+    case CUDNN_FMA_MATH:
+      *out = MathMode::kFma;
+      return true;
     default:
       return false;
   }
@@ -138,7 +141,7 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
     return false;
   }
   if (!ToMathMode(math, &p.math)) {
-    *why = "math type is not modelled (e.g. CUDNN_FMA_MATH)";
+    *why = "math type is not one cuDNN 9 documents";
     return false;
   }
   p.layout = layout;

@@ -88,6 +88,8 @@ cudnnMathType_t CudnnMath(MathMode m) {
       return CUDNN_TENSOR_OP_MATH;
     case MathMode::kTensorOpAllowConversion:
       return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case MathMode::kFma:
+      return CUDNN_FMA_MATH;
   }
   return CUDNN_DEFAULT_MATH;
 }

@@ -14,12 +14,13 @@ namespace ucudnn {
 enum class ConvOp { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 enum class DataType { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 enum class Layout { kNCHW = 0, kNHWC = 1 };
-// cuDNN's math types; the CPU backend computes in fp32 whatever is asked.
-enum class MathMode { kDefault = 0, kTensorOp = 1, kTensorOpAllowConversion = 2 };
+// cuDNN's math types; the CPU backend computes in fp32 whatever is asked. kFma is strict fp32
+// (no TF32, no tensor cores): what PyTorch asks for when TF32 is disabled.
+enum class MathMode { kDefault = 0, kTensorOp = 1, kTensorOpAllowConversion = 2, kFma = 3 };
 
 // Short, stable names used in canonical keys, CSV files, the database and the CLI:
 // "fwd" "bwd_data" "bwd_filter"; "fp32" "fp16" "bf16"; "nchw" "nhwc"; "default" "tensor_op"
-// "tensor_op_allow_conversion".
+// "tensor_op_allow_conversion" "fma".
 std::string_view ToString(ConvOp op);
 std::string_view ToString(DataType t);
 std::string_view ToString(Layout l);
