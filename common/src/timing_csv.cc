@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ucudnn/core/text.h"
+
 namespace ucudnn {
 namespace {
 
@@ -77,74 +79,22 @@ constexpr std::array<std::string_view, kColumnCount> kColumnNames = {"layer",
                                                                      "samples",
                                                                      "error"};
 
-std::string Lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
-// Splits one CSV record; fields may be double-quoted with "" for a quote inside.
-Result<std::vector<std::string>> SplitRecord(std::string_view line) {
-  std::vector<std::string> fields;
-  std::string field;
-  size_t i = 0;
-  while (true) {
-    field.clear();
-    if (i < line.size() && line[i] == '"') {
-      ++i;
-      while (true) {
-        if (i >= line.size()) return InvalidArgument("unterminated quoted field");
-        if (line[i] == '"') {
-          if (i + 1 < line.size() && line[i + 1] == '"') {
-            field += '"';
-            i += 2;
-            continue;
-          }
-          ++i;
-          break;
-        }
-        field += line[i++];
-      }
-      if (i < line.size() && line[i] != ',') {
-        return InvalidArgument("text after a closing quote");
-      }
-    } else {
-      const size_t comma = line.find(',', i);
-      const size_t end = comma == std::string_view::npos ? line.size() : comma;
-      field.assign(line.substr(i, end - i));
-      i = end;
-    }
-    fields.push_back(field);
-    if (i >= line.size()) return fields;
-    ++i;  // the comma
-  }
-}
-
-template <typename T>
-Result<T> ParseNumber(std::string_view column, std::string_view text) {
-  T value{};
+// A time: finite and non-negative.
+Result<double> ParseMilliseconds(std::string_view column, std::string_view text) {
+  double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgument(std::string(column) + ": not a number: '" + std::string(text) + "'");
+    return InvalidArgument(std::string(column) + ": not a number: " + QuoteForError(text));
   }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value) || value < 0) {
-      return InvalidArgument(std::string(column) + ": must be finite and non-negative, got '" +
-                             std::string(text) + "'");
-    }
+  if (!std::isfinite(value) || value < 0) {
+    return InvalidArgument(std::string(column) + ": must be finite and non-negative, got " +
+                           QuoteForError(text));
   }
   return value;
 }
 
 Result<int64_t> ParseBatchColumn(std::string_view column, std::string_view text) {
-  UCUDNN_ASSIGN_OR_RETURN(int64_t value, ParseNumber<int64_t>(column, text));
-  if (value < 1 || value > kMaxBatch) {
-    return InvalidArgument(std::string(column) + ": must be in [1, " + std::to_string(kMaxBatch) +
-                           "], got " + std::to_string(value));
-  }
-  return value;
+  return ParseInteger<int64_t>(column, text, 1, kMaxBatch);
 }
 
 Result<TimingStatus> ParseStatus(std::string_view text) {
@@ -177,7 +127,7 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
   auto integer = [&](Column c, int64_t fallback) -> Result<int64_t> {
     std::optional<std::string_view> text = field(c);
     if (!text) return fallback;
-    return ParseNumber<int64_t>(kColumnNames[c], *text);
+    return ParseInteger<int64_t>(kColumnNames[c], *text);
   };
   Row row;
   row.layer = std::string(*field(kLayer));
@@ -211,25 +161,19 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
 
   Timing& t = row.timing;
   UCUDNN_ASSIGN_OR_RETURN(t.micro_batch, ParseBatchColumn("micro_batch", *field(kMicroBatch)));
-  UCUDNN_ASSIGN_OR_RETURN(int64_t algo, integer(kAlgo, 0));
-  if (algo < 0 || algo > 1000) {
-    return InvalidArgument("algo: must be in [0, 1000], got " + std::to_string(algo));
-  }
-  t.algo = static_cast<int>(algo);
-  UCUDNN_ASSIGN_OR_RETURN(t.time_ms, ParseNumber<double>("time_ms", *field(kTimeMs)));
+  UCUDNN_ASSIGN_OR_RETURN(t.algo, ParseInteger<int>("algo", *field(kAlgo), 0, 1000));
+  UCUDNN_ASSIGN_OR_RETURN(t.time_ms, ParseMilliseconds("time_ms", *field(kTimeMs)));
   UCUDNN_ASSIGN_OR_RETURN(t.workspace_bytes,
-                          ParseNumber<uint64_t>("workspace_bytes", *field(kWorkspaceBytes)));
+                          ParseInteger<uint64_t>("workspace_bytes", *field(kWorkspaceBytes)));
   if (std::optional<std::string_view> status = field(kStatus)) {
     UCUDNN_ASSIGN_OR_RETURN(t.status, ParseStatus(*status));
   }
   if (std::optional<std::string_view> spread = field(kSpreadMs)) {
-    UCUDNN_ASSIGN_OR_RETURN(t.spread_ms, ParseNumber<double>("spread_ms", *spread));
+    UCUDNN_ASSIGN_OR_RETURN(t.spread_ms, ParseMilliseconds("spread_ms", *spread));
   }
-  UCUDNN_ASSIGN_OR_RETURN(int64_t samples, integer(kSamples, 0));
-  if (samples < 0 || samples > 1'000'000'000) {
-    return InvalidArgument("samples: must be in [0, 1e9], got " + std::to_string(samples));
+  if (std::optional<std::string_view> samples = field(kSamples)) {
+    UCUDNN_ASSIGN_OR_RETURN(t.samples, ParseInteger<int>("samples", *samples, 0, 1'000'000'000));
   }
-  t.samples = static_cast<int>(samples);
   if (std::optional<std::string_view> error = field(kError)) t.error = std::string(*error);
   return row;
 }
@@ -243,16 +187,11 @@ Result<TimingTables> ParseTimingCsv(std::string_view text) {
   index.fill(-1);
   size_t column_count = 0;
   bool header_seen = false;
-  int line_number = 0;
-  while (!text.empty()) {
-    const size_t newline = text.find('\n');
-    std::string_view line = text.substr(0, newline);
-    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || line.front() == '#') continue;
-    const std::string where = "line " + std::to_string(line_number);
-    Result<std::vector<std::string>> fields = SplitRecord(line);
+  CsvLineReader lines(text);
+  std::string_view line;
+  while (lines.Next(line)) {
+    const std::string where = lines.Where();
+    Result<std::vector<std::string>> fields = SplitCsvRecord(line);
     if (!fields.ok()) return fields.status().WithContext(where);
     if (!header_seen) {
       header_seen = true;
@@ -331,14 +270,6 @@ std::string QuoteIfNeeded(std::string_view text) {
     out += c;
   }
   return out + "\"";
-}
-
-std::string Uppercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-  }
-  return out;
 }
 
 bool NeedsProblemColumns(const ConvProblem& p) {

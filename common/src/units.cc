@@ -5,17 +5,18 @@
 #include <cstdio>
 #include <string>
 
+#include "ucudnn/core/text.h"
+
 namespace ucudnn {
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out;
+// "1.5 GiB" -> "1.5gib": units are case-insensitive and spaces may appear anywhere.
+std::string Normalized(std::string_view s) {
+  std::string no_spaces;
   for (char c : s) {
-    if (!std::isspace(static_cast<unsigned char>(c))) {
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
+    if (!std::isspace(static_cast<unsigned char>(c))) no_spaces += c;
   }
-  return out;
+  return Lowercase(no_spaces);
 }
 
 // Splits "1.5gib" into 1.5 and "gib"; false when there is no leading number.
@@ -39,7 +40,7 @@ bool SplitNumber(const std::string& s, double* number, std::string* unit) {
 }  // namespace
 
 Result<uint64_t> ParseByteSize(std::string_view text) {
-  const std::string s = Lower(text);
+  const std::string s = Normalized(text);
   double number = 0;
   std::string unit;
   if (!SplitNumber(s, &number, &unit)) {
@@ -91,7 +92,7 @@ std::string FormatBytes(uint64_t bytes) {
 }
 
 Result<int64_t> ParseDurationMs(std::string_view text) {
-  const std::string s = Lower(text);
+  const std::string s = Normalized(text);
   double number = 0;
   std::string unit;
   if (!SplitNumber(s, &number, &unit)) {

@@ -1,4 +1,5 @@
 // Byte sizes as people write them ("64MiB", "1.5 GiB", "4096") and durations ("30s", "500ms").
+// The general text helpers (ParseInteger, Lowercase, Trim, CSV records and lines) are in text.h.
 #pragma once
 
 #include <cstdint>
