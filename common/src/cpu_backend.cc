@@ -474,8 +474,11 @@ Status CheckOperands(ConvOp op, const ConvOperands& o) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const CpuBackendOptions& options) : fingerprint_(CpuFingerprint()) {
+CpuBackend::CpuBackend(const CpuBackendOptions& options) {
   if (options.blas_threads > 0) openblas_set_num_threads(options.blas_threads);
+  // The threads OpenBLAS actually runs (its own choice for 0, capped at its build's maximum):
+  // they are part of the device, since timings at N threads are not 1-thread timings.
+  fingerprint_ = CpuFingerprint(openblas_get_num_threads());
   spdlog::debug("cpu backend: {} (BLAS threads: {})", fingerprint_.name,
                 openblas_get_num_threads());
 }

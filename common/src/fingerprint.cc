@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ucudnn/core/problem.h"
+#include "ucudnn/core/text.h"
 
 // OpenBLAS's own description of the build ("OpenBLAS 0.3.21 NO_AFFINITY Haswell MAX_THREADS=64");
 // declared here so that this file does not depend on which cblas.h variant is installed.
@@ -27,45 +28,6 @@ std::string KeySafe(std::string_view s) {
 }
 
 std::string Quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
-
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto lead = static_cast<unsigned char>(s[i]);
-    size_t extra = 0;
-    uint32_t code_point = 0;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    if ((lead & 0xE0) == 0xC0) {
-      extra = 1;
-      code_point = lead & 0x1F;
-    } else if ((lead & 0xF0) == 0xE0) {
-      extra = 2;
-      code_point = lead & 0x0F;
-    } else if ((lead & 0xF8) == 0xF0) {
-      extra = 3;
-      code_point = lead & 0x07;
-    } else {
-      return false;
-    }
-    if (i + extra >= s.size()) return false;  // truncated sequence
-    for (size_t j = 1; j <= extra; ++j) {
-      const auto next = static_cast<unsigned char>(s[i + j]);
-      if ((next & 0xC0) != 0x80) return false;
-      code_point = (code_point << 6) | (next & 0x3F);
-    }
-    // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8.
-    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
-    if (code_point < kMinForLength[extra] || code_point > 0x10FFFF ||
-        (code_point >= 0xD800 && code_point <= 0xDFFF)) {
-      return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
 
 // Text fields end up in PostgreSQL TEXT columns and protobuf strings: valid UTF-8, no NUL.
 Status CheckText(std::string_view field, std::string_view value, bool required) {
@@ -96,11 +58,12 @@ Status CheckPositive(std::string_view field, int64_t value, std::string_view bac
   return Status::Ok();
 }
 
-std::string_view Trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\r\n";
-  const size_t begin = s.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return {};
-  return s.substr(begin, s.find_last_not_of(kSpace) - begin + 1);
+Status CheckZero(std::string_view field, int64_t value, std::string_view backend) {
+  if (value != 0) {
+    return InvalidArgument(std::string(field) + ": must be 0 for backend " + Quoted(backend) +
+                           " (a GPU field), got " + std::to_string(value));
+  }
+  return Status::Ok();
 }
 
 // "key<TAB>: value" lines as in /proc/cpuinfo and /proc/meminfo.
@@ -112,16 +75,35 @@ bool SplitProcLine(std::string_view line, std::string_view& key, std::string_vie
   return true;
 }
 
-std::string OpenBlasDescription() {
-  const char* config = openblas_get_config();
-  if (config == nullptr) return "openblas";
-  // The version is the second word; the rest (core name, threading) varies between machines
-  // with the same library and must not split their timings.
-  std::istringstream words(config);
+// "openblas 0.3.21 threads:1" from OpenBLAS's configuration string ("OpenBLAS 0.3.21 NO_AFFINITY
+// Haswell MAX_THREADS=64"). The version is its second word; the rest (core name, build options)
+// varies between machines with the same library and must not split their timings. The thread
+// count must: timings at 16 threads are not timings at 1.
+std::string OpenBlasDescription(std::string_view config, int threads) {
+  std::string out = "openblas";
+  std::istringstream words{std::string(config)};
   std::string library, version;
   words >> library >> version;
-  if (version.empty()) return "openblas";
-  return "openblas " + version;
+  if (!version.empty()) out += " " + version;
+  return out + " threads:" + std::to_string(threads);
+}
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// MemTotal ("16318480 kB") rounded up to whole GiB: it is the installed memory less what the
+// firmware and kernel reserve, which differs by some MiB between otherwise identical hosts.
+uint64_t MemTotalBytes(std::string_view meminfo) {
+  std::istringstream lines{std::string(meminfo)};
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::string_view key, value;
+    if (!SplitProcLine(line, key, value) || key != "MemTotal") continue;
+    const std::string_view number = value.substr(0, value.find(' '));
+    Result<uint64_t> kib = ParseInteger<uint64_t>("MemTotal", number);
+    if (!kib.ok() || *kib > (UINT64_MAX - kGiB) / 1024) return 0;
+    return (*kib * 1024 + kGiB - 1) / kGiB * kGiB;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -159,41 +141,57 @@ Status Validate(const DeviceFingerprint& f) {
     UCUDNN_RETURN_IF_ERROR(CheckPositive("cudnn_version", f.cudnn_version, f.backend));
   } else {
     UCUDNN_RETURN_IF_ERROR(CheckPositive("sm_count", f.sm_count, f.backend));
+    // A CPU fingerprint with GPU fields set would be a device of its own that no CPU worker
+    // ever matches.
+    UCUDNN_RETURN_IF_ERROR(CheckZero("cc_major", f.cc_major, f.backend));
+    UCUDNN_RETURN_IF_ERROR(CheckZero("cc_minor", f.cc_minor, f.backend));
+    UCUDNN_RETURN_IF_ERROR(CheckZero("cudnn_version", f.cudnn_version, f.backend));
+    UCUDNN_RETURN_IF_ERROR(CheckZero("cuda_runtime_version", f.cuda_runtime_version, f.backend));
   }
   return Status::Ok();
 }
 
-DeviceFingerprint CpuFingerprint() {
+DeviceFingerprint CpuFingerprintFrom(std::string_view cpuinfo, std::string_view meminfo,
+                                     std::string_view openblas_config, int blas_threads,
+                                     int hardware_concurrency) {
   DeviceFingerprint f;
   f.backend = "cpu";
 
-  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::istringstream lines{std::string(cpuinfo)};
   std::string line;
   int processors = 0;
-  while (std::getline(cpuinfo, line)) {
+  while (std::getline(lines, line)) {
     std::string_view key, value;
     if (!SplitProcLine(line, key, value)) continue;
     if (key == "processor") ++processors;
     if (key == "model name" && f.name.empty()) f.name = std::string(value);
   }
   if (f.name.empty()) f.name = "unknown cpu";  // e.g. some ARM kernels report no model name
-  if (f.name.size() > kMaxNameBytes) f.name.resize(kMaxNameBytes);
-  f.sm_count = processors > 0 ? processors : static_cast<int>(std::thread::hardware_concurrency());
-  if (f.sm_count <= 0) f.sm_count = 1;
-
-  std::ifstream meminfo("/proc/meminfo");
-  while (std::getline(meminfo, line)) {
-    std::string_view key, value;
-    if (!SplitProcLine(line, key, value) || key != "MemTotal") continue;
-    // "16318480 kB"
-    uint64_t kib = 0;
-    std::istringstream(std::string(value)) >> kib;
-    f.memory_bytes = kib * 1024;
-    break;
+  if (f.name.size() > kMaxNameBytes) {
+    f.name.resize(kMaxNameBytes);
+    // Never cut a UTF-8 sequence in two (at most 3 bytes of one are left over).
+    for (int i = 0; i < 3 && !IsValidUtf8(f.name); ++i) f.name.pop_back();
   }
-
-  f.blas = OpenBlasDescription();
+  f.sm_count = processors > 0 ? processors : hardware_concurrency;
+  if (f.sm_count <= 0) f.sm_count = 1;
+  f.memory_bytes = MemTotalBytes(meminfo);
+  f.blas = OpenBlasDescription(openblas_config, blas_threads > 0 ? blas_threads : 1);
   return f;
 }
+
+DeviceFingerprint CpuFingerprint(int blas_threads) {
+  auto read = [](const char* path) {
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const char* config = openblas_get_config();
+  return CpuFingerprintFrom(read("/proc/cpuinfo"), read("/proc/meminfo"),
+                            config != nullptr ? config : "", blas_threads,
+                            static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+DeviceFingerprint CpuFingerprint() { return CpuFingerprint(1); }
 
 }  // namespace ucudnn

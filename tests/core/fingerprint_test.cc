@@ -34,8 +34,8 @@ DeviceFingerprint Xeon() {
   f.backend = "cpu";
   f.name = "Intel(R) Xeon(R) CPU @ 2.20GHz";
   f.sm_count = 2;
-  f.memory_bytes = 8339963904ull;
-  f.blas = "openblas 0.3.21";
+  f.memory_bytes = 8ull << 30;
+  f.blas = "openblas 0.3.21 threads:1";
   return f;
 }
 
@@ -50,8 +50,8 @@ TEST(FingerprintKey, Format) {
             "v1;backend=cudnn;name=NVIDIA H100 80GB HBM3;cc=9.0;sm=132;mem=85045854208;"
             "cudnn=91400;cuda=13000;blas=");
   EXPECT_EQ(Xeon().Key(),
-            "v1;backend=cpu;name=Intel(R) Xeon(R) CPU @ 2.20GHz;cc=0.0;sm=2;mem=8339963904;"
-            "cudnn=0;cuda=0;blas=openblas 0.3.21");
+            "v1;backend=cpu;name=Intel(R) Xeon(R) CPU @ 2.20GHz;cc=0.0;sm=2;mem=8589934592;"
+            "cudnn=0;cuda=0;blas=openblas 0.3.21 threads:1");
 }
 
 TEST(FingerprintKey, SeparatorsInNamesAreReplaced) {
@@ -59,7 +59,7 @@ TEST(FingerprintKey, SeparatorsInNamesAreReplaced) {
   f.name = "a;b=c";
   f.blas = "x=y;z";
   EXPECT_EQ(f.Key(),
-            "v1;backend=cpu;name=a_b_c;cc=0.0;sm=2;mem=8339963904;cudnn=0;cuda=0;blas=x_y_z");
+            "v1;backend=cpu;name=a_b_c;cc=0.0;sm=2;mem=8589934592;cudnn=0;cuda=0;blas=x_y_z");
   // Other characters, including spaces and non-ASCII, are kept verbatim.
   f.name = "  Ärger (R)  ";
   EXPECT_THAT(f.Key(), ::testing::HasSubstr(";name=  Ärger (R)  ;"));
@@ -68,7 +68,8 @@ TEST(FingerprintKey, SeparatorsInNamesAreReplaced) {
 // Pinned: fingerprint hashes identify devices in the database of every installation.
 TEST(FingerprintHash, PinnedValues) {
   EXPECT_EQ(H100().Hash(), 0x4c2360e2eab95ef2ull);
-  EXPECT_EQ(Xeon().Hash(), 0xf8433e7a7a0317ecull);
+  // Changed deliberately when the CPU key gained the BLAS threads and whole-GiB memory.
+  EXPECT_EQ(Xeon().Hash(), 0xc390e789d6cf3722ull);
   EXPECT_EQ(H100().Hash(), Fnv1a64(H100().Key()));
 }
 
@@ -198,6 +199,93 @@ TEST(FingerprintValidate, NegativeNumbers) {
   }
 }
 
+TEST(FingerprintValidate, CpuRejectsGpuFields) {
+  const std::vector<std::pair<std::string, std::function<void(DeviceFingerprint&)>>> cases = {
+      {"cc_major", [](DeviceFingerprint& f) { f.cc_major = 9; }},
+      {"cc_minor", [](DeviceFingerprint& f) { f.cc_minor = 1; }},
+      {"cudnn_version", [](DeviceFingerprint& f) { f.cudnn_version = 91400; }},
+      {"cuda_runtime_version", [](DeviceFingerprint& f) { f.cuda_runtime_version = 13000; }},
+  };
+  for (const auto& [field, change] : cases) {
+    DeviceFingerprint f = Xeon();
+    change(f);
+    Status s = Validate(f);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(s.message(), StartsWith(field + ": must be 0 for backend \"cpu\" (a GPU field)"));
+    // The same values are what a GPU fingerprint needs.
+    DeviceFingerprint gpu = H100();
+    change(gpu);
+    EXPECT_TRUE(Validate(gpu).ok()) << field;
+  }
+}
+
+constexpr std::string_view kCpuinfo =
+    "processor\t: 0\n"
+    "vendor_id\t: GenuineIntel\n"
+    "model name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n"
+    "\n"
+    "processor\t: 1\n"
+    "model name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n";
+constexpr std::string_view kOpenBlasConfig = "OpenBLAS 0.3.21 NO_AFFINITY Haswell MAX_THREADS=64";
+
+std::string Meminfo(uint64_t kib) {
+  return "MemTotal:       " + std::to_string(kib) + " kB\nMemFree:         1234 kB\n";
+}
+
+TEST(CpuFingerprintFrom, ReadsTheProcFiles) {
+  const DeviceFingerprint f =
+      CpuFingerprintFrom(kCpuinfo, Meminfo(8144496), kOpenBlasConfig, 1, /*hardware=*/7);
+  EXPECT_EQ(f, Xeon()) << f.Key();
+  EXPECT_TRUE(Validate(f).ok());
+}
+
+TEST(CpuFingerprintFrom, TheBlasThreadCountIsPartOfTheDevice) {
+  const DeviceFingerprint one =
+      CpuFingerprintFrom(kCpuinfo, Meminfo(8144496), kOpenBlasConfig, 1, 2);
+  const DeviceFingerprint four =
+      CpuFingerprintFrom(kCpuinfo, Meminfo(8144496), kOpenBlasConfig, 4, 2);
+  EXPECT_EQ(one.blas, "openblas 0.3.21 threads:1");
+  EXPECT_EQ(four.blas, "openblas 0.3.21 threads:4");
+  EXPECT_NE(one.Hash(), four.Hash());
+  // Fewer than one thread means one; a configuration string without a version still counts them.
+  EXPECT_EQ(CpuFingerprintFrom(kCpuinfo, "", kOpenBlasConfig, 0, 2).blas,
+            "openblas 0.3.21 threads:1");
+  EXPECT_EQ(CpuFingerprintFrom(kCpuinfo, "", "OpenBLAS", 3, 2).blas, "openblas threads:3");
+  EXPECT_EQ(CpuFingerprintFrom(kCpuinfo, "", "", 2, 2).blas, "openblas threads:2");
+}
+
+TEST(CpuFingerprintFrom, MemoryIsRoundedUpToWholeGib) {
+  auto memory = [](std::string_view meminfo) {
+    return CpuFingerprintFrom(kCpuinfo, meminfo, kOpenBlasConfig, 1, 2).memory_bytes;
+  };
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  // Two 16 GiB hosts whose firmware and kernel reserve different amounts share one device.
+  EXPECT_EQ(memory(Meminfo(16318480)), 16 * kGiB);
+  EXPECT_EQ(memory(Meminfo(15990784)), 16 * kGiB);
+  EXPECT_EQ(memory(Meminfo(16 * 1024 * 1024)), 16 * kGiB);  // exact stays
+  EXPECT_EQ(memory(Meminfo(16 * 1024 * 1024 + 1)), 17 * kGiB);
+  EXPECT_EQ(memory(Meminfo(1)), kGiB);
+  EXPECT_EQ(memory(Meminfo(0)), 0u);
+  // Unreadable: no memory size (valid for the CPU backend).
+  EXPECT_EQ(memory(""), 0u);
+  EXPECT_EQ(memory("MemTotal: lots kB\n"), 0u);
+  EXPECT_EQ(memory("MemTotal: 99999999999999999999 kB\n"), 0u);
+  EXPECT_EQ(memory("MemFree: 5 kB\nMemTotal:\t2097152 kB\n"), 2 * kGiB);
+}
+
+TEST(CpuFingerprintFrom, NameAndCores) {
+  // No "model name" (some ARM kernels) and no "processor" lines: fallbacks.
+  DeviceFingerprint f = CpuFingerprintFrom("Hardware\t: something\n", "", kOpenBlasConfig, 1, 6);
+  EXPECT_EQ(f.name, "unknown cpu");
+  EXPECT_EQ(f.sm_count, 6);
+  EXPECT_EQ(CpuFingerprintFrom("", "", kOpenBlasConfig, 1, 0).sm_count, 1);
+  // An over-long model name is cut at 256 bytes, never inside a UTF-8 sequence.
+  const std::string long_name = std::string(255, 'x') + "\xc3\xa4";  // 'ä' at bytes 255-256
+  f = CpuFingerprintFrom("model name\t: " + long_name + "\n", "", kOpenBlasConfig, 1, 1);
+  EXPECT_EQ(f.name, std::string(255, 'x'));
+  EXPECT_TRUE(Validate(f).ok()) << Validate(f).ToString();
+}
+
 TEST(CpuFingerprint, DescribesThisMachine) {
   const DeviceFingerprint f = CpuFingerprint();
   EXPECT_TRUE(Validate(f).ok()) << Validate(f).ToString() << " " << f.Key();
@@ -207,11 +295,12 @@ TEST(CpuFingerprint, DescribesThisMachine) {
   EXPECT_EQ(f.cudnn_version, 0);
   EXPECT_EQ(f.cuda_runtime_version, 0);
   EXPECT_GT(f.memory_bytes, 0u);
-  EXPECT_EQ(f.memory_bytes % 1024, 0u);  // MemTotal is in KiB
-  // "openblas 0.3.21": the version only, not the build's core name.
-  EXPECT_THAT(f.blas, StartsWith("openblas "));
-  EXPECT_THAT(f.blas, ::testing::MatchesRegex("openblas [0-9]+\\.[0-9]+\\.[0-9]+.*"));
-  EXPECT_EQ(f.blas.find(' ', 9), std::string::npos) << f.blas;
+  EXPECT_EQ(f.memory_bytes % (uint64_t{1} << 30), 0u);  // whole GiB
+  // "openblas 0.3.21 threads:1": the version and the threads, not the build's core name.
+  EXPECT_THAT(f.blas, ::testing::MatchesRegex("openblas [0-9]+\\.[0-9]+\\.[0-9]+ threads:1"));
+  EXPECT_EQ(f, CpuFingerprint(1));
+  EXPECT_THAT(CpuFingerprint(3).blas, ::testing::EndsWith(" threads:3"));
+  EXPECT_NE(CpuFingerprint(3).Hash(), f.Hash());
 
   // Cross-check with /proc: one "processor" line per logical core.
   std::ifstream cpuinfo("/proc/cpuinfo");

@@ -12,6 +12,9 @@
 #include "cpu/conv_reference.h"
 #include "ucudnn/core/random_fill.h"
 
+// OpenBLAS's thread count, declared here like fingerprint.cc does (no cblas.h variant needed).
+extern "C" int openblas_get_num_threads();
+
 namespace ucudnn {
 namespace {
 
@@ -169,6 +172,29 @@ TEST(CpuBackendTest, FingerprintIsTheCpus) {
   CpuBackend backend;
   EXPECT_EQ(backend.fingerprint().backend, "cpu");
   EXPECT_EQ(backend.fingerprint(), CpuFingerprint());
+  EXPECT_EQ(backend.fingerprint(), CpuFingerprint(1));
+}
+
+// Timings measured with N BLAS threads are filed under a device of their own, not under the
+// 1-thread device that the workers benchmark.
+TEST(CpuBackendTest, FingerprintRecordsTheBlasThreadsInEffect) {
+  {
+    CpuBackend two(CpuBackendOptions{.blas_threads = 2});
+    // OpenBLAS caps the request at its build's maximum (1 for a serial build).
+    const int threads = openblas_get_num_threads();
+    EXPECT_GE(threads, 1);
+    EXPECT_LE(threads, 2);
+    EXPECT_EQ(two.fingerprint(), CpuFingerprint(threads));
+    if (threads == 2) {
+      EXPECT_NE(two.fingerprint().Hash(), CpuFingerprint(1).Hash());
+    }
+    // 0 keeps OpenBLAS's setting, and the fingerprint says what it is.
+    CpuBackend keep(CpuBackendOptions{.blas_threads = 0});
+    EXPECT_EQ(keep.fingerprint(), CpuFingerprint(threads));
+  }
+  CpuBackend restored;  // the setting is process-wide: back to 1 for the other tests
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  EXPECT_EQ(restored.fingerprint(), CpuFingerprint(1));
 }
 
 TEST(CpuBackendTest, WorkspaceGrowsWithBatchOnlyForWholeBatchIm2col) {
