@@ -1,451 +1,67 @@
-// Built-in networks (networks.h). The layer tables are networks/*.csv embedded verbatim below, so
-// a binary needs no data files; tests/planner/networks_test.cc checks they match the repository's
-// files (after editing one, paste it here).
+// Built-in networks (networks.h). The layer tables are networks/*.csv, embedded into the library
+// at build time (embedded_networks.h), so a binary needs no data files and the CSV files are the
+// only copy.
 #include "ucudnn/core/networks.h"
 
-#include <charconv>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
-#include <sstream>
 #include <utility>
+
+#include "embedded_networks.h"
+#include "ucudnn/core/text.h"
 
 namespace ucudnn {
 namespace {
 
-struct EmbeddedCsv {
-  std::string_view name;
-  std::string_view text;
-};
+constexpr std::string_view kHeader =
+    "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups";
+constexpr size_t kColumns = 14;
 
-// Sorted by name.
-constexpr EmbeddedCsv kNetworkCsvs[] = {
-    {"alexnet", R"csv(# alexnet: 5 convolution layers, input 3x224x224 (torchvision)
-layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups
-features.0,3,224,224,64,11,11,2,2,4,4,1,1,1
-features.3,64,27,27,192,5,5,2,2,1,1,1,1,1
-features.6,192,13,13,384,3,3,1,1,1,1,1,1,1
-features.8,384,13,13,256,3,3,1,1,1,1,1,1,1
-features.10,256,13,13,256,3,3,1,1,1,1,1,1,1
-)csv"},
-    {"densenet121", R"csv(# densenet121: 120 convolution layers, input 3x224x224 (torchvision)
-layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups
-features.conv0,3,224,224,64,7,7,3,3,2,2,1,1,1
-features.denseblock1.denselayer1.conv1,64,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock1.denselayer1.conv2,128,56,56,32,3,3,1,1,1,1,1,1,1
-features.denseblock1.denselayer2.conv1,96,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock1.denselayer2.conv2,128,56,56,32,3,3,1,1,1,1,1,1,1
-features.denseblock1.denselayer3.conv1,128,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock1.denselayer3.conv2,128,56,56,32,3,3,1,1,1,1,1,1,1
-features.denseblock1.denselayer4.conv1,160,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock1.denselayer4.conv2,128,56,56,32,3,3,1,1,1,1,1,1,1
-features.denseblock1.denselayer5.conv1,192,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock1.denselayer5.conv2,128,56,56,32,3,3,1,1,1,1,1,1,1
-features.denseblock1.denselayer6.conv1,224,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock1.denselayer6.conv2,128,56,56,32,3,3,1,1,1,1,1,1,1
-features.transition1.conv,256,56,56,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer1.conv1,128,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer1.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer2.conv1,160,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer2.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer3.conv1,192,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer3.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer4.conv1,224,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer4.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer5.conv1,256,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer5.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer6.conv1,288,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer6.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer7.conv1,320,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer7.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer8.conv1,352,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer8.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer9.conv1,384,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer9.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer10.conv1,416,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer10.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer11.conv1,448,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer11.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.denseblock2.denselayer12.conv1,480,28,28,128,1,1,0,0,1,1,1,1,1
-features.denseblock2.denselayer12.conv2,128,28,28,32,3,3,1,1,1,1,1,1,1
-features.transition2.conv,512,28,28,256,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer1.conv1,256,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer1.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer2.conv1,288,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer2.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer3.conv1,320,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer3.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer4.conv1,352,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer4.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer5.conv1,384,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer5.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer6.conv1,416,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer6.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer7.conv1,448,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer7.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer8.conv1,480,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer8.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer9.conv1,512,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer9.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer10.conv1,544,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer10.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer11.conv1,576,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer11.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer12.conv1,608,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer12.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer13.conv1,640,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer13.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer14.conv1,672,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer14.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer15.conv1,704,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer15.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer16.conv1,736,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer16.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer17.conv1,768,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer17.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer18.conv1,800,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer18.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer19.conv1,832,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer19.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer20.conv1,864,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer20.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer21.conv1,896,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer21.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer22.conv1,928,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer22.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer23.conv1,960,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer23.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.denseblock3.denselayer24.conv1,992,14,14,128,1,1,0,0,1,1,1,1,1
-features.denseblock3.denselayer24.conv2,128,14,14,32,3,3,1,1,1,1,1,1,1
-features.transition3.conv,1024,14,14,512,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer1.conv1,512,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer1.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer2.conv1,544,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer2.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer3.conv1,576,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer3.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer4.conv1,608,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer4.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer5.conv1,640,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer5.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer6.conv1,672,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer6.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer7.conv1,704,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer7.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer8.conv1,736,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer8.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer9.conv1,768,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer9.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer10.conv1,800,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer10.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer11.conv1,832,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer11.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer12.conv1,864,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer12.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer13.conv1,896,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer13.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer14.conv1,928,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer14.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer15.conv1,960,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer15.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-features.denseblock4.denselayer16.conv1,992,7,7,128,1,1,0,0,1,1,1,1,1
-features.denseblock4.denselayer16.conv2,128,7,7,32,3,3,1,1,1,1,1,1,1
-)csv"},
-    {"resnet152", R"csv(# resnet152: 155 convolution layers, input 3x224x224 (torchvision)
-layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups
-conv1,3,224,224,64,7,7,3,3,2,2,1,1,1
-layer1.0.conv1,64,56,56,64,1,1,0,0,1,1,1,1,1
-layer1.0.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.0.conv3,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer1.0.downsample.0,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer1.1.conv1,256,56,56,64,1,1,0,0,1,1,1,1,1
-layer1.1.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.1.conv3,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer1.2.conv1,256,56,56,64,1,1,0,0,1,1,1,1,1
-layer1.2.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.2.conv3,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer2.0.conv1,256,56,56,128,1,1,0,0,1,1,1,1,1
-layer2.0.conv2,128,56,56,128,3,3,1,1,2,2,1,1,1
-layer2.0.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.0.downsample.0,256,56,56,512,1,1,0,0,2,2,1,1,1
-layer2.1.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.1.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.1.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.2.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.2.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.2.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.3.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.3.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.3.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.4.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.4.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.4.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.5.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.5.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.5.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.6.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.6.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.6.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.7.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.7.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.7.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer3.0.conv1,512,28,28,256,1,1,0,0,1,1,1,1,1
-layer3.0.conv2,256,28,28,256,3,3,1,1,2,2,1,1,1
-layer3.0.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.0.downsample.0,512,28,28,1024,1,1,0,0,2,2,1,1,1
-layer3.1.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.1.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.1.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.2.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.2.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.2.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.3.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.3.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.3.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.4.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.4.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.4.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.5.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.5.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.5.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.6.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.6.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.6.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.7.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.7.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.7.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.8.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.8.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.8.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.9.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.9.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.9.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.10.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.10.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.10.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.11.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.11.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.11.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.12.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.12.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.12.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.13.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.13.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.13.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.14.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.14.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.14.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.15.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.15.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.15.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.16.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.16.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.16.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.17.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.17.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.17.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.18.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.18.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.18.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.19.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.19.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.19.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.20.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.20.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.20.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.21.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.21.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.21.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.22.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.22.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.22.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.23.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.23.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.23.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.24.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.24.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.24.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.25.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.25.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.25.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.26.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.26.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.26.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.27.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.27.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.27.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.28.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.28.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.28.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.29.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.29.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.29.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.30.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.30.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.30.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.31.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.31.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.31.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.32.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.32.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.32.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.33.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.33.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.33.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.34.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.34.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.34.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.35.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.35.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.35.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer4.0.conv1,1024,14,14,512,1,1,0,0,1,1,1,1,1
-layer4.0.conv2,512,14,14,512,3,3,1,1,2,2,1,1,1
-layer4.0.conv3,512,7,7,2048,1,1,0,0,1,1,1,1,1
-layer4.0.downsample.0,1024,14,14,2048,1,1,0,0,2,2,1,1,1
-layer4.1.conv1,2048,7,7,512,1,1,0,0,1,1,1,1,1
-layer4.1.conv2,512,7,7,512,3,3,1,1,1,1,1,1,1
-layer4.1.conv3,512,7,7,2048,1,1,0,0,1,1,1,1,1
-layer4.2.conv1,2048,7,7,512,1,1,0,0,1,1,1,1,1
-layer4.2.conv2,512,7,7,512,3,3,1,1,1,1,1,1,1
-layer4.2.conv3,512,7,7,2048,1,1,0,0,1,1,1,1,1
-)csv"},
-    {"resnet18", R"csv(# resnet18: 20 convolution layers, input 3x224x224 (torchvision)
-layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups
-conv1,3,224,224,64,7,7,3,3,2,2,1,1,1
-layer1.0.conv1,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.0.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.1.conv1,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.1.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer2.0.conv1,64,56,56,128,3,3,1,1,2,2,1,1,1
-layer2.0.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.0.downsample.0,64,56,56,128,1,1,0,0,2,2,1,1,1
-layer2.1.conv1,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.1.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer3.0.conv1,128,28,28,256,3,3,1,1,2,2,1,1,1
-layer3.0.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.0.downsample.0,128,28,28,256,1,1,0,0,2,2,1,1,1
-layer3.1.conv1,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.1.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer4.0.conv1,256,14,14,512,3,3,1,1,2,2,1,1,1
-layer4.0.conv2,512,7,7,512,3,3,1,1,1,1,1,1,1
-layer4.0.downsample.0,256,14,14,512,1,1,0,0,2,2,1,1,1
-layer4.1.conv1,512,7,7,512,3,3,1,1,1,1,1,1,1
-layer4.1.conv2,512,7,7,512,3,3,1,1,1,1,1,1,1
-)csv"},
-    {"resnet50", R"csv(# resnet50: 53 convolution layers, input 3x224x224 (torchvision)
-layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups
-conv1,3,224,224,64,7,7,3,3,2,2,1,1,1
-layer1.0.conv1,64,56,56,64,1,1,0,0,1,1,1,1,1
-layer1.0.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.0.conv3,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer1.0.downsample.0,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer1.1.conv1,256,56,56,64,1,1,0,0,1,1,1,1,1
-layer1.1.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.1.conv3,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer1.2.conv1,256,56,56,64,1,1,0,0,1,1,1,1,1
-layer1.2.conv2,64,56,56,64,3,3,1,1,1,1,1,1,1
-layer1.2.conv3,64,56,56,256,1,1,0,0,1,1,1,1,1
-layer2.0.conv1,256,56,56,128,1,1,0,0,1,1,1,1,1
-layer2.0.conv2,128,56,56,128,3,3,1,1,2,2,1,1,1
-layer2.0.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.0.downsample.0,256,56,56,512,1,1,0,0,2,2,1,1,1
-layer2.1.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.1.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.1.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.2.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.2.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.2.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer2.3.conv1,512,28,28,128,1,1,0,0,1,1,1,1,1
-layer2.3.conv2,128,28,28,128,3,3,1,1,1,1,1,1,1
-layer2.3.conv3,128,28,28,512,1,1,0,0,1,1,1,1,1
-layer3.0.conv1,512,28,28,256,1,1,0,0,1,1,1,1,1
-layer3.0.conv2,256,28,28,256,3,3,1,1,2,2,1,1,1
-layer3.0.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.0.downsample.0,512,28,28,1024,1,1,0,0,2,2,1,1,1
-layer3.1.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.1.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.1.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.2.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.2.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.2.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.3.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.3.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.3.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.4.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.4.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.4.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer3.5.conv1,1024,14,14,256,1,1,0,0,1,1,1,1,1
-layer3.5.conv2,256,14,14,256,3,3,1,1,1,1,1,1,1
-layer3.5.conv3,256,14,14,1024,1,1,0,0,1,1,1,1,1
-layer4.0.conv1,1024,14,14,512,1,1,0,0,1,1,1,1,1
-layer4.0.conv2,512,14,14,512,3,3,1,1,2,2,1,1,1
-layer4.0.conv3,512,7,7,2048,1,1,0,0,1,1,1,1,1
-layer4.0.downsample.0,1024,14,14,2048,1,1,0,0,2,2,1,1,1
-layer4.1.conv1,2048,7,7,512,1,1,0,0,1,1,1,1,1
-layer4.1.conv2,512,7,7,512,3,3,1,1,1,1,1,1,1
-layer4.1.conv3,512,7,7,2048,1,1,0,0,1,1,1,1,1
-layer4.2.conv1,2048,7,7,512,1,1,0,0,1,1,1,1,1
-layer4.2.conv2,512,7,7,512,3,3,1,1,1,1,1,1,1
-layer4.2.conv3,512,7,7,2048,1,1,0,0,1,1,1,1,1
-)csv"},
-    {"vgg16", R"csv(# vgg16: 13 convolution layers, input 3x224x224 (torchvision)
-layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups
-features.0,3,224,224,64,3,3,1,1,1,1,1,1,1
-features.2,64,224,224,64,3,3,1,1,1,1,1,1,1
-features.5,64,112,112,128,3,3,1,1,1,1,1,1,1
-features.7,128,112,112,128,3,3,1,1,1,1,1,1,1
-features.10,128,56,56,256,3,3,1,1,1,1,1,1,1
-features.12,256,56,56,256,3,3,1,1,1,1,1,1,1
-features.14,256,56,56,256,3,3,1,1,1,1,1,1,1
-features.17,256,28,28,512,3,3,1,1,1,1,1,1,1
-features.19,512,28,28,512,3,3,1,1,1,1,1,1,1
-features.21,512,28,28,512,3,3,1,1,1,1,1,1,1
-features.24,512,14,14,512,3,3,1,1,1,1,1,1,1
-features.26,512,14,14,512,3,3,1,1,1,1,1,1,1
-features.28,512,14,14,512,3,3,1,1,1,1,1,1,1
-)csv"},
-};
-
-std::vector<std::string_view> SplitFields(std::string_view line) {
-  std::vector<std::string_view> fields;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    if (comma == std::string_view::npos) {
-      fields.push_back(line.substr(start));
-      return fields;
-    }
-    fields.push_back(line.substr(start, comma - start));
-    start = comma + 1;
-  }
+// The name of column `index` (0-based) of kHeader, for errors: "c: not an integer: 'x'".
+std::string_view ColumnName(size_t index) {
+  std::string_view rest = kHeader;
+  for (size_t i = 0; i < index; ++i) rest.remove_prefix(rest.find(',') + 1);
+  return rest.substr(0, rest.find(','));
 }
 
-Result<int64_t> ParseInt(std::string_view field, std::string_view text) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgument(std::string(field) + ": not an integer: '" + std::string(text) + "'");
+// A layer name becomes the kernel names "<name>/fwd", "<name>/bwd_data", "<name>/bwd_filter":
+// text a plan request carries and tables print.
+Status CheckLayerName(std::string_view name) {
+  if (name.empty()) return InvalidArgument("layer: the name is empty");
+  if (name.size() > kMaxNetworkLayerNameBytes) {
+    return InvalidArgument("layer: at most " + std::to_string(kMaxNetworkLayerNameBytes) +
+                           " bytes (kernel names add \"/bwd_filter\" and may have " +
+                           std::to_string(kMaxNetworkKernelNameBytes) + "), got " +
+                           std::to_string(name.size()));
   }
-  return value;
+  if (!IsValidUtf8(name)) return InvalidArgument("layer: the name must be valid UTF-8");
+  if (HasControlCharacter(name)) {
+    return InvalidArgument("layer: the name must not contain control characters");
+  }
+  return Status::Ok();
 }
 
-std::string KnownNames();
+std::string KnownNames() {
+  std::string out;
+  for (const EmbeddedNetwork& network : EmbeddedNetworks()) {
+    if (!out.empty()) out += ", ";
+    out += network.name;
+  }
+  return out;
+}
 
 }  // namespace
 
 Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::string_view text) {
-  static constexpr std::string_view kHeader =
-      "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups";
   std::vector<NetworkLayer> layers;
+  std::map<std::string, int, std::less<>> first_line;  // layer name -> its line
   bool header_seen = false;
-  int line_number = 0;
-  while (!text.empty()) {
-    const size_t newline = text.find('\n');
-    std::string_view line = text.substr(0, newline);
-    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || line.front() == '#') continue;
-    const std::string where = std::string(source) + " line " + std::to_string(line_number);
+  CsvLineReader lines(text);
+  std::string_view line;
+  while (lines.Next(line)) {
+    const std::string where = std::string(source) + " " + lines.Where();
     if (!header_seen) {
       if (line != kHeader) {
         return InvalidArgument(where + ": the header must be " + std::string(kHeader));
@@ -453,50 +69,53 @@ Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::
       header_seen = true;
       continue;
     }
-    const std::vector<std::string_view> f = SplitFields(line);
-    if (f.size() != 14) return InvalidArgument(where + ": expected 14 fields");
-    if (f[0].empty()) return InvalidArgument(where + ": the layer name is empty");
+    if (layers.size() == kMaxNetworkLayers) {
+      return InvalidArgument(where + ": at most " + std::to_string(kMaxNetworkLayers) +
+                             " layers (3 kernels each, at most " +
+                             std::to_string(kMaxNetworkKernels) + " kernels in a plan request)");
+    }
+    Result<std::vector<std::string>> fields = SplitCsvRecord(line);
+    if (!fields.ok()) return fields.status().WithContext(where);
+    const std::vector<std::string>& f = *fields;
+    if (f.size() != kColumns) {
+      return InvalidArgument(where + ": expected " + std::to_string(kColumns) + " fields, got " +
+                             std::to_string(f.size()));
+    }
+    UCUDNN_RETURN_IF_ERROR(CheckLayerName(f[0]).WithContext(where));
+    const auto [previous, inserted] = first_line.emplace(f[0], lines.line_number());
+    if (!inserted) {
+      return InvalidArgument(where + ": layer: " + QuoteForError(f[0]) + " appears twice (line " +
+                             std::to_string(previous->second) + ")");
+    }
     NetworkLayer layer;
-    layer.name = std::string(f[0]);
+    layer.name = f[0];
     ConvProblem& p = layer.problem;
     int64_t* const targets[] = {&p.c,          &p.h,          &p.w,     &p.k,        &p.r,
                                 &p.s,          &p.pad_h,      &p.pad_w, &p.stride_h, &p.stride_w,
                                 &p.dilation_h, &p.dilation_w, &p.groups};
+    static_assert(std::size(targets) == kColumns - 1);
     for (size_t i = 0; i < std::size(targets); ++i) {
-      Result<int64_t> value = ParseInt("column " + std::to_string(i + 2), f[i + 1]);
-      if (!value.ok()) return InvalidArgument(where + ": " + value.status().message());
+      Result<int64_t> value = ParseInteger<int64_t>(ColumnName(i + 1), Trim(f[i + 1]));
+      if (!value.ok()) return value.status().WithContext(where);
       *targets[i] = *value;
     }
-    const Status valid = Validate(p);
-    if (!valid.ok()) return InvalidArgument(where + ": " + valid.message());
+    UCUDNN_RETURN_IF_ERROR(Validate(p).WithContext(where));
     layers.push_back(std::move(layer));
   }
+  if (!header_seen) return InvalidArgument(std::string(source) + ": no header line");
   if (layers.empty()) return InvalidArgument(std::string(source) + ": no layers");
   return layers;
 }
 
-namespace {
-
-std::string KnownNames() {
-  std::string out;
-  for (const EmbeddedCsv& csv : kNetworkCsvs) {
-    if (!out.empty()) out += ", ";
-    out += csv.name;
-  }
-  return out;
-}
-
-}  // namespace
-
 std::vector<std::string> NetworkNames() {
   std::vector<std::string> names;
-  for (const EmbeddedCsv& csv : kNetworkCsvs) names.emplace_back(csv.name);
+  for (const EmbeddedNetwork& network : EmbeddedNetworks()) names.emplace_back(network.name);
   return names;
 }
 
 std::string_view EmbeddedNetworkCsv(std::string_view name) {
-  for (const EmbeddedCsv& csv : kNetworkCsvs) {
-    if (csv.name == name) return csv.text;
+  for (const EmbeddedNetwork& network : EmbeddedNetworks()) {
+    if (network.name == name) return network.text;
   }
   return {};
 }
@@ -504,9 +123,18 @@ std::string_view EmbeddedNetworkCsv(std::string_view name) {
 Result<std::vector<NetworkLayer>> LoadNetworkFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("network file " + path + ": cannot be opened");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseNetworkCsv(path, text.str());
+  // Read in pieces up to the limit, so that a wrong path (a huge file, a device) fails fast.
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxNetworkFileBytes) {
+      return InvalidArgument("network file " + path + ": larger than " +
+                             std::to_string(kMaxNetworkFileBytes) + " bytes");
+    }
+  }
+  if (in.bad()) return Unavailable("network file " + path + ": cannot be read");
+  return ParseNetworkCsv(path, text);
 }
 
 bool IsNetworkPath(std::string_view name) {

@@ -1,8 +1,10 @@
 // Built-in networks: every convolution layer of a few well-known CNNs (torchvision definitions,
 // input 3x224x224), as the kernels a training step runs. The layer tables are networks/*.csv,
-// embedded in the library (scripts/gen_networks.py documents how they were derived).
+// embedded in the library at build time (scripts/gen_networks.py documents how they were
+// derived).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,6 +21,18 @@ struct NetworkLayer {
   ConvProblem problem;  // op kForward; data type, layout and math at their defaults
 };
 
+// Bounds of a network, so that all its kernels fit one plan request: proto_convert.h's
+// kMaxKernelsPerRequest (4096) and kMaxKernelNameBytes (128), restated here because the core
+// does not depend on the proto library (cli/src/local_commands.cc static_asserts that they
+// agree). A layer gives three kernels: "<layer>/fwd", "<layer>/bwd_data", "<layer>/bwd_filter".
+inline constexpr size_t kMaxNetworkKernels = 4096;
+inline constexpr size_t kMaxNetworkKernelNameBytes = 128;
+inline constexpr size_t kMaxNetworkLayers = kMaxNetworkKernels / 3;  // 1365
+inline constexpr size_t kMaxNetworkLayerNameBytes =
+    kMaxNetworkKernelNameBytes - std::string_view("/bwd_filter").size();  // 117
+// A network file may hold long comments, but not more than this.
+inline constexpr size_t kMaxNetworkFileBytes = size_t{4} << 20;
+
 // "alexnet", "densenet121", "resnet152", "resnet18", "resnet50", "vgg16" (sorted).
 std::vector<std::string> NetworkNames();
 
@@ -26,11 +40,16 @@ std::vector<std::string> NetworkNames();
 // a user's network file (any name containing '/' or ending in ".csv") in the same format.
 Result<std::vector<NetworkLayer>> NetworkLayers(std::string_view name);
 
-// A network file in the format of networks/*.csv: '#' comment lines, the header
-// "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups", one line per
-// convolution layer. Errors (kInvalidArgument) name `source` and the line.
+// A network file in the format of networks/*.csv: '#' comment lines and blank lines, the header
+// "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups", then one line
+// per convolution layer, 1 to kMaxNetworkLayers of them. Layer names are unique, valid UTF-8
+// without control characters, 1 to kMaxNetworkLayerNameBytes bytes (a name may be
+// double-quoted, "" for a quote); numbers are decimal integers (spaces around them allowed) and
+// each layer a valid problem (Validate). Errors (kInvalidArgument) name `source`, the line and
+// the column: "my.csv line 7: groups: must divide c (3), got 2".
 Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::string_view text);
-// Reads and parses a network file; kNotFound when it cannot be opened.
+// Reads and parses a network file; kNotFound when it cannot be opened, kInvalidArgument past
+// kMaxNetworkFileBytes.
 Result<std::vector<NetworkLayer>> LoadNetworkFile(const std::string& path);
 // Whether NetworkLayers()/NetworkKernels() read `name` as a file path.
 bool IsNetworkPath(std::string_view name);
@@ -49,8 +68,7 @@ Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_b
 // first name.
 std::vector<Kernel> UniqueKernels(const std::vector<Kernel>& kernels);
 
-// The embedded text of networks/<name>.csv, or empty for an unknown name (tests compare it with
-// the repository's file).
+// The embedded text of networks/<name>.csv, or empty for an unknown name.
 std::string_view EmbeddedNetworkCsv(std::string_view name);
 
 }  // namespace ucudnn
