@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -17,6 +18,8 @@ namespace ucudnn {
 namespace {
 
 using testing::RandomSmallProblem;
+using testing::ReferenceConv;
+using testing::RelativeL2;
 using testing::SizesOf;
 
 // Delegates to a CpuBackend and records every Run, to see what the executor issued.
@@ -120,66 +123,156 @@ size_t LargestWorkspace(ConvBackend& backend, const ConvProblem& p,
   return largest;
 }
 
-double NormalizedL2(const std::vector<float>& got, const std::vector<float>& want) {
-  return testing::RelativeL2(got, want);
-}
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kGuard = 12345.0f;  // written past the end of outputs to catch overruns
+constexpr size_t kGuardElements = 32;
 
-constexpr int64_t kMiniBatch = 7;
-
-std::vector<std::vector<Segment>> SegmentLists() {
-  return {
-      Segments({{7, kCpuAlgoIm2colGemm}}),
-      Segments({{1, kCpuAlgoDirect}, {2, kCpuAlgoIm2colGemm}, {4, kCpuAlgoIm2colGemmPerSample}}),
-      Segments({{4, kCpuAlgoIm2colGemm}, {3, kCpuAlgoDirect}}),
-      Segments({{1, 1}, {1, 2}, {1, 0}, {1, 1}, {1, 2}, {1, 0}, {1, 1}}),
-      Segments({{2, kCpuAlgoIm2colGemm},
-                {2, kCpuAlgoIm2colGemm},
-                {2, kCpuAlgoIm2colGemm},
-                {1, kCpuAlgoIm2colGemm}}),
-      Segments({{5, kCpuAlgoIm2colGemmPerSample}, {2, kCpuAlgoDirect}}),
+// A random partition of `mini_batch` into 1 to 8 segments (never more than the samples), each
+// with a random algorithm.
+std::vector<Segment> RandomSegments(int64_t mini_batch, std::mt19937_64& rng) {
+  auto uniform = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
+  const int64_t count = uniform(1, std::min<int64_t>(mini_batch, 8));
+  std::vector<int64_t> cuts = {0, mini_batch};
+  while (static_cast<int64_t>(cuts.size()) < count + 1) {
+    const int64_t cut = uniform(1, mini_batch - 1);
+    if (std::find(cuts.begin(), cuts.end(), cut) == cuts.end()) cuts.push_back(cut);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<Segment> segments;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    segments.push_back(
+        {cuts[i + 1] - cuts[i], static_cast<int>(uniform(0, kCpuAlgoCount - 1)), 0.0, 0});
+  }
+  return segments;
 }
+
+std::string Describe(const std::vector<Segment>& segments) {
+  std::string out;
+  for (const Segment& s : segments) {
+    out +=
+        (out.empty() ? "" : " + ") + std::to_string(s.micro_batch) + "@" + std::to_string(s.algo);
+  }
+  return out;
+}
+
+// The output tensor of an op, with guard elements after it.
+struct Output {
+  std::vector<float> data;
+  size_t size = 0;
+  std::vector<float> Values() const {
+    return {data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size)};
+  }
+  bool GuardIntact() const {
+    for (size_t i = size; i < data.size(); ++i) {
+      if (data[i] != kGuard) return false;
+    }
+    return true;
+  }
+};
+
+// `initial`, or NaN everywhere when beta is 0 (the op must not read it, and an element it does
+// not write stays NaN and fails the comparison), then the guard.
+Output MakeOutput(const std::vector<float>& initial, float beta) {
+  Output out;
+  out.size = initial.size();
+  out.data = beta == 0.0f ? std::vector<float>(initial.size(), kNaN) : initial;
+  out.data.resize(initial.size() + kGuardElements, kGuard);
+  return out;
+}
+
+ConvOperands WithOutput(ConvOp op, OpData& inputs, Output& out) {
+  ConvOperands o = inputs.Operands(op);
+  switch (op) {
+    case ConvOp::kForward:
+      o.y = out.data.data();
+      break;
+    case ConvOp::kBackwardData:
+      o.dx = out.data.data();
+      break;
+    case ConvOp::kBackwardFilter:
+      o.dw = out.data.data();
+      break;
+  }
+  return o;
+}
+
+constexpr int kTrialsPerOp = 90;  // each (alpha, beta) pair ten times; well under a second
 
 class ExecutorEquivalenceTest : public ::testing::TestWithParam<ConvOp> {};
 
-// Micro-batched execution gives the undivided result, for forward and backward-data (disjoint
-// output slices) and backward-filter (accumulation, beta = 1 after the first segment).
-TEST_P(ExecutorEquivalenceTest, MicroBatchedEqualsUndivided) {
+// For random problems (strides, padding, dilation, groups), random mini-batches and random
+// segmentations with a random algorithm per segment, micro-batched execution gives the undivided
+// result (normalized L2 < 1e-6) and the float64 reference (< 1e-5), for forward and
+// backward-data (disjoint output slices) and backward-filter (accumulation, beta = 1 after the
+// first segment), with alpha and beta honoured. Outputs are NaN-poisoned when beta is 0 and
+// guarded past their end.
+TEST_P(ExecutorEquivalenceTest, MicroBatchedEqualsUndividedAndTheReference) {
   const ConvOp op = GetParam();
   RecordingBackend backend;
-  std::mt19937_64 rng(42 + static_cast<int>(op));
-  for (int trial = 0; trial < 6; ++trial) {
+  std::mt19937_64 rng(20240611 + static_cast<int>(op));
+  constexpr float kAlphas[] = {1.0f, 0.75f, -2.0f};
+  constexpr float kBetas[] = {0.0f, 1.0f, -0.5f};
+  int segmented_trials = 0;
+  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
     const ConvProblem p = RandomSmallProblem(op, rng);
-    const float alpha = trial % 2 == 0 ? 1.0f : 0.75f;
-    const float beta = trial % 3 == 0 ? 0.0f : (trial % 3 == 1 ? 1.0f : -0.5f);
-    const OpData data = MakeData(p, kMiniBatch, 100 + trial);
+    const int64_t mini_batch = std::uniform_int_distribution<int64_t>(1, 24)(rng);
+    const std::vector<Segment> segments = RandomSegments(mini_batch, rng);
+    const int undivided_algo = std::uniform_int_distribution<int>(0, kCpuAlgoCount - 1)(rng);
+    const float alpha = kAlphas[trial % 3];
+    const float beta = kBetas[(trial / 3) % 3];
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + CanonicalKey(p) +
+                 " mini_batch=" + std::to_string(mini_batch) + " segments=" + Describe(segments) +
+                 " undivided algo=" + std::to_string(undivided_algo) +
+                 " alpha=" + std::to_string(alpha) + " beta=" + std::to_string(beta));
+    if (segments.size() > 1) ++segmented_trials;
+    OpData data = MakeData(p, mini_batch, 1000 + static_cast<uint64_t>(trial) * 7);
 
-    OpData undivided = data;
-    ASSERT_TRUE(
-        backend.Run(p, kMiniBatch, kCpuAlgoDirect, undivided.Operands(op), nullptr, 0, alpha, beta)
-            .ok());
-    for (const std::vector<Segment>& segments : SegmentLists()) {
-      SCOPED_TRACE(CanonicalKey(p) + " segments=" + std::to_string(segments.size()) +
-                   " beta=" + std::to_string(beta));
-      OpData micro = data;
-      const size_t ws_bytes = LargestWorkspace(backend, p, segments);
+    // Undivided: one call over the whole mini-batch.
+    Output undivided = MakeOutput(data.out, beta);
+    {
+      const size_t ws_bytes = *backend.WorkspaceSize(p, mini_batch, undivided_algo);
       std::vector<char> workspace(ws_bytes);
-      backend.calls.clear();
-      Status st = ExecuteMicroBatched(backend, p, kMiniBatch, segments, micro.Operands(op),
-                                      workspace.data(), ws_bytes, alpha, beta);
-      ASSERT_TRUE(st.ok()) << st.ToString();
-      ASSERT_EQ(backend.calls.size(), segments.size());
-      EXPECT_LT(NormalizedL2(micro.out, undivided.out), 1e-6);
-      // What each segment got: its own size and algorithm, and the right beta.
-      for (size_t i = 0; i < segments.size(); ++i) {
-        EXPECT_EQ(backend.calls[i].batch, segments[i].micro_batch);
-        EXPECT_EQ(backend.calls[i].algo, segments[i].algo);
-        EXPECT_EQ(backend.calls[i].alpha, alpha);
-        const float want_beta = (op == ConvOp::kBackwardFilter && i > 0) ? 1.0f : beta;
-        EXPECT_EQ(backend.calls[i].beta, want_beta);
-      }
+      ASSERT_TRUE(backend
+                      .Run(p, mini_batch, undivided_algo, WithOutput(op, data, undivided),
+                           workspace.data(), ws_bytes, alpha, beta)
+                      .ok());
+    }
+
+    // Micro-batched, in a workspace of exactly the largest segment's size.
+    Output micro = MakeOutput(data.out, beta);
+    const size_t ws_bytes = LargestWorkspace(backend, p, segments);
+    std::vector<char> workspace(ws_bytes);
+    backend.calls.clear();
+    Status st = ExecuteMicroBatched(backend, p, mini_batch, segments, WithOutput(op, data, micro),
+                                    workspace.data(), ws_bytes, alpha, beta);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(micro.GuardIntact());
+    EXPECT_TRUE(undivided.GuardIntact());
+    EXPECT_LT(RelativeL2(micro.Values(), undivided.Values()), 1e-6);
+
+    // Both against alpha * reference + beta * initial, in float64.
+    std::vector<double> want = ReferenceConv(p, mini_batch, data.a, data.b);
+    ASSERT_EQ(want.size(), data.out.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      want[i] = double{alpha} * want[i] + (beta == 0.0f ? 0.0 : double{beta} * data.out[i]);
+    }
+    EXPECT_LT(RelativeL2(micro.Values(), want), 1e-5);
+    EXPECT_LT(RelativeL2(undivided.Values(), want), 1e-5);
+
+    // What each segment got: its own size and algorithm, alpha, and the right beta.
+    ASSERT_EQ(backend.calls.size(), segments.size());
+    for (size_t i = 0; i < segments.size(); ++i) {
+      EXPECT_EQ(backend.calls[i].batch, segments[i].micro_batch);
+      EXPECT_EQ(backend.calls[i].algo, segments[i].algo);
+      EXPECT_EQ(backend.calls[i].alpha, alpha);
+      const float want_beta = (op == ConvOp::kBackwardFilter && i > 0) ? 1.0f : beta;
+      EXPECT_EQ(backend.calls[i].beta, want_beta);
     }
   }
+  // The random segmentations did split most mini-batches.
+  EXPECT_GE(segmented_trials, kTrialsPerOp / 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, ExecutorEquivalenceTest,
