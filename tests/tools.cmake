@@ -1,26 +1,23 @@
 # Command-line tools and repository checks, run as processes: the `ucudnn` CLI, the offline
 # validation of deploy/, and the proto lint (where buf is installed).
-set(UCUDNN_CLI $<TARGET_FILE:ucudnn>)
+# Each CLI case is a function of tools/cli_test.sh that checks the exit status and the output.
+foreach(cli_case
+        problem_resnet50_unique
+        networks_lists_builtins
+        unknown_network_is_a_clear_error
+        bad_network_file_names_the_line
+        cpu_bench_user_network
+        bad_workspace_is_a_clear_error)
+  add_test(NAME cli_${cli_case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/cli_test.sh $<TARGET_FILE:ucudnn>
+                   ${cli_case})
+  set_tests_properties(cli_${cli_case} PROPERTIES LABELS unit TIMEOUT 300)
+endforeach()
 
-add_test(NAME cli_problem_resnet50_unique
-         COMMAND bash -c "test \"$(${UCUDNN_CLI} problem --network resnet50 --unique | tail -n +2 | wc -l)\" = 69")
-add_test(NAME cli_networks_lists_builtins COMMAND ${UCUDNN_CLI} networks)
-set_tests_properties(cli_networks_lists_builtins PROPERTIES
-  PASS_REGULAR_EXPRESSION "densenet121 +120 +66")
-add_test(NAME cli_unknown_network_is_a_clear_error
-         COMMAND bash -c "${UCUDNN_CLI} problem --network resnet51 2>&1; test $? -eq 1")
-set_tests_properties(cli_unknown_network_is_a_clear_error PROPERTIES
-  PASS_REGULAR_EXPRESSION "INVALID_ARGUMENT: network: unknown name 'resnet51'")
-# The issue's `ucudnn cpu-bench`, on a tiny user network file so it stays fast.
-add_test(NAME cli_cpu_bench_user_network
-         COMMAND ${UCUDNN_CLI} cpu-bench --network ${CMAKE_CURRENT_SOURCE_DIR}/tools/tiny_net.csv
-                 --batch 4 --workspace 1MiB)
-set_tests_properties(cli_cpu_bench_user_network PROPERTIES
-  PASS_REGULAR_EXPRESSION "down/bwd_filter[^\n]*x\n.*total" LABELS unit TIMEOUT 300)
-add_test(NAME cli_bad_workspace_is_a_clear_error
-         COMMAND bash -c "${UCUDNN_CLI} cpu-bench --network alexnet --workspace 64XB 2>&1; test $? -eq 1")
-set_tests_properties(cli_bad_workspace_is_a_clear_error PROPERTIES
-  PASS_REGULAR_EXPRESSION "unknown unit 'xb'")
+# The cpu-bench table (pure formatting).
+ucudnn_add_test(NAME ucudnn_cli_tests
+  SOURCES tools/bench_table_test.cc
+  LIBS ucudnn_cli_table)
 
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_FOUND)

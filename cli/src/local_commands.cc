@@ -7,18 +7,24 @@
 
 #include <spdlog/spdlog.h>
 
+#include "bench_table.h"
 #include "commands.h"
 #include "progress.h"
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/cpu_backend.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/networks.h"
+#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/worker/benchmark.h"
 #include "ucudnn/worker/offline.h"
 
 namespace ucudnn::cli {
+
+// A network's kernels travel in one plan request.
+static_assert(kMaxNetworkKernels == static_cast<size_t>(kMaxKernelsPerRequest));
+static_assert(kMaxNetworkKernelNameBytes == kMaxKernelNameBytes);
 
 Result<std::vector<Kernel>> ResolveKernels(const NetworkOptions& net) {
   UCUDNN_ASSIGN_OR_RETURN(DataType dtype, ParseDataType(net.dtype));
@@ -125,33 +131,31 @@ int RunCpuBench(const CpuBenchOptions& options) {
                 options.output_csv.c_str());
   }
 
-  std::printf("\n%-32s %12s %12s %-28s %8s\n", "kernel", "undivided ms", "ucudnn ms",
-              "configuration", "speedup");
-  double total_undivided = 0, total_planned = 0;
+  std::vector<KernelPlan> plans;
+  plans.reserve(kernels->size());
   for (const Kernel& k : *kernels) {
     const TimingTable& table = tables[CanonicalKey(k.problem)];
-    auto undivided = FastestUndivided(table, options.net.batch, *limit);
-    auto planned = SolveKernelDp(table, options.net.batch, *policy, *limit);
-    if (!planned.ok()) {
-      std::printf("%-32s %s\n", k.name.c_str(), planned.status().message().c_str());
-      continue;
+    KernelPlan kp;
+    kp.kernel = k;
+    Result<KernelConfig> planned = SolveKernelDp(table, options.net.batch, *policy, *limit);
+    if (planned.ok()) {
+      kp.status = KernelPlanStatus::kPlanned;
+      kp.config = std::move(*planned);
+    } else {
+      kp.status = KernelPlanStatus::kInfeasible;
+      kp.reason = planned.status().message();
     }
-    std::map<std::pair<int64_t, int>, int> counts;
-    for (const Segment& s : planned->segments) ++counts[{s.micro_batch, s.algo}];
-    std::string config;
-    for (const auto& [key, n] : counts) {
-      if (!config.empty()) config += " ";
-      config +=
-          std::to_string(n) + "x" + std::to_string(key.first) + "@" + std::to_string(key.second);
-    }
-    const double base = undivided.ok() ? undivided->time_ms : 0;
-    total_undivided += base;
-    total_planned += planned->time_ms;
-    std::printf("%-32s %12.3f %12.3f %-28s %7.2fx\n", k.name.c_str(), base, planned->time_ms,
-                config.c_str(), base > 0 ? base / planned->time_ms : 0.0);
+    Result<Segment> undivided = FastestUndivided(table, options.net.batch, *limit);
+    if (undivided.ok()) kp.undivided = *undivided;
+    plans.push_back(std::move(kp));
   }
-  std::printf("%-32s %12.3f %12.3f %-28s %7.2fx\n", "total", total_undivided, total_planned, "",
-              total_planned > 0 ? total_undivided / total_planned : 0.0);
+  std::map<int, std::string> algorithm_names;
+  for (const AlgorithmInfo& a : backend.Algorithms(ConvOp::kForward)) {
+    algorithm_names[a.id] = a.name;
+  }
+  const BenchTableHeader header{options.net.network, backend.fingerprint(), *limit, *policy,
+                                options.threads};
+  std::printf("\n%s", FormatBenchTable(header, plans, algorithm_names).c_str());
   return 0;
 }
 

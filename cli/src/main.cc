@@ -87,7 +87,11 @@ int main(int argc, char** argv) {
   cpu_bench->add_option("--workspace,-w", bench.workspace, "Per-kernel workspace limit")
       ->capture_default_str();
   cpu_bench->add_option("--output", bench.output_csv, "Also write the timings to this CSV");
-  cpu_bench->add_option("--threads", bench.threads, "BLAS threads")->capture_default_str();
+  cpu_bench
+      ->add_option("--threads", bench.threads,
+                   "BLAS threads (0: OpenBLAS's default); part of the device fingerprint")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cpu_bench->callback([&] { rc = RunCpuBench(bench); });
 
   auto* migrate = app.add_subcommand("migrate", "Apply the schema migrations to a database");
@@ -96,66 +100,66 @@ int main(int argc, char** argv) {
   migrate->callback([&] { rc = RunMigrate(database_url); });
 
   std::string import_file;
-  auto* import = app.add_subcommand(
+  // Not `import`: clang-format 14 reads that name as the C++20 keyword and stops indenting.
+  auto* import_cmd = app.add_subcommand(
       "import", "Load a timings file written by `ucudnn-worker --offline` into a database");
-  import->add_option("file", import_file, "Timings file")->required();
-  import->add_option("--database-url", database_url, "PostgreSQL URL")
+  import_cmd->add_option("file", import_file, "Timings file")->required();
+  import_cmd->add_option("--database-url", database_url, "PostgreSQL URL")
       ->envname("UCUDNN_DATABASE_URL");
-  import->callback([&] { rc = RunImport(database_url, import_file);
-});
+  import_cmd->callback([&] { rc = RunImport(database_url, import_file); });
 
-auto* health = app.add_subcommand("health", "Check a server's grpc.health.v1 status");
-AddServerFlags(health, &server);
-health->callback([&] { rc = RunHealth(server); });
+  auto* health = app.add_subcommand("health", "Check a server's grpc.health.v1 status");
+  AddServerFlags(health, &server);
+  health->callback([&] { rc = RunHealth(server); });
 
-auto* devices = app.add_subcommand("devices", "Devices known to the cluster");
-AddServerFlags(devices, &server);
-devices->callback([&] { rc = RunDevices(server); });
+  auto* devices = app.add_subcommand("devices", "Devices known to the cluster");
+  AddServerFlags(devices, &server);
+  devices->callback([&] { rc = RunDevices(server); });
 
-bool alive_only = false;
-auto* workers = app.add_subcommand("workers", "Registered workers");
-AddServerFlags(workers, &server);
-workers->add_flag("--alive", alive_only, "Only workers with a recent heartbeat");
-workers->callback([&] { rc = RunWorkers(server, alive_only); });
+  bool alive_only = false;
+  auto* workers = app.add_subcommand("workers", "Registered workers");
+  AddServerFlags(workers, &server);
+  workers->add_flag("--alive", alive_only, "Only workers with a recent heartbeat");
+  workers->callback([&] { rc = RunWorkers(server, alive_only); });
 
-std::string job_state;
-int job_limit = 50;
-auto* jobs = app.add_subcommand("jobs", "Benchmark jobs, newest first");
-AddServerFlags(jobs, &server);
-jobs->add_option("--state", job_state, "queued, running, done, failed");
-jobs->add_option("--limit", job_limit, "At most this many")->capture_default_str();
-jobs->callback([&] { rc = RunJobs(server, job_state, job_limit); });
+  std::string job_state;
+  int job_limit = 50;
+  auto* jobs = app.add_subcommand("jobs", "Benchmark jobs, newest first");
+  AddServerFlags(jobs, &server);
+  jobs->add_option("--state", job_state, "queued, running, done, failed");
+  jobs->add_option("--limit", job_limit, "At most this many")->capture_default_str();
+  jobs->callback([&] { rc = RunJobs(server, job_state, job_limit); });
 
-PlanOptions plan;
-auto* plan_cmd = app.add_subcommand("plan", "Ask the server for a network's plan");
-AddServerFlags(plan_cmd, &server);
-AddPlanFlags(plan_cmd, &plan);
-plan_cmd
-    ->add_option("--wait", plan.wait,
-                 "Wait this long for missing benchmarks, showing progress (e.g. 10m)")
-    ->capture_default_str();
-plan_cmd->add_flag("--json", plan.json, "Print the plan message as JSON");
-bool total_flag = false;
-plan_cmd->add_flag("--total", total_flag, "Shorthand for --mode total");
-plan_cmd->callback([&] {
-  if (total_flag) plan.mode = "total";
-  rc = RunPlan(server, plan);
-});
+  PlanOptions plan;
+  auto* plan_cmd = app.add_subcommand("plan", "Ask the server for a network's plan");
+  AddServerFlags(plan_cmd, &server);
+  AddPlanFlags(plan_cmd, &plan);
+  plan_cmd
+      ->add_option("--wait", plan.wait,
+                   "Wait this long for missing benchmarks, showing progress (e.g. 10m)")
+      ->capture_default_str();
+  plan_cmd->add_flag("--json", plan.json, "Print the plan message as JSON");
+  bool total_flag = false;
+  plan_cmd->add_flag("--total", total_flag, "Shorthand for --mode total");
+  plan_cmd->callback([&] {
+    if (total_flag) plan.mode = "total";
+    rc = RunPlan(server, plan);
+  });
 
-auto* explain = app.add_subcommand("explain", "The server's explanation of a plan");
-AddServerFlags(explain, &server);
-AddPlanFlags(explain, &plan);
-explain->callback([&] { rc = RunExplain(server, plan); });
+  auto* explain = app.add_subcommand("explain", "The server's explanation of a plan");
+  AddServerFlags(explain, &server);
+  AddPlanFlags(explain, &plan);
+  explain->callback([&] { rc = RunExplain(server, plan); });
 
-auto* timings = app.add_subcommand("timings", "Stored timings of a network's problems");
-AddServerFlags(timings, &server);
-AddPlanFlags(timings, &plan);
-timings->callback([&] { rc = RunTimings(server, plan); });
+  auto* timings = app.add_subcommand("timings", "Stored timings of a network's problems");
+  AddServerFlags(timings, &server);
+  AddPlanFlags(timings, &plan);
+  timings->callback([&] { rc = RunTimings(server, plan); });
 
-app.parse_complete_callback([&] {
-  auto level = spdlog::level::from_str(log_level);
-  spdlog::set_level(level);
-});
-CLI11_PARSE(app, argc, argv);
-return rc;
+  app.parse_complete_callback([&] {
+    auto level = spdlog::level::from_str(log_level);
+    spdlog::set_level(level);
+  });
+  CLI11_PARSE(app, argc, argv);
+  return rc;
 }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Checks of the `ucudnn` CLI as a process: each case tests the exit status and the output.
+# Usage: cli_test.sh UCUDNN_BINARY CASE   (the cases are the functions below; tests/tools.cmake)
+set -u
+ucudnn=$1
+case_name=$2
+here=$(cd "$(dirname "$0")" && pwd)
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# expect_exit CODE CMD...: runs CMD, keeps stdout+stderr in $out, fails unless it exits CODE.
+expect_exit() {
+  local want=$1
+  shift
+  out=$("$@" 2>&1)
+  local rc=$?
+  printf '%s\n' "$out"
+  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want"
+}
+
+# expect_line REGEX: some line of $out matches the extended regular expression.
+expect_line() {
+  grep -Eq -- "$1" <<<"$out" || fail "no line matches /$1/"
+}
+
+problem_resnet50_unique() {
+  expect_exit 0 "$ucudnn" problem --network resnet50 --unique
+  expect_line '^kernel +hash +canonical key$'
+  local rows
+  rows=$(tail -n +2 <<<"$out" | wc -l)
+  [ "$rows" -eq 69 ] || fail "$rows unique kernels, expected 69"
+}
+
+networks_lists_builtins() {
+  expect_exit 0 "$ucudnn" networks
+  expect_line '^densenet121 +120 +66$'
+  expect_line '^resnet152 +155 +23$'
+  [ "$(wc -l <<<"$out")" -eq 7 ] || fail "expected a header and 6 networks"
+}
+
+unknown_network_is_a_clear_error() {
+  expect_exit 1 "$ucudnn" problem --network resnet51
+  expect_line "^ucudnn: INVALID_ARGUMENT: network: unknown name 'resnet51'; known: alexnet, "
+}
+
+bad_network_file_names_the_line() {
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  { sed -n 1,3p "$here/tiny_net.csv"; sed -n 3p "$here/tiny_net.csv"; } >"$scratch/dup.csv"
+  expect_exit 1 "$ucudnn" problem --network "$scratch/dup.csv"
+  expect_line "line 4: layer: 'stem' appears twice \\(line 3\\)"
+}
+
+# The issue's `ucudnn cpu-bench`, on a tiny user network file so that it stays fast.
+cpu_bench_user_network() {
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  expect_exit 0 "$ucudnn" cpu-bench --network "$here/tiny_net.csv" --batch 4 --workspace 1MiB \
+    --threads 2 --output "$scratch/timings.csv"
+  expect_line '^cpu-bench .*tiny_net\.csv: 6 kernels, mini-batch 4, fp32 NCHW$'
+  expect_line '^Device: cpu ".+", [0-9]+ cores, .*openblas [0-9.]+ threads:2; fingerprint [0-9a-f]{16}$'
+  expect_line '^Workspace limit 1 MiB per kernel, policy power_of_two, BLAS threads 2$'
+  expect_line '^kernel +shape +segments +ws MiB +time ms +undiv ms +speedup$'
+  # Every kernel planned with named algorithms, compared with its undivided baseline.
+  for kernel in stem/fwd stem/bwd_data stem/bwd_filter down/fwd down/bwd_data down/bwd_filter; do
+    expect_line "^$kernel +n4 .* [0-9]+x[0-9]+@(direct|im2col_gemm|im2col_gemm_per_sample)( |$).* [0-9]+\\.[0-9] +[0-9]+\\.[0-9]{3} +[0-9]+\\.[0-9]{3} +[0-9]+\\.[0-9]{2}x$"
+  done
+  expect_line '^total +[0-9]+\.[0-9] +[0-9]+\.[0-9]{3} +[0-9]+\.[0-9]{3} +[0-9]+\.[0-9]{2}x$'
+  # The timings file is filed under the 2-thread device, not the 1-thread one of the workers.
+  grep -Eq '^# device\.blas: openblas [0-9.]+ threads:2$' "$scratch/timings.csv" ||
+    fail "timings.csv: no '# device.blas: ... threads:2' line"
+}
+
+bad_workspace_is_a_clear_error() {
+  expect_exit 1 "$ucudnn" cpu-bench --network alexnet --workspace 64XB
+  expect_line "^ucudnn: INVALID_ARGUMENT: '64XB': unknown unit 'xb'"
+}
+
+"$case_name"
+echo "PASS: $case_name"
