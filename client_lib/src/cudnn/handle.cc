@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "cudnn/descriptors.h"
@@ -151,11 +154,63 @@ class CudnnUndividedRunner final : public client::UndividedRunner {
   cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
 };
 
+// Restores the calling thread's current device on scope exit: contribution makes a backend of its
+// own on the job's device, which sets that device current, and the framework's thread must find
+// its device as it left it.
+class CurrentDeviceGuard {
+ public:
+  CurrentDeviceGuard() { saved_ = cudaGetDevice(&device_) == cudaSuccess; }
+  ~CurrentDeviceGuard() {
+    int now = -1;
+    if (saved_ && cudaGetDevice(&now) == cudaSuccess && now != device_) {
+      const cudaError_t error = cudaSetDevice(device_);
+      if (error != cudaSuccess) {
+        spdlog::error("ucudnn: cannot make device {} current again: {}", device_,
+                      cudaGetErrorString(error));
+      }
+    }
+  }
+  CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
+  CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
+
+ private:
+  int device_ = 0;
+  bool saved_ = false;
+};
+
+// Contribution's backend: a cuDNN handle and a stream of the library's own on the job's device
+// (never the caller's handle or stream), made after the device went idle, so that the benchmarks
+// measure the GPU alone and not the training step's kernels beside them.
+Result<std::unique_ptr<ConvBackend>> MakeContributionBackend(int device) {
+  cudaError_t error = cudaSetDevice(device);
+  if (error == cudaSuccess) error = cudaDeviceSynchronize();
+  if (error != cudaSuccess) {
+    return Unavailable(std::string("waiting for the device to be idle: ") +
+                       cudaGetErrorString(error));
+  }
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<CudnnBackend> backend, CudnnBackend::Create(device));
+  return std::unique_ptr<ConvBackend>(std::move(backend));
+}
+
+ConvOp ToConvOp(Handle::ConvolutionKernel::Op op) {
+  switch (op) {
+    case Handle::ConvolutionKernel::Op::kBackwardData:
+      return ConvOp::kBackwardData;
+    case Handle::ConvolutionKernel::Op::kBackwardFilter:
+      return ConvOp::kBackwardFilter;
+    case Handle::ConvolutionKernel::Op::kForward:
+      break;
+  }
+  return ConvOp::kForward;
+}
+
 }  // namespace
 
 struct Handle::Impl {
   ClientConfig config;
   std::unique_ptr<CudnnBackend> backend;
+  // Destroyed after the session, whose plan entries hold the runners it made.
+  std::unique_ptr<client::CudnnPlanBinder> binder;
   std::unique_ptr<client::Session> session;  // null: every call passes through
   std::atomic<uint64_t> passthrough_calls{0};
   std::atomic<bool> unmodelled_warned{false};
@@ -223,7 +278,13 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
     return;
   }
   impl_->backend = std::move(*backend);
-  impl_->session = client::Session::Create(*impl_->backend, config);
+  impl_->binder = std::make_unique<client::CudnnPlanBinder>(cudnn);
+  client::SessionHooks hooks;
+  hooks.binder = impl_->binder.get();
+  hooks.contribution_backend = [device = impl_->backend->device_index()] {
+    return MakeContributionBackend(device);
+  };
+  impl_->session = client::Session::Create(*impl_->backend, config, nullptr, std::move(hooks));
 }
 
 Handle::~Handle() = default;
@@ -347,12 +408,63 @@ cudnnStatus_t Handle::GetConvolutionBackwardFilterWorkspaceSize(
 }
 
 void Handle::Prepare() {
-  if (impl_ != nullptr && impl_->session != nullptr) impl_->session->Prepare();
+  if (impl_ == nullptr || impl_->session == nullptr) return;
+  CurrentDeviceGuard device;
+  impl_->session->Prepare();
+}
+
+cudnnStatus_t Handle::Prepare(const ConvolutionKernel* kernels, size_t count) {
+  if (kernels == nullptr && count > 0) return CUDNN_STATUS_BAD_PARAM;
+  for (size_t i = 0; i < count; ++i) {
+    const ConvolutionKernel& k = kernels[i];
+    if (k.xDesc == nullptr || k.wDesc == nullptr || k.convDesc == nullptr || k.yDesc == nullptr) {
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  if (impl_ == nullptr || impl_->session == nullptr) return CUDNN_STATUS_SUCCESS;
+  client::Session& session = *impl_->session;
+  for (size_t i = 0; i < count; ++i) {
+    const ConvolutionKernel& k = kernels[i];
+    ParsedConvolution parsed;
+    const char* why = "";
+    if (!client::ParseConvolution(ToConvOp(k.op), k.xDesc, k.wDesc, k.convDesc, k.yDesc, &parsed,
+                                  &why)) {
+      impl_->NoteUnmodelled(why);  // its calls will go to cuDNN unchanged
+      continue;
+    }
+    uint64_t limit = k.workspaceSizeInBytes;
+    if (session.workspace_mode() == WorkspaceMode::kPerKernel) {
+      if (limit == 0) limit = impl_->config.workspace_bytes;
+      // No limit known yet: the kernel's first call gives it.
+      if (limit == 0) continue;
+    }
+    session.Declare(parsed.problem, parsed.batch, limit, k.name != nullptr ? k.name : "");
+  }
+  CurrentDeviceGuard device;
+  session.Prepare();
+  return CUDNN_STATUS_SUCCESS;
 }
 
 bool Handle::WaitForPlans(int64_t timeout_ms) {
   if (impl_ == nullptr || impl_->session == nullptr) return true;
+  CurrentDeviceGuard device;
   return impl_->session->WaitForPlans(std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+}
+
+cudnnStatus_t Handle::Contribute(int* problems_submitted) {
+  if (problems_submitted != nullptr) *problems_submitted = 0;
+  if (impl_ == nullptr || impl_->session == nullptr) return CUDNN_STATUS_SUCCESS;
+  client::Session& session = *impl_->session;
+  if (!session.contribution_enabled()) return CUDNN_STATUS_SUCCESS;
+  CurrentDeviceGuard device;
+  // The answers still on their way first: they say what is missing.
+  (void)session.WaitForAnswers(std::chrono::steady_clock::now() +
+                               std::chrono::milliseconds(impl_->config.deadline_ms) +
+                               std::chrono::seconds(1));
+  Result<int> submitted = session.Contribute();
+  if (!submitted.ok()) return CUDNN_STATUS_EXECUTION_FAILED;
+  if (problems_submitted != nullptr) *problems_submitted = *submitted;
+  return CUDNN_STATUS_SUCCESS;
 }
 
 ClientStats Handle::Stats() const {
