@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "cudnn/descriptors.h"
 #include "session.h"
@@ -192,6 +195,37 @@ Result<std::unique_ptr<ConvBackend>> MakeContributionBackend(int device) {
   return std::unique_ptr<ConvBackend>(std::move(backend));
 }
 
+// The C++ API's exception boundary: nothing the library throws (std::bad_alloc when registering a
+// kernel, say) reaches the framework. Statuses: std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED,
+// anything else CUDNN_STATUS_INTERNAL_ERROR, logged with the function's name.
+template <typename Body>
+cudnnStatus_t GuardStatus(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    spdlog::error("ucudnn: {}: out of host memory", function);
+    return CUDNN_STATUS_ALLOC_FAILED;
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+  }
+  return CUDNN_STATUS_INTERNAL_ERROR;
+}
+
+// The same for functions without a status: `on_error` is the answer.
+template <typename T, typename Body>
+T Guard(const char* function, T on_error, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+  }
+  return on_error;
+}
+
 ConvOp ToConvOp(Handle::ConvolutionKernel::Op op) {
   switch (op) {
     case Handle::ConvolutionKernel::Op::kBackwardData:
@@ -238,15 +272,28 @@ struct Handle::Impl {
     const float a = *static_cast<const float*>(alpha);
     const float b = *static_cast<const float*>(beta);
     CudnnUndividedRunner runner(cudnn, op, input, filter, conv, output, alpha, beta, operands);
-    const Status status = session->Execute(parsed.problem, parsed.batch, operands, workspace,
-                                           workspace_bytes, a, b, &runner);
-    if (runner.ran()) return runner.status();
-    return ToCudnnStatus(status);
+    return GuardStatus("convolution", [&] {
+      const Status status = session->Execute(parsed.problem, parsed.batch, operands, workspace,
+                                             workspace_bytes, a, b, &runner);
+      if (runner.ran()) return runner.status();
+      return ToCudnnStatus(status);
+    });
   }
 
-  // The workspace to ask the framework for, and the kernel declared to the session.
+  // The workspace to ask the framework for, and the kernel declared to the session. cuDNN's
+  // own answer stands when anything goes wrong here.
   void Declare(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
                cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output, size_t* size) {
+    const size_t cudnn_answer = *size;
+    const bool declared = Guard("workspace query", false, [&] {
+      DeclareUnguarded(op, input, filter, conv, output, size);
+      return true;
+    });
+    if (!declared) *size = cudnn_answer;
+  }
+  void DeclareUnguarded(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
+                        cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output,
+                        size_t* size) {
     if (session == nullptr) return;
     ParsedConvolution parsed;
     const char* why = "";
@@ -278,13 +325,20 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
     return;
   }
   impl_->backend = std::move(*backend);
-  impl_->binder = std::make_unique<client::CudnnPlanBinder>(cudnn);
-  client::SessionHooks hooks;
-  hooks.binder = impl_->binder.get();
-  hooks.contribution_backend = [device = impl_->backend->device_index()] {
-    return MakeContributionBackend(device);
-  };
-  impl_->session = client::Session::Create(*impl_->backend, config, nullptr, std::move(hooks));
+  const bool started = Guard("Handle", false, [&] {
+    impl_->binder = std::make_unique<client::CudnnPlanBinder>(cudnn);
+    client::SessionHooks hooks;
+    hooks.binder = impl_->binder.get();
+    hooks.contribution_backend = [device = impl_->backend->device_index()] {
+      return MakeContributionBackend(device);
+    };
+    impl_->session = client::Session::Create(*impl_->backend, config, nullptr, std::move(hooks));
+    return true;
+  });
+  if (!started) {
+    spdlog::warn("ucudnn: cannot start; convolutions go to cuDNN unchanged");
+    impl_->session.reset();
+  }
 }
 
 Handle::~Handle() = default;
@@ -410,10 +464,17 @@ cudnnStatus_t Handle::GetConvolutionBackwardFilterWorkspaceSize(
 void Handle::Prepare() {
   if (impl_ == nullptr || impl_->session == nullptr) return;
   CurrentDeviceGuard device;
-  impl_->session->Prepare();
+  Guard("Prepare", false, [&] {
+    impl_->session->Prepare();
+    return true;
+  });
 }
 
 cudnnStatus_t Handle::Prepare(const ConvolutionKernel* kernels, size_t count) {
+  return GuardStatus("Prepare", [&] { return PrepareKernels(kernels, count); });
+}
+
+cudnnStatus_t Handle::PrepareKernels(const ConvolutionKernel* kernels, size_t count) {
   if (kernels == nullptr && count > 0) return CUDNN_STATUS_BAD_PARAM;
   for (size_t i = 0; i < count; ++i) {
     const ConvolutionKernel& k = kernels[i];
@@ -448,11 +509,18 @@ cudnnStatus_t Handle::Prepare(const ConvolutionKernel* kernels, size_t count) {
 bool Handle::WaitForPlans(int64_t timeout_ms) {
   if (impl_ == nullptr || impl_->session == nullptr) return true;
   CurrentDeviceGuard device;
-  return impl_->session->WaitForPlans(std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+  return Guard("WaitForPlans", false, [&] {
+    return impl_->session->WaitForPlans(
+        std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+  });
 }
 
 cudnnStatus_t Handle::Contribute(int* problems_submitted) {
   if (problems_submitted != nullptr) *problems_submitted = 0;
+  return GuardStatus("Contribute", [&] { return ContributeUnguarded(problems_submitted); });
+}
+
+cudnnStatus_t Handle::ContributeUnguarded(int* problems_submitted) {
   if (impl_ == nullptr || impl_->session == nullptr) return CUDNN_STATUS_SUCCESS;
   client::Session& session = *impl_->session;
   if (!session.contribution_enabled()) return CUDNN_STATUS_SUCCESS;
@@ -470,14 +538,16 @@ cudnnStatus_t Handle::Contribute(int* problems_submitted) {
 ClientStats Handle::Stats() const {
   if (impl_ == nullptr) return ClientStats{};
   ClientStats stats;
-  if (impl_->session != nullptr) stats = impl_->session->Stats();
+  if (impl_->session != nullptr) {
+    stats = Guard("Stats", ClientStats{}, [&] { return impl_->session->Stats(); });
+  }
   stats.passthrough_calls += impl_->passthrough_calls.load(std::memory_order_relaxed);
   return stats;
 }
 
 std::vector<KernelReport> Handle::Kernels() const {
   if (impl_ == nullptr || impl_->session == nullptr) return {};
-  return impl_->session->Kernels();
+  return Guard("Kernels", std::vector<KernelReport>{}, [&] { return impl_->session->Kernels(); });
 }
 
 const ClientConfig& Handle::config() const {

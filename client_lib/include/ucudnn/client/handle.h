@@ -15,6 +15,7 @@
 //
 // Thread safety: as a cudnnHandle_t's (one thread at a time). Plans arrive on a background
 // thread and are published without locks; a call costs one hash lookup on top of cuDNN's.
+// Errors are cuDNN statuses: no function of the handle lets an exception out.
 //
 // Part of the public API (include prefix ucudnn/client/): cuDNN and standard C++ only.
 #pragma once
@@ -148,6 +149,8 @@ class Handle {
 
  private:
   struct Impl;
+  cudnnStatus_t PrepareKernels(const ConvolutionKernel* kernels, size_t count);
+  cudnnStatus_t ContributeUnguarded(int* problems_submitted);
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<Impl> impl_;
 };
