@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "train_step_engine.h"
 #include "ucudnn/client/handle.h"
 #include "ucudnn/core/cudnn_backend.h"
@@ -26,6 +28,12 @@ Status Check(cudnnStatus_t s, const char* what) {
   return Internal(std::string(what) + ": " + cudnnGetErrorString(s));
 }
 #define EXAMPLE_CHECK(call) UCUDNN_RETURN_IF_ERROR(Check((call), #call))
+// For teardown, where there is no caller to return a failure to: logged, never ignored.
+#define EXAMPLE_LOG_FAILURE(call)                                           \
+  do {                                                                      \
+    const Status example_status = Check((call), #call);                     \
+    if (!example_status.ok()) spdlog::warn("{}", example_status.message()); \
+  } while (false)
 
 cudnnDataType_t CudnnType(DataType t) {
   switch (t) {
@@ -48,10 +56,10 @@ struct GpuKernel {
   cudnnConvolutionDescriptor_t conv = nullptr;
 
   ~GpuKernel() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (x) EXAMPLE_LOG_FAILURE(cudnnDestroyTensorDescriptor(x));
+    if (y) EXAMPLE_LOG_FAILURE(cudnnDestroyTensorDescriptor(y));
+    if (w) EXAMPLE_LOG_FAILURE(cudnnDestroyFilterDescriptor(w));
+    if (conv) EXAMPLE_LOG_FAILURE(cudnnDestroyConvolutionDescriptor(conv));
   }
 
   Status Init() {
@@ -88,9 +96,11 @@ class CudnnEngine final : public StepEngine {
  public:
   explicit CudnnEngine(const EngineOptions& options) : options_(options) {}
   ~CudnnEngine() override {
-    for (void* p : {x_, y_, w_, dw_, ws_}) cudaFree(p);
+    for (void* p : {x_, y_, w_, dw_, ws_}) {
+      if (p != nullptr) EXAMPLE_LOG_FAILURE(cudaFree(p));
+    }
     kernels_.clear();
-    if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+    if (cudnn_ != nullptr) EXAMPLE_LOG_FAILURE(cudnnDestroy(cudnn_));
   }
 
   Status Init() {
@@ -210,8 +220,12 @@ class CudnnEngine final : public StepEngine {
 
   Status EnsureWorkspace(uint64_t bytes) {
     if (bytes <= ws_bytes_) return Status::Ok();
-    cudaFree(ws_);
-    ws_ = nullptr;
+    if (ws_ != nullptr) {
+      void* old = ws_;
+      ws_ = nullptr;
+      ws_bytes_ = 0;
+      EXAMPLE_CHECK(cudaFree(old));
+    }
     EXAMPLE_CHECK(cudaMalloc(&ws_, bytes));
     ws_bytes_ = bytes;
     return Status::Ok();

@@ -108,6 +108,18 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
   }
   if (auto v = get("UCUDNN_SERVER")) config->server = Trim(*v);
   if (auto v = get("UCUDNN_TOKEN")) config->token = Trim(*v);
+  if (auto v = get("UCUDNN_TLS")) {
+    bool tls = false;
+    if (ParseBool(*v, &tls)) {
+      config->tls = tls;
+    } else {
+      Warn(warnings, "UCUDNN_TLS: expected 1 or 0, got '" + *v + "'; ignored");
+    }
+  }
+  if (auto v = get("UCUDNN_CA_FILE")) {
+    config->ca_file = Trim(*v);
+    if (!config->ca_file.empty()) config->tls = true;
+  }
   if (auto v = get("UCUDNN_POLICY")) {
     const std::string s = Lower(Trim(*v));
     if (s == "undivided") {
@@ -155,6 +167,14 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
     } else {
       Warn(warnings,
            "UCUDNN_DEADLINE_MS: expected milliseconds in [1, 3600000], got '" + *v + "'; ignored");
+    }
+  }
+  if (auto v = get("UCUDNN_CONTRIBUTE")) {
+    bool contribute = false;
+    if (ParseBool(*v, &contribute)) {
+      config->contribute = contribute;
+    } else {
+      Warn(warnings, "UCUDNN_CONTRIBUTE: expected 1 or 0, got '" + *v + "'; ignored");
     }
   }
   if (auto v = get("UCUDNN_SERVER_WAIT_MS")) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ucudnn/client/stats.h"
+#include "ucudnn/core/executor.h"
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/timing.h"
@@ -22,8 +23,14 @@ namespace ucudnn::client {
 uint64_t KernelKeyHash(const ConvProblem& problem, int64_t batch);
 
 // One kernel's plan as the hot path uses it. Immutable once published, except for the
-// verification cache, which any caller thread may fill (all fill it with the same value).
+// verification cache, which any caller thread may fill (all fill it with the same value), and
+// the failure flag.
 struct PlanEntry {
+  PlanEntry() = default;
+  ~PlanEntry() { delete runner.load(std::memory_order_relaxed); }
+  PlanEntry(const PlanEntry&) = delete;
+  PlanEntry& operator=(const PlanEntry&) = delete;
+
   std::vector<Segment> segments;
   uint64_t workspace_bytes = 0;  // as planned (largest segment)
   double predicted_ms = 0;
@@ -41,8 +48,12 @@ struct PlanEntry {
   static constexpr int64_t kUnverified = -1;
   static constexpr int64_t kNotRunnable = -2;
   mutable std::atomic<int64_t> required_bytes{kUnverified};
+  // What the backend resolved for this plan's segments (the cuDNN handle: descriptors per
+  // micro-batch size), bound with the verification when the session has a PlanBinder; owned.
+  // Null: segments run through the backend's Run().
+  mutable std::atomic<MicroBatchRunner*> runner{nullptr};
   // Set once ExecuteMicroBatched ran the plan here with all its checks; later calls run the
-  // segments directly (RunSegments in session.cc).
+  // segments directly (RunMicroBatches).
   mutable std::atomic<bool> executed{false};
   // Set when running the plan failed; the kernel then runs undivided.
   mutable std::atomic<bool> failed{false};
@@ -59,13 +70,20 @@ struct KernelState {
   uint64_t limit = 0;
 
   std::atomic<const PlanEntry*> plan{nullptr};
-  // Cache of the fallback algorithm: (workspace bytes << 16) | (algo + 1), 0 when empty. Packed
-  // into one word so a reader never sees the algorithm of one size with another size.
-  std::atomic<uint64_t> fallback_choice{0};
+  // Cache of the fallback algorithm for the last two workspace sizes (frameworks that alternate
+  // between two workspaces do not re-run the heuristics every call): each slot is
+  // (workspace bytes << 16) | (algo + 1), 0 when empty, packed into one word so a reader never
+  // sees the algorithm of one size with another size. New choices replace the slot
+  // `fallback_next` names.
+  static constexpr size_t kFallbackSlots = 2;
+  std::atomic<uint64_t> fallback_choice[kFallbackSlots] = {};
+  std::atomic<uint32_t> fallback_next{0};
 
   std::atomic<uint64_t> planned_calls{0};
   std::atomic<uint64_t> fallback_calls{0};
   std::atomic<uint64_t> rejected_calls{0};
+  // Calls whose plan failed while running and that were completed by the fallback.
+  std::atomic<uint64_t> recovered_calls{0};
 
   // Written by the planner thread under the session's mutex; read by reports under it.
   KernelReport::State state = KernelReport::State::kWaiting;

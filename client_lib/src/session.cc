@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <span>
 #include <utility>
 
@@ -25,43 +26,34 @@ size_t AlignUp(size_t value, size_t alignment) {
 // The packed fallback cache holds the workspace size in the upper 48 bits.
 constexpr uint64_t kMaxPackedWorkspace = (uint64_t{1} << 48) - 1;
 
-// The plan's segments one after another: ExecuteMicroBatched's loop without its per-call checks,
-// for plans it already ran here. The checks ask the backend for every segment's workspace, and on
-// cuDNN 9 (H100, legacy API) one such query costs 0.04-0.8 ms of host time, more than a
-// micro-batch takes on the GPU: with them, a forward plan of 16 micro-batches ran 6x slower than
-// its prediction. Same semantics: micro-batch i starts `done` samples into x/y/dy/dx, and
-// backward-filter accumulates with beta = 1 after the first segment.
-Status RunSegments(ConvBackend& backend, const ConvProblem& problem,
-                   std::span<const Segment> segments, const ConvOperands& operands, void* workspace,
-                   size_t workspace_bytes, float alpha, float beta) {
-  const size_t element = ElementSize(problem.data_type);
-  const size_t x_bytes = static_cast<size_t>(problem.input_elements_per_sample()) * element;
-  const size_t y_bytes = static_cast<size_t>(problem.output_elements_per_sample()) * element;
-  int64_t done = 0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const Segment& segment = segments[i];
-    auto in = [&](const void* p, size_t bytes) -> const void* {
-      return p == nullptr ? nullptr : static_cast<const char*>(p) + done * bytes;
-    };
-    auto out = [&](void* p, size_t bytes) -> void* {
-      return p == nullptr ? nullptr : static_cast<char*>(p) + done * bytes;
-    };
-    ConvOperands shifted = operands;
-    shifted.x = in(operands.x, x_bytes);
-    shifted.dy = in(operands.dy, y_bytes);
-    shifted.y = out(operands.y, y_bytes);
-    shifted.dx = out(operands.dx, x_bytes);
-    const float segment_beta = problem.op == ConvOp::kBackwardFilter && i > 0 ? 1.0f : beta;
-    UCUDNN_RETURN_IF_ERROR(backend.Run(problem, segment.micro_batch, segment.algo, shifted,
-                                       workspace, workspace_bytes, alpha, segment_beta));
-    done += segment.micro_batch;
-  }
-  return Status::Ok();
-}
-
 std::string KernelLabel(const KernelState& kernel) {
   return kernel.name.empty() ? CanonicalKey(kernel.problem) + "@" + std::to_string(kernel.batch)
                              : kernel.name;
+}
+
+// Who measured contributed timings (TimingSubmission.measured_by, at most 128 bytes).
+std::string MeasuredBy() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  std::string who = std::string("ucudnn-client ") + (host[0] != '\0' ? host : "unknown-host") +
+                    " pid " + std::to_string(::getpid());
+  if (who.size() > 128) who.resize(128);
+  return who;
+}
+
+// Whether a measured timing says something about this job rather than about the device: a
+// failure (an allocation the training job's memory left no room for, say) or a configuration
+// over the engine's workspace cap. Such timings are not submitted, so that a job cannot mark
+// configurations unusable for the whole cluster; a worker may measure them later.
+bool JobLocal(const Timing& t, const BenchmarkOptions& options) {
+  if (t.status == TimingStatus::kFailed) return true;
+  return t.status == TimingStatus::kUnsupported && t.workspace_bytes > options.workspace_cap_bytes;
+}
+
+// Whether the token would cross the network in plaintext.
+bool LoopbackAddress(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address.rfind("localhost", 0) == 0 ||
+         address.rfind("[::1]", 0) == 0 || address.rfind("unix:", 0) == 0;
 }
 
 }  // namespace
@@ -71,21 +63,30 @@ std::string KernelLabel(const KernelState& kernel) {
 Result<int> BackendUndividedRunner::ChooseAlgorithm(size_t workspace_bytes) {
   int best = -1;
   size_t best_workspace = 0;
-  Status last = Unsupported("no algorithm of the backend runs " + CanonicalKey(problem_));
-  for (const AlgorithmInfo& info : backend_.Algorithms(problem_.op)) {
-    Result<size_t> needed = backend_.WorkspaceSize(problem_, batch_, info.id);
+  bool any_error = false;
+  Status last;
+  auto consider = [&](int id) {
+    Result<size_t> needed = backend_.WorkspaceSize(problem_, batch_, id);
     if (!needed.ok()) {
       last = needed.status();
-      continue;
+      any_error = true;
+      return;
     }
-    if (*needed > workspace_bytes) continue;
+    if (*needed > workspace_bytes) return;
     if (best < 0 || *needed > best_workspace) {
-      best = info.id;
+      best = id;
       best_workspace = *needed;
     }
+  };
+  if (!algorithms_.empty()) {
+    for (int id : algorithms_) consider(id);
+  } else {
+    for (const AlgorithmInfo& info : backend_.Algorithms(problem_.op)) consider(info.id);
   }
-  if (best < 0) return last;
-  return best;
+  if (best >= 0) return best;
+  if (any_error) return last;
+  return Unsupported("no algorithm of the backend runs " + CanonicalKey(problem_) + " within " +
+                     FormatBytes(workspace_bytes));
 }
 
 Status BackendUndividedRunner::Run(int algo, void* workspace, size_t workspace_bytes) {
@@ -95,24 +96,62 @@ Status BackendUndividedRunner::Run(int algo, void* workspace, size_t workspace_b
 // ---- Session: construction ---------------------------------------------------------------------
 
 std::unique_ptr<Session> Session::Create(ConvBackend& backend, const ClientConfig& config,
-                                         std::unique_ptr<PlanSource> source) {
-  return std::unique_ptr<Session>(new Session(backend, config, std::move(source)));
+                                         std::unique_ptr<PlanSource> source, SessionHooks hooks) {
+  return std::unique_ptr<Session>(
+      new Session(backend, config, std::move(source), std::move(hooks)));
 }
 
 Session::Session(ConvBackend& backend, const ClientConfig& config,
-                 std::unique_ptr<PlanSource> source)
+                 std::unique_ptr<PlanSource> source, SessionHooks hooks)
     : backend_(backend),
       config_(config),
       device_(backend.fingerprint()),
       mode_(ToCore(config.workspace_mode)),
       policy_(ToCore(config.policy)),
       table_(config.max_kernels),
+      binder_(hooks.binder),
+      contribution_backend_(std::move(hooks.contribution_backend)),
+      benchmark_options_(hooks.benchmark),
       source_(std::move(source)),
       jitter_(static_cast<unsigned>(::getpid())) {
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    for (const AlgorithmInfo& info : backend_.Algorithms(op)) {
+      algorithm_ids_[static_cast<size_t>(op)].push_back(info.id);
+    }
+  }
   if (!config_.enabled) return;
   if (source_ == nullptr && !config_.server.empty()) {
-    source_ = MakeGrpcPlanSource(GrpcPlanSourceOptions{
-        config_.server, config_.token, config_.deadline_ms, config_.server_wait_ms});
+    Result<std::unique_ptr<PlanSource>> grpc_source = MakeGrpcPlanSource(
+        GrpcPlanSourceOptions{config_.server, config_.token, config_.deadline_ms,
+                              config_.server_wait_ms, config_.tls, config_.ca_file});
+    if (grpc_source.ok()) {
+      source_ = std::move(*grpc_source);
+      if (!config_.tls && !config_.token.empty() && !LoopbackAddress(config_.server)) {
+        spdlog::warn(
+            "ucudnn: the token goes to {} in plaintext; set UCUDNN_TLS=1 (and UCUDNN_CA_FILE) "
+            "to protect it",
+            config_.server);
+      }
+    } else {
+      spdlog::error("ucudnn: no planner: {}; plans come from the local cache only",
+                    grpc_source.status().ToString());
+    }
+  }
+  if (config_.contribute) {
+    if (config_.token.empty()) {
+      spdlog::warn(
+          "ucudnn: contribution (UCUDNN_CONTRIBUTE) needs the submission token (UCUDNN_TOKEN); "
+          "it stays off");
+    } else if (source_ == nullptr) {
+      spdlog::warn("ucudnn: contribution (UCUDNN_CONTRIBUTE) needs a server; it stays off");
+    } else if (!contribution_backend_) {
+      spdlog::warn("ucudnn: contribution: no backend of the library's own to measure on; off");
+    } else {
+      contribution_enabled_ = true;
+      spdlog::info(
+          "ucudnn: contribution on: missing timings are benchmarked here at quiet points when no "
+          "worker serves this device");
+    }
   }
   if (mode_ != WorkspaceMode::kPerKernel) {
     if (config_.workspace_bytes == 0) {
@@ -140,7 +179,7 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
   spdlog::debug("ucudnn: session on {} ({}), mode {}, planner {}, cache {}", device_.name,
                 device_.backend, ToString(mode_), source_ ? source_->Describe() : "none",
                 config_.cache_path.empty() ? "none" : config_.cache_path);
-  planner_ = std::thread([this] { PlannerLoop(); });
+  planner_ = std::thread([this] { PlannerMain(); });
 }
 
 Session::~Session() {
@@ -152,10 +191,14 @@ Session::~Session() {
   answered_cv_.notify_all();
   if (source_ != nullptr) source_->Cancel();
   if (planner_.joinable()) planner_.join();
-  // Plans that arrived just before shutdown are kept too.
+  // Plans that arrived just before shutdown are kept too. A destructor must not throw.
   if (cache_dirty_ && !config_.cache_path.empty()) {
-    Status saved = cache_.Save(config_.cache_path);
-    if (!saved.ok()) spdlog::warn("ucudnn: cannot save the plan cache: {}", saved.ToString());
+    try {
+      Status saved = cache_.Save(config_.cache_path);
+      if (!saved.ok()) spdlog::warn("ucudnn: cannot save the plan cache: {}", saved.ToString());
+    } catch (const std::exception& e) {
+      spdlog::warn("ucudnn: cannot save the plan cache: {}", e.what());
+    }
   }
 }
 
@@ -164,7 +207,8 @@ Session::~Session() {
 Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOperands& operands,
                         void* workspace, size_t workspace_bytes, float alpha, float beta,
                         UndividedRunner* runner) {
-  BackendUndividedRunner backend_runner(backend_, problem, batch, operands, alpha, beta);
+  BackendUndividedRunner backend_runner(backend_, problem, batch, operands, alpha, beta,
+                                        AlgorithmIds(problem.op));
   UndividedRunner& undivided = runner != nullptr ? *runner : backend_runner;
 
   if (!config_.enabled) {
@@ -175,7 +219,10 @@ Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOpe
 
   const uint64_t hash = KernelKeyHash(problem, batch);
   KernelState* kernel = table_.Find(hash, problem, batch);
-  if (kernel == nullptr) kernel = Register(problem, batch, hash, workspace_bytes, {});
+  // Once the table is full, an unknown kernel stays unknown: no mutex, no allocation.
+  if (kernel == nullptr && !table_full_.load(std::memory_order_relaxed)) {
+    kernel = Register(problem, batch, hash, workspace_bytes, {});
+  }
   if (kernel == nullptr) {
     untracked_calls_.fetch_add(1, std::memory_order_relaxed);
     UCUDNN_ASSIGN_OR_RETURN(const int algo, undivided.ChooseAlgorithm(workspace_bytes));
@@ -190,34 +237,131 @@ Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOpe
       plan_workspace = library_workspace_base_ + plan->workspace_offset;
       plan_workspace_bytes = plan->workspace_slice;
     }
-    int64_t needed = plan->required_bytes.load(std::memory_order_relaxed);
+    int64_t needed = plan->required_bytes.load(std::memory_order_acquire);
     if (needed == PlanEntry::kUnverified) needed = Verify(*plan, problem);
     if (needed >= 0 && static_cast<uint64_t>(needed) <= plan_workspace_bytes) {
-      // The first run goes through the executor and all its checks; later ones skip them.
+      // The first run goes through the executor and all its checks; later ones skip them, and
+      // run on what the binder resolved for this plan when there is one.
       const bool executed = plan->executed.load(std::memory_order_relaxed);
-      Status status = executed
-                          ? RunSegments(backend_, problem, plan->segments, operands, plan_workspace,
-                                        plan_workspace_bytes, alpha, beta)
-                          : ExecuteMicroBatched(backend_, problem, batch, plan->segments, operands,
-                                                plan_workspace, plan_workspace_bytes, alpha, beta);
+      size_t completed = 0;
+      Status status;
+      if (!executed) {
+        status = ExecuteMicroBatched(backend_, problem, batch, plan->segments, operands,
+                                     plan_workspace, plan_workspace_bytes, alpha, beta, &completed);
+      } else if (MicroBatchRunner* bound = plan->runner.load(std::memory_order_acquire)) {
+        status = RunMicroBatches(*bound, problem, plan->segments, operands, plan_workspace,
+                                 plan_workspace_bytes, alpha, beta, &completed);
+      } else {
+        status = RunMicroBatches(backend_, problem, plan->segments, operands, plan_workspace,
+                                 plan_workspace_bytes, alpha, beta, &completed);
+      }
       if (status.ok()) {
         if (!executed) plan->executed.store(true, std::memory_order_relaxed);
         kernel->planned_calls.fetch_add(1, std::memory_order_relaxed);
         return status;
       }
-      plan->failed.store(true, std::memory_order_relaxed);
-      spdlog::warn("ucudnn: plan of {} failed, running it undivided from now on: {}",
-                   KernelLabel(*kernel), status.ToString());
-      // The executor validates before running anything: only then is an undivided rerun safe.
-      if (status.code() != StatusCode::kInvalidArgument) return status;
-    } else if (needed >= 0) {
-      kernel->rejected_calls.fetch_add(1, std::memory_order_relaxed);
+      return RecoverFailedPlan(kernel, *plan, status, completed, problem, batch, operands,
+                               workspace, workspace_bytes, plan_workspace, plan_workspace_bytes,
+                               alpha, beta, undivided);
     }
+    if (needed >= 0) kernel->rejected_calls.fetch_add(1, std::memory_order_relaxed);
   }
 
   UCUDNN_ASSIGN_OR_RETURN(const int algo, FallbackAlgorithm(kernel, workspace_bytes, undivided));
   kernel->fallback_calls.fetch_add(1, std::memory_order_relaxed);
   return undivided.Run(algo, workspace, workspace_bytes);
+}
+
+// A plan can fail while running although it was verified: cuDNN may decline a planned algorithm
+// at run time (CUDNN_STATUS_NOT_SUPPORTED for a shape or alignment its workspace query accepted),
+// or the plan came from a cache file or server that does not match this machine. The step must
+// not fail for it. A failed call writes nothing (the backends report errors before launching
+// work), so what the output holds is known:
+//  - no segment ran yet (completed == 0): the output is untouched; the whole batch runs again
+//    undivided with the caller's beta;
+//  - beta == 0: the output is rewritten whole whatever the segments wrote; the whole batch runs
+//    again undivided (also backward-filter: its accumulation restarts from beta = 0);
+//  - beta != 0 after segments wrote: their part of the output already holds
+//    alpha * result + beta * old, and the old values are gone, so running the whole batch again
+//    would apply beta twice. The samples the plan did not reach run as one undivided call
+//    instead: forward and backward-data with the caller's beta on their own, untouched slice;
+//    backward-filter with beta = 1, adding the rest of the batch onto the partial sum, exactly
+//    as the plan's remaining micro-batches would have.
+Status Session::RecoverFailedPlan(KernelState* kernel, const PlanEntry& plan, const Status& failure,
+                                  size_t completed, const ConvProblem& problem, int64_t batch,
+                                  const ConvOperands& operands, void* workspace,
+                                  size_t workspace_bytes, void* plan_workspace,
+                                  size_t plan_workspace_bytes, float alpha, float beta,
+                                  UndividedRunner& undivided) {
+  if (!plan.failed.exchange(true, std::memory_order_acq_rel)) {
+    failed_plans_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn(
+        "ucudnn: the plan of {} failed after {} of {} micro-batches; it runs undivided from now "
+        "on: {}",
+        KernelLabel(*kernel), completed, plan.segments.size(), failure.ToString());
+    std::lock_guard lock(mutex_);
+    if (kernel->plan.load(std::memory_order_relaxed) == &plan) {
+      kernel->state = KernelReport::State::kPlanFailed;
+      kernel->reason = failure.ToString();
+    }
+  }
+  Status status;
+  if (completed == 0 || beta == 0.0f) {
+    Result<int> algo = FallbackAlgorithm(kernel, workspace_bytes, undivided);
+    if (!algo.ok()) return algo.status();
+    status = undivided.Run(*algo, workspace, workspace_bytes);
+  } else {
+    const bool plan_larger = plan_workspace_bytes > workspace_bytes;
+    status = RunRemainder(problem, batch, plan, completed, operands,
+                          plan_larger ? plan_workspace : workspace,
+                          plan_larger ? plan_workspace_bytes : workspace_bytes, alpha, beta);
+    if (!status.ok()) {
+      spdlog::error("ucudnn: cannot finish {} after its plan failed: {}", KernelLabel(*kernel),
+                    status.ToString());
+    }
+  }
+  if (status.ok()) {
+    kernel->fallback_calls.fetch_add(1, std::memory_order_relaxed);
+    kernel->recovered_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  return status;
+}
+
+Status Session::RunRemainder(const ConvProblem& problem, int64_t batch, const PlanEntry& plan,
+                             size_t from, const ConvOperands& operands, void* workspace,
+                             size_t workspace_bytes, float alpha, float beta) {
+  int64_t done = 0;
+  for (size_t i = 0; i < from && i < plan.segments.size(); ++i) {
+    done += plan.segments[i].micro_batch;
+  }
+  const int64_t rest = batch - done;
+  if (rest <= 0) return Internal("the plan failed past the end of the batch");
+  const ConvOperands shifted = OffsetOperands(problem, operands, done);
+  const float rest_beta = SegmentBeta(problem.op, from, beta);
+  // Every algorithm that fits, most workspace first (mostly the fastest); the failed segment's
+  // algorithm last. A failing attempt writes nothing, so the next one may follow it.
+  const int failed_algo = from < plan.segments.size() ? plan.segments[from].algo : -1;
+  std::vector<std::pair<size_t, int>> candidates;
+  Status last = Unsupported("no algorithm runs the remaining " + std::to_string(rest) +
+                            " samples within " + FormatBytes(workspace_bytes));
+  for (int id : AlgorithmIds(problem.op)) {
+    Result<size_t> needed = backend_.WorkspaceSize(problem, rest, id);
+    if (!needed.ok()) {
+      last = needed.status();
+      continue;
+    }
+    if (*needed <= workspace_bytes) candidates.emplace_back(*needed, id);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
+    if ((a.second == failed_algo) != (b.second == failed_algo)) return b.second == failed_algo;
+    return a.first > b.first;
+  });
+  for (const auto& [bytes, id] : candidates) {
+    last = backend_.Run(problem, rest, id, shifted, bytes > 0 ? workspace : nullptr,
+                        bytes > 0 ? workspace_bytes : 0, alpha, rest_beta);
+    if (last.ok()) return last;
+  }
+  return last;
 }
 
 int64_t Session::Verify(const PlanEntry& plan, const ConvProblem& problem) {
@@ -233,22 +377,51 @@ int64_t Session::Verify(const PlanEntry& plan, const ConvProblem& problem) {
     }
     needed = std::max<int64_t>(needed, static_cast<int64_t>(*bytes));
   }
-  plan.required_bytes.store(needed, std::memory_order_relaxed);
+  // Resolved once here, so that later calls of the plan look nothing up.
+  if (needed >= 0 && binder_ != nullptr && plan.runner.load(std::memory_order_acquire) == nullptr) {
+    Result<std::unique_ptr<MicroBatchRunner>> bound = binder_->Bind(problem, plan.segments);
+    if (bound.ok()) {
+      MicroBatchRunner* expected = nullptr;
+      if (plan.runner.compare_exchange_strong(expected, bound->get(), std::memory_order_acq_rel)) {
+        (void)bound->release();  // the entry owns it now
+      }
+    } else {
+      spdlog::debug("ucudnn: the plan of {} runs through the backend: {}", CanonicalKey(problem),
+                    bound.status().ToString());
+    }
+  }
+  plan.required_bytes.store(needed, std::memory_order_release);
   return needed;
 }
 
 Result<int> Session::FallbackAlgorithm(KernelState* kernel, size_t workspace_bytes,
                                        UndividedRunner& runner) {
-  const uint64_t packed = kernel->fallback_choice.load(std::memory_order_relaxed);
-  if (packed != 0 && (packed >> 16) == workspace_bytes)
-    return static_cast<int>(packed & 0xffff) - 1;
+  for (const std::atomic<uint64_t>& slot : kernel->fallback_choice) {
+    const uint64_t packed = slot.load(std::memory_order_relaxed);
+    if (packed != 0 && (packed >> 16) == workspace_bytes) {
+      return static_cast<int>(packed & 0xffff) - 1;
+    }
+  }
   UCUDNN_ASSIGN_OR_RETURN(const int algo, runner.ChooseAlgorithm(workspace_bytes));
   if (workspace_bytes <= kMaxPackedWorkspace && algo >= 0 && algo < 0xffff) {
-    kernel->fallback_choice.store(
+    const uint32_t slot =
+        kernel->fallback_next.fetch_add(1, std::memory_order_relaxed) % KernelState::kFallbackSlots;
+    kernel->fallback_choice[slot].store(
         (uint64_t{workspace_bytes} << 16) | static_cast<uint64_t>(algo + 1),
         std::memory_order_relaxed);
   }
   return algo;
+}
+
+std::span<const int> Session::AlgorithmIds(ConvOp op) const {
+  const size_t index = static_cast<size_t>(op);
+  if (index >= algorithm_ids_.size()) return {};
+  return algorithm_ids_[index];
+}
+
+const PlanEntry* Session::PlanOf(const ConvProblem& problem, int64_t batch) const {
+  const KernelState* kernel = table_.Find(KernelKeyHash(problem, batch), problem, batch);
+  return kernel != nullptr ? kernel->plan.load(std::memory_order_acquire) : nullptr;
 }
 
 KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64_t hash,
@@ -264,6 +437,7 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
   state->limit = limit;
   KernelState* kernel = table_.Insert(std::move(state));
   if (kernel == nullptr) {
+    table_full_.store(true, std::memory_order_relaxed);
     if (!table_full_warned_) {
       spdlog::warn("ucudnn: more than {} distinct kernels; further ones run undivided, untracked",
                    config_.max_kernels);
@@ -305,7 +479,10 @@ void Session::Declare(const ConvProblem& problem, int64_t batch, uint64_t limit,
                       std::string_view name) {
   if (!config_.enabled) return;
   const uint64_t hash = KernelKeyHash(problem, batch);
-  if (table_.Find(hash, problem, batch) == nullptr) Register(problem, batch, hash, limit, name);
+  if (table_.Find(hash, problem, batch) == nullptr &&
+      !table_full_.load(std::memory_order_relaxed)) {
+    Register(problem, batch, hash, limit, name);
+  }
 }
 
 void Session::Prepare(const std::vector<Kernel>& kernels) {
@@ -316,8 +493,179 @@ void Session::Prepare(const std::vector<Kernel>& kernels) {
 }
 
 void Session::Prepare() {
-  std::lock_guard lock(mutex_);
-  prepared_ = true;
+  if (!config_.enabled) return;
+  {
+    std::lock_guard lock(mutex_);
+    prepared_ = true;
+    work_cv_.notify_one();
+  }
+  if (contribution_enabled_) {
+    // A quiet point: the server's answers first (one deadline and some), then every missing
+    // problem, however long that takes: this is the job's setup.
+    (void)WaitForAnswers(Clock::now() + std::chrono::milliseconds(config_.deadline_ms) +
+                         std::chrono::seconds(1));
+    (void)Contribute();
+  }
+}
+
+// ---- Session: contribution ---------------------------------------------------------------------
+
+Result<int> Session::Contribute(Clock::time_point deadline) {
+  if (!contribution_enabled_) return 0;
+  std::lock_guard contributing(contribute_mutex_);
+
+  // The problems the server lacks timings for, each up to the largest mini-batch the job runs it
+  // at (what the server asks its workers for).
+  struct Missing {
+    ConvProblem problem;
+    int64_t max_batch = 0;
+  };
+  std::vector<Missing> missing;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& kernel : table_.entries()) {
+      if (kernel->state != KernelReport::State::kMissing) continue;
+      bool known = false;
+      for (const Missing& m : missing) known = known || m.problem == kernel->problem;
+      if (!known) missing.push_back(Missing{kernel->problem, 0});
+    }
+    for (Missing& m : missing) {
+      for (const auto& kernel : table_.entries()) {
+        if (kernel->problem == m.problem) m.max_batch = std::max(m.max_batch, kernel->batch);
+      }
+    }
+    // Once per problem and size: what this session submitted, the server has.
+    std::erase_if(missing, [this](const Missing& m) {
+      for (const auto& [problem, batch] : contributed_) {
+        if (problem == m.problem && batch >= m.max_batch) return true;
+      }
+      return false;
+    });
+  }
+  if (missing.empty()) return 0;
+
+  auto guarded = [](const char* what, auto call) -> decltype(call()) {
+    try {
+      return call();
+    } catch (const std::exception& e) {
+      return Internal(std::string(what) + " threw: " + e.what());
+    } catch (...) {
+      return Internal(std::string(what) + " threw");
+    }
+  };
+
+  // Workers first: when one serves this device, the server's queue reaches it.
+  Result<int> live =
+      guarded("ListDevices", [&]() -> Result<int> { return source_->LiveWorkers(device_); });
+  if (!live.ok()) {
+    contribution_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn(
+        "ucudnn: contribution: cannot tell whether a worker serves this device ({}); "
+        "not benchmarking",
+        live.status().ToString());
+    return live.status();
+  }
+  if (*live > 0) {
+    spdlog::info(
+        "ucudnn: contribution: {} live worker(s) serve this device; leaving the {} missing "
+        "problem(s) to them",
+        *live, missing.size());
+    return 0;
+  }
+
+  Result<std::unique_ptr<ConvBackend>> bench =
+      guarded("contribution backend",
+              [&]() -> Result<std::unique_ptr<ConvBackend>> { return contribution_backend_(); });
+  if (bench.ok() && !((*bench)->fingerprint() == device_)) {
+    bench = Internal("its device " + (*bench)->fingerprint().Key() + " is not the job's " +
+                     device_.Key());
+  }
+  if (!bench.ok()) {
+    contribution_failures_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("ucudnn: contribution: no backend to measure on: {}", bench.status().ToString());
+    return bench.status();
+  }
+
+  const std::string measured_by = MeasuredBy();
+  int submitted = 0;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    const Missing& m = missing[i];
+    if (Clock::now() >= deadline) {
+      spdlog::info("ucudnn: contribution: out of time; {} problem(s) left for the next quiet point",
+                   missing.size() - i);
+      break;
+    }
+    const std::string key = CanonicalKey(m.problem);
+    spdlog::info("ucudnn: contribution: benchmarking {} up to micro-batch {} ({})", key,
+                 m.max_batch, ToString(policy_));
+    Result<TimingTable> table = guarded("benchmark", [&]() -> Result<TimingTable> {
+      return BenchmarkProblem(**bench, m.problem, m.max_batch, policy_, benchmark_options_);
+    });
+    if (!table.ok()) {
+      contribution_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("ucudnn: contribution: benchmarking {} failed: {}", key,
+                   table.status().ToString());
+      continue;
+    }
+    std::vector<Timing> timings;
+    size_t dropped = 0;
+    for (Timing& t : table->entries) {
+      if (JobLocal(t, benchmark_options_)) {
+        ++dropped;
+      } else {
+        timings.push_back(std::move(t));
+      }
+    }
+    if (timings.empty()) {
+      contribution_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("ucudnn: contribution: nothing to submit for {} ({} configurations failed here)",
+                   key, dropped);
+      continue;
+    }
+    Result<int> stored = guarded("SubmitTimings", [&]() -> Result<int> {
+      return source_->SubmitTimings(device_, m.problem, timings, measured_by);
+    });
+    if (!stored.ok()) {
+      contribution_failures_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("ucudnn: contribution: submitting the timings of {} failed: {}", key,
+                   stored.status().ToString());
+      continue;
+    }
+    contributed_problems_.fetch_add(1, std::memory_order_relaxed);
+    contributed_timings_.fetch_add(static_cast<uint64_t>(std::max(0, *stored)),
+                                   std::memory_order_relaxed);
+    ++submitted;
+    spdlog::info("ucudnn: contribution: {} timings of {} submitted ({} kept back as job-local)",
+                 *stored, key, dropped);
+    std::lock_guard lock(mutex_);
+    contributed_.emplace_back(m.problem, m.max_batch);
+    AskAgainAfterContribution(m.problem);
+  }
+  return submitted;
+}
+
+void Session::AskAgainAfterContribution(const ConvProblem& problem) {
+  const Clock::time_point now = Clock::now();
+  bool any = false;
+  for (const auto& kernel : table_.entries()) {
+    if (!(kernel->problem == problem) || kernel->state != KernelReport::State::kMissing) continue;
+    any = true;
+    kernel->state = KernelReport::State::kWaiting;
+    kernel->reason = "timings contributed; asking again";
+    for (Pending& p : pending_) {
+      if (p.kernel == kernel.get()) {
+        p.due = now;
+        p.attempts = 0;
+      }
+    }
+  }
+  if (any && mode_ != WorkspaceMode::kPerKernel) {
+    // The same network again, at once: no need to wait for the collection to settle.
+    prepared_ = true;
+    network_retry_ = true;
+    network_due_ = now;
+    network_attempts_ = 0;
+  }
   work_cv_.notify_one();
 }
 
@@ -330,9 +678,22 @@ bool Session::AnyWaiting() const {
   return false;
 }
 
-bool Session::WaitForPlans(std::chrono::milliseconds timeout) {
+bool Session::WaitForAnswers(Clock::time_point deadline) {
   std::unique_lock lock(mutex_);
-  return answered_cv_.wait_for(lock, timeout, [this] { return stop_ || !AnyWaiting(); });
+  return answered_cv_.wait_until(lock, deadline, [this] { return stop_ || !AnyWaiting(); });
+}
+
+bool Session::WaitForPlans(std::chrono::milliseconds timeout) {
+  // Bounded so that the deadline cannot overflow the clock.
+  const auto bounded = std::clamp(timeout, std::chrono::milliseconds(0),
+                                  std::chrono::milliseconds(int64_t{1} << 40));
+  const Clock::time_point deadline = Clock::now() + bounded;
+  bool answered = WaitForAnswers(deadline);
+  if (contribution_enabled_ && answered) {
+    Result<int> contributed = Contribute(deadline);
+    if (contributed.ok() && *contributed > 0) answered = WaitForAnswers(deadline);
+  }
+  return answered;
 }
 
 ClientStats Session::Stats() const {
@@ -344,6 +705,7 @@ ClientStats Session::Stats() const {
     stats.planned_calls += kernel->planned_calls.load(std::memory_order_relaxed);
     stats.fallback_calls += kernel->fallback_calls.load(std::memory_order_relaxed);
     stats.rejected_plan_calls += kernel->rejected_calls.load(std::memory_order_relaxed);
+    stats.recovered_calls += kernel->recovered_calls.load(std::memory_order_relaxed);
   }
   stats.passthrough_calls = passthrough_calls_.load(std::memory_order_relaxed);
   stats.untracked_calls = untracked_calls_.load(std::memory_order_relaxed);
@@ -351,6 +713,10 @@ ClientStats Session::Stats() const {
   stats.plan_request_failures = plan_request_failures_.load(std::memory_order_relaxed);
   stats.plans_received = plans_received_.load(std::memory_order_relaxed);
   stats.plans_from_cache = plans_from_cache_.load(std::memory_order_relaxed);
+  stats.failed_plans = failed_plans_.load(std::memory_order_relaxed);
+  stats.contributed_problems = contributed_problems_.load(std::memory_order_relaxed);
+  stats.contributed_timings = contributed_timings_.load(std::memory_order_relaxed);
+  stats.contribution_failures = contribution_failures_.load(std::memory_order_relaxed);
   return stats;
 }
 
@@ -423,6 +789,28 @@ PlanRequest Session::MakeRequest(uint64_t limit) const {
   return request;
 }
 
+void Session::PlannerMain() {
+  // Nothing thrown here may reach std::terminate and take the training job with it: the loop is
+  // restarted after a pause, and the kernels it was asking for are asked for again.
+  for (;;) {
+    try {
+      PlannerLoop();
+      return;
+    } catch (const std::exception& e) {
+      spdlog::error("ucudnn: planner thread: {}; restarting it", e.what());
+    } catch (...) {
+      spdlog::error("ucudnn: planner thread: unknown exception; restarting it");
+    }
+    try {
+      std::unique_lock lock(mutex_);
+      answered_cv_.notify_all();
+      if (work_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; })) return;
+    } catch (...) {
+      return;  // not even the mutex: give up planning, calls keep running undivided
+    }
+  }
+}
+
 void Session::PlannerLoop() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
@@ -447,7 +835,21 @@ void Session::PlannerLoop() {
       }
       if (!batch.empty()) {
         pending_ = std::move(rest);
-        RunPerKernelRequest(lock, std::move(batch));
+        try {
+          RunPerKernelRequest(lock, batch);
+        } catch (...) {
+          // Whatever the request did not finish is asked for again later.
+          if (!lock.owns_lock()) lock.lock();
+          for (Pending& p : batch) {
+            if (p.kernel->state == KernelReport::State::kPlanned) continue;
+            p.due = Clock::now() + Backoff(p.attempts++);
+            if (std::none_of(pending_.begin(), pending_.end(),
+                             [&](const Pending& q) { return q.kernel == p.kernel; })) {
+              pending_.push_back(p);
+            }
+          }
+          throw;
+        }
         continue;
       }
     } else if (collected_generation_ != planned_generation_ || network_retry_) {
@@ -455,7 +857,14 @@ void Session::PlannerLoop() {
           last_new_kernel_ + std::chrono::milliseconds(config_.collect_quiet_ms);
       const Clock::time_point due = prepared_ ? network_due_ : std::max(settled, network_due_);
       if (due <= now) {
-        RunNetworkRequest(lock);
+        try {
+          RunNetworkRequest(lock);
+        } catch (...) {
+          if (!lock.owns_lock()) lock.lock();
+          network_retry_ = true;
+          network_due_ = Clock::now() + Backoff(network_attempts_++);
+          throw;
+        }
         continue;
       }
       wake = due;
@@ -474,7 +883,25 @@ void Session::PlannerLoop() {
   }
 }
 
-void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending> batch) {
+Result<NetworkPlan> Session::AskSource(const PlanRequest& request) {
+  Result<NetworkPlan> answer = [&]() -> Result<NetworkPlan> {
+    try {
+      return source_->GetPlan(request);
+    } catch (const std::exception& e) {
+      return Internal(source_->Describe() + " threw: " + e.what());
+    } catch (...) {
+      return Internal(source_->Describe() + " threw");
+    }
+  }();
+  // Any source, not only the gRPC one, must answer every kernel asked, in order.
+  if (answer.ok() && answer->kernels.size() != request.kernels.size()) {
+    return Internal(source_->Describe() + " answered " + std::to_string(answer->kernels.size()) +
+                    " kernels for " + std::to_string(request.kernels.size()) + " asked");
+  }
+  return answer;
+}
+
+void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending>& batch) {
   const uint64_t limit = batch.front().kernel->limit;
   PlanRequest request = MakeRequest(limit);
   for (const Pending& p : batch) {
@@ -483,7 +910,7 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
 
   plan_requests_.fetch_add(1, std::memory_order_relaxed);
   lock.unlock();
-  Result<NetworkPlan> answer = source_->GetPlan(request);
+  Result<NetworkPlan> answer = AskSource(request);
   lock.lock();
   if (stop_) return;
 
@@ -548,13 +975,26 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
   }
 }
 
+void Session::Unpublish(KernelState* kernel) {
+  // The entry stays alive in plans_: a caller may still be running it.
+  kernel->plan.store(nullptr, std::memory_order_release);
+}
+
 void Session::PublishNetwork(const std::vector<KernelState*>& kernels, const NetworkPlan& plan,
                              bool from_cache) {
+  // A network plan lays out the library workspace anew, from offset 0. Every kernel of the
+  // network that gets no slice in this layout loses the plan it had: its old slice may overlap
+  // the new ones (in total_sum mode two kernels would then share workspace bytes). Such kernels
+  // run undivided until a plan of a later layout covers them.
+  for (KernelState* kernel : collected_) {
+    if (std::find(kernels.begin(), kernels.end(), kernel) == kernels.end()) Unpublish(kernel);
+  }
   size_t offset = 0;
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelState* kernel = kernels[i];
     const KernelPlan& kernel_plan = plan.kernels[i];
     if (kernel_plan.status != KernelPlanStatus::kPlanned) {
+      Unpublish(kernel);
       kernel->state = kernel_plan.status == KernelPlanStatus::kMissing
                           ? KernelReport::State::kMissing
                           : KernelReport::State::kInfeasible;
@@ -573,6 +1013,7 @@ void Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
     }
     if (entry->workspace_offset + entry->workspace_slice > library_workspace_bytes_ ||
         entry->workspace_bytes > entry->workspace_slice) {
+      Unpublish(kernel);
       kernel->state = KernelReport::State::kInfeasible;
       kernel->reason =
           "the plan's workspaces exceed the budget of " + FormatBytes(config_.workspace_bytes);
@@ -631,7 +1072,7 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
 
   plan_requests_.fetch_add(1, std::memory_order_relaxed);
   lock.unlock();
-  Result<NetworkPlan> answer = source_->GetPlan(request);
+  Result<NetworkPlan> answer = AskSource(request);
   lock.lock();
   if (stop_) return;
 

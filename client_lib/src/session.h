@@ -8,13 +8,16 @@
 // plan pointer, relaxed counter increments; no allocation, no lock, no synchronisation.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,8 +29,10 @@
 #include "ucudnn/client/config.h"
 #include "ucudnn/client/stats.h"
 #include "ucudnn/core/backend.h"
+#include "ucudnn/core/executor.h"
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/problem.h"
+#include "ucudnn/worker/benchmark.h"
 
 namespace ucudnn::client {
 
@@ -43,17 +48,21 @@ class UndividedRunner {
 
 // Undivided on a ConvBackend. The choice is the workspace rule: of the algorithms that run this
 // problem within the workspace, the one that needs the most (on the CPU backend, and mostly on
-// cuDNN, more workspace buys speed); ties go to the lower id.
+// cuDNN, more workspace buys speed); ties go to the lower id. `algorithms` are the ids to
+// consider (the session passes the list it keeps, so that choosing allocates nothing); empty:
+// every algorithm of backend.Algorithms().
 class BackendUndividedRunner final : public UndividedRunner {
  public:
   BackendUndividedRunner(ConvBackend& backend, const ConvProblem& problem, int64_t batch,
-                         const ConvOperands& operands, float alpha, float beta)
+                         const ConvOperands& operands, float alpha, float beta,
+                         std::span<const int> algorithms = {})
       : backend_(backend),
         problem_(problem),
         batch_(batch),
         operands_(operands),
         alpha_(alpha),
-        beta_(beta) {}
+        beta_(beta),
+        algorithms_(algorithms) {}
   Result<int> ChooseAlgorithm(size_t workspace_bytes) override;
   Status Run(int algo, void* workspace, size_t workspace_bytes) override;
 
@@ -64,6 +73,31 @@ class BackendUndividedRunner final : public UndividedRunner {
   const ConvOperands& operands_;
   float alpha_;
   float beta_;
+  std::span<const int> algorithms_;
+};
+
+// Resolves once per plan what its runs need on the backend, so that a planned call costs no
+// lookup beyond the kernel table's (the cuDNN handle binds one descriptor set per micro-batch
+// size; without a binder, segments go through the backend's Run()). Called on caller threads.
+class PlanBinder {
+ public:
+  virtual ~PlanBinder() = default;
+  // A runner for `segments` of `problem`; on error the plan runs through the backend.
+  virtual Result<std::unique_ptr<MicroBatchRunner>> Bind(const ConvProblem& problem,
+                                                         std::span<const Segment> segments) = 0;
+};
+
+// The backend contribution benchmarks run on: the library's own (on cuDNN a handle and stream
+// of its own on the job's device, never the caller's), made on the contributing thread for one
+// contribution and destroyed after it. Its fingerprint must be the session backend's.
+using ContributionBackendFactory = std::function<Result<std::unique_ptr<ConvBackend>>()>;
+
+// What a front end (the cuDNN handle, a test) adds to a session.
+struct SessionHooks {
+  PlanBinder* binder = nullptr;  // outlives the session
+  ContributionBackendFactory contribution_backend;
+  // Benchmark effort of contributions (the worker's defaults unless a test lowers them).
+  BenchmarkOptions benchmark;
 };
 
 class Session {
@@ -72,7 +106,8 @@ class Session {
   // (and here, for the library's workspace in the total modes). `source` stands in for the gRPC
   // planner (tests); when null, the planner at config.server is used, or none when it is empty.
   static std::unique_ptr<Session> Create(ConvBackend& backend, const ClientConfig& config,
-                                         std::unique_ptr<PlanSource> source = nullptr);
+                                         std::unique_ptr<PlanSource> source = nullptr,
+                                         SessionHooks hooks = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -91,11 +126,32 @@ class Session {
   // Total modes: declares `kernels` (their problems and mini-batches) and plans the network of
   // every kernel declared so far now. Per-kernel mode: declares them with the configured limit.
   void Prepare(const std::vector<Kernel>& kernels);
-  // Total modes: the kernels declared so far are the network; plan it now.
+  // Total modes: the kernels declared so far are the network; plan it now. With contribution on,
+  // this is a quiet point: it waits for the server's answers (about one deadline) and
+  // contributes the missing timings (Contribute()).
   void Prepare();
 
-  // Blocks until no kernel waits for a server answer (or collection), at most `timeout`.
+  // Blocks until no kernel waits for a server answer (or collection), at most `timeout`. With
+  // contribution on, a quiet point: missing timings are then benchmarked and submitted (problems
+  // are not started once `timeout` has passed), and the re-asked plans waited for in what is
+  // left of `timeout`.
   bool WaitForPlans(std::chrono::milliseconds timeout);
+  // The same wait without contribution: until no kernel waits for an answer, at most until
+  // `deadline`.
+  bool WaitForAnswers(std::chrono::steady_clock::time_point deadline);
+
+  // Contribution, on the calling thread, which must be at a quiet point (no training work in
+  // flight on the device). When contribution is on and the server reported missing timings for
+  // some kernels: asks the server whether a live worker serves this device; if none does,
+  // benchmarks each missing problem (up to its largest mini-batch, with the session's batch-size
+  // policy) on the hooks' contribution backend, submits the timings and asks for those kernels'
+  // plans again. The number of problems submitted (0: contribution off, nothing missing, or a
+  // worker serves the device); an error when the server could not be asked. Problems are not
+  // started after `deadline`.
+  Result<int> Contribute(std::chrono::steady_clock::time_point deadline =
+                             std::chrono::steady_clock::time_point::max());
+  // Whether contribution is on (configured, with a token, a server and a backend to measure on).
+  bool contribution_enabled() const { return contribution_enabled_; }
 
   ClientStats Stats() const;
   std::vector<KernelReport> Kernels() const;
@@ -106,6 +162,8 @@ class Session {
   // The mode in force (a total mode without a budget or workspace runs per kernel).
   WorkspaceMode workspace_mode() const { return mode_; }
   ConvBackend& backend() { return backend_; }
+  // The plan in use for a kernel, or null; for tests (workspace slices, failure flags).
+  const PlanEntry* PlanOf(const ConvProblem& problem, int64_t batch) const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -115,7 +173,8 @@ class Session {
     Clock::time_point due;
   };
 
-  Session(ConvBackend& backend, const ClientConfig& config, std::unique_ptr<PlanSource> source);
+  Session(ConvBackend& backend, const ClientConfig& config, std::unique_ptr<PlanSource> source,
+          SessionHooks hooks);
 
   // Rare path: first sight of a kernel. Takes the mutex; nullptr when the table is full.
   KernelState* Register(const ConvProblem& problem, int64_t batch, uint64_t hash, uint64_t limit,
@@ -124,20 +183,43 @@ class Session {
   int64_t Verify(const PlanEntry& plan, const ConvProblem& problem);
   Result<int> FallbackAlgorithm(KernelState* kernel, size_t workspace_bytes,
                                 UndividedRunner& runner);
+  // Rare path: `plan` failed while running after `completed` segments. Drops the plan (logged
+  // once) and finishes the call undivided when that gives the right result: the whole batch again
+  // when nothing was written yet or beta = 0 (the output is rewritten whole); otherwise the
+  // samples the plan did not reach, accumulated onto what it wrote (see session.cc).
+  Status RecoverFailedPlan(KernelState* kernel, const PlanEntry& plan, const Status& failure,
+                           size_t completed, const ConvProblem& problem, int64_t batch,
+                           const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                           void* plan_workspace, size_t plan_workspace_bytes, float alpha,
+                           float beta, UndividedRunner& undivided);
+  // The micro-batches [first segment `from`, end) as one undivided call on the backend.
+  Status RunRemainder(const ConvProblem& problem, int64_t batch, const PlanEntry& plan, size_t from,
+                      const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                      float alpha, float beta);
+  // The algorithm ids of `op`, kept so that choosing one allocates nothing.
+  std::span<const int> AlgorithmIds(ConvOp op) const;
+  // GetPlan with exceptions turned into errors and the answer's size checked.
+  Result<NetworkPlan> AskSource(const PlanRequest& request);
 
+  // The planner thread: PlannerLoop(), restarted after anything it throws.
+  void PlannerMain();
   void PlannerLoop();
   // Each returns with the lock held. They drop it around the call to the source.
-  void RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending> batch);
+  void RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending>& batch);
   void RunNetworkRequest(std::unique_lock<std::mutex>& lock);
   void SaveCache(std::unique_lock<std::mutex>& lock);
   // With the mutex held.
   void Publish(KernelState* kernel, std::unique_ptr<PlanEntry> entry);
+  void Unpublish(KernelState* kernel);
   std::unique_ptr<PlanEntry> MakeEntry(const KernelPlan& plan, uint64_t limit, bool from_cache);
   // Publishes a total-mode plan: each planned kernel's slice of the library workspace.
   void PublishNetwork(const std::vector<KernelState*>& kernels, const NetworkPlan& plan,
                       bool from_cache);
   Clock::duration Backoff(int attempts);
   bool AnyWaiting() const;
+  // With mutex_ held: after timings of `problem` were submitted, its kernels that lacked them
+  // are asked for again at once.
+  void AskAgainAfterContribution(const ConvProblem& problem);
   PlanRequest MakeRequest(uint64_t limit) const;
 
   ConvBackend& backend_;
@@ -146,6 +228,14 @@ class Session {
   WorkspaceMode mode_ = WorkspaceMode::kPerKernel;
   BatchPolicy policy_ = BatchPolicy::kPowerOfTwo;
   KernelTable table_;
+  // Set once the table refused a kernel: later unknown kernels skip registration (no lock, no
+  // allocation) and run untracked.
+  std::atomic<bool> table_full_{false};
+  std::array<std::vector<int>, 3> algorithm_ids_;  // by ConvOp
+  PlanBinder* binder_ = nullptr;
+  ContributionBackendFactory contribution_backend_;
+  BenchmarkOptions benchmark_options_;
+  bool contribution_enabled_ = false;
   std::unique_ptr<BackendBuffer> library_workspace_;
   char* library_workspace_base_ = nullptr;
   size_t library_workspace_bytes_ = 0;
@@ -156,6 +246,10 @@ class Session {
   std::atomic<uint64_t> plan_request_failures_{0};
   std::atomic<uint64_t> plans_received_{0};
   std::atomic<uint64_t> plans_from_cache_{0};
+  std::atomic<uint64_t> failed_plans_{0};
+  std::atomic<uint64_t> contributed_problems_{0};
+  std::atomic<uint64_t> contributed_timings_{0};
+  std::atomic<uint64_t> contribution_failures_{0};
 
   // Everything below is guarded by mutex_.
   mutable std::mutex mutex_;
@@ -176,6 +270,9 @@ class Session {
   int network_attempts_ = 0;
   bool table_full_warned_ = false;
   bool unavailable_warned_ = false;
+  // Contribution: (problem, mini-batch) already benchmarked and submitted by this session.
+  std::vector<std::pair<ConvProblem, int64_t>> contributed_;
+  std::mutex contribute_mutex_;  // one contribution at a time; never taken with mutex_ held
   bool stop_ = false;
   std::minstd_rand jitter_;
   std::thread planner_;

@@ -14,6 +14,8 @@ std::string_view ToString(KernelReport::State state) {
       return "infeasible";
     case KernelReport::State::kNoServer:
       return "no_server";
+    case KernelReport::State::kPlanFailed:
+      return "plan_failed";
   }
   return "?";
 }

@@ -30,10 +30,9 @@ Status CheckOperands(ConvOp op, const ConvOperands& o) {
   return InvalidArgument("problem.op: unknown convolution op");
 }
 
-// The operands of the samples [first, ...): batch is the outermost dimension in NCHW and NHWC,
-// so a micro-batch's tensors start `first` samples in. The filter is shared by every sample.
-ConvOperands OffsetOperands(const ConvOperands& o, int64_t first, size_t x_sample_bytes,
-                            size_t y_sample_bytes) {
+// The operands shifted by `first` samples, for per-sample sizes already computed.
+ConvOperands Shift(const ConvOperands& o, int64_t first, size_t x_sample_bytes,
+                   size_t y_sample_bytes) {
   auto in = [first](const void* p, size_t sample_bytes) -> const void* {
     return p == nullptr ? nullptr : static_cast<const char*>(p) + first * sample_bytes;
   };
@@ -48,13 +47,66 @@ ConvOperands OffsetOperands(const ConvOperands& o, int64_t first, size_t x_sampl
   return shifted;
 }
 
+// Each segment on the backend at its own micro-batch size.
+class BackendMicroBatchRunner final : public MicroBatchRunner {
+ public:
+  BackendMicroBatchRunner(ConvBackend& backend, const ConvProblem& problem)
+      : backend_(backend), problem_(problem) {}
+  Status RunMicroBatch(size_t, const Segment& segment, const ConvOperands& operands,
+                       void* workspace, size_t workspace_bytes, float alpha, float beta) override {
+    return backend_.Run(problem_, segment.micro_batch, segment.algo, operands, workspace,
+                        workspace_bytes, alpha, beta);
+  }
+
+ private:
+  ConvBackend& backend_;
+  const ConvProblem& problem_;
+};
+
 }  // namespace
 
-Status ExecuteMicroBatched(ConvBackend& backend, const ConvProblem& problem, int64_t mini_batch,
-                           std::span<const Segment> segments, const ConvOperands& operands,
-                           void* workspace, size_t workspace_bytes, float alpha, float beta) {
-  // Everything is checked before the first segment runs: a bad plan must not leave a half-written
-  // output behind.
+ConvOperands OffsetOperands(const ConvProblem& problem, const ConvOperands& operands,
+                            int64_t first) {
+  const size_t element = ElementSize(problem.data_type);
+  return Shift(operands, first, static_cast<size_t>(problem.input_elements_per_sample()) * element,
+               static_cast<size_t>(problem.output_elements_per_sample()) * element);
+}
+
+Status RunMicroBatches(MicroBatchRunner& runner, const ConvProblem& problem,
+                       std::span<const Segment> segments, const ConvOperands& operands,
+                       void* workspace, size_t workspace_bytes, float alpha, float beta,
+                       size_t* completed) {
+  const size_t element = ElementSize(problem.data_type);
+  const size_t x_sample_bytes = static_cast<size_t>(problem.input_elements_per_sample()) * element;
+  const size_t y_sample_bytes = static_cast<size_t>(problem.output_elements_per_sample()) * element;
+  int64_t done = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& segment = segments[i];
+    const ConvOperands shifted = Shift(operands, done, x_sample_bytes, y_sample_bytes);
+    Status status = runner.RunMicroBatch(i, segment, shifted, workspace, workspace_bytes, alpha,
+                                         SegmentBeta(problem.op, i, beta));
+    if (!status.ok()) {
+      if (completed != nullptr) *completed = i;
+      return status.WithContext(fmt::format("segments[{}]", i));
+    }
+    done += segment.micro_batch;
+  }
+  if (completed != nullptr) *completed = segments.size();
+  return Status::Ok();
+}
+
+Status RunMicroBatches(ConvBackend& backend, const ConvProblem& problem,
+                       std::span<const Segment> segments, const ConvOperands& operands,
+                       void* workspace, size_t workspace_bytes, float alpha, float beta,
+                       size_t* completed) {
+  BackendMicroBatchRunner runner(backend, problem);
+  return RunMicroBatches(runner, problem, segments, operands, workspace, workspace_bytes, alpha,
+                         beta, completed);
+}
+
+Status ValidateMicroBatched(ConvBackend& backend, const ConvProblem& problem, int64_t mini_batch,
+                            std::span<const Segment> segments, const ConvOperands& operands,
+                            void* workspace, size_t workspace_bytes) {
   UCUDNN_RETURN_IF_ERROR(Validate(problem).WithContext("problem"));
   UCUDNN_RETURN_IF_ERROR(ValidateBatch(mini_batch).WithContext("mini_batch"));
   if (segments.empty()) return InvalidArgument("segments: empty, need at least one");
@@ -87,23 +139,20 @@ Status ExecuteMicroBatched(ConvBackend& backend, const ConvProblem& problem, int
           fmt::format("workspace: null, but segments[{}] needs {} bytes", i, *needed));
     }
   }
-  UCUDNN_RETURN_IF_ERROR(CheckOperands(problem.op, operands));
+  return CheckOperands(problem.op, operands);
+}
 
-  const size_t element = ElementSize(problem.data_type);
-  const size_t x_sample_bytes = static_cast<size_t>(problem.input_elements_per_sample()) * element;
-  const size_t y_sample_bytes = static_cast<size_t>(problem.output_elements_per_sample()) * element;
-  int64_t done = 0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const Segment& seg = segments[i];
-    // Backward-filter sums over the batch: later micro-batches add onto the first one's result.
-    const float seg_beta = (problem.op == ConvOp::kBackwardFilter && i > 0) ? 1.0f : beta;
-    const ConvOperands shifted = OffsetOperands(operands, done, x_sample_bytes, y_sample_bytes);
-    Status status = backend.Run(problem, seg.micro_batch, seg.algo, shifted, workspace,
-                                workspace_bytes, alpha, seg_beta);
-    if (!status.ok()) return status.WithContext(fmt::format("segments[{}]", i));
-    done += seg.micro_batch;
-  }
-  return Status::Ok();
+Status ExecuteMicroBatched(ConvBackend& backend, const ConvProblem& problem, int64_t mini_batch,
+                           std::span<const Segment> segments, const ConvOperands& operands,
+                           void* workspace, size_t workspace_bytes, float alpha, float beta,
+                           size_t* completed) {
+  if (completed != nullptr) *completed = 0;
+  // Everything is checked before the first segment runs: a bad plan must not leave a half-written
+  // output behind.
+  UCUDNN_RETURN_IF_ERROR(ValidateMicroBatched(backend, problem, mini_batch, segments, operands,
+                                              workspace, workspace_bytes));
+  return RunMicroBatches(backend, problem, segments, operands, workspace, workspace_bytes, alpha,
+                         beta, completed);
 }
 
 }  // namespace ucudnn

@@ -29,6 +29,38 @@ TEST(ClientConfigTest, DefaultsAreSafe) {
   EXPECT_EQ(config.workspace_mode, ClientConfig::WorkspaceMode::kPerKernel);
   EXPECT_EQ(config.workspace_bytes, 0u);
   EXPECT_GT(config.deadline_ms, 0);
+  EXPECT_FALSE(config.tls);
+  EXPECT_TRUE(config.ca_file.empty());
+  EXPECT_FALSE(config.contribute);
+}
+
+TEST(ClientConfigTest, TlsAndContribution) {
+  ClientConfig config;
+  std::vector<std::string> warnings;
+  ApplySettings(Lookup({{"UCUDNN_TLS", "1"}, {"UCUDNN_CONTRIBUTE", "yes"}}), &config, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(config.tls);
+  EXPECT_TRUE(config.contribute);
+
+  // A CA file turns TLS on by itself.
+  ClientConfig with_ca;
+  ApplySettings(Lookup({{"UCUDNN_CA_FILE", " /etc/ucudnn/ca.pem "}}), &with_ca, &warnings);
+  EXPECT_TRUE(with_ca.tls);
+  EXPECT_EQ(with_ca.ca_file, "/etc/ucudnn/ca.pem");
+
+  ClientConfig bad;
+  ApplySettings(Lookup({{"UCUDNN_TLS", "maybe"}, {"UCUDNN_CONTRIBUTE", "sometimes"}}), &bad,
+                &warnings);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_FALSE(bad.tls);
+  EXPECT_FALSE(bad.contribute);
+
+  std::vector<std::string> option_warnings;
+  const ClientConfig options =
+      ClientConfig{}.WithOptions("UCUDNN_TLS=1;UCUDNN_CONTRIBUTE=1", &option_warnings);
+  EXPECT_TRUE(option_warnings.empty()) << option_warnings.front();
+  EXPECT_TRUE(options.tls);
+  EXPECT_TRUE(options.contribute);
 }
 
 TEST(ClientConfigTest, ReadsEverySetting) {
@@ -125,6 +157,7 @@ TEST(ClientConfigTest, Names) {
   EXPECT_EQ(ToString(ClientConfig::BatchPolicy::kUndivided), "undivided");
   EXPECT_EQ(ToString(ClientConfig::WorkspaceMode::kTotalSum), "total_sum");
   EXPECT_EQ(ToString(KernelReport::State::kNoServer), "no_server");
+  EXPECT_EQ(ToString(KernelReport::State::kPlanFailed), "plan_failed");
 }
 
 }  // namespace

@@ -55,11 +55,40 @@ class GpuConv {
  public:
   explicit GpuConv(const ConvProblem& p) : p_(p) {}
   ~GpuConv() {
-    for (void* b : {x_, w_, dy_, out_, ws_}) cudaFree(b);
-    if (xd_) cudnnDestroyTensorDescriptor(xd_);
-    if (yd_) cudnnDestroyTensorDescriptor(yd_);
-    if (wd_) cudnnDestroyFilterDescriptor(wd_);
-    if (cd_) cudnnDestroyConvolutionDescriptor(cd_);
+    for (void* b : {x_, w_, dy_, out_, ws_}) {
+      if (b != nullptr) {
+        EXPECT_EQ(cudaFree(b), cudaSuccess);
+      }
+    }
+    if (xd_) {
+      EXPECT_EQ(cudnnDestroyTensorDescriptor(xd_), CUDNN_STATUS_SUCCESS);
+    }
+    if (yd_) {
+      EXPECT_EQ(cudnnDestroyTensorDescriptor(yd_), CUDNN_STATUS_SUCCESS);
+    }
+    if (wd_) {
+      EXPECT_EQ(cudnnDestroyFilterDescriptor(wd_), CUDNN_STATUS_SUCCESS);
+    }
+    if (cd_) {
+      EXPECT_EQ(cudnnDestroyConvolutionDescriptor(cd_), CUDNN_STATUS_SUCCESS);
+    }
+  }
+
+  ConvOp op() const { return p_.op; }
+
+  // The kernel as Handle::Prepare takes it.
+  Handle::ConvolutionKernel Describe(const char* name) const {
+    Handle::ConvolutionKernel k;
+    k.op = p_.op == ConvOp::kForward        ? Handle::ConvolutionKernel::Op::kForward
+           : p_.op == ConvOp::kBackwardData ? Handle::ConvolutionKernel::Op::kBackwardData
+                                            : Handle::ConvolutionKernel::Op::kBackwardFilter;
+    k.xDesc = xd_;
+    k.wDesc = wd_;
+    k.convDesc = cd_;
+    k.yDesc = yd_;
+    k.workspaceSizeInBytes = workspace_bytes_;
+    k.name = name;
+    return k;
   }
 
   void Init(size_t workspace_bytes) {
@@ -193,7 +222,9 @@ class CudnnHandleTest : public ::testing::TestWithParam<std::tuple<int, ConvOp>>
     ASSERT_EQ(cudnnCreate(&cudnn_), CUDNN_STATUS_SUCCESS);
   }
   void TearDown() override {
-    if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+    if (cudnn_ != nullptr) {
+      EXPECT_EQ(cudnnDestroy(cudnn_), CUDNN_STATUS_SUCCESS);
+    }
   }
   cudnnHandle_t cudnn_ = nullptr;
 };
@@ -325,7 +356,7 @@ TEST(CudnnHandleCApiTest, CreateAndDestroy) {
   EXPECT_EQ(kernels, 0u);
   EXPECT_EQ(ucudnnCreate(nullptr, cudnn), CUDNN_STATUS_BAD_PARAM);
   EXPECT_EQ(ucudnnDestroy(nullptr), CUDNN_STATUS_BAD_PARAM);
-  cudnnDestroy(cudnn);
+  EXPECT_EQ(cudnnDestroy(cudnn), CUDNN_STATUS_SUCCESS);
 }
 
 TEST(CudnnHandleCApiTest, NullArgumentsAreBadParam) {
@@ -336,6 +367,125 @@ TEST(CudnnHandleCApiTest, NullArgumentsAreBadParam) {
   EXPECT_EQ(ucudnnGetCudnnHandle(nullptr), nullptr);
   EXPECT_EQ(ucudnnGetStats(nullptr, nullptr), CUDNN_STATUS_BAD_PARAM);
   EXPECT_EQ(ucudnnPrepare(nullptr), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(ucudnnPrepareKernels(nullptr, nullptr, 0), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(ucudnnWaitForPlans(nullptr, 0), CUDNN_STATUS_BAD_PARAM);
+  int submitted = 7;
+  EXPECT_EQ(ucudnnContribute(nullptr, &submitted), CUDNN_STATUS_BAD_PARAM);
+}
+
+// ---- Prepare(kernels) and contribution
+// ------------------------------------------------------------
+
+TEST(CudnnHandlePrepareTest, DescriptorKernelsArePlannedTogether) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  cudnnHandle_t cudnn = nullptr;
+  ASSERT_EQ(cudnnCreate(&cudnn), CUDNN_STATUS_SUCCESS);
+  {
+    Result<std::unique_ptr<ConvBackend>> planner_backend = MakeBackend("cudnn");
+    ASSERT_TRUE(planner_backend.ok()) << planner_backend.status().ToString();
+    FakePlanner fake(**planner_backend);
+    fake.set_choice({8, kAlgo});
+    fake.Start();
+    ClientConfig config;
+    config.server = fake.address();
+    config.cache_path = "";
+    config.deadline_ms = 60000;
+    config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+    config.workspace_bytes = size_t{1} << 30;
+    config.collect_quiet_ms = 600000;  // only Prepare() closes the network
+    Handle handle(cudnn, config);
+    ASSERT_TRUE(handle.active());
+
+    std::vector<std::unique_ptr<GpuConv>> convs;
+    std::vector<Handle::ConvolutionKernel> kernels;
+    for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+      convs.push_back(std::make_unique<GpuConv>(ProblemOf(kLayers[3], op)));
+      convs.back()->Init(kWorkspace);
+      kernels.push_back(convs.back()->Describe(kLayers[3].name));
+    }
+    EXPECT_EQ(handle.Prepare(nullptr, 1), CUDNN_STATUS_BAD_PARAM);
+    ASSERT_EQ(handle.Prepare(kernels), CUDNN_STATUS_SUCCESS);
+    ASSERT_TRUE(handle.WaitForPlans(60000));
+    EXPECT_EQ(handle.Stats().kernels_planned, 3u);
+    const std::vector<v1::GetPlanRequest> requests = fake.requests();
+    ASSERT_EQ(requests.size(), 1u);
+    EXPECT_EQ(requests[0].kernels_size(), 3);
+
+    for (auto& conv : convs) {
+      conv->ResetOutput();
+      ASSERT_EQ(conv->Raw(cudnn, kAlgo, 1.0f, 0.0f), CUDNN_STATUS_SUCCESS);
+      const std::vector<float> expected = conv->Output();
+      conv->ResetOutput();
+      ASSERT_EQ(conv->Drop(handle, 0, 1.0f, 0.0f), CUDNN_STATUS_SUCCESS);
+      EXPECT_LT(NormalizedL2(conv->Output(), expected), PlanBound(conv->op()));
+    }
+    EXPECT_EQ(handle.Stats().planned_calls, 3u);
+  }
+  EXPECT_EQ(cudnnDestroy(cudnn), CUDNN_STATUS_SUCCESS);
+}
+
+TEST(CudnnHandleContributionTest, MissingTimingsAreMeasuredOnTheJobsGpuAndPlanned) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  cudnnHandle_t cudnn = nullptr;
+  ASSERT_EQ(cudnnCreate(&cudnn), CUDNN_STATUS_SUCCESS);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudnnSetStream(cudnn, stream), CUDNN_STATUS_SUCCESS);
+  {
+    Result<std::unique_ptr<ConvBackend>> planner_backend = MakeBackend("cudnn");
+    ASSERT_TRUE(planner_backend.ok()) << planner_backend.status().ToString();
+    FakePlanner fake(**planner_backend);
+    fake.set_behaviour(FakePlanner::Behaviour::kFromTimings);
+    fake.set_token("gpu-contributor");
+    fake.Start();
+    ClientConfig config;
+    config.server = fake.address();
+    config.token = "gpu-contributor";
+    config.contribute = true;
+    config.cache_path = "";
+    config.deadline_ms = 60000;
+    config.workspace_bytes = kWorkspace;
+    Handle handle(cudnn, config);
+    ASSERT_TRUE(handle.active());
+
+    const ConvProblem p = ProblemOf(kLayers[3], ConvOp::kForward);
+    GpuConv conv(p);
+    conv.Init(kWorkspace);
+    size_t asked = 0;
+    ASSERT_EQ(conv.Declare(handle, kAlgo, &asked), CUDNN_STATUS_SUCCESS);
+    int device_before = -1;
+    ASSERT_EQ(cudaGetDevice(&device_before), cudaSuccess);
+    // A quiet point: the missing timings are measured (on the library's own handle and stream),
+    // submitted with the token, and the plan made from them arrives.
+    ASSERT_TRUE(handle.WaitForPlans(600000));
+    int device_after = -1;
+    ASSERT_EQ(cudaGetDevice(&device_after), cudaSuccess);
+    EXPECT_EQ(device_after, device_before);
+    cudaStream_t still = nullptr;
+    ASSERT_EQ(cudnnGetStream(cudnn, &still), CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(still, stream) << "the caller's handle keeps its stream";
+
+    EXPECT_EQ(fake.submissions(), 1);
+    EXPECT_FALSE(fake.timings(p).empty());
+    const ClientStats stats = handle.Stats();
+    EXPECT_EQ(stats.contributed_problems, 1u);
+    EXPECT_EQ(stats.kernels_planned, 1u) << handle.Kernels().at(0).reason;
+
+    conv.ResetOutput();
+    ASSERT_EQ(conv.Raw(cudnn, kAlgo, 1.0f, 0.0f), CUDNN_STATUS_SUCCESS);
+    const std::vector<float> expected = conv.Output();
+    conv.ResetOutput();
+    ASSERT_EQ(conv.Drop(handle, 0, 1.0f, 0.0f), CUDNN_STATUS_SUCCESS);
+    // The plan may pick any algorithm (FFT, Winograd): tests/gpu's transform bounds.
+    EXPECT_LT(NormalizedL2(conv.Output(), expected), Tf32Possible() ? 1e-2 : 1e-3);
+    EXPECT_EQ(handle.Stats().planned_calls, 1u);
+
+    int submitted = -1;
+    EXPECT_EQ(handle.Contribute(&submitted), CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(submitted, 0) << "nothing is missing any more";
+  }
+  EXPECT_EQ(cudnnDestroy(cudnn), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace

@@ -1,19 +1,24 @@
 // A stand-in PlannerService for the client library's tests: real gRPC on an ephemeral loopback
 // port, answers chosen by the test (plans that split the batch as told, errors, MISSING, or a
-// handler that holds the call until the test releases it).
+// handler that holds the call until the test releases it). For contribution it also serves
+// CatalogService.ListDevices (live workers as told) and TimingService.SubmitTimings (bearer token
+// checked), and can plan from the timings submitted to it with the real per-kernel DP.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "ucudnn/core/backend.h"
+#include "ucudnn/core/dp.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
@@ -29,19 +34,24 @@ struct FakePlanChoice {
 class FakePlanner final : public v1::PlannerService::Service {
  public:
   enum class Behaviour {
-    kPlan,     // a plan for every kernel
-    kMissing,  // every kernel MISSING
-    kError,    // an INTERNAL error
+    kPlan,         // a plan for every kernel (MISSING for the problems set_missing() names)
+    kMissing,      // every kernel MISSING
+    kError,        // an INTERNAL error
+    kFromTimings,  // the DP over the timings submitted; MISSING until they cover the policy
   };
 
-  explicit FakePlanner(ConvBackend& backend) : backend_(backend) {}
+  explicit FakePlanner(ConvBackend& backend)
+      : backend_(backend), catalog_(*this), timing_service_(*this) {}
   ~FakePlanner() override { Stop(); }
 
-  // Starts on 127.0.0.1 on a free port.
-  void Start() {
+  // Starts on 127.0.0.1 on a free port; plaintext unless `credentials` say otherwise.
+  void Start(
+      std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials()) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort("127.0.0.1:0", credentials, &port_);
     builder.RegisterService(this);
+    builder.RegisterService(&catalog_);
+    builder.RegisterService(&timing_service_);
     server_ = builder.BuildAndStart();
   }
   void Stop() {
@@ -69,6 +79,31 @@ class FakePlanner final : public v1::PlannerService::Service {
       held_ = false;
     }
     cv_.notify_all();
+  }
+
+  // Problems answered MISSING under kPlan.
+  void set_missing(std::vector<ConvProblem> problems) {
+    std::lock_guard lock(mutex_);
+    missing_ = std::move(problems);
+  }
+  // Contribution: what ListDevices says of the backend's device, the token SubmitTimings wants.
+  void set_live_workers(int n) { live_workers_ = n; }
+  void set_token(std::string token) {
+    std::lock_guard lock(mutex_);
+    token_ = std::move(token);
+  }
+  int list_devices_calls() const { return list_devices_calls_.load(); }
+  int submissions() const { return submissions_.load(); }
+  int refused_submissions() const { return refused_submissions_.load(); }
+  // The timings stored for `problem` (every submission's, later ones replacing earlier ones).
+  std::vector<Timing> timings(const ConvProblem& problem) const {
+    std::lock_guard lock(mutex_);
+    auto it = timings_.find(StableHash(problem));
+    return it == timings_.end() ? std::vector<Timing>{} : it->second;
+  }
+  std::vector<v1::SubmitTimingsRequest> submitted() const {
+    std::lock_guard lock(mutex_);
+    return submitted_;
   }
 
   int calls() const { return calls_.load(); }
@@ -100,12 +135,20 @@ class FakePlanner final : public v1::PlannerService::Service {
     plan.workspace_mode = parsed->workspace_mode;
     plan.workspace_budget_bytes = parsed->workspace_bytes;
     plan.complete = behaviour_ == Behaviour::kPlan;
+    if (behaviour_ == Behaviour::kFromTimings) return PlanFromTimings(*parsed, response);
+    std::vector<ConvProblem> missing;
+    {
+      std::lock_guard lock(mutex_);
+      missing = missing_;
+    }
     for (const Kernel& kernel : parsed->kernels) {
       KernelPlan kp;
       kp.kernel = kernel;
-      if (behaviour_ == Behaviour::kMissing) {
+      if (behaviour_ == Behaviour::kMissing ||
+          std::find(missing.begin(), missing.end(), kernel.problem) != missing.end()) {
         kp.status = KernelPlanStatus::kMissing;
         kp.reason = "fake planner: no timings";
+        plan.complete = false;
         plan.kernels.push_back(kp);
         continue;
       }
@@ -136,7 +179,121 @@ class FakePlanner final : public v1::PlannerService::Service {
   }
 
  private:
+  class Catalog final : public v1::CatalogService::Service {
+   public:
+    explicit Catalog(FakePlanner& fake) : fake_(fake) {}
+    grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+                             v1::ListDevicesResponse* response) override {
+      ++fake_.list_devices_calls_;
+      // Another device with workers first: only the matching fingerprint hash counts.
+      DeviceFingerprint other = fake_.backend_.fingerprint();
+      other.name += " (another model)";
+      v1::Device* d = response->add_devices();
+      *d->mutable_fingerprint() = ToProto(other);
+      d->set_fingerprint_hash(HashHex(other.Hash()));
+      d->set_live_workers(3);
+      const DeviceFingerprint& mine = fake_.backend_.fingerprint();
+      d = response->add_devices();
+      *d->mutable_fingerprint() = ToProto(mine);
+      d->set_fingerprint_hash(HashHex(mine.Hash()));
+      d->set_live_workers(fake_.live_workers_.load());
+      return grpc::Status::OK;
+    }
+
+   private:
+    FakePlanner& fake_;
+  };
+
+  class Timings final : public v1::TimingService::Service {
+   public:
+    explicit Timings(FakePlanner& fake) : fake_(fake) {}
+    grpc::Status SubmitTimings(grpc::ServerContext* context,
+                               const v1::SubmitTimingsRequest* request,
+                               v1::SubmitTimingsResponse* response) override {
+      std::string authorization;
+      auto it = context->client_metadata().find("authorization");
+      if (it != context->client_metadata().end()) {
+        authorization.assign(it->second.data(), it->second.size());
+      }
+      std::lock_guard lock(fake_.mutex_);
+      if (fake_.token_.empty() || authorization != "Bearer " + fake_.token_) {
+        ++fake_.refused_submissions_;
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "fake planner: bad token");
+      }
+      Result<ConvProblem> problem = FromProto(request->problem());
+      if (!problem.ok() || request->timings_size() == 0) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "fake planner: bad submission");
+      }
+      std::vector<Timing>& stored = fake_.timings_[StableHash(*problem)];
+      for (const v1::Timing& m : request->timings()) {
+        Result<Timing> t = FromProto(m);
+        if (!t.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad timing");
+        std::erase_if(stored, [&](const Timing& old) {
+          return old.micro_batch == t->micro_batch && old.algo == t->algo;
+        });
+        stored.push_back(*t);
+      }
+      fake_.submitted_.push_back(*request);
+      ++fake_.submissions_;
+      response->set_stored(request->timings_size());
+      return grpc::Status::OK;
+    }
+
+   private:
+    FakePlanner& fake_;
+  };
+
+  // kFromTimings: what the server does, in small: a problem is covered when its timings have
+  // every micro-batch size of the policy up to its largest mini-batch in the request; a covered
+  // kernel gets the DP's configuration within the request's limit.
+  grpc::Status PlanFromTimings(const PlanRequest& request, v1::GetPlanResponse* response) {
+    NetworkPlan plan;
+    plan.policy = request.policy;
+    plan.workspace_mode = request.workspace_mode;
+    plan.workspace_budget_bytes = request.workspace_bytes;
+    plan.complete = true;
+    for (const Kernel& kernel : request.kernels) {
+      int64_t max_batch = 0;
+      for (const Kernel& k : request.kernels) {
+        if (k.problem == kernel.problem) max_batch = std::max(max_batch, k.mini_batch);
+      }
+      TimingTable table;
+      table.entries = timings(kernel.problem);
+      bool covered = !table.entries.empty();
+      for (int64_t size : MicroBatchSizes(request.policy, max_batch)) {
+        covered = covered && std::any_of(table.entries.begin(), table.entries.end(),
+                                         [&](const Timing& t) { return t.micro_batch == size; });
+      }
+      KernelPlan kp;
+      kp.kernel = kernel;
+      if (!covered) {
+        kp.status = KernelPlanStatus::kMissing;
+        kp.reason = "fake planner: timings missing";
+        plan.complete = false;
+      } else if (Result<KernelConfig> config = SolveKernelDp(
+                     table, kernel.mini_batch, request.policy, request.workspace_bytes);
+                 config.ok()) {
+        kp.status = KernelPlanStatus::kPlanned;
+        kp.config = *config;
+        Result<Segment> undivided =
+            FastestUndivided(table, kernel.mini_batch, request.workspace_bytes);
+        if (undivided.ok()) kp.undivided = *undivided;
+        plan.total_time_ms += kp.config.time_ms;
+        plan.total_workspace_bytes += kp.config.workspace_bytes;
+      } else {
+        kp.status = KernelPlanStatus::kInfeasible;
+        kp.reason = config.status().message();
+        plan.complete = false;
+      }
+      plan.kernels.push_back(kp);
+    }
+    *response->mutable_plan() = ToProto(plan, request.device);
+    return grpc::Status::OK;
+  }
+
   ConvBackend& backend_;
+  Catalog catalog_;
+  Timings timing_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::atomic<Behaviour> behaviour_{Behaviour::kPlan};
@@ -147,6 +304,14 @@ class FakePlanner final : public v1::PlannerService::Service {
   std::vector<v1::GetPlanRequest> requests_;
   std::atomic<int> calls_{0};
   std::atomic<int> in_handler_{0};
+  std::vector<ConvProblem> missing_;
+  std::atomic<int> live_workers_{0};
+  std::string token_;
+  std::map<uint64_t, std::vector<Timing>> timings_;
+  std::vector<v1::SubmitTimingsRequest> submitted_;
+  std::atomic<int> list_devices_calls_{0};
+  std::atomic<int> submissions_{0};
+  std::atomic<int> refused_submissions_{0};
 };
 
 }  // namespace ucudnn::testing

@@ -1,5 +1,7 @@
 // The per-call overhead of the session: after a kernel's first call, a call allocates nothing on
-// the calling thread, planned or not. Counted with a replaced global operator new.
+// the calling thread, planned or not, bound to a PlanBinder's runner or not, with alternating
+// workspace sizes, and beyond max_kernels (the overflow path takes no lock either: it never
+// reaches the registration). Counted with a replaced global operator new.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -48,6 +50,7 @@ class NullBackend final : public ConvBackend {
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override { return {{0, "a"}, {1, "b"}}; }
   Result<size_t> WorkspaceSize(const ConvProblem&, int64_t batch, int algo) override {
+    ++workspace_queries;
     return algo == 0 ? size_t{0} : static_cast<size_t>(batch) * 16;
   }
   Status Run(const ConvProblem&, int64_t, int, const ConvOperands&, void*, size_t, float,
@@ -55,6 +58,7 @@ class NullBackend final : public ConvBackend {
     ++runs;
     return Status::Ok();
   }
+  int workspace_queries = 0;
   Status Synchronize() override { return Status::Ok(); }
   Result<std::unique_ptr<BackendBuffer>> Allocate(size_t) override {
     return Unsupported("null backend");
@@ -126,6 +130,133 @@ TEST(HotPathTest, CallsAfterTheFirstAllocateNothing) {
   const ClientStats after = session->Stats();
   EXPECT_EQ(after.planned_calls - before.planned_calls, 100u);
   EXPECT_EQ(after.fallback_calls - before.fallback_calls, 100u);
+}
+
+// A binder whose runners count their micro-batches: planned calls must go through them.
+class CountingBinder final : public client::PlanBinder {
+ public:
+  class Runner final : public MicroBatchRunner {
+   public:
+    explicit Runner(int* runs) : runs_(runs) {}
+    Status RunMicroBatch(size_t, const Segment&, const ConvOperands&, void*, size_t, float,
+                         float) override {
+      ++*runs_;
+      return Status::Ok();
+    }
+
+   private:
+    int* runs_;
+  };
+  Result<std::unique_ptr<MicroBatchRunner>> Bind(const ConvProblem&,
+                                                 std::span<const Segment>) override {
+    ++binds;
+    return std::unique_ptr<MicroBatchRunner>(std::make_unique<Runner>(&runs));
+  }
+  int binds = 0;
+  int runs = 0;
+};
+
+TEST(HotPathTest, PlannedCallsRunOnTheBoundPlanWithoutLookups) {
+  NullBackend backend;
+  CountingBinder binder;
+  client::SessionHooks hooks;
+  hooks.binder = &binder;
+  auto session =
+      client::Session::Create(backend, ClientConfig{}, std::make_unique<InProcessSource>(), hooks);
+  const ConvProblem p = SmallProblem(ConvOp::kBackwardFilter);
+  char workspace[64];
+  float data[1] = {1};
+  ConvOperands operands;
+  operands.x = operands.w = operands.dy = data;
+  operands.y = operands.dx = operands.dw = data;
+  session->Declare(p, 8, sizeof(workspace));
+  ASSERT_TRUE(session->WaitForPlans(std::chrono::seconds(20)));
+  // The first call verifies, binds and runs with every check, on the backend.
+  ASSERT_TRUE(session->Execute(p, 8, operands, workspace, sizeof(workspace), 1, 0).ok());
+  EXPECT_EQ(binder.binds, 1);
+  EXPECT_EQ(binder.runs, 0);
+  const int backend_runs = backend.runs;
+  const int queries = backend.workspace_queries;
+
+  const size_t allocations = AllocationsDuring([&] {
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_TRUE(session->Execute(p, 8, operands, workspace, sizeof(workspace), 1, 0).ok());
+    }
+  });
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(binder.runs, 100 * 4) << "4 micro-batches of 2 per call, all on the bound plan";
+  EXPECT_EQ(backend.runs, backend_runs) << "no segment went through the backend";
+  EXPECT_EQ(backend.workspace_queries, queries) << "no workspace query after the first call";
+  EXPECT_EQ(binder.binds, 1);
+  EXPECT_EQ(session->Stats().planned_calls, 101u);
+}
+
+// Counts the heuristics' runs of the fallback.
+class CountingRunner final : public client::UndividedRunner {
+ public:
+  Result<int> ChooseAlgorithm(size_t workspace_bytes) override {
+    ++chosen;
+    return workspace_bytes >= 128 ? 1 : 0;
+  }
+  Status Run(int, void*, size_t) override { return Status::Ok(); }
+  int chosen = 0;
+};
+
+TEST(HotPathTest, AlternatingWorkspacesKeepTheirFallbackChoices) {
+  NullBackend backend;
+  ClientConfig config;  // no server: every call falls back
+  auto session = client::Session::Create(backend, config);
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  char workspace[256];
+  float data[1] = {1};
+  ConvOperands operands;
+  operands.x = operands.w = operands.y = data;
+  CountingRunner runner;
+  ASSERT_TRUE(session->Execute(p, 8, operands, workspace, 64, 1, 0, &runner).ok());
+  ASSERT_TRUE(session->Execute(p, 8, operands, workspace, 256, 1, 0, &runner).ok());
+  EXPECT_EQ(runner.chosen, 2);
+  const size_t allocations = AllocationsDuring([&] {
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_TRUE(session->Execute(p, 8, operands, workspace, 64, 1, 0, &runner).ok());
+      ASSERT_TRUE(session->Execute(p, 8, operands, workspace, 256, 1, 0, &runner).ok());
+    }
+  });
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(runner.chosen, 2) << "a framework alternating two workspaces reuses both choices";
+  EXPECT_EQ(session->Stats().fallback_calls, 202u);
+}
+
+TEST(HotPathTest, KernelsBeyondTheTableRunUntrackedWithoutAllocating) {
+  NullBackend backend;
+  ClientConfig config;
+  config.max_kernels = 1;
+  auto session = client::Session::Create(backend, config);
+  float data[1] = {1};
+  ConvOperands operands;
+  operands.x = operands.w = operands.dy = data;
+  operands.y = operands.dx = operands.dw = data;
+  const ConvProblem tracked = SmallProblem(ConvOp::kForward);
+  const ConvProblem second = SmallProblem(ConvOp::kBackwardData);
+  const ConvProblem third = SmallProblem(ConvOp::kBackwardFilter);
+  ASSERT_TRUE(session->Execute(tracked, 8, operands, nullptr, 0, 1, 0).ok());
+  // The first refused kernel finds the table full (and warns once); after that, no kernel
+  // reaches the registration again.
+  LogCapture log;
+  ASSERT_TRUE(session->Execute(second, 8, operands, nullptr, 0, 1, 0).ok());
+  EXPECT_NE(log.text().find("more than 1 distinct kernels"), std::string::npos) << log.text();
+
+  const size_t allocations = AllocationsDuring([&] {
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_TRUE(session->Execute(second, 8, operands, nullptr, 0, 1, 0).ok());
+      ASSERT_TRUE(session->Execute(third, 8, operands, nullptr, 0, 1, 0).ok());
+      ASSERT_TRUE(session->Execute(tracked, 8, operands, nullptr, 0, 1, 0).ok());
+    }
+  });
+  EXPECT_EQ(allocations, 0u);
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.kernels, 1u);
+  EXPECT_EQ(stats.untracked_calls, 201u);
+  EXPECT_EQ(stats.fallback_calls, 101u);
 }
 
 }  // namespace

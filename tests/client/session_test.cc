@@ -4,7 +4,10 @@
 // local plan cache across restarts.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
+#include <stdexcept>
 
 #include "fake_planner.h"
 #include "session.h"
@@ -333,6 +336,196 @@ TEST_F(SessionTest, TotalModeWithoutBudgetPlansPerKernel) {
   auto session = Session::Create(backend_, config);
   EXPECT_EQ(session->workspace_mode(), WorkspaceMode::kPerKernel);
   EXPECT_NE(log.text().find("needs a budget"), std::string::npos) << log.text();
+}
+
+TEST_F(SessionTest, TotalModeReplanningNeverLeavesOverlappingSlices) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+  config.workspace_bytes = 1 << 20;
+  config.collect_quiet_ms = 60000;  // only Prepare() closes the collection here
+  auto session = Session::Create(backend_, config);
+  const Kernel a{SmallProblem(ConvOp::kForward), kBatch, "a"};
+  const Kernel b{SmallProblem(ConvOp::kBackwardData), kBatch, "b"};
+  const Kernel c{SmallProblem(ConvOp::kBackwardFilter), kBatch, "c"};
+  session->Prepare({a, b});
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  ASSERT_EQ(session->Stats().kernels_planned, 2u);
+  const client::PlanEntry* first_a = session->PlanOf(a.problem, kBatch);
+  ASSERT_NE(first_a, nullptr);
+  EXPECT_EQ(first_a->workspace_offset, 0u);
+
+  // A third kernel joins; the new answer lacks timings for the first one, so the new layout
+  // starts with the second at offset 0, where the first one's old slice lies.
+  fake_->set_missing({a.problem});
+  session->Prepare({c});
+  ASSERT_TRUE(WaitUntil([&] { return session->PlanOf(c.problem, kBatch) != nullptr; }));
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  EXPECT_EQ(session->PlanOf(a.problem, kBatch), nullptr) << "the stale slice is not kept";
+  const client::PlanEntry* plan_b = session->PlanOf(b.problem, kBatch);
+  const client::PlanEntry* plan_c = session->PlanOf(c.problem, kBatch);
+  ASSERT_NE(plan_b, nullptr);
+  ASSERT_NE(plan_c, nullptr);
+  EXPECT_EQ(plan_b->workspace_offset, 0u);
+  EXPECT_GE(plan_c->workspace_offset, plan_b->workspace_offset + plan_b->workspace_slice);
+  EXPECT_EQ(session->Stats().kernels_planned, 2u);
+  for (const KernelReport& k : session->Kernels()) {
+    if (k.name == "a") {
+      EXPECT_EQ(k.state, KernelReport::State::kMissing);
+    }
+  }
+
+  // Every kernel still computes the right thing: a undivided, b and c in their own slices.
+  for (const Kernel& kernel : {a, b, c}) {
+    Operands operands = MakeOperands(kernel.problem, kBatch);
+    const std::vector<float> expected =
+        Undivided(backend_, kernel.problem, kBatch, operands, 1.0f, 0.5f);
+    ASSERT_TRUE(session
+                    ->Execute(kernel.problem, kBatch, operands.Bind(kernel.problem.op), nullptr, 0,
+                              1.0f, 0.5f)
+                    .ok());
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6) << kernel.name;
+  }
+  EXPECT_EQ(session->Stats().planned_calls, 2u);
+  EXPECT_EQ(session->Stats().fallback_calls, 1u);
+}
+
+// ---- Plan sources that misbehave
+// -----------------------------------------------------------------
+
+// An in-process source: answers with `kernels_answered` kernels whatever was asked, or throws.
+class MisbehavingSource final : public client::PlanSource {
+ public:
+  explicit MisbehavingSource(CpuBackend& backend) : backend_(backend) {}
+  Result<NetworkPlan> GetPlan(const PlanRequest& request) override {
+    ++calls;
+    if (throws.load()) throw std::runtime_error("source exploded");
+    NetworkPlan plan;
+    const size_t answered = short_answers.load() ? 0 : request.kernels.size();
+    for (size_t i = 0; i < answered; ++i) {
+      const Kernel& kernel = request.kernels[i];
+      KernelPlan kp;
+      kp.kernel = kernel;
+      kp.status = KernelPlanStatus::kPlanned;
+      Segment s{kernel.mini_batch, kCpuAlgoDirect, 1.0, 0};
+      Result<size_t> ws = backend_.WorkspaceSize(kernel.problem, kernel.mini_batch, s.algo);
+      if (ws.ok()) s.workspace_bytes = *ws;
+      kp.config.segments = {s};
+      kp.config.time_ms = 1.0;
+      kp.config.workspace_bytes = s.workspace_bytes;
+      plan.kernels.push_back(kp);
+    }
+    plan.complete = true;
+    return plan;
+  }
+  void Cancel() override {}
+  std::string Describe() const override { return "misbehaving"; }
+
+  std::atomic<bool> throws{false};
+  std::atomic<bool> short_answers{false};
+  std::atomic<int> calls{0};
+
+ private:
+  CpuBackend& backend_;
+};
+
+TEST_F(SessionTest, ShortAnswersAndThrowingSourcesAreFailuresNotCrashes) {
+  auto owned = std::make_unique<MisbehavingSource>(backend_);
+  MisbehavingSource* source = owned.get();
+  source->short_answers = true;
+  auto session = Session::Create(backend_, TestConfig(""), std::move(owned));
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  session->Declare(p, kBatch, 1 << 20);
+  ASSERT_TRUE(WaitUntil([&] { return session->Stats().plan_request_failures >= 2; }));
+  EXPECT_EQ(session->Stats().kernels_planned, 0u);
+  EXPECT_NE(session->Kernels().at(0).reason.find("answered 0 kernels for 1"), std::string::npos)
+      << session->Kernels().at(0).reason;
+
+  source->short_answers = false;
+  source->throws = true;
+  const int calls = source->calls.load();
+  ASSERT_TRUE(WaitUntil([&] { return source->calls.load() >= calls + 2; }));
+  EXPECT_NE(session->Kernels().at(0).reason.find("source exploded"), std::string::npos)
+      << session->Kernels().at(0).reason;
+
+  // The planner thread lived through it: a good answer is still taken.
+  source->throws = false;
+  ASSERT_TRUE(WaitUntil([&] { return session->Stats().kernels_planned == 1; }));
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+  ASSERT_TRUE(session->Execute(p, kBatch, operands.Bind(p.op), nullptr, 0, 1.0f, 0.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  EXPECT_EQ(session->Stats().planned_calls, 1u);
+}
+
+// ---- TLS
+// -----------------------------------------------------------------------------------------
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class TlsTest : public SessionTest {
+ protected:
+  void SetUp() override {
+    // A self-signed certificate for 127.0.0.1, made now (nothing that expires in the tree).
+    if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
+    cert_ = dir_.file("cert.pem");
+    const std::string key = dir_.file("key.pem");
+    const std::string command =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
+        "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout '" +
+        key + "' -out '" + cert_ + "' >/dev/null 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back({ReadFile(key), ReadFile(cert_)});
+    fake_ = std::make_unique<FakePlanner>(backend_);
+    fake_->set_choice({3, kCpuAlgoIm2colGemm});
+    fake_->Start(grpc::SslServerCredentials(options));
+  }
+
+  TempDir dir_;
+  std::string cert_;
+};
+
+TEST_F(TlsTest, PlansComeOverTlsWithTheGivenRoots) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.tls = true;
+  config.ca_file = cert_;
+  auto session = Session::Create(backend_, config);
+  session->Declare(SmallProblem(ConvOp::kForward), kBatch, 1 << 20);
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  EXPECT_EQ(session->Stats().kernels_planned, 1u);
+  EXPECT_EQ(session->Stats().plan_request_failures, 0u);
+}
+
+TEST_F(TlsTest, UntrustedOrPlaintextConnectionsGetNoPlans) {
+  for (const bool tls : {true, false}) {
+    ClientConfig config = TestConfig(fake_->address());
+    config.deadline_ms = 2000;
+    config.tls = tls;  // TLS with the system roots, which do not know the certificate; plaintext
+    auto session = Session::Create(backend_, config);
+    session->Declare(SmallProblem(ConvOp::kForward), kBatch, 1 << 20);
+    ASSERT_TRUE(WaitUntil([&] { return session->Stats().plan_request_failures >= 1; }))
+        << "tls " << tls;
+    EXPECT_EQ(session->Stats().kernels_planned, 0u) << "tls " << tls;
+  }
+  EXPECT_EQ(fake_->calls(), 0) << "no request reached the handler";
+}
+
+TEST_F(TlsTest, AnUnreadableCaFileMeansNoServerNotPlaintext) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.tls = true;
+  config.ca_file = dir_.file("missing.pem");
+  LogCapture log;
+  auto session = Session::Create(backend_, config);
+  EXPECT_NE(log.text().find("cannot read root certificates"), std::string::npos) << log.text();
+  session->Declare(SmallProblem(ConvOp::kForward), kBatch, 1 << 20);
+  ASSERT_TRUE(session->WaitForPlans(seconds(5)));
+  EXPECT_EQ(session->Kernels().at(0).state, KernelReport::State::kNoServer);
+  EXPECT_EQ(fake_->calls(), 0);
 }
 
 // ---- Local plan cache

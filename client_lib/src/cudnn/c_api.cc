@@ -1,9 +1,10 @@
-// The C API: thin over ucudnn::Handle. Nothing may unwind through a C caller, so every entry
-// point that can allocate catches at this boundary.
+// The C API: thin over ucudnn::Handle. Nothing may unwind through a C caller: every entry point
+// runs its body inside Guard(), which turns whatever escapes into a cuDNN status.
 #include <spdlog/spdlog.h>
 
 #include <exception>
 #include <new>
+#include <vector>
 
 #include "ucudnn/client/handle.h"
 #include "ucudnn/client/ucudnn_c.h"
@@ -16,21 +17,56 @@ struct ucudnnContext {
 
 namespace {
 
-cudnnStatus_t Create(ucudnnHandle_t* handle, cudnnHandle_t cudnn, const char* options) {
+// The one exception boundary: std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED, anything else
+// CUDNN_STATUS_INTERNAL_ERROR with an error in the log naming the entry point.
+template <typename Body>
+cudnnStatus_t Guard(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    spdlog::error("ucudnn: {}: out of host memory", function);
+    return CUDNN_STATUS_ALLOC_FAILED;
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
+}
+
+// Guard() for the functions of an existing handle: a null handle is CUDNN_STATUS_BAD_PARAM.
+template <typename Body>
+cudnnStatus_t WithHandle(const char* function, ucudnnHandle_t handle, Body&& body) noexcept {
+  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  return Guard(function, [&] { return body(handle->handle); });
+}
+
+cudnnStatus_t Create(const char* function, ucudnnHandle_t* handle, cudnnHandle_t cudnn,
+                     const char* options) noexcept {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
   *handle = nullptr;
   if (cudnn == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
+  return Guard(function, [&] {
     ucudnn::ClientConfig config = ucudnn::ClientConfig::FromEnvironment();
     if (options != nullptr && options[0] != '\0') config = config.WithOptions(options);
     *handle = new ucudnnContext(cudnn, config);
     return CUDNN_STATUS_SUCCESS;
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  } catch (const std::exception& e) {
-    spdlog::error("ucudnn: ucudnnCreate: {}", e.what());
-    return CUDNN_STATUS_INTERNAL_ERROR;
+  });
+}
+
+ucudnn::Handle::ConvolutionKernel::Op ToOp(ucudnnConvolutionOp_t op, bool* ok) {
+  *ok = true;
+  switch (op) {
+    case UCUDNN_CONVOLUTION_FORWARD:
+      return ucudnn::Handle::ConvolutionKernel::Op::kForward;
+    case UCUDNN_CONVOLUTION_BACKWARD_DATA:
+      return ucudnn::Handle::ConvolutionKernel::Op::kBackwardData;
+    case UCUDNN_CONVOLUTION_BACKWARD_FILTER:
+      return ucudnn::Handle::ConvolutionKernel::Op::kBackwardFilter;
   }
+  *ok = false;
+  return ucudnn::Handle::ConvolutionKernel::Op::kForward;
 }
 
 }  // namespace
@@ -38,18 +74,20 @@ cudnnStatus_t Create(ucudnnHandle_t* handle, cudnnHandle_t cudnn, const char* op
 extern "C" {
 
 cudnnStatus_t ucudnnCreate(ucudnnHandle_t* handle, cudnnHandle_t cudnn) {
-  return Create(handle, cudnn, nullptr);
+  return Create("ucudnnCreate", handle, cudnn, nullptr);
 }
 
 cudnnStatus_t ucudnnCreateWithOptions(ucudnnHandle_t* handle, cudnnHandle_t cudnn,
                                       const char* options) {
-  return Create(handle, cudnn, options);
+  return Create("ucudnnCreateWithOptions", handle, cudnn, options);
 }
 
 cudnnStatus_t ucudnnDestroy(ucudnnHandle_t handle) {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  delete handle;
-  return CUDNN_STATUS_SUCCESS;
+  return Guard("ucudnnDestroy", [&] {
+    delete handle;
+    return CUDNN_STATUS_SUCCESS;
+  });
 }
 
 cudnnHandle_t ucudnnGetCudnnHandle(ucudnnHandle_t handle) {
@@ -63,13 +101,10 @@ cudnnStatus_t ucudnnConvolutionForward(ucudnnHandle_t handle, const void* alpha,
                                        cudnnConvolutionFwdAlgo_t algo, void* workSpace,
                                        size_t workSpaceSizeInBytes, const void* beta,
                                        cudnnTensorDescriptor_t yDesc, void* y) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
-    return handle->handle.ConvolutionForward(alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace,
-                                             workSpaceSizeInBytes, beta, yDesc, y);
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  }
+  return WithHandle("ucudnnConvolutionForward", handle, [&](ucudnn::Handle& h) {
+    return h.ConvolutionForward(alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace,
+                                workSpaceSizeInBytes, beta, yDesc, y);
+  });
 }
 
 cudnnStatus_t ucudnnConvolutionBackwardData(ucudnnHandle_t handle, const void* alpha,
@@ -79,14 +114,10 @@ cudnnStatus_t ucudnnConvolutionBackwardData(ucudnnHandle_t handle, const void* a
                                             cudnnConvolutionBwdDataAlgo_t algo, void* workSpace,
                                             size_t workSpaceSizeInBytes, const void* beta,
                                             cudnnTensorDescriptor_t dxDesc, void* dx) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
-    return handle->handle.ConvolutionBackwardData(alpha, wDesc, w, dyDesc, dy, convDesc, algo,
-                                                  workSpace, workSpaceSizeInBytes, beta, dxDesc,
-                                                  dx);
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  }
+  return WithHandle("ucudnnConvolutionBackwardData", handle, [&](ucudnn::Handle& h) {
+    return h.ConvolutionBackwardData(alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace,
+                                     workSpaceSizeInBytes, beta, dxDesc, dx);
+  });
 }
 
 cudnnStatus_t ucudnnConvolutionBackwardFilter(ucudnnHandle_t handle, const void* alpha,
@@ -96,82 +127,103 @@ cudnnStatus_t ucudnnConvolutionBackwardFilter(ucudnnHandle_t handle, const void*
                                               cudnnConvolutionBwdFilterAlgo_t algo, void* workSpace,
                                               size_t workSpaceSizeInBytes, const void* beta,
                                               cudnnFilterDescriptor_t dwDesc, void* dw) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
-    return handle->handle.ConvolutionBackwardFilter(alpha, xDesc, x, dyDesc, dy, convDesc, algo,
-                                                    workSpace, workSpaceSizeInBytes, beta, dwDesc,
-                                                    dw);
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  }
+  return WithHandle("ucudnnConvolutionBackwardFilter", handle, [&](ucudnn::Handle& h) {
+    return h.ConvolutionBackwardFilter(alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace,
+                                       workSpaceSizeInBytes, beta, dwDesc, dw);
+  });
 }
 
 cudnnStatus_t ucudnnGetConvolutionForwardWorkspaceSize(
     ucudnnHandle_t handle, cudnnTensorDescriptor_t xDesc, cudnnFilterDescriptor_t wDesc,
     cudnnConvolutionDescriptor_t convDesc, cudnnTensorDescriptor_t yDesc,
     cudnnConvolutionFwdAlgo_t algo, size_t* sizeInBytes) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
-    return handle->handle.GetConvolutionForwardWorkspaceSize(xDesc, wDesc, convDesc, yDesc, algo,
-                                                             sizeInBytes);
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  }
+  return WithHandle("ucudnnGetConvolutionForwardWorkspaceSize", handle, [&](ucudnn::Handle& h) {
+    return h.GetConvolutionForwardWorkspaceSize(xDesc, wDesc, convDesc, yDesc, algo, sizeInBytes);
+  });
 }
 
 cudnnStatus_t ucudnnGetConvolutionBackwardDataWorkspaceSize(
     ucudnnHandle_t handle, cudnnFilterDescriptor_t wDesc, cudnnTensorDescriptor_t dyDesc,
     cudnnConvolutionDescriptor_t convDesc, cudnnTensorDescriptor_t dxDesc,
     cudnnConvolutionBwdDataAlgo_t algo, size_t* sizeInBytes) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
-    return handle->handle.GetConvolutionBackwardDataWorkspaceSize(wDesc, dyDesc, convDesc, dxDesc,
-                                                                  algo, sizeInBytes);
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  }
+  return WithHandle("ucudnnGetConvolutionBackwardDataWorkspaceSize", handle,
+                    [&](ucudnn::Handle& h) {
+                      return h.GetConvolutionBackwardDataWorkspaceSize(wDesc, dyDesc, convDesc,
+                                                                       dxDesc, algo, sizeInBytes);
+                    });
 }
 
 cudnnStatus_t ucudnnGetConvolutionBackwardFilterWorkspaceSize(
     ucudnnHandle_t handle, cudnnTensorDescriptor_t xDesc, cudnnTensorDescriptor_t dyDesc,
     cudnnConvolutionDescriptor_t convDesc, cudnnFilterDescriptor_t dwDesc,
     cudnnConvolutionBwdFilterAlgo_t algo, size_t* sizeInBytes) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  try {
-    return handle->handle.GetConvolutionBackwardFilterWorkspaceSize(xDesc, dyDesc, convDesc, dwDesc,
-                                                                    algo, sizeInBytes);
-  } catch (const std::bad_alloc&) {
-    return CUDNN_STATUS_ALLOC_FAILED;
-  }
+  return WithHandle("ucudnnGetConvolutionBackwardFilterWorkspaceSize", handle,
+                    [&](ucudnn::Handle& h) {
+                      return h.GetConvolutionBackwardFilterWorkspaceSize(xDesc, dyDesc, convDesc,
+                                                                         dwDesc, algo, sizeInBytes);
+                    });
 }
 
 cudnnStatus_t ucudnnPrepare(ucudnnHandle_t handle) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  handle->handle.Prepare();
-  return CUDNN_STATUS_SUCCESS;
+  return WithHandle("ucudnnPrepare", handle, [](ucudnn::Handle& h) {
+    h.Prepare();
+    return CUDNN_STATUS_SUCCESS;
+  });
+}
+
+cudnnStatus_t ucudnnPrepareKernels(ucudnnHandle_t handle, const ucudnnKernel_t* kernels,
+                                   size_t count) {
+  if (kernels == nullptr && count > 0) return CUDNN_STATUS_BAD_PARAM;
+  return WithHandle("ucudnnPrepareKernels", handle, [&](ucudnn::Handle& h) {
+    std::vector<ucudnn::Handle::ConvolutionKernel> converted(count);
+    for (size_t i = 0; i < count; ++i) {
+      bool ok = false;
+      converted[i].op = ToOp(kernels[i].op, &ok);
+      if (!ok) return CUDNN_STATUS_BAD_PARAM;
+      converted[i].xDesc = kernels[i].xDesc;
+      converted[i].wDesc = kernels[i].wDesc;
+      converted[i].convDesc = kernels[i].convDesc;
+      converted[i].yDesc = kernels[i].yDesc;
+      converted[i].workspaceSizeInBytes = kernels[i].workspaceSizeInBytes;
+      converted[i].name = kernels[i].name;
+    }
+    return h.Prepare(converted);
+  });
 }
 
 cudnnStatus_t ucudnnWaitForPlans(ucudnnHandle_t handle, int64_t timeout_ms) {
-  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  return handle->handle.WaitForPlans(timeout_ms) ? CUDNN_STATUS_SUCCESS
-                                                 : CUDNN_STATUS_EXECUTION_FAILED;
+  return WithHandle("ucudnnWaitForPlans", handle, [&](ucudnn::Handle& h) {
+    return h.WaitForPlans(timeout_ms) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+  });
+}
+
+cudnnStatus_t ucudnnContribute(ucudnnHandle_t handle, int* problemsSubmitted) {
+  return WithHandle("ucudnnContribute", handle,
+                    [&](ucudnn::Handle& h) { return h.Contribute(problemsSubmitted); });
 }
 
 cudnnStatus_t ucudnnGetStats(ucudnnHandle_t handle, ucudnnStats_t* stats) {
-  if (handle == nullptr || stats == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  const ucudnn::ClientStats s = handle->handle.Stats();
-  stats->kernels = s.kernels;
-  stats->kernels_planned = s.kernels_planned;
-  stats->planned_calls = s.planned_calls;
-  stats->fallback_calls = s.fallback_calls;
-  stats->rejected_plan_calls = s.rejected_plan_calls;
-  stats->passthrough_calls = s.passthrough_calls;
-  stats->untracked_calls = s.untracked_calls;
-  stats->plan_requests = s.plan_requests;
-  stats->plan_request_failures = s.plan_request_failures;
-  stats->plans_received = s.plans_received;
-  stats->plans_from_cache = s.plans_from_cache;
-  return CUDNN_STATUS_SUCCESS;
+  if (stats == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  return WithHandle("ucudnnGetStats", handle, [&](ucudnn::Handle& h) {
+    const ucudnn::ClientStats s = h.Stats();
+    stats->kernels = s.kernels;
+    stats->kernels_planned = s.kernels_planned;
+    stats->planned_calls = s.planned_calls;
+    stats->fallback_calls = s.fallback_calls;
+    stats->rejected_plan_calls = s.rejected_plan_calls;
+    stats->passthrough_calls = s.passthrough_calls;
+    stats->untracked_calls = s.untracked_calls;
+    stats->plan_requests = s.plan_requests;
+    stats->plan_request_failures = s.plan_request_failures;
+    stats->plans_received = s.plans_received;
+    stats->plans_from_cache = s.plans_from_cache;
+    stats->failed_plans = s.failed_plans;
+    stats->recovered_calls = s.recovered_calls;
+    stats->contributed_problems = s.contributed_problems;
+    stats->contributed_timings = s.contributed_timings;
+    stats->contribution_failures = s.contribution_failures;
+    return CUDNN_STATUS_SUCCESS;
+  });
 }
 
 }  // extern "C"

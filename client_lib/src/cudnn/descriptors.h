@@ -1,11 +1,25 @@
 // Reading a framework's cuDNN descriptors into the problem model, on every call: the getters
-// are plain field reads inside cuDNN, and nothing here allocates.
+// are plain field reads inside cuDNN, and nothing here allocates. And the other way: the
+// descriptors of a plan's micro-batches, built once per plan (CudnnPlanBinder).
+//
+// Why the framework's descriptors are read on every call rather than cached by pointer: a
+// descriptor is an opaque cuDNN object the framework may change with cudnnSet*Descriptor between
+// calls (PyTorch and TensorFlow reuse them across shapes) or destroy, after which cuDNN may hand
+// the same address to a new one. A cache keyed by the pointer would need a check that the
+// contents did not change, and the only sound check reads the same fields through the same six
+// getters (cuDNN keeps no version counter and its struct layout is private), so it would save
+// nothing: the parse is the validation.
 #pragma once
 
 #include <cudnn.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
 
+#include "session.h"
+#include "ucudnn/core/executor.h"
 #include "ucudnn/core/problem.h"
 
 namespace ucudnn::client {
@@ -23,5 +37,24 @@ struct ParsedConvolution {
 bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
                       cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output,
                       ParsedConvolution* parsed, const char** why);
+
+// Binds plans on a cuDNN handle: for every distinct micro-batch size of the plan, tensor
+// descriptors of that size, with one filter and one convolution descriptor shared by all; a
+// micro-batch then is one cuDNN call on them, with no lookup. Work goes to `handle`'s stream at
+// each call, as the framework's own calls do.
+class CudnnPlanBinder final : public PlanBinder {
+ public:
+  explicit CudnnPlanBinder(cudnnHandle_t handle) : handle_(handle) {}
+  Result<std::unique_ptr<MicroBatchRunner>> Bind(const ConvProblem& problem,
+                                                 std::span<const Segment> segments) override;
+
+ private:
+  cudnnHandle_t handle_;
+};
+
+// A failed cuDNN call as a Status: kUnsupported for CUDNN_STATUS_NOT_SUPPORTED (the algorithm
+// declines the shape), kResourceExhausted for an allocation failure, kInternal otherwise; the
+// message carries cuDNN's name of the status.
+Status CudnnError(cudnnStatus_t status, const char* call);
 
 }  // namespace ucudnn::client

@@ -2,9 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <exception>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "cudnn/descriptors.h"
 #include "session.h"
@@ -151,11 +157,94 @@ class CudnnUndividedRunner final : public client::UndividedRunner {
   cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
 };
 
+// Restores the calling thread's current device on scope exit: contribution makes a backend of its
+// own on the job's device, which sets that device current, and the framework's thread must find
+// its device as it left it.
+class CurrentDeviceGuard {
+ public:
+  CurrentDeviceGuard() { saved_ = cudaGetDevice(&device_) == cudaSuccess; }
+  ~CurrentDeviceGuard() {
+    int now = -1;
+    if (saved_ && cudaGetDevice(&now) == cudaSuccess && now != device_) {
+      const cudaError_t error = cudaSetDevice(device_);
+      if (error != cudaSuccess) {
+        spdlog::error("ucudnn: cannot make device {} current again: {}", device_,
+                      cudaGetErrorString(error));
+      }
+    }
+  }
+  CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
+  CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
+
+ private:
+  int device_ = 0;
+  bool saved_ = false;
+};
+
+// Contribution's backend: a cuDNN handle and a stream of the library's own on the job's device
+// (never the caller's handle or stream), made after the device went idle, so that the benchmarks
+// measure the GPU alone and not the training step's kernels beside them.
+Result<std::unique_ptr<ConvBackend>> MakeContributionBackend(int device) {
+  cudaError_t error = cudaSetDevice(device);
+  if (error == cudaSuccess) error = cudaDeviceSynchronize();
+  if (error != cudaSuccess) {
+    return Unavailable(std::string("waiting for the device to be idle: ") +
+                       cudaGetErrorString(error));
+  }
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<CudnnBackend> backend, CudnnBackend::Create(device));
+  return std::unique_ptr<ConvBackend>(std::move(backend));
+}
+
+// The C++ API's exception boundary: nothing the library throws (std::bad_alloc when registering a
+// kernel, say) reaches the framework. Statuses: std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED,
+// anything else CUDNN_STATUS_INTERNAL_ERROR, logged with the function's name.
+template <typename Body>
+cudnnStatus_t GuardStatus(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    spdlog::error("ucudnn: {}: out of host memory", function);
+    return CUDNN_STATUS_ALLOC_FAILED;
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+  }
+  return CUDNN_STATUS_INTERNAL_ERROR;
+}
+
+// The same for functions without a status: `on_error` is the answer.
+template <typename T, typename Body>
+T Guard(const char* function, T on_error, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+  }
+  return on_error;
+}
+
+ConvOp ToConvOp(Handle::ConvolutionKernel::Op op) {
+  switch (op) {
+    case Handle::ConvolutionKernel::Op::kBackwardData:
+      return ConvOp::kBackwardData;
+    case Handle::ConvolutionKernel::Op::kBackwardFilter:
+      return ConvOp::kBackwardFilter;
+    case Handle::ConvolutionKernel::Op::kForward:
+      break;
+  }
+  return ConvOp::kForward;
+}
+
 }  // namespace
 
 struct Handle::Impl {
   ClientConfig config;
   std::unique_ptr<CudnnBackend> backend;
+  // Destroyed after the session, whose plan entries hold the runners it made.
+  std::unique_ptr<client::CudnnPlanBinder> binder;
   std::unique_ptr<client::Session> session;  // null: every call passes through
   std::atomic<uint64_t> passthrough_calls{0};
   std::atomic<bool> unmodelled_warned{false};
@@ -183,15 +272,28 @@ struct Handle::Impl {
     const float a = *static_cast<const float*>(alpha);
     const float b = *static_cast<const float*>(beta);
     CudnnUndividedRunner runner(cudnn, op, input, filter, conv, output, alpha, beta, operands);
-    const Status status = session->Execute(parsed.problem, parsed.batch, operands, workspace,
-                                           workspace_bytes, a, b, &runner);
-    if (runner.ran()) return runner.status();
-    return ToCudnnStatus(status);
+    return GuardStatus("convolution", [&] {
+      const Status status = session->Execute(parsed.problem, parsed.batch, operands, workspace,
+                                             workspace_bytes, a, b, &runner);
+      if (runner.ran()) return runner.status();
+      return ToCudnnStatus(status);
+    });
   }
 
-  // The workspace to ask the framework for, and the kernel declared to the session.
+  // The workspace to ask the framework for, and the kernel declared to the session. cuDNN's
+  // own answer stands when anything goes wrong here.
   void Declare(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
                cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output, size_t* size) {
+    const size_t cudnn_answer = *size;
+    const bool declared = Guard("workspace query", false, [&] {
+      DeclareUnguarded(op, input, filter, conv, output, size);
+      return true;
+    });
+    if (!declared) *size = cudnn_answer;
+  }
+  void DeclareUnguarded(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
+                        cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output,
+                        size_t* size) {
     if (session == nullptr) return;
     ParsedConvolution parsed;
     const char* why = "";
@@ -223,7 +325,20 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
     return;
   }
   impl_->backend = std::move(*backend);
-  impl_->session = client::Session::Create(*impl_->backend, config);
+  const bool started = Guard("Handle", false, [&] {
+    impl_->binder = std::make_unique<client::CudnnPlanBinder>(cudnn);
+    client::SessionHooks hooks;
+    hooks.binder = impl_->binder.get();
+    hooks.contribution_backend = [device = impl_->backend->device_index()] {
+      return MakeContributionBackend(device);
+    };
+    impl_->session = client::Session::Create(*impl_->backend, config, nullptr, std::move(hooks));
+    return true;
+  });
+  if (!started) {
+    spdlog::warn("ucudnn: cannot start; convolutions go to cuDNN unchanged");
+    impl_->session.reset();
+  }
 }
 
 Handle::~Handle() = default;
@@ -347,25 +462,92 @@ cudnnStatus_t Handle::GetConvolutionBackwardFilterWorkspaceSize(
 }
 
 void Handle::Prepare() {
-  if (impl_ != nullptr && impl_->session != nullptr) impl_->session->Prepare();
+  if (impl_ == nullptr || impl_->session == nullptr) return;
+  CurrentDeviceGuard device;
+  Guard("Prepare", false, [&] {
+    impl_->session->Prepare();
+    return true;
+  });
+}
+
+cudnnStatus_t Handle::Prepare(const ConvolutionKernel* kernels, size_t count) {
+  return GuardStatus("Prepare", [&] { return PrepareKernels(kernels, count); });
+}
+
+cudnnStatus_t Handle::PrepareKernels(const ConvolutionKernel* kernels, size_t count) {
+  if (kernels == nullptr && count > 0) return CUDNN_STATUS_BAD_PARAM;
+  for (size_t i = 0; i < count; ++i) {
+    const ConvolutionKernel& k = kernels[i];
+    if (k.xDesc == nullptr || k.wDesc == nullptr || k.convDesc == nullptr || k.yDesc == nullptr) {
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  if (impl_ == nullptr || impl_->session == nullptr) return CUDNN_STATUS_SUCCESS;
+  client::Session& session = *impl_->session;
+  for (size_t i = 0; i < count; ++i) {
+    const ConvolutionKernel& k = kernels[i];
+    ParsedConvolution parsed;
+    const char* why = "";
+    if (!client::ParseConvolution(ToConvOp(k.op), k.xDesc, k.wDesc, k.convDesc, k.yDesc, &parsed,
+                                  &why)) {
+      impl_->NoteUnmodelled(why);  // its calls will go to cuDNN unchanged
+      continue;
+    }
+    uint64_t limit = k.workspaceSizeInBytes;
+    if (session.workspace_mode() == WorkspaceMode::kPerKernel) {
+      if (limit == 0) limit = impl_->config.workspace_bytes;
+      // No limit known yet: the kernel's first call gives it.
+      if (limit == 0) continue;
+    }
+    session.Declare(parsed.problem, parsed.batch, limit, k.name != nullptr ? k.name : "");
+  }
+  CurrentDeviceGuard device;
+  session.Prepare();
+  return CUDNN_STATUS_SUCCESS;
 }
 
 bool Handle::WaitForPlans(int64_t timeout_ms) {
   if (impl_ == nullptr || impl_->session == nullptr) return true;
-  return impl_->session->WaitForPlans(std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+  CurrentDeviceGuard device;
+  return Guard("WaitForPlans", false, [&] {
+    return impl_->session->WaitForPlans(
+        std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+  });
+}
+
+cudnnStatus_t Handle::Contribute(int* problems_submitted) {
+  if (problems_submitted != nullptr) *problems_submitted = 0;
+  return GuardStatus("Contribute", [&] { return ContributeUnguarded(problems_submitted); });
+}
+
+cudnnStatus_t Handle::ContributeUnguarded(int* problems_submitted) {
+  if (impl_ == nullptr || impl_->session == nullptr) return CUDNN_STATUS_SUCCESS;
+  client::Session& session = *impl_->session;
+  if (!session.contribution_enabled()) return CUDNN_STATUS_SUCCESS;
+  CurrentDeviceGuard device;
+  // The answers still on their way first: they say what is missing.
+  (void)session.WaitForAnswers(std::chrono::steady_clock::now() +
+                               std::chrono::milliseconds(impl_->config.deadline_ms) +
+                               std::chrono::seconds(1));
+  Result<int> submitted = session.Contribute();
+  if (!submitted.ok()) return CUDNN_STATUS_EXECUTION_FAILED;
+  if (problems_submitted != nullptr) *problems_submitted = *submitted;
+  return CUDNN_STATUS_SUCCESS;
 }
 
 ClientStats Handle::Stats() const {
   if (impl_ == nullptr) return ClientStats{};
   ClientStats stats;
-  if (impl_->session != nullptr) stats = impl_->session->Stats();
+  if (impl_->session != nullptr) {
+    stats = Guard("Stats", ClientStats{}, [&] { return impl_->session->Stats(); });
+  }
   stats.passthrough_calls += impl_->passthrough_calls.load(std::memory_order_relaxed);
   return stats;
 }
 
 std::vector<KernelReport> Handle::Kernels() const {
   if (impl_ == nullptr || impl_->session == nullptr) return {};
-  return impl_->session->Kernels();
+  return Guard("Kernels", std::vector<KernelReport>{}, [&] { return impl_->session->Kernels(); });
 }
 
 const ClientConfig& Handle::config() const {

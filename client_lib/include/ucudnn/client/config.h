@@ -35,8 +35,18 @@ struct ClientConfig {
   bool enabled = true;
   // UCUDNN_SERVER: planner address, host:port. Empty: no server (local cache and fallback only).
   std::string server;
-  // UCUDNN_TOKEN: bearer token sent as `authorization` metadata with every call.
+  // UCUDNN_TOKEN: bearer token sent as `authorization` metadata with every call. Contribution
+  // needs it (the server's TimingService refuses timings without a configured token).
   std::string token;
+  // UCUDNN_TLS=1: talk to the server over TLS (gRPC SSL credentials), verifying its certificate
+  // against ca_file, or the system's root certificates when ca_file is empty. Off (default):
+  // plaintext, for a cluster-internal network. A token sent in plaintext to a non-loopback
+  // address is warned about once.
+  bool tls = false;
+  // UCUDNN_CA_FILE: PEM file of the root certificates to verify the server with; setting it turns
+  // tls on. When it cannot be read the library talks to no server (plans from the local cache
+  // only) and says why in the log: it never falls back to plaintext.
+  std::string ca_file;
   // UCUDNN_POLICY: undivided | power_of_two | all.
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
   // UCUDNN_WORKSPACE_MODE: per_kernel | total (= total_sum) | total_shared.
@@ -52,6 +62,15 @@ struct ClientConfig {
   std::string cache_path;
   // UCUDNN_DEADLINE_MS: deadline of each call to the server, milliseconds.
   int64_t deadline_ms = 2000;
+  // UCUDNN_CONTRIBUTE=1: contribution (off by default). When the server reports kernels with
+  // missing timings and no live worker serves this device (CatalogService.ListDevices), the
+  // library benchmarks those problems on the job's own GPU, with a cuDNN handle and stream of its
+  // own on the same device, submits the timings (TimingService.SubmitTimings, with the token)
+  // and asks for the plans again. It measures only at explicit quiet points, never during
+  // training calls: inside Handle::Prepare(), Handle::WaitForPlans() and Handle::Contribute()
+  // (after waiting for the device to be idle). Needs server and token; without a token it warns
+  // and stays off.
+  bool contribute = false;
 
   // Code only.
   // UCUDNN_SERVER_WAIT_MS: how long the server may wait for missing benchmarks before answering

@@ -15,6 +15,7 @@
 //
 // Thread safety: as a cudnnHandle_t's (one thread at a time). Plans arrive on a background
 // thread and are published without locks; a call costs one hash lookup on top of cuDNN's.
+// Errors are cuDNN statuses: no function of the handle lets an exception out.
 //
 // Part of the public API (include prefix ucudnn/client/): cuDNN and standard C++ only.
 #pragma once
@@ -91,12 +92,54 @@ class Handle {
                                                           cudnnConvolutionBwdFilterAlgo_t algo,
                                                           size_t* sizeInBytes);
 
+  // One convolution of the network, described as its calls will describe it (for Prepare).
+  struct ConvolutionKernel {
+    enum class Op { kForward, kBackwardData, kBackwardFilter };
+    Op op = Op::kForward;
+    // The input-shaped tensor: x for forward and backward-filter, dx for backward-data.
+    cudnnTensorDescriptor_t xDesc = nullptr;
+    // The filter: w, or dw for backward-filter.
+    cudnnFilterDescriptor_t wDesc = nullptr;
+    cudnnConvolutionDescriptor_t convDesc = nullptr;
+    // The output-shaped tensor: y for forward, dy for the backward ops.
+    cudnnTensorDescriptor_t yDesc = nullptr;
+    // Per-kernel mode: the workspace its calls will pass, which is its limit; 0 takes
+    // ClientConfig::workspace_bytes, and when that is 0 too the kernel is planned at its first
+    // call instead. Total modes: unused (the network shares the budget).
+    size_t workspaceSizeInBytes = 0;
+    // A label for reports and logs (the framework's layer name); may be null. Copied.
+    const char* name = nullptr;
+  };
+
   // Total modes: the kernels declared so far (workspace-size queries, calls) are the whole
   // network; plan them together now instead of after ClientConfig::collect_quiet_ms.
+  // With contribution on (ClientConfig::contribute) this is a quiet point: it waits for the
+  // server's answers and benchmarks what is missing, which can take minutes.
   void Prepare();
+  // Declares `kernels` (the descriptors are read now and not kept) and plans now: in the total
+  // modes these and every kernel declared before are the network; in per-kernel mode each is
+  // asked for with its limit. Kernels whose descriptors the library does not model are skipped
+  // (their calls go to cuDNN unchanged). CUDNN_STATUS_BAD_PARAM for a null array with a count
+  // or a null descriptor; otherwise CUDNN_STATUS_SUCCESS. A quiet point like Prepare().
+  cudnnStatus_t Prepare(const ConvolutionKernel* kernels, size_t count);
+  cudnnStatus_t Prepare(const std::vector<ConvolutionKernel>& kernels) {
+    return Prepare(kernels.data(), kernels.size());
+  }
   // Blocks until no kernel waits for an answer from the server, at most `timeout_ms`; true when
-  // none waits. For tools and tests: a training step never needs it.
+  // none waits. For tools and tests: a training step never needs it. With contribution on, a
+  // quiet point: missing timings are benchmarked here (no new problem is started after the
+  // timeout) and the plans asked for again are waited for in what is left of the timeout.
   bool WaitForPlans(int64_t timeout_ms);
+  // Contribution at a quiet point the caller chooses (between epochs, after a checkpoint): with
+  // ClientConfig::contribute on, waits for the answers on their way, then, when the server lacks
+  // timings for some kernels and no live worker serves this GPU model, waits for the device to
+  // be idle, benchmarks those problems with the library's own cuDNN handle and stream on the same
+  // device, submits the timings with the token and asks for the plans again. Blocks while it
+  // measures (seconds per problem). `problems_submitted` (may be null) gets the number of
+  // problems submitted. CUDNN_STATUS_SUCCESS also when there was nothing to do or contribution
+  // is off; CUDNN_STATUS_EXECUTION_FAILED when the server could not be asked or no backend
+  // could be made (the log says why). The calling thread's current device is left as it was.
+  cudnnStatus_t Contribute(int* problems_submitted = nullptr);
 
   ClientStats Stats() const;
   std::vector<KernelReport> Kernels() const;
@@ -106,6 +149,8 @@ class Handle {
 
  private:
   struct Impl;
+  cudnnStatus_t PrepareKernels(const ConvolutionKernel* kernels, size_t count);
+  cudnnStatus_t ContributeUnguarded(int* problems_submitted);
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<Impl> impl_;
 };

@@ -28,6 +28,16 @@ struct ClientStats {
   uint64_t plan_request_failures = 0;  // of those, failed (down, deadline, error answer)
   uint64_t plans_received = 0;         // kernel plans taken from the server's answers
   uint64_t plans_from_cache = 0;       // kernel plans taken from the local cache file
+  // Plans that failed while running here (cuDNN declining a planned algorithm, say): each is
+  // dropped, logged once, and its kernel runs undivided from then on.
+  uint64_t failed_plans = 0;
+  // Calls whose plan failed while running, completed by the fallback (also in fallback_calls).
+  uint64_t recovered_calls = 0;
+  // Contribution (ClientConfig::contribute): problems benchmarked here and submitted, timings
+  // submitted, and benchmark or submission attempts that failed.
+  uint64_t contributed_problems = 0;
+  uint64_t contributed_timings = 0;
+  uint64_t contribution_failures = 0;
 };
 
 // One kernel as the library sees it.
@@ -38,6 +48,7 @@ struct KernelReport {
     kMissing,     // the server lacks timings and is benchmarking; asked again later
     kInfeasible,  // no configuration fits the workspace; runs undivided
     kNoServer,    // no server configured and nothing cached; runs undivided
+    kPlanFailed,  // its plan failed while running here; runs undivided
   };
   std::string name;     // the framework's label when it gave one, else "<op> <shape>"
   std::string problem;  // canonical key of the convolution (batch excluded)

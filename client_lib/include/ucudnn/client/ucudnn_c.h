@@ -37,7 +37,34 @@ typedef struct ucudnnStats {
   uint64_t plan_request_failures;
   uint64_t plans_received;
   uint64_t plans_from_cache;
+  uint64_t failed_plans;
+  uint64_t recovered_calls;
+  uint64_t contributed_problems;
+  uint64_t contributed_timings;
+  uint64_t contribution_failures;
 } ucudnnStats_t;
+
+/* Which convolution a kernel of ucudnnPrepareKernels computes. */
+typedef enum {
+  UCUDNN_CONVOLUTION_FORWARD = 0,
+  UCUDNN_CONVOLUTION_BACKWARD_DATA = 1,
+  UCUDNN_CONVOLUTION_BACKWARD_FILTER = 2
+} ucudnnConvolutionOp_t;
+
+/* One convolution of the network, as ucudnn::Handle::ConvolutionKernel: xDesc is the
+ * input-shaped tensor (x, or dx for backward-data), wDesc the filter (w or dw), yDesc the
+ * output-shaped tensor (y, or dy for the backward ops). workspaceSizeInBytes: per-kernel mode,
+ * the workspace its calls will pass (0: UCUDNN_WORKSPACE_BYTES; both 0: planned at its first
+ * call); unused in the total modes. name: a label for reports, may be NULL. */
+typedef struct ucudnnKernel {
+  ucudnnConvolutionOp_t op;
+  cudnnTensorDescriptor_t xDesc;
+  cudnnFilterDescriptor_t wDesc;
+  cudnnConvolutionDescriptor_t convDesc;
+  cudnnTensorDescriptor_t yDesc;
+  size_t workspaceSizeInBytes;
+  const char* name;
+} ucudnnKernel_t;
 
 /* Wraps `cudnn` (kept alive by the caller until ucudnnDestroy), configured from the
  * environment. */
@@ -87,11 +114,26 @@ cudnnStatus_t ucudnnGetConvolutionBackwardFilterWorkspaceSize(
     cudnnConvolutionDescriptor_t convDesc, cudnnFilterDescriptor_t dwDesc,
     cudnnConvolutionBwdFilterAlgo_t algo, size_t* sizeInBytes);
 
-/* Total modes: plan the kernels declared so far together, now. */
+/* Total modes: plan the kernels declared so far together, now. With UCUDNN_CONTRIBUTE=1 a quiet
+ * point (see ucudnnContribute). */
 cudnnStatus_t ucudnnPrepare(ucudnnHandle_t handle);
+/* Declares `count` kernels (descriptors read now, not kept) and plans now, as
+ * ucudnn::Handle::Prepare(kernels): kernels whose descriptors the library does not model are
+ * skipped. CUDNN_STATUS_BAD_PARAM for a null handle, a NULL array with count > 0, a null
+ * descriptor or an unknown op. */
+cudnnStatus_t ucudnnPrepareKernels(ucudnnHandle_t handle, const ucudnnKernel_t* kernels,
+                                   size_t count);
 /* Waits up to timeout_ms for every kernel's answer from the server; CUDNN_STATUS_SUCCESS when
- * none is still waiting, CUDNN_STATUS_EXECUTION_FAILED on timeout. Not for training steps. */
+ * none is still waiting, CUDNN_STATUS_EXECUTION_FAILED on timeout. Not for training steps. With
+ * UCUDNN_CONTRIBUTE=1 a quiet point (see ucudnnContribute). */
 cudnnStatus_t ucudnnWaitForPlans(ucudnnHandle_t handle, int64_t timeout_ms);
+/* Contribution at a quiet point the caller chooses (UCUDNN_CONTRIBUTE=1 and UCUDNN_TOKEN): when
+ * the server lacks timings for some kernels and no live worker serves this GPU model, waits for
+ * the device to be idle, benchmarks them with the library's own cuDNN handle and stream, submits
+ * the timings and asks for the plans again. Blocks while it measures. *problemsSubmitted (may be
+ * NULL) gets the number of problems submitted. CUDNN_STATUS_SUCCESS also when there was nothing
+ * to do; CUDNN_STATUS_EXECUTION_FAILED when the server could not be asked (see the log). */
+cudnnStatus_t ucudnnContribute(ucudnnHandle_t handle, int* problemsSubmitted);
 cudnnStatus_t ucudnnGetStats(ucudnnHandle_t handle, ucudnnStats_t* stats);
 
 #ifdef __cplusplus
