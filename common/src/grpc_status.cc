@@ -25,6 +25,9 @@ grpc::StatusCode ToGrpcCode(StatusCode code) {
     case StatusCode::kUnauthenticated:
       return grpc::StatusCode::UNAUTHENTICATED;
     case StatusCode::kInternal:
+    // gRPC has no device-lost code; it never crosses the service edge in practice (the worker
+    // handles it), and a caller cannot fix it by retrying the same process.
+    case StatusCode::kDeviceLost:
       return grpc::StatusCode::INTERNAL;
   }
   return grpc::StatusCode::UNKNOWN;

@@ -26,6 +26,8 @@ const char* StatusCodeName(StatusCode code) {
       return "UNAUTHENTICATED";
     case StatusCode::kInternal:
       return "INTERNAL";
+    case StatusCode::kDeviceLost:
+      return "DEVICE_LOST";
   }
   return "UNKNOWN";
 }

@@ -191,7 +191,7 @@ std::unique_ptr<v1::TimingService::Stub> ServerProcess::Timings() const {
 // ---- WorkerProcess ----------------------------------------------------------------------------
 
 std::vector<std::string> FastBenchmarkFlags() {
-  return {"--warmup-runs", "0", "--min-runs", "1", "--max-runs", "2", "--config-budget-ms", "20"};
+  return {"--warmup-runs", "1", "--min-runs", "1", "--max-runs", "2", "--config-budget-ms", "20"};
 }
 
 Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::string& database_url,

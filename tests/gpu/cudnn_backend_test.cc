@@ -3,6 +3,9 @@
 // descriptor cache do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "cuda_check.h"
 #include "gpu/gpu_test_util.h"
 #include "ucudnn/core/cudnn_backend.h"
@@ -36,10 +39,44 @@ TEST(CudaCheckTest, CudaErrorsMapToWhatTheyMean) {
   EXPECT_EQ(oom.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(oom.message().find("cudaErrorMemoryAllocation"), std::string::npos) << oom.message();
   EXPECT_EQ(UCUDNN_GPU_STATUS(cudaErrorNoDevice).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(UCUDNN_GPU_STATUS(cudaErrorIllegalAddress).code(), StatusCode::kInternal);
+  // Errors after which the context is unusable: the device is lost to this process.
+  for (cudaError_t sticky :
+       {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorECCUncorrectable, cudaErrorAssert,
+        cudaErrorMisalignedAddress, cudaErrorIllegalInstruction, cudaErrorHardwareStackError}) {
+    EXPECT_EQ(UCUDNN_GPU_STATUS(sticky).code(), StatusCode::kDeviceLost)
+        << cudaGetErrorName(sticky);
+    EXPECT_TRUE(gpu::IsStickyError(sticky));
+  }
+  // Errors of one call, not of the device.
+  for (cudaError_t plain :
+       {cudaErrorLaunchOutOfResources, cudaErrorInvalidValue, cudaErrorInvalidConfiguration}) {
+    EXPECT_EQ(UCUDNN_GPU_STATUS(plain).code(), StatusCode::kInternal) << cudaGetErrorName(plain);
+    EXPECT_FALSE(gpu::IsStickyError(plain));
+  }
   EXPECT_EQ(UCUDNN_GPU_STATUS(static_cast<cudnnStatus_t>(CUDNN_STATUS_EXECUTION_FAILED)).code(),
             StatusCode::kInternal);
   EXPECT_TRUE(UCUDNN_GPU_STATUS(cudaSuccess).ok());
+}
+
+// What "cuDNN declines this configuration" is: the NOT_SUPPORTED family (shape, data type, layout,
+// padding, architecture, shared memory, launch parameters). A BAD_PARAM is never a decline
+// (inconsistent descriptors: our bug), so it is not relabelled unsupported anywhere.
+TEST(CudaCheckTest, OnlyNotSupportedStatusesAreDeclines) {
+  for (cudnnStatus_t decline :
+       {CUDNN_STATUS_NOT_SUPPORTED, CUDNN_STATUS_NOT_SUPPORTED_SHAPE,
+        CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, CUDNN_STATUS_NOT_SUPPORTED_LAYOUT,
+        CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH, CUDNN_STATUS_NOT_SUPPORTED_PADDING,
+        CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT}) {
+    EXPECT_EQ(UCUDNN_GPU_STATUS(decline).code(), StatusCode::kUnsupported)
+        << cudnnGetErrorString(decline);
+  }
+  for (cudnnStatus_t bug : {CUDNN_STATUS_BAD_PARAM, CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
+                            CUDNN_STATUS_BAD_PARAM_NULL_POINTER, CUDNN_STATUS_INTERNAL_ERROR}) {
+    EXPECT_EQ(UCUDNN_GPU_STATUS(bug).code(), StatusCode::kInternal) << cudnnGetErrorString(bug);
+  }
+  // The installation, not the configuration.
+  EXPECT_EQ(UCUDNN_GPU_STATUS(CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE).code(),
+            StatusCode::kUnavailable);
 }
 
 TEST(CudaCheckTest, LongCallsAreShortened) {
@@ -176,6 +213,56 @@ TEST_F(CudnnBackendTest, TimeRunsReturnsOnePositiveTimePerRun) {
   ASSERT_EQ(times->size(), 4u);
   for (double t : *times) EXPECT_GT(t, 0.0);
   EXPECT_EQ(b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudnnBackendTest, ASoundDeviceIsHealthy) {
+  EXPECT_TRUE(gpu()->Healthy().ok()) << gpu()->Healthy().ToString();
+  // A caller's handle: its stream only.
+  cudnnHandle_t handle = nullptr;
+  ASSERT_EQ(cudnnCreate(&handle), CUDNN_STATUS_SUCCESS);
+  {
+    Result<std::unique_ptr<CudnnBackend>> wrapped = CudnnBackend::Wrap(handle);
+    ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+    EXPECT_TRUE((*wrapped)->Healthy().ok());
+  }
+  EXPECT_EQ(cudnnDestroy(handle), CUDNN_STATUS_SUCCESS);
+}
+
+// A kernel of a few microseconds, timed one run per event pair, includes the host's time to issue
+// each cuDNN call (the device waits for it between the events); groups queued behind the stream
+// gate run back to back, so their mean per run is the device's time, never more.
+TEST_F(CudnnBackendTest, GroupedTimingOfShortRunsLeavesOutHostTime) {
+  ConvProblem p = MakeConv(8, 8, 8, 3, 1, 1);
+  const int64_t batch = 1;
+  ConvBackend& b = *gpu();
+  auto x = b.Allocate(batch * p.input_elements_per_sample() * 4);
+  auto y = b.Allocate(batch * p.output_elements_per_sample() * 4);
+  auto w = b.Allocate(p.filter_elements() * 4);
+  ASSERT_TRUE(x.ok() && y.ok() && w.ok());
+  ASSERT_TRUE(
+      FillRandom(b, (*x)->data(), batch * p.input_elements_per_sample(), p.data_type, 1).ok());
+  ASSERT_TRUE(FillRandom(b, (*w)->data(), p.filter_elements(), p.data_type, 2).ok());
+  ConvOperands ops{.x = (*x)->data(), .w = (*w)->data(), .y = (*y)->data()};
+  const int algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  Result<std::vector<double>> single = b.TimeRunGroups(p, batch, algo, ops, nullptr, 0, 3, 21, 1);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  ASSERT_EQ(single->size(), 21u);
+  // More samples than one gate holds (64 runs): several gates in one call.
+  Result<std::vector<double>> grouped = b.TimeRunGroups(p, batch, algo, ops, nullptr, 0, 1, 21, 16);
+  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  ASSERT_EQ(grouped->size(), 21u);
+  for (double t : *grouped) EXPECT_GT(t, 0.0);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double one = median(*single);
+  const double per_run = median(*grouped);
+  std::printf("  %s: %.2f us per run timed alone, %.2f us per run in groups of 16\n",
+              Describe(p, batch).c_str(), one * 1000.0, per_run * 1000.0);
+  EXPECT_LE(per_run, one * 1.10);
+  EXPECT_EQ(b.TimeRunGroups(p, batch, algo, ops, nullptr, 0, 0, 1, 0).status().code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -18,15 +18,21 @@ struct Precision {
   DataType data_type;
   Layout layout;
   MathMode math;
-  bool require_one_algorithm;  // cuDNN must run at least one algorithm of every op
 };
 
-// fp32 NCHW as the frameworks' default; fp16 NHWC with fp32 accumulation on tensor cores (the
-// mixed-precision training setup); bf16 NHWC where cuDNN offers it (not required).
+// Every (data type, layout, math) the legacy API takes with fp32 accumulation: fp32 NCHW as the
+// frameworks' default, and with FMA math (strict fp32: what PyTorch asks for with TF32 off);
+// fp32 NHWC (channels-last fp32); fp16 NHWC and NCHW with fp32 accumulation on tensor cores (the
+// mixed-precision training setups, channels-last and channels-first); bf16 NHWC (cuDNN's
+// PSEUDO_BFLOAT16 configuration, compute capability 8.0 and newer). Each must run at least one
+// algorithm (MustRunOne).
 constexpr Precision kPrecisions[] = {
-    {"fp32_nchw_default", DataType::kFloat32, Layout::kNCHW, MathMode::kDefault, true},
-    {"fp16_nhwc_tensor_op", DataType::kFloat16, Layout::kNHWC, MathMode::kTensorOp, true},
-    {"bf16_nhwc_tensor_op", DataType::kBFloat16, Layout::kNHWC, MathMode::kTensorOp, false},
+    {"fp32_nchw_default", DataType::kFloat32, Layout::kNCHW, MathMode::kDefault},
+    {"fp32_nchw_fma", DataType::kFloat32, Layout::kNCHW, MathMode::kFma},
+    {"fp32_nhwc_default", DataType::kFloat32, Layout::kNHWC, MathMode::kDefault},
+    {"fp16_nhwc_tensor_op", DataType::kFloat16, Layout::kNHWC, MathMode::kTensorOp},
+    {"fp16_nchw_tensor_op", DataType::kFloat16, Layout::kNCHW, MathMode::kTensorOp},
+    {"bf16_nhwc_tensor_op", DataType::kBFloat16, Layout::kNHWC, MathMode::kTensorOp},
 };
 
 bool IsTransformAlgorithm(const std::string& name) {
@@ -51,7 +57,10 @@ bool Tf32Possible(const ConvBackend& gpu) {
 //    amplifying the error by 10-100x: bound 1e-3.
 //  - fp32 with TF32 allowed: inputs rounded (or truncated) to 10 mantissa bits, about 1e-3
 //    relative per product, systematic when truncated: bound 3e-3; 1e-2 for the transform
-//    algorithms, whose amplification applies to that larger rounding.
+//    algorithms, whose amplification applies to that larger rounding. Default math allows TF32
+//    on compute capability 8.0 and newer unless NVIDIA_TF32_OVERRIDE=0; tensor-op math always
+//    does; FMA math never does (it is restricted to FMA instructions), so fp32 with FMA math is
+//    held to the strict fp32 bounds above in every environment.
 //  - fp16 with fp32 accumulation: the output rounded to fp16 (2^-11): bound 1e-2; 2e-2 for the
 //    transform algorithms, which may keep fp16 intermediate tiles.
 //  - bf16 (8 mantissa bits, inputs rounded to bf16 too): bound 3e-2.
@@ -68,17 +77,21 @@ double Tolerance(const Precision& prec, const std::string& algo, bool tf32, int6
     case DataType::kFloat32:
       break;
   }
-  if (tf32 || prec.math != MathMode::kDefault) return transform ? 1e-2 : 3e-3;
+  const bool tf32_math = prec.math == MathMode::kTensorOp ||
+                         prec.math == MathMode::kTensorOpAllowConversion ||
+                         (prec.math == MathMode::kDefault && tf32);
+  if (tf32_math) return transform ? 1e-2 : 3e-3;
   const bool large_winograd = algo.find("WINOGRAD") != std::string::npos && filter > 3;
   if (large_winograd) return 5e-3;
   return transform ? 1e-3 : 1e-4;
 }
 
-// Grouped, depthwise and dilated shapes in fp16 may have no legacy algorithm at all: a cuDNN
-// limitation, reported but not a failure. Everything else must run somewhere.
+// At least one algorithm must run for every precision of the matrix on every dense, undilated
+// shape (an implicit-GEMM algorithm supports each of these configurations), and in fp32 NCHW on
+// every shape. Grouped, depthwise and dilated shapes in the other precisions and layouts may have
+// no legacy algorithm at all: a cuDNN limitation, reported but not a failure.
 bool MustRunOne(const Precision& prec, const ConvProblem& p) {
-  if (!prec.require_one_algorithm) return false;
-  if (prec.data_type == DataType::kFloat32) return true;
+  if (prec.data_type == DataType::kFloat32 && prec.layout == Layout::kNCHW) return true;
   return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1;
 }
 

@@ -118,7 +118,9 @@ TEST_P(CpuEngineTest, Fp16IsRecordedUnsupportedNotSkipped) {
   }
 }
 
-TEST_P(CpuEngineTest, WorkspaceAboveCapIsUnsupportedWithReason) {
+// This worker's cap, not the backend's verdict: recorded failed with a "worker limit" reason, so
+// no client takes it for a fact about the device (the planner chooses neither).
+TEST_P(CpuEngineTest, WorkspaceAboveCapIsAWorkerLimitNotUnsupported) {
   CpuBackend cpu;
   const ConvProblem p = SmallProblem(GetParam());
   BenchmarkOptions options = QuickOptions();
@@ -133,8 +135,9 @@ TEST_P(CpuEngineTest, WorkspaceAboveCapIsUnsupportedWithReason) {
       EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
       ++ok;
     } else {
-      EXPECT_EQ(t.status, TimingStatus::kUnsupported);
-      EXPECT_NE(t.error.find("exceeds cap"), std::string::npos) << t.error;
+      EXPECT_EQ(t.status, TimingStatus::kFailed);
+      EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
+      EXPECT_NE(t.error.find("over this worker's cap"), std::string::npos) << t.error;
       EXPECT_EQ(t.workspace_bytes, *ws);
       ++capped;
     }
@@ -149,6 +152,22 @@ INSTANTIATE_TEST_SUITE_P(Ops, CpuEngineTest,
                          [](const ::testing::TestParamInfo<ConvOp>& info) {
                            return std::string(ToString(info.param));
                          });
+
+// Every math mode, fma included, is a problem the CPU backend computes in fp32.
+TEST(CpuEngineArgsTest, EveryMathModeRunsOnTheCpu) {
+  CpuBackend cpu;
+  for (MathMode math : {MathMode::kDefault, MathMode::kTensorOp, MathMode::kTensorOpAllowConversion,
+                        MathMode::kFma}) {
+    ConvProblem p = SmallProblem(ConvOp::kForward);
+    p.math = math;
+    Result<TimingTable> table =
+        BenchmarkProblem(cpu, p, 2, BatchPolicy::kPowerOfTwo, QuickOptions());
+    ASSERT_TRUE(table.ok()) << ToString(math) << ": " << table.status().ToString();
+    for (const Timing& t : table->entries) {
+      EXPECT_EQ(t.status, TimingStatus::kOk) << ToString(math) << ": " << t.error;
+    }
+  }
+}
 
 TEST(CpuEngineArgsTest, CancelStopsTheBenchmark) {
   CpuBackend cpu;
@@ -202,6 +221,41 @@ TEST_F(GpuEngineTest, ProducesACompleteTableForOneProblem) {
   for (int64_t size : sizes) EXPECT_GE(ok_per_size[size], 2) << "micro-batch " << size;
 }
 
+// The mixed-precision training setup (fp16 NHWC, fp32 accumulation, tensor cores) for the three
+// ops: a complete table with nothing failed, and at least one algorithm measured at every size.
+TEST_F(GpuEngineTest, Fp16NhwcTablesAreCompleteForEveryOp) {
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    ConvProblem p = MakeConv(128, 28, 128, 3, 1, 1);  // ResNet-50 layer 2, 3x3
+    p.op = op;
+    p.data_type = DataType::kFloat16;
+    p.compute_type = DataType::kFloat32;
+    p.layout = Layout::kNHWC;
+    p.math = MathMode::kTensorOp;
+    const BenchmarkOptions options = QuickOptions();
+    Result<TimingTable> table = BenchmarkProblem(*gpu(), p, 32, BatchPolicy::kPowerOfTwo, options);
+    ASSERT_TRUE(table.ok()) << ToString(op) << ": " << table.status().ToString();
+    const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 32);
+    ExpectComplete(*table, sizes, gpu()->Algorithms(p.op));
+    std::map<int64_t, int> ok_per_size;
+    for (const Timing& t : table->entries) {
+      SCOPED_TRACE(std::string(ToString(op)) + " b=" + std::to_string(t.micro_batch) +
+                   " algo=" + std::to_string(t.algo));
+      EXPECT_NE(t.status, TimingStatus::kFailed) << t.error;
+      if (t.status != TimingStatus::kOk) continue;
+      ++ok_per_size[t.micro_batch];
+      EXPECT_GT(t.time_ms, 0.0);
+      EXPECT_GE(t.samples, 1);
+      std::printf("  %s b=%-3lld algo=%d %.4f ms (iqr %.4f, n=%d) ws=%llu\n",
+                  std::string(ToString(op)).c_str(), static_cast<long long>(t.micro_batch), t.algo,
+                  t.time_ms, t.spread_ms, t.samples,
+                  static_cast<unsigned long long>(t.workspace_bytes));
+    }
+    for (int64_t size : sizes) {
+      EXPECT_GE(ok_per_size[size], 1) << ToString(op) << " micro-batch " << size;
+    }
+  }
+}
+
 TEST_F(GpuEngineTest, WorkspaceQueriesAgreeWithTheCap) {
   for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
     ConvProblem p = MakeConv(64, 28, 64, 3, 1, 1);
@@ -221,10 +275,12 @@ TEST_F(GpuEngineTest, WorkspaceQueriesAgreeWithTheCap) {
       }
       EXPECT_EQ(t.workspace_bytes, *ws);  // the same answer as a direct query, every time
       if (*ws > options.workspace_cap_bytes) {
-        EXPECT_EQ(t.status, TimingStatus::kUnsupported);
-        EXPECT_NE(t.error.find("exceeds cap"), std::string::npos) << t.error;
+        EXPECT_EQ(t.status, TimingStatus::kFailed);
+        EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
       } else if (t.status == TimingStatus::kOk) {
         ++ok;
+      } else {
+        EXPECT_EQ(t.status, TimingStatus::kUnsupported) << t.error;  // declined at run time
       }
     }
     EXPECT_GT(ok, 0) << ToString(op) << ": no algorithm fits 256 KiB (algorithm 0 needs none)";

@@ -234,6 +234,172 @@ TEST_F(WorkerDaemonTest, BenchmarkErrorsAreRecordedUntilTheJobFails) {
   EXPECT_TRUE(records->empty());
 }
 
+// A sticky CUDA error mid-table: the job goes back to the queue untouched (no timing written,
+// its attempt given back), the device's thread stops, and with no device left the daemon stops by
+// itself and says why, so the process exits non-zero for its supervisor to restart it.
+TEST_F(WorkerDaemonTest, ALostDeviceReleasesItsJobAndStopsTheWorker) {
+  auto flaky = std::make_unique<RenamedCpuBackend>("flaky gpu");
+  flaky->LoseDeviceAfterRuns(5);  // a few configurations into the first job
+  RenamedCpuBackend& backend = *flaky;
+  const DeviceFingerprint device = flaky->fingerprint();
+  std::vector<BenchmarkDevice> devices;
+  devices.push_back({"gpu0", std::move(flaky)});
+  const EnqueuedJob first =
+      Enqueue(device, TinyProblem(ConvOp::kForward, 4), 8, BatchPolicy::kPowerOfTwo);
+  const EnqueuedJob second =
+      Enqueue(device, TinyProblem(ConvOp::kBackwardData, 4), 8, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("flaky");  // not --once: it must stop on its own
+  Daemon daemon(*store_, std::move(devices), config);
+  const Status run = daemon.Run();
+  EXPECT_EQ(run.code(), StatusCode::kDeviceLost) << run.ToString();
+  EXPECT_THAT(run.message(), HasSubstr("gpu0"));
+  EXPECT_THAT(run.message(), HasSubstr("cudaErrorIllegalAddress"));
+  EXPECT_TRUE(backend.lost());
+
+  const DaemonStats stats = daemon.stats();
+  EXPECT_EQ(stats.claimed, 1);
+  EXPECT_EQ(stats.released, 1);
+  EXPECT_EQ(stats.devices_lost, 1);
+  EXPECT_EQ(stats.completed + stats.failed + stats.abandoned, 0);
+  for (const EnqueuedJob& e : {first, second}) {
+    const store::Job job = GetJob(e.id);
+    EXPECT_EQ(job.state, store::JobState::kQueued);
+    EXPECT_EQ(job.attempts, 0);
+    EXPECT_TRUE(job.error.empty()) << job.error;
+    auto records = store_->GetTimingRecords(device, e.problem);
+    ASSERT_TRUE(records.ok()) << records.status().ToString();
+    EXPECT_TRUE(records->empty());
+  }
+
+  // A healthy worker of the same model takes the released job over.
+  std::vector<BenchmarkDevice> healthy;
+  healthy.push_back({"gpu0", std::make_unique<RenamedCpuBackend>("flaky gpu")});
+  ConvBackend& healthy_backend = *healthy[0].backend;
+  DaemonConfig again = FastConfig("healthy");
+  again.once = true;
+  Daemon replacement(*store_, std::move(healthy), again);
+  const Status rerun = replacement.Run();
+  ASSERT_TRUE(rerun.ok()) << rerun.ToString();
+  ExpectDoneOnce(first, healthy_backend, "healthy:gpu0");
+  ExpectDoneOnce(second, healthy_backend, "healthy:gpu0");
+}
+
+// A completion whose reply was lost (CheckHolder): recognised from the job and the timing rows,
+// also when it found the job widened and re-queued it with no holder.
+TEST_F(WorkerDaemonTest, RecognisesItsCommittedCompletionOfAWidenedJob) {
+  auto devices = CpuDevice();
+  ConvBackend& backend = *devices[0].backend;
+  const DeviceFingerprint device = backend.fingerprint();
+  const std::string me = "me:cpu";
+  const std::string other = "other:cpu";
+  ASSERT_TRUE(store_->RegisterWorker(me, "test-host", device).ok());
+  ASSERT_TRUE(store_->RegisterWorker(other, "test-host", device).ok());
+  const EnqueuedJob e = Enqueue(device, TinyProblem(ConvOp::kForward, 4), 2, BatchPolicy::kAll);
+  auto claimed = store_->ClaimJob(device.Hash(), me, std::chrono::seconds(60));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value()) << claimed.status().ToString();
+  const store::Job mine = **claimed;
+  auto table = BenchmarkProblem(backend, e.problem, 2, BatchPolicy::kAll, FastBenchmarkOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  auto rows = [&] {
+    auto records = store_->GetTimingRecords(device, e.problem);
+    EXPECT_TRUE(records.ok()) << records.status().ToString();
+    return records.ok() ? *records : std::vector<store::TimingRecord>{};
+  };
+  // Still held by us: nothing committed yet.
+  EXPECT_FALSE(CompletionCommitted(mine, GetJob(e.id), rows(), table->entries, me));
+
+  // Widened while we measured: our completion writes the rows and re-queues the job, unheld.
+  auto widened = store_->EnqueueJob(device, e.problem, 4, BatchPolicy::kAll);
+  ASSERT_TRUE(widened.ok() && widened->widened);
+  auto completed = store_->CompleteJob(e.id, me, table->entries);
+  ASSERT_TRUE(completed.ok()) << completed.status().ToString();
+  ASSERT_EQ(*completed, store::JobState::kQueued);
+  store::Job requeued = GetJob(e.id);
+  EXPECT_EQ(requeued.state, store::JobState::kQueued);
+  EXPECT_EQ(requeued.worker_id, "");
+  EXPECT_TRUE(CompletionCommitted(mine, requeued, rows(), table->entries, me));
+
+  // Claimed again by another worker meanwhile: still our completion.
+  auto theirs = store_->ClaimJob(device.Hash(), other, std::chrono::seconds(60));
+  ASSERT_TRUE(theirs.ok() && theirs->has_value()) << theirs.status().ToString();
+  EXPECT_TRUE(CompletionCommitted(mine, GetJob(e.id), rows(), table->entries, me));
+  // ... but not the other worker's: the rows are ours.
+  EXPECT_FALSE(CompletionCommitted(**theirs, GetJob(e.id), rows(), table->entries, other));
+  // Rows of ours older than a claim do not prove a completion of that claim.
+  store::Job later_claim = **theirs;
+  requeued.worker_id = "";
+  requeued.state = store::JobState::kQueued;
+  EXPECT_FALSE(CompletionCommitted(later_claim, requeued, rows(), table->entries, me));
+  // A plain completion: done with us as the holder.
+  store::Job done = mine;
+  done.state = store::JobState::kDone;
+  done.worker_id = me;
+  EXPECT_TRUE(CompletionCommitted(mine, done, {}, table->entries, me));
+}
+
+// A worker with a small --workspace-cap (or little free memory) re-measuring a problem leaves
+// the measurements of a worker with a larger cap in place; the rest of its table is written. The
+// same for an offline file imported over them.
+TEST_F(WorkerDaemonTest, WorkerLimitsNeverReplaceMeasurements) {
+  auto devices = CpuDevice();
+  ConvBackend& backend = *devices[0].backend;
+  const DeviceFingerprint device = backend.fingerprint();
+  const ConvProblem problem = TinyProblem(ConvOp::kForward, 4);
+  auto measured =
+      BenchmarkProblem(backend, problem, 4, BatchPolicy::kPowerOfTwo, FastBenchmarkOptions());
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  ASSERT_TRUE(store_->PutTimings(device, problem, measured->entries, "big-cap:cpu").ok());
+
+  const EnqueuedJob job = Enqueue(device, problem, 4, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("small-cap");
+  config.once = true;
+  config.benchmark.workspace_cap_bytes = 1;  // only the direct algorithm (no workspace) runs
+  Daemon daemon(*store_, std::move(devices), config);
+  ASSERT_TRUE(daemon.Run().ok());
+  EXPECT_EQ(GetJob(job.id).state, store::JobState::kDone);
+
+  auto records = store_->GetTimingRecords(device, problem);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), measured->entries.size());
+  int kept = 0, ours = 0;
+  for (const store::TimingRecord& r : *records) {
+    SCOPED_TRACE("b=" + std::to_string(r.timing.micro_batch) +
+                 " algo=" + std::to_string(r.timing.algo));
+    EXPECT_EQ(r.timing.status, TimingStatus::kOk) << r.timing.error;
+    if (r.timing.workspace_bytes > 1) {
+      EXPECT_EQ(r.measured_by, "big-cap:cpu");
+      ++kept;
+    } else {
+      EXPECT_EQ(r.measured_by, "small-cap:cpu");
+      ++ours;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(ours, 0);
+
+  // An offline file measured under the same small cap, imported over them.
+  const std::string dir = ::testing::TempDir() + "/ucudnn_limits_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  OfflineRequest request;
+  request.kernels = {{problem, 4, "conv/fwd"}};
+  request.benchmark = FastBenchmarkOptions();
+  request.benchmark.workspace_cap_bytes = 1;
+  request.output = dir + "/small_cap.csv";
+  auto offline_devices = CpuDevice();
+  ASSERT_TRUE(RunOffline(offline_devices, request).ok());
+  auto imported = ImportTimingsFileWithSummary(*store_, request.output);
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  EXPECT_EQ(imported->kept_stored, kept);
+  EXPECT_EQ(imported->rows, ours);
+  records = store_->GetTimingRecords(device, problem);
+  ASSERT_TRUE(records.ok());
+  for (const store::TimingRecord& r : *records) {
+    EXPECT_EQ(r.timing.status, TimingStatus::kOk) << r.timing.error;
+    EXPECT_EQ(r.measured_by, r.timing.workspace_bytes > 1 ? "big-cap:cpu" : "import:small_cap.csv");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(WorkerDaemonTest, CarriesOnAcrossADatabaseRestart) {
   auto devices = CpuDevice();
   ConvBackend& backend = *devices[0].backend;

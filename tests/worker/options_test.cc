@@ -115,6 +115,8 @@ TEST_F(OptionsTest, ErrorsNameTheFlag) {
       {{"--backend", "cpu"}, "--database-url"},
       {{"--database-url", "x", "--lease-seconds", "0"}, "--lease-seconds"},
       {{"--database-url", "x", "--max-attempts", "0"}, "--max-attempts"},
+      // The probe run that decides how to sample a configuration must not be its first run.
+      {{"--database-url", "x", "--warmup-runs", "0"}, "--warmup-runs"},
       {{"--database-url", "x", "--workspace-cap", "lots"}, "--workspace-cap"},
       {{"--database-url", "x", "--gpus", "0,x"}, "--gpus"},
       {{"--database-url", "x", "--backend", "cpu", "--gpus", "0"}, "--gpus"},

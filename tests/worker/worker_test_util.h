@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -70,7 +73,7 @@ inline std::vector<std::string> SlowFlags() {
 // As few runs as the engine allows: tests check bookkeeping, not timings.
 inline BenchmarkOptions FastBenchmarkOptions() {
   BenchmarkOptions o;
-  o.warmup_runs = 0;
+  o.warmup_runs = 1;
   o.min_runs = 1;
   o.max_runs = 1;
   o.config_time_budget_ms = 50;
@@ -84,6 +87,9 @@ inline size_t ExpectedTimings(ConvBackend& backend, const ConvProblem& p, int64_
 
 // The CPU backend presented under another device name, so tests can have several device
 // models (one fingerprint each) on one machine. Still backend "cpu": never presented as a GPU.
+// It can also play a GPU in trouble: allocations that fail (all of them, or those above a size,
+// as out of device memory), and a device lost after a number of runs (a sticky CUDA error: from
+// then on every call fails the way cuDNN calls do, kInternal, and only Healthy() says why).
 class RenamedCpuBackend : public ConvBackend {
  public:
   explicit RenamedCpuBackend(const std::string& name) {
@@ -98,31 +104,83 @@ class RenamedCpuBackend : public ConvBackend {
   }
   Status Run(const ConvProblem& p, int64_t batch, int algo, const ConvOperands& operands,
              void* workspace, size_t workspace_bytes, float alpha, float beta) override {
+    UCUDNN_RETURN_IF_ERROR(CountRuns(1));
     return inner_->Run(p, batch, algo, operands, workspace, workspace_bytes, alpha, beta);
   }
-  Status Synchronize() override { return inner_->Synchronize(); }
+  Status Synchronize() override {
+    if (lost_) return LostCall("cudaStreamSynchronize");
+    return inner_->Synchronize();
+  }
   Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override {
+    if (lost_) return LostCall("cudaMalloc");
     if (fail_allocations_) return ResourceExhausted("out of device memory (test)");
+    if (bytes > allocation_limit_) {
+      return ResourceExhausted("out of device memory (test): " + std::to_string(bytes) +
+                               " bytes asked, at most " + std::to_string(allocation_limit_));
+    }
     return inner_->Allocate(bytes);
   }
   // Every allocation fails from now on: a device in a bad state.
   void FailAllocations() { fail_allocations_ = true; }
+  // Allocations of more than `bytes` fail: a device with that much memory free.
+  void FailAllocationsAbove(size_t bytes) { allocation_limit_ = bytes; }
+  // The device is lost once `runs` more runs (warm-up and timed) have been issued.
+  void LoseDeviceAfterRuns(int64_t runs) { runs_left_ = runs; }
+  void LoseDeviceNow() { lost_ = true; }
+  bool lost() const { return lost_; }
+  Status Healthy() override {
+    ++health_checks_;
+    if (lost_) return DeviceLost("cudaDeviceSynchronize() failed: cudaErrorIllegalAddress (test)");
+    return Status::Ok();
+  }
+  int health_checks() const { return health_checks_; }
   Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (lost_) return LostCall("cudaMemcpyAsync");
     return inner_->CopyToDevice(dst, src, bytes);
   }
   Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (lost_) return LostCall("cudaMemcpyAsync");
     return inner_->CopyToHost(dst, src, bytes);
   }
   Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, int algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override {
+    UCUDNN_RETURN_IF_ERROR(CountRuns(warmup + runs));
     return inner_->TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup, runs);
   }
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch, int algo,
+                                            const ConvOperands& operands, void* workspace,
+                                            size_t workspace_bytes, int warmup, int samples,
+                                            int group) override {
+    largest_group_ = std::max(largest_group_, group);
+    return ConvBackend::TimeRunGroups(p, batch, algo, operands, workspace, workspace_bytes, warmup,
+                                      samples, group);
+  }
+  int largest_group() const { return largest_group_; }
 
  private:
+  static Status LostCall(const std::string& call) {
+    return Internal(call + " failed: CUDNN_STATUS_EXECUTION_FAILED (test: device lost)");
+  }
+  Status CountRuns(int64_t runs) {
+    if (lost_) return LostCall("cudnnConvolutionForward");
+    if (runs_left_ < 0) return Status::Ok();
+    runs_left_ -= runs;
+    if (runs_left_ < 0) {
+      lost_ = true;
+      return LostCall("cudnnConvolutionForward");
+    }
+    return Status::Ok();
+  }
+
   std::unique_ptr<ConvBackend> inner_;
   DeviceFingerprint fingerprint_;
   bool fail_allocations_ = false;
+  size_t allocation_limit_ = SIZE_MAX;
+  int64_t runs_left_ = -1;  // -1: never lost by counting
+  std::atomic<bool> lost_{false};
+  int health_checks_ = 0;
+  int largest_group_ = 0;
 };
 
 inline std::vector<BenchmarkDevice> CpuDevice(const std::string& slot = "cpu") {

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "ucudnn/core/dp.h"
@@ -39,7 +42,15 @@ bool Cancelled(const BenchmarkOptions& options) {
   return options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed);
 }
 
-// The operands of one problem at the largest micro-batch; smaller micro-batches use their start.
+// Bytes of the three operand tensors of `p` at micro-batch `batch`.
+uint64_t OperandBytes(const ConvProblem& p, int64_t batch) {
+  const uint64_t elements = static_cast<uint64_t>(batch * p.input_elements_per_sample()) +
+                            static_cast<uint64_t>(batch * p.output_elements_per_sample()) +
+                            static_cast<uint64_t>(p.filter_elements());
+  return elements * ElementSize(p.data_type);
+}
+
+// The operands of one problem at one micro-batch; smaller micro-batches use their start.
 struct Operands {
   std::unique_ptr<BackendBuffer> input;   // x or dx: c x h x w per sample
   std::unique_ptr<BackendBuffer> output;  // y or dy: k x out_h x out_w per sample
@@ -89,6 +100,27 @@ Result<Operands> MakeOperands(ConvBackend& backend, const ConvProblem& p, int64_
   return o;
 }
 
+// After `failure` (of a query, an allocation or a run): OK when the device is still usable, so the
+// failure belongs to the configuration; otherwise the error that ends the whole benchmark,
+// kDeviceLost when the device is gone. Without this, a sticky CUDA error (illegal address, launch
+// failure, uncorrectable ECC error) would record every later configuration as failed and the
+// table would look like a measurement.
+Status EnsureHealthy(ConvBackend& backend, const std::string& after) {
+  const Status health = backend.Healthy();
+  if (health.ok()) return Status::Ok();
+  return Status(health.code(),
+                "device unusable: " + health.message() + " (noticed after " + after + ")");
+}
+
+Status CheckDevice(ConvBackend& backend, const Status& failure) {
+  if (failure.code() == StatusCode::kDeviceLost) return failure;
+  return EnsureHealthy(backend, failure.ToString());
+}
+
+std::string WorkerLimit(const std::string& reason) {
+  return std::string(kWorkerLimitError) + reason;
+}
+
 // Failed runs say what failed; cuDNN declining at run time is the same as declining at the query.
 void RecordRunFailure(Timing& t, const Status& status) {
   t.status = status.code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
@@ -96,56 +128,67 @@ void RecordRunFailure(Timing& t, const Status& status) {
   t.error = status.ToString();
 }
 
+struct Measurement {
+  std::vector<double> samples;
+  int group = 1;  // runs per sample
+};
+
 // Samples of one configuration; see BenchmarkOptions for the policy.
-Result<std::vector<double>> Measure(ConvBackend& backend, const ConvProblem& problem, int64_t batch,
-                                    int algo, const ConvOperands& operands, void* workspace,
-                                    size_t workspace_bytes, const BenchmarkOptions& options) {
+Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, int64_t batch,
+                            int algo, const ConvOperands& operands, void* workspace,
+                            size_t workspace_bytes, const BenchmarkOptions& options) {
   const Clock::time_point start = Clock::now();
-  const auto time_runs = [&](int warmup, int runs) {
-    return backend.TimeRuns(problem, batch, algo, operands, workspace, workspace_bytes, warmup,
-                            runs);
+  const auto time_groups = [&](int warmup, int samples, int group) {
+    return backend.TimeRunGroups(problem, batch, algo, operands, workspace, workspace_bytes, warmup,
+                                 samples, group);
   };
   const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());
   };
 
-  // One probe run tells how slow the configuration is before committing to many runs.
-  const int first_warmup = std::min(options.warmup_runs, 1);
-  UCUDNN_ASSIGN_OR_RETURN(std::vector<double> probe, time_runs(first_warmup, 1));
-  int warmup_left = options.warmup_runs - first_warmup;
-  std::vector<double> samples;
-  if (warmup_left > 0) {
-    --warmup_left;  // the probe was one more warm-up
-  } else {
-    append(samples, probe);
-  }
+  // One probe run, after one warm-up (Validate guarantees warmup_runs >= 1), tells how slow the
+  // configuration is before committing to many runs.
+  UCUDNN_ASSIGN_OR_RETURN(std::vector<double> probe, time_groups(1, 1, 1));
+  int warmup_left = options.warmup_runs - 1;
   const double probe_ms = std::max(probe[0], 1e-6);
   const double budget = options.config_time_budget_ms;
+  Measurement m;
   if (probe_ms * (warmup_left + options.min_runs) > budget) {
     // Too slow for the full protocol: skip the remaining warm-ups (the probe ran after one) and
     // take what the budget allows, at least the probe itself.
     const int affordable = std::clamp(static_cast<int>(budget / probe_ms), 1, options.min_runs);
-    if (samples.empty()) append(samples, probe);
-    const int more = affordable - static_cast<int>(samples.size());
+    append(m.samples, probe);
+    const int more = affordable - 1;
     if (more > 0) {
-      UCUDNN_ASSIGN_OR_RETURN(std::vector<double> extra, time_runs(0, more));
-      append(samples, extra);
+      UCUDNN_ASSIGN_OR_RETURN(std::vector<double> extra, time_groups(0, more, 1));
+      append(m.samples, extra);
     }
-    return samples;
+    return m;
   }
-  const int first_batch = options.min_runs - static_cast<int>(samples.size());
+  if (probe_ms < options.short_run_ms) {
+    const double wanted = std::ceil(options.group_target_ms / probe_ms);
+    m.group = static_cast<int>(std::min<double>(options.max_group, std::max(2.0, wanted)));
+  }
+  if (warmup_left > 0) {
+    --warmup_left;  // the probe was one more warm-up
+  } else if (m.group == 1) {
+    append(m.samples, probe);  // it ran after the warm-ups: a sample like the others
+  }
+  // (A grouped configuration drops its probe: one run per clock pair is what grouping avoids.)
+  const int first_batch = options.min_runs - static_cast<int>(m.samples.size());
   if (first_batch > 0) {
-    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> first, time_runs(warmup_left, first_batch));
-    append(samples, first);
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> first,
+                            time_groups(warmup_left, first_batch, m.group));
+    append(m.samples, first);
   }
-  while (RelativeSpread(samples) > options.target_relative_spread &&
-         static_cast<int>(samples.size()) < options.max_runs && MsSince(start) < budget) {
+  while (RelativeSpread(m.samples) > options.target_relative_spread &&
+         static_cast<int>(m.samples.size()) < options.max_runs && MsSince(start) < budget) {
     const int chunk =
-        std::min(options.min_runs, options.max_runs - static_cast<int>(samples.size()));
-    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> extra, time_runs(0, chunk));
-    append(samples, extra);
+        std::min(options.min_runs, options.max_runs - static_cast<int>(m.samples.size()));
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> extra, time_groups(0, chunk, m.group));
+    append(m.samples, extra);
   }
-  return samples;
+  return m;
 }
 
 }  // namespace
@@ -157,8 +200,8 @@ SampleSummary Summarize(std::vector<double> samples) {
 }
 
 Status Validate(const BenchmarkOptions& o) {
-  if (o.warmup_runs < 0 || o.warmup_runs > 1000) {
-    return InvalidArgument("warmup_runs: must be in [0, 1000], got " +
+  if (o.warmup_runs < 1 || o.warmup_runs > 1000) {
+    return InvalidArgument("warmup_runs: must be in [1, 1000], got " +
                            std::to_string(o.warmup_runs));
   }
   if (o.min_runs < 1 || o.min_runs > 10000) {
@@ -174,7 +217,32 @@ Status Validate(const BenchmarkOptions& o) {
   if (!(o.config_time_budget_ms > 0)) {
     return InvalidArgument("config_time_budget_ms: must be positive");
   }
+  if (!(o.short_run_ms >= 0)) return InvalidArgument("short_run_ms: must be >= 0");
+  if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
+  if (o.max_group < 1 || o.max_group > 1024) {
+    return InvalidArgument("max_group: must be in [1, 1024], got " + std::to_string(o.max_group));
+  }
   return Status::Ok();
+}
+
+bool IsWorkerLimit(const Timing& timing) {
+  return timing.status == TimingStatus::kFailed &&
+         std::string_view(timing.error).substr(0, kWorkerLimitError.size()) == kWorkerLimitError;
+}
+
+std::vector<Timing> KeepStoredMeasurements(const std::vector<Timing>& ours,
+                                           const TimingTable& stored) {
+  std::set<std::pair<int64_t, int>> measured;
+  for (const Timing& t : stored.entries) {
+    if (t.status == TimingStatus::kOk) measured.insert({t.micro_batch, t.algo});
+  }
+  std::vector<Timing> kept;
+  kept.reserve(ours.size());
+  for (const Timing& t : ours) {
+    if (IsWorkerLimit(t) && measured.count({t.micro_batch, t.algo}) > 0) continue;
+    kept.push_back(t);
+  }
+  return kept;
 }
 
 Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& problem,
@@ -197,7 +265,7 @@ Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& pr
   TimingTable table;
   table.entries.reserve(sizes.size() * algos.size());
   std::vector<bool> runnable;
-  uint64_t largest_workspace = 0;
+  Status first_query_failure;
   for (int64_t size : sizes) {
     for (const AlgorithmInfo& algo : algos) {
       Timing t;
@@ -206,88 +274,160 @@ Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& pr
       Result<size_t> ws = backend.WorkspaceSize(problem, size, algo.id);
       bool ok = false;
       if (!ws.ok()) {
+        if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key);
         t.status = ws.status().code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
                                                                   : TimingStatus::kFailed;
         t.error = ws.status().ToString();
+        if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
+          first_query_failure = ws.status();
+        }
       } else if (*ws > options.workspace_cap_bytes) {
+        // This worker's limit, not cuDNN's verdict: kFailed with a reason that says so, never
+        // kUnsupported (see kWorkerLimitError).
         t.workspace_bytes = *ws;
-        t.status = TimingStatus::kUnsupported;
-        t.error = "workspace " + FormatBytes(*ws) + " exceeds cap " +
-                  FormatBytes(options.workspace_cap_bytes);
+        t.status = TimingStatus::kFailed;
+        t.error = WorkerLimit("workspace " + FormatBytes(*ws) + " over this worker's cap " +
+                              FormatBytes(options.workspace_cap_bytes) +
+                              " (--workspace-cap); not measured, cuDNN did not decline it");
       } else {
         t.workspace_bytes = *ws;
-        largest_workspace = std::max<uint64_t>(largest_workspace, *ws);
         ok = true;
       }
       table.entries.push_back(std::move(t));
       runnable.push_back(ok);
     }
   }
-  const bool any_runnable = std::find(runnable.begin(), runnable.end(), true) != runnable.end();
+  if (!first_query_failure.ok()) {
+    UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, first_query_failure).WithContext(key));
+  }
+  const auto any_runnable = [&runnable] {
+    return std::find(runnable.begin(), runnable.end(), true) != runnable.end();
+  };
 
-  // 2. Operands once, at the largest micro-batch, and one workspace for all configurations. When
-  // the largest workspace cannot be had, the configurations needing it fail and the next
-  // smaller size is tried.
+  // 2. Operands once, at the largest micro-batch that can be allocated: when the largest does not
+  // fit in this device's free memory, the next smaller size is tried, and only the micro-batches
+  // above the one allocated are recorded as failed (this worker's limit). Operands that fit
+  // nowhere, even at the smallest size, fail the whole call.
   Operands operands;
-  std::unique_ptr<BackendBuffer> workspace;
-  if (any_runnable) {
-    UCUDNN_ASSIGN_OR_RETURN(operands, MakeOperands(backend, problem, sizes.back(), options.seed));
-    while (true) {
-      Result<std::unique_ptr<BackendBuffer>> buffer = backend.Allocate(largest_workspace);
-      if (buffer.ok()) {
-        workspace = std::move(*buffer);
+  if (any_runnable()) {
+    std::set<int64_t, std::greater<>> candidates;  // micro-batches with a runnable configuration
+    for (size_t i = 0; i < table.entries.size(); ++i) {
+      if (runnable[i]) candidates.insert(table.entries[i].micro_batch);
+    }
+    int64_t allocated = 0;
+    Status oom;
+    for (int64_t batch : candidates) {
+      Result<Operands> made = MakeOperands(backend, problem, batch, options.seed);
+      if (made.ok()) {
+        operands = std::move(made).value();
+        allocated = batch;
         break;
       }
-      uint64_t next = 0;
-      for (size_t i = 0; i < table.entries.size(); ++i) {
-        if (!runnable[i]) continue;
-        Timing& t = table.entries[i];
-        if (t.workspace_bytes >= largest_workspace) {
-          runnable[i] = false;
-          t.status = TimingStatus::kFailed;
-          t.error = buffer.status().ToString();
-        } else {
-          next = std::max<uint64_t>(next, t.workspace_bytes);
-        }
+      if (made.status().code() != StatusCode::kResourceExhausted) {
+        return made.status().WithContext(key + ": operands of micro-batch " +
+                                         std::to_string(batch));
       }
-      if (std::find(runnable.begin(), runnable.end(), true) == runnable.end()) break;
-      largest_workspace = next;
+      spdlog::warn("benchmark {}: operands of micro-batch {} ({}) do not fit on {}: {}", key, batch,
+                   FormatBytes(OperandBytes(problem, batch)), backend.fingerprint().name,
+                   made.status().ToString());
+      oom = made.status();
+    }
+    if (allocated == 0) {
+      const int64_t smallest = *candidates.rbegin();
+      return oom.WithContext(key + ": operands of the smallest micro-batch " +
+                             std::to_string(smallest) + " (" +
+                             FormatBytes(OperandBytes(problem, smallest)) + ")");
+    }
+    for (size_t i = 0; i < table.entries.size(); ++i) {
+      Timing& t = table.entries[i];
+      if (!runnable[i] || t.micro_batch <= allocated) continue;
+      runnable[i] = false;
+      t.status = TimingStatus::kFailed;
+      t.error = WorkerLimit("operands of micro-batch " + std::to_string(t.micro_batch) + " (" +
+                            FormatBytes(OperandBytes(problem, t.micro_batch)) +
+                            ") could not be allocated on this worker; measured up to micro-batch " +
+                            std::to_string(allocated) + ": " + oom.ToString());
     }
   }
 
-  // 3. Timed runs, smallest micro-batch first.
+  // 3. One workspace for all configurations, at the largest size needed. When it cannot be had,
+  // the configurations needing it fail (this worker's limit) and the next smaller size is tried.
+  std::unique_ptr<BackendBuffer> workspace;
+  uint64_t largest_workspace = 0;
+  for (size_t i = 0; i < table.entries.size(); ++i) {
+    if (runnable[i])
+      largest_workspace = std::max(largest_workspace, table.entries[i].workspace_bytes);
+  }
+  while (any_runnable()) {
+    Result<std::unique_ptr<BackendBuffer>> buffer = backend.Allocate(largest_workspace);
+    if (buffer.ok()) {
+      workspace = std::move(*buffer);
+      break;
+    }
+    const bool oom = buffer.status().code() == StatusCode::kResourceExhausted;
+    if (!oom) UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, buffer.status()).WithContext(key));
+    uint64_t next = 0;
+    for (size_t i = 0; i < table.entries.size(); ++i) {
+      if (!runnable[i]) continue;
+      Timing& t = table.entries[i];
+      if (t.workspace_bytes >= largest_workspace) {
+        runnable[i] = false;
+        t.status = TimingStatus::kFailed;
+        t.error = oom ? WorkerLimit(
+                            "workspace " + FormatBytes(t.workspace_bytes) +
+                            " could not be allocated on this worker: " + buffer.status().ToString())
+                      : buffer.status().ToString();
+      } else {
+        next = std::max<uint64_t>(next, t.workspace_bytes);
+      }
+    }
+    largest_workspace = next;
+  }
+
+  // 4. Timed runs, smallest micro-batch first.
   const int64_t total = static_cast<int64_t>(table.entries.size());
   int counts[3] = {0, 0, 0};
+  int worker_limited = 0;
   for (size_t i = 0; i < table.entries.size(); ++i) {
     if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
     Timing& t = table.entries[i];
+    int group = 1;
     if (runnable[i]) {
-      Result<std::vector<double>> samples =
+      Result<Measurement> measured =
           Measure(backend, problem, t.micro_batch, t.algo, operands.view,
                   t.workspace_bytes > 0 ? workspace->data() : nullptr, t.workspace_bytes, options);
-      if (samples.ok()) {
-        const SampleSummary s = Summarize(*samples);
+      if (measured.ok()) {
+        const SampleSummary s = Summarize(measured->samples);
         t.time_ms = s.median_ms;
         t.spread_ms = s.spread_ms;
-        t.samples = static_cast<int>(samples->size());
+        t.samples = static_cast<int>(measured->samples.size());
         t.status = TimingStatus::kOk;
+        group = measured->group;
       } else {
-        RecordRunFailure(t, samples.status());
+        UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, measured.status())
+                                   .WithContext(key + " micro-batch " +
+                                                std::to_string(t.micro_batch) + " algo " +
+                                                std::to_string(t.algo)));
+        RecordRunFailure(t, measured.status());
       }
     }
     ++counts[static_cast<int>(t.status)];
-    spdlog::debug("benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={}) ws={} {}", key,
-                  t.micro_batch, t.algo, ToString(t.status), t.time_ms, t.spread_ms, t.samples,
-                  t.workspace_bytes, t.error);
+    worker_limited += IsWorkerLimit(t) ? 1 : 0;
+    spdlog::debug("benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs) ws={} {}",
+                  key, t.micro_batch, t.algo, ToString(t.status), t.time_ms, t.spread_ms, t.samples,
+                  group, t.workspace_bytes, t.error);
     if (progress) progress({static_cast<int64_t>(i) + 1, total, &t});
   }
+  // A device lost during the last configuration shows here at the latest: a table is returned
+  // only when the device was sound after it was measured.
+  UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend, "the last configuration").WithContext(key));
   spdlog::info(
-      "benchmarked {} on {} ({}): {} configurations, {} ok, {} unsupported, {} failed, "
-      "{:.2f} s",
+      "benchmarked {} on {} ({}): {} configurations, {} ok, {} unsupported, {} failed "
+      "({} of them this worker's limits), {:.2f} s",
       key, backend.fingerprint().name, backend.fingerprint().backend, total,
       counts[static_cast<int>(TimingStatus::kOk)],
       counts[static_cast<int>(TimingStatus::kUnsupported)],
-      counts[static_cast<int>(TimingStatus::kFailed)], MsSince(start) / 1000.0);
+      counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, MsSince(start) / 1000.0);
   return table;
 }
 

@@ -16,8 +16,39 @@
 
 namespace ucudnn::gpu {
 
-// What a CUDA runtime error means to a caller: out of memory, no usable GPU/driver, or a bug.
+// Errors after which the CUDA context is unusable: the runtime documents each of them as leaving
+// "the process in an inconsistent state" (every later call returns the same error) or the device
+// unusable until the process is relaunched. Kernel faults (illegal address, launch failure,
+// device-side assert, ...) are reported asynchronously, at the next synchronising call, so whatever
+// call observes one reports it; an uncorrectable ECC or NVLink error is a hardware fault that
+// makes the device's state (and every allocation on it) untrustworthy.
+inline bool IsStickyError(cudaError_t error) {
+  switch (error) {
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What a CUDA runtime error means to a caller: out of memory, no usable GPU/driver, a lost device
+// (sticky error), or a bug.
 inline StatusCode CodeFor(cudaError_t error) {
+  if (IsStickyError(error)) return StatusCode::kDeviceLost;
   switch (error) {
     case cudaErrorMemoryAllocation:
       return StatusCode::kResourceExhausted;
@@ -34,8 +65,14 @@ inline StatusCode CodeFor(cudaError_t error) {
 }
 
 // cuDNN 9 groups its status codes by thousands: 2xxx bad parameter, 3xxx not supported, 4xxx
-// internal, 5xxx execution failed. A 3xxx is cuDNN declining this configuration, except the
-// few that say the installation (driver, runtime, sub-library) is unusable.
+// internal, 5xxx execution failed. A 3xxx is cuDNN declining this configuration (shape, data type,
+// layout, padding, architecture, shared memory, launch parameters), except the few that say the
+// installation (driver, runtime, sub-library) is unusable. A 2xxx is never a decline: the cuDNN
+// API reference gives CUDNN_STATUS_BAD_PARAM for inconsistent arguments (null descriptors,
+// descriptors whose dimensions, data types or feature maps disagree) and NOT_SUPPORTED for "this
+// combination of descriptors is not supported for the specified algorithm", so a BAD_PARAM is our
+// bug (e.g. a wrong filter layout) and stays kInternal. A 5xxx may hide a lost device (a kernel
+// fault is reported by whichever call comes next); ConvBackend::Healthy() tells.
 inline StatusCode CodeFor(cudnnStatus_t status) {
   const int code = static_cast<int>(status);
   switch (code) {

@@ -4,9 +4,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -353,14 +358,8 @@ Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t b
           &bytes));
       break;
   }
-  if (status.ok()) return bytes;
-  // The descriptors were validated above, so a bad-parameter answer here is cuDNN declining
-  // this algorithm for this shape (older releases report some rejections that way).
-  if (status.code() == StatusCode::kInternal &&
-      status.message().find("CUDNN_STATUS_BAD_PARAM") != std::string::npos) {
-    return Unsupported(status.message());
-  }
-  return status;
+  if (!status.ok()) return status;
+  return bytes;
 }
 
 Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
@@ -407,6 +406,22 @@ Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
           d->w, operands.dw));
       break;
   }
+  return Status::Ok();
+}
+
+Status CudnnBackend::Healthy() {
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  // The runtime's per-thread error state keeps a sticky error; an ordinary one left there (e.g.
+  // by a call inside cuDNN that failed and was handled) says nothing about the device and is
+  // cleared by this read.
+  const Status last = UCUDNN_GPU_STATUS(cudaGetLastError());
+  if (last.code() == StatusCode::kDeviceLost) return last;
+  if (!last.ok()) spdlog::debug("cudnn backend: health check cleared {}", last.message());
+  // A kernel fault is reported by the next synchronising call. Our own device: wait for all of
+  // it. A caller's handle: only its stream, so the caller's other streams are not stalled (a
+  // sticky error shows on any call, so the stream's wait reports it too).
+  if (owns_handle_) UCUDNN_GPU_CHECK(cudaDeviceSynchronize());
+  if (!owns_handle_) UCUDNN_GPU_CHECK(cudaStreamSynchronize(stream()));
   return Status::Ok();
 }
 
@@ -486,6 +501,130 @@ Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, i
     float ms = 0;
     UCUDNN_GPU_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
     times.push_back(ms);
+  }
+  return times;
+}
+
+namespace {
+
+// At most this many runs queue behind one gate. CUDA's launch queue is deep but finite: a host
+// thread that fills it blocks in the next launch until the device drains the queue, which the
+// closed gate prevents until its timeout. 64 runs of a few kernels each stay far below it.
+constexpr int kMaxGatedRuns = 64;
+// How long a gate holds its stream at most. Queuing kMaxGatedRuns short runs takes the host a
+// millisecond or two; the timeout only bounds a host thread that was descheduled or blocked.
+constexpr std::chrono::milliseconds kGateTimeout{100};
+
+// Holds the work queued on a stream after Close() until Open() (or kGateTimeout), so that the
+// runs queued meanwhile execute back to back on the device, however slowly the host issued them.
+// The hold is a host function on the stream (cudaLaunchHostFunc) waiting on a condition variable:
+// no CUDA call inside it, as the runtime requires. Its state is shared with the host function,
+// which may run after the gate object is gone (an early return after a failed run).
+class StreamGate {
+ public:
+  StreamGate() : state_(std::make_shared<State>()) {}
+  ~StreamGate() { Open(); }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+
+  Status Close(cudaStream_t stream) {
+    // Hold() owns and deletes this reference once it ran.
+    auto* held = new std::shared_ptr<State>(state_);
+    const Status launched = UCUDNN_GPU_STATUS(cudaLaunchHostFunc(stream, &StreamGate::Hold, held));
+    if (!launched.ok()) delete held;
+    return launched;
+  }
+  void Open() {
+    {
+      std::lock_guard lock(state_->mu);
+      state_->open = true;
+    }
+    state_->cv.notify_all();
+  }
+  // After the work behind the gate finished: whether the hold ended by its timeout rather than
+  // Open(), i.e. the device may have waited for the host within the timed runs.
+  bool timed_out() const {
+    std::lock_guard lock(state_->mu);
+    return state_->timed_out;
+  }
+
+ private:
+  struct State {
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    bool timed_out = false;
+  };
+
+  static void CUDART_CB Hold(void* data) {
+    const std::unique_ptr<std::shared_ptr<State>> held(static_cast<std::shared_ptr<State>*>(data));
+    State& state = **held;
+    std::unique_lock lock(state.mu);
+    if (!state.cv.wait_for(lock, kGateTimeout, [&state] { return state.open; })) {
+      state.timed_out = true;
+    }
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace
+
+Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& problem, int64_t batch,
+                                                        int algo, const ConvOperands& operands,
+                                                        void* workspace, size_t workspace_bytes,
+                                                        int warmup, int samples, int group) {
+  if (group < 1) return InvalidArgument("group: must be >= 1, got " + std::to_string(group));
+  // One run per event pair: runs long enough for this are issued faster than the device executes
+  // them, so the queue never runs dry and no gate is needed.
+  if (group == 1) {
+    return TimeRuns(problem, batch, algo, operands, workspace, workspace_bytes, warmup, samples);
+  }
+  if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
+  if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  for (int i = 0; i < warmup; ++i) {
+    UCUDNN_RETURN_IF_ERROR(
+        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+  }
+  UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(samples)));
+  // Each sample is one event pair around `group` runs. The samples are queued behind a closed
+  // gate, a whole number of groups per gate, and the gate opens once they are all queued: the
+  // device then runs them back to back, so the events see device time only, not the host's time
+  // to issue each call (which exceeds the run itself for the shortest kernels).
+  const cudaStream_t s = stream();
+  const int samples_per_gate = std::max(1, kMaxGatedRuns / group);
+  std::vector<std::unique_ptr<StreamGate>> gates;
+  for (int first = 0; first < samples; first += samples_per_gate) {
+    auto gate = std::make_unique<StreamGate>();
+    UCUDNN_RETURN_IF_ERROR(gate->Close(s));
+    const int last = std::min(samples, first + samples_per_gate);
+    for (int i = first; i < last; ++i) {
+      UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));
+      for (int g = 0; g < group; ++g) {
+        UCUDNN_RETURN_IF_ERROR(
+            Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+      }
+      UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i + 1], s));
+    }
+    gate->Open();
+    gates.push_back(std::move(gate));
+  }
+  UCUDNN_GPU_CHECK(cudaEventSynchronize(events_[2 * samples - 1]));
+  const auto timed_out =
+      std::count_if(gates.begin(), gates.end(), [](const auto& gate) { return gate->timed_out(); });
+  if (timed_out > 0) {
+    spdlog::debug(
+        "cudnn backend: {} of {} stream gates timed out before the host queued their runs; "
+        "those samples may include host time",
+        timed_out, gates.size());
+  }
+  std::vector<double> times;
+  times.reserve(samples);
+  for (int i = 0; i < samples; ++i) {
+    float ms = 0;
+    UCUDNN_GPU_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
+    times.push_back(static_cast<double>(ms) / group);
   }
   return times;
 }

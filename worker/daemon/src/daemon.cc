@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -56,6 +58,29 @@ std::string Describe(const ConvProblem& p) {
 
 }  // namespace
 
+bool CompletionCommitted(const store::Job& claimed, const store::Job& now,
+                         const std::vector<store::TimingRecord>& records,
+                         const std::vector<Timing>& timings, const std::string& worker_id) {
+  if (now.id != claimed.id) return false;
+  if (now.state == store::JobState::kRunning && now.worker_id == worker_id) return false;
+  if (now.state == store::JobState::kDone && now.worker_id == worker_id) return true;
+  // Every row of our table, written by us since our claim (claimed.updated_at is the claim's
+  // time and measured_at the completion's, both the database's clock, in a fixed-width UTC form
+  // that sorts as text). A row replaced since by another worker's measurement makes this false:
+  // then the job is counted discarded though its timings were written, which costs a log line,
+  // never a timing.
+  if (timings.empty() || claimed.updated_at.empty()) return false;
+  std::map<std::pair<int64_t, int>, const store::TimingRecord*> by_key;
+  for (const store::TimingRecord& r : records) by_key[{r.timing.micro_batch, r.timing.algo}] = &r;
+  for (const Timing& t : timings) {
+    auto it = by_key.find({t.micro_batch, t.algo});
+    if (it == by_key.end()) return false;
+    const store::TimingRecord& r = *it->second;
+    if (r.measured_by != worker_id || r.measured_at < claimed.updated_at) return false;
+  }
+  return true;
+}
+
 class LeaseKeeper;
 
 // Logs a database outage once when it starts and once when it ends, instead of once per call.
@@ -91,6 +116,10 @@ struct Slot {
   DeviceFingerprint fingerprint;
   uint64_t device_hash = 0;
   std::atomic<bool> registered{false};
+  // Set once, by the slot's own thread, when its device was lost; the thread then ends and the
+  // heartbeat skips the slot. lost_status is read after that thread was joined.
+  std::atomic<bool> lost{false};
+  Status lost_status;
 };
 
 class Daemon::Impl {
@@ -130,8 +159,8 @@ class Daemon::Impl {
     return hashes;
   }
   DaemonStats stats() const {
-    return {claimed_.load(), completed_.load(), failed_.load(), released_.load(),
-            abandoned_.load()};
+    return {claimed_.load(),  completed_.load(), failed_.load(),
+            released_.load(), abandoned_.load(), devices_lost_.load()};
   }
 
  private:
@@ -166,10 +195,14 @@ class Daemon::Impl {
                    double elapsed_s);
   Outcome Fail(Slot& slot, const store::Job& job, const Status& error, LeaseKeeper& keeper);
   void Release(Slot& slot, const store::Job& job);
-  // After kFailedPrecondition: whether the job is done by this worker (a reply that got lost),
-  // still held, or someone else's. Retries GetJob while the database is away.
+  // The slot's device is gone: its thread stops after releasing its job; the last one stops the
+  // daemon.
+  void MarkLost(Slot& slot, const Status& status);
+  // After kFailedPrecondition: whether our completion of `job` with `table` committed (a reply
+  // that got lost), the job is still held by us, or it is someone else's. Retries the reads while
+  // the database is away.
   enum class Holder { kDoneByUs, kHeldByUs, kNotOurs, kUnknown };
-  Holder CheckHolder(const Slot& slot, int64_t job_id);
+  Holder CheckHolder(const Slot& slot, const store::Job& job, const TimingTable& table);
 
   store::Store& store_;
   DaemonConfig config_;
@@ -184,7 +217,8 @@ class Daemon::Impl {
   bool loops_finished_ = false;
   bool ran_ = false;
 
-  std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0};
+  std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0},
+      devices_lost_{0};
 };
 
 // Renews a job's lease in the background while the benchmark runs, and cancels the benchmark
@@ -332,7 +366,8 @@ void Daemon::Impl::HeartbeatLoop() {
     if (loops_finished_) return;
     lock.unlock();
     for (auto& slot : slots_) {
-      if (!slot->registered) continue;
+      // A lost device's worker stops heartbeating: the catalog shows it dead, as it is.
+      if (!slot->registered || slot->lost) continue;
       Status st = store_.Heartbeat(slot->worker_id);
       if (st.code() == StatusCode::kNotFound) {
         // The row went away (database restored, operator cleanup): register again.
@@ -391,7 +426,9 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
       continue;
     }
     ++claimed_;
-    if (RunJob(slot, **claimed)) {
+    const bool benchmarked = RunJob(slot, **claimed);
+    if (slot.lost) return;
+    if (benchmarked) {
       consecutive_failures = 0;
       failure_backoff.Reset();
     } else if (++consecutive_failures >= 2) {
@@ -443,13 +480,23 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
       BenchmarkProblem(backend, job.problem, job.max_micro_batch, job.policy, options, progress);
   const double elapsed = SecondsSince(start);
 
+  // A lost device measured nothing trustworthy, and the job is not at fault (or not known to
+  // be): nothing is written, the job goes back to the queue untouched, and this slot stops.
+  const bool device_lost = !table.ok() && table.status().code() == StatusCode::kDeviceLost;
+  if (device_lost) {
+    spdlog::critical(
+        "[{}] device lost while benchmarking job {} after {:.1f} s: {}; the job is released "
+        "untouched and this device's thread stops (restart the worker to use it again)",
+        slot.device.slot, job.id, elapsed, table.status().ToString());
+    MarkLost(slot, table.status());
+  }
   if (keeper.lost()) {
     ++abandoned_;
     spdlog::warn("[{}] job {} abandoned after {:.1f} s: lease lost", slot.device.slot, job.id,
                  elapsed);
     return true;
   }
-  if (keeper.drain_expired() && !table.ok()) {
+  if (device_lost || (keeper.drain_expired() && !table.ok())) {
     keeper.Finish();
     Release(slot, job);
     return true;
@@ -466,23 +513,52 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   return table.ok();
 }
 
-Daemon::Impl::Holder Daemon::Impl::CheckHolder(const Slot& slot, int64_t job_id) {
+void Daemon::Impl::MarkLost(Slot& slot, const Status& status) {
+  slot.lost_status = status;
+  slot.lost = true;
+  const int64_t lost = ++devices_lost_;
+  if (lost == static_cast<int64_t>(slots_.size())) {
+    spdlog::critical("every device of this worker is lost; stopping");
+    RequestStop(/*immediate=*/true);
+  }
+}
+
+Daemon::Impl::Holder Daemon::Impl::CheckHolder(const Slot& slot, const store::Job& claimed,
+                                               const TimingTable& table) {
   Backoff backoff(config_.retry_initial, config_.retry_max);
+  std::optional<store::Job> job;
   while (true) {
-    auto job = store_.GetJob(job_id);
-    if (job.ok()) {
-      health_.Succeeded();
-      if (job->worker_id != slot.worker_id) return Holder::kNotOurs;
-      if (job->state == store::JobState::kRunning) return Holder::kHeldByUs;
-      // Done (or re-queued after a widening) with us as the last holder: our write committed.
-      if (job->state == store::JobState::kDone || job->state == store::JobState::kQueued) {
-        return Holder::kDoneByUs;
+    Status st;
+    if (!job) {
+      auto read = store_.GetJob(claimed.id);
+      if (read.ok()) {
+        job = std::move(read).value();
+        if (job->worker_id == slot.worker_id && job->state == store::JobState::kRunning) {
+          health_.Succeeded();
+          return Holder::kHeldByUs;
+        }
+      } else if (read.status().code() == StatusCode::kNotFound) {
+        return Holder::kNotOurs;
+      } else {
+        st = read.status();
       }
-      return Holder::kNotOurs;
     }
-    if (job.status().code() == StatusCode::kNotFound) return Holder::kNotOurs;
-    if (!IsTransient(job.status())) return Holder::kUnknown;
-    health_.Failed(slot.device.slot, job.status());
+    if (job) {
+      // Not (or no longer) held by us. Done with us as its last holder is our completion. But a
+      // completion that found the job widened re-queued it with no holder, after which another
+      // worker may hold or even have finished it: only the timing rows tell whether ours
+      // committed.
+      auto records = store_.GetTimingRecords(slot.fingerprint, claimed.problem);
+      if (records.ok()) {
+        health_.Succeeded();
+        return CompletionCommitted(claimed, *job, *records, table.entries, slot.worker_id)
+                   ? Holder::kDoneByUs
+                   : Holder::kNotOurs;
+      }
+      st = records.status();
+    }
+    if (!IsTransient(st)) return Holder::kUnknown;
+    health_.Failed(slot.device.slot, st);
     if (DrainExpired()) return Holder::kUnknown;
     SleepWithinDrain(backoff.Next());
   }
@@ -499,9 +575,30 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
   }
   Backoff backoff(config_.retry_initial, config_.retry_max);
   bool uncertain = false;  // an earlier attempt may have committed before its reply was lost
+  TimingTable written;     // what the last attempt wrote
   while (true) {
-    auto state =
-        keeper.Settle([&] { return store_.CompleteJob(job.id, slot.worker_id, table.entries); });
+    // Our worker-limit entries do not replace another worker's measurements of the same keys.
+    auto attempt = [&]() -> Result<store::JobState> {
+      UCUDNN_ASSIGN_OR_RETURN(const TimingTable stored,
+                              store_.GetTimings(slot.fingerprint, job.problem));
+      written.entries = KeepStoredMeasurements(table.entries, stored);
+      if (written.entries.size() < table.entries.size()) {
+        spdlog::info(
+            "[{}] job {}: {} entries at this worker's limits left out, measured by another "
+            "worker already",
+            slot.device.slot, job.id, table.entries.size() - written.entries.size());
+      }
+      if (written.entries.empty()) {
+        // Nothing of ours but limits over measurements: cannot happen with a table that ran
+        // anything (the store needs one row at least); then the table goes in as it is.
+        spdlog::warn("[{}] job {}: every entry is at this worker's limits; writing them all",
+                     slot.device.slot, job.id);
+        written = table;
+      }
+      return keeper.Settle(
+          [&] { return store_.CompleteJob(job.id, slot.worker_id, written.entries); });
+    };
+    auto state = attempt();
     if (state.ok()) {
       health_.Succeeded();
       ++completed_;
@@ -510,16 +607,18 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
           "problem {}",
           slot.device.slot, job.id,
           *state == store::JobState::kDone ? "done" : "stored, re-queued (widened)",
-          table.entries.size(), ok, unsupported, failed, elapsed_s, CanonicalKey(job.problem));
+          written.entries.size(), ok, unsupported, failed, elapsed_s, CanonicalKey(job.problem));
       return Outcome::kDone;
     }
     const Status& st = state.status();
     if (st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kNotFound) {
-      const Holder holder = CheckHolder(slot, job.id);
+      const Holder holder = CheckHolder(slot, job, written);
       if (holder == Holder::kDoneByUs && uncertain) {
         ++completed_;
-        spdlog::info("[{}] job {} done: timings written (the first reply was lost)",
-                     slot.device.slot, job.id);
+        spdlog::info(
+            "[{}] job {} completed: its timings were written, the first reply was lost "
+            "(a job widened meanwhile was re-queued by that completion)",
+            slot.device.slot, job.id);
         return Outcome::kDone;
       }
       if (holder != Holder::kHeldByUs) {
@@ -576,7 +675,8 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
 }
 
 void Daemon::Impl::Release(Slot& slot, const store::Job& job) {
-  // Shutting down: try for a while; if the database stays away the lease expiry returns the job.
+  // Shutting down or the device lost: try for a while; if the database stays away the lease
+  // expiry returns the job.
   Backoff backoff(config_.retry_initial, config_.retry_max);
   const Clock::time_point give_up = Clock::now() + std::min(config_.lease, milliseconds(10000));
   while (true) {
@@ -642,9 +742,20 @@ Status Daemon::Impl::Run() {
   cv_.notify_all();
   heartbeat.join();
   const DaemonStats s = stats();
-  spdlog::info("worker stopped: {} claimed, {} completed, {} failed, {} released, {} abandoned",
-               s.claimed, s.completed, s.failed, s.released, s.abandoned);
-  return fatal;
+  spdlog::info(
+      "worker stopped: {} claimed, {} completed, {} failed, {} released, {} abandoned, {} "
+      "device(s) lost",
+      s.claimed, s.completed, s.failed, s.released, s.abandoned, s.devices_lost);
+  if (!fatal.ok()) return fatal;
+  // A lost device comes back only with a new process: say so, so that the exit status tells a
+  // supervisor to restart the worker.
+  std::string lost;
+  for (const auto& slot : slots_) {
+    if (!slot->lost) continue;
+    lost += (lost.empty() ? "" : "; ") + slot->device.slot + ": " + slot->lost_status.message();
+  }
+  if (!lost.empty()) return DeviceLost("device lost (restart the worker to use it again): " + lost);
+  return Status::Ok();
 }
 
 Status Validate(const DaemonConfig& c) {

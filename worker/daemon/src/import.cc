@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ucudnn/core/timing_csv.h"
+#include "ucudnn/worker/benchmark.h"
 #include "ucudnn/worker/offline.h"
 
 namespace ucudnn::worker {
@@ -41,10 +42,28 @@ Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const st
   auto tables = ParseTimingCsv(text);
   if (!tables.ok()) return tables.status().WithContext(path);
   if (tables->empty()) return InvalidArgument(path + ": no timings in the file");
+  // A file's worker-limit entries (an offline worker's cap or memory) do not replace what is
+  // measured in the database already.
+  std::vector<ConvProblem> keys;
+  keys.reserve(tables->size());
+  for (const auto& [key, entry] : *tables) keys.push_back(entry.problem);
+  UCUDNN_ASSIGN_OR_RETURN(const std::vector<TimingTable> stored,
+                          store.GetTimingsForProblems(summary.device, keys));
   std::vector<store::ProblemTimings> problems;
   problems.reserve(tables->size());
+  size_t i = 0;
   for (auto& [key, entry] : *tables) {
-    problems.push_back({entry.problem, std::move(entry.table.entries)});
+    std::vector<Timing> kept = KeepStoredMeasurements(entry.table.entries, stored[i++]);
+    summary.kept_stored += static_cast<int64_t>(entry.table.entries.size() - kept.size());
+    if (!kept.empty()) problems.push_back({entry.problem, std::move(kept)});
+  }
+  if (problems.empty()) {
+    summary.problems = 0;
+    spdlog::info(
+        "imported {}: nothing new, every row is a limit of the measuring worker over a "
+        "measurement in the database",
+        path);
+    return summary;
   }
   std::string measured_by = "import:" + std::filesystem::path(path).filename().string();
   if (measured_by.size() > store::kMaxMeasuredByBytes) {
@@ -52,9 +71,11 @@ Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const st
   }
   UCUDNN_ASSIGN_OR_RETURN(summary.rows, store.ImportTimings(summary.device, problems, measured_by));
   summary.problems = static_cast<int64_t>(problems.size());
-  spdlog::info("imported {}: {} problems, {} timing rows for device {} ({})", path,
-               summary.problems, summary.rows, summary.device.name,
-               store::FormatHash(summary.device.Hash()));
+  spdlog::info(
+      "imported {}: {} problems, {} timing rows for device {} ({}); {} worker-limit rows left "
+      "out over measurements already stored",
+      path, summary.problems, summary.rows, summary.device.name,
+      store::FormatHash(summary.device.Hash()), summary.kept_stored);
   return summary;
 }
 

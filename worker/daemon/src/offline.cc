@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "ucudnn/core/dp.h"
@@ -180,11 +181,12 @@ Result<OfflineSummary> RunOffline(std::vector<BenchmarkDevice>& devices,
   }
 
   const Clock::time_point start = Clock::now();
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false};  // a cancel request: no new problem, the one in hand is dropped
   std::mutex mu;
   size_t next = 0;
-  size_t finished = 0;
-  Status first_error;
+  std::set<std::string> measured;               // keys whose table is in `tables`
+  std::map<std::string, std::string> failures;  // key -> why it was not measured
+  std::vector<std::string> lost_devices;
   auto work = [&](BenchmarkDevice& device) {
     BenchmarkOptions options = request.benchmark;
     options.cancel = &stop;
@@ -201,16 +203,24 @@ Result<OfflineSummary> RunOffline(std::vector<BenchmarkDevice>& devices,
                                     request.policy, options);
       std::lock_guard lock(mu);
       if (!table.ok()) {
-        if (first_error.ok()) {
-          first_error = table.status().WithContext(entry.layer + " " + key);
+        if (stop) return;  // cancelled: the problem in hand is simply not measured
+        const bool lost = table.status().code() == StatusCode::kDeviceLost;
+        spdlog::error("[{}] {} {}: {}", device.slot, entry.layer, ToString(entry.problem.op),
+                      table.status().ToString());
+        failures[key] = table.status().ToString();
+        if (lost) {
+          // Nothing more can run on this device in this process; other devices carry on.
+          spdlog::critical("[{}] device lost; this device's thread stops", device.slot);
+          lost_devices.push_back(device.slot);
+          return;
         }
-        stop = true;
-        return;
+        continue;  // the next problem may well succeed: one failure must not lose the run
       }
       entry.table = std::move(table).value();
-      ++finished;
-      spdlog::info("[{}] {}/{} {} {}: {} timings in {:.1f} s", device.slot, finished, order.size(),
-                   entry.layer, ToString(entry.problem.op), entry.table.entries.size(),
+      measured.insert(key);
+      spdlog::info("[{}] {}/{} {} {}: {} timings in {:.1f} s", device.slot, measured.size(),
+                   order.size(), entry.layer, ToString(entry.problem.op),
+                   entry.table.entries.size(),
                    std::chrono::duration<double>(Clock::now() - problem_start).count());
     }
   };
@@ -234,25 +244,52 @@ Result<OfflineSummary> RunOffline(std::vector<BenchmarkDevice>& devices,
   done = true;
   if (watcher.joinable()) watcher.join();
 
-  if (!first_error.ok() && !(cancel != nullptr && cancel->load())) return first_error;
-  if (stop || finished != order.size()) {
-    return Unavailable("offline benchmark cancelled; " + request.output + " not written");
-  }
-
   OfflineSummary summary;
   summary.device = devices.front().backend->fingerprint();
-  summary.problems = static_cast<int64_t>(tables.size());
-  for (const auto& [key, entry] : tables) {
+  summary.cancelled = stop.load();
+  summary.lost_devices = lost_devices;
+  for (const std::string& key : order) {
+    const ProblemTimings& entry = tables.at(key);
+    const std::string name =
+        entry.layer + " " + std::string(ToString(entry.problem.op)) + " (" + key + ")";
+    if (auto it = failures.find(key); it != failures.end()) {
+      summary.failed.push_back(name + ": " + it->second);
+    } else if (measured.count(key) == 0) {
+      summary.not_measured.push_back(name);
+    }
+  }
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (measured.empty()) {
+    if (summary.cancelled) {
+      return Unavailable("offline benchmark cancelled before any problem was measured; " +
+                         request.output + " not written");
+    }
+    return Internal("no problem could be measured, " + request.output + " not written; first: " +
+                    (summary.failed.empty() ? std::string("none") : summary.failed.front()));
+  }
+
+  // What was measured is written, whatever happened to the rest: a partial file imports like a
+  // whole one, and its header says what is missing.
+  TimingTables written;
+  for (const std::string& key : measured) written.emplace(key, tables.at(key));
+  summary.problems = static_cast<int64_t>(written.size());
+  for (const auto& [key, entry] : written) {
     summary.timings += static_cast<int64_t>(entry.table.entries.size());
     for (const Timing& t : entry.table.entries) summary.ok += t.status == TimingStatus::kOk;
   }
-  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-
-  UCUDNN_ASSIGN_OR_RETURN(std::string csv, WriteTimingCsv(tables));
+  UCUDNN_ASSIGN_OR_RETURN(std::string csv, WriteTimingCsv(written));
   std::vector<std::string> notes = request.notes;
   notes.push_back("policy: " + std::string(ToString(request.policy)) + "; " +
                   std::to_string(summary.problems) + " problems, " +
                   std::to_string(summary.timings) + " timings");
+  if (!summary.complete()) {
+    notes.push_back("INCOMPLETE: " + std::to_string(order.size() - measured.size()) + " of " +
+                    std::to_string(order.size()) + " problems not measured (" +
+                    std::to_string(summary.failed.size()) + " failed" +
+                    (summary.cancelled ? ", run stopped by a signal" : "") +
+                    (lost_devices.empty() ? "" : ", device lost") + ")");
+    for (const std::string& f : summary.failed) notes.push_back("failed: " + f);
+  }
   UCUDNN_RETURN_IF_ERROR(
       WriteFileAtomically(request.output, DeviceHeader(summary.device, notes) + csv));
   return summary;

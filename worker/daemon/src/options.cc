@@ -34,15 +34,23 @@ constexpr const char* kDescription =
     "within --drain-seconds, else released to the queue; then the worker exits 0. A second\n"
     "signal releases the job at once.\n"
     "\n"
+    "A GPU lost to an unrecoverable CUDA error (illegal address, launch failure, uncorrectable\n"
+    "ECC error) gives its job back to the queue untouched and its thread stops; once no GPU is\n"
+    "left the worker exits 1, for its supervisor to restart it.\n"
+    "\n"
     "Offline mode (no database): ucudnn-worker --offline --network resnet50 --batch 256\n"
     "  --policy power_of_two --output timings.csv benchmarks a network's unique convolution\n"
     "  problems and writes a timing CSV with the device fingerprint in its header; load it into a\n"
-    "  database with `ucudnn import timings.csv`.\n";
+    "  database with `ucudnn import timings.csv`. A problem whose benchmark fails does not stop\n"
+    "  the others; the file holds what was measured and its header names what is missing. A\n"
+    "  signal stops after the problem in hand (which is dropped) and writes the rest.\n";
 
 constexpr const char* kFooter =
-    "Exit status: 0 after a clean stop (signal, or --once with the queue drained), 1 when the\n"
-    "worker cannot run (no device, database schema refused, offline benchmark failed), 2 for\n"
-    "bad flags. Environment variables are read when the matching flag is absent.";
+    "Exit status: 0 after a clean stop (signal, or --once with the queue drained; offline: every\n"
+    "problem measured, or stopped by a signal), 1 when the worker cannot run (no device,\n"
+    "database schema refused), stopped with a GPU lost, or an offline run left problems\n"
+    "unmeasured by failures (logged, and named in the file's header), 2 for bad flags.\n"
+    "Environment variables are read when the matching flag is absent.";
 
 std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
   auto app = std::make_unique<CLI::App>(kDescription, "ucudnn-worker");
@@ -98,11 +106,12 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
       ->group("Queue");
 
   app->add_option("--workspace-cap", raw.workspace_cap,
-                  "largest workspace an algorithm may use; bigger ones are recorded unsupported "
-                  "(e.g. 2GiB, 512MiB; default 2GiB)")
+                  "largest workspace an algorithm may use on this worker; bigger ones are not "
+                  "measured, recorded failed with a \"worker limit:\" reason (e.g. 2GiB, 512MiB; "
+                  "default 2GiB)")
       ->envname("UCUDNN_WORKER_WORKSPACE_CAP")
       ->group("Benchmark");
-  app->add_option("--warmup-runs", o.warmup_runs, "untimed runs per configuration")
+  app->add_option("--warmup-runs", o.warmup_runs, "untimed runs per configuration (at least 1)")
       ->group("Benchmark");
   app->add_option("--min-runs", o.min_runs, "timed runs per configuration, at least")
       ->group("Benchmark");
@@ -198,8 +207,8 @@ Status ValidateOptions(const WorkerOptions& o) {
     return InvalidArgument("--max-attempts: must be in [1, 1000], got " +
                            std::to_string(o.max_attempts));
   }
-  if (o.warmup_runs < 0 || o.warmup_runs > 1000) {
-    return InvalidArgument("--warmup-runs: must be in [0, 1000], got " +
+  if (o.warmup_runs < 1 || o.warmup_runs > 1000) {
+    return InvalidArgument("--warmup-runs: must be in [1, 1000], got " +
                            std::to_string(o.warmup_runs));
   }
   if (o.min_runs < 1 || o.min_runs > 10000) {

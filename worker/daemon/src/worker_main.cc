@@ -7,9 +7,11 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/networks.h"
@@ -142,13 +144,53 @@ int RunOfflineMode(const WorkerOptions& options, std::vector<BenchmarkDevice>& d
                options.network, options.batch, ToString(options.policy), options.output);
   auto summary = RunOffline(devices, request, stop.cancel_flag());
   if (!summary.ok()) {
+    if (stop.cancel_flag()->load()) {
+      // A signal is a clean stop (--help): nothing was measured, so nothing was written.
+      spdlog::info("offline: {}", summary.status().message());
+      return 0;
+    }
     spdlog::error("offline benchmark: {}", summary.status().ToString());
     return 1;
   }
   spdlog::info("offline: wrote {} ({} problems, {} timings, {} ok) in {:.1f} s for device {}",
                options.output, summary->problems, summary->timings, summary->ok, summary->seconds,
                store::FormatHash(summary->device.Hash()));
-  return 0;
+  if (summary->complete()) return 0;
+  for (const std::string& failure : summary->failed) {
+    spdlog::error("offline: not measured, failed: {}", failure);
+  }
+  if (!summary->not_measured.empty()) {
+    spdlog::warn("offline: {} problem(s) not started{}", summary->not_measured.size(),
+                 summary->cancelled ? " (stopped by a signal)" : " (no device left)");
+  }
+  if (!summary->failed.empty() || !summary->lost_devices.empty()) {
+    spdlog::error("offline: {} of the network's problems failed; {} holds the others",
+                  summary->failed.size(), options.output);
+    return 1;
+  }
+  return 0;  // stopped by a signal: a clean stop, with what was measured written
+}
+
+// NVIDIA_TF32_OVERRIDE=0 makes cuDNN run fp32 convolutions of default math without TF32 in this
+// process. Its timings are stored under the same fingerprint and problem key (math=default) as
+// those of workers running cuDNN's real default, which uses TF32 on compute capability 8.0 and
+// newer, so they would describe another computation. Strict fp32 has its own math mode (fma).
+void WarnAboutTf32Override(const std::vector<BenchmarkDevice>& devices) {
+  const char* value = std::getenv("NVIDIA_TF32_OVERRIDE");
+  if (value == nullptr) return;
+  bool gpu = false;
+  for (const auto& d : devices) gpu = gpu || d.backend->fingerprint().backend != "cpu";
+  if (!gpu) return;
+  if (std::string_view(value) == "0") {
+    spdlog::warn(
+        "NVIDIA_TF32_OVERRIDE=0 is set: fp32 convolutions with default math run without TF32 "
+        "here, so this worker's default-math fp32 timings describe strict fp32, not cuDNN's "
+        "default (TF32 on compute capability 8.0 and newer), yet they are stored under the same "
+        "problem key as other workers'. Unset it for a benchmarking worker; strict fp32 is the "
+        "'fma' math mode");
+  } else {
+    spdlog::info("NVIDIA_TF32_OVERRIDE={} is set (only 0 changes cuDNN's math)", value);
+  }
 }
 
 }  // namespace
@@ -244,6 +286,7 @@ int WorkerMain(int argc, char** argv) {
     return devices.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   LogDevices(*devices);
+  WarnAboutTf32Override(*devices);
   if (options.offline) return RunOfflineMode(options, *devices, stop);
 
   const DaemonConfig config = MakeDaemonConfig(options);
@@ -269,7 +312,11 @@ int WorkerMain(int argc, char** argv) {
   const Status result = daemon.Run();
   stop.Attach(nullptr);
   if (!result.ok()) {
-    spdlog::error("{}", result.ToString());
+    if (result.code() == StatusCode::kDeviceLost) {
+      spdlog::critical("{}; exiting 1 for a supervisor to restart the worker", result.ToString());
+    } else {
+      spdlog::error("{}", result.ToString());
+    }
     return 1;
   }
   return 0;

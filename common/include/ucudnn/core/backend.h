@@ -64,6 +64,34 @@ class ConvBackend {
   virtual Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
                                                const ConvOperands& operands, void* workspace,
                                                size_t workspace_bytes, int warmup, int runs) = 0;
+  // Like TimeRuns(), but each of the `samples` results brackets `group` back-to-back runs with one
+  // pair of clock readings and is their mean (milliseconds per run). For runs shorter than the
+  // host's cost of issuing one: timed one by one, the device idles between the readings while the
+  // host issues the call, and that host time would be measured as the run's. The default averages
+  // TimeRuns() in groups, which is exact for a backend that times on the host (the CPU).
+  virtual Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch,
+                                                    int algo, const ConvOperands& operands,
+                                                    void* workspace, size_t workspace_bytes,
+                                                    int warmup, int samples, int group) {
+    if (samples < 1 || group < 1) {
+      return Status(StatusCode::kInvalidArgument, "TimeRunGroups: samples and group must be >= 1");
+    }
+    Result<std::vector<double>> runs = TimeRuns(problem, batch, algo, operands, workspace,
+                                                workspace_bytes, warmup, samples * group);
+    if (!runs.ok() || group == 1) return runs;
+    std::vector<double> means(static_cast<size_t>(samples), 0.0);
+    for (size_t i = 0; i < runs->size(); ++i) means[i / static_cast<size_t>(group)] += (*runs)[i];
+    for (double& m : means) m /= group;
+    return means;
+  }
+
+  // Whether the device can still run work. kOk, or kDeviceLost when its context is unusable (a
+  // sticky CUDA error: illegal address, launch failure, uncorrectable ECC error, ...), after which
+  // every later call fails and only a new process can use the device again; other errors are
+  // failures of the check itself. A backend whose device cannot be lost (the CPU) keeps this
+  // default. Callers ask after an operation failed, to tell a bad configuration from a dead
+  // device.
+  virtual Status Healthy() { return Status::Ok(); }
 };
 
 }  // namespace ucudnn

@@ -60,6 +60,17 @@ class CudnnBackend final : public ConvBackend {
   Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override;
+  // With group > 1: CUDA events around each group of runs, and the groups queued behind a host
+  // function that holds the stream until they are all issued (at most 100 ms), so the device runs
+  // them back to back and the events measure device time only. group == 1 is TimeRuns().
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch, int algo,
+                                            const ConvOperands& operands, void* workspace,
+                                            size_t workspace_bytes, int warmup, int samples,
+                                            int group) override;
+  // cudaGetLastError() for a sticky error, then a wait for the device (an owned handle) or for
+  // the handle's stream (a wrapped one), whose error is classified by gpu::CodeFor: kDeviceLost
+  // for a sticky error.
+  Status Healthy() override;
 
   // Descriptor sets currently cached (one per (problem shape, batch)); for tests.
   size_t cached_descriptor_sets() const;

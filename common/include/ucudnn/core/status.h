@@ -21,6 +21,8 @@ enum class StatusCode {
   kUnavailable,         // a dependency (database, server, GPU) is away; retrying may help
   kUnauthenticated,     //
   kInternal,            // a bug or a failed library call (CUDA/cuDNN status in the message)
+  kDeviceLost,          // the GPU's context is unusable (a sticky CUDA error such as an illegal
+                        // address): nothing more can run in this process on that device
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -63,6 +65,7 @@ inline Status Unauthenticated(std::string m) {
   return {StatusCode::kUnauthenticated, std::move(m)};
 }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status DeviceLost(std::string m) { return {StatusCode::kDeviceLost, std::move(m)}; }
 
 // A value or the Status that explains why there is none (std::expected is C++23).
 template <typename T>

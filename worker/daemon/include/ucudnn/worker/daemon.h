@@ -3,6 +3,9 @@
 // writing the timings and the job's completion in one transaction. A heartbeat thread keeps the
 // workers alive in the catalog. Every store call may answer kUnavailable (database away): the
 // loop backs off and retries, and keeps its job as long as the store still counts it the holder.
+// A device that is lost while benchmarking (BenchmarkProblem answers kDeviceLost: a sticky CUDA
+// error) gives its job back untouched and its thread stops; when no device is left the daemon
+// stops, and Run() reports the loss so the process exits non-zero and its supervisor restarts it.
 #pragma once
 
 #include <chrono>
@@ -50,6 +53,7 @@ struct DaemonStats {
   int64_t failed = 0;     // benchmark errors recorded with FailJob
   int64_t released = 0;   // jobs given back on shutdown
   int64_t abandoned = 0;  // lease lost (or shutdown while the database was away): nothing written
+  int64_t devices_lost = 0;  // benchmarking threads stopped by a lost device (their job released)
 };
 
 class Daemon {
@@ -61,9 +65,10 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
 
   // Registers each device's worker and runs the claim loops until RequestStop() (then drains),
-  // or with `once` until no device has a claimable job. Returns an error only for what retrying
-  // cannot fix (invalid configuration, a worker registration the store rejects as invalid).
-  // Call once.
+  // or with `once` until no device has a claimable job, or until every device was lost. Returns
+  // an error only for what retrying cannot fix: invalid configuration, a worker registration the
+  // store rejects as invalid, or a lost device (kDeviceLost, naming each one; a restart of the
+  // process is what can bring a device back). Call once.
   Status Run();
 
   // Thread-safe; not async-signal-safe (call it from a signal-watching thread). Stops claiming;
@@ -83,6 +88,16 @@ class Daemon {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether a CompleteJob(claimed.id, worker_id, timings) committed although its reply was lost,
+// judged from what the store holds afterwards: the job (`now`) and the problem's timing rows. The
+// job done with worker_id as its holder says so; a job re-queued by that completion because it
+// was widened meanwhile has no holder (and may since be running or done under another worker), so
+// then every (micro-batch, algorithm) of `timings` must be a row measured by worker_id at or after
+// the claim (claimed.updated_at). False while worker_id still holds the job. Exposed for tests.
+bool CompletionCommitted(const store::Job& claimed, const store::Job& now,
+                         const std::vector<store::TimingRecord>& records,
+                         const std::vector<Timing>& timings, const std::string& worker_id);
 
 // "host:pid" of this process.
 std::string DefaultWorkerIdPrefix();

@@ -45,15 +45,27 @@ struct OfflineRequest {
 
 struct OfflineSummary {
   DeviceFingerprint device;
-  int64_t problems = 0;
+  int64_t problems = 0;  // problems written
   int64_t timings = 0;
   int64_t ok = 0;  // timings with status ok
   double seconds = 0;
+  // What the file lacks: "layer op (key): error" for each problem whose benchmark failed, and
+  // "layer op (key)" for each one never started (a signal, or every device lost).
+  std::vector<std::string> failed;
+  std::vector<std::string> not_measured;
+  bool cancelled = false;                 // stopped by the cancel flag
+  std::vector<std::string> lost_devices;  // slots whose device was lost (their threads stopped)
+  bool complete() const { return failed.empty() && not_measured.empty(); }
 };
 
-// Measures every problem, spreading them over `devices` (one thread each), and writes the CSV.
-// All devices must share one fingerprint (kInvalidArgument otherwise: a file holds one device's
-// timings). When `cancel` becomes true the run stops and writes nothing (kUnavailable).
+// Measures every problem, spreading them over `devices` (one thread each), and writes the CSV of
+// the problems measured. All devices must share one fingerprint (kInvalidArgument otherwise: a
+// file holds one device's timings). A problem whose benchmark fails is reported in `failed` and
+// the others are still measured; a device that is lost (kDeviceLost) stops its thread, the others
+// carry on. When `cancel` becomes true no further problem starts and the one in hand is dropped.
+// Whenever at least one problem was measured the file is written, its header naming what is
+// missing, and the summary is returned (check complete()); with none measured nothing is
+// written: kUnavailable when cancelled, else kInternal naming the first failure.
 Result<OfflineSummary> RunOffline(std::vector<BenchmarkDevice>& devices,
                                   const OfflineRequest& request,
                                   const std::atomic<bool>* cancel = nullptr);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "ucudnn/core/backend.h"
@@ -17,7 +18,11 @@
 namespace ucudnn {
 
 struct BenchmarkOptions {
-  // Untimed runs before the first timed one of each (micro-batch, algorithm).
+  // Untimed runs before the first timed one of each (micro-batch, algorithm); at least 1. The
+  // first run of a configuration pays one-off costs (cuDNN loading and selecting its kernels,
+  // FFT plans, cold caches and clocks), and the probe run that decides how to sample the
+  // configuration must not be that run: it is timed after one warm-up, and is the only sample of
+  // a configuration slower than the budget allows twice.
   int warmup_runs = 2;
   // Timed runs per configuration: at least min_runs (unless the configuration is slower than the
   // time budget allows), more while the spread is above target, at most max_runs.
@@ -25,18 +30,44 @@ struct BenchmarkOptions {
   int max_runs = 25;
   // Interquartile range / median above which more samples are taken.
   double target_relative_spread = 0.05;
-  // Algorithms asking for more workspace are recorded kUnsupported ("workspace ... exceeds cap").
+  // This worker's limit on the workspace one configuration may use. A configuration asking for
+  // more is not measured: kFailed with a kWorkerLimitError reason (not kUnsupported: cuDNN did not
+  // decline it, and a worker with a larger cap may measure it).
   uint64_t workspace_cap_bytes = uint64_t{2} << 30;
   // Wall time allowed per configuration for timed runs. A configuration whose single run takes
   // longer than budget / min_runs gets fewer samples (at least one); extra samples for a large
   // spread stop when the budget is spent.
   double config_time_budget_ms = 250;
+  // Short runs, timed in groups (ConvBackend::TimeRunGroups): a configuration whose probe run
+  // took less than short_run_ms is sampled as groups of back-to-back runs, each sample the mean
+  // of one group, with enough runs per group to last about group_target_ms (from 2 up to
+  // max_group). Timed one per pair of device-clock readings, a run shorter than the host's cost of
+  // issuing it (a few to tens of microseconds for a cuDNN call) would be measured with that host
+  // time included. 0 disables grouping.
+  double short_run_ms = 0.05;
+  double group_target_ms = 0.2;
+  int max_group = 64;
   // Seed of the operand data (FillRandom); inputs differ per tensor.
   uint64_t seed = 1;
   // When set and true, the benchmark stops before its next configuration and returns
   // kUnavailable ("benchmark cancelled"); e.g. a worker shutting down.
   const std::atomic<bool>* cancel = nullptr;
 };
+
+// Prefix of Timing::error for a configuration that this worker did not measure because of its
+// own limits, not cuDNN's: a workspace above BenchmarkOptions::workspace_cap_bytes, or memory
+// (workspace, operands of a large micro-batch) that could not be allocated on this device at the
+// time. Such entries are kFailed, so the table stays complete (every size x algorithm) and the
+// planner never chooses them, and are told apart from cuDNN's verdicts by this prefix.
+inline constexpr std::string_view kWorkerLimitError = "worker limit: ";
+bool IsWorkerLimit(const Timing& timing);
+
+// `ours` (in order) without the worker-limit entries whose (micro-batch, algorithm) already has a
+// kOk row in `stored`: one worker's limits must not replace what a worker with a larger cap or
+// more free memory measured, since a write replaces the row of the same key. What a worker
+// writes (a job's completion, an import) goes through this.
+std::vector<Timing> KeepStoredMeasurements(const std::vector<Timing>& ours,
+                                           const TimingTable& stored);
 
 Status Validate(const BenchmarkOptions& options);
 
@@ -50,9 +81,15 @@ using BenchmarkProgressFn = std::function<void(const BenchmarkProgress&)>;
 // Measures `problem` (its op) for each micro-batch size of MicroBatchSizes(policy,
 // max_micro_batch) and each algorithm of backend.Algorithms(problem.op): the table has exactly
 // sizes x algorithms entries. Per entry: kOk with median, IQR spread, samples and workspace;
-// kUnsupported with the backend's reason or "workspace X exceeds cap Y"; kFailed with the error
-// of a run or an allocation. Errors of the whole call: invalid arguments, operands that cannot
-// be allocated or filled, cancellation.
+// kUnsupported with the backend's reason when it declines the configuration; kFailed with the
+// error of a query or a run, or with a kWorkerLimitError reason (workspace above the cap, or
+// workspace or operands that could not be allocated: operands are allocated once at the largest
+// micro-batch that fits, and only the larger micro-batches are recorded so).
+// Errors of the whole call: invalid arguments, operands of even the smallest micro-batch that
+// cannot be allocated or filled, cancellation (kUnavailable), and a lost device (kDeviceLost):
+// after every failed query, allocation or run, and once at the end, the backend's Healthy() is
+// asked, so a dead device stops the benchmark instead of recording every later configuration as
+// failed.
 Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& problem,
                                      int64_t max_micro_batch, BatchPolicy policy,
                                      const BenchmarkOptions& options = {},

@@ -1,0 +1,310 @@
+// The benchmark engine's handling of a device in trouble, on a CPU backend that plays one
+// (RenamedCpuBackend): a device lost mid-table, an out-of-memory device (operands and workspace
+// that do not fit), runs that fail on a sound device; and its sampling rules (warm-up required,
+// short runs timed in groups). No GPU, no database.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/core/dp.h"
+#include "ucudnn/worker/benchmark.h"
+#include "worker/worker_test_util.h"
+
+namespace ucudnn::worker {
+namespace {
+
+using namespace ucudnn::worker::testing;  // NOLINT(google-build-using-namespace)
+using ::testing::HasSubstr;
+
+// One sample per configuration, each run timed on its own: the number of runs per configuration
+// is then fixed (the probe after one warm-up: 2 runs), which the device-loss tests count on.
+BenchmarkOptions CountableOptions() {
+  BenchmarkOptions o = FastBenchmarkOptions();
+  o.short_run_ms = 0;
+  o.config_time_budget_ms = 60'000;
+  return o;
+}
+
+void ExpectComplete(const TimingTable& table, ConvBackend& backend, const ConvProblem& p,
+                    int64_t max_micro_batch, BatchPolicy policy) {
+  ASSERT_EQ(table.entries.size(), ExpectedTimings(backend, p, max_micro_batch, policy));
+  std::set<std::pair<int64_t, int>> seen;
+  for (const Timing& t : table.entries) seen.insert({t.micro_batch, t.algo});
+  EXPECT_EQ(seen.size(), table.entries.size());
+}
+
+TEST(BenchmarkOptionsTest, WarmUpIsRequired) {
+  BenchmarkOptions o;
+  o.warmup_runs = 0;
+  const Status s = Validate(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("warmup_runs"));
+  o.warmup_runs = 1;
+  EXPECT_TRUE(Validate(o).ok());
+  o.max_group = 0;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("max_group"));
+  o = {};
+  o.short_run_ms = -1;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("short_run_ms"));
+  RenamedCpuBackend cpu("cpu");
+  BenchmarkOptions cold = FastBenchmarkOptions();
+  cold.warmup_runs = 0;
+  EXPECT_EQ(BenchmarkProblem(cpu, TinyProblem(ConvOp::kForward, 4), 2, BatchPolicy::kAll, cold)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {
+  RenamedCpuBackend gpu("flaky gpu");
+  // 2 runs per configuration: the device dies in the third configuration.
+  gpu.LoseDeviceAfterRuns(5);
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  int64_t reported = 0;
+  Result<TimingTable> table = BenchmarkProblem(
+      gpu, p, 8, BatchPolicy::kPowerOfTwo, CountableOptions(),
+      [&](const BenchmarkProgress& progress) {
+        reported = progress.done;
+        // Nothing after the loss is reported as measured (or as failed).
+        EXPECT_EQ(progress.latest->status, TimingStatus::kOk) << progress.latest->error;
+      });
+  ASSERT_FALSE(table.ok());
+  EXPECT_EQ(table.status().code(), StatusCode::kDeviceLost) << table.status().ToString();
+  EXPECT_THAT(table.status().message(), HasSubstr("cudaErrorIllegalAddress"));
+  // The run's own error (what cuDNN says after the fault) is kept for the log.
+  EXPECT_THAT(table.status().message(), HasSubstr("CUDNN_STATUS_EXECUTION_FAILED"));
+  EXPECT_EQ(reported, 2);
+  EXPECT_GE(gpu.health_checks(), 1);
+}
+
+TEST(BenchmarkDeviceLossTest, ALossAfterTheLastRunIsCaughtBeforeTheTableIsReturned) {
+  RenamedCpuBackend gpu("flaky gpu");
+  const ConvProblem p = TinyProblem(ConvOp::kBackwardFilter, 4);
+  const size_t total = ExpectedTimings(gpu, p, 2, BatchPolicy::kAll);
+  Result<TimingTable> table = BenchmarkProblem(gpu, p, 2, BatchPolicy::kAll, CountableOptions(),
+                                               [&](const BenchmarkProgress& progress) {
+                                                 // E.g. an asynchronous fault of the last kernel:
+                                                 // no call failed yet.
+                                                 if (progress.done == static_cast<int64_t>(total))
+                                                   gpu.LoseDeviceNow();
+                                               });
+  EXPECT_EQ(table.status().code(), StatusCode::kDeviceLost) << table.status().ToString();
+}
+
+TEST(BenchmarkDeviceLossTest, AHealthyDeviceGivesACompleteTableWithOneFinalCheck) {
+  RenamedCpuBackend gpu("sound gpu");
+  const ConvProblem p = TinyProblem(ConvOp::kBackwardData, 4);
+  Result<TimingTable> table =
+      BenchmarkProblem(gpu, p, 4, BatchPolicy::kPowerOfTwo, CountableOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ExpectComplete(*table, gpu, p, 4, BatchPolicy::kPowerOfTwo);
+  for (const Timing& t : table->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+  EXPECT_EQ(gpu.health_checks(), 1);  // nothing failed: only the check at the end
+}
+
+// A backend whose runs of one algorithm fail on a sound device (cuDNN refusing at run time).
+class OneAlgorithmFails : public RenamedCpuBackend {
+ public:
+  explicit OneAlgorithmFails(int algo) : RenamedCpuBackend("picky gpu"), algo_(algo) {}
+  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, int algo,
+                                       const ConvOperands& operands, void* workspace,
+                                       size_t workspace_bytes, int warmup, int runs) override {
+    if (algo == algo_) return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
+    return RenamedCpuBackend::TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup,
+                                       runs);
+  }
+
+ private:
+  int algo_;
+};
+
+TEST(BenchmarkDeviceLossTest, AFailedRunOnASoundDeviceIsRecordedAndTheTableGoesOn) {
+  OneAlgorithmFails gpu(kCpuAlgoIm2colGemm);
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  Result<TimingTable> table =
+      BenchmarkProblem(gpu, p, 4, BatchPolicy::kPowerOfTwo, CountableOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ExpectComplete(*table, gpu, p, 4, BatchPolicy::kPowerOfTwo);
+  int failed = 0;
+  for (const Timing& t : table->entries) {
+    if (t.algo == kCpuAlgoIm2colGemm) {
+      EXPECT_EQ(t.status, TimingStatus::kFailed);
+      EXPECT_THAT(t.error, HasSubstr("CUDNN_STATUS_BAD_PARAM"));
+      EXPECT_FALSE(IsWorkerLimit(t));
+      ++failed;
+    } else {
+      EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+    }
+  }
+  EXPECT_EQ(failed, 3);
+  EXPECT_EQ(gpu.health_checks(), failed + 1);  // after each failure, and at the end
+}
+
+// Operands of micro-batch 8 (8 KiB per activation tensor) do not fit a device that allocates at
+// most 4.5 KiB at once; those of micro-batch 4 do, and so does no im2col workspace.
+TEST(BenchmarkMemoryTest, OperandsFallBackToTheLargestMicroBatchThatFits) {
+  RenamedCpuBackend gpu("small gpu");
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);  // 4x8x8 in, 4x8x8 out, fp32
+  constexpr size_t kLimit = 4608;
+  gpu.FailAllocationsAbove(kLimit);
+  Result<TimingTable> table =
+      BenchmarkProblem(gpu, p, 8, BatchPolicy::kPowerOfTwo, CountableOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ExpectComplete(*table, gpu, p, 8, BatchPolicy::kPowerOfTwo);
+  int ok = 0;
+  for (const Timing& t : table->entries) {
+    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + std::to_string(t.algo));
+    Result<size_t> ws = gpu.WorkspaceSize(p, t.micro_batch, t.algo);
+    ASSERT_TRUE(ws.ok());
+    if (t.micro_batch == 8) {
+      EXPECT_EQ(t.status, TimingStatus::kFailed);
+      EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
+      EXPECT_THAT(t.error, HasSubstr("operands of micro-batch 8"));
+      EXPECT_THAT(t.error, HasSubstr("measured up to micro-batch 4"));
+    } else if (*ws > kLimit) {
+      EXPECT_EQ(t.status, TimingStatus::kFailed);
+      EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
+      EXPECT_THAT(t.error, HasSubstr("could not be allocated"));
+      EXPECT_EQ(t.workspace_bytes, *ws);
+    } else {
+      EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+      EXPECT_GT(t.time_ms, 0);
+      ++ok;
+    }
+  }
+  EXPECT_GE(ok, 3);  // the direct algorithm (no workspace) at 1, 2 and 4
+}
+
+TEST(BenchmarkMemoryTest, OperandsThatFitNowhereFailTheCall) {
+  RenamedCpuBackend gpu("full gpu");
+  gpu.FailAllocationsAbove(512);  // not even one sample's 1 KiB input
+  Result<TimingTable> table = BenchmarkProblem(gpu, TinyProblem(ConvOp::kForward, 4), 4,
+                                               BatchPolicy::kPowerOfTwo, CountableOptions());
+  EXPECT_EQ(table.status().code(), StatusCode::kResourceExhausted) << table.status().ToString();
+  EXPECT_THAT(table.status().message(), HasSubstr("smallest micro-batch 1"));
+}
+
+TEST(BenchmarkMemoryTest, WorkspaceAboveTheCapIsThisWorkersLimitNotUnsupported) {
+  RenamedCpuBackend gpu("capped gpu");
+  const ConvProblem p = TinyProblem(ConvOp::kBackwardData, 4);
+  BenchmarkOptions options = CountableOptions();
+  options.workspace_cap_bytes = 1;
+  Result<TimingTable> table = BenchmarkProblem(gpu, p, 2, BatchPolicy::kPowerOfTwo, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  int capped = 0;
+  for (const Timing& t : table->entries) {
+    EXPECT_NE(t.status, TimingStatus::kUnsupported) << t.error;
+    if (t.status != TimingStatus::kFailed) continue;
+    EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
+    EXPECT_THAT(t.error, HasSubstr("over this worker's cap"));
+    EXPECT_GT(t.workspace_bytes, 1u);
+    EXPECT_EQ(t.samples, 0);
+    ++capped;
+  }
+  EXPECT_GT(capped, 0);
+}
+
+TEST(BenchmarkSamplingTest, ShortRunsAreTimedInGroups) {
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  BenchmarkOptions options = FastBenchmarkOptions();
+  options.min_runs = 3;
+  options.max_runs = 3;
+  options.config_time_budget_ms = 60'000;
+  options.short_run_ms = 1e6;  // every run counts as short
+  options.group_target_ms = 1e6;
+  options.max_group = 4;
+  RenamedCpuBackend grouped("gpu");
+  Result<TimingTable> table = BenchmarkProblem(grouped, p, 2, BatchPolicy::kAll, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(grouped.largest_group(), 4);
+  for (const Timing& t : table->entries) {
+    EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+    EXPECT_EQ(t.samples, 3);  // groups, the probe not among them
+    EXPECT_GT(t.time_ms, 0);
+  }
+  options.short_run_ms = 0;
+  RenamedCpuBackend single("gpu");
+  ASSERT_TRUE(BenchmarkProblem(single, p, 2, BatchPolicy::kAll, options).ok());
+  EXPECT_EQ(single.largest_group(), 1);
+}
+
+TEST(KeepStoredMeasurementsTest, LimitsNeverReplaceMeasurements) {
+  const auto timing = [](int64_t b, int algo, TimingStatus status, std::string error) {
+    Timing t;
+    t.micro_batch = b;
+    t.algo = algo;
+    t.status = status;
+    t.error = std::move(error);
+    t.time_ms = status == TimingStatus::kOk ? 1.0 : 0.0;
+    return t;
+  };
+  const std::string limit = std::string(kWorkerLimitError) + "workspace 3 GiB over this cap";
+  const std::vector<Timing> ours = {
+      timing(1, 0, TimingStatus::kOk, ""),         // ours: kept
+      timing(1, 1, TimingStatus::kFailed, limit),  // over a measurement: left out
+      timing(1, 2, TimingStatus::kFailed, limit),  // over a failure: kept
+      timing(2, 1, TimingStatus::kFailed, limit),  // nothing stored: kept
+      timing(2, 2, TimingStatus::kFailed, "CUDNN_STATUS_BAD_PARAM"),  // a real failure: kept
+  };
+  TimingTable stored;
+  stored.entries = {timing(1, 0, TimingStatus::kOk, ""), timing(1, 1, TimingStatus::kOk, ""),
+                    timing(1, 2, TimingStatus::kFailed, "x"), timing(2, 2, TimingStatus::kOk, "")};
+  const std::vector<Timing> kept = KeepStoredMeasurements(ours, stored);
+  ASSERT_EQ(kept.size(), 4u);
+  EXPECT_EQ(kept[0], ours[0]);
+  EXPECT_EQ(kept[1], ours[2]);
+  EXPECT_EQ(kept[2], ours[3]);
+  EXPECT_EQ(kept[3], ours[4]);
+  EXPECT_TRUE(IsWorkerLimit(ours[1]));
+  EXPECT_FALSE(IsWorkerLimit(ours[4]));
+  EXPECT_EQ(KeepStoredMeasurements(ours, {}).size(), ours.size());
+}
+
+// TimeRunGroups' default: the mean of each group of TimeRuns' samples, in order.
+class FixedTimes final : public ConvBackend {
+ public:
+  const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
+  std::vector<AlgorithmInfo> Algorithms(ConvOp) const override { return {{0, "only"}}; }
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, int) override { return size_t{0}; }
+  Status Run(const ConvProblem&, int64_t, int, const ConvOperands&, void*, size_t, float,
+             float) override {
+    return Status::Ok();
+  }
+  Status Synchronize() override { return Status::Ok(); }
+  Result<std::unique_ptr<BackendBuffer>> Allocate(size_t) override { return Internal("not used"); }
+  Status CopyToDevice(void*, const void*, size_t) override { return Status::Ok(); }
+  Status CopyToHost(void*, const void*, size_t) override { return Status::Ok(); }
+  Result<std::vector<double>> TimeRuns(const ConvProblem&, int64_t, int, const ConvOperands&, void*,
+                                       size_t, int warmup, int runs) override {
+    last_warmup = warmup;
+    std::vector<double> times;
+    for (int i = 0; i < runs; ++i) times.push_back(i + 1.0);
+    return times;
+  }
+  int last_warmup = -1;
+
+ private:
+  DeviceFingerprint fingerprint_;
+};
+
+TEST(TimeRunGroupsTest, DefaultAveragesEachGroup) {
+  FixedTimes backend;
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 1);
+  Result<std::vector<double>> means = backend.TimeRunGroups(p, 1, 0, {}, nullptr, 0, 2, 3, 2);
+  ASSERT_TRUE(means.ok()) << means.status().ToString();
+  EXPECT_EQ(*means, (std::vector<double>{1.5, 3.5, 5.5}));
+  EXPECT_EQ(backend.last_warmup, 2);
+  EXPECT_EQ(*backend.TimeRunGroups(p, 1, 0, {}, nullptr, 0, 0, 2, 1),
+            (std::vector<double>{1.0, 2.0}));
+  EXPECT_EQ(backend.TimeRunGroups(p, 1, 0, {}, nullptr, 0, 0, 0, 1).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(backend.Healthy().ok());  // the interface's default: nothing to lose
+}
+
+}  // namespace
+}  // namespace ucudnn::worker
