@@ -16,7 +16,7 @@ if(TARGET ucudnn_test_postgres)
   ucudnn_add_test(NAME ucudnn_server_tests
     SOURCES server/server_test.cc
     LIBS ucudnn_server_lib ucudnn_planner ucudnn_proto_convert ucudnn_test_postgres
-         ${UCUDNN_SERVER_TEST_HTTPLIB}
+         PkgConfig::PQXX ${UCUDNN_SERVER_TEST_HTTPLIB}
     LABELS integration
     TIMEOUT 600)
 endif()

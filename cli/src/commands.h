@@ -39,6 +39,8 @@ int RunHealth(const ServerOptions& server);
 int RunDevices(const ServerOptions& server);
 int RunWorkers(const ServerOptions& server, bool alive_only);
 int RunJobs(const ServerOptions& server, const std::string& state, int limit);
+// Re-queues a failed job (CatalogService.RetryJob; needs the token).
+int RunRetryJob(const ServerOptions& server, int64_t job_id);
 struct PlanOptions {
   NetworkOptions net;
   std::string backend = "auto";  // the local device: auto | cpu | cudnn

@@ -126,9 +126,14 @@ int main(int argc, char** argv) {
   int job_limit = 50;
   auto* jobs = app.add_subcommand("jobs", "Benchmark jobs, newest first");
   AddServerFlags(jobs, &server);
-  jobs->add_option("--state", job_state, "queued, running, done, failed");
+  int64_t retry_job = 0;
+  jobs->add_option("--state", job_state, "queued, running, expired, done, failed");
   jobs->add_option("--limit", job_limit, "At most this many")->capture_default_str();
-  jobs->callback([&] { rc = RunJobs(server, job_state, job_limit); });
+  jobs->add_option("--retry", retry_job,
+                   "Instead of listing, put this failed job back in the queue (needs --token)");
+  jobs->callback([&] {
+    rc = retry_job != 0 ? RunRetryJob(server, retry_job) : RunJobs(server, job_state, job_limit);
+  });
 
   PlanOptions plan;
   auto* plan_cmd = app.add_subcommand("plan", "Ask the server for a network's plan");

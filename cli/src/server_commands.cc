@@ -92,6 +92,10 @@ int PrintPlan(const v1::Plan& plan, bool json) {
   for (const v1::MissingProblem& m : plan.missing()) {
     std::printf("missing: %s (job %lld, %s)\n", m.problem_hash().c_str(),
                 static_cast<long long>(m.job_id()), m.job_state().c_str());
+    if (m.job_state() == "failed") {
+      std::printf("  error: %s\n  (`ucudnn jobs --retry %lld` re-queues it)\n", m.error().c_str(),
+                  static_cast<long long>(m.job_id()));
+    }
   }
   return plan.status() == v1::PLAN_STATUS_COMPLETE ? 0 : 3;
 }
@@ -162,8 +166,24 @@ int RunJobs(const ServerOptions& server, const std::string& state, int limit) {
     std::printf("%-8lld %-8s %-16s %-8d %-36.36s %s\n", static_cast<long long>(j.id()),
                 j.state().c_str(), j.device_hash().c_str(), j.attempts(), j.worker_id().c_str(),
                 problem.ok() ? CanonicalKey(*problem).c_str() : "?");
+    if (j.state() == "failed" && !j.error().empty()) {
+      std::printf("         error: %s\n", j.error().c_str());
+    }
   }
   std::printf("queue depth: %lld\n", static_cast<long long>(response.queue_depth()));
+  return 0;
+}
+
+int RunRetryJob(const ServerOptions& server, int64_t job_id) {
+  auto stub = CatalogService::NewStub(MakeChannel(server));
+  v1::RetryJobRequest request;
+  request.set_job_id(job_id);
+  v1::RetryJobResponse response;
+  auto context = MakeContext(server);
+  grpc::Status s = stub->RetryJob(context.get(), request, &response);
+  if (!s.ok()) return FailGrpc(s, server);
+  std::printf("job %lld is %s again (attempts reset)\n",
+              static_cast<long long>(response.job().id()), response.job().state().c_str());
   return 0;
 }
 

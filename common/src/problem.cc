@@ -146,6 +146,20 @@ std::vector<std::string_view> Split(std::string_view s, char separator) {
   }
 }
 
+// Several field errors in one status: "N invalid fields: c: ...; h: ...". One error stays as it
+// is. FieldErrors (proto_convert.h) reads this form back to put every entry under its path, so
+// an entry must never contain "; " (none of the messages below does: they hold no caller text).
+Status JoinFieldErrors(const std::vector<Status>& errors) {
+  if (errors.empty()) return Status::Ok();
+  if (errors.size() == 1) return errors.front();
+  std::string message = std::to_string(errors.size()) + " invalid fields: ";
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (i > 0) message += "; ";
+    message += errors[i].message();
+  }
+  return InvalidArgument(std::move(message));
+}
+
 }  // namespace
 
 std::string_view ToString(ConvOp op) { return EnumName(op, kConvOpNames); }
@@ -205,65 +219,90 @@ double ConvProblem::flops(int64_t batch) const {
 }
 
 Status Validate(const ConvProblem& p) {
-  UCUDNN_RETURN_IF_ERROR(CheckEnum("op", p.op, kConvOpNames));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("c", p.c, 1, kMaxChannels));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("h", p.h, 1, kMaxSpatial));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("w", p.w, 1, kMaxSpatial));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("k", p.k, 1, kMaxChannels));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("r", p.r, 1, kMaxFilterSpatial));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("s", p.s, 1, kMaxFilterSpatial));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("stride_h", p.stride_h, 1, kMaxStrideOrDilation));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("stride_w", p.stride_w, 1, kMaxStrideOrDilation));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("dilation_h", p.dilation_h, 1, kMaxStrideOrDilation));
-  UCUDNN_RETURN_IF_ERROR(CheckRange("dilation_w", p.dilation_w, 1, kMaxStrideOrDilation));
+  // Every invalid field is reported, each once, in field order. A check that depends on other
+  // fields (padding on the filter extent, groups on c and k, output size, element counts) runs
+  // only when those fields are valid, so an error always names its real cause.
+  std::vector<Status> errors;
+  auto check = [&errors](Status status) {
+    const bool ok = status.ok();
+    if (!ok) errors.push_back(std::move(status));
+    return ok;
+  };
+  check(CheckEnum("op", p.op, kConvOpNames));
+  const bool c_ok = check(CheckRange("c", p.c, 1, kMaxChannels));
+  const bool h_ok = check(CheckRange("h", p.h, 1, kMaxSpatial));
+  const bool w_ok = check(CheckRange("w", p.w, 1, kMaxSpatial));
+  const bool k_ok = check(CheckRange("k", p.k, 1, kMaxChannels));
+  const bool r_ok = check(CheckRange("r", p.r, 1, kMaxFilterSpatial));
+  const bool s_ok = check(CheckRange("s", p.s, 1, kMaxFilterSpatial));
+  check(CheckRange("stride_h", p.stride_h, 1, kMaxStrideOrDilation));
+  check(CheckRange("stride_w", p.stride_w, 1, kMaxStrideOrDilation));
+  const bool dh_ok = check(CheckRange("dilation_h", p.dilation_h, 1, kMaxStrideOrDilation));
+  const bool dw_ok = check(CheckRange("dilation_w", p.dilation_w, 1, kMaxStrideOrDilation));
 
-  // A pad as large as the filter would only add outputs that see nothing but zeros.
-  const int64_t extent_h = DilatedExtent(p.r, p.dilation_h);
-  const int64_t extent_w = DilatedExtent(p.s, p.dilation_w);
-  if (p.pad_h < 0 || p.pad_h >= extent_h) {
-    return InvalidArgument("pad_h: must be in [0, " + std::to_string(extent_h - 1) +
-                           "] (below the dilated filter height " + std::to_string(extent_h) +
-                           "), got " + std::to_string(p.pad_h));
+  // A pad as large as the filter would only add outputs that see nothing but zeros. With the
+  // filter itself invalid only the sign of the pad can be judged.
+  auto check_pad = [&](std::string_view field, int64_t pad, bool extent_known, int64_t extent,
+                       std::string_view extent_name) {
+    if (!extent_known) {
+      return check(pad < 0 ? InvalidArgument(std::string(field) + ": must be >= 0, got " +
+                                             std::to_string(pad))
+                           : Status::Ok());
+    }
+    if (pad >= 0 && pad < extent) return true;
+    return check(InvalidArgument(std::string(field) + ": must be in [0, " +
+                                 std::to_string(extent - 1) + "] (below the dilated filter " +
+                                 std::string(extent_name) + " " + std::to_string(extent) +
+                                 "), got " + std::to_string(pad)));
+  };
+  const bool extent_h_ok = r_ok && dh_ok;
+  const bool extent_w_ok = s_ok && dw_ok;
+  const int64_t extent_h = extent_h_ok ? DilatedExtent(p.r, p.dilation_h) : 0;
+  const int64_t extent_w = extent_w_ok ? DilatedExtent(p.s, p.dilation_w) : 0;
+  const bool pad_h_ok = check_pad("pad_h", p.pad_h, extent_h_ok, extent_h, "height");
+  const bool pad_w_ok = check_pad("pad_w", p.pad_w, extent_w_ok, extent_w, "width");
+
+  bool groups_ok = check(CheckRange("groups", p.groups, 1, kMaxChannels));
+  if (groups_ok && c_ok && p.c % p.groups != 0) {
+    groups_ok = check(InvalidArgument("groups: must divide c (" + std::to_string(p.c) + "), got " +
+                                      std::to_string(p.groups)));
   }
-  if (p.pad_w < 0 || p.pad_w >= extent_w) {
-    return InvalidArgument("pad_w: must be in [0, " + std::to_string(extent_w - 1) +
-                           "] (below the dilated filter width " + std::to_string(extent_w) +
-                           "), got " + std::to_string(p.pad_w));
+  if (groups_ok && k_ok && p.k % p.groups != 0) {
+    groups_ok = check(InvalidArgument("groups: must divide k (" + std::to_string(p.k) + "), got " +
+                                      std::to_string(p.groups)));
   }
 
-  UCUDNN_RETURN_IF_ERROR(CheckRange("groups", p.groups, 1, kMaxChannels));
-  if (p.c % p.groups != 0) {
-    return InvalidArgument("groups: must divide c (" + std::to_string(p.c) + "), got " +
-                           std::to_string(p.groups));
-  }
-  if (p.k % p.groups != 0) {
-    return InvalidArgument("groups: must divide k (" + std::to_string(p.k) + "), got " +
-                           std::to_string(p.groups));
-  }
-
-  UCUDNN_RETURN_IF_ERROR(CheckEnum("data_type", p.data_type, kDataTypeNames));
-  UCUDNN_RETURN_IF_ERROR(CheckEnum("compute_type", p.compute_type, kDataTypeNames));
-  UCUDNN_RETURN_IF_ERROR(CheckEnum("layout", p.layout, kLayoutNames));
-  UCUDNN_RETURN_IF_ERROR(CheckEnum("math", p.math, kMathModeNames));
+  check(CheckEnum("data_type", p.data_type, kDataTypeNames));
+  check(CheckEnum("compute_type", p.compute_type, kDataTypeNames));
+  check(CheckEnum("layout", p.layout, kLayoutNames));
+  check(CheckEnum("math", p.math, kMathModeNames));
 
   // The bounds above keep these sums far from overflow (at most about 2^21).
-  if (p.h + 2 * p.pad_h < extent_h) {
-    return InvalidArgument(
+  bool out_h_ok = h_ok && extent_h_ok && pad_h_ok;
+  if (out_h_ok && p.h + 2 * p.pad_h < extent_h) {
+    out_h_ok = check(InvalidArgument(
         "out_h: must be positive, but h + 2 * pad_h (" + std::to_string(p.h + 2 * p.pad_h) +
-        ") is smaller than the dilated filter height (" + std::to_string(extent_h) + ")");
+        ") is smaller than the dilated filter height (" + std::to_string(extent_h) + ")"));
   }
-  if (p.w + 2 * p.pad_w < extent_w) {
-    return InvalidArgument(
+  bool out_w_ok = w_ok && extent_w_ok && pad_w_ok;
+  if (out_w_ok && p.w + 2 * p.pad_w < extent_w) {
+    out_w_ok = check(InvalidArgument(
         "out_w: must be positive, but w + 2 * pad_w (" + std::to_string(p.w + 2 * p.pad_w) +
-        ") is smaller than the dilated filter width (" + std::to_string(extent_w) + ")");
+        ") is smaller than the dilated filter width (" + std::to_string(extent_w) + ")"));
   }
 
-  UCUDNN_RETURN_IF_ERROR(CheckElements("c * h * w", "input elements per sample", {p.c, p.h, p.w}));
-  UCUDNN_RETURN_IF_ERROR(CheckElements("k * out_h * out_w", "output elements per sample",
-                                       {p.k, p.out_h(), p.out_w()}));
-  UCUDNN_RETURN_IF_ERROR(CheckElements("k * (c / groups) * r * s", "filter elements",
-                                       {p.k, p.c / p.groups, p.r, p.s}));
-  return Status::Ok();
+  if (c_ok && h_ok && w_ok) {
+    check(CheckElements("c * h * w", "input elements per sample", {p.c, p.h, p.w}));
+  }
+  if (k_ok && out_h_ok && out_w_ok && p.stride_h >= 1 && p.stride_w >= 1) {
+    check(CheckElements("k * out_h * out_w", "output elements per sample",
+                        {p.k, p.out_h(), p.out_w()}));
+  }
+  if (k_ok && c_ok && groups_ok && r_ok && s_ok) {
+    check(CheckElements("k * (c / groups) * r * s", "filter elements",
+                        {p.k, p.c / p.groups, p.r, p.s}));
+  }
+  return JoinFieldErrors(errors);
 }
 
 Status ValidateBatch(int64_t batch) { return CheckRange("batch", batch, 1, kMaxBatch); }

@@ -195,6 +195,76 @@ Result<uint64_t> ParseHashHex(std::string_view hex, std::string_view field) {
   return value;
 }
 
+// ---- Field errors -----------------------------------------------------------------------------
+
+std::string FieldPath(std::string_view parent, std::string_view child) {
+  if (parent.empty()) return std::string(child);
+  if (child.empty()) return std::string(parent);
+  return std::string(parent) + "." + std::string(child);
+}
+
+std::string FieldPath(std::string_view parent, std::string_view child, int index) {
+  return FieldPath(parent, Indexed(child, index));
+}
+
+void FieldErrors::Push(std::string entry) {
+  if (entries_.size() < kMaxReportedFieldErrors) entries_.push_back(std::move(entry));
+}
+
+void FieldErrors::AddField(std::string_view path, std::string_view message) {
+  ++count_;
+  Push(path.empty() ? std::string(message) : std::string(path) + ": " + std::string(message));
+}
+
+void FieldErrors::Add(std::string_view path, const Status& status) {
+  if (status.ok()) return;
+  if (status.code() != StatusCode::kInvalidArgument) {
+    if (other_.ok()) other_ = status;
+    return;
+  }
+  auto prefixed = [&](std::string_view entry) {
+    return path.empty() ? std::string(entry) : std::string(path) + "." + std::string(entry);
+  };
+  const std::string& message = status.message();
+  // The joined form: "<N> invalid fields[ (first <K>)]: <e1>; <e2>; ..."
+  size_t digits = 0;
+  while (digits < message.size() && message[digits] >= '0' && message[digits] <= '9') ++digits;
+  constexpr std::string_view kJoined = " invalid fields";
+  const size_t colon = message.find(": ");
+  if (digits > 0 && digits <= 9 && message.compare(digits, kJoined.size(), kJoined) == 0 &&
+      colon != std::string::npos) {
+    const size_t total = std::stoul(message.substr(0, digits));
+    size_t start = colon + 2;
+    size_t spelled = 0;
+    while (start <= message.size()) {
+      const size_t end = message.find("; ", start);
+      Push(prefixed(std::string_view(message).substr(
+          start, end == std::string::npos ? std::string::npos : end - start)));
+      ++spelled;
+      if (end == std::string::npos) break;
+      start = end + 2;
+    }
+    count_ += std::max(total, spelled);
+    return;
+  }
+  ++count_;
+  Push(prefixed(message));
+}
+
+Status FieldErrors::ToStatus() const {
+  if (!other_.ok()) return other_;
+  if (count_ == 0) return Status::Ok();
+  if (count_ == 1 && entries_.size() == 1) return InvalidArgument(entries_.front());
+  std::string message = std::to_string(count_) + " invalid fields";
+  if (entries_.size() < count_) message += " (first " + std::to_string(entries_.size()) + ")";
+  message += ": ";
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i > 0) message += "; ";
+    message += entries_[i];
+  }
+  return InvalidArgument(std::move(message));
+}
+
 // ---- Enums ------------------------------------------------------------------------------------
 
 v1::ConvOp ToProto(ConvOp op) {
@@ -349,8 +419,17 @@ v1::ConvProblem ToProto(const ConvProblem& p) {
 Result<ConvProblem> FromProto(const v1::ConvProblem& m) {
   // 0 means "unset" for these in proto3; the .proto documents it as 1.
   auto or_one = [](int64_t v) { return v == 0 ? int64_t{1} : v; };
+  FieldErrors errors;
+  // An enum that cannot be read keeps its default, so the other fields are still judged.
+  auto take = [&errors]<typename T>(Result<T> parsed, T& out) {
+    if (parsed.ok()) {
+      out = *parsed;
+    } else {
+      errors.Add(parsed.status());
+    }
+  };
   ConvProblem p;
-  UCUDNN_ASSIGN_OR_RETURN(p.op, ConvOpFromProto(m.op()));
+  take(ConvOpFromProto(m.op()), p.op);
   p.c = m.c();
   p.h = m.h();
   p.w = m.w();
@@ -364,11 +443,12 @@ Result<ConvProblem> FromProto(const v1::ConvProblem& m) {
   p.dilation_h = or_one(m.dilation_h());
   p.dilation_w = or_one(m.dilation_w());
   p.groups = or_one(m.groups());
-  UCUDNN_ASSIGN_OR_RETURN(p.data_type, DataTypeFromProto("data_type", m.data_type()));
-  UCUDNN_ASSIGN_OR_RETURN(p.compute_type, DataTypeFromProto("compute_type", m.compute_type()));
-  UCUDNN_ASSIGN_OR_RETURN(p.layout, LayoutFromProto(m.layout()));
-  UCUDNN_ASSIGN_OR_RETURN(p.math, MathModeFromProto(m.math()));
-  UCUDNN_RETURN_IF_ERROR(Validate(p));
+  take(DataTypeFromProto("data_type", m.data_type()), p.data_type);
+  take(DataTypeFromProto("compute_type", m.compute_type()), p.compute_type);
+  take(LayoutFromProto(m.layout()), p.layout);
+  take(MathModeFromProto(m.math()), p.math);
+  errors.Add(Validate(p));
+  if (!errors.ok()) return errors.ToStatus();
   return p;
 }
 
@@ -415,14 +495,22 @@ v1::Kernel ToProto(const Kernel& k) {
 
 Result<Kernel> FromProto(const v1::Kernel& m) {
   Kernel k;
-  if (!m.has_problem()) return Required("problem");
-  Result<ConvProblem> problem = FromProto(m.problem());
-  if (!problem.ok()) return Nested("problem", problem.status());
-  k.problem = std::move(problem).value();
-  UCUDNN_RETURN_IF_ERROR(CheckMiniBatch("mini_batch", m.mini_batch()));
+  FieldErrors errors;
+  if (!m.has_problem()) {
+    errors.AddField("problem", "required");
+  } else {
+    Result<ConvProblem> problem = FromProto(m.problem());
+    if (problem.ok()) {
+      k.problem = std::move(problem).value();
+    } else {
+      errors.Add("problem", problem.status());
+    }
+  }
+  errors.Add(CheckMiniBatch("mini_batch", m.mini_batch()));
   k.mini_batch = m.mini_batch();
-  UCUDNN_RETURN_IF_ERROR(CheckLength("name", m.name(), kMaxKernelNameBytes));
+  errors.Add(CheckLength("name", m.name(), kMaxKernelNameBytes));
   k.name = m.name();
+  if (!errors.ok()) return errors.ToStatus();
   return k;
 }
 
@@ -443,24 +531,32 @@ v1::Timing ToProto(const Timing& t) {
 
 Result<Timing> FromProto(const v1::Timing& m) {
   Timing t;
-  UCUDNN_RETURN_IF_ERROR(CheckMiniBatch("micro_batch", m.micro_batch()));
+  FieldErrors errors;
+  errors.Add(CheckMiniBatch("micro_batch", m.micro_batch()));
   t.micro_batch = m.micro_batch();
-  UCUDNN_RETURN_IF_ERROR(CheckNonNegative("algo", m.algo()));
+  errors.Add(CheckNonNegative("algo", m.algo()));
   t.algo = m.algo();
-  UCUDNN_ASSIGN_OR_RETURN(t.status, TimingStatusFromProto(m.status()));
-  UCUDNN_RETURN_IF_ERROR(CheckTime("time_ms", m.time_ms()));
-  if (t.status == TimingStatus::kOk && m.time_ms() <= 0) {
-    return InvalidArgument("time_ms: must be positive when status is OK, got " +
-                           std::to_string(m.time_ms()));
+  Result<TimingStatus> status = TimingStatusFromProto(m.status());
+  if (status.ok()) {
+    t.status = *status;
+  } else {
+    errors.Add(status.status());
+  }
+  const Status time = CheckTime("time_ms", m.time_ms());
+  errors.Add(time);
+  if (time.ok() && status.ok() && t.status == TimingStatus::kOk && m.time_ms() <= 0) {
+    errors.AddField("time_ms",
+                    "must be positive when status is OK, got " + std::to_string(m.time_ms()));
   }
   t.time_ms = m.time_ms();
-  UCUDNN_RETURN_IF_ERROR(CheckTime("spread_ms", m.spread_ms()));
+  errors.Add(CheckTime("spread_ms", m.spread_ms()));
   t.spread_ms = m.spread_ms();
-  UCUDNN_RETURN_IF_ERROR(CheckNonNegative("samples", m.samples()));
+  errors.Add(CheckNonNegative("samples", m.samples()));
   t.samples = m.samples();
   t.workspace_bytes = m.workspace_bytes();
-  UCUDNN_RETURN_IF_ERROR(CheckLength("error", m.error(), kMaxMessageBytes));
+  errors.Add(CheckLength("error", m.error(), kMaxMessageBytes));
   t.error = m.error();
+  if (!errors.ok()) return errors.ToStatus();
   return t;
 }
 
@@ -689,31 +785,56 @@ v1::GetPlanRequest ToProto(const PlanRequest& request, uint32_t max_wait_ms) {
   return m;
 }
 
-Result<PlanRequest> FromProto(const v1::GetPlanRequest& m) {
+Result<PlanRequest> FromProto(const v1::GetPlanRequest& m) { return FromProto(m, ""); }
+
+Result<PlanRequest> FromProto(const v1::GetPlanRequest& m, std::string_view path) {
   PlanRequest request;
-  if (!m.has_device()) return Required("device");
-  Result<DeviceFingerprint> device = FromProto(m.device());
-  if (!device.ok()) return Nested("device", device.status());
-  request.device = std::move(device).value();
+  FieldErrors errors;
+  if (!m.has_device()) {
+    errors.AddField(FieldPath(path, "device"), "required");
+  } else {
+    Result<DeviceFingerprint> device = FromProto(m.device());
+    if (device.ok()) {
+      request.device = std::move(device).value();
+    } else {
+      errors.Add(FieldPath(path, "device"), device.status());
+    }
+  }
 
   // The count first: a request of a million kernels is refused before any is looked at.
-  if (m.kernels_size() == 0) return InvalidArgument("kernels: at least 1 kernel, got 0");
-  UCUDNN_RETURN_IF_ERROR(CheckKernelCount(m.kernels_size()));
-  request.kernels.reserve(static_cast<size_t>(m.kernels_size()));
-  for (int i = 0; i < m.kernels_size(); ++i) {
-    Result<Kernel> k = FromProto(m.kernels(i));
-    if (!k.ok()) return Nested(Indexed("kernels", i), k.status());
-    request.kernels.push_back(std::move(k).value());
+  if (m.kernels_size() == 0) {
+    errors.AddField(FieldPath(path, "kernels"), "at least 1 kernel, got 0");
+  } else if (Status count = CheckKernelCount(m.kernels_size()); !count.ok()) {
+    errors.Add(path, count);
+  } else {
+    request.kernels.reserve(static_cast<size_t>(m.kernels_size()));
+    for (int i = 0; i < m.kernels_size(); ++i) {
+      Result<Kernel> k = FromProto(m.kernels(i));
+      if (k.ok()) {
+        request.kernels.push_back(std::move(k).value());
+      } else {
+        errors.Add(FieldPath(path, "kernels", i), k.status());
+      }
+    }
   }
 
-  UCUDNN_ASSIGN_OR_RETURN(request.policy, FromProto(m.policy()));
-  UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, FromProto(m.workspace_mode()));
-  UCUDNN_RETURN_IF_ERROR(CheckWorkspaceBudget(m.workspace_bytes()));
+  if (auto policy = FromProto(m.policy()); policy.ok()) {
+    request.policy = *policy;
+  } else {
+    errors.Add(path, policy.status());
+  }
+  if (auto mode = FromProto(m.workspace_mode()); mode.ok()) {
+    request.workspace_mode = *mode;
+  } else {
+    errors.Add(path, mode.status());
+  }
+  errors.Add(path, CheckWorkspaceBudget(m.workspace_bytes()));
   request.workspace_bytes = m.workspace_bytes();
   if (m.max_wait_ms() > kMaxWaitMs) {
-    return InvalidArgument("max_wait_ms: at most " + std::to_string(kMaxWaitMs) + ", got " +
-                           std::to_string(m.max_wait_ms()));
+    errors.AddField(FieldPath(path, "max_wait_ms"), "at most " + std::to_string(kMaxWaitMs) +
+                                                        ", got " + std::to_string(m.max_wait_ms()));
   }
+  if (!errors.ok()) return errors.ToStatus();
   return request;
 }
 

@@ -105,8 +105,8 @@ const std::vector<FlagSpec>& Specs() {
        "required",
        "", StringFlag(&ServerConfig::database_url), nullptr},
       {"tokens", "UCUDNN_TOKENS", "T1,T2",
-       "comma-separated bearer tokens accepted by TimingService.SubmitTimings (no token: writes "
-       "refused)",
+       "comma-separated bearer tokens accepted by the writes, TimingService.SubmitTimings and "
+       "CatalogService.RetryJob (no token: writes refused)",
        "",
        [](ServerConfig& c, std::string_view v, std::string_view) -> Status {
          for (auto& t : SplitTokenList(v)) c.tokens.push_back(std::move(t));
@@ -170,9 +170,23 @@ const std::vector<FlagSpec>& Specs() {
       {"plan-cache-entries", "UCUDNN_PLAN_CACHE_ENTRIES", "N",
        "complete plans kept in process in front of the database cache; 0 disables", "1024",
        IntFlag(&ServerConfig::plan_cache_entries, 0, 1 << 24), nullptr},
+      {"plan-cache-max-rows", "UCUDNN_PLAN_CACHE_MAX_ROWS", "N",
+       "plans kept per device in the database's shared plan cache; the least recently used "
+       "beyond it are deleted every --plan-cache-evict-interval (one replica at a time); 0 keeps "
+       "every plan",
+       "10000", IntFlag(&ServerConfig::plan_cache_max_rows, 0, int64_t{1} << 31), nullptr},
+      {"plan-cache-evict-interval", "UCUDNN_PLAN_CACHE_EVICT_INTERVAL", "DURATION",
+       "how often the database's plan cache is trimmed to --plan-cache-max-rows", "1m",
+       DurationFlag(&ServerConfig::plan_cache_evict_interval_ms, 1000, 86400000), nullptr},
+      {"failed-job-cooldown", "UCUDNN_FAILED_JOB_COOLDOWN", "DURATION",
+       "after a problem's benchmark job failed for good, plan requests report it as failed (with "
+       "its error) instead of enqueueing it again, for this long; `ucudnn jobs --retry ID` (or "
+       "CatalogService.RetryJob with a token) re-queues it sooner; 0 re-enqueues at once",
+       "1h", DurationFlag(&ServerConfig::failed_job_cooldown_ms, 0, int64_t{30} * 86400000),
+       nullptr},
       {"max-waiting-calls", "UCUDNN_MAX_WAITING_CALLS", "N",
-       "GetPlan calls computing or waiting for benchmarks at once (one thread each); more are "
-       "refused with RESOURCE_EXHAUSTED",
+       "plan calls (GetPlan, StreamPlan, ExplainPlan) computing or waiting for benchmarks at once "
+       "(one thread each); more are refused with RESOURCE_EXHAUSTED",
        "1024", IntFlag(&ServerConfig::max_blocking_calls, 1, 65536), nullptr},
       {"timings-cache-entries", "UCUDNN_TIMINGS_CACHE_ENTRIES", "N",
        "timing tables kept in process, invalidated by the database's notifications; 0 disables",

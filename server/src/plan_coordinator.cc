@@ -1,6 +1,7 @@
 #include "ucudnn/server/plan_coordinator.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 #include <unordered_map>
 
@@ -48,6 +49,53 @@ uint64_t MemoKey(std::string_view raw_request) {
   return std::hash<std::string_view>{}(raw_request);
 }
 
+// `text` within `max_bytes`, cut on a UTF-8 character boundary (plan strings must stay UTF-8).
+std::string Truncated(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return std::string(text.substr(0, end)) + "...";
+}
+
+// Why a kernel is missing: which micro-batch sizes lack timings, and the state of the job that
+// measures them (its error when it failed). At most a few hundred bytes plus 1 KiB of error,
+// well within the 4 KiB a plan's reason may hold.
+std::string MissingReason(const CachedTimings& timings, BatchPolicy policy, int64_t max_micro_batch,
+                          int64_t job_id, std::string_view job_state, std::string_view job_error) {
+  std::string reason;
+  if (timings.table.entries.empty()) {
+    reason = "no timings for this problem on this device";
+  } else {
+    const std::vector<int64_t> needed = MicroBatchSizes(policy, max_micro_batch);
+    std::vector<int64_t> absent;
+    for (int64_t size : needed) {
+      if (!std::binary_search(timings.micro_batches.begin(), timings.micro_batches.end(), size)) {
+        absent.push_back(size);
+      }
+    }
+    constexpr size_t kListed = 8;
+    reason = "no timings at micro-batch size";
+    reason += absent.size() == 1 ? " " : "s ";
+    for (size_t i = 0; i < absent.size() && i < kListed; ++i) {
+      if (i > 0) reason += ", ";
+      reason += std::to_string(absent[i]);
+    }
+    if (absent.size() > kListed) reason += ", ... (" + std::to_string(absent.size()) + " sizes)";
+    reason += "; " + std::to_string(needed.size() - absent.size()) + " of " +
+              std::to_string(needed.size()) + " sizes measured";
+  }
+  if (job_id > 0) {
+    const std::string id = std::to_string(job_id);
+    if (job_state == "failed") {
+      reason += "; benchmark job " + id + " failed: " + Truncated(job_error, 1024) +
+                " (`ucudnn jobs --retry " + id + "` re-queues it)";
+    } else {
+      reason += "; benchmark job " + id + " is " + std::string(job_state);
+    }
+  }
+  return reason;
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> GetPlanResponseFraming(size_t plan_bytes, bool from_cache,
@@ -84,6 +132,7 @@ struct PlanCoordinator::ProblemSlot {
   bool covered = false;
   int64_t job_id = 0;
   std::string job_state;
+  std::string job_error;  // when job_state is "failed"
 };
 
 bool TableCovers(const CachedTimings& timings, BatchPolicy policy, int64_t max_micro_batch) {
@@ -154,11 +203,16 @@ Result<std::shared_ptr<const CachedTimings>> PlanCoordinator::LoadTimings(
   return slots[0].timings;
 }
 
-std::shared_ptr<const std::string> PlanCoordinator::LookupCachedPlan(uint64_t key,
+std::shared_ptr<const std::string> PlanCoordinator::LookupCachedPlan(const ContentKey& key,
+                                                                     const PlanRequest& request,
                                                                      bool* from_database) {
   *from_database = false;
-  if (auto plan = plan_lru_.Get(key)) return plan;
-  auto bytes = store_->GetCachedPlan(key);
+  if (auto cached = plan_lru_.Get(key.hash)) {
+    if (cached->check == key.check) return cached->bytes;
+    // Another content under the same 64-bit key: not this request's plan.
+    spdlog::warn("plan cache key {} collides in process; recomputing", HashHex(key.hash));
+  }
+  auto bytes = store_->GetCachedPlan(key.hash);
   if (!bytes.ok()) {
     // The cache is an optimisation: a failed read means computing the plan again.
     spdlog::warn("plan cache read failed: {}", bytes.status().ToString());
@@ -167,23 +221,29 @@ std::shared_ptr<const std::string> PlanCoordinator::LookupCachedPlan(uint64_t ke
   if (!bytes->has_value()) return nullptr;
   v1::Plan plan;
   if (!plan.ParseFromString(**bytes) || plan.schema_version() != kPlanSchemaVersion ||
-      plan.plan_hash() != HashHex(key)) {
-    spdlog::warn("plan cache entry {} unreadable or of another version; recomputing", HashHex(key));
+      plan.plan_hash() != HashHex(key.hash)) {
+    spdlog::warn("plan cache entry {} unreadable or of another version; recomputing",
+                 HashHex(key.hash));
+    return nullptr;
+  }
+  if (!PlanAnswersRequest(plan, request)) {
+    spdlog::warn("plan cache entry {} answers another request (64-bit key collision); recomputing",
+                 HashHex(key.hash));
     return nullptr;
   }
   *from_database = true;
   auto shared = std::make_shared<const std::string>(std::move(**bytes));
-  plan_lru_.Put(key, shared);
+  plan_lru_.Put(key.hash, std::make_shared<const CachedPlan>(CachedPlan{key.check, shared}));
   return shared;
 }
 
 void PlanCoordinator::Remember(std::string_view raw_request, uint64_t device_hash,
-                               const std::vector<ProblemSlot>& slots, uint64_t content_key) {
+                               const std::vector<ProblemSlot>& slots, const ContentKey& key) {
   if (raw_request.empty() || timings_cache_ == nullptr || !timings_cache_->live()) return;
   auto memo = std::make_shared<RequestMemo>();
   memo->request = std::string(raw_request);
   memo->device_hash = device_hash;
-  memo->content_key = content_key;
+  memo->content_key = key;
   memo->problem_digests.reserve(slots.size());
   for (const auto& slot : slots)
     memo->problem_digests.emplace_back(slot.hash, slot.timings->digest);
@@ -198,19 +258,31 @@ std::shared_ptr<const std::string> PlanCoordinator::TryServeFromMemo(std::string
     const auto timings = timings_cache_->Get({memo->device_hash, problem_hash});
     if (!timings || timings->digest != digest) return nullptr;
   }
-  auto plan = plan_lru_.Get(memo->content_key);
-  if (plan && metrics_) metrics_->RecordPlanCacheHit("memory");
-  return plan;
+  const auto cached = plan_lru_.Get(memo->content_key.hash);
+  if (!cached || cached->check != memo->content_key.check) return nullptr;
+  if (metrics_) metrics_->RecordPlanCacheHit("memory");
+  return cached->bytes;
 }
 
 Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   const v1::GetPlanRequest& message = *call.request;
   // The count first: a request over the configured bound is refused before anything is parsed.
   if (message.kernels_size() > options_.max_kernels) {
-    return InvalidArgument("kernels: at most " + std::to_string(options_.max_kernels) +
-                           " kernels per request, got " + std::to_string(message.kernels_size()));
+    return InvalidArgument(FieldPath(call.field_path, "kernels") + ": at most " +
+                           std::to_string(options_.max_kernels) + " kernels per request, got " +
+                           std::to_string(message.kernels_size()));
   }
-  UCUDNN_ASSIGN_OR_RETURN(PlanRequest request, FromProto(message));
+  UCUDNN_ASSIGN_OR_RETURN(PlanRequest request, FromProto(message, call.field_path));
+  // Valid for the message (uint64), but no database column holds it.
+  if (request.device.memory_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return InvalidArgument(FieldPath(call.field_path, "device.memory_bytes") +
+                           ": must be at most 2^63-1, got " +
+                           std::to_string(request.device.memory_bytes));
+  }
+  // The configured ILP limit is part of the content (mode total_sum): a replica configured
+  // otherwise computes, and caches, its own plan. A deadline may shorten the limit of one solve
+  // below; such a plan is not cached.
+  request.ilp_time_limit_s = std::chrono::duration<double>(options_.ilp_time_limit).count();
   const milliseconds max_wait(message.max_wait_ms());
   const uint64_t device_hash = request.device.Hash();
 
@@ -251,14 +323,15 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
       const ProblemSlot& slot = slots[slot_of_kernel[k]];
       if (slot.covered) digests[k] = slot.timings->digest;
     }
-    return PlanContentHash(request, digests);
+    const std::string text = PlanContentText(request, digests);
+    return ContentKey{Fnv1a64(text), PlanContentCheck(text)};
   };
   // A cached plan for the current timings, from this process or the shared database cache.
   auto try_cache = [&](PlanOutcome& outcome) {
     if (!call.use_plan_cache) return false;
-    const uint64_t key = content_key();
+    const ContentKey key = content_key();
     bool from_database = false;
-    outcome.plan_bytes = LookupCachedPlan(key, &from_database);
+    outcome.plan_bytes = LookupCachedPlan(key, request, &from_database);
     if (!outcome.plan_bytes) return false;
     outcome.from_cache = true;
     if (metrics_) metrics_->RecordPlanCacheHit(from_database ? "database" : "memory");
@@ -272,23 +345,40 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   if (ready == total && try_cache(outcome)) return outcome;
   if (call.use_plan_cache && metrics_) metrics_->RecordPlanCacheMiss();
 
+  // Problems whose job failed for good wait for no one: nothing will measure them.
+  auto failed = [](const ProblemSlot& slot) { return slot.job_state == "failed"; };
   if (ready < total && call.enqueue_and_wait) {
-    int created = 0;
+    // Every missing problem in one transaction.
+    std::vector<store::JobRequest> wanted;
+    std::vector<ProblemSlot*> wanted_slots;
     for (auto& slot : slots) {
       if (slot.covered) continue;
-      UCUDNN_ASSIGN_OR_RETURN(
-          auto enqueued,
-          store_->EnqueueJob(request.device, slot.problem, slot.max_mini_batch, request.policy));
-      slot.job_id = enqueued.job_id;
-      slot.job_state = JobStateName(enqueued.state);
-      created += enqueued.created ? 1 : 0;
+      wanted.push_back({slot.problem, slot.max_mini_batch, request.policy});
+      wanted_slots.push_back(&slot);
+    }
+    UCUDNN_ASSIGN_OR_RETURN(auto enqueued, store_->EnqueueJobs(request.device, wanted));
+    if (enqueued.size() != wanted.size()) return Internal("enqueue answered the wrong count");
+    int created = 0;
+    int failed_jobs = 0;
+    for (size_t i = 0; i < enqueued.size(); ++i) {
+      ProblemSlot& slot = *wanted_slots[i];
+      slot.job_id = enqueued[i].job_id;
+      slot.job_state = JobStateName(enqueued[i].state);
+      slot.job_error = enqueued[i].error;
+      created += enqueued[i].created ? 1 : 0;
+      failed_jobs += failed(slot) ? 1 : 0;
     }
     if (metrics_) metrics_->RecordJobsEnqueued(created);
     if (created > 0) {
       spdlog::info("enqueued {} benchmark job(s) for device {}", created, HashHex(device_hash));
     }
+    if (failed_jobs > 0) {
+      spdlog::info("{} missing problem(s) of device {} have failed jobs in their cool-down",
+                   failed_jobs, HashHex(device_hash));
+    }
 
     milliseconds budget = max_wait;
+    if (ready + failed_jobs == total) budget = milliseconds(0);
     if (const auto remaining = Remaining(call.deadline)) {
       budget = std::min(budget, *remaining - std::min(*remaining, AnswerMargin(*remaining)));
     }
@@ -298,7 +388,7 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
       auto missing_hashes = [&] {
         std::vector<uint64_t> hashes;
         for (const auto& slot : slots) {
-          if (!slot.covered) hashes.push_back(slot.hash);
+          if (!slot.covered && !failed(slot)) hashes.push_back(slot.hash);
         }
         return hashes;
       };
@@ -310,7 +400,7 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
         const int now_ready = update_coverage();
         if (now_ready != ready && call.on_progress) call.on_progress(now_ready, total);
         ready = now_ready;
-        if (ready == total) break;
+        if (ready == total || missing_hashes().empty()) break;
         if (stopping_.load() || (call.cancelled && call.cancelled())) break;
         const auto now = Clock::now();
         if (now >= wait_until) break;
@@ -329,9 +419,10 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
       } else {
         // The states read at enqueue time may have moved on (queued -> running).
         for (auto& slot : slots) {
-          if (slot.covered || slot.job_id == 0) continue;
+          if (slot.covered || slot.job_id == 0 || failed(slot)) continue;
           if (auto job = store_->GetJob(slot.job_id); job.ok()) {
             slot.job_state = JobStateName(job->state);
+            if (failed(slot)) slot.job_error = job->error;
           }
         }
       }
@@ -344,24 +435,24 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
     const ProblemSlot& slot = slots[slot_of_kernel[k]];
     tables[k] = slot.covered ? &slot.timings->table : nullptr;
   }
+  const ContentKey key = content_key();
   bool ilp_limit_cut = false;
-  request.ilp_time_limit_s = std::chrono::duration<double>(options_.ilp_time_limit).count();
+  PlanRequest solve = request;
   if (const auto remaining = Remaining(call.deadline)) {
     const double allowed =
         std::chrono::duration<double>(*remaining - AnswerMargin(*remaining)).count();
-    if (allowed < request.ilp_time_limit_s) {
-      request.ilp_time_limit_s = std::max(0.01, allowed);
+    if (allowed < solve.ilp_time_limit_s) {
+      solve.ilp_time_limit_s = std::max(0.01, allowed);
       ilp_limit_cut = true;
     }
   }
-  const uint64_t key = content_key();
   const auto plan_start = Clock::now();
-  UCUDNN_ASSIGN_OR_RETURN(NetworkPlan network_plan, PlanNetwork(request, tables));
+  UCUDNN_ASSIGN_OR_RETURN(NetworkPlan network_plan, PlanNetwork(solve, tables));
   const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
   if (metrics_) metrics_->RecordPlanComputed(network_plan.complete, plan_seconds);
 
   v1::Plan plan = ToProto(network_plan, request.device);
-  plan.set_plan_hash(HashHex(key));
+  plan.set_plan_hash(HashHex(key.hash));
   for (const auto& slot : slots) {
     if (slot.covered) continue;
     v1::MissingProblem* missing = plan.add_missing();
@@ -370,6 +461,16 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
     missing->set_max_micro_batch(slot.max_mini_batch);
     missing->set_job_id(slot.job_id);
     missing->set_job_state(slot.job_state);
+    if (failed(slot)) missing->set_error(slot.job_error);
+  }
+  // A kernel without a full table says what exactly is missing, and why when its job failed.
+  for (size_t k = 0; k < request.kernels.size(); ++k) {
+    const ProblemSlot& slot = slots[slot_of_kernel[k]];
+    if (slot.covered) continue;
+    v1::KernelPlan* kernel = plan.mutable_kernels(static_cast<int>(k));
+    if (kernel->status() != v1::KERNEL_PLAN_STATUS_MISSING) continue;
+    kernel->set_reason(MissingReason(*slot.timings, request.policy, slot.max_mini_batch,
+                                     slot.job_id, slot.job_state, slot.job_error));
   }
   auto bytes = std::make_shared<std::string>();
   if (!plan.SerializeToString(bytes.get())) return Internal("cannot serialise the plan");
@@ -379,10 +480,10 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   const bool ilp_cut_short =
       network_plan.ilp.used && network_plan.ilp.status != "optimal" && ilp_limit_cut;
   if (call.use_plan_cache && network_plan.complete && !ilp_cut_short) {
-    if (Status put = store_->PutCachedPlan(key, request.device, *bytes); !put.ok()) {
+    if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
       spdlog::warn("plan cache write failed: {}", put.ToString());
     }
-    plan_lru_.Put(key, bytes);
+    plan_lru_.Put(key.hash, std::make_shared<const CachedPlan>(CachedPlan{key.check, bytes}));
     Remember(call.raw_request, device_hash, slots, key);
   }
   outcome.plan_bytes = std::move(bytes);

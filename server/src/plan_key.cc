@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
+#include <functional>
+#include <string_view>
 
 #include "ucudnn/core/problem.h"
+#include "ucudnn/core/proto_convert.h"
 
 namespace ucudnn::server {
 namespace {
@@ -64,6 +68,10 @@ std::string CanonicalPlanRequest(const PlanRequest& request) {
   text += ToString(request.workspace_mode);
   text += "\nworkspace=";
   AppendU64(text, request.workspace_bytes);
+  if (request.workspace_mode == WorkspaceMode::kTotalSum) {
+    text += "\nilp_time_limit_ms=";
+    AppendI64(text, std::llround(request.ilp_time_limit_s * 1000.0));
+  }
   text += '\n';
   for (const auto& kernel : request.kernels) {
     text += CanonicalKey(kernel.problem);
@@ -78,8 +86,8 @@ std::string CanonicalPlanRequest(const PlanRequest& request) {
   return text;
 }
 
-uint64_t PlanContentHash(const PlanRequest& request,
-                         const std::vector<std::optional<uint64_t>>& kernel_table_digests) {
+std::string PlanContentText(const PlanRequest& request,
+                            const std::vector<std::optional<uint64_t>>& kernel_table_digests) {
   std::string text = "ucudnn-plan;revision=" + std::to_string(kPlannerRevision) + "\n";
   text += CanonicalPlanRequest(request);
   text += "timings:";
@@ -91,7 +99,32 @@ uint64_t PlanContentHash(const PlanRequest& request,
     }
     text += ',';
   }
-  return Fnv1a64(text);
+  return text;
+}
+
+uint64_t PlanContentHash(const PlanRequest& request,
+                         const std::vector<std::optional<uint64_t>>& kernel_table_digests) {
+  return Fnv1a64(PlanContentText(request, kernel_table_digests));
+}
+
+uint64_t PlanContentCheck(std::string_view content_text) {
+  return std::hash<std::string_view>{}(content_text);
+}
+
+bool PlanAnswersRequest(const v1::Plan& plan, const PlanRequest& request) {
+  if (plan.policy() != ToProto(request.policy) ||
+      plan.workspace_mode() != ToProto(request.workspace_mode) ||
+      plan.workspace_bytes() != request.workspace_bytes ||
+      plan.kernels_size() != static_cast<int>(request.kernels.size())) {
+    return false;
+  }
+  const auto device = FromProto(plan.device());
+  if (!device.ok() || !(*device == request.device)) return false;
+  for (int i = 0; i < plan.kernels_size(); ++i) {
+    const auto kernel = FromProto(plan.kernels(i).kernel());
+    if (!kernel.ok() || !(*kernel == request.kernels[static_cast<size_t>(i)])) return false;
+  }
+  return true;
 }
 
 }  // namespace ucudnn::server

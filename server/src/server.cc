@@ -55,6 +55,8 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   store::StoreOptions store_options;
   store_options.url = config.database_url;
   store_options.pool_size = config.db_pool_size;
+  store_options.failed_job_cooldown = std::chrono::duration_cast<std::chrono::seconds>(
+      std::chrono::milliseconds(config.failed_job_cooldown_ms));
   UCUDNN_ASSIGN_OR_RETURN(server->store_, store::Store::Open(store_options));
   if (config.auto_migrate) {
     UCUDNN_ASSIGN_OR_RETURN(auto migration, server->store_->Migrate());
@@ -64,12 +66,7 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
     }
   } else {
     UCUDNN_ASSIGN_OR_RETURN(const int version, server->store_->SchemaVersion());
-    if (version < store::Store::LatestSchemaVersion()) {
-      return FailedPrecondition("database schema is at version " + std::to_string(version) +
-                                ", this server needs " +
-                                std::to_string(store::Store::LatestSchemaVersion()) +
-                                "; run the migrations (or start without --no-migrate)");
-    }
+    UCUDNN_RETURN_IF_ERROR(store::CheckSchemaVersion(version));
   }
   server->database_healthy_ = true;
 
@@ -96,7 +93,8 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   server->planner_service_ = std::make_unique<PlannerServiceImpl>(
       server->coordinator_.get(), server->metrics_.get(), config.max_blocking_calls);
   server->catalog_service_ = std::make_unique<CatalogServiceImpl>(
-      server->store_.get(), server->coordinator_.get(), server->metrics_.get());
+      server->store_.get(), server->coordinator_.get(), server->metrics_.get(),
+      server->planner_service_->runner(), server->auth_.get());
   server->timing_service_ = std::make_unique<TimingServiceImpl>(
       server->store_.get(), server->auth_.get(), server->metrics_.get());
 
@@ -138,6 +136,9 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   }
 
   const auto interval = std::chrono::milliseconds(config.health_interval_ms);
+  server->plan_cache_max_rows_ = config.plan_cache_max_rows;
+  server->plan_cache_evict_interval_ =
+      std::chrono::milliseconds(config.plan_cache_evict_interval_ms);
   server->health_thread_ =
       std::thread([self = server.get(), interval] { self->HealthLoop(interval); });
   return server;
@@ -158,11 +159,22 @@ void PlannerServer::SetServing(bool serving) {
 }
 
 void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
+  // The first eviction soon after start (a restart may follow a flood), then every interval.
+  auto next_eviction = std::chrono::steady_clock::now() + interval;
   std::unique_lock lock(mu_);
   while (!shut_down_ && !stopping_) {
     cv_.wait_for(lock, interval, [&] { return shut_down_ || stopping_.load(); });
     if (shut_down_ || stopping_) break;
     lock.unlock();
+    if (plan_cache_max_rows_ > 0 && std::chrono::steady_clock::now() >= next_eviction) {
+      next_eviction = std::chrono::steady_clock::now() + plan_cache_evict_interval_;
+      auto evicted = store_->EvictPlans(plan_cache_max_rows_);
+      if (evicted.ok()) {
+        if (*evicted > 0) metrics_->RecordPlansEvicted(*evicted);
+      } else {
+        spdlog::warn("plan cache eviction failed: {}", evicted.status().ToString());
+      }
+    }
     const Status ping = store_->Ping();
     const bool healthy = ping.ok();
     if (healthy != database_healthy_.exchange(healthy)) {
@@ -192,8 +204,8 @@ std::string PlannerServer::ScrapeMetrics() {
     if (snapshot.database_up) {
       snapshot.queue_depth = *depth;
       for (const auto& d : *per_device) {
-        snapshot.device_jobs.push_back(
-            {HashHex(d.device_hash), d.device_name, d.queued, d.running, d.done, d.failed});
+        snapshot.device_jobs.push_back({HashHex(d.device_hash), d.device_name, d.queued, d.running,
+                                        d.done, d.failed, d.expired});
       }
     }
   }

@@ -14,6 +14,7 @@ constexpr const char* kPlanComputeSeconds = "ucudnn_plan_compute_seconds";
 constexpr const char* kJobsEnqueued = "ucudnn_jobs_enqueued_total";
 constexpr const char* kTimingsStored = "ucudnn_timings_stored_total";
 constexpr const char* kAuthFailures = "ucudnn_auth_failures_total";
+constexpr const char* kPlansEvicted = "ucudnn_plan_cache_evictions_total";
 constexpr const char* kDatabaseUp = "ucudnn_database_up";
 constexpr const char* kQueueDepth = "ucudnn_queue_depth";
 constexpr const char* kDeviceJobs = "ucudnn_device_jobs";
@@ -39,6 +40,8 @@ ServerMetrics::ServerMetrics() {
   registry_.DefineCounter(kJobsEnqueued, "Benchmark jobs created by plan requests.");
   registry_.DefineCounter(kTimingsStored, "Timings written through TimingService.");
   registry_.DefineCounter(kAuthFailures, "Writes refused for a missing or wrong bearer token.");
+  registry_.DefineCounter(kPlansEvicted,
+                          "Least recently used plans deleted from the database's plan cache.");
   registry_.DefineGauge(kDatabaseUp, "1 when the database answered at the last scrape.");
   registry_.DefineGauge(kQueueDepth, "Benchmark jobs queued or running, all devices.");
   registry_.DefineGauge(kDeviceJobs, "Benchmark jobs per device and state.");
@@ -47,7 +50,8 @@ ServerMetrics::ServerMetrics() {
                         "1 when timing notifications (LISTEN) are being received.");
   registry_.DefineGauge(kCacheEntries, "Entries in this process's caches, by cache.");
   // Counters without labels (and the cache tiers) start at 0, so a dashboard sees them at once.
-  for (const char* name : {kPlanCacheMisses, kJobsEnqueued, kTimingsStored, kAuthFailures}) {
+  for (const char* name :
+       {kPlanCacheMisses, kJobsEnqueued, kTimingsStored, kAuthFailures, kPlansEvicted}) {
     registry_.Increment(name, {}, 0);
   }
   for (const char* tier : {"memory", "database"})
@@ -81,6 +85,10 @@ void ServerMetrics::RecordTimingsStored(int64_t count) {
 
 void ServerMetrics::RecordAuthFailure() { registry_.Increment(kAuthFailures); }
 
+void ServerMetrics::RecordPlansEvicted(int64_t count) {
+  if (count > 0) registry_.Increment(kPlansEvicted, {}, static_cast<double>(count));
+}
+
 void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
   registry_.SetGauge(kDatabaseUp, {}, s.database_up ? 1 : 0);
   registry_.SetGauge(kListenerConnected, {}, s.listener_connected ? 1 : 0);
@@ -94,8 +102,11 @@ void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
   registry_.SetGauge(kQueueDepth, {}, static_cast<double>(s.queue_depth));
   std::vector<GaugeSample> samples;
   for (const auto& d : s.device_jobs) {
-    const std::pair<const char*, int64_t> states[] = {
-        {"queued", d.queued}, {"running", d.running}, {"done", d.done}, {"failed", d.failed}};
+    const std::pair<const char*, int64_t> states[] = {{"queued", d.queued},
+                                                      {"running", d.running},
+                                                      {"expired", d.expired},
+                                                      {"done", d.done},
+                                                      {"failed", d.failed}};
     for (const auto& [state, count] : states) {
       samples.push_back(
           {{{"device_hash", d.device_hash}, {"device", d.device_name}, {"state", state}},

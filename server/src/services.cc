@@ -20,16 +20,7 @@ constexpr int kMaxJobLimit = 10000;
 constexpr int kMaxTimingsPerSubmit = 100000;
 constexpr size_t kMaxMeasuredByBytes = 128;
 
-// "device" + "name: required" -> "device.name: required" (invalid-argument messages start with
-// the field they are about, so nesting is a prefix).
-Status Nested(std::string_view path, const Status& status) {
-  if (status.ok() || status.code() != StatusCode::kInvalidArgument) return status;
-  return Status(status.code(), std::string(path) + "." + status.message());
-}
-
-Status Required(std::string_view field) {
-  return InvalidArgument(std::string(field) + ": required");
-}
+Status TooManyCalls() { return ResourceExhausted("too many plan requests in flight; retry later"); }
 
 // Runs a handler body, turning anything thrown (a bug, or std::bad_alloc) into INTERNAL: no
 // exception crosses into gRPC's threads.
@@ -46,7 +37,7 @@ grpc::Status Guarded(std::string_view method, Body&& body) {
 v1::Job ToProto(const store::Job& job) {
   v1::Job m;
   m.set_id(job.id);
-  m.set_state(std::string(store::ToString(job.state)));
+  m.set_state(job.lease_expired ? std::string("expired") : std::string(store::ToString(job.state)));
   m.set_device_hash(HashHex(job.device_hash));
   *m.mutable_problem() = ucudnn::ToProto(job.problem);
   m.set_max_micro_batch(job.max_micro_batch);
@@ -66,46 +57,69 @@ std::string_view AuthorizationOf(const grpc::ServerContext& context) {
   return std::string_view(it->second.data(), it->second.size());
 }
 
-Result<DeviceFingerprint> DeviceField(bool present, const v1::DeviceFingerprint& device,
-                                      std::string_view field) {
-  if (!present) return Required(field);
-  auto parsed = FromProto(device);
-  if (!parsed.ok()) return Nested(field, parsed.status());
-  return parsed;
+// Reads a required message field into `out`, or records its errors under `field`.
+template <typename T, typename Message>
+void ReadField(bool present, const Message& message, std::string_view field, FieldErrors& errors,
+               T& out) {
+  if (!present) {
+    errors.AddField(field, "required");
+    return;
+  }
+  auto parsed = FromProto(message);
+  if (parsed.ok()) {
+    out = std::move(parsed).value();
+  } else {
+    errors.Add(field, parsed.status());
+  }
 }
 
-Result<ConvProblem> ProblemField(bool present, const v1::ConvProblem& problem,
-                                 std::string_view field) {
-  if (!present) return Required(field);
-  auto parsed = FromProto(problem);
-  if (!parsed.ok()) return Nested(field, parsed.status());
-  return parsed;
+Status CheckToken(const TokenAuthenticator& auth, ServerMetrics& metrics,
+                  const grpc::ServerContext& context, std::string_view method) {
+  Status status = auth.Check(AuthorizationOf(context));
+  if (!status.ok()) {
+    metrics.RecordAuthFailure();
+    spdlog::warn("{} refused from {}: {}", method, context.peer(), status.message());
+  }
+  return status;
 }
 
 }  // namespace
 
 // ---- PlannerService ----------------------------------------------------------------------------
 
+bool BlockingCallRunner::Acquire() {
+  std::lock_guard lock(mu_);
+  if (in_flight_ >= max_in_flight_) return false;
+  ++in_flight_;
+  return true;
+}
+
+void BlockingCallRunner::Release() {
+  // Notified under the lock, so Drain() cannot return (and the runner go away) before the
+  // releasing thread has let go of it.
+  std::lock_guard lock(mu_);
+  --in_flight_;
+  idle_.notify_all();
+}
+
+void BlockingCallRunner::Ticket::Release() {
+  if (runner_ != nullptr) std::exchange(runner_, nullptr)->Release();
+}
+
+BlockingCallRunner::Ticket BlockingCallRunner::TryAdmit() {
+  return Acquire() ? Ticket(this) : Ticket();
+}
+
 bool BlockingCallRunner::TryRun(std::function<void()> work) {
-  {
-    std::lock_guard lock(mu_);
-    if (in_flight_ >= max_in_flight_) return false;
-    ++in_flight_;
-  }
+  if (!Acquire()) return false;
   try {
     std::thread([this, work = std::move(work)] {
       work();
-      // Notified under the lock, so Drain() cannot return (and the runner go away) before this
-      // thread has let go of it.
-      std::lock_guard lock(mu_);
-      --in_flight_;
-      idle_.notify_all();
+      Release();
     }).detach();
   } catch (const std::system_error& e) {  // out of threads: refuse rather than crash
     spdlog::error("cannot start a thread for a plan request: {}", e.what());
-    std::lock_guard lock(mu_);
-    --in_flight_;
-    idle_.notify_all();
+    Release();
     return false;
   }
   return true;
@@ -173,9 +187,7 @@ grpc::ServerUnaryReactor* PlannerServiceImpl::GetPlan(grpc::CallbackServerContex
       return Status::Ok();
     }));
   };
-  if (!runner_.TryRun(std::move(work))) {
-    finish(ToGrpcStatus(ResourceExhausted("too many plan requests in flight; retry later")));
-  }
+  if (!runner_.TryRun(std::move(work))) finish(ToGrpcStatus(TooManyCalls()));
   return reactor;
 }
 
@@ -184,12 +196,16 @@ grpc::Status PlannerServiceImpl::StreamPlan(grpc::ServerContext* context,
                                             grpc::ServerWriter<v1::StreamPlanResponse>* writer) {
   RpcTimer timer(*metrics_, "StreamPlan");
   return timer.Finish(Guarded("StreamPlan", [&]() -> Status {
-    if (!request->has_request()) return Required("request");
+    if (!request->has_request()) return InvalidArgument("request: required");
+    // Held for the whole call: a stream may wait for benchmarks for minutes on this thread.
+    const BlockingCallRunner::Ticket ticket = runner_.TryAdmit();
+    if (!ticket) return TooManyCalls();
     int last_ready = 0;
     int last_total = 0;
     bool client_gone = false;
     PlanCall call;
     call.request = &request->request();
+    call.field_path = "request";
     call.deadline = context->deadline();
     call.on_progress = [&](int ready, int total) {
       last_ready = ready;
@@ -201,7 +217,7 @@ grpc::Status PlannerServiceImpl::StreamPlan(grpc::ServerContext* context,
     };
     call.cancelled = [&] { return client_gone || context->IsCancelled(); };
     auto outcome = coordinator_->Plan(call);
-    if (!outcome.ok()) return Nested("request", outcome.status());
+    if (!outcome.ok()) return outcome.status();
     v1::StreamPlanResponse last;
     last.set_problems_ready(last_ready);
     last.set_problems_total(last_total);
@@ -254,20 +270,18 @@ grpc::Status CatalogServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJo
                                           v1::ListJobsResponse* response) {
   RpcTimer timer(*metrics_, "ListJobs");
   return timer.Finish(Guarded("ListJobs", [&]() -> Status {
-    std::optional<store::JobState> state;
-    if (!request->state().empty()) {
-      auto parsed = store::ParseJobState(request->state());
-      if (!parsed.ok()) {
-        return InvalidArgument("state: must be one of queued, running, done, failed, got \"" +
-                               request->state() + "\"");
-      }
-      state = *parsed;
+    FieldErrors errors;
+    const std::string& state = request->state();
+    if (!state.empty() && state != "expired" && !store::ParseJobState(state).ok()) {
+      errors.AddField(
+          "state", "must be one of queued, running, expired, done, failed, got \"" + state + "\"");
     }
     int limit = request->limit();
     if (limit < 0 || limit > kMaxJobLimit) {
-      return InvalidArgument("limit: must be in [0, " + std::to_string(kMaxJobLimit) + "], got " +
-                             std::to_string(limit));
+      errors.AddField("limit", "must be in [0, " + std::to_string(kMaxJobLimit) + "], got " +
+                                   std::to_string(limit));
     }
+    UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
     if (limit == 0) limit = kDefaultJobLimit;
     UCUDNN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs(state, limit));
     UCUDNN_ASSIGN_OR_RETURN(const int64_t depth, store_->QueueDepth());
@@ -282,10 +296,12 @@ grpc::Status CatalogServiceImpl::GetTimings(grpc::ServerContext*,
                                             v1::GetTimingsResponse* response) {
   RpcTimer timer(*metrics_, "GetTimings");
   return timer.Finish(Guarded("GetTimings", [&]() -> Status {
-    UCUDNN_ASSIGN_OR_RETURN(auto device,
-                            DeviceField(request->has_device(), request->device(), "device"));
-    UCUDNN_ASSIGN_OR_RETURN(auto problem,
-                            ProblemField(request->has_problem(), request->problem(), "problem"));
+    FieldErrors errors;
+    DeviceFingerprint device;
+    ConvProblem problem;
+    ReadField(request->has_device(), request->device(), "device", errors, device);
+    ReadField(request->has_problem(), request->problem(), "problem", errors, problem);
+    UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
     UCUDNN_ASSIGN_OR_RETURN(auto records, store_->GetTimingRecords(device, problem));
     for (const auto& record : records) {
       v1::Timing* m = response->add_timings();
@@ -303,19 +319,25 @@ grpc::Status CatalogServiceImpl::GetParetoFront(grpc::ServerContext*,
                                                 v1::GetParetoFrontResponse* response) {
   RpcTimer timer(*metrics_, "GetParetoFront");
   return timer.Finish(Guarded("GetParetoFront", [&]() -> Status {
-    UCUDNN_ASSIGN_OR_RETURN(auto device,
-                            DeviceField(request->has_device(), request->device(), "device"));
-    if (!request->has_kernel()) return Required("kernel");
-    auto kernel = FromProto(request->kernel());
-    if (!kernel.ok()) return Nested("kernel", kernel.status());
-    UCUDNN_ASSIGN_OR_RETURN(const BatchPolicy policy, FromProto(request->policy()));
-    UCUDNN_ASSIGN_OR_RETURN(auto timings, coordinator_->LoadTimings(device, kernel->problem));
+    FieldErrors errors;
+    DeviceFingerprint device;
+    Kernel kernel;
+    ReadField(request->has_device(), request->device(), "device", errors, device);
+    ReadField(request->has_kernel(), request->kernel(), "kernel", errors, kernel);
+    BatchPolicy policy = BatchPolicy::kPowerOfTwo;
+    if (auto parsed = FromProto(request->policy()); parsed.ok()) {
+      policy = *parsed;
+    } else {
+      errors.Add(parsed.status());
+    }
+    UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
+    UCUDNN_ASSIGN_OR_RETURN(auto timings, coordinator_->LoadTimings(device, kernel.problem));
     if (timings->table.entries.empty()) {
-      return NotFound("no timings for problem " + HashHex(StableHash(kernel->problem)) +
+      return NotFound("no timings for problem " + HashHex(StableHash(kernel.problem)) +
                       " on device " + HashHex(device.Hash()) +
                       " (GetPlan enqueues a benchmark for it)");
     }
-    for (const auto& config : ParetoFront(timings->table, kernel->mini_batch, policy)) {
+    for (const auto& config : ParetoFront(timings->table, kernel.mini_batch, policy)) {
       v1::ParetoPoint* point = response->add_points();
       point->set_time_ms(config.time_ms);
       point->set_workspace_bytes(config.workspace_bytes);
@@ -330,16 +352,36 @@ grpc::Status CatalogServiceImpl::ExplainPlan(grpc::ServerContext* context,
                                              v1::ExplainPlanResponse* response) {
   RpcTimer timer(*metrics_, "ExplainPlan");
   return timer.Finish(Guarded("ExplainPlan", [&]() -> Status {
-    if (!request->has_request()) return Required("request");
+    if (!request->has_request()) return InvalidArgument("request: required");
+    // It plans (an ILP may take seconds) on this thread: within the planner's bound.
+    const BlockingCallRunner::Ticket ticket = runner_->TryAdmit();
+    if (!ticket) return TooManyCalls();
     PlanCall call;
     call.request = &request->request();
+    call.field_path = "request";
     call.deadline = context->deadline();
     call.enqueue_and_wait = false;  // a read: nothing is enqueued, nothing is waited for
     call.use_plan_cache = false;    // the table needs the computed plan
     auto outcome = coordinator_->Plan(call);
-    if (!outcome.ok()) return Nested("request", outcome.status());
+    if (!outcome.ok()) return outcome.status();
     UCUDNN_ASSIGN_OR_RETURN(*response->mutable_plan(), outcome->ParsePlan());
     if (outcome->network_plan) response->set_text(FormatPlanTable(*outcome->network_plan));
+    return Status::Ok();
+  }));
+}
+
+grpc::Status CatalogServiceImpl::RetryJob(grpc::ServerContext* context,
+                                          const v1::RetryJobRequest* request,
+                                          v1::RetryJobResponse* response) {
+  RpcTimer timer(*metrics_, "RetryJob");
+  return timer.Finish(Guarded("RetryJob", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(CheckToken(*auth_, *metrics_, *context, "RetryJob"));
+    if (request->job_id() < 1) {
+      return InvalidArgument("job_id: must be positive, got " + std::to_string(request->job_id()));
+    }
+    UCUDNN_ASSIGN_OR_RETURN(const store::Job job, store_->RetryJob(request->job_id()));
+    spdlog::info("RetryJob: job {} re-queued at the request of {}", job.id, context->peer());
+    *response->mutable_job() = ToProto(job);
     return Status::Ok();
   }));
 }
@@ -348,32 +390,37 @@ grpc::Status CatalogServiceImpl::ExplainPlan(grpc::ServerContext* context,
 
 Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& request) {
   ValidatedSubmission out;
-  UCUDNN_ASSIGN_OR_RETURN(out.device,
-                          DeviceField(request.has_device(), request.device(), "device"));
-  UCUDNN_ASSIGN_OR_RETURN(out.problem,
-                          ProblemField(request.has_problem(), request.problem(), "problem"));
+  FieldErrors errors;
+  ReadField(request.has_device(), request.device(), "device", errors, out.device);
+  ReadField(request.has_problem(), request.problem(), "problem", errors, out.problem);
   const int count = request.timings_size();
   if (count < 1 || count > kMaxTimingsPerSubmit) {
-    return InvalidArgument("timings: must hold 1 to " + std::to_string(kMaxTimingsPerSubmit) +
-                           " timings, got " + std::to_string(count));
-  }
-  out.timings.reserve(static_cast<size_t>(count));
-  std::set<std::pair<int64_t, int>> seen;
-  for (int i = 0; i < count; ++i) {
-    const std::string field = "timings[" + std::to_string(i) + "]";
-    auto timing = FromProto(request.timings(i));
-    if (!timing.ok()) return Nested(field, timing.status());
-    if (!seen.emplace(timing->micro_batch, timing->algo).second) {
-      return InvalidArgument(field + ": duplicate (micro_batch " +
-                             std::to_string(timing->micro_batch) + ", algo " +
-                             std::to_string(timing->algo) + ")");
+    errors.AddField("timings", "must hold 1 to " + std::to_string(kMaxTimingsPerSubmit) +
+                                   " timings, got " + std::to_string(count));
+  } else {
+    out.timings.reserve(static_cast<size_t>(count));
+    std::set<std::pair<int64_t, int>> seen;
+    for (int i = 0; i < count; ++i) {
+      const std::string field = "timings[" + std::to_string(i) + "]";
+      auto timing = FromProto(request.timings(i));
+      if (!timing.ok()) {
+        errors.Add(field, timing.status());
+        continue;
+      }
+      if (!seen.emplace(timing->micro_batch, timing->algo).second) {
+        errors.AddField(field, "duplicate (micro_batch " + std::to_string(timing->micro_batch) +
+                                   ", algo " + std::to_string(timing->algo) + ")");
+        continue;
+      }
+      out.timings.push_back(std::move(timing).value());
     }
-    out.timings.push_back(std::move(timing).value());
   }
   if (request.measured_by().size() > kMaxMeasuredByBytes) {
-    return InvalidArgument("measured_by: at most " + std::to_string(kMaxMeasuredByBytes) +
-                           " bytes, got " + std::to_string(request.measured_by().size()));
+    errors.AddField("measured_by", "at most " + std::to_string(kMaxMeasuredByBytes) +
+                                       " bytes, got " +
+                                       std::to_string(request.measured_by().size()));
   }
+  UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
   out.measured_by = request.measured_by().empty() ? "api" : request.measured_by();
   return out;
 }
@@ -384,11 +431,7 @@ grpc::Status TimingServiceImpl::SubmitTimings(grpc::ServerContext* context,
   RpcTimer timer(*metrics_, "SubmitTimings");
   return timer.Finish(Guarded("SubmitTimings", [&]() -> Status {
     // The token before anything else: an unauthenticated caller learns nothing about its input.
-    if (Status auth = auth_->Check(AuthorizationOf(*context)); !auth.ok()) {
-      metrics_->RecordAuthFailure();
-      spdlog::warn("SubmitTimings refused from {}: {}", context->peer(), auth.message());
-      return auth;
-    }
+    UCUDNN_RETURN_IF_ERROR(CheckToken(*auth_, *metrics_, *context, "SubmitTimings"));
     UCUDNN_ASSIGN_OR_RETURN(auto submission, ValidateSubmission(*request));
     UCUDNN_RETURN_IF_ERROR(store_->PutTimings(submission.device, submission.problem,
                                               submission.timings, submission.measured_by));

@@ -2,13 +2,58 @@
 
 #include <spdlog/spdlog.h>
 
+#include <libpq-fe.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <pqxx/connection>
 #include <pqxx/except>
 #include <pqxx/nontransaction>
+#include <set>
 #include <utility>
 
 #include "errors.h"
+
+namespace ucudnn::store {
+
+Result<std::string> WithConnectionDefaults(const std::string& url) {
+  // Bounded connects, and dead peers noticed by TCP: without these a partitioned database leaves
+  // a call blocked in recv() until the kernel gives up (hours).
+  static constexpr std::pair<const char*, const char*> kDefaults[] = {
+      {"connect_timeout", "10"},     {"keepalives", "1"},       {"keepalives_idle", "30"},
+      {"keepalives_interval", "10"}, {"keepalives_count", "3"}, {"tcp_user_timeout", "60000"},
+  };
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  if (options == nullptr) {
+    std::string message = error != nullptr ? internal::FirstLine(error) : "out of memory";
+    if (error != nullptr) PQfreemem(error);
+    return InvalidArgument("database URL: " + message);
+  }
+  // Set by the URL, or by the environment variable libpq reads for it (PGCONNECT_TIMEOUT).
+  std::set<std::string, std::less<>> given;
+  for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    const bool in_url = o->val != nullptr && o->val[0] != '\0';
+    const bool in_env = o->envvar != nullptr && std::getenv(o->envvar) != nullptr;
+    if (in_url || in_env) given.insert(o->keyword);
+  }
+  PQconninfoFree(options);
+
+  const bool uri = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
+  std::string out = url;
+  char separator = uri ? (url.find('?') == std::string::npos ? '?' : '&') : ' ';
+  for (const auto& [keyword, value] : kDefaults) {
+    if (given.count(keyword) != 0) continue;
+    if (!out.empty() || uri) out += separator;
+    out += keyword;
+    out += '=';
+    out += value;
+    if (uri) separator = '&';
+  }
+  return out;
+}
+
+}  // namespace ucudnn::store
 
 namespace ucudnn::store::internal {
 
@@ -32,7 +77,9 @@ ConnectionPool::~ConnectionPool() = default;
 
 std::unique_ptr<pqxx::connection> ConnectionPool::ConnectOrThrow(
     const std::string& url, std::chrono::milliseconds statement_timeout) {
-  auto conn = std::make_unique<pqxx::connection>(url);
+  // A URL libpq cannot parse is passed on as it is: the connect then fails with libpq's message.
+  const Result<std::string> with_defaults = WithConnectionDefaults(url);
+  auto conn = std::make_unique<pqxx::connection>(with_defaults.ok() ? *with_defaults : url);
   if (statement_timeout.count() > 0) {
     pqxx::nontransaction tx(*conn);
     tx.exec_params("SELECT set_config('statement_timeout', $1, false)",

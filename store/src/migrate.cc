@@ -40,6 +40,17 @@ Status TooNew(int database_version) {
 
 }  // namespace
 
+Status CheckSchemaVersion(int database_version) {
+  const int latest = Store::LatestSchemaVersion();
+  if (database_version > latest) return TooNew(database_version);
+  if (database_version < latest) {
+    return FailedPrecondition("database schema version " + std::to_string(database_version) +
+                              " is older than this binary's (" + std::to_string(latest) +
+                              "): run `ucudnn migrate` (or let the server migrate at start)");
+  }
+  return Status::Ok();
+}
+
 int Store::LatestSchemaVersion() {
   const auto& migrations = EmbeddedMigrations();
   return migrations.empty() ? 0 : migrations.back().version;

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "store_impl.h"
+#include "ucudnn/core/dp.h"
 #include "values.h"
 
 namespace ucudnn::store {
@@ -53,8 +54,15 @@ std::string JobColumns() {
          "coalesce(j.worker_id, '') AS worker_id, j.attempts, j.error, " +
          TimestampSql("j.created_at") + " AS created_at, " + TimestampSql("j.updated_at") +
          " AS updated_at, coalesce(" + TimestampSql("j.lease_expires_at") +
-         ", '') AS lease_expires_at, " + ProblemColumns("p");
+         ", '') AS lease_expires_at, "
+         "(j.state = 'running' AND j.lease_expires_at < now()) AS lease_expired, " +
+         ProblemColumns("p");
 }
+
+// How a job shows in listings: a running job whose lease ran out is "expired".
+constexpr const char* kDisplayStateSql =
+    "CASE WHEN j.state = 'running' AND j.lease_expires_at < now() THEN 'expired' "
+    "ELSE j.state END";
 
 const std::string kTimingColumns =
     "micro_batch, algo, time_ms, spread_ms, samples, workspace_bytes, status, error, "
@@ -119,12 +127,27 @@ const std::vector<Statement>& Statements() {
            kPolicyRank + ", jobs.policy) < array_position(" + kPolicyRank +
            ", EXCLUDED.policy) "
            "RETURNING id, state, (xmax = 0) AS created"},
-      // The live job, else the newest one (it may have finished a moment ago).
+      // The live job, else the newest one (it may have finished a moment ago). $3: the failed-job
+      // cool-down in seconds; in_cooldown says whether a failed job is still within it.
       {"find_job_for_problem",
        std::string("SELECT id, state, max_micro_batch, array_position(") + kPolicyRank +
-           ", policy) AS policy_rank FROM jobs WHERE device_id = $1 AND problem_id = $2 "
+           ", policy) AS policy_rank, error, "
+           "(state = 'failed' AND finished_at > now() - make_interval(secs => $3::float8)) "
+           "AS in_cooldown FROM jobs WHERE device_id = $1 AND problem_id = $2 "
            "ORDER BY (state IN ('queued', 'running')) DESC, id DESC LIMIT 1"},
       {"touch_worker", "UPDATE workers SET last_heartbeat = now() WHERE id = $1 RETURNING id"},
+      // Jobs of the device whose lease expired on their last allowed attempt ($2) fail for good,
+      // with the reason and the error of an earlier attempt, if any.
+      {"fail_expired_jobs",
+       "UPDATE jobs SET state = 'failed', lease_expires_at = NULL, updated_at = now(), "
+       "finished_at = now(), "
+       "error = 'lease expired on attempt ' || attempts || ' of ' || $2::int || ': worker ' || "
+       "coalesce(worker_id, '(deregistered)') || ' stopped renewing it (worker died?)' || "
+       "CASE WHEN error <> '' THEN '; earlier error: ' || left(error, 900) ELSE '' END "
+       "WHERE id IN (SELECT id FROM jobs WHERE device_id = $1 AND state = 'running' "
+       "             AND lease_expires_at < now() AND attempts >= $2::int "
+       "             FOR UPDATE SKIP LOCKED) "
+       "RETURNING id, attempts"},
       {"claim_job",
        "WITH claimed AS ("
        "  UPDATE jobs SET state = 'running', worker_id = $2, "
@@ -170,15 +193,35 @@ const std::vector<Statement>& Statements() {
        "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1"},
       {"get_job", "SELECT " + JobColumns() +
                       " FROM jobs j JOIN problems p ON p.id = j.problem_id WHERE j.id = $1"},
+      {"retry_lock_job", "SELECT state, device_id, problem_id FROM jobs WHERE id = $1 FOR UPDATE"},
+      {"live_job_of_problem",
+       "SELECT id FROM jobs WHERE device_id = $1 AND problem_id = $2 "
+       "AND state IN ('queued', 'running') LIMIT 1"},
+      {"retry_job",
+       "UPDATE jobs SET state = 'queued', worker_id = NULL, lease_expires_at = NULL, "
+       "attempts = 0, finished_at = NULL, updated_at = now() WHERE id = $1 AND state = 'failed'"},
+      // Queued jobs of the device and problem, for completing those an import covers.
+      {"queued_jobs_of_problem",
+       "SELECT id, max_micro_batch, policy FROM jobs WHERE device_id = $1 AND problem_id = $2 "
+       "AND state = 'queued' FOR UPDATE SKIP LOCKED"},
+      {"measured_micro_batches",
+       "SELECT DISTINCT micro_batch FROM timings WHERE device_id = $1 AND problem_id = $2 "
+       "ORDER BY micro_batch"},
+      {"complete_queued_job",
+       "UPDATE jobs SET state = 'done', error = '', updated_at = now(), finished_at = now() "
+       "WHERE id = $1 AND state = 'queued'"},
       {"list_jobs", "SELECT " + JobColumns() +
                         " FROM jobs j JOIN problems p ON p.id = j.problem_id "
-                        "WHERE ($1::text = '' OR j.state = $1::text) "
+                        "WHERE ($1::text = '' OR " +
+                        kDisplayStateSql +
+                        " = $1::text) "
                         "ORDER BY j.created_at DESC, j.id DESC LIMIT $2"},
       {"queue_depth", "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')"},
       {"job_counts_by_device",
        "SELECT j.device_id, d.name, "
        "count(*) FILTER (WHERE j.state = 'queued') AS queued, "
-       "count(*) FILTER (WHERE j.state = 'running') AS running, "
+       "count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at >= now()) AS running, "
+       "count(*) FILTER (WHERE j.state = 'running' AND j.lease_expires_at < now()) AS expired, "
        "count(*) FILTER (WHERE j.state = 'done') AS done, "
        "count(*) FILTER (WHERE j.state = 'failed') AS failed "
        "FROM jobs j JOIN devices d ON d.id = j.device_id GROUP BY j.device_id, d.name"},
@@ -204,11 +247,23 @@ const std::vector<Statement>& Statements() {
            " FROM workers w JOIN devices d ON d.id = w.device_id "
            "WHERE NOT $2::boolean OR w.last_heartbeat > now() - make_interval(secs => $1::float8) "
            "ORDER BY w.id"},
-      {"get_plan", "UPDATE plans SET last_used_at = now() WHERE hash = $1 RETURNING body"},
+      // The body; last_used_at moves only when older than $2 seconds (one write per plan and
+      // interval, however often it is read). A data-modifying WITH runs whether or not read.
+      {"get_plan",
+       "WITH touched AS (UPDATE plans SET last_used_at = now() WHERE hash = $1 AND "
+       "last_used_at < now() - make_interval(secs => $2::float8) RETURNING hash) "
+       "SELECT body FROM plans WHERE hash = $1"},
+      // First writer wins: a plan stored under a hash is never replaced.
       {"put_plan",
        "INSERT INTO plans (hash, device_id, body) VALUES ($1, $2, $3) "
-       "ON CONFLICT (hash) DO UPDATE SET device_id = EXCLUDED.device_id, body = EXCLUDED.body, "
-       "last_used_at = now()"},
+       "ON CONFLICT (hash) DO NOTHING"},
+      {"try_evict_lock", "SELECT pg_try_advisory_xact_lock($1)"},
+      // Per device, every plan ranked below the $1 most recently used.
+      {"evict_plans",
+       "DELETE FROM plans WHERE hash IN ("
+       "  SELECT hash FROM (SELECT hash, row_number() OVER (PARTITION BY device_id "
+       "                    ORDER BY last_used_at DESC, hash DESC) AS rank FROM plans) ranked "
+       "  WHERE rank > $1)"},
       {"ping", "SELECT 1"},
   };
   return kStatements;
@@ -284,6 +339,7 @@ Result<Job> JobFromRow(const pqxx::row& row) {
   job.created_at = row["created_at"].as<std::string>();
   job.updated_at = row["updated_at"].as<std::string>();
   job.lease_expires_at = row["lease_expires_at"].as<std::string>();
+  job.lease_expired = row["lease_expired"].as<bool>();
   UCUDNN_ASSIGN_OR_RETURN(job.problem, ProblemFromRow(row));
   return job;
 }
@@ -374,6 +430,33 @@ void WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t p
                    internal::TextArrayLiteral(status), internal::TextArrayLiteral(error),
                    measured_by);
   tx.exec_prepared("notify_timings", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
+}
+
+// Marks done the queued jobs of (device, problem) whose every micro-batch size has a timing now;
+// returns how many. Running jobs are left to their workers.
+Result<int> CompleteCoveredJobsTx(pqxx::transaction_base& tx, uint64_t device_hash,
+                                  uint64_t problem_hash) {
+  pqxx::result jobs =
+      tx.exec_prepared("queued_jobs_of_problem", ToDb(device_hash), ToDb(problem_hash));
+  if (jobs.empty()) return 0;
+  std::vector<int64_t> measured;
+  for (const pqxx::row& row :
+       tx.exec_prepared("measured_micro_batches", ToDb(device_hash), ToDb(problem_hash))) {
+    measured.push_back(row[0].as<int64_t>());
+  }
+  int completed = 0;
+  for (const pqxx::row& job : jobs) {
+    UCUDNN_ASSIGN_OR_RETURN(const BatchPolicy policy,
+                            ParseBatchPolicy(job["policy"].as<std::string>()));
+    bool covered = true;
+    for (int64_t size : MicroBatchSizes(policy, job["max_micro_batch"].as<int64_t>())) {
+      covered = covered && std::binary_search(measured.begin(), measured.end(), size);
+    }
+    if (!covered) continue;
+    tx.exec_prepared("complete_queued_job", job["id"].as<int64_t>());
+    ++completed;
+  }
+  return completed;
 }
 
 // Whether `worker_id` holds the locked job row.
@@ -566,14 +649,18 @@ Result<int64_t> Store::ImportTimings(const DeviceFingerprint& device,
     pqxx::work tx(conn);
     UCUDNN_ASSIGN_OR_RETURN(uint64_t device_hash, UpsertDeviceTx(tx, device));
     int64_t rows = 0;
+    int completed = 0;
     for (const ProblemTimings& p : problems) {
       UCUDNN_ASSIGN_OR_RETURN(uint64_t problem_hash, UpsertProblemTx(tx, p.problem));
       WriteTimingsTx(tx, device_hash, problem_hash, p.timings, measured_by);
       rows += static_cast<int64_t>(p.timings.size());
+      UCUDNN_ASSIGN_OR_RETURN(const int done, CompleteCoveredJobsTx(tx, device_hash, problem_hash));
+      completed += done;
     }
     tx.commit();
-    spdlog::info("store: imported {} timing(s) of {} problem(s) for device {}", rows,
-                 problems.size(), FormatHash(device_hash));
+    spdlog::info(
+        "store: imported {} timing(s) of {} problem(s) for device {}; {} queued job(s) done", rows,
+        problems.size(), FormatHash(device_hash), completed);
     return rows;
   });
 }
@@ -582,64 +669,138 @@ Result<int64_t> Store::ImportTimings(const DeviceFingerprint& device,
 
 Result<EnqueueResult> Store::EnqueueJob(const DeviceFingerprint& device, const ConvProblem& problem,
                                         int64_t max_micro_batch, BatchPolicy policy) {
+  UCUDNN_ASSIGN_OR_RETURN(auto results,
+                          EnqueueJobs(device, {JobRequest{problem, max_micro_batch, policy}}));
+  if (results.size() != 1) return Internal("enqueue job: no result");
+  return std::move(results.front());
+}
+
+Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& device,
+                                                      const std::vector<JobRequest>& jobs) {
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
-  UCUDNN_RETURN_IF_ERROR(ValidateProblem(problem));
-  UCUDNN_RETURN_IF_ERROR(ValidateBatch(max_micro_batch).WithContext("max_micro_batch"));
-  const std::string policy_name(ToString(policy));
-  if (!ParseBatchPolicy(policy_name).ok()) {
-    return InvalidArgument("policy: unknown value " + std::to_string(static_cast<int>(policy)));
+  if (jobs.size() > kMaxJobsPerEnqueue) {
+    return InvalidArgument("jobs: at most " + std::to_string(kMaxJobsPerEnqueue) +
+                           " per call, got " + std::to_string(jobs.size()));
   }
-  const int policy_rank = static_cast<int>(policy) + 1;  // array_position of kPolicyRank
-  return impl_->Run("enqueue job", [&](pqxx::connection& conn) -> Result<EnqueueResult> {
-    pqxx::work tx(conn);
-    UCUDNN_ASSIGN_OR_RETURN(uint64_t device_hash, UpsertDeviceTx(tx, device));
-    UCUDNN_ASSIGN_OR_RETURN(uint64_t problem_hash, UpsertProblemTx(tx, problem));
-    // A job that finishes between the insert and the look-up leaves no live job; try again.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      pqxx::result up = tx.exec_prepared("enqueue_job", ToDb(device_hash), ToDb(problem_hash),
-                                         max_micro_batch, policy_name);
-      if (!up.empty()) {
-        EnqueueResult result;
-        result.job_id = up[0]["id"].as<int64_t>();
-        UCUDNN_ASSIGN_OR_RETURN(result.state, ParseJobState(up[0]["state"].as<std::string>()));
-        result.created = up[0]["created"].as<bool>();
-        result.widened = !result.created;
-        tx.commit();
-        if (result.created) {
-          spdlog::info("store: queued job {} for problem {} on device {}", result.job_id,
-                       FormatHash(problem_hash), FormatHash(device_hash));
-        }
-        return result;
-      }
-      pqxx::result found =
-          tx.exec_prepared("find_job_for_problem", ToDb(device_hash), ToDb(problem_hash));
-      if (!found.empty()) {
-        const pqxx::row& row = found[0];
-        UCUDNN_ASSIGN_OR_RETURN(JobState state, ParseJobState(row["state"].as<std::string>()));
-        const bool live = state == JobState::kQueued || state == JobState::kRunning;
-        const bool covers = row["max_micro_batch"].as<int64_t>() >= max_micro_batch &&
-                            row["policy_rank"].as<int>() >= policy_rank;
-        if (live || (state == JobState::kDone && covers)) {
-          tx.commit();
-          return EnqueueResult{row["id"].as<int64_t>(), state, false, false};
-        }
-      }
+  // One entry per distinct problem (widest request wins), taken in hash order: concurrent
+  // batches then lock rows in the same order and cannot deadlock.
+  struct Merged {
+    const ConvProblem* problem = nullptr;
+    int64_t max_micro_batch = 0;
+    int policy_rank = 0;  // array_position in kPolicyRank
+    EnqueueResult result;
+  };
+  std::map<uint64_t, Merged> merged;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const JobRequest& job = jobs[i];
+    const std::string where = jobs.size() == 1 ? "" : "jobs[" + std::to_string(i) + "]";
+    auto in = [&](const Status& s) { return where.empty() ? s : s.WithContext(where); };
+    UCUDNN_RETURN_IF_ERROR(in(ValidateProblem(job.problem)));
+    UCUDNN_RETURN_IF_ERROR(in(ValidateBatch(job.max_micro_batch).WithContext("max_micro_batch")));
+    if (!ParseBatchPolicy(ToString(job.policy)).ok()) {
+      return in(
+          InvalidArgument("policy: unknown value " + std::to_string(static_cast<int>(job.policy))));
     }
-    return Unavailable("enqueue job: the job of problem " + FormatHash(problem_hash) +
-                       " kept changing state; retry");
-  });
+    Merged& m = merged[StableHash(job.problem)];
+    m.problem = &job.problem;
+    m.max_micro_batch = std::max(m.max_micro_batch, job.max_micro_batch);
+    m.policy_rank = std::max(m.policy_rank, static_cast<int>(job.policy) + 1);
+  }
+  const double cooldown_s = static_cast<double>(impl_->options.failed_job_cooldown.count());
+  return impl_->Run(
+      "enqueue jobs", [&](pqxx::connection& conn) -> Result<std::vector<EnqueueResult>> {
+        pqxx::work tx(conn);
+        UCUDNN_ASSIGN_OR_RETURN(uint64_t device_hash, UpsertDeviceTx(tx, device));
+        int created = 0;
+        for (auto& [problem_hash, m] : merged) {
+          UCUDNN_RETURN_IF_ERROR(UpsertProblemTx(tx, *m.problem).status());
+          const std::string policy_name(ToString(static_cast<BatchPolicy>(m.policy_rank - 1)));
+          // No live job, and the newest one failed a moment ago: answer it, enqueue nothing.
+          pqxx::result newest = tx.exec_prepared("find_job_for_problem", ToDb(device_hash),
+                                                 ToDb(problem_hash), cooldown_s);
+          if (!newest.empty() && newest[0]["in_cooldown"].as<bool>()) {
+            m.result = EnqueueResult{newest[0]["id"].as<int64_t>(), JobState::kFailed, false, false,
+                                     newest[0]["error"].as<std::string>()};
+            continue;
+          }
+          // The common repeat: a live job that already covers the request needs no write.
+          if (!newest.empty()) {
+            UCUDNN_ASSIGN_OR_RETURN(JobState state,
+                                    ParseJobState(newest[0]["state"].as<std::string>()));
+            if ((state == JobState::kQueued || state == JobState::kRunning) &&
+                newest[0]["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
+                newest[0]["policy_rank"].as<int>() >= m.policy_rank) {
+              m.result = EnqueueResult{newest[0]["id"].as<int64_t>(), state, false, false, {}};
+              continue;
+            }
+          }
+          bool answered = false;
+          // A job that finishes between the insert and the look-up leaves no live job; again.
+          for (int attempt = 0; attempt < 3 && !answered; ++attempt) {
+            pqxx::result up = tx.exec_prepared("enqueue_job", ToDb(device_hash), ToDb(problem_hash),
+                                               m.max_micro_batch, policy_name);
+            if (!up.empty()) {
+              m.result.job_id = up[0]["id"].as<int64_t>();
+              UCUDNN_ASSIGN_OR_RETURN(m.result.state,
+                                      ParseJobState(up[0]["state"].as<std::string>()));
+              m.result.created = up[0]["created"].as<bool>();
+              m.result.widened = !m.result.created;
+              created += m.result.created ? 1 : 0;
+              answered = true;
+              break;
+            }
+            pqxx::result found = tx.exec_prepared("find_job_for_problem", ToDb(device_hash),
+                                                  ToDb(problem_hash), cooldown_s);
+            if (!found.empty()) {
+              const pqxx::row& row = found[0];
+              UCUDNN_ASSIGN_OR_RETURN(JobState state,
+                                      ParseJobState(row["state"].as<std::string>()));
+              const bool live = state == JobState::kQueued || state == JobState::kRunning;
+              const bool covers = row["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
+                                  row["policy_rank"].as<int>() >= m.policy_rank;
+              if (live || (state == JobState::kDone && covers)) {
+                m.result = EnqueueResult{row["id"].as<int64_t>(), state, false, false, {}};
+                answered = true;
+              }
+            }
+          }
+          if (!answered) {
+            return Unavailable("enqueue job: the job of problem " + FormatHash(problem_hash) +
+                               " kept changing state; retry");
+          }
+        }
+        tx.commit();
+        if (created > 0) {
+          spdlog::info("store: queued {} job(s) for device {}", created, FormatHash(device_hash));
+        }
+        std::vector<EnqueueResult> results;
+        results.reserve(jobs.size());
+        for (const JobRequest& job : jobs) {
+          results.push_back(merged.at(StableHash(job.problem)).result);
+        }
+        return results;
+      });
 }
 
 Result<std::optional<Job>> Store::ClaimJob(uint64_t device_hash, const std::string& worker_id,
-                                           std::chrono::milliseconds lease) {
+                                           std::chrono::milliseconds lease, int max_attempts) {
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateLease(lease));
+  if (max_attempts < 1) {
+    return InvalidArgument("max_attempts: must be >= 1, got " + std::to_string(max_attempts));
+  }
   return impl_->Run("claim job", [&](pqxx::connection& conn) -> Result<std::optional<Job>> {
     pqxx::work tx(conn);
     // Claiming is a sign of life: it doubles as a heartbeat.
     if (tx.exec_prepared("touch_worker", worker_id).empty()) {
       return FailedPrecondition("claim job: worker " + worker_id +
                                 " is not registered (RegisterWorker first)");
+    }
+    // Jobs whose workers keep dying on them stop here instead of being claimed again.
+    for (const pqxx::row& row :
+         tx.exec_prepared("fail_expired_jobs", ToDb(device_hash), max_attempts)) {
+      spdlog::warn("store: job {} failed for good: its lease expired on attempt {} of {}",
+                   row["id"].as<int64_t>(), row["attempts"].as<int>(), max_attempts);
     }
     pqxx::result rows = tx.exec_prepared("claim_job", ToDb(device_hash), worker_id,
                                          static_cast<int64_t>(lease.count()));
@@ -744,6 +905,33 @@ Result<Job> Store::GetJob(int64_t job_id) {
   });
 }
 
+Result<Job> Store::RetryJob(int64_t job_id) {
+  return impl_->Run("retry job", [&](pqxx::connection& conn) -> Result<Job> {
+    pqxx::work tx(conn);
+    pqxx::result locked = tx.exec_prepared("retry_lock_job", job_id);
+    const std::string id = "job " + std::to_string(job_id);
+    if (locked.empty()) return NotFound(id + ": no such job");
+    const std::string state = locked[0]["state"].as<std::string>();
+    if (state != "failed") {
+      return FailedPrecondition(id + ": is " + state + "; only failed jobs can be retried");
+    }
+    pqxx::result live =
+        tx.exec_prepared("live_job_of_problem", locked[0]["device_id"].as<int64_t>(),
+                         locked[0]["problem_id"].as<int64_t>());
+    if (!live.empty()) {
+      return FailedPrecondition(id + ": job " + std::to_string(live[0][0].as<int64_t>()) +
+                                " of the same problem and device is already queued or running");
+    }
+    tx.exec_prepared("retry_job", job_id);
+    pqxx::result rows = tx.exec_prepared("get_job", job_id);
+    if (rows.empty()) return Internal(id + ": gone while being retried");
+    UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(rows[0]));
+    tx.commit();
+    spdlog::info("store: job {} re-queued by an operator (last error: {})", job_id, job.error);
+    return job;
+  });
+}
+
 // ---- Workers -----------------------------------------------------------------------------------
 
 Status Store::RegisterWorker(const std::string& worker_id, const std::string& host,
@@ -819,10 +1007,18 @@ Result<std::vector<WorkerInfo>> Store::ListWorkers(bool alive_only) {
 }
 
 Result<std::vector<Job>> Store::ListJobs(std::optional<JobState> state, int limit) {
+  return ListJobs(state ? ToString(*state) : std::string_view(), limit);
+}
+
+Result<std::vector<Job>> Store::ListJobs(std::string_view state, int limit) {
+  if (!state.empty() && state != "expired" && !ParseJobState(state).ok()) {
+    return InvalidArgument("state: must be one of queued, running, expired, done, failed, got \"" +
+                           std::string(state) + "\"");
+  }
   if (limit < 1 || limit > 10000) {
     return InvalidArgument("limit: must be in [1, 10000], got " + std::to_string(limit));
   }
-  const std::string state_filter = state ? std::string(ToString(*state)) : std::string();
+  const std::string state_filter(state);
   return impl_->Run("list jobs", [&](pqxx::connection& conn) -> Result<std::vector<Job>> {
     pqxx::nontransaction tx(conn);
     std::vector<Job> jobs;
@@ -854,6 +1050,7 @@ Result<std::vector<DeviceJobCounts>> Store::JobCountsByDevice() {
                         c.running = row["running"].as<int64_t>();
                         c.done = row["done"].as<int64_t>();
                         c.failed = row["failed"].as<int64_t>();
+                        c.expired = row["expired"].as<int64_t>();
                         counts.push_back(std::move(c));
                       }
                       std::sort(counts.begin(), counts.end(),
@@ -867,10 +1064,11 @@ Result<std::vector<DeviceJobCounts>> Store::JobCountsByDevice() {
 // ---- Plan cache --------------------------------------------------------------------------------
 
 Result<std::optional<std::string>> Store::GetCachedPlan(uint64_t plan_hash) {
+  const double touch_s = static_cast<double>(impl_->options.plan_touch_interval.count());
   return impl_->Run("get cached plan",
                     [&](pqxx::connection& conn) -> Result<std::optional<std::string>> {
                       pqxx::work tx(conn);
-                      pqxx::result rows = tx.exec_prepared("get_plan", ToDb(plan_hash));
+                      pqxx::result rows = tx.exec_prepared("get_plan", ToDb(plan_hash), touch_s);
                       std::optional<std::string> body;
                       if (!rows.empty()) body = pqxx::binarystring(rows[0][0]).str();
                       tx.commit();
@@ -891,6 +1089,27 @@ Status Store::PutCachedPlan(uint64_t plan_hash, const DeviceFingerprint& device,
     tx.exec_prepared("put_plan", ToDb(plan_hash), ToDb(device_hash), pqxx::binarystring(bytes));
     tx.commit();
     return Status::Ok();
+  });
+}
+
+Result<int64_t> Store::EvictPlans(int64_t max_plans_per_device) {
+  if (max_plans_per_device < 1) {
+    return InvalidArgument("max_plans_per_device: must be >= 1, got " +
+                           std::to_string(max_plans_per_device));
+  }
+  // Key of the advisory lock held while evicting: "ucudnnev" as ASCII.
+  constexpr int64_t kEvictLockKey = 0x756375646e6e6576;
+  return impl_->Run("evict plans", [&](pqxx::connection& conn) -> Result<int64_t> {
+    pqxx::work tx(conn);
+    if (!tx.exec_prepared1("try_evict_lock", kEvictLockKey)[0].as<bool>()) return int64_t{0};
+    const pqxx::result deleted = tx.exec_prepared("evict_plans", max_plans_per_device);
+    tx.commit();
+    const auto count = static_cast<int64_t>(deleted.affected_rows());
+    if (count > 0) {
+      spdlog::info("store: evicted {} least recently used plan(s) (keeping {} per device)", count,
+                   max_plans_per_device);
+    }
+    return count;
   });
 }
 

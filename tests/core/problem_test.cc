@@ -117,7 +117,12 @@ TEST(ProblemValidate, ExamplesAreValid) {
 }
 
 TEST(ProblemValidate, DefaultConstructedIsInvalid) {
-  ExpectInvalid(ConvProblem{}, "c: must be in [1, 65536], got 0");
+  // Every zero dimension is named; checks that depend on them (padding against the filter,
+  // output size, element counts) are not reported on top.
+  ExpectInvalid(ConvProblem{},
+                "6 invalid fields: c: must be in [1, 65536], got 0; h: must be in [1, 32768], "
+                "got 0; w: must be in [1, 32768], got 0; k: must be in [1, 65536], got 0; r: must "
+                "be in [1, 1024], got 0; s: must be in [1, 1024], got 0");
 }
 
 // A field with a closed integer range, and a problem that stays valid at both ends of it.
@@ -406,13 +411,47 @@ TEST(ProblemValidate, ElementCountsAtAndPastTheBound) {
   EXPECT_TRUE(Validate(p).ok());
 }
 
-TEST(ProblemValidate, ErrorsNameTheFirstBadFieldInOrder) {
+TEST(ProblemValidate, ErrorsNameEveryBadFieldInOrder) {
   ConvProblem p = Resnet3x3();
   p.c = 0;
   p.k = 0;
-  ExpectInvalid(p, "c: must be in [1, 65536], got 0");
+  ExpectInvalid(p,
+                "2 invalid fields: c: must be in [1, 65536], got 0; k: must be in [1, 65536], "
+                "got 0");
   p.c = 1;
   ExpectInvalid(p, "k: must be in [1, 65536], got 0");
+
+  // Independent fields are all reported, in field order; the same input, the same message.
+  p = Resnet3x3();
+  p.op = static_cast<ConvOp>(7);
+  p.h = -5;
+  p.stride_w = 0;
+  p.pad_w = 9;   // beyond the 3-wide filter
+  p.groups = 5;  // divides neither c nor k
+  p.layout = static_cast<Layout>(9);
+  const std::string expected =
+      "6 invalid fields: op: unknown value 7; h: must be in [1, 32768], got -5; stride_w: must be "
+      "in [1, 1024], got 0; pad_w: must be in [0, 2] (below the dilated filter width 3), got 9; "
+      "groups: must divide c (64), got 5; layout: unknown value 9";
+  ExpectInvalid(p, expected);
+  EXPECT_EQ(Validate(p).message(), expected);
+}
+
+TEST(ProblemValidate, DependentChecksWaitForTheirInputs) {
+  // An invalid filter height: the padding can only be judged by its sign, the output not at all.
+  ConvProblem p = Resnet3x3();
+  p.r = 0;
+  p.pad_h = 7;
+  ExpectInvalid(p, "r: must be in [1, 1024], got 0");
+  p.pad_h = -1;
+  ExpectInvalid(p, "2 invalid fields: r: must be in [1, 1024], got 0; pad_h: must be >= 0, got -1");
+  // An invalid c: groups is judged against k only.
+  p = Resnet3x3();
+  p.c = 0;
+  p.groups = 3;
+  ExpectInvalid(p,
+                "2 invalid fields: c: must be in [1, 65536], got 0; groups: must divide k (64), "
+                "got 3");
 }
 
 TEST(ProblemValidate, Batch) {

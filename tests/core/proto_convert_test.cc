@@ -881,5 +881,111 @@ TEST(ProtoPlanRequest, EveryInvalidFieldIsNamed) {
   EXPECT_TRUE(cpu.ok()) << cpu.status().ToString();
 }
 
+// Several wrong fields at once: every one is named, in the order of the message's fields, in one
+// deterministic message; under a path when the request is nested in another message.
+TEST(ProtoPlanRequest, SeveralInvalidFieldsAreAllNamed) {
+  v1::GetPlanRequest m = ToProto(MakeRequest(), 1000);
+  m.mutable_device()->set_backend("tpu");
+  m.mutable_kernels(0)->mutable_problem()->set_c(0);
+  m.mutable_kernels(0)->mutable_problem()->set_stride_w(-2);
+  m.mutable_kernels(0)->set_mini_batch(0);
+  m.mutable_kernels(2)->clear_problem();
+  m.mutable_kernels(3)->mutable_problem()->set_math(static_cast<v1::MathMode>(7));
+  m.set_workspace_mode(static_cast<v1::WorkspaceMode>(4));
+  m.set_max_wait_ms(kMaxWaitMs + 1);
+  const std::string expected =
+      "8 invalid fields: device.backend: must be \"cudnn\" or \"cpu\", got \"tpu\"; "
+      "kernels[0].problem.c: must be in [1, 65536], got 0; "
+      "kernels[0].problem.stride_w: must be in [1, 1024], got -2; "
+      "kernels[0].mini_batch: must be in [1, 65536], got 0; "
+      "kernels[2].problem: required; "
+      "kernels[3].problem.math: unknown value 7; "
+      "workspace_mode: unknown value 4; "
+      "max_wait_ms: at most 600000, got 600001";
+  ExpectInvalid(FromProto(m), expected);
+  ExpectInvalid(FromProto(m), expected);  // deterministic
+
+  Result<PlanRequest> nested = FromProto(m, "request");
+  ASSERT_FALSE(nested.ok());
+  const std::string& message = nested.status().message();
+  EXPECT_EQ(message.rfind("8 invalid fields: request.device.backend: ", 0), 0u) << message;
+  for (const char* field :
+       {"request.kernels[0].problem.c:", "request.kernels[0].problem.stride_w:",
+        "request.kernels[0].mini_batch:", "request.kernels[2].problem: required",
+        "request.kernels[3].problem.math:", "request.workspace_mode:", "request.max_wait_ms:"}) {
+    EXPECT_NE(message.find(field), std::string::npos) << field << " in " << message;
+  }
+  // One wrong field reads as before, also nested.
+  v1::GetPlanRequest one = ToProto(MakeRequest(), 1000);
+  one.set_policy(static_cast<v1::BatchPolicy>(9));
+  ExpectInvalid(FromProto(one, "request"), "request.policy: unknown value 9");
+}
+
+TEST(ProtoPlanRequest, ManyInvalidFieldsAreCapped) {
+  v1::GetPlanRequest m = ToProto(MakeRequest(), 1000);
+  while (m.kernels_size() < 100) *m.add_kernels() = m.kernels(0);
+  for (auto& kernel : *m.mutable_kernels()) {
+    kernel.set_mini_batch(0);
+    kernel.mutable_problem()->set_k(0);
+  }
+  Result<PlanRequest> r = FromProto(m);
+  ASSERT_FALSE(r.ok());
+  const std::string& message = r.status().message();
+  EXPECT_EQ(message.rfind("200 invalid fields (first 16): kernels[0].problem.k: ", 0), 0u)
+      << message;
+  EXPECT_NE(message.find("kernels[7].mini_batch"), std::string::npos) << message;
+  EXPECT_EQ(message.find("kernels[8]"), std::string::npos) << message;
+  size_t entries = 1;
+  for (size_t at = message.find("; "); at != std::string::npos; at = message.find("; ", at + 1)) {
+    ++entries;
+  }
+  EXPECT_EQ(entries, kMaxReportedFieldErrors);
+}
+
+TEST(FieldErrorsTest, CollectsNestsAndKeepsOtherErrorsFirst) {
+  FieldErrors errors;
+  EXPECT_TRUE(errors.ok());
+  EXPECT_TRUE(errors.ToStatus().ok());
+  errors.Add("a", Status::Ok());
+  errors.AddField("x", "bad");
+  EXPECT_EQ(errors.ToStatus().message(), "x: bad");
+  // A joined status contributes each entry under the path, and its count.
+  errors.Add("kernels[1].problem", InvalidArgument("2 invalid fields: c: one; h: two"));
+  errors.Add("", InvalidArgument("limit: three"));
+  EXPECT_EQ(errors.count(), 4u);
+  EXPECT_EQ(errors.ToStatus().message(),
+            "4 invalid fields: x: bad; kernels[1].problem.c: one; kernels[1].problem.h: two; "
+            "limit: three");
+  // An error that is not about a field wins: the input could not be judged.
+  errors.Add("device", Unavailable("database down"));
+  EXPECT_EQ(errors.ToStatus().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(FieldPath("", "kernels", 3), "kernels[3]");
+  EXPECT_EQ(FieldPath("request", "device"), "request.device");
+  EXPECT_EQ(FieldPath("request", ""), "request");
+}
+
+TEST(ProtoTiming, SeveralInvalidFieldsAreAllNamed) {
+  v1::Timing m;
+  m.set_micro_batch(0);
+  m.set_algo(-1);
+  m.set_status(v1::TIMING_STATUS_OK);
+  m.set_time_ms(0);
+  m.set_samples(-3);
+  ExpectInvalid(FromProto(m),
+                "4 invalid fields: micro_batch: must be in [1, 65536], got 0; algo: must be >= 0, "
+                "got -1; time_ms: must be positive when status is OK, got 0.000000; samples: must "
+                "be >= 0, got -3");
+}
+
+TEST(ProtoKernel, SeveralInvalidFieldsAreAllNamed) {
+  v1::Kernel m = ToProto(MakeKernel(Resnet3x3(), 256, "x"));
+  m.mutable_problem()->set_h(0);
+  m.mutable_problem()->set_op(v1::CONV_OP_UNSPECIFIED);
+  m.set_name(std::string(kMaxKernelNameBytes + 1, 'n'));
+  ExpectInvalid(FromProto(m),
+                "3 invalid fields: problem.op: required; problem.h: must be in [1, 32768], got 0; "
+                "name: at most 128 bytes, got 129");
+}
+
 }  // namespace
 }  // namespace ucudnn

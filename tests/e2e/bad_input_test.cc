@@ -489,6 +489,29 @@ TEST_F(BadInputTest, EveryMalformedFieldIsInvalidArgumentNamingItAndWritesNothin
   EXPECT_TRUE(server_->process().Running());
 }
 
+TEST_F(BadInputTest, SeveralMalformedFieldsAreNamedInOneInvalidArgument) {
+  RowCounter counter(url());
+  auto before = counter.Count();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  auto request = ValidPlanRequest();
+  request.mutable_device()->set_backend("tpu");
+  request.mutable_kernels(0)->mutable_problem()->set_c(0);
+  request.mutable_kernels(1)->mutable_problem()->set_stride_h(-1);
+  request.mutable_kernels(1)->set_name(std::string(kMaxKernelNameBytes + 1, 'n'));
+  request.set_max_wait_ms(kMaxWaitMs + 1);
+  const grpc::Status status = GetPlan(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(status);
+  EXPECT_THAT(status.error_message(), StartsWith("5 invalid fields: device.backend: "));
+  for (const char* field : {"kernels[0].problem.c: ", "kernels[1].problem.stride_h: ",
+                            "kernels[1].name: ", "max_wait_ms: "}) {
+    EXPECT_THAT(status.error_message(), HasSubstr(field));
+  }
+  auto after = counter.Count();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(*after, *before);
+  EXPECT_TRUE(server_->process().Running());
+}
+
 TEST_F(BadInputTest, SubmissionsWithoutTheTokenAreUnauthenticatedEvenWhenMalformed) {
   auto before = CountRows(url());
   ASSERT_TRUE(before.ok());

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/server/lru_cache.h"
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/plan_key.h"
@@ -151,10 +152,52 @@ TEST(PlanKeyTest, ContentHashCoversRequestAndTimings) {
   EXPECT_TRUE(changed([](PlanRequest& r) { r.kernels[1].problem.k = 32; }));
   EXPECT_TRUE(changed([](PlanRequest& r) { std::swap(r.kernels[0], r.kernels[1]); }));
   EXPECT_TRUE(changed([](PlanRequest& r) { r.device.sm_count = 4; }));
-  // The ILP time limit is not part of the content.
+  // The ILP time limit matters only where an ILP runs (total_sum): it may stop the solve.
   EXPECT_FALSE(changed([](PlanRequest& r) { r.ilp_time_limit_s = 1; }));
+  PlanRequest total = request;
+  total.workspace_mode = WorkspaceMode::kTotalSum;
+  PlanRequest total_short = total;
+  total_short.ilp_time_limit_s = 1;
+  EXPECT_NE(PlanContentHash(total, digests), PlanContentHash(total_short, digests));
   EXPECT_NE(PlanContentHash(request, {11, 23}), key);
   EXPECT_NE(PlanContentHash(request, {11, std::nullopt}), key);
+  // The check hash is of the same text by another function.
+  const std::string text = PlanContentText(request, digests);
+  EXPECT_EQ(Fnv1a64(text), key);
+  EXPECT_EQ(PlanContentCheck(text), PlanContentCheck(PlanContentText(request, digests)));
+  EXPECT_NE(PlanContentCheck(text), PlanContentCheck(PlanContentText(request, {11, 23})));
+}
+
+TEST(PlanKeyTest, AStoredPlanMustAnswerTheRequest) {
+  const PlanRequest request = SampleRequest();
+  NetworkPlan network;
+  network.policy = request.policy;
+  network.workspace_mode = request.workspace_mode;
+  network.workspace_budget_bytes = request.workspace_bytes;
+  for (const auto& kernel : request.kernels) {
+    KernelPlan k;
+    k.kernel = kernel;
+    k.status = KernelPlanStatus::kMissing;
+    network.kernels.push_back(k);
+  }
+  const v1::Plan plan = ToProto(network, request.device);
+  EXPECT_TRUE(PlanAnswersRequest(plan, request));
+  auto answers = [&](auto mutate) {
+    PlanRequest other = request;
+    mutate(other);
+    return PlanAnswersRequest(plan, other);
+  };
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.workspace_bytes += 1; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.policy = BatchPolicy::kAll; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.workspace_mode = WorkspaceMode::kTotalShared; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.device.sm_count = 4; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels[1].mini_batch = 128; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels[0].name = "other"; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels[1].problem.k = 32; }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels.pop_back(); }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { std::swap(r.kernels[0], r.kernels[1]); }));
+  // The ILP time limit is not in the plan; the key covers it.
+  EXPECT_TRUE(answers([](PlanRequest& r) { r.ilp_time_limit_s = 1; }));
 }
 
 TEST(PlanKeyTest, NamesAreLengthPrefixed) {

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include <pqxx/pqxx>
+
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "support/postgres_fixture.h"
 #include "ucudnn/core/dp.h"
@@ -385,6 +387,77 @@ TEST_F(ServerTest, InvalidRequestsNameTheFieldAndWriteNothing) {
   EXPECT_TRUE(t.Jobs().empty());
 }
 
+TEST_F(ServerTest, SeveralInvalidFieldsAreAllNamedInOneError) {
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0], ResNet50Kernels()[1]});
+  request.mutable_device()->set_backend("tpu");
+  request.mutable_kernels(0)->mutable_problem()->set_c(0);
+  request.mutable_kernels(1)->set_mini_batch(-1);
+  request.set_max_wait_ms(600001);
+  const std::vector<std::string> fields = {"device.backend", "kernels[0].problem.c",
+                                           "kernels[1].mini_batch", "max_wait_ms"};
+  auto response = t.GetPlan(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), StatusCode::kInvalidArgument);
+  const std::string& message = response.status().message();
+  EXPECT_EQ(message.rfind("4 invalid fields: device.backend: ", 0), 0u) << message;
+  for (const auto& field : fields) {
+    EXPECT_NE(message.find(field + ":"), std::string::npos) << field << " in " << message;
+  }
+  EXPECT_EQ(t.GetPlan(request).status().message(), message);  // deterministic
+
+  // StreamPlan and ExplainPlan name the same fields under "request.".
+  v1::StreamPlanRequest stream_request;
+  *stream_request.mutable_request() = request;
+  auto context = Context();
+  auto reader = t.planner->StreamPlan(context.get(), stream_request);
+  v1::StreamPlanResponse ignored;
+  while (reader->Read(&ignored)) {
+  }
+  const grpc::Status streamed = reader->Finish();
+  EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ExplainPlanRequest explain_request;
+  *explain_request.mutable_request() = request;
+  v1::ExplainPlanResponse explained;
+  auto explain_context = Context();
+  const grpc::Status explain =
+      t.catalog->ExplainPlan(explain_context.get(), explain_request, &explained);
+  EXPECT_EQ(explain.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  for (const auto& field : fields) {
+    EXPECT_NE(streamed.error_message().find("request." + field + ":"), std::string::npos)
+        << streamed.error_message();
+    EXPECT_NE(explain.error_message().find("request." + field + ":"), std::string::npos)
+        << explain.error_message();
+  }
+
+  // SubmitTimings too: the device, the problem and two timings at once.
+  auto submit_context = Context();
+  submit_context->AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::SubmitTimingsRequest submit;
+  v1::DeviceFingerprint device = ToProto(H100());
+  device.set_name("");
+  *submit.mutable_device() = device;
+  ConvProblem problem = ResNet50Kernels()[0].problem;
+  problem.k = 0;
+  *submit.mutable_problem() = ToProto(problem);
+  for (const auto& timing : MeasuredTimings(ResNet50Kernels()[0].problem)) {
+    *submit.add_timings() = ToProto(timing);
+  }
+  submit.mutable_timings(0)->set_time_ms(-1);
+  submit.mutable_timings(2)->set_algo(-4);
+  v1::SubmitTimingsResponse submitted;
+  const grpc::Status refused = t.timings->SubmitTimings(submit_context.get(), submit, &submitted);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(
+      refused.error_message().rfind("4 invalid fields: device.name: required; problem.k: ", 0), 0u)
+      << refused.error_message();
+  for (const char* field : {"timings[0].time_ms:", "timings[2].algo:"}) {
+    EXPECT_NE(refused.error_message().find(field), std::string::npos) << refused.error_message();
+  }
+  EXPECT_TRUE(t.Jobs().empty());
+}
+
 TEST_F(ServerTest, RequestsOverTheMessageLimitAreRefused) {
   ServerConfig config = BaseConfig(url());
   config.max_message_bytes = 64 << 10;
@@ -432,6 +505,105 @@ TEST_F(ServerTest, SecondRequestIsServedFromCacheAlsoByAnotherReplica) {
   ASSERT_TRUE(different.ok());
   EXPECT_FALSE(different->from_cache());
   EXPECT_NE(different->plan().plan_hash(), computed->plan().plan_hash());
+}
+
+TEST_F(ServerTest, CachedPlanOfACollidingRequestIsNotServed) {
+  Seed(url(), [](const ConvProblem&) { return true; });
+  const auto request = PlanRequestFor({ResNet50Kernels()[0], ResNet50Kernels()[3]});
+  auto other = request;
+  other.set_workspace_bytes(8ull << 20);
+  std::string key;
+  v1::Plan expected;
+  {
+    TestServer t = Launch(BaseConfig(url()));
+    ASSERT_TRUE(t.server);
+    auto computed = t.GetPlan(request);
+    ASSERT_TRUE(computed.ok());
+    expected = computed->plan();
+    key = expected.plan_hash();
+    auto other_plan = t.GetPlan(other);
+    ASSERT_TRUE(other_plan.ok());
+    // Pretend the other request's plan had been stored under this request's key (a 64-bit
+    // collision): its body, with the key it would then carry.
+    v1::Plan forged = other_plan->plan();
+    forged.set_plan_hash(key);
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params("UPDATE plans SET body = $1 WHERE hash = $2",
+                   pqxx::binarystring(forged.SerializeAsString()),
+                   static_cast<int64_t>(*ParseHashHex(key)));
+    tx.commit();
+  }
+  // A fresh replica (nothing in memory) finds the forged row, sees that it answers another
+  // request, and computes the right plan.
+  TestServer fresh = Launch(BaseConfig(url()));
+  ASSERT_TRUE(fresh.server);
+  auto served = fresh.GetPlan(request);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_FALSE(served->from_cache());
+  EXPECT_TRUE(MessageDifferencer::Equals(Comparable(served->plan()), Comparable(expected)));
+  EXPECT_EQ(fresh.server->metrics().registry().Value("ucudnn_plan_cache_hits_total",
+                                                     {{"tier", "database"}}),
+            0);
+}
+
+TEST_F(ServerTest, DatabasePlanCacheIsTrimmedToItsBound) {
+  Seed(url(), [](const ConvProblem&) { return true; });
+  ServerConfig config = BaseConfig(url());
+  config.plan_cache_max_rows = 2;
+  config.plan_cache_evict_interval_ms = 50;
+  TestServer t = Launch(config);
+  ASSERT_TRUE(t.server);
+  auto request = PlanRequestFor({ResNet50Kernels()[0]});
+  for (uint64_t mib : {1, 2, 4, 8, 16}) {
+    request.set_workspace_bytes(mib << 20);
+    ASSERT_TRUE(t.GetPlan(request).ok());
+  }
+  auto rows = [&] {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    return tx.exec1("SELECT count(*) FROM plans")[0].as<int64_t>();
+  };
+  int64_t count = rows();
+  for (int i = 0; i < 300 && count > 2; ++i) {
+    std::this_thread::sleep_for(20ms);
+    count = rows();
+  }
+  EXPECT_EQ(count, 2);
+  EXPECT_GE(t.server->metrics().registry().Value("ucudnn_plan_cache_evictions_total"), 3);
+}
+
+TEST_F(ServerTest, NoMigrateRefusesASchemaOtherThanItsOwn) {
+  ServerConfig config = BaseConfig(url());
+  config.auto_migrate = false;
+  config.start_timeout_ms = 0;
+  {  // An empty database: migrate first.
+    auto started = PlannerServer::Start(config);
+    ASSERT_FALSE(started.ok());
+    EXPECT_EQ(started.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(started.status().message().find("ucudnn migrate"), std::string::npos)
+        << started.status().message();
+  }
+  auto store = store::Store::Open(url());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Migrate().ok());
+  {  // Current: it starts.
+    auto started = PlannerServer::Start(config);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+  }
+  {  // Newer than the binary: refused with the message `ucudnn migrate` gives.
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_the_future')",
+                   store::Store::LatestSchemaVersion() + 1);
+    tx.commit();
+  }
+  auto migrate = (*store)->Migrate();
+  ASSERT_FALSE(migrate.ok());
+  auto started = PlannerServer::Start(config);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(started.status().message(), migrate.status().message());
 }
 
 TEST_F(ServerTest, NewTimingsChangeTheCacheKey) {
@@ -553,6 +725,170 @@ TEST_F(ServerTest, ShutdownEndsWaitingCallsWithAPartialPlan) {
   for (int i = 0; i < 1000 && t.Jobs().empty(); ++i) std::this_thread::sleep_for(10ms);
   t.server->Shutdown(10s);
   caller.join();
+}
+
+TEST_F(ServerTest, FailedJobIsReportedWithItsErrorUntilRetried) {
+  Seed(url(), [](const ConvProblem& p) { return p.op == ConvOp::kForward; });
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  const Kernel forward = ResNet50Kernels()[0];
+  const Kernel backward = ResNet50Kernels()[1];
+  ASSERT_EQ(forward.problem.op, ConvOp::kForward);
+  ASSERT_NE(backward.problem.op, ConvOp::kForward);
+  const auto request = PlanRequestFor({forward, backward});
+  auto first = t.GetPlan(request);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->plan().missing_size(), 1);
+  const int64_t job_id = first->plan().missing(0).job_id();
+
+  // A worker fails the job for good.
+  auto store = store::Store::Open(url());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->RegisterWorker("gpu-1", "node", H100()).ok());
+  auto claimed = (*store)->ClaimJob(H100().Hash(), "gpu-1", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->id, job_id);
+  ASSERT_EQ(*(*store)->FailJob(job_id, "gpu-1", "CUDNN_STATUS_EXECUTION_FAILED", 1),
+            store::JobState::kFailed);
+
+  // Asked again (even willing to wait): the failure is the answer, and no new job appears.
+  auto waiting = request;
+  waiting.set_max_wait_ms(60000);
+  auto second = t.GetPlan(waiting, 30s);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_LT(second->waited_ms(), 5000u);  // nothing to wait for
+  ASSERT_EQ(second->plan().missing_size(), 1);
+  const v1::MissingProblem& missing = second->plan().missing(0);
+  EXPECT_EQ(missing.job_id(), job_id);
+  EXPECT_EQ(missing.job_state(), "failed");
+  EXPECT_EQ(missing.error(), "CUDNN_STATUS_EXECUTION_FAILED");
+  const v1::KernelPlan& kernel = second->plan().kernels(1);
+  EXPECT_EQ(kernel.status(), v1::KERNEL_PLAN_STATUS_MISSING);
+  EXPECT_NE(kernel.reason().find("job " + std::to_string(job_id) +
+                                 " failed: CUDNN_STATUS_EXECUTION_FAILED"),
+            std::string::npos)
+      << kernel.reason();
+  EXPECT_TRUE(FromProto(second->plan()).ok());  // a client can read it
+  ASSERT_EQ(t.Jobs().size(), 1u);
+  EXPECT_EQ(t.Jobs()[0].state(), "failed");
+  EXPECT_EQ(t.Jobs()[0].error(), "CUDNN_STATUS_EXECUTION_FAILED");
+
+  // The operator retries it: a write, so the token is needed.
+  v1::RetryJobRequest retry;
+  retry.set_job_id(job_id);
+  v1::RetryJobResponse retried;
+  {
+    auto context = Context();
+    EXPECT_EQ(t.catalog->RetryJob(context.get(), retry, &retried).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    auto context = Context();
+    context->AddMetadata("authorization", std::string("Bearer ") + kToken);
+    const grpc::Status status = t.catalog->RetryJob(context.get(), retry, &retried);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(retried.job().id(), job_id);
+    EXPECT_EQ(retried.job().state(), "queued");
+    EXPECT_EQ(retried.job().attempts(), 0);
+  }
+  {
+    auto context = Context();
+    context->AddMetadata("authorization", std::string("Bearer ") + kToken);
+    EXPECT_EQ(t.catalog->RetryJob(context.get(), retry, &retried).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);  // queued, not failed
+    retry.set_job_id(987654);
+    auto unknown = Context();
+    unknown->AddMetadata("authorization", std::string("Bearer ") + kToken);
+    EXPECT_EQ(t.catalog->RetryJob(unknown.get(), retry, &retried).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  auto third = t.GetPlan(request);
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(third->plan().missing_size(), 1);
+  EXPECT_EQ(third->plan().missing(0).job_id(), job_id);
+  EXPECT_EQ(third->plan().missing(0).job_state(), "queued");
+  EXPECT_TRUE(third->plan().missing(0).error().empty());
+  EXPECT_EQ(t.Jobs().size(), 1u);
+}
+
+TEST_F(ServerTest, PartlyMeasuredProblemSaysWhichSizesAreMissing) {
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  const Kernel kernel = ResNet50Kernels()[3];
+  std::vector<Timing> some;
+  for (const auto& timing : MeasuredTimings(kernel.problem)) {
+    if (timing.micro_batch <= 32) some.push_back(timing);
+  }
+  ASSERT_FALSE(some.empty());
+  ASSERT_TRUE(t.Submit(kernel.problem, some).ok());
+  auto response = t.GetPlan(PlanRequestFor({kernel}));
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  ASSERT_EQ(response->plan().kernels_size(), 1);
+  const std::string& reason = response->plan().kernels(0).reason();
+  // Power-of-two sizes up to 256: 1..32 are there, 64, 128 and 256 are not.
+  EXPECT_EQ(reason.rfind("no timings at micro-batch sizes 64, 128, 256; 6 of 9 sizes measured; "
+                         "benchmark job ",
+                         0),
+            0u)
+      << reason;
+  EXPECT_NE(reason.find(" is queued"), std::string::npos) << reason;
+}
+
+TEST_F(ServerTest, StreamAndExplainShareTheBoundOfPlanCalls) {
+  Seed(url(), [](const ConvProblem& p) { return p.op == ConvOp::kForward; });
+  ServerConfig config = BaseConfig(url());
+  config.max_blocking_calls = 1;
+  TestServer t = Launch(config);
+  ASSERT_TRUE(t.server);
+  // One stream waits for a benchmark that never comes: it holds the only place.
+  v1::StreamPlanRequest stream_request;
+  *stream_request.mutable_request() = PlanRequestFor({ResNet50Kernels()[1]}, 600000);
+  auto stream_context = Context(600s);
+  auto reader = t.planner->StreamPlan(stream_context.get(), stream_request);
+  v1::StreamPlanResponse progress;
+  ASSERT_TRUE(reader->Read(&progress));  // admitted and waiting
+
+  const auto request = PlanRequestFor({ResNet50Kernels()[0]});
+  {
+    v1::ExplainPlanRequest explain;
+    *explain.mutable_request() = request;
+    v1::ExplainPlanResponse response;
+    auto context = Context();
+    EXPECT_EQ(t.catalog->ExplainPlan(context.get(), explain, &response).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    v1::StreamPlanRequest second;
+    *second.mutable_request() = request;
+    auto context = Context();
+    auto other = t.planner->StreamPlan(context.get(), second);
+    v1::StreamPlanResponse ignored;
+    while (other->Read(&ignored)) {
+    }
+    EXPECT_EQ(other->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  EXPECT_EQ(t.GetPlan(request).status().code(), StatusCode::kResourceExhausted);
+
+  // The stream goes away: its place is free again.
+  stream_context->TryCancel();
+  while (reader->Read(&progress)) {
+  }
+  (void)reader->Finish();
+  bool admitted = false;
+  for (int i = 0; i < 500 && !admitted; ++i) {
+    v1::ExplainPlanRequest explain;
+    *explain.mutable_request() = request;
+    v1::ExplainPlanResponse response;
+    auto context = Context();
+    const grpc::Status status = t.catalog->ExplainPlan(context.get(), explain, &response);
+    admitted = status.ok();
+    if (!admitted) {
+      ASSERT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  EXPECT_TRUE(admitted);
+  EXPECT_TRUE(t.GetPlan(request).ok());
 }
 
 // ---- Timing submission ------------------------------------------------------------------------

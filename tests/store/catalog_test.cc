@@ -132,13 +132,81 @@ TEST_F(CatalogTest, PlanCacheStoresBytesExactly) {
   ASSERT_TRUE(got->has_value());
   EXPECT_EQ(**got, plan);
 
-  const std::string replaced = "another plan";
-  ASSERT_TRUE(store_->PutCachedPlan(hash, H100(), replaced).ok());
+  // First writer wins: a second plan under the same hash (a collision) replaces nothing.
+  ASSERT_TRUE(store_->PutCachedPlan(hash, H100(), "another plan").ok());
   got = store_->GetCachedPlan(hash);
   ASSERT_TRUE(got.ok() && got->has_value());
-  EXPECT_EQ(**got, replaced);
+  EXPECT_EQ(**got, plan);
 
   EXPECT_EQ(store_->PutCachedPlan(hash, H100(), "").code(), StatusCode::kInvalidArgument);
+}
+
+class PlanCacheTest : public StoreTest {
+ protected:
+  // Sets a plan's last use `seconds_ago`.
+  void UsedAgo(uint64_t hash, int seconds_ago) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params(
+        "UPDATE plans SET last_used_at = now() - make_interval(secs => $2) WHERE hash = $1",
+        static_cast<int64_t>(hash), seconds_ago);
+    tx.commit();
+  }
+  double SecondsSinceUse(uint64_t hash) {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    return tx
+        .exec_params1(
+            "SELECT extract(epoch FROM now() - last_used_at)::float8 FROM plans WHERE hash = $1",
+            static_cast<int64_t>(hash))[0]
+        .as<double>();
+  }
+  std::vector<uint64_t> Stored() {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    std::vector<uint64_t> hashes;
+    for (const auto& row : tx.exec("SELECT hash FROM plans ORDER BY hash")) {
+      hashes.push_back(static_cast<uint64_t>(row[0].as<int64_t>()));
+    }
+    return hashes;
+  }
+};
+
+TEST_F(PlanCacheTest, EvictionKeepsTheMostRecentlyUsedPerDevice) {
+  for (uint64_t h = 1; h <= 6; ++h) {
+    ASSERT_TRUE(store_->PutCachedPlan(h, H100(), "plan " + std::to_string(h)).ok());
+    UsedAgo(h, 1000 - static_cast<int>(h) * 100);  // plan 6 the most recent, plan 1 the oldest
+  }
+  for (uint64_t h = 101; h <= 102; ++h) {
+    ASSERT_TRUE(store_->PutCachedPlan(h, A100(), "a100 plan").ok());
+    UsedAgo(h, 5000);  // older than every H100 plan, but A100 has its own budget
+  }
+  // A read makes plan 2 recent again.
+  ASSERT_TRUE(store_->GetCachedPlan(2).ok());
+
+  auto evicted = store_->EvictPlans(3);
+  ASSERT_TRUE(evicted.ok()) << evicted.status().ToString();
+  EXPECT_EQ(*evicted, 3);
+  EXPECT_EQ(Stored(), (std::vector<uint64_t>{2, 5, 6, 101, 102}));
+  EXPECT_FALSE(store_->GetCachedPlan(1)->has_value());
+
+  // Within the bound nothing goes; a bound of 1 keeps the newest of each device.
+  EXPECT_EQ(*store_->EvictPlans(3), 0);
+  EXPECT_EQ(*store_->EvictPlans(1), 3);
+  EXPECT_EQ(Stored(), (std::vector<uint64_t>{2, 102}));  // a tie keeps the larger hash
+  EXPECT_EQ(store_->EvictPlans(0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(PlanCacheTest, ReadsMoveTheLastUseAtMostOncePerInterval) {
+  ASSERT_TRUE(store_->PutCachedPlan(7, H100(), "plan").ok());
+  // Used 10 s ago: within the 60 s interval, a read does not write.
+  UsedAgo(7, 10);
+  ASSERT_TRUE(store_->GetCachedPlan(7)->has_value());
+  EXPECT_GE(SecondsSinceUse(7), 9.0);
+  // Used 2 minutes ago: the read moves it to now.
+  UsedAgo(7, 120);
+  ASSERT_TRUE(store_->GetCachedPlan(7)->has_value());
+  EXPECT_LT(SecondsSinceUse(7), 5.0);
 }
 
 TEST_F(CatalogTest, PingAndPoolStats) {

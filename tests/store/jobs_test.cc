@@ -250,11 +250,177 @@ TEST_F(JobsTest, FailedJobRetriesThenFailsAfterMaxAttempts) {
   auto nothing = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
   ASSERT_TRUE(nothing.ok());
   EXPECT_FALSE(nothing->has_value());
-  // A failed job is not live: asking again makes a fresh one.
-  auto fresh = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  // Within the cool-down, asking again enqueues nothing: the failed job and its error answer.
+  auto again = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->job_id, id);
+  EXPECT_EQ(again->state, JobState::kFailed);
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->error, "CUDNN_STATUS_EXECUTION_FAILED #3");
+  EXPECT_EQ(LiveJobs(), 0);
+
+  // Without a cool-down, a failed job is not live: asking again makes a fresh one.
+  auto eager = OpenStore(2, 0s);
+  ASSERT_NE(eager, nullptr);
+  auto fresh = eager->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
   ASSERT_TRUE(fresh.ok());
   EXPECT_TRUE(fresh->created);
   EXPECT_NE(fresh->job_id, id);
+}
+
+TEST_F(JobsTest, RetryRequeuesAFailedJobWithItsAttemptsReset) {
+  const int64_t id = Enqueue(Conv3x3(64));
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ(*store_->FailJob(id, "worker-a", "out of memory", 1), JobState::kFailed);
+
+  // Only failed jobs, and only known ones.
+  EXPECT_EQ(store_->RetryJob(987654).status().code(), StatusCode::kNotFound);
+  const int64_t other = Enqueue(Conv3x3(32));
+  auto queued = store_->RetryJob(other);
+  EXPECT_EQ(queued.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(queued.status().message().find("only failed jobs"), std::string::npos)
+      << queued.status().message();
+
+  auto retried = store_->RetryJob(id);
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_EQ(retried->id, id);
+  EXPECT_EQ(retried->state, JobState::kQueued);
+  EXPECT_EQ(retried->attempts, 0);
+  EXPECT_TRUE(retried->worker_id.empty());
+  // It is the live job of its problem again: enqueueing finds it, a worker claims it.
+  auto enqueued = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(enqueued.ok());
+  EXPECT_EQ(enqueued->job_id, id);
+  EXPECT_EQ(enqueued->state, JobState::kQueued);
+  auto reclaimed = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+  ASSERT_TRUE(reclaimed.ok() && reclaimed->has_value());
+  EXPECT_EQ((*reclaimed)->id, id);  // still the oldest job
+  EXPECT_EQ((*reclaimed)->attempts, 1);
+
+  // A failed job whose problem got a new live job meanwhile is not retried beside it.
+  ASSERT_EQ(*store_->FailJob(id, "worker-b", "out of memory again", 1), JobState::kFailed);
+  auto eager = OpenStore(2, 0s);
+  ASSERT_NE(eager, nullptr);
+  auto fresh = eager->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(fresh.ok() && fresh->created);
+  auto beside = store_->RetryJob(id);
+  EXPECT_EQ(beside.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(beside.status().message().find(std::to_string(fresh->job_id)), std::string::npos)
+      << beside.status().message();
+}
+
+TEST_F(JobsTest, JobWhoseWorkersKeepDyingFailsAfterMaxAttempts) {
+  const int64_t id = Enqueue(Conv3x3(64));
+  constexpr int kMaxAttempts = 3;
+  // The first attempt fails properly; the next ones die with the lease held.
+  auto first = store_->ClaimJob(H100().Hash(), "worker-a", 60s, kMaxAttempts);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  ASSERT_EQ(*store_->FailJob(id, "worker-a", "CUDNN_STATUS_INTERNAL_ERROR", kMaxAttempts),
+            JobState::kQueued);
+  for (int attempt = 2; attempt <= kMaxAttempts; ++attempt) {
+    auto claimed = store_->ClaimJob(H100().Hash(), "worker-b", 60s, kMaxAttempts);
+    ASSERT_TRUE(claimed.ok() && claimed->has_value()) << "attempt " << attempt;
+    EXPECT_EQ((*claimed)->attempts, attempt);
+    ExpireLease(id);
+  }
+  // Listed as expired while nobody has looked at it yet, and counted so.
+  auto expired = store_->ListJobs("expired", 10);
+  ASSERT_TRUE(expired.ok()) << expired.status().ToString();
+  ASSERT_EQ(expired->size(), 1u);
+  EXPECT_TRUE((*expired)[0].lease_expired);
+  EXPECT_EQ((*expired)[0].state, JobState::kRunning);
+  auto running = store_->ListJobs(JobState::kRunning, 10);
+  ASSERT_TRUE(running.ok());
+  EXPECT_TRUE(running->empty());
+  auto counts = store_->JobCountsByDevice();
+  ASSERT_TRUE(counts.ok() && counts->size() == 1u);
+  EXPECT_EQ((*counts)[0].expired, 1);
+  EXPECT_EQ((*counts)[0].running, 0);
+
+  // The next claim of the device fails it instead of handing it out a fourth time.
+  auto next = store_->ClaimJob(H100().Hash(), "worker-a", 60s, kMaxAttempts);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_FALSE(next->has_value());
+  auto job = store_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kFailed);
+  EXPECT_FALSE(job->lease_expired);
+  EXPECT_TRUE(job->lease_expires_at.empty());
+  EXPECT_EQ(job->error,
+            "lease expired on attempt 3 of 3: worker worker-b stopped renewing it (worker died?); "
+            "earlier error: CUDNN_STATUS_INTERNAL_ERROR");
+  EXPECT_EQ(LiveJobs(), 0);
+  // The old holder cannot bring it back.
+  EXPECT_EQ(store_->RenewLease(id, "worker-b", 60s).code(), StatusCode::kFailedPrecondition);
+
+  // An expired lease with attempts left is simply claimed again, by any device's claim only for
+  // its own jobs.
+  const int64_t other = Enqueue(Conv3x3(32));
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s, kMaxAttempts);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ExpireLease(other);
+  ASSERT_TRUE(store_->RegisterWorker("worker-c", "node3", A100()).ok());
+  auto elsewhere = store_->ClaimJob(A100().Hash(), "worker-c", 60s, 1);
+  ASSERT_TRUE(elsewhere.ok());
+  EXPECT_FALSE(elsewhere->has_value());
+  EXPECT_EQ(store_->GetJob(other)->state, JobState::kRunning);  // not another device's to fail
+  auto again = store_->ClaimJob(H100().Hash(), "worker-b", 60s, kMaxAttempts);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->id, other);
+  EXPECT_EQ((*again)->attempts, 2);
+  EXPECT_EQ(store_->ClaimJob(H100().Hash(), "worker-b", 60s, 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobsTest, EnqueueJobsWritesABatchInOneTransaction) {
+  std::vector<JobRequest> batch = {
+      {Conv3x3(16), 32, BatchPolicy::kPowerOfTwo},
+      {Conv3x3(32), 64, BatchPolicy::kUndivided},
+      {Conv3x3(16), 128, BatchPolicy::kAll},  // the same problem again: one job, widest wins
+  };
+  auto results = store_->EnqueueJobs(H100(), batch);
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 3u);
+  EXPECT_EQ((*results)[0].job_id, (*results)[2].job_id);
+  EXPECT_NE((*results)[0].job_id, (*results)[1].job_id);
+  for (const auto& r : *results) {
+    EXPECT_TRUE(r.created);
+    EXPECT_EQ(r.state, JobState::kQueued);
+  }
+  auto widest = store_->GetJob((*results)[0].job_id);
+  ASSERT_TRUE(widest.ok());
+  EXPECT_EQ(widest->max_micro_batch, 128);
+  EXPECT_EQ(widest->policy, BatchPolicy::kAll);
+  EXPECT_EQ(LiveJobs(), 2);
+
+  // All or nothing: one bad entry, and nothing of the batch is written.
+  ConvProblem bad = Conv3x3(48);
+  bad.c = 0;
+  auto refused = store_->EnqueueJobs(
+      H100(), {{Conv3x3(48), 32, BatchPolicy::kPowerOfTwo}, {bad, 32, BatchPolicy::kPowerOfTwo}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("jobs[1]: problem: c"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(LiveJobs(), 2);
+  auto empty = store_->EnqueueJobs(H100(), {});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST_F(JobsTest, ImportCompletesTheQueuedJobsItCovers) {
+  const int64_t covered = Enqueue(Conv3x3(64), H100(), 64);
+  const int64_t wider = Enqueue(Conv3x3(32), H100(), 128);
+  const int64_t elsewhere = Enqueue(Conv3x3(64), A100(), 64);
+  auto imported = store_->ImportTimings(
+      H100(), {{Conv3x3(64), SampleTimings(64, 2)}, {Conv3x3(32), SampleTimings(64, 2)}},
+      "import:test");
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  EXPECT_EQ(store_->GetJob(covered)->state, JobState::kDone);
+  EXPECT_EQ(store_->GetJob(wider)->state, JobState::kQueued);  // 128 is still missing
+  EXPECT_EQ(store_->GetJob(elsewhere)->state, JobState::kQueued);
+  EXPECT_EQ(LiveJobs(), 2);
 }
 
 TEST_F(JobsTest, ReleasedJobIsQueuedAgainWithoutSpendingAnAttempt) {

@@ -83,6 +83,25 @@ TEST_F(MigrationsTest, RefusesADatabaseNewerThanTheBinary) {
   EXPECT_NE(refused.status().message().find("newer than this binary"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(*store->SchemaVersion(), newer);
+  // What binaries that do not migrate (the server's --no-migrate) check: the same message.
+  const Status checked = CheckSchemaVersion(newer);
+  EXPECT_EQ(checked.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(checked.message(), refused.status().message());
+}
+
+TEST(SchemaVersionCheck, OnlyTheBinarysOwnVersionPasses) {
+  const int latest = Store::LatestSchemaVersion();
+  EXPECT_TRUE(CheckSchemaVersion(latest).ok());
+  const Status older = CheckSchemaVersion(latest - 1);
+  EXPECT_EQ(older.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(older.message().find("ucudnn migrate"), std::string::npos) << older.message();
+  const Status empty = CheckSchemaVersion(0);
+  EXPECT_EQ(empty.code(), StatusCode::kFailedPrecondition);
+  const Status newer = CheckSchemaVersion(latest + 1);
+  EXPECT_EQ(newer.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.message().find("is newer than this binary's newest"), std::string::npos)
+      << newer.message();
+  EXPECT_NE(newer.message().find("upgrade ucudnn"), std::string::npos) << newer.message();
 }
 
 TEST_F(MigrationsTest, ConcurrentMigratorsApplyEachMigrationOnce) {

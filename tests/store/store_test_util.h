@@ -83,10 +83,12 @@ class StoreTest : public test_support::PostgresTest {
     ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
   }
 
-  std::unique_ptr<Store> OpenStore(int pool_size = 4) {
+  std::unique_ptr<Store> OpenStore(
+      int pool_size = 4, std::chrono::seconds failed_job_cooldown = std::chrono::hours(1)) {
     StoreOptions options;
     options.url = url();
     options.pool_size = pool_size;
+    options.failed_job_cooldown = failed_job_cooldown;
     options.acquire_timeout = std::chrono::milliseconds(5000);
     options.reconnect_backoff_initial = std::chrono::milliseconds(20);
     options.reconnect_backoff_max = std::chrono::milliseconds(200);

@@ -15,6 +15,38 @@ namespace {
 
 using testing_util::SampleTimings;
 
+TEST(ConnectionDefaults, AddedUnlessTheUrlSetsThem) {
+  auto kv = WithConnectionDefaults("host=127.0.0.1 port=5432 dbname=x keepalives_idle=5");
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(*kv,
+            "host=127.0.0.1 port=5432 dbname=x keepalives_idle=5 connect_timeout=10 "
+            "keepalives=1 keepalives_interval=10 keepalives_count=3 tcp_user_timeout=60000");
+  auto uri = WithConnectionDefaults("postgresql://u@h:5432/db");
+  ASSERT_TRUE(uri.ok());
+  EXPECT_EQ(*uri,
+            "postgresql://u@h:5432/db?connect_timeout=10&keepalives=1&keepalives_idle=30&"
+            "keepalives_interval=10&keepalives_count=3&tcp_user_timeout=60000");
+  auto query = WithConnectionDefaults(
+      "postgres://h/db?sslmode=disable&connect_timeout=3&keepalives=0&keepalives_idle=1&"
+      "keepalives_interval=1&keepalives_count=1");
+  ASSERT_TRUE(query.ok());
+  EXPECT_EQ(*query,
+            "postgres://h/db?sslmode=disable&connect_timeout=3&keepalives=0&keepalives_idle=1&"
+            "keepalives_interval=1&keepalives_count=1&tcp_user_timeout=60000");
+  // Every default given: the URL comes back as it was.
+  const std::string full =
+      "host=h connect_timeout=1 keepalives=1 keepalives_idle=2 keepalives_interval=3 "
+      "keepalives_count=4 tcp_user_timeout=5";
+  EXPECT_EQ(*WithConnectionDefaults(full), full);
+  // The defaults parse: libpq accepts what comes out.
+  EXPECT_TRUE(WithConnectionDefaults(*kv).ok());
+  EXPECT_TRUE(WithConnectionDefaults(*uri).ok());
+  EXPECT_EQ(WithConnectionDefaults("host='unterminated").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WithConnectionDefaults("postgresql://h/db?nosuchoption=1").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(HashText, RoundTripsAndPads) {
   EXPECT_EQ(FormatHash(0x1fULL), "000000000000001f");
   EXPECT_EQ(FormatHash(0xfedcba9876543210ULL), "fedcba9876543210");

@@ -5,7 +5,9 @@
 // ucudnn.proto documents for UNSPECIFIED / 0 fields (stride, dilation and groups 0 -> 1; data
 // and compute type -> FLOAT32; layout -> NCHW; math -> DEFAULT; policy -> POWER_OF_TWO;
 // workspace mode -> PER_KERNEL), validates everything, and answers kInvalidArgument with the
-// path of the offending field: "kernels[3].problem.c: must be in [1, 65536], got 0".
+// path of the offending field: "kernels[3].problem.c: must be in [1, 65536], got 0". Requests and
+// their parts (GetPlanRequest, Kernel, ConvProblem, Timing) name every offending field at once
+// (see FieldErrors).
 // Fields that the server sets on reads (Timing.measured_by/measured_at, Plan.missing and
 // Plan.plan_hash) have no core counterpart and are not converted.
 #pragma once
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ucudnn/core/fingerprint.h"
 #include "ucudnn/core/plan.h"
@@ -32,6 +35,45 @@ inline constexpr size_t kMaxKernelNameBytes = 128;
 inline constexpr size_t kMaxMessageBytes = 4096;
 // Plan.schema_version written and understood by this build.
 inline constexpr uint32_t kPlanSchemaVersion = 1;
+
+// ---- Field errors -----------------------------------------------------------------------------
+// Request conversions report every invalid field at once, in the order the fields were checked,
+// in one kInvalidArgument:
+//   "3 invalid fields: kernels[0].problem.c: must be in [1, 65536], got 0; device.backend: ...;
+//    max_wait_ms: at most 600000, got 600001"
+// A single error reads as before ("kernels[0].problem.c: must be ..."). When more than
+// kMaxReportedFieldErrors fields are wrong, the first kMaxReportedFieldErrors are spelled out:
+//   "5000 invalid fields (first 16): ...".
+inline constexpr size_t kMaxReportedFieldErrors = 16;
+
+class FieldErrors {
+ public:
+  // Adds the field errors of `status` (nothing when it is OK), each put under `path`:
+  // ("kernels[2]", "c: must be ...") -> "kernels[2].c: must be ...". A status in the joined form
+  // above (Validate(ConvProblem) answers it too) contributes each of its entries. A status that
+  // is not kInvalidArgument is not a field error: the first one is kept and ToStatus() answers it
+  // in preference to the field errors (the input could not be judged).
+  void Add(std::string_view path, const Status& status);
+  void Add(const Status& status) { Add({}, status); }
+  // Adds one field error: "<path>: <message>" (just the message when path is empty).
+  void AddField(std::string_view path, std::string_view message);
+
+  bool ok() const { return count_ == 0 && other_.ok(); }
+  size_t count() const { return count_; }
+  // OK, the first non-field error, the one field error, or all of them joined as above.
+  Status ToStatus() const;
+
+ private:
+  void Push(std::string entry);
+
+  std::vector<std::string> entries_;  // at most kMaxReportedFieldErrors
+  size_t count_ = 0;                  // every error, also those not spelled out
+  Status other_;
+};
+
+// "kernels" + 3 -> "kernels[3]"; "request" + "device" -> "request.device" (empty parts skipped).
+std::string FieldPath(std::string_view parent, std::string_view child);
+std::string FieldPath(std::string_view parent, std::string_view child, int index);
 
 // The inverse of HashHex (problem.h), strict: exactly 16 lowercase hex digits, as the proto
 // documents; `field` names the input in the error.
@@ -96,5 +138,7 @@ v1::GetPlanRequest ToProto(const PlanRequest& request, uint32_t max_wait_ms = 0)
 // max_wait_ms at most kMaxWaitMs (read it from the message; PlanRequest has no such field).
 // ilp_time_limit_s, which the message does not carry, keeps PlanRequest's default.
 Result<PlanRequest> FromProto(const v1::GetPlanRequest& request);
+// The same with every field named under `path` ("request" -> "request.kernels[0].problem.c").
+Result<PlanRequest> FromProto(const v1::GetPlanRequest& request, std::string_view path);
 
 }  // namespace ucudnn

@@ -27,9 +27,12 @@ struct ServerConfig {
   int db_pool_size = 8;
   int max_kernels = 4096;
   int64_t max_message_bytes = 16 << 20;
-  int plan_cache_entries = 1024;     // in-process LRU in front of the database's plan cache
-  int max_blocking_calls = 1024;     // GetPlan calls planning or waiting at once
-  int timings_cache_entries = 8192;  // (device, problem) timing tables kept in process
+  int plan_cache_entries = 1024;        // in-process LRU in front of the database's plan cache
+  int64_t plan_cache_max_rows = 10000;  // database plan cache rows per device; 0: unbounded
+  int64_t plan_cache_evict_interval_ms = 60000;
+  int64_t failed_job_cooldown_ms = 3600000;  // a failed job blocks re-enqueueing this long
+  int max_blocking_calls = 1024;             // GetPlan calls planning or waiting at once
+  int timings_cache_entries = 8192;          // (device, problem) timing tables kept in process
   int64_t timings_cache_ttl_ms = 300000;
   int64_t ilp_time_limit_ms = 10000;
   int64_t shutdown_grace_ms = 10000;

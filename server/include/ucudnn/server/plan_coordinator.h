@@ -38,6 +38,9 @@ struct PlanCoordinatorOptions {
 // One plan request as the services hand it over.
 struct PlanCall {
   const v1::GetPlanRequest* request = nullptr;
+  // Where the request sits in the call's message, for error messages: "" for GetPlan,
+  // "request" for StreamPlan and ExplainPlan ("request.kernels[0].problem.c: ...").
+  std::string_view field_path;
   // The request exactly as it arrived (GetPlan); when set, a complete plan is also remembered
   // under these bytes for TryServeFromMemo.
   std::string_view raw_request;
@@ -93,16 +96,30 @@ class PlanCoordinator {
   struct ProblemSlot;
   Status LoadTables(const DeviceFingerprint& device, uint64_t device_hash,
                     std::vector<ProblemSlot>& slots, bool only_missing);
-  std::shared_ptr<const std::string> LookupCachedPlan(uint64_t key, bool* from_database);
+  // The plan-cache key of a request planned from given tables, and the independent check hash
+  // an in-process entry must also match (plan_key.h).
+  struct ContentKey {
+    uint64_t hash = 0;
+    uint64_t check = 0;
+  };
+  std::shared_ptr<const std::string> LookupCachedPlan(const ContentKey& key,
+                                                      const PlanRequest& request,
+                                                      bool* from_database);
   void Remember(std::string_view raw_request, uint64_t device_hash,
-                const std::vector<ProblemSlot>& slots, uint64_t content_key);
+                const std::vector<ProblemSlot>& slots, const ContentKey& key);
+
+  // A plan in the in-process cache, with the check hash of the content it answers.
+  struct CachedPlan {
+    uint64_t check = 0;
+    std::shared_ptr<const std::string> bytes;
+  };
 
   // What a complete answer to some request bytes depended on.
   struct RequestMemo {
     std::string request;  // the bytes, compared in full (the key is only their hash)
     uint64_t device_hash = 0;
     std::vector<std::pair<uint64_t, uint64_t>> problem_digests;  // (problem hash, table digest)
-    uint64_t content_key = 0;
+    ContentKey content_key;
   };
 
   store::Store* store_;
@@ -110,8 +127,8 @@ class PlanCoordinator {
   TimingsCache* timings_cache_;
   ServerMetrics* metrics_;
   PlanCoordinatorOptions options_;
-  LruCache<uint64_t, std::string> plan_lru_;  // content key -> serialised plan
-  LruCache<uint64_t, RequestMemo> memo_;      // hash of request bytes -> memo
+  LruCache<uint64_t, CachedPlan> plan_lru_;  // content key -> serialised plan
+  LruCache<uint64_t, RequestMemo> memo_;     // hash of request bytes -> memo
   std::atomic<bool> stopping_{false};
 };
 

@@ -1,6 +1,9 @@
 // Content hashes behind the plan cache. A plan is a pure function of the request and the timings
 // it was computed from, so (request canonical form + digests of the timing tables used) names it
-// on every replica; a cached plan can never be stale, only unused.
+// on every replica; a cached plan can never be stale, only unused. The key is a 64-bit hash, so a
+// plan found under it is checked before use: in process against a second, independent hash of
+// the same text (PlanContentCheck), from the database against the request it must answer
+// (PlanAnswersRequest).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +13,7 @@
 
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/timing.h"
+#include "ucudnn/v1/ucudnn.pb.h"
 
 namespace ucudnn::server {
 
@@ -21,14 +25,25 @@ inline constexpr int kPlannerRevision = 1;
 // their bit patterns): equal tables, in any entry order, give equal digests.
 uint64_t TimingTableDigest(const TimingTable& table);
 
-// The request as text, fixed field order: device key, policy, workspace mode and bytes, then
-// each kernel's problem key, mini-batch and length-prefixed name. The ILP time limit is not part
-// of it (see PlanCoordinator on which ILP results are cached).
+// The request as text, fixed field order: device key, policy, workspace mode and bytes, the ILP
+// time limit (in mode total_sum only: the ILP may stop at it, so another limit is another
+// answer), then each kernel's problem key, mini-batch and length-prefixed name.
 std::string CanonicalPlanRequest(const PlanRequest& request);
 
-// The cache key: hash of the canonical request, the planner revision and, per kernel in request
-// order, the digest of the table it was planned from (nullopt: treated as missing).
+// What the cache key hashes: the planner revision, the canonical request and, per kernel in
+// request order, the digest of the table it was planned from (nullopt: treated as missing).
+std::string PlanContentText(const PlanRequest& request,
+                            const std::vector<std::optional<uint64_t>>& kernel_table_digests);
+// The cache key: FNV-1a of PlanContentText, the same on every replica.
 uint64_t PlanContentHash(const PlanRequest& request,
                          const std::vector<std::optional<uint64_t>>& kernel_table_digests);
+// A second hash of the same text by an unrelated function, stable within one process only: an
+// in-process cache entry must match both.
+uint64_t PlanContentCheck(std::string_view content_text);
+
+// Whether `plan` is the answer to `request`: the same device, policy, workspace mode and budget,
+// and kernel for kernel the same problem, mini-batch and name. A plan found under a colliding
+// key fails this and is treated as a miss.
+bool PlanAnswersRequest(const v1::Plan& plan, const PlanRequest& request);
 
 }  // namespace ucudnn::server

@@ -83,6 +83,9 @@ class PlannerServer {
   std::condition_variable cv_;  // wakes the health loop and Wait()
   bool shut_down_ = false;
   std::thread health_thread_;
+  // Database plan-cache bound (rows per device; 0: unbounded), enforced from the health loop.
+  int64_t plan_cache_max_rows_ = 0;
+  std::chrono::milliseconds plan_cache_evict_interval_{60000};
 };
 
 // The services' names, as health checks and reflection list them.

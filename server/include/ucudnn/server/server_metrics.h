@@ -22,6 +22,7 @@ struct DeviceJobGauge {
   int64_t running = 0;
   int64_t done = 0;
   int64_t failed = 0;
+  int64_t expired = 0;  // running with an expired lease (its worker died?)
 };
 
 // What a scrape found besides the counters.
@@ -49,6 +50,8 @@ class ServerMetrics {
   void RecordJobsEnqueued(int created);
   void RecordTimingsStored(int64_t count);
   void RecordAuthFailure();
+  // Plans deleted from the database's plan cache by the eviction.
+  void RecordPlansEvicted(int64_t count);
   // Replaces the scrape-time gauges.
   void ApplySnapshot(const ScrapeSnapshot& snapshot);
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -19,7 +20,9 @@
 namespace ucudnn::server {
 
 // Runs blocking work (waiting for benchmarks, planning) off gRPC's callback threads, one thread
-// per call: such calls spend nearly all their time asleep on a notification.
+// per call: such calls spend nearly all their time asleep on a notification. It also admits the
+// synchronous planning calls (StreamPlan, ExplainPlan) that block gRPC's own threads, so all
+// planning calls together stay within one bound and a flood is refused, not queued on threads.
 class BlockingCallRunner {
  public:
   explicit BlockingCallRunner(int max_in_flight) : max_in_flight_(max_in_flight) {}
@@ -27,12 +30,38 @@ class BlockingCallRunner {
   BlockingCallRunner(const BlockingCallRunner&) = delete;
   BlockingCallRunner& operator=(const BlockingCallRunner&) = delete;
 
+  // One admitted call running on the caller's thread; releases its place when destroyed.
+  class Ticket {
+   public:
+    Ticket() = default;
+    explicit Ticket(BlockingCallRunner* runner) : runner_(runner) {}
+    Ticket(Ticket&& other) noexcept : runner_(std::exchange(other.runner_, nullptr)) {}
+    Ticket& operator=(Ticket&& other) noexcept {
+      if (this != &other) {
+        Release();
+        runner_ = std::exchange(other.runner_, nullptr);
+      }
+      return *this;
+    }
+    ~Ticket() { Release(); }
+    explicit operator bool() const { return runner_ != nullptr; }
+
+   private:
+    void Release();
+    BlockingCallRunner* runner_ = nullptr;
+  };
+
   // False (and nothing runs) when max_in_flight calls are running already.
   bool TryRun(std::function<void()> work);
-  // Waits until every started call has finished.
+  // An empty ticket when max_in_flight calls are running already.
+  Ticket TryAdmit();
+  // Waits until every started call has finished and every ticket is released.
   void Drain();
 
  private:
+  bool Acquire();
+  void Release();
+
   const int max_in_flight_;
   std::mutex mu_;
   std::condition_variable idle_;
@@ -42,7 +71,8 @@ class BlockingCallRunner {
 // GetPlan is a raw callback method: a repeated request is answered on gRPC's own thread from the
 // request memo with the cached plan's bytes, without parsing the request or serialising the plan
 // (PlanCoordinator::TryServeFromMemo); everything else runs on a BlockingCallRunner thread.
-// StreamPlan is an ordinary synchronous method.
+// StreamPlan is an ordinary synchronous method, admitted by the same runner (RESOURCE_EXHAUSTED
+// beyond its bound).
 class PlannerServiceImpl final
     : public v1::PlannerService::WithRawCallbackMethod_GetPlan<v1::PlannerService::Service> {
  public:
@@ -54,8 +84,11 @@ class PlannerServiceImpl final
                                     grpc::ByteBuffer* response) override;
   grpc::Status StreamPlan(grpc::ServerContext* context, const v1::StreamPlanRequest* request,
                           grpc::ServerWriter<v1::StreamPlanResponse>* writer) override;
-  // Waits for GetPlan calls still running on their own threads (shutdown).
+  // Waits for GetPlan calls still running on their own threads, and for admitted StreamPlan and
+  // ExplainPlan calls (shutdown).
   void Drain() { runner_.Drain(); }
+  // The bound shared with CatalogService.ExplainPlan.
+  BlockingCallRunner* runner() { return &runner_; }
 
  private:
   PlanCoordinator* coordinator_;
@@ -68,10 +101,13 @@ class PlannerServiceImpl final
 grpc::ByteBuffer GetPlanResponseBuffer(std::shared_ptr<const std::string> plan_bytes,
                                        bool from_cache, uint32_t waited_ms);
 
+// ExplainPlan plans, so it is admitted by the planner's BlockingCallRunner; RetryJob writes, so
+// it needs a bearer token like TimingService.
 class CatalogServiceImpl final : public v1::CatalogService::Service {
  public:
-  CatalogServiceImpl(store::Store* store, PlanCoordinator* coordinator, ServerMetrics* metrics)
-      : store_(store), coordinator_(coordinator), metrics_(metrics) {}
+  CatalogServiceImpl(store::Store* store, PlanCoordinator* coordinator, ServerMetrics* metrics,
+                     BlockingCallRunner* runner, const TokenAuthenticator* auth)
+      : store_(store), coordinator_(coordinator), metrics_(metrics), runner_(runner), auth_(auth) {}
 
   grpc::Status ListDevices(grpc::ServerContext* context, const v1::ListDevicesRequest* request,
                            v1::ListDevicesResponse* response) override;
@@ -86,11 +122,15 @@ class CatalogServiceImpl final : public v1::CatalogService::Service {
                               v1::GetParetoFrontResponse* response) override;
   grpc::Status ExplainPlan(grpc::ServerContext* context, const v1::ExplainPlanRequest* request,
                            v1::ExplainPlanResponse* response) override;
+  grpc::Status RetryJob(grpc::ServerContext* context, const v1::RetryJobRequest* request,
+                        v1::RetryJobResponse* response) override;
 
  private:
   store::Store* store_;
   PlanCoordinator* coordinator_;
   ServerMetrics* metrics_;
+  BlockingCallRunner* runner_;
+  const TokenAuthenticator* auth_;
 };
 
 class TimingServiceImpl final : public v1::TimingService::Service {
@@ -107,8 +147,8 @@ class TimingServiceImpl final : public v1::TimingService::Service {
   ServerMetrics* metrics_;
 };
 
-// Validates a SubmitTimingsRequest (fields named: "timings[3].time_ms: ...") into the store's
-// input. Pure; exposed for tests.
+// Validates a SubmitTimingsRequest into the store's input, naming every invalid field at once
+// ("2 invalid fields: problem.c: ...; timings[3].time_ms: ..."). Pure; exposed for tests.
 struct ValidatedSubmission {
   DeviceFingerprint device;
   ConvProblem problem;

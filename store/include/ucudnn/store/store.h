@@ -47,6 +47,11 @@ inline constexpr size_t kMaxMeasuredByBytes = 128;
 inline constexpr size_t kMaxWorkerIdBytes = 128;  // a worker id is also a measured_by
 inline constexpr size_t kMaxErrorBytes = 4096;    // longer job/timing errors are truncated
 inline constexpr size_t kMaxPlanBytes = 64u << 20;
+// Claims per job before a job whose leases keep expiring is failed (ClaimJob); the worker's
+// --max-attempts default, which FailJob applies to reported failures.
+inline constexpr int kDefaultMaxAttempts = 3;
+// Problems one EnqueueJobs call takes.
+inline constexpr size_t kMaxJobsPerEnqueue = 4096;
 
 // ---- Values returned by the store ------------------------------------------------------------
 
@@ -83,14 +88,28 @@ struct Job {
   std::string created_at;
   std::string updated_at;
   std::string lease_expires_at;  // empty unless running
+  // Running, but the lease ran out (its worker died or hung): the next ClaimJob of the device
+  // takes it again, or fails it when its attempts are used up. Listed as "expired".
+  bool lease_expired = false;
+};
+
+// One problem to be benchmarked, for EnqueueJobs.
+struct JobRequest {
+  ConvProblem problem;
+  int64_t max_micro_batch = 0;
+  BatchPolicy policy = BatchPolicy::kPowerOfTwo;
 };
 
 // What EnqueueJob did.
 struct EnqueueResult {
+  // kQueued or kRunning: the one live job. kFailed: nothing was enqueued because the newest job
+  // of the problem failed within StoreOptions::failed_job_cooldown; job_id is that job and
+  // `error` its error (RetryJob re-queues it sooner). kDone: a job that just finished covers it.
   int64_t job_id = 0;
-  JobState state = JobState::kQueued;  // kQueued or kRunning: the one live job
-  bool created = false;                // a new job was inserted
+  JobState state = JobState::kQueued;
+  bool created = false;  // a new job was inserted
   bool widened = false;  // an existing live job's max_micro_batch or policy was raised
+  std::string error;     // the failed job's error when state is kFailed
 };
 
 struct DeviceInfo {
@@ -120,6 +139,7 @@ struct DeviceJobCounts {
   int64_t running = 0;
   int64_t done = 0;
   int64_t failed = 0;
+  int64_t expired = 0;  // running with an expired lease (not counted in `running`)
 };
 
 struct MigrationSummary {
@@ -139,7 +159,10 @@ struct PoolStats {
 
 struct StoreOptions {
   // libpq connection string or URI: "postgresql://user@host:5432/db" or "host=... dbname=...".
-  // Put connect_timeout=N in it to bound connects to unreachable hosts.
+  // Unless the URL sets them, connections use connect_timeout=10 and TCP keepalives
+  // (keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3) plus
+  // tcp_user_timeout=60000, so a network partition breaks a connection within about a minute
+  // instead of blocking a call forever (see WithConnectionDefaults).
   std::string url;
   int pool_size = 4;  // 1..256 connections, opened lazily on demand
   // How long a call waits for a free connection before answering kUnavailable.
@@ -152,7 +175,18 @@ struct StoreOptions {
   std::chrono::milliseconds statement_timeout{30000};
   // A worker is alive when its last heartbeat is at most this old.
   std::chrono::seconds worker_alive_window{60};
+  // EnqueueJob does not enqueue a problem again while its newest job failed less than this long
+  // ago: it answers that failed job instead, so a failing benchmark is not retried by every plan
+  // request. 0 re-enqueues at once. RetryJob re-queues a failed job any time.
+  std::chrono::seconds failed_job_cooldown{3600};
+  // GetCachedPlan moves a plan's last_used_at (the eviction order) at most this often, so a
+  // popular plan does not cost a row update per hit.
+  std::chrono::seconds plan_touch_interval{60};
 };
+
+// The connection string with the defaults of StoreOptions::url added for every parameter it does
+// not set (URI or key=value form). kInvalidArgument when libpq cannot parse it.
+Result<std::string> WithConnectionDefaults(const std::string& url);
 
 // ---- The store -------------------------------------------------------------------------------
 
@@ -212,7 +246,8 @@ class Store {
   Status PutTimings(const DeviceFingerprint& device, const ConvProblem& problem,
                     const std::vector<Timing>& timings, const std::string& measured_by);
   // PutTimings for many problems in ONE transaction (all or nothing), for `ucudnn import`.
-  // One notification per problem. Returns the number of timing rows written.
+  // One notification per problem. Queued jobs of the device whose every micro-batch size now has
+  // a timing are marked done in the same transaction. Returns the number of timing rows written.
   Result<int64_t> ImportTimings(const DeviceFingerprint& device,
                                 const std::vector<ProblemTimings>& problems,
                                 const std::string& measured_by);
@@ -223,16 +258,25 @@ class Store {
   // by a partial unique index, so any number of concurrent callers make exactly one. When a live
   // job exists its max_micro_batch is raised to the larger of the two and its policy widened
   // (undivided < power_of_two < all); a running job so widened is re-queued by CompleteJob so
-  // the missing sizes get measured. Creates device/problem rows as needed.
+  // the missing sizes get measured. Creates device/problem rows as needed. Without a live job,
+  // a newest job that failed within StoreOptions::failed_job_cooldown is answered (kFailed, with
+  // its error) instead of a new one.
   Result<EnqueueResult> EnqueueJob(const DeviceFingerprint& device, const ConvProblem& problem,
                                    int64_t max_micro_batch, BatchPolicy policy);
+  // EnqueueJob for many problems of one device in ONE transaction (all or nothing); result[i]
+  // belongs to jobs[i]. At most kMaxJobsPerEnqueue entries; a problem may appear more than once.
+  Result<std::vector<EnqueueResult>> EnqueueJobs(const DeviceFingerprint& device,
+                                                 const std::vector<JobRequest>& jobs);
   // Claims the oldest claimable job of the device `device_hash` for `worker_id`: queued jobs and
   // running jobs whose lease expired (a dead worker's). Uses FOR UPDATE SKIP LOCKED, so
   // concurrent claimers never get the same job. Increments attempts and sets the lease to
   // now + `lease`. std::nullopt when nothing is claimable. The worker must be registered
-  // (kFailedPrecondition otherwise).
+  // (kFailedPrecondition otherwise). First, in the same transaction, every job of the device
+  // whose lease expired after `max_attempts` claims is marked failed ("lease expired on attempt
+  // 3 of 3 ... (worker died?)"), so a job that kills its workers does not circulate forever.
   Result<std::optional<Job>> ClaimJob(uint64_t device_hash, const std::string& worker_id,
-                                      std::chrono::milliseconds lease);
+                                      std::chrono::milliseconds lease,
+                                      int max_attempts = kDefaultMaxAttempts);
   // Extends the lease of a running job held by `worker_id` to now + `lease`.
   // kFailedPrecondition when the worker no longer holds it (another worker re-claimed it, or it
   // is no longer running), kNotFound for an unknown job. A lease that ran out but that no other
@@ -254,6 +298,10 @@ class Store {
   Status ReleaseJob(int64_t job_id, const std::string& worker_id);
   // One job; kNotFound when unknown.
   Result<Job> GetJob(int64_t job_id);
+  // Operators: puts a failed job back in the queue with its attempts reset (its last error
+  // stays until it completes or fails again) and returns it. kNotFound for an unknown job,
+  // kFailedPrecondition when it is not failed or another job of its problem is live already.
+  Result<Job> RetryJob(int64_t job_id);
 
   // ---- Workers ----
   // Inserts or updates the worker (host, device), upserting the device row; counts as a
@@ -269,20 +317,30 @@ class Store {
   // Registered workers ordered by id; only those alive when `alive_only`.
   Result<std::vector<WorkerInfo>> ListWorkers(bool alive_only = false);
   // Jobs newest first, optionally in one state; limit in [1, 10000] (others -> kInvalidArgument).
+  // kRunning lists only running jobs whose lease is current.
   Result<std::vector<Job>> ListJobs(std::optional<JobState> state, int limit);
+  // The same by name: "" (all), "queued", "running", "done", "failed", or "expired" (running
+  // with an expired lease).
+  Result<std::vector<Job>> ListJobs(std::string_view state, int limit);
   // Live jobs (queued + running) in total.
   Result<int64_t> QueueDepth();
   // Job counts per device (devices without jobs omitted), ordered by device hash.
   Result<std::vector<DeviceJobCounts>> JobCountsByDevice();
 
   // ---- Plan cache ----
-  // The cached serialised plan stored under `plan_hash`, or std::nullopt. Touches last_used_at.
+  // The cached serialised plan stored under `plan_hash`, or std::nullopt. Moves last_used_at
+  // when it is older than StoreOptions::plan_touch_interval. The hash is only 64 bits: callers
+  // check that the plan answers their request (PlanCoordinator does).
   Result<std::optional<std::string>> GetCachedPlan(uint64_t plan_hash);
-  // Stores (or replaces) the serialised plan `bytes` (at most kMaxPlanBytes) under `plan_hash`,
-  // for the device `device` (upserted). Plans are pure functions of their content hash, so a
-  // replacement is harmless.
+  // Stores the serialised plan `bytes` (at most kMaxPlanBytes) under `plan_hash`, for the device
+  // `device` (upserted). A plan already stored under the hash is kept (first writer wins): a
+  // colliding request can never replace another's plan.
   Status PutCachedPlan(uint64_t plan_hash, const DeviceFingerprint& device,
                        const std::string& bytes);
+  // Deletes, per device, the least recently used plans beyond `max_plans_per_device` (>= 1) and
+  // returns how many went. One replica at a time does the work (advisory lock); a concurrent
+  // call returns 0 at once.
+  Result<int64_t> EvictPlans(int64_t max_plans_per_device);
 
   class Impl;  // defined in the library; public only so the library's files can name it
 
@@ -290,6 +348,12 @@ class Store {
   explicit Store(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// For binaries that must not migrate (the server's --no-migrate): OK when `database_version`
+// (Store::SchemaVersion()) is exactly Store::LatestSchemaVersion(); kFailedPrecondition
+// otherwise, with Migrate()'s message for a database newer than the binary ("... is newer than
+// this binary's newest ...: upgrade ucudnn ...") and one that says to migrate for an older one.
+Status CheckSchemaVersion(int database_version);
 
 // ---- Notifications ---------------------------------------------------------------------------
 
