@@ -102,7 +102,11 @@ const std::vector<Statement>& Statements() {
        "time_ms = EXCLUDED.time_ms, spread_ms = EXCLUDED.spread_ms, samples = EXCLUDED.samples, "
        "workspace_bytes = EXCLUDED.workspace_bytes, status = EXCLUDED.status, "
        "error = EXCLUDED.error, measured_by = EXCLUDED.measured_by, "
-       "measured_at = EXCLUDED.measured_at"},
+       "measured_at = EXCLUDED.measured_at "
+       // A worker's own limit (kWorkerLimitError, $12) never replaces a measurement: another
+       // worker with a larger cap or more free memory measured that configuration.
+       "WHERE NOT (EXCLUDED.status = 'failed' AND starts_with(EXCLUDED.error, $12) "
+       "AND timings.status = 'ok')"},
       {"notify_timings", "SELECT pg_notify('ucudnn_timings', $1)"},
       {"get_timings", "SELECT " + kTimingColumns +
                           " FROM timings WHERE device_id = $1 AND problem_id = $2 "
@@ -407,9 +411,10 @@ Result<uint64_t> UpsertProblemTx(pqxx::transaction_base& tx, const ConvProblem& 
   return hash;
 }
 
-// Writes validated timings and queues the notification (sent by PostgreSQL at commit).
-void WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t problem_hash,
-                    const std::vector<Timing>& timings, const std::string& measured_by) {
+// Writes validated timings and queues the notification (sent by PostgreSQL at commit); returns
+// the rows written (a worker-limit row over a stored measurement is not).
+int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t problem_hash,
+                       const std::vector<Timing>& timings, const std::string& measured_by) {
   std::vector<int64_t> micro_batch, algo, samples, workspace;
   std::vector<double> time_ms, spread_ms;
   std::vector<std::string> status, error;
@@ -423,13 +428,14 @@ void WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t p
     status.emplace_back(internal::TimingStatusName(t.status));
     error.push_back(internal::CleanText(t.error, kMaxErrorBytes));
   }
-  tx.exec_prepared("put_timings", ToDb(device_hash), ToDb(problem_hash),
-                   internal::IntArrayLiteral(micro_batch), internal::IntArrayLiteral(algo),
-                   internal::DoubleArrayLiteral(time_ms), internal::DoubleArrayLiteral(spread_ms),
-                   internal::IntArrayLiteral(samples), internal::IntArrayLiteral(workspace),
-                   internal::TextArrayLiteral(status), internal::TextArrayLiteral(error),
-                   measured_by);
+  const pqxx::result written = tx.exec_prepared(
+      "put_timings", ToDb(device_hash), ToDb(problem_hash), internal::IntArrayLiteral(micro_batch),
+      internal::IntArrayLiteral(algo), internal::DoubleArrayLiteral(time_ms),
+      internal::DoubleArrayLiteral(spread_ms), internal::IntArrayLiteral(samples),
+      internal::IntArrayLiteral(workspace), internal::TextArrayLiteral(status),
+      internal::TextArrayLiteral(error), measured_by, std::string(kWorkerLimitError));
   tx.exec_prepared("notify_timings", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
+  return written.affected_rows();
 }
 
 // Marks done the queued jobs of (device, problem) whose every micro-batch size has a timing now;
@@ -652,8 +658,7 @@ Result<int64_t> Store::ImportTimings(const DeviceFingerprint& device,
     int completed = 0;
     for (const ProblemTimings& p : problems) {
       UCUDNN_ASSIGN_OR_RETURN(uint64_t problem_hash, UpsertProblemTx(tx, p.problem));
-      WriteTimingsTx(tx, device_hash, problem_hash, p.timings, measured_by);
-      rows += static_cast<int64_t>(p.timings.size());
+      rows += WriteTimingsTx(tx, device_hash, problem_hash, p.timings, measured_by);
       UCUDNN_ASSIGN_OR_RETURN(const int done, CompleteCoveredJobsTx(tx, device_hash, problem_hash));
       completed += done;
     }

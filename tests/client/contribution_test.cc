@@ -53,7 +53,7 @@ class ContributionTest : public ::testing::Test {
       ++backends_made_;
       return std::unique_ptr<ConvBackend>(std::make_unique<CpuBackend>());
     };
-    hooks.benchmark.warmup_runs = 0;
+    hooks.benchmark.warmup_runs = 1;
     hooks.benchmark.min_runs = 1;
     hooks.benchmark.max_runs = 2;
     hooks.benchmark.config_time_budget_ms = 20;

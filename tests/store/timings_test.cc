@@ -92,6 +92,60 @@ TEST_F(TimingsTest, PutThenGetRoundTripsExactly) {
   EXPECT_TRUE(other_problem->entries.empty());
 }
 
+// A worker's own limit (kWorkerLimitError) never replaces a measurement of the same key; it does
+// replace a failure, and a real failure (cuDNN's verdict) replaces a measurement as any write.
+TEST_F(TimingsTest, WorkerLimitRowsNeverReplaceMeasurements) {
+  const auto timing = [](int64_t b, int algo, TimingStatus status, std::string error) {
+    Timing t;
+    t.micro_batch = b;
+    t.algo = algo;
+    t.status = status;
+    t.error = std::move(error);
+    t.time_ms = status == TimingStatus::kOk ? 1.5 : 0.0;
+    t.samples = status == TimingStatus::kOk ? 5 : 0;
+    return t;
+  };
+  const std::string limit = std::string(kWorkerLimitError) + "workspace 3 GiB over this cap";
+  const std::vector<Timing> stored = {
+      timing(1, 0, TimingStatus::kOk, ""), timing(1, 1, TimingStatus::kOk, ""),
+      timing(1, 2, TimingStatus::kFailed, "CUDNN_STATUS_EXECUTION_FAILED"),
+      timing(2, 2, TimingStatus::kOk, "")};
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), stored, "big-cap").ok());
+  const std::vector<Timing> ours = {
+      timing(1, 0, TimingStatus::kOk, ""),         // a measurement: replaces
+      timing(1, 1, TimingStatus::kFailed, limit),  // a limit over a measurement: kept out
+      timing(1, 2, TimingStatus::kFailed, limit),  // a limit over a failure: replaces
+      timing(2, 1, TimingStatus::kFailed, limit),  // nothing stored: written
+      timing(2, 2, TimingStatus::kFailed, "CUDNN_STATUS_BAD_PARAM"),  // cuDNN's verdict: replaces
+  };
+  ASSERT_TRUE(IsWorkerLimit(ours[1]) && !IsWorkerLimit(ours[4]));
+  auto imported = store_->ImportTimings(H100(), {{Conv3x3(64), ours}}, "small-cap");
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  EXPECT_EQ(*imported, 4);  // rows written: all but the limit over a measurement
+
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(64));
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 5u);
+  for (const TimingRecord& r : *records) {
+    const bool kept = r.timing.micro_batch == 1 && r.timing.algo == 1;
+    SCOPED_TRACE("b=" + std::to_string(r.timing.micro_batch) +
+                 " algo=" + std::to_string(r.timing.algo));
+    EXPECT_EQ(r.measured_by, kept ? "big-cap" : "small-cap");
+    if (kept) {
+      EXPECT_EQ(r.timing.status, TimingStatus::kOk);
+    }
+  }
+  // The same through a plain write.
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), {ours[1]}, "small-cap").ok());
+  auto again = store_->GetTimings(H100(), Conv3x3(64));
+  ASSERT_TRUE(again.ok());
+  for (const Timing& t : again->entries) {
+    if (t.micro_batch == 1 && t.algo == 1) {
+      EXPECT_EQ(t.status, TimingStatus::kOk);
+    }
+  }
+}
+
 TEST_F(TimingsTest, UpsertReplacesAndKeepsOneRowPerKey) {
   const auto first = SampleTimings(16, 3, 1.0);
   ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), first, "worker-a").ok());

@@ -233,38 +233,6 @@ TEST(BenchmarkSamplingTest, ShortRunsAreTimedInGroups) {
   EXPECT_EQ(single.largest_group(), 1);
 }
 
-TEST(KeepStoredMeasurementsTest, LimitsNeverReplaceMeasurements) {
-  const auto timing = [](int64_t b, int algo, TimingStatus status, std::string error) {
-    Timing t;
-    t.micro_batch = b;
-    t.algo = algo;
-    t.status = status;
-    t.error = std::move(error);
-    t.time_ms = status == TimingStatus::kOk ? 1.0 : 0.0;
-    return t;
-  };
-  const std::string limit = std::string(kWorkerLimitError) + "workspace 3 GiB over this cap";
-  const std::vector<Timing> ours = {
-      timing(1, 0, TimingStatus::kOk, ""),         // ours: kept
-      timing(1, 1, TimingStatus::kFailed, limit),  // over a measurement: left out
-      timing(1, 2, TimingStatus::kFailed, limit),  // over a failure: kept
-      timing(2, 1, TimingStatus::kFailed, limit),  // nothing stored: kept
-      timing(2, 2, TimingStatus::kFailed, "CUDNN_STATUS_BAD_PARAM"),  // a real failure: kept
-  };
-  TimingTable stored;
-  stored.entries = {timing(1, 0, TimingStatus::kOk, ""), timing(1, 1, TimingStatus::kOk, ""),
-                    timing(1, 2, TimingStatus::kFailed, "x"), timing(2, 2, TimingStatus::kOk, "")};
-  const std::vector<Timing> kept = KeepStoredMeasurements(ours, stored);
-  ASSERT_EQ(kept.size(), 4u);
-  EXPECT_EQ(kept[0], ours[0]);
-  EXPECT_EQ(kept[1], ours[2]);
-  EXPECT_EQ(kept[2], ours[3]);
-  EXPECT_EQ(kept[3], ours[4]);
-  EXPECT_TRUE(IsWorkerLimit(ours[1]));
-  EXPECT_FALSE(IsWorkerLimit(ours[4]));
-  EXPECT_EQ(KeepStoredMeasurements(ours, {}).size(), ours.size());
-}
-
 // TimeRunGroups' default: the mean of each group of TimeRuns' samples, in order.
 class FixedTimes final : public ConvBackend {
  public:

@@ -234,10 +234,11 @@ TEST_F(WorkerDaemonTest, BenchmarkErrorsAreRecordedUntilTheJobFails) {
   EXPECT_TRUE(records->empty());
 }
 
-// A sticky CUDA error mid-table: the job goes back to the queue untouched (no timing written,
-// its attempt given back), the device's thread stops, and with no device left the daemon stops by
-// itself and says why, so the process exits non-zero for its supervisor to restart it.
-TEST_F(WorkerDaemonTest, ALostDeviceReleasesItsJobAndStopsTheWorker) {
+// A sticky CUDA error mid-table: no timing is written, the attempt counts as failed and the job
+// goes back to the queue (attempts left), the device's thread stops, and with no device left the
+// daemon stops by itself and says why, so the process exits non-zero for its supervisor to
+// restart it. A job that keeps killing devices fails for good after its attempts.
+TEST_F(WorkerDaemonTest, ALostDeviceFailsTheAttemptAndStopsTheWorker) {
   auto flaky = std::make_unique<RenamedCpuBackend>("flaky gpu");
   flaky->LoseDeviceAfterRuns(5);  // a few configurations into the first job
   RenamedCpuBackend& backend = *flaky;
@@ -258,20 +259,25 @@ TEST_F(WorkerDaemonTest, ALostDeviceReleasesItsJobAndStopsTheWorker) {
 
   const DaemonStats stats = daemon.stats();
   EXPECT_EQ(stats.claimed, 1);
-  EXPECT_EQ(stats.released, 1);
+  EXPECT_EQ(stats.failed, 1);
   EXPECT_EQ(stats.devices_lost, 1);
-  EXPECT_EQ(stats.completed + stats.failed + stats.abandoned, 0);
+  EXPECT_EQ(stats.completed + stats.released + stats.abandoned, 0);
   for (const EnqueuedJob& e : {first, second}) {
     const store::Job job = GetJob(e.id);
     EXPECT_EQ(job.state, store::JobState::kQueued);
-    EXPECT_EQ(job.attempts, 0);
-    EXPECT_TRUE(job.error.empty()) << job.error;
+    if (e.id == first.id) {
+      EXPECT_EQ(job.attempts, 1);
+      EXPECT_THAT(job.error, HasSubstr("cudaErrorIllegalAddress"));
+    } else {
+      EXPECT_EQ(job.attempts, 0);
+      EXPECT_TRUE(job.error.empty()) << job.error;
+    }
     auto records = store_->GetTimingRecords(device, e.problem);
     ASSERT_TRUE(records.ok()) << records.status().ToString();
     EXPECT_TRUE(records->empty());
   }
 
-  // A healthy worker of the same model takes the released job over.
+  // A healthy worker of the same model takes the job over.
   std::vector<BenchmarkDevice> healthy;
   healthy.push_back({"gpu0", std::make_unique<RenamedCpuBackend>("flaky gpu")});
   ConvBackend& healthy_backend = *healthy[0].backend;

@@ -225,26 +225,6 @@ Status Validate(const BenchmarkOptions& o) {
   return Status::Ok();
 }
 
-bool IsWorkerLimit(const Timing& timing) {
-  return timing.status == TimingStatus::kFailed &&
-         std::string_view(timing.error).substr(0, kWorkerLimitError.size()) == kWorkerLimitError;
-}
-
-std::vector<Timing> KeepStoredMeasurements(const std::vector<Timing>& ours,
-                                           const TimingTable& stored) {
-  std::set<std::pair<int64_t, int>> measured;
-  for (const Timing& t : stored.entries) {
-    if (t.status == TimingStatus::kOk) measured.insert({t.micro_batch, t.algo});
-  }
-  std::vector<Timing> kept;
-  kept.reserve(ours.size());
-  for (const Timing& t : ours) {
-    if (IsWorkerLimit(t) && measured.count({t.micro_batch, t.algo}) > 0) continue;
-    kept.push_back(t);
-  }
-  return kept;
-}
-
 Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& problem,
                                      int64_t max_micro_batch, BatchPolicy policy,
                                      const BenchmarkOptions& options,

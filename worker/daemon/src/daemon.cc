@@ -66,19 +66,23 @@ bool CompletionCommitted(const store::Job& claimed, const store::Job& now,
   if (now.state == store::JobState::kDone && now.worker_id == worker_id) return true;
   // Every row of our table, written by us since our claim (claimed.updated_at is the claim's
   // time and measured_at the completion's, both the database's clock, in a fixed-width UTC form
-  // that sorts as text). A row replaced since by another worker's measurement makes this false:
-  // then the job is counted discarded though its timings were written, which costs a log line,
-  // never a timing.
-  if (timings.empty() || claimed.updated_at.empty()) return false;
+  // that sorts as text). Our worker-limit rows are left out: the store keeps another worker's
+  // measurement over them. A row replaced since by another worker's measurement makes this
+  // false: then the job is counted discarded though its timings were written, which costs a log
+  // line, never a timing.
+  if (claimed.updated_at.empty()) return false;
   std::map<std::pair<int64_t, int>, const store::TimingRecord*> by_key;
   for (const store::TimingRecord& r : records) by_key[{r.timing.micro_batch, r.timing.algo}] = &r;
+  int checked = 0;
   for (const Timing& t : timings) {
+    if (IsWorkerLimit(t)) continue;
+    ++checked;
     auto it = by_key.find({t.micro_batch, t.algo});
     if (it == by_key.end()) return false;
     const store::TimingRecord& r = *it->second;
     if (r.measured_by != worker_id || r.measured_at < claimed.updated_at) return false;
   }
-  return true;
+  return checked > 0;
 }
 
 class LeaseKeeper;
@@ -394,7 +398,8 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
   std::mt19937_64 rng(std::random_device{}());
   while (!stop_requested()) {
-    auto claimed = store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease);
+    auto claimed =
+        store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease, config_.max_attempts);
     if (!claimed.ok()) {
       const Status& st = claimed.status();
       if (IsTransient(st)) {
@@ -480,13 +485,16 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
       BenchmarkProblem(backend, job.problem, job.max_micro_batch, job.policy, options, progress);
   const double elapsed = SecondsSince(start);
 
-  // A lost device measured nothing trustworthy, and the job is not at fault (or not known to
-  // be): nothing is written, the job goes back to the queue untouched, and this slot stops.
+  // A lost device measured nothing trustworthy: nothing is written and this slot stops. The
+  // attempt counts as failed, so the job goes back to the queue for another device while it has
+  // attempts left, and a problem that keeps killing devices fails for good instead of
+  // circulating among the workers forever.
   const bool device_lost = !table.ok() && table.status().code() == StatusCode::kDeviceLost;
   if (device_lost) {
     spdlog::critical(
-        "[{}] device lost while benchmarking job {} after {:.1f} s: {}; the job is released "
-        "untouched and this device's thread stops (restart the worker to use it again)",
+        "[{}] device lost while benchmarking job {} after {:.1f} s: {}; nothing is written, the "
+        "attempt counts as failed, and this device's thread stops (restart the worker to use it "
+        "again)",
         slot.device.slot, job.id, elapsed, table.status().ToString());
     MarkLost(slot, table.status());
   }
@@ -496,7 +504,7 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
                  elapsed);
     return true;
   }
-  if (device_lost || (keeper.drain_expired() && !table.ok())) {
+  if (!device_lost && keeper.drain_expired() && !table.ok()) {
     keeper.Finish();
     Release(slot, job);
     return true;
@@ -575,28 +583,11 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
   }
   Backoff backoff(config_.retry_initial, config_.retry_max);
   bool uncertain = false;  // an earlier attempt may have committed before its reply was lost
-  TimingTable written;     // what the last attempt wrote
   while (true) {
-    // Our worker-limit entries do not replace another worker's measurements of the same keys.
+    // (The store keeps another worker's measurements over our worker-limit entries.)
     auto attempt = [&]() -> Result<store::JobState> {
-      UCUDNN_ASSIGN_OR_RETURN(const TimingTable stored,
-                              store_.GetTimings(slot.fingerprint, job.problem));
-      written.entries = KeepStoredMeasurements(table.entries, stored);
-      if (written.entries.size() < table.entries.size()) {
-        spdlog::info(
-            "[{}] job {}: {} entries at this worker's limits left out, measured by another "
-            "worker already",
-            slot.device.slot, job.id, table.entries.size() - written.entries.size());
-      }
-      if (written.entries.empty()) {
-        // Nothing of ours but limits over measurements: cannot happen with a table that ran
-        // anything (the store needs one row at least); then the table goes in as it is.
-        spdlog::warn("[{}] job {}: every entry is at this worker's limits; writing them all",
-                     slot.device.slot, job.id);
-        written = table;
-      }
       return keeper.Settle(
-          [&] { return store_.CompleteJob(job.id, slot.worker_id, written.entries); });
+          [&] { return store_.CompleteJob(job.id, slot.worker_id, table.entries); });
     };
     auto state = attempt();
     if (state.ok()) {
@@ -607,12 +598,12 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
           "problem {}",
           slot.device.slot, job.id,
           *state == store::JobState::kDone ? "done" : "stored, re-queued (widened)",
-          written.entries.size(), ok, unsupported, failed, elapsed_s, CanonicalKey(job.problem));
+          table.entries.size(), ok, unsupported, failed, elapsed_s, CanonicalKey(job.problem));
       return Outcome::kDone;
     }
     const Status& st = state.status();
     if (st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kNotFound) {
-      const Holder holder = CheckHolder(slot, job, written);
+      const Holder holder = CheckHolder(slot, job, table);
       if (holder == Holder::kDoneByUs && uncertain) {
         ++completed_;
         spdlog::info(

@@ -42,34 +42,21 @@ Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const st
   auto tables = ParseTimingCsv(text);
   if (!tables.ok()) return tables.status().WithContext(path);
   if (tables->empty()) return InvalidArgument(path + ": no timings in the file");
-  // A file's worker-limit entries (an offline worker's cap or memory) do not replace what is
-  // measured in the database already.
-  std::vector<ConvProblem> keys;
-  keys.reserve(tables->size());
-  for (const auto& [key, entry] : *tables) keys.push_back(entry.problem);
-  UCUDNN_ASSIGN_OR_RETURN(const std::vector<TimingTable> stored,
-                          store.GetTimingsForProblems(summary.device, keys));
   std::vector<store::ProblemTimings> problems;
   problems.reserve(tables->size());
-  size_t i = 0;
+  int64_t total = 0;
   for (auto& [key, entry] : *tables) {
-    std::vector<Timing> kept = KeepStoredMeasurements(entry.table.entries, stored[i++]);
-    summary.kept_stored += static_cast<int64_t>(entry.table.entries.size() - kept.size());
-    if (!kept.empty()) problems.push_back({entry.problem, std::move(kept)});
-  }
-  if (problems.empty()) {
-    summary.problems = 0;
-    spdlog::info(
-        "imported {}: nothing new, every row is a limit of the measuring worker over a "
-        "measurement in the database",
-        path);
-    return summary;
+    total += static_cast<int64_t>(entry.table.entries.size());
+    problems.push_back({entry.problem, std::move(entry.table.entries)});
   }
   std::string measured_by = "import:" + std::filesystem::path(path).filename().string();
   if (measured_by.size() > store::kMaxMeasuredByBytes) {
     measured_by.resize(store::kMaxMeasuredByBytes);
   }
+  // A file's worker-limit rows (an offline worker's cap or memory) do not replace what is
+  // measured in the database already: the store keeps those, and counts what it wrote.
   UCUDNN_ASSIGN_OR_RETURN(summary.rows, store.ImportTimings(summary.device, problems, measured_by));
+  summary.kept_stored = total - summary.rows;
   summary.problems = static_cast<int64_t>(problems.size());
   spdlog::info(
       "imported {}: {} problems, {} timing rows for device {} ({}); {} worker-limit rows left "

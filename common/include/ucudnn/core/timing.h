@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ucudnn {
@@ -22,6 +23,17 @@ struct Timing {
   std::string error;  // cuDNN status or reason, for kFailed / kUnsupported
   bool operator==(const Timing&) const = default;
 };
+
+// Prefix of Timing::error for a configuration a worker did not measure because of its own
+// limits, not cuDNN's: a workspace above its cap, or memory (workspace, operands of a large
+// micro-batch) that could not be allocated on the device at the time. Such entries are kFailed,
+// so a table stays complete and the planner never chooses them; they are told apart from
+// cuDNN's verdicts by this prefix, and the store never lets one replace a kOk measurement.
+inline constexpr std::string_view kWorkerLimitError = "worker limit: ";
+inline bool IsWorkerLimit(const Timing& timing) {
+  return timing.status == TimingStatus::kFailed &&
+         std::string_view(timing.error).substr(0, kWorkerLimitError.size()) == kWorkerLimitError;
+}
 
 // Every measurement of one problem on one device. Order is irrelevant; lookups by
 // (micro_batch, algo) are unique.

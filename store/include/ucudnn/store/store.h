@@ -247,7 +247,8 @@ class Store {
                     const std::vector<Timing>& timings, const std::string& measured_by);
   // PutTimings for many problems in ONE transaction (all or nothing), for `ucudnn import`.
   // One notification per problem. Queued jobs of the device whose every micro-batch size now has
-  // a timing are marked done in the same transaction. Returns the number of timing rows written.
+  // a timing are marked done in the same transaction. Returns the number of timing rows written:
+  // like every write of timings, a worker-limit row (kWorkerLimitError) never replaces a kOk one.
   Result<int64_t> ImportTimings(const DeviceFingerprint& device,
                                 const std::vector<ProblemTimings>& problems,
                                 const std::string& measured_by);

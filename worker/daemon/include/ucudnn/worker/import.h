@@ -23,7 +23,7 @@ struct ImportSummary {
 
 // Loads a timing CSV into `store` in one transaction (Store::ImportTimings), measured_by
 // "import:<file name>"; importing a file again replaces its rows, except that a row at the
-// measuring worker's limits never replaces a measurement (see KeepStoredMeasurements). The device
+// measuring worker's limits never replaces a measurement (the store keeps it). The device
 // comes from the file's "# device.*" header (offline.h) unless `device` is given (for files without
 // one, such as the measured H100 tables); a header that disagrees with a given device is
 // kInvalidArgument. Errors: kNotFound (no file), kInvalidArgument (bad CSV or header, the message

@@ -54,21 +54,6 @@ struct BenchmarkOptions {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-// Prefix of Timing::error for a configuration that this worker did not measure because of its
-// own limits, not cuDNN's: a workspace above BenchmarkOptions::workspace_cap_bytes, or memory
-// (workspace, operands of a large micro-batch) that could not be allocated on this device at the
-// time. Such entries are kFailed, so the table stays complete (every size x algorithm) and the
-// planner never chooses them, and are told apart from cuDNN's verdicts by this prefix.
-inline constexpr std::string_view kWorkerLimitError = "worker limit: ";
-bool IsWorkerLimit(const Timing& timing);
-
-// `ours` (in order) without the worker-limit entries whose (micro-batch, algorithm) already has a
-// kOk row in `stored`: one worker's limits must not replace what a worker with a larger cap or
-// more free memory measured, since a write replaces the row of the same key. What a worker
-// writes (a job's completion, an import) goes through this.
-std::vector<Timing> KeepStoredMeasurements(const std::vector<Timing>& ours,
-                                           const TimingTable& stored);
-
 Status Validate(const BenchmarkOptions& options);
 
 struct BenchmarkProgress {
