@@ -226,6 +226,136 @@ Status ExplainInfeasible(const TimingTable& table, int64_t mini_batch, BatchPoli
                   ") cannot sum to mini-batch " + std::to_string(mini_batch));
 }
 
+struct Candidate {
+  int64_t b;
+  double time_ms;
+  uint64_t workspace_bytes;
+};
+
+// The DP over few candidate sizes (policy power_of_two, or few sizes that fit): one pass per n,
+// ClearlyLess folded into two thresholds that change only when the best candidate does.
+void SparseDp(const std::vector<Candidate>& candidates, int64_t mini_batch,
+              std::vector<double>* time, std::vector<uint64_t>* workspace,
+              std::vector<int64_t>* first) {
+  for (int64_t n = 1; n <= mini_batch; ++n) {
+    double best_time = kInfinity;
+    double faster_below = kInfinity;  // t < faster_below: ClearlyLess(t, best_time)
+    double tie_up_to = -1;            // t <= tie_up_to: !ClearlyLess(best_time, t), a tie
+    uint64_t best_workspace = 0;
+    int64_t best_first = 0;
+    for (const Candidate& c : candidates) {
+      if (c.b > n) break;
+      const size_t rest = static_cast<size_t>(n - c.b);
+      const double t = c.time_ms + (*time)[rest];
+      if (t < faster_below) {
+        best_workspace = std::max(c.workspace_bytes, (*workspace)[rest]);
+      } else if (t <= tie_up_to) {
+        const uint64_t w = std::max(c.workspace_bytes, (*workspace)[rest]);
+        // Ascending b: `<=` on a full tie prefers the larger micro-batch.
+        if (w > best_workspace) continue;
+        best_workspace = w;
+      } else {
+        continue;
+      }
+      best_time = t;
+      best_first = c.b;
+      faster_below = t - kRelativeTie * t;
+      tie_up_to = t / (1 - kRelativeTie);
+    }
+    (*time)[static_cast<size_t>(n)] = best_time;
+    (*workspace)[static_cast<size_t>(n)] = best_workspace;
+    (*first)[static_cast<size_t>(n)] = best_first;
+  }
+}
+
+// Two doubles (SSE2, the x86-64 baseline; other targets split or join them as they can), and
+// the same at any double's address: unaligned, and allowed to alias doubles (as the compilers'
+// own intrinsics headers declare their unaligned vector types).
+typedef double Double2 __attribute__((vector_size(16)));
+typedef double Double2Unaligned __attribute__((vector_size(16), aligned(8), may_alias));
+
+Double2 Load2(const double* p) { return *reinterpret_cast<const Double2Unaligned*>(p); }
+void Store2(double* p, Double2 v) { *reinterpret_cast<Double2Unaligned*>(p) = v; }
+
+// The same DP over many candidate sizes (policy all), in two passes per n over plain arrays:
+// t(b) for every b (infinite where none fits) against T(n - b) read from a reversed copy, so
+// that both run forward. The first pass stores the sums t(b) + T(n - b) and takes their minimum,
+// eight at a time in four independent pairs and without branches; the second finds the few
+// sums within the minimum's tie tolerance, eight at a time, and resolves those ties by the
+// smaller workspace, then the larger b. The same rule as SparseDp, with ties measured against
+// the minimum instead of the best so far.
+void DenseDp(const std::vector<Candidate>& candidates, int64_t mini_batch,
+             std::vector<double>* time, std::vector<uint64_t>* workspace,
+             std::vector<int64_t>* first) {
+  constexpr size_t kBlock = 8;
+  const size_t batch = static_cast<size_t>(mini_batch);
+  // Padded with infinite times so that the last block of every n reads defined values.
+  std::vector<double> segment_time(batch + 1 + kBlock, kInfinity);  // [b]
+  std::vector<uint64_t> segment_workspace(batch + 1, 0);
+  for (const Candidate& c : candidates) {
+    segment_time[static_cast<size_t>(c.b)] = c.time_ms;
+    segment_workspace[static_cast<size_t>(c.b)] = c.workspace_bytes;
+  }
+  // reversed_*[batch - k] = T(k), W(k), then the padding.
+  std::vector<double> reversed_time(batch + 1 + kBlock, kInfinity);
+  std::vector<uint64_t> reversed_workspace(batch + 1, 0);
+  reversed_time[batch] = 0;
+  std::vector<double> sums(batch + kBlock);
+  for (size_t n = 1; n <= batch; ++n) {
+    // b = 1 + i for i in [0, n): t(b) = a[i], T(n - b) = r[i]; whole blocks past n are infinite.
+    const double* a = segment_time.data() + 1;
+    const double* r = reversed_time.data() + (batch - n + 1);
+    const size_t end = (n + kBlock - 1) / kBlock * kBlock;
+    Double2 m0 = {kInfinity, kInfinity}, m1 = m0, m2 = m0, m3 = m0;
+    for (size_t i = 0; i < end; i += kBlock) {
+      const Double2 s0 = Load2(a + i) + Load2(r + i);
+      const Double2 s1 = Load2(a + i + 2) + Load2(r + i + 2);
+      const Double2 s2 = Load2(a + i + 4) + Load2(r + i + 4);
+      const Double2 s3 = Load2(a + i + 6) + Load2(r + i + 6);
+      Store2(sums.data() + i, s0);
+      Store2(sums.data() + i + 2, s1);
+      Store2(sums.data() + i + 4, s2);
+      Store2(sums.data() + i + 6, s3);
+      m0 = s0 < m0 ? s0 : m0;
+      m1 = s1 < m1 ? s1 : m1;
+      m2 = s2 < m2 ? s2 : m2;
+      m3 = s3 < m3 ? s3 : m3;
+    }
+    m0 = m1 < m0 ? m1 : m0;
+    m2 = m3 < m2 ? m3 : m2;
+    m0 = m2 < m0 ? m2 : m0;
+    const double minimum = std::min(m0[0], m0[1]);
+    if (minimum == kInfinity) continue;  // T(n) stays infinite
+    const double tie_up_to = minimum / (1 - kRelativeTie);
+    const Double2 tie = {tie_up_to, tie_up_to};
+    const uint64_t* aw = segment_workspace.data() + 1;
+    const uint64_t* rw = reversed_workspace.data() + (batch - n + 1);
+    double best_time = kInfinity;
+    uint64_t best_workspace = 0;
+    size_t best_first = 0;
+    for (size_t i = 0; i < end; i += kBlock) {
+      const auto within = (Load2(sums.data() + i) <= tie) | (Load2(sums.data() + i + 2) <= tie) |
+                          (Load2(sums.data() + i + 4) <= tie) | (Load2(sums.data() + i + 6) <= tie);
+      if ((within[0] | within[1]) == 0) continue;
+      for (size_t j = i; j < i + kBlock && j < n; ++j) {
+        const double t = sums[j];
+        if (t > tie_up_to) continue;
+        const uint64_t w = std::max(aw[j], rw[j]);
+        // Ascending b: `<=` on a full tie prefers the larger micro-batch.
+        if (best_first != 0 && w > best_workspace) continue;
+        best_time = t;
+        best_workspace = w;
+        best_first = j + 1;
+      }
+    }
+    (*time)[n] = best_time;
+    (*workspace)[n] = best_workspace;
+    (*first)[n] = static_cast<int64_t>(best_first);
+    reversed_time[batch - n] = best_time;
+    reversed_workspace[batch - n] = best_workspace;
+  }
+}
+
 }  // namespace
 
 Result<KernelConfig> SolveKernelDp(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
@@ -242,11 +372,6 @@ Result<KernelConfig> SolveKernelDp(const TimingTable& table, int64_t mini_batch,
     if (!allowed[b] || t.workspace_bytes > workspace_limit) continue;
     if (Improves(t, best[b])) Take(t, &best[b]);
   }
-  struct Candidate {
-    int64_t b;
-    double time_ms;
-    uint64_t workspace_bytes;
-  };
   std::vector<Candidate> candidates;  // sizes with a t(b), ascending
   for (int64_t b = 1; b <= mini_batch; ++b) {
     const Best& seg = best[static_cast<size_t>(b)];
@@ -254,40 +379,15 @@ Result<KernelConfig> SolveKernelDp(const TimingTable& table, int64_t mini_batch,
   }
 
   // T(n) with its workspace (largest segment) as the tie-breaker, then the larger first segment.
-  // The inner loop is the hot spot (O(B^2) for policy all): ClearlyLess is folded into two
-  // thresholds that change only when the best candidate does.
+  // The inner loop is the hot spot (O(B^2) for policy all).
   std::vector<double> time(size, kInfinity);
   std::vector<uint64_t> workspace(size, 0);
   std::vector<int64_t> first(size, 0);
   time[0] = 0;
-  for (int64_t n = 1; n <= mini_batch; ++n) {
-    double best_time = kInfinity;
-    double faster_below = kInfinity;  // t < faster_below: ClearlyLess(t, best_time)
-    double tie_up_to = -1;            // t <= tie_up_to: !ClearlyLess(best_time, t), a tie
-    uint64_t best_workspace = 0;
-    int64_t best_first = 0;
-    for (const Candidate& c : candidates) {
-      if (c.b > n) break;
-      const size_t rest = static_cast<size_t>(n - c.b);
-      const double t = c.time_ms + time[rest];
-      if (t < faster_below) {
-        best_workspace = std::max(c.workspace_bytes, workspace[rest]);
-      } else if (t <= tie_up_to) {
-        const uint64_t w = std::max(c.workspace_bytes, workspace[rest]);
-        // Ascending b: `<=` on a full tie prefers the larger micro-batch.
-        if (w > best_workspace) continue;
-        best_workspace = w;
-      } else {
-        continue;
-      }
-      best_time = t;
-      best_first = c.b;
-      faster_below = t - kRelativeTie * t;
-      tie_up_to = t / (1 - kRelativeTie);
-    }
-    time[static_cast<size_t>(n)] = best_time;
-    workspace[static_cast<size_t>(n)] = best_workspace;
-    first[static_cast<size_t>(n)] = best_first;
+  if (candidates.size() * 4 >= static_cast<size_t>(mini_batch)) {
+    DenseDp(candidates, mini_batch, &time, &workspace, &first);
+  } else {
+    SparseDp(candidates, mini_batch, &time, &workspace, &first);
   }
   if (time[static_cast<size_t>(mini_batch)] == kInfinity) {
     return ExplainInfeasible(table, mini_batch, policy, workspace_limit, allowed, best);

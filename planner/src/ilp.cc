@@ -169,15 +169,17 @@ Counts RoundLpSolution(const std::vector<Group>& groups, const double* columns, 
   return counts;
 }
 
+using Clock = std::chrono::steady_clock;
+
 // Spends the budget left over by `counts` greedily: moves one member of a group to a faster option
-// that still fits, the largest time gain first, until no move fits. The LP rounding leaves about
-// one option step of budget unused; this takes most of it back, so that CBC starts from an
-// incumbent close to the LP bound and prunes early.
+// that still fits, the largest time gain first, until no move fits or the deadline passes. The LP
+// rounding leaves about one option step of budget unused; this takes most of it back, so that CBC
+// starts from an incumbent close to the LP bound and prunes early.
 // `work`, when given, counts the options scanned.
-void FillLeftover(const std::vector<Group>& groups, uint64_t budget, Counts* counts,
-                  uint64_t* work = nullptr) {
+void FillLeftover(const std::vector<Group>& groups, uint64_t budget, Clock::time_point deadline,
+                  Counts* counts, uint64_t* work = nullptr) {
   uint64_t used = CountsWorkspace(groups, *counts);
-  while (used < budget) {
+  while (used < budget && Clock::now() < deadline) {
     const uint64_t left = budget - used;
     double best_gain = 0;
     size_t best_group = 0, best_from = 0, best_to = 0;
@@ -211,8 +213,10 @@ void FillLeftover(const std::vector<Group>& groups, uint64_t budget, Counts* cou
 
 // Local search over "one member one option down, then refill" moves, kept while they lower the
 // total time. Bounded by a fixed amount of work (options scanned), so that it stays cheap on huge
-// models and its result does not depend on the machine's speed.
-void ImproveBySwaps(const std::vector<Group>& groups, uint64_t budget, Counts* counts) {
+// models and its result does not depend on the machine's speed; and by the deadline, which only a
+// solve that runs out of time reaches.
+void ImproveBySwaps(const std::vector<Group>& groups, uint64_t budget, Clock::time_point deadline,
+                    Counts* counts) {
   constexpr uint64_t kMaxWork = 20'000'000;
   uint64_t work = 0;
   uint64_t columns = 0;
@@ -223,12 +227,12 @@ void ImproveBySwaps(const std::vector<Group>& groups, uint64_t budget, Counts* c
     for (size_t g = 0; g < groups.size(); ++g) {
       for (size_t from = 1; from < groups[g].options.size(); ++from) {
         if ((*counts)[g][from] == 0) continue;
-        if (work > kMaxWork) return;
+        if (work > kMaxWork || Clock::now() >= deadline) return;
         work += columns;  // the copy and the evaluation
         Counts trial = *counts;
         --trial[g][from];
         ++trial[g][from - 1];
-        FillLeftover(groups, budget, &trial, &work);
+        FillLeftover(groups, budget, deadline, &trial, &work);
         const double time = CountsTime(groups, trial);
         if (time < best_time - 1e-12 * best_time) {
           best_time = time;
@@ -300,8 +304,92 @@ std::vector<double> CountsToColumns(const std::vector<Group>& groups, const Coun
   return values;
 }
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Two total times that differ by at most this fraction count as equal in the tie rule.
+constexpr double kRelativeTie = 1e-12;
+
+// One member of group `group` moving from option `from` to option `to`.
+struct Move {
+  double time_ms;            // time lost (down) or saved (up), > 0
+  uint64_t workspace_bytes;  // workspace saved (down) or needed (up)
+  size_t group, from, to;
+};
+
+// Tie rule 2 of ilp.h: exchanges "one member of a group one or more options down (slower,
+// smaller), one member of a group up (faster, larger)" that keep the total time (to kRelativeTie
+// of `total_time_ms`) and shrink the total workspace, the largest saving first, until none is
+// left, or the deadline passes. Each exchange shrinks the total workspace, so this ends; it
+// never needs more budget.
+void PreferSmallerWorkspace(const std::vector<Group>& groups, double total_time_ms,
+                            Clock::time_point deadline, Counts* counts) {
+  const double tolerance = kRelativeTie * total_time_ms;
+  std::vector<Move> downs, ups;
+  while (Clock::now() < deadline) {
+    downs.clear();
+    ups.clear();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<IlpOption>& options = groups[g].options;
+      for (size_t from = 0; from < options.size(); ++from) {
+        if ((*counts)[g][from] == 0) continue;
+        for (size_t to = 0; to < from; ++to) {
+          downs.push_back({options[to].time_ms - options[from].time_ms,
+                           options[from].workspace_bytes - options[to].workspace_bytes, g, from,
+                           to});
+        }
+        for (size_t to = from + 1; to < options.size(); ++to) {
+          ups.push_back({options[from].time_ms - options[to].time_ms,
+                         options[to].workspace_bytes - options[from].workspace_bytes, g, from, to});
+        }
+      }
+    }
+    if (downs.empty() || ups.empty()) return;
+    std::sort(ups.begin(), ups.end(), [](const Move& a, const Move& b) {
+      if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+      if (a.group != b.group) return a.group < b.group;
+      if (a.from != b.from) return a.from < b.from;
+      return a.to < b.to;
+    });
+    const Move* best_down = nullptr;
+    const Move* best_up = nullptr;
+    uint64_t best_saving = 0;
+    for (const Move& down : downs) {
+      auto it = std::lower_bound(ups.begin(), ups.end(), down.time_ms - tolerance,
+                                 [](const Move& m, double t) { return m.time_ms < t; });
+      for (; it != ups.end() && it->time_ms <= down.time_ms + tolerance; ++it) {
+        const Move& up = *it;
+        if (up.workspace_bytes >= down.workspace_bytes) continue;
+        // Both moves start from the same member state: that needs two members there.
+        if (up.group == down.group && up.from == down.from && (*counts)[up.group][up.from] < 2) {
+          continue;
+        }
+        const uint64_t saving = down.workspace_bytes - up.workspace_bytes;
+        if (saving > best_saving) {
+          best_saving = saving;
+          best_down = &down;
+          best_up = &up;
+        }
+      }
+    }
+    if (best_down == nullptr) return;
+    --(*counts)[best_down->group][best_down->from];
+    ++(*counts)[best_down->group][best_down->to];
+    --(*counts)[best_up->group][best_up->from];
+    ++(*counts)[best_up->group][best_up->to];
+  }
+}
+
+// The report's status from the objective and the proven bound (ilp.h says what each means).
+// `proof_valid` is false when the bound was not established for this answer's search.
+std::string Classify(double objective, double bound, double relative_gap, bool proof_valid,
+                     bool time_up) {
+  const double slack = std::max(kIlpOptimalAbsoluteMs, kIlpOptimalRelative * objective);
+  const double excess = objective - bound;
+  if (proof_valid && excess <= slack) return "optimal";
+  if (excess <= relative_gap * objective + slack) return "gap_limit";
+  return time_up ? "time_limit" : "stopped";
 }
 
 }  // namespace
@@ -317,7 +405,7 @@ std::vector<IlpOption> ToIlpOptions(const std::vector<KernelConfig>& front) {
 
 Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& options,
                                     uint64_t budget_bytes, const IlpOptions& ilp_options) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   if (!(ilp_options.time_limit_s > 0) || !std::isfinite(ilp_options.time_limit_s)) {
     return InvalidArgument("time_limit_s: must be positive and finite, got " +
                            std::to_string(ilp_options.time_limit_s));
@@ -336,6 +424,13 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
       }
     }
   }
+  // Limits beyond a day mean "no limit"; the cap keeps the time point arithmetic in range.
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(std::min(ilp_options.time_limit_s, 86400.0)));
+  const auto remaining_seconds = [&] {
+    return std::chrono::duration<double>(deadline - Clock::now()).count();
+  };
 
   std::vector<ReducedOptions> reduced;
   reduced.reserve(options.size());
@@ -364,9 +459,13 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
   report.variables = columns;
   report.constraints = rows;
 
-  auto finish = [&](const Counts& counts) {
+  // Ends the solve with `counts`: the tie rules, the choice per kernel, the totals, and the
+  // status from the objective and `bound` as they are.
+  auto finish = [&](Counts counts, double bound, bool proof_valid, bool time_up) {
+    PreferSmallerWorkspace(groups, CountsTime(groups, counts), deadline, &counts);
     solution.choice.assign(options.size(), -1);
     for (size_t g = 0; g < groups.size(); ++g) {
+      // Tie rule 3: members in kernel order take the options by increasing workspace.
       size_t member = 0;
       for (size_t j = 0; j < groups[g].options.size(); ++j) {
         for (int64_t c = 0; c < counts[g][j]; ++c, ++member) {
@@ -384,11 +483,20 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
           SaturatingAdd(solution.total_workspace_bytes, o.workspace_bytes);
     }
     report.objective_ms = solution.total_time_ms;
-    report.bound_ms = std::min(report.bound_ms, report.objective_ms);
-    report.gap = report.objective_ms > 0
-                     ? std::max(0.0, (report.objective_ms - report.bound_ms) / report.objective_ms)
-                     : 0.0;
+    report.bound_ms = bound;
+    const double excess = report.objective_ms - report.bound_ms;
+    report.gap = report.objective_ms > 0 ? excess / report.objective_ms
+                 : excess == 0           ? 0.0
+                                         : std::numeric_limits<double>::infinity();
+    report.status =
+        Classify(report.objective_ms, bound, ilp_options.relative_gap, proof_valid, time_up);
     report.solve_seconds = SecondsSince(start);
+    spdlog::debug(
+        "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound {:.6f} ms, "
+        "gap {:.3g}, {:.3f} s",
+        options.size(), groups.size(), columns, report.status, report.objective_ms, report.bound_ms,
+        report.gap, report.solve_seconds);
+    return solution;
   };
 
   const Counts smallest = UniformCounts(groups, false);
@@ -398,13 +506,12 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
     report.solve_seconds = SecondsSince(start);
     return solution;
   }
+  // No answer is faster than every kernel at its fastest option: the first bound.
+  double fastest_bound = 0;
+  for (const ReducedOptions& r : reduced) fastest_bound += r.options.back().time_ms;
   const Counts fastest = UniformCounts(groups, true);
   if (CountsWorkspace(groups, fastest) <= budget_bytes) {
-    // Every kernel's fastest option fits: optimal without a search.
-    report.status = "optimal";
-    report.bound_ms = std::numeric_limits<double>::infinity();
-    finish(fastest);
-    return solution;
+    return finish(fastest, fastest_bound, true, false);  // optimal without a search
   }
 
   SpdlogMessageHandler handler;
@@ -417,34 +524,35 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
   OsiClpSolverInterface relaxation;
   relaxation.passInMessageHandler(&handler);
   LoadModel(groups, all_columns, budget_units, &relaxation);
+  // CLP's limit counts from here, in CPU time (CBC's below is wall time).
+  relaxation.getModelPtr()->setMaximumSeconds(std::max(0.0, remaining_seconds()));
   relaxation.initialSolve();
   if (!relaxation.isProvenOptimal()) {
-    return Internal("CLP: the LP relaxation did not solve although a feasible point exists");
+    if (!relaxation.isIterationLimitReached() && remaining_seconds() > 0) {
+      return Internal("CLP: the LP relaxation did not solve although a feasible point exists");
+    }
+    // Out of time before the LP's bound: the smallest workspaces, filled greedily while time is
+    // left (none, as a rule), against the fastest options' bound.
+    Counts incumbent = smallest;
+    FillLeftover(groups, budget_bytes, deadline, &incumbent);
+    return finish(std::move(incumbent), fastest_bound, true, true);
   }
-  const double lp_bound = relaxation.getObjValue();
+  const double lp_bound = std::max(fastest_bound, relaxation.getObjValue());
   Counts incumbent = RoundLpSolution(groups, relaxation.getColSolution(), budget_bytes);
-  FillLeftover(groups, budget_bytes, &incumbent);
-  ImproveBySwaps(groups, budget_bytes, &incumbent);
+  FillLeftover(groups, budget_bytes, deadline, &incumbent);
+  ImproveBySwaps(groups, budget_bytes, deadline, &incumbent);
   const double incumbent_time = CountsTime(groups, incumbent);
-  const double allowed_gap =
-      std::max(kAllowableGapMs, ilp_options.relative_gap * std::fabs(incumbent_time));
-  if (incumbent_time - lp_bound <= allowed_gap) {
+  if (Classify(incumbent_time, lp_bound, ilp_options.relative_gap, true, false) != "stopped") {
     spdlog::debug("ilp: the rounded LP solution is within the gap: no search");
-    report.status = "optimal";
-    report.bound_ms = lp_bound;
-    finish(incumbent);
-    spdlog::debug(
-        "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound "
-        "{:.6f} ms, gap {:.3g}, {:.3f} s",
-        options.size(), groups.size(), columns, report.status, report.objective_ms, report.bound_ms,
-        report.gap, report.solve_seconds);
-    return solution;
+    return finish(std::move(incumbent), lp_bound, true, false);
   }
+  if (remaining_seconds() <= 0) return finish(std::move(incumbent), lp_bound, true, true);
 
   // Reduced-cost elimination: a column at zero with reduced cost rc raises any solution that
   // uses it to at least lp_bound + rc, so columns with rc above the incumbent's excess cannot
   // improve on it and leave the model. The incumbent's own columns all stay (each of its
   // columns' rc * count is part of that excess). Smaller node LPs make the search much faster.
+  // A bound of the reduced model is one of the full model up to the incumbent's time.
   const double* reduced_cost = relaxation.getReducedCost();
   const double* lp_values = relaxation.getColSolution();
   const double excess = incumbent_time - lp_bound;
@@ -465,7 +573,6 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
   model.setLogLevel(handler.logLevel());
   model.setNumberThreads(0);  // deterministic: one thread
   model.setUseElapsedTime(true);
-  model.setMaximumSeconds(std::max(0.0, ilp_options.time_limit_s - SecondsSince(start)));
   model.setAllowableFractionGap(ilp_options.relative_gap);
   model.setAllowableGap(kAllowableGapMs);
   model.initialSolve();
@@ -478,41 +585,48 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
   }
   spdlog::debug("ilp: LP bound {:.6f} ms, incumbent {:.6f} ms, {} of {} columns kept", lp_bound,
                 incumbent_time, kept.size(), columns);
+  const double cbc_seconds = remaining_seconds();
+  if (cbc_seconds <= 0) return finish(std::move(incumbent), lp_bound, true, true);
+  model.setMaximumSeconds(cbc_seconds);
   model.branchAndBound();
 
   Counts counts = incumbent;
+  bool rejected = false;
+  double cbc_objective = std::numeric_limits<double>::infinity();
   if (const double* best = model.bestSolution(); best != nullptr) {
+    cbc_objective = model.getObjValue();
     std::vector<double> full(static_cast<size_t>(columns), 0.0);
     for (size_t i = 0; i < kept.size(); ++i) full[static_cast<size_t>(kept[i])] = best[i];
     Counts found;
-    // CBC's tolerances never let a solution past the budget by a byte, but check exactly.
-    if (CountsFromColumns(groups, full.data(), &found) &&
-        CountsWorkspace(groups, found) <= budget_bytes &&
-        CountsTime(groups, found) < incumbent_time) {
+    // CBC's tolerances should never let a solution past the budget by a byte, but check exactly.
+    if (!CountsFromColumns(groups, full.data(), &found) ||
+        CountsWorkspace(groups, found) > budget_bytes) {
+      rejected = true;
+      spdlog::debug("ilp: CBC's solution ({:.6f} ms) fails the exact check; keeping the incumbent",
+                    cbc_objective);
+    } else if (CountsTime(groups, found) < incumbent_time) {
       counts = std::move(found);
     }
   }
-  // Proven infeasible can only mean that nothing beat the incumbent's cutoff.
-  const bool optimal = model.isProvenOptimal() || model.isProvenInfeasible();
-  report.status = optimal ? "optimal" : model.isSecondsLimitReached() ? "time_limit" : "stopped";
-  report.bound_ms = std::max(lp_bound, model.getBestPossibleObjValue());
-  if (!std::isfinite(report.bound_ms)) report.bound_ms = lp_bound;
-  if (optimal) {
-    // A finished search pruned every node against the incumbent, but CBC leaves the bound of
-    // the last open node in getBestPossibleObjValue(): the proof is the incumbent less the
-    // allowed gap.
-    const double objective = CountsTime(groups, counts);
-    report.bound_ms =
-        std::max(report.bound_ms,
-                 objective - std::max(kAllowableGapMs, ilp_options.relative_gap * objective));
-  }
-  finish(counts);
-  spdlog::debug(
-      "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound {:.6f} "
-      "ms, gap {:.3g}, {:.3f} s",
-      options.size(), groups.size(), columns, report.status, report.objective_ms, report.bound_ms,
-      report.gap, report.solve_seconds);
-  return solution;
+  // CBC's bound. A search that ran out of nodes (secondary status 0, or 1: the root itself was
+  // pruned against the incumbent by cuts and reduced-cost fixing) proved its best solution
+  // optimal, to its cutoff increment (which CBC raises above its 1e-5 default only where the
+  // objective is provably a multiple of it): the bound is that solution's time. CBC reports it
+  // as getBestPossibleObjValue() after a tree search, but after a proof at the root leaves the
+  // initial LP value there. Otherwise (gap or time limit) the bound is getBestPossibleObjValue(),
+  // the least bound of the open nodes.
+  const int secondary = model.secondaryStatus();
+  const bool exhausted = model.isProvenOptimal() && (secondary == 0 || secondary == 1) &&
+                         model.bestSolution() != nullptr;
+  double bound = exhausted ? cbc_objective : model.getBestPossibleObjValue();
+  // CBC's bound holds for the reduced model; answers outside it are slower than the incumbent.
+  bound = std::min(bound, incumbent_time);
+  // After a rejected solution CBC pruned against that solution's time: nothing is proven
+  // beyond it.
+  if (rejected) bound = std::min(bound, cbc_objective);
+  bound = std::max(lp_bound, bound);
+  const bool time_up = model.isSecondsLimitReached() || remaining_seconds() <= 0;
+  return finish(std::move(counts), bound, !rejected, time_up);
 }
 
 }  // namespace ucudnn

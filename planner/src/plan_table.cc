@@ -122,6 +122,7 @@ std::string FormatPlanTable(const NetworkPlan& plan) {
   out += "Plan: " + std::to_string(plan.kernels.size()) + " kernels (" + dtype + "), policy " +
          std::string(ToString(plan.policy)) + ", workspace " + limit + "\n";
 
+  double with_baseline_time = 0, with_baseline_undivided = 0;  // kernels with a baseline
   std::vector<Row> rows;
   rows.push_back({{"kernel", "shape", "segments", "ws MiB", "time ms", "undiv ms", "speedup"}});
   for (const KernelPlan& kp : plan.kernels) {
@@ -142,9 +143,11 @@ std::string FormatPlanTable(const NetworkPlan& plan) {
       row.cells.push_back(Printf("%.3f", kp.undivided->time_ms));
       row.cells.push_back(
           kp.config.time_ms > 0 ? Printf("%.2fx", kp.undivided->time_ms / kp.config.time_ms) : "-");
+      with_baseline_time += kp.config.time_ms;
+      with_baseline_undivided += kp.undivided->time_ms;
     } else {
-      row.cells.push_back("-");
-      row.cells.push_back("-");
+      row.cells.push_back("n/a");
+      row.cells.push_back("n/a");
     }
     rows.push_back(std::move(row));
   }
@@ -152,26 +155,57 @@ std::string FormatPlanTable(const NetworkPlan& plan) {
   if (planned != static_cast<int>(plan.kernels.size())) {
     total_name += " (" + std::to_string(planned) + " planned)";
   }
-  rows.push_back(
-      {{total_name, "",
-        plan.workspace_mode == WorkspaceMode::kTotalShared ? "(largest workspace)" : "",
-        Mib(plan.total_workspace_bytes), Printf("%.3f", plan.total_time_ms),
-        Printf("%.3f", plan.total_undivided_ms),
-        plan.total_time_ms > 0 ? Printf("%.2fx", plan.total_undivided_ms / plan.total_time_ms)
-                               : "-"}});
+  // The undivided total and the speedup compare the same kernels: with a baseline missing, the
+  // plan has no undivided total (NetworkPlan::total_undivided_ms is 0), and the table says n/a.
+  std::string total_undivided = "-", total_speedup = "-";
+  if (without_baseline > 0) {
+    total_undivided = total_speedup = "n/a";
+  } else if (planned > 0) {
+    total_undivided = Printf("%.3f", plan.total_undivided_ms);
+    if (plan.total_time_ms > 0) {
+      total_speedup = Printf("%.2fx", plan.total_undivided_ms / plan.total_time_ms);
+    }
+  }
+  rows.push_back({{total_name, "",
+                   plan.workspace_mode == WorkspaceMode::kTotalShared ? "(largest workspace)" : "",
+                   Mib(plan.total_workspace_bytes), Printf("%.3f", plan.total_time_ms),
+                   total_undivided, total_speedup}});
   out += FormatRows(rows, {true, true, true, false, false, false, false});
-  if (missing > 0 || infeasible > 0 || without_baseline > 0) {
+  if (missing > 0 || infeasible > 0) {
     out += "Not planned: " + std::to_string(missing) + " missing, " + std::to_string(infeasible) +
-           " infeasible.";
-    if (without_baseline > 0) {
-      out += " " + std::to_string(without_baseline) +
-             " planned kernels have no undivided configuration within the limit (not in the "
-             "undivided total).";
+           " infeasible (left out of the totals).\n";
+  }
+  if (without_baseline > 0) {
+    out += std::to_string(without_baseline) + " of " + std::to_string(planned) +
+           " planned kernels have no undivided configuration within the limit: undivided total "
+           "and speedup n/a.";
+    if (planned > without_baseline) {
+      out += " The other " + std::to_string(planned - without_baseline) + ": " +
+             Printf("%.3f", with_baseline_time) + " ms planned vs " +
+             Printf("%.3f", with_baseline_undivided) + " ms undivided" +
+             (with_baseline_time > 0
+                  ? " (" + Printf("%.2fx", with_baseline_undivided / with_baseline_time) + ")"
+                  : std::string()) +
+             ".";
     }
     out += "\n";
   }
-  if (plan.workspace_mode == WorkspaceMode::kTotalSum) {
-    out += "Undivided: each kernel alone within the whole budget (together they may exceed it).\n";
+  switch (plan.workspace_mode) {
+    case WorkspaceMode::kPerKernel:
+      out +=
+          "Undivided: each kernel's fastest single algorithm at the full mini-batch within "
+          "the per-kernel limit.\n";
+      break;
+    case WorkspaceMode::kTotalSum:
+    case WorkspaceMode::kTotalShared:
+      out +=
+          "Undivided: each kernel's fastest single algorithm at the full mini-batch within the "
+          "whole budget, i.e. what cuDNN alone would do with the whole budget as one shared "
+          "workspace buffer";
+      out += plan.workspace_mode == WorkspaceMode::kTotalSum
+                 ? " (the plan's own workspaces share the budget as a sum).\n"
+                 : ".\n";
+      break;
   }
   if (plan.ilp.used) {
     out += "ILP (COIN-OR CBC): " + plan.ilp.status + ", objective " +

@@ -183,19 +183,26 @@ Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
   }
 
   plan.complete = true;
+  bool every_baseline = true;  // every planned kernel has an undivided baseline
   for (const KernelPlan& kp : plan.kernels) {
     if (kp.status != KernelPlanStatus::kPlanned) {
       plan.complete = false;
       continue;
     }
     plan.total_time_ms += kp.config.time_ms;
-    if (kp.undivided) plan.total_undivided_ms += kp.undivided->time_ms;
+    if (kp.undivided) {
+      plan.total_undivided_ms += kp.undivided->time_ms;
+    } else {
+      every_baseline = false;
+    }
     if (request.workspace_mode == WorkspaceMode::kTotalShared) {
       plan.total_workspace_bytes = std::max(plan.total_workspace_bytes, kp.config.workspace_bytes);
     } else {
       plan.total_workspace_bytes += kp.config.workspace_bytes;
     }
   }
+  // A sum over fewer kernels than total_time_ms would overstate or understate the speedup.
+  if (!every_baseline) plan.total_undivided_ms = 0;
   spdlog::debug(
       "plan: {} kernels ({} distinct), {} / {} at {}: {:.3f} ms (undivided {:.3f} ms), "
       "workspace {}{}",

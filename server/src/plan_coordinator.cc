@@ -476,9 +476,10 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   if (!plan.SerializeToString(bytes.get())) return Internal("cannot serialise the plan");
 
   // Only complete plans are cached, and not those whose ILP stopped at a limit shortened by this
-  // call's deadline: another caller with more time would get a better plan.
+  // call's deadline (status "time_limit"): another caller with more time would get a better
+  // plan. "optimal" and "gap_limit" (stopped at the requested gap) are finished solves.
   const bool ilp_cut_short =
-      network_plan.ilp.used && network_plan.ilp.status != "optimal" && ilp_limit_cut;
+      network_plan.ilp.used && network_plan.ilp.status == "time_limit" && ilp_limit_cut;
   if (call.use_plan_cache && network_plan.complete && !ilp_cut_short) {
     if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
       spdlog::warn("plan cache write failed: {}", put.ToString());

@@ -12,6 +12,8 @@ namespace {
 
 using testing_planner::AllConfigs;
 using testing_planner::BruteBestTime;
+using testing_planner::BruteConfig;
+using testing_planner::BruteTieWorkspace;
 using testing_planner::CheckConfig;
 using testing_planner::RandomTable;
 
@@ -59,7 +61,8 @@ TEST(SolveKernelDp, MatchesExhaustiveSearchOnRandomTables) {
          {BatchPolicy::kUndivided, BatchPolicy::kPowerOfTwo, BatchPolicy::kAll}) {
       SCOPED_TRACE("round " + std::to_string(round) + " B=" + std::to_string(mini_batch) +
                    " policy " + std::string(ToString(policy)) + " limit " + std::to_string(limit));
-      const double expected = BruteBestTime(AllConfigs(table, mini_batch, policy, limit));
+      const std::vector<BruteConfig> configs = AllConfigs(table, mini_batch, policy, limit);
+      const double expected = BruteBestTime(configs);
       Result<KernelConfig> dp = SolveKernelDp(table, mini_batch, policy, limit);
       if (expected == std::numeric_limits<double>::infinity()) {
         ASSERT_FALSE(dp.ok());
@@ -71,6 +74,9 @@ TEST(SolveKernelDp, MatchesExhaustiveSearchOnRandomTables) {
       ASSERT_TRUE(dp.ok()) << dp.status().ToString();
       EXPECT_EQ(CheckConfig(*dp, table, mini_batch, policy, limit), "");
       EXPECT_NEAR(dp->time_ms, expected, 1e-9 * expected);
+      // The tie rule: of the time-optimal configurations, the smallest workspace.
+      const uint64_t tie_workspace = BruteTieWorkspace(configs);
+      EXPECT_EQ(dp->workspace_bytes, tie_workspace);
       ++feasible;
       if (dp->segments.size() > 1) ++split;
     }
@@ -104,6 +110,59 @@ Timing Ok(int64_t b, int algo, double time, uint64_t ws) {
   t.time_ms = time;
   t.workspace_bytes = ws;
   return t;
+}
+
+// Times on a coarse grid, so that many configurations tie: the DP's choice among the
+// time-optimal ones has the smallest workspace, as exhaustive search finds it. Odd rounds measure
+// only a few sizes (fewer than a quarter of the mini-batch): the DP then takes its sparse path,
+// even rounds mostly its dense one.
+TEST(SolveKernelDp, TieRuleMatchesExhaustiveSearchOnCoarseTables) {
+  std::mt19937_64 rng(31337);
+  std::uniform_int_distribution<int> level(0, 5);
+  int ties = 0;
+  for (int round = 0; round < 400; ++round) {
+    const bool sparse = round % 2 == 1;
+    const int64_t mini_batch =
+        sparse ? 9 + static_cast<int64_t>(rng() % 8) : 2 + static_cast<int64_t>(rng() % 8);
+    std::vector<int64_t> sizes;
+    for (int64_t b = sparse ? 2 : 1; b <= mini_batch; ++b) sizes.push_back(b);
+    if (sparse) {
+      // (mini_batch - 1) / 4 sizes, 1 among them so that some configurations exist.
+      std::shuffle(sizes.begin(), sizes.end(), rng);
+      sizes.resize(static_cast<size_t>((mini_batch - 1) / 4 - 1));
+      sizes.push_back(1);
+    }
+    TimingTable table;
+    for (int64_t b : sizes) {
+      for (int a = 0; a < 3; ++a) {
+        if (rng() % 5 == 0) continue;
+        // Per-sample cost 1 or 2 half-milliseconds, a constant 0 or 1: sums tie often.
+        const double time = 0.5 * static_cast<double>(b * (1 + rng() % 2) + rng() % 2);
+        table.entries.push_back(
+            Ok(b, a, time, a == 0 ? 0 : static_cast<uint64_t>(level(rng)) * 100 * b));
+      }
+    }
+    const uint64_t limit = (rng() % 2) ? UINT64_MAX : 100 * static_cast<uint64_t>(rng() % 20);
+    for (BatchPolicy policy : {BatchPolicy::kPowerOfTwo, BatchPolicy::kAll}) {
+      SCOPED_TRACE("round " + std::to_string(round) + " policy " + std::string(ToString(policy)));
+      const std::vector<BruteConfig> configs = AllConfigs(table, mini_batch, policy, limit);
+      Result<KernelConfig> dp = SolveKernelDp(table, mini_batch, policy, limit);
+      ASSERT_EQ(dp.ok(), !configs.empty());
+      if (!dp.ok()) continue;
+      const double best = BruteBestTime(configs);
+      const uint64_t tie_workspace = BruteTieWorkspace(configs);
+      EXPECT_NEAR(dp->time_ms, best, 1e-9 * best);
+      EXPECT_EQ(dp->workspace_bytes, tie_workspace);
+      // Count the cases where the rule matters: a time-optimal configuration with more workspace.
+      for (const BruteConfig& c : configs) {
+        if (c.time_ms <= best + 1e-9 * best && c.workspace_bytes > tie_workspace) {
+          ++ties;
+          break;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ties, 100);
 }
 
 TEST(SolveKernelDp, SplitsWhenTheFastAlgorithmOnlyFitsSmallBatches) {

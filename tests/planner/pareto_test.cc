@@ -91,6 +91,9 @@ TEST(ParetoFront, EveryPointIsNonDominatedAndEveryDpOptimumIsOnIt) {
         }
         ASSERT_NE(on_front, nullptr);
         EXPECT_NEAR(dp->time_ms, on_front->time_ms, 1e-9 * dp->time_ms);
+        // A front point needs the least workspace of any configuration that fast, and the DP's
+        // tie rule takes the least workspace among its time-optimal configurations: the same.
+        EXPECT_EQ(dp->workspace_bytes, on_front->workspace_bytes);
         EXPECT_LE(dp->workspace_bytes, level);
       }
     }

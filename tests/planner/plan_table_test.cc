@@ -97,5 +97,52 @@ TEST(FormatPlanTable, ShowsSegmentsBaselinesTotalsAndReasons) {
   EXPECT_EQ(lines[2].size(), lines[4].size());  // planned row and totals
 }
 
+TEST(FormatPlanTable, SaysNotApplicableWithoutABaselineAndComparesTheSameKernels) {
+  NetworkPlan plan;
+  plan.workspace_mode = WorkspaceMode::kPerKernel;
+  plan.workspace_budget_bytes = 64ull << 20;
+  KernelPlan with;
+  with.kernel = MakeKernel("a/fwd");
+  with.status = KernelPlanStatus::kPlanned;
+  with.config.segments = {{256, 1, 1.0, 0}};
+  with.config.time_ms = 1.0;
+  with.undivided = Segment{256, 0, 2.5, 0};
+  KernelPlan without = with;
+  without.kernel = MakeKernel("b/fwd");
+  without.config.time_ms = 3.0;
+  without.undivided.reset();
+  plan.kernels = {with, without};
+  plan.complete = true;
+  plan.total_time_ms = 4.0;
+  plan.total_undivided_ms = 0;  // as PlanNetwork leaves it: a baseline is missing
+
+  const std::string table = FormatPlanTable(plan);
+  std::vector<std::string> lines;
+  for (size_t start = 0, end; (end = table.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    lines.push_back(table.substr(start, end - start));
+  }
+  ASSERT_GE(lines.size(), 6u);
+  EXPECT_THAT(lines[2], HasSubstr("2.50x"));
+  EXPECT_THAT(lines[3], ::testing::MatchesRegex(".*3\\.000 +n/a +n/a"));
+  EXPECT_THAT(lines[4], ::testing::MatchesRegex("total .*4\\.000 +n/a +n/a"));
+  EXPECT_THAT(table, HasSubstr("1 of 2 planned kernels have no undivided configuration"));
+  EXPECT_THAT(table, HasSubstr("The other 1: 1.000 ms planned vs 2.500 ms undivided (2.50x)"));
+  EXPECT_THAT(table, HasSubstr("within the per-kernel limit"));
+  EXPECT_THAT(table, ::testing::Not(HasSubstr("Not planned")));
+
+  // Every baseline present: the totals compare the same kernels.
+  plan.kernels[1].undivided = Segment{256, 0, 6.0, 0};
+  plan.total_undivided_ms = 8.5;
+  const std::string full = FormatPlanTable(plan);
+  EXPECT_THAT(full, ::testing::ContainsRegex("total .*4\\.000 +8\\.500 +2\\.12x"));
+  EXPECT_THAT(full, ::testing::Not(HasSubstr("n/a")));
+
+  plan.workspace_mode = WorkspaceMode::kTotalSum;
+  EXPECT_THAT(FormatPlanTable(plan),
+              HasSubstr("what cuDNN alone would do with the whole budget as one shared workspace "
+                        "buffer"));
+}
+
 }  // namespace
 }  // namespace ucudnn

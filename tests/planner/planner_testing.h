@@ -89,6 +89,17 @@ inline double BruteBestTime(const std::vector<BruteConfig>& configs) {
   return best;
 }
 
+// The documented DP tie rule's workspace: the smallest workspace among the configurations whose
+// time equals the best (times that differ only by summation order count as equal).
+inline uint64_t BruteTieWorkspace(const std::vector<BruteConfig>& configs) {
+  const double best = BruteBestTime(configs);
+  uint64_t workspace = std::numeric_limits<uint64_t>::max();
+  for (const BruteConfig& c : configs) {
+    if (c.time_ms <= best + 1e-9 * best) workspace = std::min(workspace, c.workspace_bytes);
+  }
+  return workspace;
+}
+
 // Checks that `config` is made of usable entries of `table` at allowed sizes within `limit`,
 // sums to mini_batch, and carries consistent totals; returns an empty string or the problem.
 inline std::string CheckConfig(const KernelConfig& config, const TimingTable& table,

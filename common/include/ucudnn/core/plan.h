@@ -48,17 +48,27 @@ struct KernelPlan {
   KernelPlanStatus status = KernelPlanStatus::kMissing;
   std::string reason;   // for kMissing / kInfeasible
   KernelConfig config;  // valid when kPlanned
-  // The fastest single algorithm at the full mini-batch within the kernel's limit; absent when
-  // no algorithm fits undivided.
+  // The undivided baseline: the fastest single algorithm at the full mini-batch whose workspace
+  // fits request.workspace_bytes, in every mode. kPerKernel: the kernel's own limit.
+  // kTotalSum and kTotalShared: the whole budget, for this kernel alone, i.e. what cuDNN alone
+  // would do with the whole budget as one workspace buffer shared by all kernels (as a framework
+  // that reuses one buffer does); in kTotalSum the baselines' workspaces together may exceed the
+  // budget that the plan's own workspaces share. Absent when no algorithm fits undivided.
   std::optional<Segment> undivided;
 };
 
+// The network-wide ILP's report (ucudnn/planner/ilp.h defines the statuses precisely).
 struct IlpReport {
   bool used = false;
-  std::string status;  // "optimal", "time_limit", "infeasible", ...
-  double objective_ms = 0;
-  double bound_ms = 0;
-  double gap = 0;  // relative: (objective - bound) / objective
+  // "optimal" (proven: gap within ~1e-9), "gap_limit" (stopped at the requested relative gap),
+  // "time_limit" (the time limit ended the search: feasible, gap says how far from optimal),
+  // "stopped" (ended for another reason without reaching the gap; never a proof),
+  // "infeasible" (even the smallest workspaces exceed the budget), "empty" (no kernel to
+  // choose for: all missing or individually infeasible).
+  std::string status;
+  double objective_ms = 0;  // total time of the chosen options
+  double bound_ms = 0;      // proven lower bound on any feasible choice's total time
+  double gap = 0;           // (objective - bound) / objective, as computed from those two
   double solve_seconds = 0;
   int variables = 0;
   int constraints = 0;
@@ -69,8 +79,11 @@ struct NetworkPlan {
   WorkspaceMode workspace_mode = WorkspaceMode::kPerKernel;
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
   uint64_t workspace_budget_bytes = 0;
-  double total_time_ms = 0;            // sum over planned kernels
-  double total_undivided_ms = 0;       // sum of undivided baselines (planned kernels only)
+  double total_time_ms = 0;  // sum over planned kernels
+  // Sum of the planned kernels' undivided baselines (see KernelPlan::undivided), over exactly the
+  // kernels of total_time_ms; 0 (unknown) when some planned kernel has no baseline, so that
+  // total_undivided_ms / total_time_ms always compares the same kernels.
+  double total_undivided_ms = 0;
   uint64_t total_workspace_bytes = 0;  // sum (kTotalSum, kPerKernel) or max (kTotalShared)
   bool complete = false;               // every kernel kPlanned
   IlpReport ilp;

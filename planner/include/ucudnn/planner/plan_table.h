@@ -9,7 +9,10 @@ namespace ucudnn {
 
 // One line per kernel: name, shape ("n256 c64 56x56 k64 3x3 s1 p1"), segments ("4x64@algo1":
 // four micro-batches of 64 with algorithm 1), workspace in MiB, predicted ms, undivided ms and
-// speedup; kernels without a plan show why. Then a totals line and, when the ILP ran, its report.
+// speedup ("n/a" without an undivided baseline); kernels without a plan show why. Then a totals
+// line over the planned kernels (undivided total and speedup "n/a" when a planned kernel has no
+// baseline; a footer then compares the kernels that have one), what the undivided baseline
+// means in the plan's workspace mode, and, when the ILP ran, its report.
 std::string FormatPlanTable(const NetworkPlan& plan);
 
 // "4x64@algo1 + 1x128@algo0": runs of equal segments in execution order.

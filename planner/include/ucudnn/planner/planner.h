@@ -22,9 +22,13 @@ namespace ucudnn {
 //                 request.workspace_bytes: the DP of each kernel at the budget;
 //                 total_workspace_bytes is the largest kernel workspace.
 // The undivided baseline of each kernel is the fastest algorithm at the full mini-batch within
-// the kernel's limit (request.workspace_bytes in every mode). Kernels with the same problem,
-// mini-batch and table share one computation. Same input -> same plan (except
-// ilp.solve_seconds, and unless the ILP hit its time limit).
+// request.workspace_bytes in every mode: in kPerKernel the kernel's own limit; in kTotalSum and
+// kTotalShared the whole budget for that kernel alone, i.e. what cuDNN alone would do with the
+// whole budget as one workspace buffer shared by all kernels (KernelPlan::undivided).
+// total_time_ms sums the planned kernels; total_undivided_ms sums their baselines, and is 0 when
+// some planned kernel has none, so that the two always cover the same kernels.
+// Kernels with the same problem, mini-batch and table share one computation. Same input -> same
+// plan (except ilp.solve_seconds, and unless the ILP hit its time limit).
 // Errors: kInvalidArgument for an invalid request (the message names the field, e.g.
 // "kernels[3].mini_batch") or a tables vector of the wrong length; kInternal if CBC fails.
 Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
