@@ -1,32 +1,71 @@
 #!/usr/bin/env python3
 """Offline validation of everything in deploy/ that can be checked without a cluster.
 
-- every YAML file parses; Kubernetes objects have apiVersion/kind/metadata.name and the project
-  namespace; workload selectors match their pod labels; Services select an existing workload and
-  name existing container ports; referenced ConfigMaps and Secrets exist; gRPC probes point at a
-  declared container port;
-- the compose file's services have images and depend only on services it defines;
-- every UCUDNN_* variable set anywhere in deploy/ is one the binaries document in --help
-  (when the binaries are given with --bin-dir);
-- systemd units pass `systemd-analyze verify` (ExecStart pointed at the built binary, or /bin/true).
-Exit status 0 when everything holds; each failure is printed.
+Kubernetes (k8s/*.yaml)
+  - every document parses; objects have apiVersion/kind/metadata.name and the ucudnn namespace;
+  - schema: every field name and value type is checked against the object models of the Debian
+    package python3-kubernetes (client 22.6: the Kubernetes 1.22 API), required fields included.
+    Fields newer than those models are checked by hand: a probe's `grpc` (GRPCAction, GA in
+    Kubernetes 1.27) must have an integer `port` (gRPC probes take no named ports) and an
+    optional string `service`;
+  - workload selectors match their pod labels; Services select a workload and name its ports;
+    referenced ConfigMaps and Secrets exist; gRPC probe ports are declared container ports;
+  - a container of ucudnn-server with a livenessProbe has a startupProbe that allows the
+    server's --start-timeout (UCUDNN_START_TIMEOUT, default from --help) plus 10 s, since the
+    server does not listen before its database answers;
+  - every ucudnn image has the same tag; the migration Job's name ends with that release
+    (ucudnn-migrate-0-1-0 for 0.1.0: a Job's pod template is immutable, so each release is a
+    new Job) and it has ttlSecondsAfterFinished.
+Compose (compose/compose.yaml)
+  - schema: the Compose Specification schema that Debian's docker-compose (1.29) ships
+    (compose/config/compose_spec.json), with the top-level `name` the specification added
+    later; services have images and depend only on services it defines.
+Environment variables
+  - each UCUDNN_* variable a process is given (Kubernetes envFrom/env, compose environment,
+    systemd EnvironmentFile) is one its own binary reads, per that binary's --help:
+    ucudnn-server, ucudnn-worker, or `ucudnn migrate`; a server-only variable given to the
+    worker is an error; each of them gets UCUDNN_DATABASE_URL (needs --bin-dir).
+Docker (docker/Dockerfile, ../.dockerignore)
+  - the Dockerfile's scripts/bundle.sh arguments are options of `bundle.sh --help`; the
+    runtime stage copies the bundle from where it was made and its ENTRYPOINT is a bundled
+    binary; .dockerignore exists and excludes every directory .gitignore ignores (build
+    trees, .run/ with the demo's database, bundles).
+systemd (systemd/)
+  - units pass `systemd-analyze verify` (ExecStart pointed at the built binary, or /bin/true);
+    the User= and Group= of every unit are created by ucudnn.sysusers.conf, which
+    `systemd-sysusers --dry-run` accepts, and every unit's install notes mention it.
+
+Exit status: 0 when everything holds, 1 when something does not (each failure is printed),
+77 (skipped) when nothing failed but a check could not run for want of a Debian package.
 """
 import argparse
 import glob
+import importlib.util
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 
-import yaml
+try:
+    import yaml
+except ImportError:
+    print("SKIP: PyYAML not importable by", sys.executable, "(Debian package python3-yaml)")
+    sys.exit(77)
 
 errors = []
+skipped = []
 
 
 def fail(where, what):
     errors.append(f"{where}: {what}")
+
+
+def skip(what):
+    skipped.append(what)
 
 
 def load_all(path):
@@ -38,17 +77,117 @@ def load_all(path):
         return []
 
 
+def parse_duration(text):
+    """Seconds in "60s", "2m", "500ms", "1h" (the binaries' duration syntax)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
+    if not m:
+        return None
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+# ---- Kubernetes schema ------------------------------------------------------------------------
+class KubeSchema:
+    """Field names and types of the python3-kubernetes models (the Kubernetes API schema)."""
+
+    # Quantities ("1", 1, "512Mi") are typed str in the models.
+    QUANTITY_MAPS = {("V1ResourceRequirements", "limits"), ("V1ResourceRequirements", "requests")}
+
+    def __init__(self, client):
+        self.client = client
+        self.api = client.ApiClient()
+
+    def model(self, name):
+        return getattr(self.client, name, None)
+
+    def check(self, where, obj):
+        api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+        version = api_version.split("/")[-1]
+        name = version[0].upper() + version[1:] + kind
+        if self.model(name) is None:
+            fail(where, f"no schema for {api_version} {kind}")
+            return
+        self.walk(where, obj, name, "")
+        try:  # the models' own validation: required fields, enums they know
+            self.api._ApiClient__deserialize(obj, name)
+        except (ValueError, TypeError) as e:
+            fail(where, f"schema: {e}")
+
+    def walk(self, where, value, type_name, path):
+        if type_name.startswith("list["):
+            if not isinstance(value, list):
+                fail(where, f"{path}: expected a list, got {type(value).__name__}")
+                return
+            for i, item in enumerate(value):
+                self.walk(where, item, type_name[5:-1], f"{path}[{i}]")
+            return
+        if type_name.startswith("dict("):
+            if not isinstance(value, dict):
+                fail(where, f"{path}: expected a map, got {type(value).__name__}")
+                return
+            inner = type_name[type_name.index(",") + 1:-1].strip()
+            for k, v in value.items():
+                self.walk(where, v, inner, f"{path}.{k}")
+            return
+        scalar = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+                  "datetime": (str,), "date": (str,), "object": (str, int, dict, list),
+                  "quantity": (str, int, float)}
+        if type_name in scalar:
+            ok = isinstance(value, scalar[type_name])
+            if type_name in ("int", "float") and isinstance(value, bool):
+                ok = False
+            if not ok:
+                fail(where, f"{path}: expected {type_name}, got {type(value).__name__} {value!r}")
+            return
+        if type_name == "grpc":
+            self.walk_fields(where, value, path, {"port": "int", "service": "str"}, required={"port"})
+            return
+        model = self.model(type_name)
+        if model is None:
+            fail(where, f"{path}: unknown type {type_name}")
+            return
+        fields = {model.attribute_map[a]: t for a, t in model.openapi_types.items()}
+        for (owner, field) in self.QUANTITY_MAPS:
+            if owner == type_name:
+                fields[field] = "dict(str, quantity)"
+        if type_name == "V1Probe":  # newer than the models
+            fields["grpc"] = "grpc"
+        self.walk_fields(where, value, path, fields)
+
+    def walk_fields(self, where, value, path, fields, required=()):
+        if not isinstance(value, dict):
+            fail(where, f"{path or '/'}: expected an object, got {type(value).__name__}")
+            return
+        for key, v in value.items():
+            if key not in fields:
+                fail(where, f"{path}.{key}: no such field (known: {', '.join(sorted(fields))})")
+                continue
+            self.walk(where, v, fields[key], f"{path}.{key}")
+        for key in required:
+            if key not in value:
+                fail(where, f"{path}.{key}: required")
+
+
 def pod_spec(obj):
-    kind = obj.get("kind")
-    if kind in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+    if obj.get("kind") in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
         return obj.get("spec", {}).get("template", {}).get("spec", {})
     return None
 
 
 def check_k8s(deploy_dir):
+    try:
+        import kubernetes.client as kube_client
+        schema = KubeSchema(kube_client)
+    except ImportError:
+        schema = None
+        skip("Kubernetes schema: the kubernetes module is missing (Debian package python3-kubernetes)")
+
     objects = []
     for path in sorted(glob.glob(os.path.join(deploy_dir, "k8s", "*.yaml"))):
         for obj in load_all(path):
+            if not isinstance(obj, dict):
+                fail(path, "a document that is not an object")
+                continue
             where = f"{os.path.relpath(path, deploy_dir)}:{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
             for key in ("apiVersion", "kind", "metadata"):
                 if key not in obj:
@@ -57,9 +196,11 @@ def check_k8s(deploy_dir):
                 fail(where, "missing metadata.name")
             if obj.get("kind") != "Namespace" and obj.get("metadata", {}).get("namespace") != "ucudnn":
                 fail(where, "namespace must be ucudnn")
+            if schema:
+                schema.check(where, obj)
             objects.append((where, obj))
 
-    names = {(o["kind"], o["metadata"]["name"]) for _, o in objects if "metadata" in o}
+    names = {(o["kind"], o["metadata"]["name"]) for _, o in objects if "metadata" in o and "kind" in o}
     workloads = []
     for where, obj in objects:
         spec = pod_spec(obj)
@@ -84,6 +225,7 @@ def check_k8s(deploy_dir):
                 ports.add(p.get("containerPort"))
                 if p.get("name"):
                     ports.add(p["name"])
+        for c in containers:
             for ref in c.get("envFrom", []):
                 if "configMapRef" in ref and ("ConfigMap", ref["configMapRef"]["name"]) not in names:
                     fail(where, f"ConfigMap {ref['configMapRef']['name']} is not defined")
@@ -94,9 +236,14 @@ def check_k8s(deploy_dir):
                 if ref and ("Secret", ref["name"]) not in names:
                     fail(where, f"Secret {ref['name']} is not defined")
             for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-                grpc = c.get(probe, {}).get("grpc")
-                if grpc and grpc.get("port") not in ports:
-                    fail(where, f"{probe}.grpc.port {grpc.get('port')} is not a container port")
+                grpc = (c.get(probe) or {}).get("grpc")
+                if not grpc:
+                    continue
+                port = grpc.get("port")
+                if not isinstance(port, int) or isinstance(port, bool):
+                    fail(where, f"{probe}.grpc.port {port!r} must be a number (gRPC probes take no named ports)")
+                elif port not in ports:
+                    fail(where, f"{probe}.grpc.port {port} is not a container port")
         workloads.append((labels, ports))
 
     for where, obj in objects:
@@ -113,13 +260,54 @@ def check_k8s(deploy_dir):
     return objects
 
 
+def check_releases(objects, services):
+    """One image tag everywhere; the migration Job is named per release and cleaned up."""
+    tags = {}
+    for where, obj in objects:
+        for c in (pod_spec(obj) or {}).get("containers", []):
+            image = c.get("image", "")
+            if image.split(":")[0].endswith("ucudnn"):
+                tags.setdefault(image.partition(":")[2] or "latest", where)
+    for name, svc in services.items():
+        image = svc.get("image", "")
+        if image.split(":")[0].endswith("ucudnn"):
+            tags.setdefault(image.partition(":")[2] or "latest", f"compose:{name}")
+    if len(tags) > 1:
+        fail("images", "ucudnn images of different tags: " +
+             ", ".join(f"{t} ({w})" for t, w in sorted(tags.items())))
+    release = next(iter(tags), None)
+    for where, obj in objects:
+        if obj.get("kind") != "Job":
+            continue
+        name = obj["metadata"]["name"]
+        if release and not name.endswith("-" + re.sub(r"[^a-z0-9]", "-", release.lower())):
+            fail(where, f"a Job's pod template is immutable: name it per release "
+                        f"(ending in -{re.sub(r'[^a-z0-9]', '-', release.lower())})")
+        labels = obj["metadata"].get("labels", {})
+        if release and labels.get("app.kubernetes.io/version") != release:
+            fail(where, f"label app.kubernetes.io/version should be {release!r}")
+        if "ttlSecondsAfterFinished" not in obj.get("spec", {}):
+            fail(where, "no spec.ttlSecondsAfterFinished: finished Jobs would pile up")
+
+
+# ---- compose ------------------------------------------------------------------------------------
+def compose_schema_path():
+    spec = importlib.util.find_spec("compose")
+    candidates = []
+    if spec and spec.submodule_search_locations:
+        candidates += [os.path.join(p, "config", "compose_spec.json") for p in spec.submodule_search_locations]
+    candidates.append("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
+    return next((c for c in candidates if os.path.exists(c)), None)
+
+
 def check_compose(deploy_dir):
     path = os.path.join(deploy_dir, "compose", "compose.yaml")
     docs = load_all(path)
-    if len(docs) != 1:
+    if len(docs) != 1 or not isinstance(docs[0], dict):
         fail(path, "expected one document")
         return {}
-    services = docs[0].get("services", {})
+    doc = docs[0]
+    services = doc.get("services", {})
     for name, svc in services.items():
         if not svc.get("image"):
             fail(f"compose:{name}", "no image")
@@ -127,46 +315,322 @@ def check_compose(deploy_dir):
         for dep in deps if isinstance(deps, (list, dict)) else []:
             if dep not in services:
                 fail(f"compose:{name}", f"depends on undefined service {dep}")
+
+    try:
+        import jsonschema
+    except ImportError:
+        skip("compose schema: the jsonschema module is missing (Debian package python3-jsonschema)")
+        return services
+    schema_path = compose_schema_path()
+    if not schema_path:
+        skip("compose schema: compose_spec.json not found (Debian package docker-compose)")
+        return services
+    with open(schema_path) as f:
+        schema = json.load(f)
+    # The project name; part of the Compose Specification since after docker-compose 1.29.
+    schema.setdefault("properties", {}).setdefault(
+        "name", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"})
+    # It names its draft "http://json-schema.org/draft/2019-09/schema#", a spelling jsonschema
+    # does not recognise: take that draft's validator directly.
+    validator_class = getattr(jsonschema, "Draft201909Validator", jsonschema.Draft7Validator)
+    for e in sorted(validator_class(schema).iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        fail(f"compose:{'/'.join(str(p) for p in e.absolute_path) or '/'}", f"schema: {e.message}")
     return services
 
 
-def used_variables(deploy_dir, objects, services):
-    used = {}
-    for where, obj in objects:
-        if obj.get("kind") in ("ConfigMap", "Secret"):
-            for key in list(obj.get("data", {})) + list(obj.get("stringData", {})):
-                used.setdefault(key, where)
-    for name, svc in services.items():
-        for key in svc.get("environment", {}) or {}:
-            used.setdefault(key, f"compose:{name}")
-    for path in glob.glob(os.path.join(deploy_dir, "systemd", "*.env")):
-        for line in open(path):
-            m = re.match(r"\s*([A-Z_][A-Z0-9_]*)=", line)
-            if m:
-                used.setdefault(m.group(1), os.path.relpath(path, deploy_dir))
-    return {k: v for k, v in used.items() if k.startswith("UCUDNN_")}
-
-
-def check_variables(used, bin_dir):
-    documented = set()
-    for binary in ("ucudnn-server", "ucudnn-worker", "ucudnn"):
-        path = os.path.join(bin_dir, binary)
-        if not os.path.exists(path):
-            fail(path, "binary not built")
+# ---- Dockerfile ---------------------------------------------------------------------------------
+def dockerfile_instructions(path):
+    """(instruction, argument text) with continuation lines joined."""
+    out, current = [], ""
+    for line in open(path):
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("#")):
             continue
-        out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
-        documented |= set(re.findall(r"UCUDNN_[A-Z0-9_]+", out.stdout + out.stderr))
-    for var, where in sorted(used.items()):
-        if var not in documented:
-            fail(where, f"{var} is not documented by any binary's --help")
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        word, _, rest = current.partition(" ")
+        out.append((word.upper(), rest.strip()))
+        current = ""
+    return out
 
 
-def check_systemd(deploy_dir, bin_dir):
-    if not shutil.which("systemd-analyze"):
-        fail("systemd", "systemd-analyze not found (Debian package systemd)")
+def dockerfile_entrypoint(deploy_dir):
+    path = os.path.join(deploy_dir, "docker", "Dockerfile")
+    if not os.path.exists(path):
+        return None
+    entry = None
+    for word, rest in dockerfile_instructions(path):
+        if word == "ENTRYPOINT":
+            try:
+                entry = json.loads(rest)
+            except json.JSONDecodeError:
+                entry = shlex.split(rest)
+    return entry
+
+
+def bundle_options(repo):
+    """{option: takes a value} from `scripts/bundle.sh --help`."""
+    r = subprocess.run(["bash", os.path.join(repo, "scripts", "bundle.sh"), "--help"],
+                       capture_output=True, text=True, timeout=30)
+    options = {}
+    for opt, value in re.findall(r"\[(--[a-z][a-z0-9-]*)( [^\]]+)?\]", r.stdout):
+        options[opt] = bool(value)
+    return options
+
+
+def check_docker(deploy_dir):
+    repo = os.path.dirname(os.path.abspath(deploy_dir))
+    path = os.path.join(deploy_dir, "docker", "Dockerfile")
+    where = os.path.relpath(path, deploy_dir)
+    if not os.path.exists(path):
+        fail(where, "missing")
         return
+    options = bundle_options(repo)
+    if not options:
+        fail("scripts/bundle.sh", "--help lists no options")
+        return
+    out_dir = None
+    calls = 0
+    instructions = dockerfile_instructions(path)
+    for word, rest in instructions:
+        if word != "RUN":
+            continue
+        lexer = shlex.shlex(rest, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        commands, current = [], []
+        for token in lexer:  # quoted `bash -c '...'` stays one token
+            if token in ("&&", "||", ";", "|", "&"):
+                commands.append(current)
+                current = []
+            else:
+                current.append(token)
+        commands.append(current)
+        for tokens in commands:
+            script = next((i for i, t in enumerate(tokens) if t.endswith("scripts/bundle.sh")), None)
+            if script is None:
+                continue
+            calls += 1
+            args = tokens[script + 1:]
+            i = 0
+            while i < len(args):
+                opt = args[i]
+                if opt not in options:
+                    fail(where, f"bundle.sh has no option {opt} (bundle.sh --help: {' '.join(sorted(options))})")
+                    i += 1
+                    while i < len(args) and not args[i].startswith("-"):  # its value, likely
+                        i += 1
+                    continue
+                if options[opt]:
+                    if i + 1 >= len(args):
+                        fail(where, f"bundle.sh {opt} needs a value")
+                    elif opt == "--out":
+                        out_dir = args[i + 1]
+                    i += 2
+                else:
+                    i += 1
+    if calls == 0:
+        fail(where, "never runs scripts/bundle.sh")
+    if out_dir:
+        copies = [rest for word, rest in instructions if word == "COPY" and "--from=" in rest]
+        if not any(shlex.split(c)[-2] == out_dir for c in copies):
+            fail(where, f"the runtime stage does not COPY --from the bundle at {out_dir}")
+        entry = dockerfile_entrypoint(deploy_dir) or []
+        if not entry or not entry[0].startswith(out_dir.rstrip("/") + "/bin/"):
+            fail(where, f"ENTRYPOINT {entry} is not a binary of the bundle ({out_dir}/bin)")
+
+    ignore = os.path.join(repo, ".dockerignore")
+    if not os.path.exists(ignore):
+        fail(".dockerignore", "missing: `COPY . /src` would send build trees and .run/ to the daemon")
+        return
+    patterns = {line.strip().strip("/") for line in open(ignore)
+                if line.strip() and not line.startswith("#")}
+    gitignore = os.path.join(repo, ".gitignore")
+    if os.path.exists(gitignore):
+        for line in open(gitignore):
+            entry = line.strip()
+            # Directories .gitignore ignores (build trees, .run/ with its database, bundles).
+            if entry.endswith("/") and not entry.startswith("#"):
+                if entry.strip("/") not in patterns:
+                    fail(".dockerignore", f"does not exclude {entry} (ignored by .gitignore)")
+
+
+# ---- environment variables ------------------------------------------------------------------------
+def binary_of(command):
+    """'ucudnn-server', 'ucudnn-worker', 'ucudnn migrate' or None for a command line."""
+    if not command:
+        return None
+    name = os.path.basename(command[0])
+    if name == "ucudnn":
+        sub = next((a for a in command[1:] if not a.startswith("-")), "")
+        return f"ucudnn {sub}".strip()
+    return name if name.startswith("ucudnn") else None
+
+
+def consumers(deploy_dir, objects, services):
+    """(where, binary, {variable: where it comes from}) for each process deploy/ starts."""
+    entry = dockerfile_entrypoint(deploy_dir)
+    data = {}
+    for _, obj in objects:
+        if obj.get("kind") in ("ConfigMap", "Secret"):
+            keys = list(obj.get("data", {}) or {}) + list(obj.get("stringData", {}) or {})
+            data[(obj["kind"], obj["metadata"]["name"])] = keys
+    out = []
+    for where, obj in objects:
+        for c in (pod_spec(obj) or {}).get("containers", []):
+            if not c.get("image", "").split(":")[0].endswith("ucudnn"):
+                continue
+            command = (c.get("command") or entry or []) + (c.get("args") or [])
+            variables = {}
+            for ref in c.get("envFrom", []):
+                for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+                    if key in ref:
+                        for k in data.get((kind, ref[key]["name"]), []):
+                            variables[k] = f"{kind} {ref[key]['name']}"
+            for env in c.get("env", []):
+                variables[env["name"]] = "env"
+            out.append((f"{where}:{c.get('name')}", binary_of(command), variables))
+    for name, svc in services.items():
+        if not svc.get("image", "").split(":")[0].endswith("ucudnn"):
+            continue
+        command = svc.get("entrypoint") or entry or []
+        if isinstance(command, str):
+            command = shlex.split(command)
+        command = command + (shlex.split(svc["command"]) if isinstance(svc.get("command"), str)
+                             else svc.get("command") or [])
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(e.partition("=")[::2] for e in env)
+        out.append((f"compose:{name}", binary_of(command), {k: "environment" for k in env}))
+    for unit in sorted(glob.glob(os.path.join(deploy_dir, "systemd", "*.service"))):
+        text = open(unit).read()
+        m = re.search(r"^ExecStart=(.+)$", text, re.M)
+        command = shlex.split(m.group(1)) if m else []
+        variables = {}
+        for env_file in re.findall(r"^EnvironmentFile=-?(\S+)", text, re.M):
+            local = os.path.join(deploy_dir, "systemd", os.path.basename(env_file))
+            if not os.path.exists(local):
+                fail(os.path.relpath(unit, deploy_dir), f"no template {os.path.basename(env_file)} beside it")
+                continue
+            for line in open(local):
+                mm = re.match(r"\s*([A-Z_][A-Z0-9_]*)=", line)
+                if mm:
+                    variables[mm.group(1)] = os.path.basename(env_file)
+        out.append((os.path.relpath(unit, deploy_dir), binary_of(command), variables))
+    return out
+
+
+def documented_variables(bin_dir):
+    """{binary: variables its --help names}."""
+    helps = {"ucudnn-server": [["ucudnn-server", "--help"]],
+             "ucudnn-worker": [["ucudnn-worker", "--help"]],
+             "ucudnn migrate": [["ucudnn", "--help"], ["ucudnn", "migrate", "--help"]]}
+    documented = {}
+    for binary, commands in helps.items():
+        names = set()
+        for argv in commands:
+            path = os.path.join(bin_dir, argv[0])
+            if not os.path.exists(path):
+                fail(path, "binary not built")
+                continue
+            r = subprocess.run([path] + argv[1:], capture_output=True, text=True, timeout=30)
+            names |= set(re.findall(r"UCUDNN_[A-Z0-9_]+", r.stdout + r.stderr))
+            if binary == "ucudnn-server":
+                m = re.search(r"--start-timeout.*?\(default: ([^)]+)\)", r.stdout, re.S)
+                documented["start-timeout"] = m.group(1) if m else None
+        documented[binary] = names
+    return documented
+
+
+def check_variables(processes, documented):
+    owners = {}
+    for binary in ("ucudnn-server", "ucudnn-worker", "ucudnn migrate"):
+        for v in documented.get(binary, ()):
+            owners.setdefault(v, []).append(binary)
+    for where, binary, variables in processes:
+        if binary not in documented:
+            fail(where, f"runs {binary or 'no ucudnn binary'}: not one of ucudnn-server, "
+                        "ucudnn-worker, ucudnn migrate")
+            continue
+        for var, source in sorted(variables.items()):
+            if not var.startswith("UCUDNN_") or var in documented[binary]:
+                continue
+            read_by = " and ".join(owners.get(var, [])) or "no binary"
+            fail(where, f"{var} (from {source}) is not read by {binary}; {read_by} reads it")
+        if "UCUDNN_DATABASE_URL" not in variables:
+            fail(where, f"{binary} gets no UCUDNN_DATABASE_URL")
+
+
+def check_startup_probes(objects, processes, documented):
+    """The server waits up to --start-timeout for its database before it listens."""
+    default = parse_duration(documented.get("start-timeout") or "60s")
+    by_where = {where: variables for where, _, variables in processes}
+    values = {}
+    for _, obj in objects:
+        if obj.get("kind") == "ConfigMap":
+            values.update(obj.get("data") or {})
+    for where, obj in objects:
+        for c in (pod_spec(obj) or {}).get("containers", []):
+            name = f"{where}:{c.get('name')}"
+            binary = next((b for w, b, _ in processes if w == name), None)
+            if binary != "ucudnn-server" or "livenessProbe" not in c:
+                continue
+            timeout = default
+            if "UCUDNN_START_TIMEOUT" in by_where.get(name, {}):
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                timeout = parse_duration(env.get("UCUDNN_START_TIMEOUT") or values.get("UCUDNN_START_TIMEOUT", "60s"))
+            if timeout is None:
+                fail(name, "UCUDNN_START_TIMEOUT is not a duration")
+                continue
+            probe = c.get("startupProbe")
+            if not probe:
+                fail(name, f"livenessProbe without startupProbe: the server retries its database "
+                           f"for {timeout:g} s before it listens, and would be killed meanwhile")
+                continue
+            numbers = [probe.get("initialDelaySeconds", 0), probe.get("periodSeconds", 10),
+                       probe.get("failureThreshold", 3)]
+            if not all(isinstance(n, int) for n in numbers):
+                continue  # the schema check reported it
+            allowed = numbers[0] + numbers[1] * numbers[2]
+            if allowed < timeout + 10:
+                fail(name, f"startupProbe allows {allowed} s; the server may wait {timeout:g} s "
+                           f"for its database (--start-timeout) before it listens: allow >= {timeout + 10:g} s")
+
+
+# ---- systemd --------------------------------------------------------------------------------------
+def check_systemd(deploy_dir, bin_dir):
+    units = sorted(glob.glob(os.path.join(deploy_dir, "systemd", "*.service")))
+    sysusers = os.path.join(deploy_dir, "systemd", "ucudnn.sysusers.conf")
+    declared = set()
+    if not os.path.exists(sysusers):
+        fail("systemd/ucudnn.sysusers.conf", "missing: nothing creates the units' User=")
+    else:
+        for line in open(sysusers):
+            fields = shlex.split(line, comments=True)
+            if len(fields) >= 2 and fields[0] in ("u", "g"):
+                declared.add(fields[1])
+    for unit in units:
+        text = open(unit).read()
+        where = os.path.relpath(unit, deploy_dir)
+        for key in ("User", "Group"):
+            for name in re.findall(rf"^{key}=(\S+)", text, re.M):
+                if name not in declared:
+                    fail(where, f"{key}={name} is not created by ucudnn.sysusers.conf")
+        if "sysusers" not in text:
+            fail(where, "its install notes do not mention ucudnn.sysusers.conf")
+
+    if not shutil.which("systemd-analyze"):
+        skip("systemd: systemd-analyze not found (Debian package systemd)")
+        return
+    if os.path.exists(sysusers) and shutil.which("systemd-sysusers"):
+        with tempfile.TemporaryDirectory() as root:
+            r = subprocess.run(["systemd-sysusers", "--dry-run", f"--root={root}", sysusers],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                fail("systemd/ucudnn.sysusers.conf", "systemd-sysusers --dry-run: " + (r.stderr or r.stdout).strip())
     with tempfile.TemporaryDirectory() as tmp:
-        for unit in glob.glob(os.path.join(deploy_dir, "systemd", "*.service")):
+        for unit in units:
             text = open(unit).read()
             binary = re.search(r"^ExecStart=(\S+)", text, re.M).group(1)
             local = os.path.join(bin_dir, os.path.basename(binary)) if bin_dir else ""
@@ -177,26 +641,42 @@ def check_systemd(deploy_dir, bin_dir):
             copy = os.path.join(tmp, os.path.basename(unit))
             open(copy, "w").write(text)
             r = subprocess.run(["systemd-analyze", "verify", copy], capture_output=True, text=True)
-            if r.returncode != 0:
-                fail(unit, "systemd-analyze verify: " + (r.stderr or r.stdout).strip())
+            # It exits 0 on settings it ignores (a bad value, an unknown key) but names them.
+            own = [line for line in (r.stderr + r.stdout).splitlines() if copy in line]
+            if r.returncode != 0 or own:
+                fail(os.path.relpath(unit, deploy_dir), "systemd-analyze verify: " +
+                     "; ".join(own or [(r.stderr or r.stdout).strip()]).replace(copy, os.path.basename(unit)))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deploy-dir", default=os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--bin-dir", help="build/bin, to check variables against --help")
+    ap.add_argument("--bin-dir", help="build/bin: variables are checked against each binary's --help")
     args = ap.parse_args()
+    if args.bin_dir:
+        args.bin_dir = os.path.abspath(args.bin_dir)
     objects = check_k8s(args.deploy_dir)
     services = check_compose(args.deploy_dir)
-    used = used_variables(args.deploy_dir, objects, services)
+    check_releases(objects, services)
+    check_docker(args.deploy_dir)
+    processes = consumers(args.deploy_dir, objects, services)
     if args.bin_dir:
-        check_variables(used, args.bin_dir)
+        documented = documented_variables(args.bin_dir)
+        check_variables(processes, documented)
+        check_startup_probes(objects, processes, documented)
+    else:
+        skip("variables and startup probes: no --bin-dir to read the binaries' --help from")
     check_systemd(args.deploy_dir, args.bin_dir)
     for e in errors:
         print("FAIL", e)
+    for s in skipped:
+        print("SKIP", s)
     print(f"deploy/: {len(objects)} Kubernetes objects, {len(services)} compose services, "
-          f"{len(used)} UCUDNN_* variables checked; {len(errors)} problem(s)")
-    return 1 if errors else 0
+          f"{len(processes)} processes' environments checked; {len(errors)} problem(s), "
+          f"{len(skipped)} check(s) skipped")
+    if errors:
+        return 1
+    return 77 if skipped else 0
 
 
 if __name__ == "__main__":

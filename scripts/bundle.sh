@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
 # Makes a relocatable bundle of the built binaries: copy the directory to any x86-64 Linux with a
-# glibc at least as new as this machine's (Ubuntu 24.04 is) and run bin/* after sourcing
-# bin/env.sh. The GPU suite (scripts/gpu_suite.sh, docs/gpu.md) runs from such a bundle.
+# glibc at least as new as this machine's (Ubuntu 24.04 is) and run bin/* directly, with no
+# environment: under systemd, in a container, from a Kubernetes pod. bin/env.sh puts bin/ on the
+# PATH for a shell. The GPU suite (scripts/gpu_suite.sh, docs/gpu.md) runs from such a bundle.
 #
 #   scripts/bundle.sh [--build-dir build] [--out .bundle] [--with-tests] [--with-postgres]
 #                     [--only "ucudnn_gpu_tests ucudnn-bench-engine"] [--gpu-suite] [--no-cudart]
 #
-#   --gpu-suite   just what scripts/gpu_suite.sh runs (the GPU test binary and the engine
-#                 benchmark): about 42 MB, most of it OpenBLAS. Without it every executable is
-#                 taken, and gRPC, protobuf, libpqxx and CBC come along.
+#   --build-dir DIR   the CMake build directory whose bin/ is bundled (default: build)
+#   --out DIR         where the bundle is made; replaced if it exists (default: .bundle)
+#   --with-tests      test binaries (*_test, *_tests) too
+#   --with-postgres   PostgreSQL 15's server and client programs (see Layout)
+#   --only "A B"      just the named executables of BUILD/bin
+#   --gpu-suite       just what scripts/gpu_suite.sh runs (the GPU test binary and the engine
+#                     benchmark): about 42 MB, most of it OpenBLAS. Without it every executable is
+#                     taken, and gRPC, protobuf, libpqxx and CBC come along.
+#   --no-cudart       leave the CUDA runtime out (the target has CUDA 13's libcudart)
 #
 # Layout:
 #   bin/        every executable of BUILD/bin (test binaries, *_test(s), only with --with-tests;
-#               --only keeps just the named ones), debug info stripped; bin/env.sh sets
-#               LD_LIBRARY_PATH (and PATH, UCUDNN_PG_BINDIR) for them.
-#   lib/        the shared libraries they load (per ldd), except what the target machine has:
-#               glibc and the GCC runtime (libc, libm, libpthread, libdl, librt, ld-linux,
-#               libgcc_s, libstdc++: the target's are newer), the NVIDIA driver (libcuda,
-#               libnvidia-*) and cuDNN (the GPU machine's own, 9.14, in its system path). The
-#               CUDA runtime (libcudart.so.13, 0.7 MB) is included unless --no-cudart.
+#               --only keeps just the named ones), debug info stripped, RUNPATH $ORIGIN/../lib;
+#               bin/env.sh adds bin/ to PATH (and sets UCUDNN_PG_BINDIR with --with-postgres).
+#   lib/        the shared libraries they load, directly or through each other (per ldd), each
+#               with RUNPATH $ORIGIN, except what the target machine has: glibc and the GCC
+#               runtime (libc, libm, libpthread, libdl, librt, ld-linux, libgcc_s, libstdc++: the
+#               target's are newer), the NVIDIA driver (libcuda, libnvidia-*) and cuDNN (the GPU
+#               machine's own, 9.14, in its system path). The CUDA runtime (libcudart.so.13,
+#               0.7 MB) is included unless --no-cudart.
 #   lib/postgresql/15/{bin,lib}, share/postgresql/15   with --with-postgres: PostgreSQL 15 in
-#               Debian's relative layout (it finds its share/ from its bin/), plus its libraries
-#               in lib/. JIT (llvmjit, bitcode) is left out: it would pull in 100+ MB of LLVM.
-# Binaries carry RUNPATH $ORIGIN/../lib when CMake gave it to them; env.sh covers the rest
-# (and the libraries' own dependencies, which a binary's RUNPATH does not reach).
+#               Debian's relative layout (it finds its share/ from its bin/), RUNPATH
+#               $ORIGIN/../../.. (lib/), plus its libraries in lib/. JIT (llvmjit, bitcode) is
+#               left out: it would pull in 100+ MB of LLVM.
+# Every library an executable or library of the bundle needs resolves inside lib/ through these
+# RUNPATHs, or is one of the target's own listed above; the script checks that before it ends
+# (patchelf, from the Debian package of that name, sets the RUNPATHs). No LD_LIBRARY_PATH is
+# needed, and none is set: system programs started beside the bundle keep their own libraries.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +45,7 @@ with_postgres=0
 with_cudart=1
 only=""
 
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; }
 die() { echo "bundle.sh: $*" >&2; exit 1; }
 
 while [ $# -gt 0 ]; do
@@ -54,6 +65,8 @@ done
 [ -d "$build/bin" ] || die "no $build/bin: build first (cmake --preset default && cmake --build build)"
 command -v ldd >/dev/null || die "ldd not found"
 command -v strip >/dev/null || die "strip not found (binutils)"
+command -v readelf >/dev/null || die "readelf not found (binutils)"
+command -v patchelf >/dev/null || die "patchelf not found (Debian package patchelf)"
 
 case "$out" in /*) ;; *) out="$(pwd)/$out" ;; esac
 [ "$out" != "/" ] || die "refusing to use / as the bundle"
@@ -139,13 +152,56 @@ for m in "${missing[@]}"; do
   case "$m" in libcuda.so*|libcudnn*) ;; *) echo "bundle.sh: warning: $m not found here" >&2 ;; esac
 done
 
+# ---- RUNPATHs -------------------------------------------------------------------------------------
+# A binary's RUNPATH covers only its own NEEDED entries, not its libraries' (absl, Clp, Cgl... are
+# loaded by gRPC and CBC): every bundled object gets the RUNPATH that points at lib/ from where it
+# lies, so nothing depends on LD_LIBRARY_PATH.
+set_runpath() {  # runpath, files...
+  local rp="$1" f
+  shift
+  for f in "$@"; do
+    is_elf "$f" || continue
+    # Libraries without a dynamic section (none here so far) have nothing to patch.
+    readelf -d "$f" 2>/dev/null | grep -q '(NEEDED)' || continue
+    patchelf --set-rpath "$rp" "$f" || die "patchelf failed on $f"
+  done
+}
+shopt -s nullglob
+# shellcheck disable=SC2016  # literal $ORIGIN, for the dynamic loader
+set_runpath '$ORIGIN/../lib' "${binaries[@]}"
+# shellcheck disable=SC2016
+set_runpath '$ORIGIN' "$out"/lib/*.so*
+if [ "$with_postgres" = 1 ]; then
+  # shellcheck disable=SC2016
+  set_runpath '$ORIGIN/../../..' "${pg_objects[@]}"
+fi
+shopt -u nullglob
+
+# ---- check: every NEEDED resolves inside the bundle or is the target's own ------------------------
+unresolved=()
+check_needed() {  # object, the directory its RUNPATH points at
+  local obj="$1" dir="$2" needed
+  while read -r needed; do
+    [ -e "$dir/$needed" ] && continue
+    excluded_lib "$needed" && continue
+    unresolved+=("$needed (needed by ${obj#"$out"/})")
+  done < <(readelf -d "$obj" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+}
+for b in "${binaries[@]}"; do check_needed "$b" "$out/lib"; done
+for l in "$out"/lib/*.so*; do is_elf "$l" && check_needed "$l" "$out/lib"; done
+for p in "${pg_objects[@]}"; do check_needed "$p" "$out/lib"; done
+if [ ${#unresolved[@]} -gt 0 ]; then
+  printf 'bundle.sh: not in the bundle: %s\n' "${unresolved[@]}" >&2
+  die "the bundle is incomplete"
+fi
+
 # ---- bin/env.sh -----------------------------------------------------------------------------------
 cat > "$out/bin/env.sh" <<'ENV'
-# Source this before running anything from the bundle: . BUNDLE/bin/env.sh
-# Libraries: the bundle's lib/ first, then the system's (NVIDIA driver, cuDNN, glibc).
+# For a shell: . BUNDLE/bin/env.sh puts the bundle's programs on the PATH. The programs find their
+# libraries by themselves (RUNPATH), so no LD_LIBRARY_PATH is set: the system's own programs keep
+# the system's libraries.
 ucudnn_bundle="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd)"
 export UCUDNN_BUNDLE="$ucudnn_bundle"
-export LD_LIBRARY_PATH="$ucudnn_bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$ucudnn_bundle/bin${PATH:+:$PATH}"
 if [ -x "$ucudnn_bundle/lib/postgresql/15/bin/postgres" ]; then
   export UCUDNN_PG_BINDIR="$ucudnn_bundle/lib/postgresql/15/bin"
@@ -156,24 +212,22 @@ ENV
 # ---- report ---------------------------------------------------------------------------------------
 {
   echo "# ucudnn bundle, made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
-  echo "source: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')"
+  if rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null)"; then
+    git -C "$root" diff --quiet 2>/dev/null || rev="$rev+dirty"
+  else
+    rev="unknown (no git checkout)"
+  fi
+  echo "source: $rev"
   echo "build: $build"
   echo "glibc here: $(ldd --version 2>/dev/null | head -1)"
   echo "binaries:"; for b in "${binaries[@]}"; do echo "  $(basename "$b")"; done
   echo "libraries:"; for l in $(printf '%s\n' "${!copied[@]}" | sort); do echo "  $l"; done
 } > "$out/MANIFEST.txt"
 
-runpath_ok=0
-for b in "${binaries[@]}"; do
-  # shellcheck disable=SC2016  # a literal $ORIGIN
-  if readelf -d "$b" 2>/dev/null | grep -qE 'R(UN)?PATH.*\$ORIGIN/\.\./lib'; then
-    runpath_ok=$((runpath_ok + 1))
-  fi
-done
 size="$(du -sh "$out" | cut -f1)"
 size_kb="$(du -sk "$out" | cut -f1)"
-echo "bundle: $out ($size; ${#binaries[@]} executables, ${#copied[@]} libraries;" \
-  "$runpath_ok with RUNPATH \$ORIGIN/../lib, the rest rely on bin/env.sh)" >&2
+echo "bundle: $out ($size; ${#binaries[@]} executables, ${#copied[@]} libraries; every one" \
+  "finds its libraries through RUNPATH, no environment needed)" >&2
 if [ "$size_kb" -gt $((56 * 1024)) ]; then
   echo "bundle.sh: warning: the bundle is over 56 MiB; with the source tree it may not fit a" \
     "64 MiB transfer: use --only to keep just what you will run" >&2

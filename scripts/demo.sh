@@ -9,10 +9,16 @@
 #   scripts/demo.sh          # everything above
 #   scripts/demo.sh stop     # stops the server, the worker and the demo's PostgreSQL
 #   scripts/demo.sh status   # what is running
+#   scripts/demo.sh clean    # stops everything and removes .run/ and the demo's database
 #
 # Environment: UCUDNN_DEMO_PG_PORT (55432), UCUDNN_DEMO_PORT (50051), UCUDNN_DEMO_METRICS_PORT
 # (9464), UCUDNN_DEMO_NETWORK / UCUDNN_DEMO_BATCH (default resnet50/256 on a GPU, alexnet/8 on
 # the CPU backend, whose convolutions are ~1000x slower), UCUDNN_DEMO_WORKSPACE (64MiB).
+#
+# As root, PostgreSQL (which refuses to run as root) runs as the system user ucudnn-demo. When
+# that user cannot reach .run/ (a clone under /root, which is 0700), the database lives in
+# /var/lib/ucudnn-demo/<hash of the repository's path>/ instead, and .run/pgdata is a symbolic
+# link to it, so stop, status and the next run find it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/lib.sh"
@@ -35,6 +41,28 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 as_pg() { if [ -n "$pg_user" ]; then runuser -u "$pg_user" -- "$@"; else "$@"; fi; }
 
+# Where the cluster (pgdata/) and its socket directory (pgsock/) live: .run/, or the directory
+# .run/pgdata links to (see the header). Sets pg_home and pgdata.
+external_home="/var/lib/ucudnn-demo/$(printf '%s' "$root" | sha256sum | cut -c1-16)"
+locate_pgdata() {  # $1 = create: choose and prepare a place when there is none yet
+  if [ -L "$run_dir/pgdata" ]; then
+    pgdata="$(readlink "$run_dir/pgdata")"
+    pg_home="$(dirname "$pgdata")"
+  elif [ -e "$run_dir/pgdata" ] || [ "${1:-}" != create ]; then
+    pg_home="$run_dir"
+    pgdata="$run_dir/pgdata"
+  elif [ -n "$pg_user" ] && ! runuser -u "$pg_user" -- test -x "$run_dir"; then
+    ucudnn_log "$pg_user cannot reach $run_dir: the database goes to $external_home"
+    mkdir -p "$external_home"
+    chmod 755 "$(dirname "$external_home")" "$external_home"
+    ln -sfn "$external_home/pgdata" "$run_dir/pgdata"
+    pg_home="$external_home"
+    pgdata="$external_home/pgdata"
+  else
+    pg_home="$run_dir"
+    pgdata="$run_dir/pgdata"
+  fi
+}
 stop_pidfile() {  # stops the process in $1 if it is running
   local f="$1"
   [ -f "$f" ] || return 0
@@ -43,19 +71,30 @@ stop_pidfile() {  # stops the process in $1 if it is running
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid"
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" || true
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
   fi
   rm -f "$f"
 }
 
-pg_running() { [ -d "$run_dir/pgdata" ] && as_pg "$pg_bin/pg_ctl" -D "$run_dir/pgdata" status >/dev/null 2>&1; }
+pg_running() { [ -d "$pgdata" ] && as_pg "$pg_bin/pg_ctl" -D "$pgdata" status >/dev/null 2>&1; }
+stop_all() {
+  stop_pidfile "$run_dir/worker.pid"
+  stop_pidfile "$run_dir/server.pid"
+  if pg_running; then as_pg "$pg_bin/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null; fi
+}
 
+locate_pgdata
 case "${1:-start}" in
   stop)
-    stop_pidfile "$run_dir/worker.pid"
-    stop_pidfile "$run_dir/server.pid"
-    if pg_running; then as_pg "$pg_bin/pg_ctl" -D "$run_dir/pgdata" -m fast -w stop >/dev/null; fi
-    ucudnn_log "stopped (data kept in $run_dir; remove it for a clean start)"
+    stop_all
+    ucudnn_log "stopped (data kept in $pgdata; '$0 clean' removes it)"
+    exit 0 ;;
+  clean)
+    stop_all
+    removed="$run_dir"
+    if [ "$pg_home" != "$run_dir" ]; then rm -rf "$pg_home"; removed="$removed and $pg_home"; fi
+    rm -rf "$run_dir"
+    ucudnn_log "stopped; removed $removed"
     exit 0 ;;
   status)
     for s in server worker; do
@@ -63,10 +102,10 @@ case "${1:-start}" in
         echo "$s: running (pid $(cat "$run_dir/$s.pid"), log $run_dir/$s.log)"
       else echo "$s: stopped"; fi
     done
-    if pg_running; then echo "postgres: running on 127.0.0.1:$pg_port"; else echo "postgres: stopped"; fi
+    if pg_running; then echo "postgres: running on 127.0.0.1:$pg_port (data $pgdata)"; else echo "postgres: stopped"; fi
     exit 0 ;;
   start) ;;
-  *) echo "usage: $0 [start|stop|status]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|stop|status|clean]" >&2; exit 2 ;;
 esac
 
 ucudnn_install_packages
@@ -75,18 +114,20 @@ mkdir -p "$run_dir"
 ucudnn_build "$root" >"$run_dir/build.log" 2>&1 || { tail -40 "$run_dir/build.log"; exit 1; }
 ucudnn_install_buf "$root"
 
-# ---- PostgreSQL in .run/pgdata ---------------------------------------------------------------
-if [ ! -f "$run_dir/pgdata/PG_VERSION" ]; then
-  ucudnn_log "initialising PostgreSQL in $run_dir/pgdata"
-  mkdir -p "$run_dir/pgdata" "$run_dir/pgsock"
-  [ -z "$pg_user" ] || chown "$pg_user" "$run_dir/pgdata" "$run_dir/pgsock"
-  as_pg "$pg_bin/initdb" -D "$run_dir/pgdata" -U ucudnn --auth=trust --no-sync >/dev/null
+# ---- PostgreSQL in .run/pgdata (or where it links to) -----------------------------------------
+locate_pgdata create
+if [ ! -f "$pgdata/PG_VERSION" ]; then
+  ucudnn_log "initialising PostgreSQL in $pgdata"
+  mkdir -p "$pgdata" "$pg_home/pgsock"
+  [ -z "$pg_user" ] || chown "$pg_user" "$pgdata" "$pg_home/pgsock"
+  as_pg "$pg_bin/initdb" -D "$pgdata" -U ucudnn --auth=trust --no-sync >/dev/null
 fi
 if ! pg_running; then
   ucudnn_log "starting PostgreSQL on 127.0.0.1:$pg_port"
-  [ -z "$pg_user" ] || chown "$pg_user" "$run_dir/pgsock"
-  as_pg "$pg_bin/pg_ctl" -D "$run_dir/pgdata" -l "$run_dir/pgdata/postgres.log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $run_dir/pgsock" start >/dev/null
+  mkdir -p "$pg_home/pgsock"
+  [ -z "$pg_user" ] || chown "$pg_user" "$pg_home/pgsock"
+  as_pg "$pg_bin/pg_ctl" -D "$pgdata" -l "$pgdata/postgres.log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_home/pgsock" start >/dev/null
 fi
 as_pg "$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -U ucudnn -d postgres -tAc \
   "SELECT 1 FROM pg_database WHERE datname = 'ucudnn'" | grep -q 1 ||
@@ -133,21 +174,30 @@ ucudnn_log "the worker benchmarks what is missing first (progress below)"
 "$bin/ucudnn" plan --server "127.0.0.1:$grpc_port" --backend "$backend" --network "$network" \
   --batch "$batch" --workspace "$workspace" --wait 1800
 
-buf="$root/build/tools/node_modules/.bin/buf"
 cat <<EOF
 
 The services keep running:
   server    127.0.0.1:$grpc_port   log $run_dir/server.log   metrics http://127.0.0.1:$metrics_port/metrics
   worker    ($backend)           log $run_dir/worker.log
-  postgres  127.0.0.1:$pg_port   data $run_dir/pgdata      url $db_url
+  postgres  127.0.0.1:$pg_port   data $pgdata   url $db_url
+  token     $run_dir/token   (bearer token for TimingService.SubmitTimings)
 
 Query them:
   $bin/ucudnn devices --server 127.0.0.1:$grpc_port
   $bin/ucudnn jobs --server 127.0.0.1:$grpc_port
   $bin/ucudnn plan --server 127.0.0.1:$grpc_port --backend $backend --network $network --batch $batch --workspace 256MiB --total
+EOF
+# buf curl calls the server through reflection, as grpcurl would (Debian 12 has no grpcurl).
+if buf="$(ucudnn_buf "$root")"; then
+  cat <<EOF
   $buf curl --protocol grpc --http2-prior-knowledge --list-services http://127.0.0.1:$grpc_port
   $buf curl --protocol grpc --http2-prior-knowledge http://127.0.0.1:$grpc_port/ucudnn.v1.CatalogService/ListDevices
-  grpcurl -plaintext 127.0.0.1:$grpc_port list      # where grpcurl is installed
+EOF
+fi
+if command -v grpcurl >/dev/null 2>&1; then
+  echo "  grpcurl -plaintext 127.0.0.1:$grpc_port list"
+fi
+cat <<EOF
 Stop them:
   $root/scripts/demo.sh stop
 EOF

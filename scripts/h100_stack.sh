@@ -56,12 +56,12 @@ as_pg_user=""
 if [ "$(id -u)" -eq 0 ]; then
   as_pg_user=ucudnn-stack
   id "$as_pg_user" >/dev/null 2>&1 || useradd --system --no-create-home "$as_pg_user"
-  # The bundle's libraries must be readable by that user, and found without LD_LIBRARY_PATH
-  # surviving runuser.
+  # The bundle must be readable by that user; its programs find their libraries through their
+  # RUNPATHs (scripts/bundle.sh), whatever environment runuser leaves them.
   chmod -R a+rX "$bundle"
 fi
 as_pg() {
-  if [ -n "$as_pg_user" ]; then runuser -u "$as_pg_user" -- env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" "$@"; else "$@"; fi
+  if [ -n "$as_pg_user" ]; then runuser -u "$as_pg_user" -- "$@"; else "$@"; fi
 }
 
 log "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"

@@ -11,16 +11,33 @@ UCUDNN_DEBIAN_PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
   postgresql postgresql-contrib
   clang libclang-rt-14-dev
-  python3 python3-yaml systemd
+  # deploy/validate.py (YAML, the Compose schema of docker-compose 1.29, the Kubernetes object
+  # models of python3-kubernetes, systemd-analyze and systemd-sysusers); scripts/bundle.sh
+  # (patchelf: RUNPATH $ORIGIN on every bundled library); the scripts' shellcheck test.
+  python3 python3-yaml python3-jsonschema python3-kubernetes docker-compose systemd
+  patchelf shellcheck
+)
+
+# Tools installed from Debian only when their command is missing: a machine may have them from
+# elsewhere (Node.js from NodeSource ships its own npm and conflicts with Debian's npm package).
+# "command:package package...". npm fetches buf (see ucudnn_install_buf); Debian 12's nodejs and
+# npm come to about 360 packages, ~140 MiB installed, on a fresh machine.
+UCUDNN_DEBIAN_TOOLS=(
+  "npm:nodejs npm"
 )
 
 ucudnn_log() { printf '\033[1m[ucudnn]\033[0m %s\n' "$*" >&2; }
 
 # Installs whatever of UCUDNN_DEBIAN_PACKAGES is missing; does nothing when all are present.
 ucudnn_install_packages() {
-  local missing=()
+  local missing=() p tool
   for p in "${UCUDNN_DEBIAN_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  for tool in "${UCUDNN_DEBIAN_TOOLS[@]}"; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 && continue
+    # shellcheck disable=SC2206  # the package list is meant to split on spaces
+    missing+=(${tool#*:})
   done
   if [ ${#missing[@]} -eq 0 ]; then
     ucudnn_log "all Debian packages present"
@@ -37,7 +54,7 @@ ucudnn_install_packages() {
 
 # buf (npm @bufbuild/buf) into build/tools: `buf lint` for the proto in the test suite, and
 # `buf curl` to call the server through reflection as an operator would (Debian 12 has no
-# grpcurl). Without npm it is left out, and says so.
+# grpcurl). Without npm (ucudnn_install_packages installs it) it is left out, and says so.
 ucudnn_install_buf() {
   local root="$1"
   [ -x "$root/build/tools/node_modules/.bin/buf" ] && return 0
@@ -50,10 +67,20 @@ ucudnn_install_buf() {
     ucudnn_log "could not install buf from npm; the proto lint test will be skipped"
 }
 
+# Prints the buf to use (build/tools' or one on the PATH); fails when there is none.
+ucudnn_buf() {
+  local root="$1"
+  if [ -x "$root/build/tools/node_modules/.bin/buf" ]; then
+    echo "$root/build/tools/node_modules/.bin/buf"
+  else
+    command -v buf
+  fi
+}
+
 # Configures (preset "default": Ninja, build/) and builds everything.
 ucudnn_build() {
   local root="$1"
-  cd "$root"
+  cd "$root" || return 1
   if [ ! -f build/CMakeCache.txt ]; then
     cmake --preset default
   fi

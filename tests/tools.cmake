@@ -19,15 +19,40 @@ ucudnn_add_test(NAME ucudnn_cli_tests
   SOURCES tools/bench_table_test.cc
   LIBS ucudnn_cli_table)
 
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_FOUND)
-  add_test(NAME deploy_validate
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/deploy/validate.py
-                   --bin-dir ${PROJECT_BINARY_DIR}/bin)
-  set_tests_properties(deploy_validate PROPERTIES LABELS unit)
+# deploy/validate.py runs under Debian's /usr/bin/python3, where scripts/lib.sh installs PyYAML,
+# jsonschema, the Kubernetes models and docker-compose's schema (a python3 earlier on the PATH,
+# pyenv's say, lacks them). It exits 77 (skipped, visibly) when a module it needs is missing.
+find_program(UCUDNN_SYSTEM_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(NOT UCUDNN_SYSTEM_PYTHON3)
+  set(UCUDNN_SYSTEM_PYTHON3 python3)
 endif()
+add_test(NAME deploy_validate
+         COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${PROJECT_SOURCE_DIR}/deploy/validate.py
+                 --bin-dir ${PROJECT_BINARY_DIR}/bin)
+set_tests_properties(deploy_validate PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 120)
+# ... and it is not vacuous: each mistake it is meant to catch, made in a copy, makes it fail.
+add_test(NAME deploy_validate_catches_mistakes
+         COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/validate_mutations.py
+                 ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/bin)
+set_tests_properties(deploy_validate_catches_mistakes PROPERTIES
+  LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)
 
-find_program(BUF_PROGRAM buf HINTS ${PROJECT_BINARY_DIR}/tools/node_modules/.bin)
+# The relocatable bundle runs with an empty environment (systemd, Docker, Kubernetes start it so):
+# every library is found through RUNPATHs, and nothing resolves outside the bundle but glibc, the
+# GCC runtime, the NVIDIA driver and cuDNN.
+add_test(NAME bundle_runs_without_environment
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/bundle_test.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR})
+set_tests_properties(bundle_runs_without_environment PROPERTIES
+  LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# The scripts an operator or CI runs are shellcheck-clean.
+add_test(NAME deploy_scripts_shellcheck
+         COMMAND bash -c "command -v shellcheck >/dev/null || { echo 'SKIP: shellcheck not installed (Debian package shellcheck)'; exit 77; }; cd ${PROJECT_SOURCE_DIR} && shellcheck -x scripts/*.sh tests/tools/*.sh && echo 'shellcheck: clean'")
+set_tests_properties(deploy_scripts_shellcheck PROPERTIES LABELS unit SKIP_RETURN_CODE 77)
+
+# buf is looked up when the test runs, not when CMake configures: scripts/test.sh and demo.sh
+# install it (npm) into build/tools after the build tree may already be configured.
 add_test(NAME proto_lint
-         COMMAND bash -c "if [ -z '${BUF_PROGRAM}' ] || [ ! -x '${BUF_PROGRAM}' ]; then echo 'buf not installed'; exit 77; fi; cd ${PROJECT_SOURCE_DIR} && '${BUF_PROGRAM}' lint")
+         COMMAND bash -c "buf='${PROJECT_BINARY_DIR}/tools/node_modules/.bin/buf'; [ -x \"$buf\" ] || buf=\"$(command -v buf || true)\"; if [ -z \"$buf\" ]; then echo 'SKIP: buf not installed (scripts/test.sh installs it with npm)'; exit 77; fi; cd ${PROJECT_SOURCE_DIR} && \"$buf\" lint && echo \"buf lint: clean ($buf)\"")
 set_tests_properties(proto_lint PROPERTIES SKIP_RETURN_CODE 77 LABELS unit)
