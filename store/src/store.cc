@@ -438,6 +438,26 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
   return written.affected_rows();
 }
 
+// The micro-batch sizes of (device, problem) with at least one timing, ascending.
+std::vector<int64_t> MeasuredMicroBatchesTx(pqxx::transaction_base& tx, uint64_t device_hash,
+                                            uint64_t problem_hash) {
+  std::vector<int64_t> measured;
+  for (const pqxx::row& row :
+       tx.exec_prepared("measured_micro_batches", ToDb(device_hash), ToDb(problem_hash))) {
+    measured.push_back(row[0].as<int64_t>());
+  }
+  return measured;
+}
+
+// Whether `measured` (ascending) has every size a job of (max_micro_batch, policy) measures.
+bool CoversJob(const std::vector<int64_t>& measured, BatchPolicy policy, int64_t max_micro_batch) {
+  if (measured.empty()) return false;
+  for (int64_t size : MicroBatchSizes(policy, max_micro_batch)) {
+    if (!std::binary_search(measured.begin(), measured.end(), size)) return false;
+  }
+  return true;
+}
+
 // Marks done the queued jobs of (device, problem) whose every micro-batch size has a timing now;
 // returns how many. Running jobs are left to their workers.
 Result<int> CompleteCoveredJobsTx(pqxx::transaction_base& tx, uint64_t device_hash,
@@ -445,20 +465,12 @@ Result<int> CompleteCoveredJobsTx(pqxx::transaction_base& tx, uint64_t device_ha
   pqxx::result jobs =
       tx.exec_prepared("queued_jobs_of_problem", ToDb(device_hash), ToDb(problem_hash));
   if (jobs.empty()) return 0;
-  std::vector<int64_t> measured;
-  for (const pqxx::row& row :
-       tx.exec_prepared("measured_micro_batches", ToDb(device_hash), ToDb(problem_hash))) {
-    measured.push_back(row[0].as<int64_t>());
-  }
+  const std::vector<int64_t> measured = MeasuredMicroBatchesTx(tx, device_hash, problem_hash);
   int completed = 0;
   for (const pqxx::row& job : jobs) {
     UCUDNN_ASSIGN_OR_RETURN(const BatchPolicy policy,
                             ParseBatchPolicy(job["policy"].as<std::string>()));
-    bool covered = true;
-    for (int64_t size : MicroBatchSizes(policy, job["max_micro_batch"].as<int64_t>())) {
-      covered = covered && std::binary_search(measured.begin(), measured.end(), size);
-    }
-    if (!covered) continue;
+    if (!CoversJob(measured, policy, job["max_micro_batch"].as<int64_t>())) continue;
     tx.exec_prepared("complete_queued_job", job["id"].as<int64_t>());
     ++completed;
   }
@@ -738,6 +750,16 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
               m.result = EnqueueResult{newest[0]["id"].as<int64_t>(), state, false, false, {}};
               continue;
             }
+          }
+          // No live job that covers it. If the timings are all there already, the caller's view
+          // was stale (a job finished since it read them, or they were imported): nothing to
+          // measure. Checked against the timings, not against finished jobs, so timings an
+          // operator deleted to have them measured again are measured again.
+          if (CoversJob(MeasuredMicroBatchesTx(tx, device_hash, problem_hash),
+                        static_cast<BatchPolicy>(m.policy_rank - 1), m.max_micro_batch)) {
+            const int64_t newest_id = newest.empty() ? 0 : newest[0]["id"].as<int64_t>();
+            m.result = EnqueueResult{newest_id, JobState::kDone, false, false, {}};
+            continue;
           }
           bool answered = false;
           // A job that finishes between the insert and the look-up leaves no live job; again.

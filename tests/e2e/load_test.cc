@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "e2e/e2e_fixture.h"
 
@@ -251,6 +253,42 @@ TEST_F(LoadTest, AThousandConcurrentWaitingPlanRequestsShareOneJobPerProblem) {
   ASSERT_TRUE(status.ok()) << Describe(status);
   EXPECT_EQ(complete.plan().status(), v1::PLAN_STATUS_COMPLETE);
   ExpectOneJobPerProblem(result);
+  EXPECT_TRUE(a->process().Running());
+  EXPECT_TRUE(b->process().Running());
+}
+
+// The same 1,000 waiting calls with a worker that joins a second in: its jobs finish while calls
+// are still arriving and waiting, and callers whose view of the timings went stale between
+// reading and enqueueing must not queue the problem again. Exactly one job per problem, and the
+// calls end with complete plans.
+TEST_F(LoadTest, AThousandWaitingPlanRequestsWhileAWorkerFinishesMakeOneJobPerProblem) {
+  const std::vector<std::string> flags = {"--recheck-interval", "1s"};
+  ServerProcess* a = StartServer("a", flags);
+  ServerProcess* b = StartServer("b", flags);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+
+  const auto network = TinyNetwork(5);
+  std::unique_ptr<v1::PlannerService::Stub> stubs[2] = {a->Planner(), b->Planner()};
+  // Started here but held stopped until the calls are in flight. (Not started from another
+  // thread: a child's parent-death signal follows the thread that forked it, which would kill
+  // the worker when that thread ends.)
+  WorkerProcess* worker = StartWorker("w1");
+  ASSERT_NE(worker, nullptr);
+  worker->process().Signal(SIGSTOP);
+  std::thread resume([&] {
+    std::this_thread::sleep_for(seconds(1));
+    worker->process().Signal(SIGCONT);
+  });
+  const LoadResult result = RunLoad(stubs, PlanRequestFor(network, 45000), seconds(60));
+  resume.join();
+
+  EXPECT_GE(result.first_wave_ok, static_cast<int>(kMinFirstWaveOk * kCalls));
+  EXPECT_EQ(result.answered, kCalls);
+  EXPECT_EQ(result.complete, result.answered);
+  ExpectOneJobPerProblem(result);
+  auto done = Query("SELECT count(*) FROM jobs WHERE state = 'done'");
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(static_cast<size_t>(*done), kTinyNetworkProblems);
   EXPECT_TRUE(a->process().Running());
   EXPECT_TRUE(b->process().Running());
 }

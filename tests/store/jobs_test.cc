@@ -50,6 +50,54 @@ class JobsTest : public StoreTest {
   }
 };
 
+// A caller whose view of the timings is stale (a job finished since it read them; a server's
+// timings cache) asks again: the timings are there, so nothing is enqueued and the answer is the
+// finished job. Timings deleted to be measured again make a new job.
+TEST_F(JobsTest, EnqueueOfMeasuredProblemMakesNoJobUntilTheTimingsAreGone) {
+  const int64_t first = Enqueue(Conv3x3(64), H100(), 64);
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_TRUE(store_->CompleteJob(first, "worker-a", SampleTimings(64, 2)).ok());
+
+  for (const auto& [max, policy] :
+       std::vector<std::pair<int64_t, BatchPolicy>>{{64, BatchPolicy::kPowerOfTwo},
+                                                    {32, BatchPolicy::kPowerOfTwo},
+                                                    {64, BatchPolicy::kUndivided}}) {
+    auto again = store_->EnqueueJob(H100(), Conv3x3(64), max, policy);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->state, JobState::kDone);
+    EXPECT_EQ(again->job_id, first);
+    EXPECT_FALSE(again->created);
+  }
+  EXPECT_EQ(LiveJobs(), 0);
+
+  // Timings deleted (to be measured again): a new job.
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec("DELETE FROM timings");
+    tx.commit();
+  }
+  auto remeasure = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(remeasure.ok()) << remeasure.status().ToString();
+  EXPECT_TRUE(remeasure->created);
+  EXPECT_NE(remeasure->job_id, first);
+  EXPECT_EQ(remeasure->state, JobState::kQueued);
+}
+
+// Sizes not measured yet (policy all measures 3, 5, ...) make a new job after a finished one.
+TEST_F(JobsTest, EnqueueOfSizesNotMeasuredAfterAFinishedJobMakesANewJob) {
+  const int64_t first = Enqueue(Conv3x3(64), H100(), 64);
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_TRUE(store_->CompleteJob(first, "worker-a", SampleTimings(64, 2)).ok());
+  auto wider = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kAll);
+  ASSERT_TRUE(wider.ok()) << wider.status().ToString();
+  EXPECT_TRUE(wider->created);
+  EXPECT_NE(wider->job_id, first);
+  EXPECT_EQ(wider->state, JobState::kQueued);
+}
+
 TEST_F(JobsTest, EnqueueIsIdempotentAndWidens) {
   auto first = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
   ASSERT_TRUE(first.ok()) << first.status().ToString();

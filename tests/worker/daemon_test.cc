@@ -354,9 +354,10 @@ TEST_F(WorkerDaemonTest, WorkerLimitsNeverReplaceMeasurements) {
   auto measured =
       BenchmarkProblem(backend, problem, 4, BatchPolicy::kPowerOfTwo, FastBenchmarkOptions());
   ASSERT_TRUE(measured.ok()) << measured.status().ToString();
-  ASSERT_TRUE(store_->PutTimings(device, problem, measured->entries, "big-cap:cpu").ok());
-
+  // Queued first (a problem whose timings are all stored gets no job), then measured by the
+  // big-cap worker before this one runs the job.
   const EnqueuedJob job = Enqueue(device, problem, 4, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(store_->PutTimings(device, problem, measured->entries, "big-cap:cpu").ok());
   DaemonConfig config = FastConfig("small-cap");
   config.once = true;
   config.benchmark.workspace_cap_bytes = 1;  // only the direct algorithm (no workspace) runs
