@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "ucudnn/core/cudnn_backend.h"
+
 namespace ucudnn::client {
 namespace {
 
@@ -179,86 +181,15 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
 
 // ---- Bound plans ------------------------------------------------------------------------------
 
-Status CudnnError(cudnnStatus_t status, const char* call) {
-  const std::string message = std::string(call) + ": " + cudnnGetErrorString(status);
-  switch (status) {
-    case CUDNN_STATUS_NOT_SUPPORTED:
-      return Unsupported(message);
-    case CUDNN_STATUS_ALLOC_FAILED:
-      return ResourceExhausted(message);
-    default:
-      return Internal(message);
-  }
-}
-
 namespace {
 
-#define UCUDNN_CLIENT_CUDNN(call)                       \
-  do {                                                  \
-    const cudnnStatus_t ucudnn_client_status = (call);  \
-    if (ucudnn_client_status != CUDNN_STATUS_SUCCESS) { \
-      return CudnnError(ucudnn_client_status, #call);   \
-    }                                                   \
-  } while (false)
-
-Result<cudnnDataType_t> ToCudnn(DataType type, bool compute) {
-  switch (type) {
-    case DataType::kFloat32:
-      return CUDNN_DATA_FLOAT;
-    case DataType::kFloat16:
-      return CUDNN_DATA_HALF;
-    case DataType::kBFloat16:
-      // The legacy API has no bf16 compute type (the cuDNN backend declines it the same way).
-      if (compute) return Unsupported("bf16 compute is not available in cuDNN's legacy API");
-      return CUDNN_DATA_BFLOAT16;
-  }
-  return InvalidArgument("unknown data type");
-}
-
-cudnnMathType_t ToCudnn(MathMode math) {
-  switch (math) {
-    case MathMode::kDefault:
-      return CUDNN_DEFAULT_MATH;
-    case MathMode::kTensorOp:
-      return CUDNN_TENSOR_OP_MATH;
-    case MathMode::kTensorOpAllowConversion:
-      return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    case MathMode::kFma:
-      return CUDNN_FMA_MATH;
-  }
-  return CUDNN_DEFAULT_MATH;
-}
-
+// A plan's segments over descriptor sets built once (one per distinct micro-batch size), so the
+// hot path issues the cuDNN call with no lookup.
 class BoundCudnnPlan final : public MicroBatchRunner {
  public:
   BoundCudnnPlan(cudnnHandle_t handle, ConvOp op) : handle_(handle), op_(op) {}
-  ~BoundCudnnPlan() override {
-    // Destroying a descriptor frees host memory only; there is nothing to do about a failure.
-    for (const SizeSet& set : sets_) {
-      if (set.x != nullptr) (void)cudnnDestroyTensorDescriptor(set.x);
-      if (set.y != nullptr) (void)cudnnDestroyTensorDescriptor(set.y);
-    }
-    if (w_ != nullptr) (void)cudnnDestroyFilterDescriptor(w_);
-    if (conv_ != nullptr) (void)cudnnDestroyConvolutionDescriptor(conv_);
-  }
-  BoundCudnnPlan(const BoundCudnnPlan&) = delete;
-  BoundCudnnPlan& operator=(const BoundCudnnPlan&) = delete;
 
   Status Build(const ConvProblem& p, std::span<const Segment> segments) {
-    UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data, ToCudnn(p.data_type, false));
-    UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute, ToCudnn(p.compute_type, true));
-    const cudnnTensorFormat_t format =
-        p.layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-    const auto i = [](int64_t v) { return static_cast<int>(v); };
-    UCUDNN_CLIENT_CUDNN(cudnnCreateFilterDescriptor(&w_));
-    UCUDNN_CLIENT_CUDNN(
-        cudnnSetFilter4dDescriptor(w_, data, format, i(p.k), i(p.c / p.groups), i(p.r), i(p.s)));
-    UCUDNN_CLIENT_CUDNN(cudnnCreateConvolutionDescriptor(&conv_));
-    UCUDNN_CLIENT_CUDNN(cudnnSetConvolution2dDescriptor(
-        conv_, i(p.pad_h), i(p.pad_w), i(p.stride_h), i(p.stride_w), i(p.dilation_h),
-        i(p.dilation_w), CUDNN_CROSS_CORRELATION, compute));
-    UCUDNN_CLIENT_CUDNN(cudnnSetConvolutionGroupCount(conv_, i(p.groups)));
-    UCUDNN_CLIENT_CUDNN(cudnnSetConvolutionMathType(conv_, ToCudnn(p.math)));
     set_of_segment_.reserve(segments.size());
     for (const Segment& segment : segments) {
       size_t found = sets_.size();
@@ -266,22 +197,9 @@ class BoundCudnnPlan final : public MicroBatchRunner {
         if (sets_[j].batch == segment.micro_batch) found = j;
       }
       if (found == sets_.size()) {
-        const int n = i(segment.micro_batch);
-        sets_.push_back(SizeSet{segment.micro_batch, nullptr, nullptr});
-        SizeSet& set = sets_.back();
-        UCUDNN_CLIENT_CUDNN(cudnnCreateTensorDescriptor(&set.x));
-        UCUDNN_CLIENT_CUDNN(
-            cudnnSetTensor4dDescriptor(set.x, format, data, n, i(p.c), i(p.h), i(p.w)));
-        UCUDNN_CLIENT_CUDNN(cudnnCreateTensorDescriptor(&set.y));
-        UCUDNN_CLIENT_CUDNN(
-            cudnnSetTensor4dDescriptor(set.y, format, data, n, i(p.k), i(p.out_h()), i(p.out_w())));
-        // The model's output size and cuDNN's must agree, or the operands' offsets would be wrong.
-        int on = 0, ok = 0, oh = 0, ow = 0;
-        UCUDNN_CLIENT_CUDNN(
-            cudnnGetConvolution2dForwardOutputDim(conv_, set.x, w_, &on, &ok, &oh, &ow));
-        if (on != n || ok != p.k || oh != p.out_h() || ow != p.out_w()) {
-          return Internal("cuDNN's output shape differs from the problem's for " + CanonicalKey(p));
-        }
+        UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<CudnnDescriptors> built,
+                                CudnnDescriptors::Build(p, segment.micro_batch));
+        sets_.push_back({segment.micro_batch, std::move(built)});
       }
       set_of_segment_.push_back(found);
     }
@@ -291,46 +209,20 @@ class BoundCudnnPlan final : public MicroBatchRunner {
   Status RunMicroBatch(size_t index, const Segment& segment, const ConvOperands& o, void* workspace,
                        size_t workspace_bytes, float alpha, float beta) override {
     if (index >= set_of_segment_.size()) return Internal("segment index past the bound plan");
-    const SizeSet& set = sets_[set_of_segment_[index]];
-    cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
-    switch (op_) {
-      case ConvOp::kForward:
-        status = cudnnConvolutionForward(handle_, &alpha, set.x, o.x, w_, o.w, conv_,
-                                         static_cast<cudnnConvolutionFwdAlgo_t>(segment.algo),
-                                         workspace, workspace_bytes, &beta, set.y, o.y);
-        break;
-      case ConvOp::kBackwardData:
-        status =
-            cudnnConvolutionBackwardData(handle_, &alpha, w_, o.w, set.y, o.dy, conv_,
-                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(segment.algo),
-                                         workspace, workspace_bytes, &beta, set.x, o.dx);
-        break;
-      case ConvOp::kBackwardFilter:
-        status = cudnnConvolutionBackwardFilter(
-            handle_, &alpha, set.x, o.x, set.y, o.dy, conv_,
-            static_cast<cudnnConvolutionBwdFilterAlgo_t>(segment.algo), workspace, workspace_bytes,
-            &beta, w_, o.dw);
-        break;
-    }
-    if (status == CUDNN_STATUS_SUCCESS) return Status::Ok();
-    return CudnnError(status, "planned micro-batch");
+    return RunCudnnConvolution(handle_, op_, *sets_[set_of_segment_[index]].descriptors,
+                               segment.algo, o, workspace, workspace_bytes, alpha, beta);
   }
 
  private:
   struct SizeSet {
     int64_t batch = 0;
-    cudnnTensorDescriptor_t x = nullptr;  // input-shaped: x or dx
-    cudnnTensorDescriptor_t y = nullptr;  // output-shaped: y or dy
+    std::unique_ptr<CudnnDescriptors> descriptors;
   };
   cudnnHandle_t handle_;
   ConvOp op_;
-  cudnnFilterDescriptor_t w_ = nullptr;
-  cudnnConvolutionDescriptor_t conv_ = nullptr;
   std::vector<SizeSet> sets_;
   std::vector<size_t> set_of_segment_;
 };
-
-#undef UCUDNN_CLIENT_CUDNN
 
 }  // namespace
 

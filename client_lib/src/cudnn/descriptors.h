@@ -38,9 +38,9 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
                       cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output,
                       ParsedConvolution* parsed, const char** why);
 
-// Binds plans on a cuDNN handle: for every distinct micro-batch size of the plan, tensor
-// descriptors of that size, with one filter and one convolution descriptor shared by all; a
-// micro-batch then is one cuDNN call on them, with no lookup. Work goes to `handle`'s stream at
+// Binds plans on a cuDNN handle: for every distinct micro-batch size of the plan, the problem's
+// descriptor set at that size (CudnnDescriptors, the cuDNN backend's own); a micro-batch then is
+// one cuDNN call on them (RunCudnnConvolution), with no lookup. Work goes to `handle`'s stream at
 // each call, as the framework's own calls do.
 class CudnnPlanBinder final : public PlanBinder {
  public:
@@ -51,10 +51,5 @@ class CudnnPlanBinder final : public PlanBinder {
  private:
   cudnnHandle_t handle_;
 };
-
-// A failed cuDNN call as a Status: kUnsupported for CUDNN_STATUS_NOT_SUPPORTED (the algorithm
-// declines the shape), kResourceExhausted for an allocation failure, kInternal otherwise; the
-// message carries cuDNN's name of the status.
-Status CudnnError(cudnnStatus_t status, const char* call);
 
 }  // namespace ucudnn::client

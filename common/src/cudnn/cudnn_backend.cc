@@ -155,88 +155,104 @@ class DeviceBuffer final : public BackendBuffer {
 
 }  // namespace
 
-struct CudnnBackend::Descriptors {
-  cudnnTensorDescriptor_t x = nullptr;  // input-shaped: x or dx
-  cudnnTensorDescriptor_t y = nullptr;  // output-shaped: y or dy
-  cudnnFilterDescriptor_t w = nullptr;  // w or dw
-  cudnnConvolutionDescriptor_t conv = nullptr;
-
-  Descriptors() = default;
-  Descriptors(const Descriptors&) = delete;
-  Descriptors& operator=(const Descriptors&) = delete;
-  ~Descriptors() {
-    // Destroying a descriptor only frees host memory; failures are logged, not fatal.
-    Status statuses[] = {
-        x != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyTensorDescriptor(x)) : Status::Ok(),
-        y != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyTensorDescriptor(y)) : Status::Ok(),
-        w != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyFilterDescriptor(w)) : Status::Ok(),
-        conv != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyConvolutionDescriptor(conv))
-                        : Status::Ok()};
-    for (const Status& s : statuses) {
-      if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
-    }
+CudnnDescriptors::~CudnnDescriptors() {
+  // Destroying a descriptor only frees host memory; failures are logged, not fatal.
+  Status statuses[] = {
+      x != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyTensorDescriptor(x)) : Status::Ok(),
+      y != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyTensorDescriptor(y)) : Status::Ok(),
+      w != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyFilterDescriptor(w)) : Status::Ok(),
+      conv != nullptr ? UCUDNN_GPU_STATUS(cudnnDestroyConvolutionDescriptor(conv)) : Status::Ok()};
+  for (const Status& s : statuses) {
+    if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
   }
+}
 
-  static Result<std::unique_ptr<Descriptors>> Build(const ConvProblem& p, int64_t batch) {
-    UCUDNN_RETURN_IF_ERROR(Validate(p));
-    UCUDNN_RETURN_IF_ERROR(ValidateBatch(batch));
-    UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type,
-                            CudnnDataType(p.data_type, "data_type"));
-    UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnComputeType(p.compute_type));
-    const int64_t out_h = p.out_h();
-    const int64_t out_w = p.out_w();
-    UCUDNN_RETURN_IF_ERROR(CheckFitsInt("input tensor", batch * p.input_elements_per_sample()));
-    UCUDNN_RETURN_IF_ERROR(CheckFitsInt("output tensor", batch * p.output_elements_per_sample()));
-    UCUDNN_RETURN_IF_ERROR(CheckFitsInt("filter", p.filter_elements()));
-    const cudnnTensorFormat_t format = CudnnFormat(p.layout);
-    const auto i = [](int64_t v) { return static_cast<int>(v); };
+Result<std::unique_ptr<CudnnDescriptors>> CudnnDescriptors::Build(const ConvProblem& p,
+                                                                  int64_t batch) {
+  UCUDNN_RETURN_IF_ERROR(Validate(p));
+  UCUDNN_RETURN_IF_ERROR(ValidateBatch(batch));
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, CudnnDataType(p.data_type, "data_type"));
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnComputeType(p.compute_type));
+  const int64_t out_h = p.out_h();
+  const int64_t out_w = p.out_w();
+  UCUDNN_RETURN_IF_ERROR(CheckFitsInt("input tensor", batch * p.input_elements_per_sample()));
+  UCUDNN_RETURN_IF_ERROR(CheckFitsInt("output tensor", batch * p.output_elements_per_sample()));
+  UCUDNN_RETURN_IF_ERROR(CheckFitsInt("filter", p.filter_elements()));
+  const cudnnTensorFormat_t format = CudnnFormat(p.layout);
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
 
-    auto d = std::make_unique<Descriptors>();
-    UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->x));
-    UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->y));
-    UCUDNN_GPU_CHECK(cudnnCreateFilterDescriptor(&d->w));
-    UCUDNN_GPU_CHECK(cudnnCreateConvolutionDescriptor(&d->conv));
-    UCUDNN_GPU_CHECK(
-        cudnnSetTensor4dDescriptor(d->x, format, data_type, i(batch), i(p.c), i(p.h), i(p.w)));
-    UCUDNN_GPU_CHECK(
-        cudnnSetTensor4dDescriptor(d->y, format, data_type, i(batch), i(p.k), i(out_h), i(out_w)));
-    UCUDNN_GPU_CHECK(cudnnSetFilter4dDescriptor(d->w, data_type, format, i(p.k), i(p.c / p.groups),
-                                                i(p.r), i(p.s)));
-    UCUDNN_GPU_CHECK(cudnnSetConvolution2dDescriptor(
-        d->conv, i(p.pad_h), i(p.pad_w), i(p.stride_h), i(p.stride_w), i(p.dilation_h),
-        i(p.dilation_w), CUDNN_CROSS_CORRELATION, compute_type));
-    UCUDNN_GPU_CHECK(cudnnSetConvolutionGroupCount(d->conv, i(p.groups)));
-    UCUDNN_GPU_CHECK(cudnnSetConvolutionMathType(d->conv, CudnnMath(p.math)));
+  auto d = std::make_unique<CudnnDescriptors>();
+  UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->x));
+  UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->y));
+  UCUDNN_GPU_CHECK(cudnnCreateFilterDescriptor(&d->w));
+  UCUDNN_GPU_CHECK(cudnnCreateConvolutionDescriptor(&d->conv));
+  UCUDNN_GPU_CHECK(
+      cudnnSetTensor4dDescriptor(d->x, format, data_type, i(batch), i(p.c), i(p.h), i(p.w)));
+  UCUDNN_GPU_CHECK(
+      cudnnSetTensor4dDescriptor(d->y, format, data_type, i(batch), i(p.k), i(out_h), i(out_w)));
+  UCUDNN_GPU_CHECK(cudnnSetFilter4dDescriptor(d->w, data_type, format, i(p.k), i(p.c / p.groups),
+                                              i(p.r), i(p.s)));
+  UCUDNN_GPU_CHECK(cudnnSetConvolution2dDescriptor(d->conv, i(p.pad_h), i(p.pad_w), i(p.stride_h),
+                                                   i(p.stride_w), i(p.dilation_h), i(p.dilation_w),
+                                                   CUDNN_CROSS_CORRELATION, compute_type));
+  UCUDNN_GPU_CHECK(cudnnSetConvolutionGroupCount(d->conv, i(p.groups)));
+  UCUDNN_GPU_CHECK(cudnnSetConvolutionMathType(d->conv, CudnnMath(p.math)));
 
-    // Our output-size arithmetic and cuDNN's must agree, or every operand size would be wrong.
-    int n = 0, k = 0, oh = 0, ow = 0;
-    UCUDNN_GPU_CHECK(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &k, &oh, &ow));
-    if (n != batch || k != p.k || oh != out_h || ow != out_w) {
-      return Internal("cuDNN computes output " + std::to_string(n) + "x" + std::to_string(k) + "x" +
-                      std::to_string(oh) + "x" + std::to_string(ow) + ", problem says " +
-                      std::to_string(batch) + "x" + std::to_string(p.k) + "x" +
-                      std::to_string(out_h) + "x" + std::to_string(out_w));
-    }
-    return d;
+  // Our output-size arithmetic and cuDNN's must agree, or every operand size would be wrong.
+  int n = 0, k = 0, oh = 0, ow = 0;
+  UCUDNN_GPU_CHECK(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &k, &oh, &ow));
+  if (n != batch || k != p.k || oh != out_h || ow != out_w) {
+    return Internal("cuDNN computes output " + std::to_string(n) + "x" + std::to_string(k) + "x" +
+                    std::to_string(oh) + "x" + std::to_string(ow) + ", problem says " +
+                    std::to_string(batch) + "x" + std::to_string(p.k) + "x" +
+                    std::to_string(out_h) + "x" + std::to_string(out_w));
   }
-};
+  return d;
+}
+
+Status RunCudnnConvolution(cudnnHandle_t handle, ConvOp op, const CudnnDescriptors& d, int algo,
+                           const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                           float alpha, float beta) {
+  // alpha and beta are float for every data type except double, which the model does not have.
+  switch (op) {
+    case ConvOp::kForward:
+      UCUDNN_GPU_CHECK(cudnnConvolutionForward(handle, &alpha, d.x, operands.x, d.w, operands.w,
+                                               d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                               workspace, workspace_bytes, &beta, d.y, operands.y));
+      break;
+    case ConvOp::kBackwardData:
+      UCUDNN_GPU_CHECK(
+          cudnnConvolutionBackwardData(handle, &alpha, d.w, operands.w, d.y, operands.dy, d.conv,
+                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), workspace,
+                                       workspace_bytes, &beta, d.x, operands.dx));
+      break;
+    case ConvOp::kBackwardFilter:
+      UCUDNN_GPU_CHECK(
+          cudnnConvolutionBackwardFilter(handle, &alpha, d.x, operands.x, d.y, operands.dy, d.conv,
+                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+                                         workspace, workspace_bytes, &beta, d.w, operands.dw));
+      break;
+  }
+  return Status::Ok();
+}
 
 class CudnnBackend::DescriptorCache {
  public:
-  Result<const Descriptors*> Get(const ConvProblem& p, int64_t batch) {
+  Result<const CudnnDescriptors*> Get(const ConvProblem& p, int64_t batch) {
     const DescriptorKey key = KeyOf(p, batch);
     auto it = sets_.find(key);
-    if (it != sets_.end()) return static_cast<const Descriptors*>(it->second.get());
-    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<Descriptors> built, Descriptors::Build(p, batch));
+    if (it != sets_.end()) return static_cast<const CudnnDescriptors*>(it->second.get());
+    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<CudnnDescriptors> built,
+                            CudnnDescriptors::Build(p, batch));
     if (sets_.size() >= kMaxCachedDescriptorSets) sets_.clear();
-    const Descriptors* raw = built.get();
+    const CudnnDescriptors* raw = built.get();
     sets_.emplace(key, std::move(built));
     return raw;
   }
   size_t size() const { return sets_.size(); }
 
  private:
-  std::map<DescriptorKey, std::unique_ptr<Descriptors>> sets_;
+  std::map<DescriptorKey, std::unique_ptr<CudnnDescriptors>> sets_;
 };
 
 CudnnBackend::CudnnBackend() : descriptors_(std::make_unique<DescriptorCache>()) {}
@@ -309,8 +325,8 @@ Status CudnnBackend::MakeDeviceCurrent() const {
   return Status::Ok();
 }
 
-Result<const CudnnBackend::Descriptors*> CudnnBackend::GetDescriptors(const ConvProblem& problem,
-                                                                      int64_t batch) {
+Result<const CudnnDescriptors*> CudnnBackend::GetDescriptors(const ConvProblem& problem,
+                                                             int64_t batch) {
   return descriptors_->Get(problem, batch);
 }
 
@@ -338,7 +354,7 @@ std::vector<AlgorithmInfo> CudnnBackend::Algorithms(ConvOp op) const { return Cu
 Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) {
   UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const Descriptors* d, GetDescriptors(problem, batch));
+  UCUDNN_ASSIGN_OR_RETURN(const CudnnDescriptors* d, GetDescriptors(problem, batch));
   size_t bytes = 0;
   Status status;
   switch (problem.op) {
@@ -367,7 +383,7 @@ Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
                          float alpha, float beta) {
   UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const Descriptors* d, GetDescriptors(problem, batch));
+  UCUDNN_ASSIGN_OR_RETURN(const CudnnDescriptors* d, GetDescriptors(problem, batch));
   if (workspace == nullptr && workspace_bytes > 0) {
     return InvalidArgument("workspace: null with workspace_bytes " +
                            std::to_string(workspace_bytes));
@@ -376,37 +392,25 @@ Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
     return p != nullptr ? Status::Ok()
                         : InvalidArgument(std::string("operands.") + name + ": must not be null");
   };
-  // alpha and beta are float for every data type except double, which the model does not have.
   switch (problem.op) {
     case ConvOp::kForward:
       UCUDNN_RETURN_IF_ERROR(require(operands.x, "x"));
       UCUDNN_RETURN_IF_ERROR(require(operands.w, "w"));
       UCUDNN_RETURN_IF_ERROR(require(operands.y, "y"));
-      UCUDNN_GPU_CHECK(
-          cudnnConvolutionForward(handle_, &alpha, d->x, operands.x, d->w, operands.w, d->conv,
-                                  static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace,
-                                  workspace_bytes, &beta, d->y, operands.y));
       break;
     case ConvOp::kBackwardData:
       UCUDNN_RETURN_IF_ERROR(require(operands.dy, "dy"));
       UCUDNN_RETURN_IF_ERROR(require(operands.w, "w"));
       UCUDNN_RETURN_IF_ERROR(require(operands.dx, "dx"));
-      UCUDNN_GPU_CHECK(
-          cudnnConvolutionBackwardData(handle_, &alpha, d->w, operands.w, d->y, operands.dy,
-                                       d->conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
-                                       workspace, workspace_bytes, &beta, d->x, operands.dx));
       break;
     case ConvOp::kBackwardFilter:
       UCUDNN_RETURN_IF_ERROR(require(operands.x, "x"));
       UCUDNN_RETURN_IF_ERROR(require(operands.dy, "dy"));
       UCUDNN_RETURN_IF_ERROR(require(operands.dw, "dw"));
-      UCUDNN_GPU_CHECK(cudnnConvolutionBackwardFilter(
-          handle_, &alpha, d->x, operands.x, d->y, operands.dy, d->conv,
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace, workspace_bytes, &beta,
-          d->w, operands.dw));
       break;
   }
-  return Status::Ok();
+  return RunCudnnConvolution(handle_, problem.op, *d, algo, operands, workspace, workspace_bytes,
+                             alpha, beta);
 }
 
 Status CudnnBackend::Healthy() {

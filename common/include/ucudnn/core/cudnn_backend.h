@@ -18,6 +18,32 @@
 
 namespace ucudnn {
 
+// The cuDNN descriptors of one problem at one batch size: input-shaped (x or dx), output-shaped
+// (y or dy), filter (w or dw) and convolution. Built and checked once (the output shape cuDNN
+// computes must equal the model's), destroyed with the object. Shared by CudnnBackend's cache
+// and the client library's bound plans.
+struct CudnnDescriptors {
+  // kUnsupported when the legacy API cannot describe the problem (bf16 compute, more than 2^31
+  // elements per tensor); kInvalidArgument for an invalid problem or batch.
+  static Result<std::unique_ptr<CudnnDescriptors>> Build(const ConvProblem& problem, int64_t batch);
+  CudnnDescriptors() = default;
+  CudnnDescriptors(const CudnnDescriptors&) = delete;
+  CudnnDescriptors& operator=(const CudnnDescriptors&) = delete;
+  ~CudnnDescriptors();
+
+  cudnnTensorDescriptor_t x = nullptr;
+  cudnnTensorDescriptor_t y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+// One convolution of `op` with algorithm `algo` (cuDNN's enum value for that op) over `d` on
+// `handle`'s stream: alpha and beta as cuDNN takes them. The operands are not checked (the
+// caller's job, once); a failure names the cuDNN call and status (gpu::CodeFor's code).
+Status RunCudnnConvolution(cudnnHandle_t handle, ConvOp op, const CudnnDescriptors& d, int algo,
+                           const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                           float alpha, float beta);
+
 // Not thread-safe: use one CudnnBackend per thread (the worker runs one thread per GPU). All
 // work is issued on stream(); Synchronize() and the copies wait for that stream only.
 class CudnnBackend final : public ConvBackend {
@@ -76,12 +102,11 @@ class CudnnBackend final : public ConvBackend {
   size_t cached_descriptor_sets() const;
 
  private:
-  struct Descriptors;
   class DescriptorCache;
 
   CudnnBackend();
   Status MakeDeviceCurrent() const;
-  Result<const Descriptors*> GetDescriptors(const ConvProblem& problem, int64_t batch);
+  Result<const CudnnDescriptors*> GetDescriptors(const ConvProblem& problem, int64_t batch);
   Status EnsureEvents(size_t count);
 
   cudnnHandle_t handle_ = nullptr;
