@@ -17,6 +17,7 @@
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/core/units.h"
+#include "ucudnn/planner/planner.h"
 #include "ucudnn/worker/benchmark.h"
 #include "ucudnn/worker/offline.h"
 
@@ -131,31 +132,24 @@ int RunCpuBench(const CpuBenchOptions& options) {
                 options.output_csv.c_str());
   }
 
-  std::vector<KernelPlan> plans;
-  plans.reserve(kernels->size());
-  for (const Kernel& k : *kernels) {
-    const TimingTable& table = tables[CanonicalKey(k.problem)];
-    KernelPlan kp;
-    kp.kernel = k;
-    Result<KernelConfig> planned = SolveKernelDp(table, options.net.batch, *policy, *limit);
-    if (planned.ok()) {
-      kp.status = KernelPlanStatus::kPlanned;
-      kp.config = std::move(*planned);
-    } else {
-      kp.status = KernelPlanStatus::kInfeasible;
-      kp.reason = planned.status().message();
-    }
-    Result<Segment> undivided = FastestUndivided(table, options.net.batch, *limit);
-    if (undivided.ok()) kp.undivided = *undivided;
-    plans.push_back(std::move(kp));
-  }
+  // The planner's per-kernel DP and undivided baselines, as the server would plan it.
+  PlanRequest request;
+  request.device = backend.fingerprint();
+  request.kernels = *kernels;
+  request.policy = *policy;
+  request.workspace_mode = WorkspaceMode::kPerKernel;
+  request.workspace_bytes = *limit;
+  std::vector<const TimingTable*> table_of_kernel;
+  table_of_kernel.reserve(kernels->size());
+  for (const Kernel& k : *kernels) table_of_kernel.push_back(&tables[CanonicalKey(k.problem)]);
+  auto plan = PlanNetwork(request, table_of_kernel);
+  if (!plan.ok()) return Fail(plan.status());
   std::map<int, std::string> algorithm_names;
   for (const AlgorithmInfo& a : backend.Algorithms(ConvOp::kForward)) {
     algorithm_names[a.id] = a.name;
   }
-  const BenchTableHeader header{options.net.network, backend.fingerprint(), *limit, *policy,
-                                options.threads};
-  std::printf("\n%s", FormatBenchTable(header, plans, algorithm_names).c_str());
+  const BenchTableHeader header{options.net.network, backend.fingerprint(), options.threads};
+  std::printf("\n%s", FormatBenchTable(header, *plan, algorithm_names).c_str());
   return 0;
 }
 

@@ -57,7 +57,8 @@ std::string FormatRows(const std::vector<Row>& rows, const std::vector<bool>& le
 
 }  // namespace
 
-std::string FormatSegments(const std::vector<Segment>& segments) {
+std::string FormatSegments(const std::vector<Segment>& segments, ConvOp op,
+                           const AlgorithmNamer& names) {
   std::string out;
   for (size_t i = 0; i < segments.size();) {
     size_t j = i;
@@ -66,8 +67,9 @@ std::string FormatSegments(const std::vector<Segment>& segments) {
       ++j;
     }
     if (!out.empty()) out += " + ";
-    out += std::to_string(j - i) + "x" + std::to_string(segments[i].micro_batch) + "@algo" +
-           std::to_string(segments[i].algo);
+    std::string name = names ? names(op, segments[i].algo) : std::string();
+    if (name.empty()) name = "algo" + std::to_string(segments[i].algo);
+    out += std::to_string(j - i) + "x" + std::to_string(segments[i].micro_batch) + "@" + name;
     i = j;
   }
   return out;
@@ -84,7 +86,7 @@ std::string FormatShape(const Kernel& kernel) {
   return out;
 }
 
-std::string FormatPlanTable(const NetworkPlan& plan) {
+std::string FormatPlanTable(const NetworkPlan& plan, const AlgorithmNamer& names) {
   std::string out;
   int planned = 0, missing = 0, infeasible = 0, without_baseline = 0;
   for (const KernelPlan& kp : plan.kernels) {
@@ -136,7 +138,7 @@ std::string FormatPlanTable(const NetworkPlan& plan) {
       rows.push_back(std::move(row));
       continue;
     }
-    row.cells.push_back(FormatSegments(kp.config.segments));
+    row.cells.push_back(FormatSegments(kp.config.segments, kp.kernel.problem.op, names));
     row.cells.push_back(Mib(kp.config.workspace_bytes));
     row.cells.push_back(Printf("%.3f", kp.config.time_ms));
     if (kp.undivided) {
