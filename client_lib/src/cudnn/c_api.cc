@@ -1,11 +1,13 @@
 // The C API: thin over ucudnn::Handle. Nothing may unwind through a C caller: every entry point
-// runs its body inside Guard(), which turns whatever escapes into a cuDNN status.
+// runs its body inside GuardStatus() (cudnn/guard.h), which turns whatever escapes into a cuDNN
+// status.
 #include <spdlog/spdlog.h>
 
 #include <exception>
 #include <new>
 #include <vector>
 
+#include "cudnn/guard.h"
 #include "ucudnn/client/handle.h"
 #include "ucudnn/client/ucudnn_c.h"
 
@@ -17,29 +19,13 @@ struct ucudnnContext {
 
 namespace {
 
-// The one exception boundary: std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED, anything else
-// CUDNN_STATUS_INTERNAL_ERROR with an error in the log naming the entry point.
-template <typename Body>
-cudnnStatus_t Guard(const char* function, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    spdlog::error("ucudnn: {}: out of host memory", function);
-    return CUDNN_STATUS_ALLOC_FAILED;
-  } catch (const std::exception& e) {
-    spdlog::error("ucudnn: {}: {}", function, e.what());
-    return CUDNN_STATUS_INTERNAL_ERROR;
-  } catch (...) {
-    spdlog::error("ucudnn: {}: unknown exception", function);
-    return CUDNN_STATUS_INTERNAL_ERROR;
-  }
-}
+using ucudnn::client::GuardStatus;
 
-// Guard() for the functions of an existing handle: a null handle is CUDNN_STATUS_BAD_PARAM.
+// GuardStatus() for the functions of an existing handle: a null handle is CUDNN_STATUS_BAD_PARAM.
 template <typename Body>
 cudnnStatus_t WithHandle(const char* function, ucudnnHandle_t handle, Body&& body) noexcept {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  return Guard(function, [&] { return body(handle->handle); });
+  return GuardStatus(function, [&] { return body(handle->handle); });
 }
 
 cudnnStatus_t Create(const char* function, ucudnnHandle_t* handle, cudnnHandle_t cudnn,
@@ -47,7 +33,7 @@ cudnnStatus_t Create(const char* function, ucudnnHandle_t* handle, cudnnHandle_t
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
   *handle = nullptr;
   if (cudnn == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  return Guard(function, [&] {
+  return GuardStatus(function, [&] {
     ucudnn::ClientConfig config = ucudnn::ClientConfig::FromEnvironment();
     if (options != nullptr && options[0] != '\0') config = config.WithOptions(options);
     *handle = new ucudnnContext(cudnn, config);
@@ -84,7 +70,7 @@ cudnnStatus_t ucudnnCreateWithOptions(ucudnnHandle_t* handle, cudnnHandle_t cudn
 
 cudnnStatus_t ucudnnDestroy(ucudnnHandle_t handle) {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  return Guard("ucudnnDestroy", [&] {
+  return GuardStatus("ucudnnDestroy", [&] {
     delete handle;
     return CUDNN_STATUS_SUCCESS;
   });

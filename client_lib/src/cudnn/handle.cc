@@ -13,11 +13,15 @@
 #include <vector>
 
 #include "cudnn/descriptors.h"
+#include "cudnn/guard.h"
 #include "session.h"
 #include "ucudnn/core/cudnn_backend.h"
 
 namespace ucudnn {
 namespace {
+
+using client::Guard;
+using client::GuardStatus;
 
 using client::ParsedConvolution;
 
@@ -193,37 +197,6 @@ Result<std::unique_ptr<ConvBackend>> MakeContributionBackend(int device) {
   }
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<CudnnBackend> backend, CudnnBackend::Create(device));
   return std::unique_ptr<ConvBackend>(std::move(backend));
-}
-
-// The C++ API's exception boundary: nothing the library throws (std::bad_alloc when registering a
-// kernel, say) reaches the framework. Statuses: std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED,
-// anything else CUDNN_STATUS_INTERNAL_ERROR, logged with the function's name.
-template <typename Body>
-cudnnStatus_t GuardStatus(const char* function, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    spdlog::error("ucudnn: {}: out of host memory", function);
-    return CUDNN_STATUS_ALLOC_FAILED;
-  } catch (const std::exception& e) {
-    spdlog::error("ucudnn: {}: {}", function, e.what());
-  } catch (...) {
-    spdlog::error("ucudnn: {}: unknown exception", function);
-  }
-  return CUDNN_STATUS_INTERNAL_ERROR;
-}
-
-// The same for functions without a status: `on_error` is the answer.
-template <typename T, typename Body>
-T Guard(const char* function, T on_error, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    spdlog::error("ucudnn: {}: {}", function, e.what());
-  } catch (...) {
-    spdlog::error("ucudnn: {}: unknown exception", function);
-  }
-  return on_error;
 }
 
 ConvOp ToConvOp(Handle::ConvolutionKernel::Op op) {

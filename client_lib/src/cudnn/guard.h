@@ -1,0 +1,44 @@
+// The client library's exception boundary: nothing it throws (std::bad_alloc when registering a
+// kernel, say) may unwind into the framework or through a C caller. Used by every entry point of
+// the C++ handle and the C API.
+#pragma once
+
+#include <cudnn.h>
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <new>
+
+namespace ucudnn::client {
+
+// `body`'s status; std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED, anything else
+// CUDNN_STATUS_INTERNAL_ERROR, logged with the function's name.
+template <typename Body>
+cudnnStatus_t GuardStatus(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    spdlog::error("ucudnn: {}: out of host memory", function);
+    return CUDNN_STATUS_ALLOC_FAILED;
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+  }
+  return CUDNN_STATUS_INTERNAL_ERROR;
+}
+
+// The same for functions without a status: `on_error` is the answer.
+template <typename T, typename Body>
+T Guard(const char* function, T on_error, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    spdlog::error("ucudnn: {}: {}", function, e.what());
+  } catch (...) {
+    spdlog::error("ucudnn: {}: unknown exception", function);
+  }
+  return on_error;
+}
+
+}  // namespace ucudnn::client
