@@ -2,52 +2,35 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cctype>
-#include <charconv>
 #include <cstdlib>
 #include <functional>
 #include <string>
 
 #include "config_internal.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn {
 namespace {
 
-std::string Trim(std::string_view s) {
-  size_t begin = 0;
-  size_t end = s.size();
-  while (begin < end && std::isspace(static_cast<unsigned char>(s[begin]))) ++begin;
-  while (end > begin && std::isspace(static_cast<unsigned char>(s[end - 1]))) --end;
-  return std::string(s.substr(begin, end - begin));
-}
+// The core's text helpers, as environment variables want them: trimmed, an empty yes/no setting
+// is "no".
+std::string Trimmed(std::string_view s) { return std::string(Trim(s)); }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-bool ParseBool(std::string_view text, bool* value) {
-  const std::string s = Lower(Trim(text));
-  if (s == "1" || s == "true" || s == "yes" || s == "on") {
-    *value = true;
-    return true;
-  }
-  if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) {
+bool ReadBool(std::string_view text, bool* value) {
+  if (Trim(text).empty()) {
     *value = false;
     return true;
   }
-  return false;
+  Result<bool> parsed = ParseBool("", text);
+  if (parsed.ok()) *value = *parsed;
+  return parsed.ok();
 }
 
-bool ParseInt(std::string_view text, int64_t lo, int64_t hi, int64_t* value) {
-  const std::string s = Trim(text);
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return false;
-  *value = v;
-  return true;
+bool ReadInt(std::string_view text, int64_t lo, int64_t hi, int64_t* value) {
+  Result<int64_t> parsed = ParseInteger<int64_t>("", Trim(text), lo, hi);
+  if (parsed.ok()) *value = *parsed;
+  return parsed.ok();
 }
 
 std::string DefaultCachePath() {
@@ -100,28 +83,28 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
 
   if (auto v = get("UCUDNN_DISABLE")) {
     bool disabled = false;
-    if (ParseBool(*v, &disabled)) {
+    if (ReadBool(*v, &disabled)) {
       config->enabled = !disabled;
     } else {
       Warn(warnings, "UCUDNN_DISABLE: expected 1 or 0, got '" + *v + "'; ignored");
     }
   }
-  if (auto v = get("UCUDNN_SERVER")) config->server = Trim(*v);
-  if (auto v = get("UCUDNN_TOKEN")) config->token = Trim(*v);
+  if (auto v = get("UCUDNN_SERVER")) config->server = Trimmed(*v);
+  if (auto v = get("UCUDNN_TOKEN")) config->token = Trimmed(*v);
   if (auto v = get("UCUDNN_TLS")) {
     bool tls = false;
-    if (ParseBool(*v, &tls)) {
+    if (ReadBool(*v, &tls)) {
       config->tls = tls;
     } else {
       Warn(warnings, "UCUDNN_TLS: expected 1 or 0, got '" + *v + "'; ignored");
     }
   }
   if (auto v = get("UCUDNN_CA_FILE")) {
-    config->ca_file = Trim(*v);
+    config->ca_file = Trimmed(*v);
     if (!config->ca_file.empty()) config->tls = true;
   }
   if (auto v = get("UCUDNN_POLICY")) {
-    const std::string s = Lower(Trim(*v));
+    const std::string s = Lowercase(Trim(*v));
     if (s == "undivided") {
       config->policy = ClientConfig::BatchPolicy::kUndivided;
     } else if (s == "power_of_two" || s == "power-of-two" || s == "pow2") {
@@ -134,7 +117,7 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
     }
   }
   if (auto v = get("UCUDNN_WORKSPACE_MODE")) {
-    const std::string s = Lower(Trim(*v));
+    const std::string s = Lowercase(Trim(*v));
     if (s == "per_kernel" || s == "per-kernel") {
       config->workspace_mode = ClientConfig::WorkspaceMode::kPerKernel;
     } else if (s == "total" || s == "total_sum" || s == "total-sum") {
@@ -156,13 +139,13 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
     }
   }
   if (auto v = get("UCUDNN_CACHE_PATH")) {
-    const std::string s = Trim(*v);
-    const std::string lower = Lower(s);
+    const std::string s = Trimmed(*v);
+    const std::string lower = Lowercase(s);
     config->cache_path = (lower == "off" || lower == "none" || lower == "0") ? "" : s;
   }
   if (auto v = get("UCUDNN_DEADLINE_MS")) {
     int64_t ms = 0;
-    if (ParseInt(*v, 1, 3600000, &ms)) {
+    if (ReadInt(*v, 1, 3600000, &ms)) {
       config->deadline_ms = ms;
     } else {
       Warn(warnings,
@@ -171,7 +154,7 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
   }
   if (auto v = get("UCUDNN_CONTRIBUTE")) {
     bool contribute = false;
-    if (ParseBool(*v, &contribute)) {
+    if (ReadBool(*v, &contribute)) {
       config->contribute = contribute;
     } else {
       Warn(warnings, "UCUDNN_CONTRIBUTE: expected 1 or 0, got '" + *v + "'; ignored");
@@ -179,7 +162,7 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
   }
   if (auto v = get("UCUDNN_SERVER_WAIT_MS")) {
     int64_t ms = 0;
-    if (ParseInt(*v, 0, 600000, &ms)) {
+    if (ReadInt(*v, 0, 600000, &ms)) {
       config->server_wait_ms = static_cast<uint32_t>(ms);
     } else {
       Warn(warnings, "UCUDNN_SERVER_WAIT_MS: expected milliseconds in [0, 600000], got '" + *v +
@@ -195,7 +178,7 @@ std::vector<std::pair<std::string, std::string>> SplitOptions(std::string_view o
   while (start <= options.size()) {
     size_t end = options.find_first_of(";\n", start);
     if (end == std::string_view::npos) end = options.size();
-    const std::string item = Trim(options.substr(start, end - start));
+    const std::string item = Trimmed(options.substr(start, end - start));
     start = end + 1;
     if (item.empty()) continue;
     const size_t eq = item.find('=');
@@ -203,7 +186,7 @@ std::vector<std::pair<std::string, std::string>> SplitOptions(std::string_view o
       Warn(warnings, "option '" + item + "': expected NAME=value; ignored");
       continue;
     }
-    pairs.emplace_back(Trim(item.substr(0, eq)), item.substr(eq + 1));
+    pairs.emplace_back(Trimmed(item.substr(0, eq)), item.substr(eq + 1));
   }
   return pairs;
 }

@@ -1,8 +1,8 @@
 #include "ucudnn/server/config.h"
 
-#include <charconv>
 #include <cstdlib>
 
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/server/auth.h"
 
@@ -27,20 +27,13 @@ Status Bad(std::string_view where, std::string_view what, std::string_view value
 }
 
 Result<int64_t> ParseInt(std::string_view where, std::string_view value, int64_t lo, int64_t hi) {
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size() || v < lo || v > hi) {
+  auto v = ParseInteger<int64_t>(where, value, lo, hi);
+  if (!v.ok()) {
     return Bad(where,
                "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
                value);
   }
   return v;
-}
-
-Result<bool> ParseBool(std::string_view where, std::string_view value) {
-  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
-  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
-  return Bad(where, "must be one of 1, 0, true, false, yes, no, on, off", value);
 }
 
 Result<int64_t> ParseDuration(std::string_view where, std::string_view value, int64_t lo_ms,

@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -10,8 +9,10 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::worker {
@@ -36,12 +37,6 @@ std::string OneLine(std::string_view s) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   return out;
-}
-
-template <typename T>
-bool ParseInteger(std::string_view text, T* value) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *value);
-  return ec == std::errc() && end == text.data() + text.size();
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
@@ -119,9 +114,8 @@ Result<DeviceFingerprint> ParseDeviceHeader(std::string_view text) {
   auto get_int = [&](const std::string& key, auto* out) -> Status {
     std::string text_value;
     UCUDNN_RETURN_IF_ERROR(get(key, &text_value));
-    if (!ParseInteger(text_value, out)) {
-      return InvalidArgument("device." + key + ": not an integer: '" + text_value + "'");
-    }
+    UCUDNN_ASSIGN_OR_RETURN(
+        *out, ParseInteger<std::remove_pointer_t<decltype(out)>>("device." + key, text_value));
     return Status::Ok();
   };
   UCUDNN_RETURN_IF_ERROR(get("backend", &d.backend));
@@ -129,10 +123,13 @@ Result<DeviceFingerprint> ParseDeviceHeader(std::string_view text) {
   std::string cc;
   UCUDNN_RETURN_IF_ERROR(get("cc", &cc));
   const size_t dot = cc.find('.');
-  if (dot == std::string::npos || !ParseInteger(std::string_view(cc).substr(0, dot), &d.cc_major) ||
-      !ParseInteger(std::string_view(cc).substr(dot + 1), &d.cc_minor)) {
+  auto major = ParseInteger<int>("device.cc", std::string_view(cc).substr(0, dot));
+  auto minor = ParseInteger<int>("device.cc", std::string_view(cc).substr(dot + 1));
+  if (dot == std::string::npos || !major.ok() || !minor.ok()) {
     return InvalidArgument("device.cc: expected MAJOR.MINOR, got '" + cc + "'");
   }
+  d.cc_major = *major;
+  d.cc_minor = *minor;
   UCUDNN_RETURN_IF_ERROR(get_int("sm_count", &d.sm_count));
   UCUDNN_RETURN_IF_ERROR(get_int("memory_bytes", &d.memory_bytes));
   UCUDNN_RETURN_IF_ERROR(get_int("cudnn_version", &d.cudnn_version));

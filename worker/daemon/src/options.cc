@@ -3,10 +3,10 @@
 #include <spdlog/common.h>
 #include <CLI/CLI.hpp>
 
-#include <charconv>
 #include <cmath>
 #include <memory>
 
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn::worker {
@@ -159,16 +159,12 @@ Result<std::vector<int>> ParseGpuList(std::string_view text) {
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
     if (comma == std::string_view::npos) comma = text.size();
-    std::string_view item = text.substr(pos, comma - pos);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    int value = -1;
-    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0 ||
-        value > 1023) {
+    auto parsed = ParseInteger<int>("--gpus", Trim(text.substr(pos, comma - pos)), 0, 1023);
+    if (!parsed.ok()) {
       return InvalidArgument("--gpus: expected comma-separated GPU indices such as 0,1, got '" +
                              std::string(text) + "'");
     }
+    const int value = *parsed;
     for (int g : gpus) {
       if (g == value) {
         return InvalidArgument("--gpus: GPU " + std::to_string(value) + " is listed twice");

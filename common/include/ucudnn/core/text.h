@@ -135,6 +135,18 @@ Result<T> ParseInteger(std::string_view field, std::string_view text, T min, T m
   return value;
 }
 
+// A yes/no setting, trimmed and case-insensitive: 1, true, yes, on / 0, false, no, off.
+// Error (kInvalidArgument): "UCUDNN_TLS: must be one of 1, 0, true, false, yes, no, on, off, got
+// 'maybe'".
+inline Result<bool> ParseBool(std::string_view field, std::string_view text) {
+  const std::string s = Lowercase(Trim(text));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  return InvalidArgument(std::string(field) +
+                         ": must be one of 1, 0, true, false, yes, no, on, off, got " +
+                         QuoteForError(text));
+}
+
 // Splits one CSV record at commas. A field may be double-quoted, with "" for a quote inside
 // (then it may hold commas); nothing may follow a closing quote but a comma. Fields are not
 // trimmed. Errors: "unterminated quoted field", "text after a closing quote".
