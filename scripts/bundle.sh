@@ -156,14 +156,30 @@ done
 # A binary's RUNPATH covers only its own NEEDED entries, not its libraries' (absl, Clp, Cgl... are
 # loaded by gRPC and CBC): every bundled object gets the RUNPATH that points at lib/ from where it
 # lies, so nothing depends on LD_LIBRARY_PATH.
+# patchelf only ever adds a RUNPATH here: Debian 12's patchelf (0.14) overwrites an old RUNPATH
+# string with 'X's, and symbol names the linker tail-merged into it go with it (our binaries'
+# ".../openblas-pthread" ended in "read": "undefined symbol: XXXX"). An object that has a RUNPATH
+# starting with the one wanted is cut to it in place (truncate_runpath.py); any other existing
+# RUNPATH stops the bundle. Every object's dynamic symbols must come out as they went in.
+dynamic_symbols() { readelf --dyn-syms -W "$1" 2>/dev/null | awk 'NR > 3 {print $8}'; }
 set_runpath() {  # runpath, files...
-  local rp="$1" f
+  local rp="$1" f current before
   shift
   for f in "$@"; do
     is_elf "$f" || continue
     # Libraries without a dynamic section (none here so far) have nothing to patch.
     readelf -d "$f" 2>/dev/null | grep -q '(NEEDED)' || continue
-    patchelf --set-rpath "$rp" "$f" || die "patchelf failed on $f"
+    current=$(readelf -d "$f" | sed -n 's/.*(R\(UN\)\{0,1\}PATH).*\[\(.*\)\]/\2/p' | head -n 1)
+    [ "$current" = "$rp" ] && continue
+    before=$(dynamic_symbols "$f" | md5sum)
+    if [ -z "$current" ]; then
+      patchelf --set-rpath "$rp" "$f" || die "patchelf failed on $f"
+    else
+      python3 "$root/scripts/truncate_runpath.py" "$f" "$rp" ||
+        die "$f has RUNPATH '$current', which cannot be changed safely to '$rp'"
+    fi
+    [ "$(dynamic_symbols "$f" | md5sum)" = "$before" ] ||
+      die "setting the RUNPATH of $f changed its dynamic symbols"
   done
 }
 shopt -s nullglob

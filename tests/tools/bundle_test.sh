@@ -3,7 +3,10 @@
 # compose and Kubernetes start it: makes a small bundle (the CLI and the server, plus PostgreSQL
 # where it is installed) in a temporary directory, moves it elsewhere, and checks that
 #   - `env -i bin/ucudnn --help` and `env -i bin/ucudnn-server --help` (and PostgreSQL's
-#     `postgres`/`initdb --version`) run;
+#     `postgres`/`initdb --version`) run, with LD_BIND_NOW=1 so that every symbol is bound at
+#     start: a symbol name damaged by the RUNPATH change (patchelf 0.14 turned "read" into "XXXX")
+#     fails there, not later on the first call;
+#   - each bundled executable has the same dynamic symbols as the one it was made from;
 #   - every NEEDED entry of every executable and library of the bundle resolves inside the bundle,
 #     or is one of the libraries the target provides (glibc, the GCC runtime, the NVIDIA driver,
 #     cuDNN), both as readelf lists them against the RUNPATHs and as ldd resolves them with an
@@ -53,15 +56,20 @@ target_lib() {
 
 # ---- the programs start with an empty environment ---------------------------------------------
 for prog in ucudnn ucudnn-server; do
-  out="$(env -i "$bundle/bin/$prog" --help 2>&1)" || fail "env -i bin/$prog --help: $out"
+  out="$(env -i LD_BIND_NOW=1 "$bundle/bin/$prog" --help 2>&1)" ||
+    fail "env -i LD_BIND_NOW=1 bin/$prog --help: $out"
   grep -qi 'usage' <<<"$out" || fail "bin/$prog --help printed no usage: $out"
-  echo "ok: env -i bin/$prog --help"
+  echo "ok: env -i LD_BIND_NOW=1 bin/$prog --help"
+  dynamic_symbols() { readelf --dyn-syms -W "$1" | awk 'NR > 3 {print $8}' | sort; }
+  diff <(dynamic_symbols "$build/bin/$prog") <(dynamic_symbols "$bundle/bin/$prog") >/dev/null ||
+    fail "bin/$prog: dynamic symbols differ from $build/bin/$prog"
+  echo "ok: bin/$prog has the dynamic symbols of the build's"
 done
 if [ "$with_postgres" = 1 ]; then
   for prog in postgres initdb pg_ctl psql; do
-    out="$(env -i "$bundle/lib/postgresql/15/bin/$prog" --version 2>&1)" ||
-      fail "env -i lib/postgresql/15/bin/$prog --version: $out"
-    echo "ok: env -i lib/postgresql/15/bin/$prog --version ($out)"
+    out="$(env -i LD_BIND_NOW=1 "$bundle/lib/postgresql/15/bin/$prog" --version 2>&1)" ||
+      fail "env -i LD_BIND_NOW=1 lib/postgresql/15/bin/$prog --version: $out"
+    echo "ok: env -i LD_BIND_NOW=1 lib/postgresql/15/bin/$prog --version ($out)"
   done
 fi
 
