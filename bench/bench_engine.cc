@@ -13,7 +13,6 @@
 // --short-run-us: configurations faster than this are timed in groups of back-to-back runs
 // (BenchmarkOptions::short_run_ms; default 50, 0 times every run on its own, for comparison).
 // With --json the report is JSON on stdout and a short summary goes to stderr.
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -33,6 +32,7 @@
 
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/logging.h"
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/units.h"
@@ -302,7 +302,7 @@ int Run(int argc, char** argv) {
   }
   Args args = *parsed;
   // Logs go to stderr: stdout carries the JSON report.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
+  LogToStderr("ucudnn-bench-engine");
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   if (args.data_dir.empty()) {
     args.data_dir = std::filesystem::is_directory("data/h100")

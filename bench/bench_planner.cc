@@ -48,6 +48,7 @@
 #include <spdlog/cfg/env.h>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/planner/ilp.h"
@@ -517,7 +518,8 @@ void PrintText(const std::vector<Run>& runs, double peak_mb) {
 
 int main(int argc, char** argv) {
   using namespace ucudnn;
-  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows the CBC log
+  LogToStderr("ucudnn-bench-planner");  // stdout is for --json
+  spdlog::cfg::load_env_levels();       // SPDLOG_LEVEL=debug shows the CBC log
   bool json = false;
   std::string data = std::string(UCUDNN_SOURCE_DIR) + "/data/h100";
   int repeat = 5;

@@ -26,6 +26,7 @@
 #include "train_step_engine.h"
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/random_fill.h"
@@ -465,6 +466,7 @@ std::vector<Kernel> TrainingOrder(const std::vector<Kernel>& network) {
 }
 
 int Main(int argc, char** argv) {
+  LogToStderr("ucudnn-example-train-step");  // stdout is for the table or --json
   spdlog::set_level(spdlog::level::warn);
   Result<Options> parsed = ParseOptions(argc, argv);
   if (!parsed.ok()) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support/postgres_fixture.h"
+#include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/timing_csv.h"
@@ -252,6 +253,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  LogToStderr("ucudnn-bench-server");  // stdout is for --json
   spdlog::set_level(spdlog::level::warn);
   // As ucudnn-server's main does: no lock-order checking in gRPC's absl mutexes.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "ucudnn/core/logging.h"
 
 using namespace ucudnn::cli;
 
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
   AddPlanFlags(timings, &plan);
   timings->callback([&] { rc = RunTimings(server, plan); });
 
+  ucudnn::LogToStderr("ucudnn");  // stdout is for the commands' tables
   app.parse_complete_callback([&] {
     auto level = spdlog::level::from_str(log_level);
     spdlog::set_level(level);

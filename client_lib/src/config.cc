@@ -1,4 +1,5 @@
 #include "ucudnn/client/config.h"
+#include "log.h"
 
 #include <spdlog/spdlog.h>
 
@@ -45,7 +46,7 @@ void Warn(std::vector<std::string>* warnings, std::string message) {
   if (warnings != nullptr) {
     warnings->push_back(std::move(message));
   } else {
-    spdlog::warn("ucudnn: {}", message);
+    client::Log().warn("{}", message);
   }
 }
 

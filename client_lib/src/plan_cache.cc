@@ -1,4 +1,5 @@
 #include "plan_cache.h"
+#include "log.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -140,16 +141,16 @@ PlanCache PlanCache::Load(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (!in.good() && !in.eof()) {
-    spdlog::warn("ucudnn: plan cache {} is unreadable; ignoring it", path);
+    client::Log().warn("plan cache {} is unreadable; ignoring it", path);
     return cache;
   }
   Result<std::vector<CacheRecord>> records = ParseCache(buffer.str());
   if (!records.ok()) {
-    spdlog::warn("ucudnn: ignoring corrupt plan cache {}: {}", path, records.status().message());
+    client::Log().warn("ignoring corrupt plan cache {}: {}", path, records.status().message());
     return cache;
   }
   for (CacheRecord& record : *records) cache.Put(std::move(record));
-  spdlog::debug("ucudnn: loaded {} plan cache records from {}", cache.size(), path);
+  client::Log().debug("loaded {} plan cache records from {}", cache.size(), path);
   return cache;
 }
 

@@ -1,4 +1,5 @@
 #include "session.h"
+#include "log.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -127,36 +128,36 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
     if (grpc_source.ok()) {
       source_ = std::move(*grpc_source);
       if (!config_.tls && !config_.token.empty() && !LoopbackAddress(config_.server)) {
-        spdlog::warn(
-            "ucudnn: the token goes to {} in plaintext; set UCUDNN_TLS=1 (and UCUDNN_CA_FILE) "
+        client::Log().warn(
+            "the token goes to {} in plaintext; set UCUDNN_TLS=1 (and UCUDNN_CA_FILE) "
             "to protect it",
             config_.server);
       }
     } else {
-      spdlog::error("ucudnn: no planner: {}; plans come from the local cache only",
-                    grpc_source.status().ToString());
+      client::Log().error("no planner: {}; plans come from the local cache only",
+                          grpc_source.status().ToString());
     }
   }
   if (config_.contribute) {
     if (config_.token.empty()) {
-      spdlog::warn(
-          "ucudnn: contribution (UCUDNN_CONTRIBUTE) needs the submission token (UCUDNN_TOKEN); "
+      client::Log().warn(
+          "contribution (UCUDNN_CONTRIBUTE) needs the submission token (UCUDNN_TOKEN); "
           "it stays off");
     } else if (source_ == nullptr) {
-      spdlog::warn("ucudnn: contribution (UCUDNN_CONTRIBUTE) needs a server; it stays off");
+      client::Log().warn("contribution (UCUDNN_CONTRIBUTE) needs a server; it stays off");
     } else if (!contribution_backend_) {
-      spdlog::warn("ucudnn: contribution: no backend of the library's own to measure on; off");
+      client::Log().warn("contribution: no backend of the library's own to measure on; off");
     } else {
       contribution_enabled_ = true;
-      spdlog::info(
-          "ucudnn: contribution on: missing timings are benchmarked here at quiet points when no "
+      client::Log().info(
+          "contribution on: missing timings are benchmarked here at quiet points when no "
           "worker serves this device");
     }
   }
   if (mode_ != WorkspaceMode::kPerKernel) {
     if (config_.workspace_bytes == 0) {
-      spdlog::warn(
-          "ucudnn: workspace mode {} needs a budget (UCUDNN_WORKSPACE_BYTES); planning "
+      client::Log().warn(
+          "workspace mode {} needs a budget (UCUDNN_WORKSPACE_BYTES); planning "
           "per kernel instead",
           ToString(mode_));
       mode_ = WorkspaceMode::kPerKernel;
@@ -165,8 +166,8 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
       const size_t bytes = config_.workspace_bytes + size_t{config_.max_kernels} * kSliceAlignment;
       Result<std::unique_ptr<BackendBuffer>> buffer = backend_.Allocate(bytes);
       if (!buffer.ok()) {
-        spdlog::warn("ucudnn: cannot allocate the {} workspace ({}); planning per kernel instead",
-                     FormatBytes(bytes), buffer.status().ToString());
+        client::Log().warn("cannot allocate the {} workspace ({}); planning per kernel instead",
+                           FormatBytes(bytes), buffer.status().ToString());
         mode_ = WorkspaceMode::kPerKernel;
       } else {
         library_workspace_ = std::move(*buffer);
@@ -176,9 +177,9 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
     }
   }
   if (!config_.cache_path.empty()) cache_ = PlanCache::Load(config_.cache_path);
-  spdlog::debug("ucudnn: session on {} ({}), mode {}, planner {}, cache {}", device_.name,
-                device_.backend, ToString(mode_), source_ ? source_->Describe() : "none",
-                config_.cache_path.empty() ? "none" : config_.cache_path);
+  client::Log().debug("session on {} ({}), mode {}, planner {}, cache {}", device_.name,
+                      device_.backend, ToString(mode_), source_ ? source_->Describe() : "none",
+                      config_.cache_path.empty() ? "none" : config_.cache_path);
   planner_ = std::thread([this] { PlannerMain(); });
 }
 
@@ -195,9 +196,9 @@ Session::~Session() {
   if (cache_dirty_ && !config_.cache_path.empty()) {
     try {
       Status saved = cache_.Save(config_.cache_path);
-      if (!saved.ok()) spdlog::warn("ucudnn: cannot save the plan cache: {}", saved.ToString());
+      if (!saved.ok()) client::Log().warn("cannot save the plan cache: {}", saved.ToString());
     } catch (const std::exception& e) {
-      spdlog::warn("ucudnn: cannot save the plan cache: {}", e.what());
+      client::Log().warn("cannot save the plan cache: {}", e.what());
     }
   }
 }
@@ -295,8 +296,8 @@ Status Session::RecoverFailedPlan(KernelState* kernel, const PlanEntry& plan, co
                                   UndividedRunner& undivided) {
   if (!plan.failed.exchange(true, std::memory_order_acq_rel)) {
     failed_plans_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn(
-        "ucudnn: the plan of {} failed after {} of {} micro-batches; it runs undivided from now "
+    client::Log().warn(
+        "the plan of {} failed after {} of {} micro-batches; it runs undivided from now "
         "on: {}",
         KernelLabel(*kernel), completed, plan.segments.size(), failure.ToString());
     std::lock_guard lock(mutex_);
@@ -316,8 +317,8 @@ Status Session::RecoverFailedPlan(KernelState* kernel, const PlanEntry& plan, co
                           plan_larger ? plan_workspace : workspace,
                           plan_larger ? plan_workspace_bytes : workspace_bytes, alpha, beta);
     if (!status.ok()) {
-      spdlog::error("ucudnn: cannot finish {} after its plan failed: {}", KernelLabel(*kernel),
-                    status.ToString());
+      client::Log().error("cannot finish {} after its plan failed: {}", KernelLabel(*kernel),
+                          status.ToString());
     }
   }
   if (status.ok()) {
@@ -369,9 +370,9 @@ int64_t Session::Verify(const PlanEntry& plan, const ConvProblem& problem) {
   for (const Segment& segment : plan.segments) {
     Result<size_t> bytes = backend_.WorkspaceSize(problem, segment.micro_batch, segment.algo);
     if (!bytes.ok()) {
-      spdlog::warn("ucudnn: plan segment (micro-batch {}, algo {}) of {} cannot run here: {}",
-                   segment.micro_batch, segment.algo, CanonicalKey(problem),
-                   bytes.status().ToString());
+      client::Log().warn("plan segment (micro-batch {}, algo {}) of {} cannot run here: {}",
+                         segment.micro_batch, segment.algo, CanonicalKey(problem),
+                         bytes.status().ToString());
       needed = PlanEntry::kNotRunnable;
       break;
     }
@@ -386,8 +387,8 @@ int64_t Session::Verify(const PlanEntry& plan, const ConvProblem& problem) {
         (void)bound->release();  // the entry owns it now
       }
     } else {
-      spdlog::debug("ucudnn: the plan of {} runs through the backend: {}", CanonicalKey(problem),
-                    bound.status().ToString());
+      client::Log().debug("the plan of {} runs through the backend: {}", CanonicalKey(problem),
+                          bound.status().ToString());
     }
   }
   plan.required_bytes.store(needed, std::memory_order_release);
@@ -439,8 +440,8 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
   if (kernel == nullptr) {
     table_full_.store(true, std::memory_order_relaxed);
     if (!table_full_warned_) {
-      spdlog::warn("ucudnn: more than {} distinct kernels; further ones run undivided, untracked",
-                   config_.max_kernels);
+      client::Log().warn("more than {} distinct kernels; further ones run undivided, untracked",
+                         config_.max_kernels);
       table_full_warned_ = true;
     }
     return nullptr;
@@ -559,15 +560,15 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
       guarded("ListDevices", [&]() -> Result<int> { return source_->LiveWorkers(device_); });
   if (!live.ok()) {
     contribution_failures_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn(
-        "ucudnn: contribution: cannot tell whether a worker serves this device ({}); "
+    client::Log().warn(
+        "contribution: cannot tell whether a worker serves this device ({}); "
         "not benchmarking",
         live.status().ToString());
     return live.status();
   }
   if (*live > 0) {
-    spdlog::info(
-        "ucudnn: contribution: {} live worker(s) serve this device; leaving the {} missing "
+    client::Log().info(
+        "contribution: {} live worker(s) serve this device; leaving the {} missing "
         "problem(s) to them",
         *live, missing.size());
     return 0;
@@ -582,7 +583,7 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
   }
   if (!bench.ok()) {
     contribution_failures_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("ucudnn: contribution: no backend to measure on: {}", bench.status().ToString());
+    client::Log().warn("contribution: no backend to measure on: {}", bench.status().ToString());
     return bench.status();
   }
 
@@ -591,20 +592,20 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
   for (size_t i = 0; i < missing.size(); ++i) {
     const Missing& m = missing[i];
     if (Clock::now() >= deadline) {
-      spdlog::info("ucudnn: contribution: out of time; {} problem(s) left for the next quiet point",
-                   missing.size() - i);
+      client::Log().info("contribution: out of time; {} problem(s) left for the next quiet point",
+                         missing.size() - i);
       break;
     }
     const std::string key = CanonicalKey(m.problem);
-    spdlog::info("ucudnn: contribution: benchmarking {} up to micro-batch {} ({})", key,
-                 m.max_batch, ToString(policy_));
+    client::Log().info("contribution: benchmarking {} up to micro-batch {} ({})", key, m.max_batch,
+                       ToString(policy_));
     Result<TimingTable> table = guarded("benchmark", [&]() -> Result<TimingTable> {
       return BenchmarkProblem(**bench, m.problem, m.max_batch, policy_, benchmark_options_);
     });
     if (!table.ok()) {
       contribution_failures_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("ucudnn: contribution: benchmarking {} failed: {}", key,
-                   table.status().ToString());
+      client::Log().warn("contribution: benchmarking {} failed: {}", key,
+                         table.status().ToString());
       continue;
     }
     std::vector<Timing> timings;
@@ -618,8 +619,8 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
     }
     if (timings.empty()) {
       contribution_failures_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("ucudnn: contribution: nothing to submit for {} ({} configurations failed here)",
-                   key, dropped);
+      client::Log().warn("contribution: nothing to submit for {} ({} configurations failed here)",
+                         key, dropped);
       continue;
     }
     Result<int> stored = guarded("SubmitTimings", [&]() -> Result<int> {
@@ -627,16 +628,16 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
     });
     if (!stored.ok()) {
       contribution_failures_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("ucudnn: contribution: submitting the timings of {} failed: {}", key,
-                   stored.status().ToString());
+      client::Log().warn("contribution: submitting the timings of {} failed: {}", key,
+                         stored.status().ToString());
       continue;
     }
     contributed_problems_.fetch_add(1, std::memory_order_relaxed);
     contributed_timings_.fetch_add(static_cast<uint64_t>(std::max(0, *stored)),
                                    std::memory_order_relaxed);
     ++submitted;
-    spdlog::info("ucudnn: contribution: {} timings of {} submitted ({} kept back as job-local)",
-                 *stored, key, dropped);
+    client::Log().info("contribution: {} timings of {} submitted ({} kept back as job-local)",
+                       *stored, key, dropped);
     std::lock_guard lock(mutex_);
     contributed_.emplace_back(m.problem, m.max_batch);
     AskAgainAfterContribution(m.problem);
@@ -797,9 +798,9 @@ void Session::PlannerMain() {
       PlannerLoop();
       return;
     } catch (const std::exception& e) {
-      spdlog::error("ucudnn: planner thread: {}; restarting it", e.what());
+      client::Log().error("planner thread: {}; restarting it", e.what());
     } catch (...) {
-      spdlog::error("ucudnn: planner thread: unknown exception; restarting it");
+      client::Log().error("planner thread: unknown exception; restarting it");
     }
     try {
       std::unique_lock lock(mutex_);
@@ -917,11 +918,11 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
   if (!answer.ok()) {
     plan_request_failures_.fetch_add(1, std::memory_order_relaxed);
     if (!unavailable_warned_) {
-      spdlog::warn("ucudnn: no plans from {} ({}); kernels run undivided meanwhile, retrying",
-                   source_->Describe(), answer.status().ToString());
+      client::Log().warn("no plans from {} ({}); kernels run undivided meanwhile, retrying",
+                         source_->Describe(), answer.status().ToString());
       unavailable_warned_ = true;
     } else {
-      spdlog::debug("ucudnn: plan request failed again: {}", answer.status().ToString());
+      client::Log().debug("plan request failed again: {}", answer.status().ToString());
     }
     for (Pending& p : batch) {
       p.kernel->reason = answer.status().ToString();
@@ -931,7 +932,7 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
     return;
   }
   if (unavailable_warned_) {
-    spdlog::info("ucudnn: plans from {} again", source_->Describe());
+    client::Log().info("plans from {} again", source_->Describe());
     unavailable_warned_ = false;
   }
 
@@ -1079,8 +1080,8 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
   if (!answer.ok()) {
     plan_request_failures_.fetch_add(1, std::memory_order_relaxed);
     if (!unavailable_warned_) {
-      spdlog::warn(
-          "ucudnn: no network plan from {} ({}); kernels run undivided meanwhile, "
+      client::Log().warn(
+          "no network plan from {} ({}); kernels run undivided meanwhile, "
           "retrying",
           source_->Describe(), answer.status().ToString());
       unavailable_warned_ = true;
@@ -1091,13 +1092,13 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
     return;
   }
   if (unavailable_warned_) {
-    spdlog::info("ucudnn: plans from {} again", source_->Describe());
+    client::Log().info("plans from {} again", source_->Describe());
     unavailable_warned_ = false;
   }
   for (size_t i = 0; i < request.kernels.size(); ++i) {
     if (!(answer->kernels[i].kernel.problem == request.kernels[i].problem) ||
         answer->kernels[i].kernel.mini_batch != request.kernels[i].mini_batch) {
-      spdlog::warn("ucudnn: the planner answered other kernels than asked; ignoring the answer");
+      client::Log().warn("the planner answered other kernels than asked; ignoring the answer");
       network_due_ = Clock::now() + Backoff(network_attempts_++);
       network_retry_ = true;
       return;
@@ -1131,7 +1132,7 @@ void Session::SaveCache(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   Status saved = snapshot.Save(config_.cache_path);
   lock.lock();
-  if (!saved.ok()) spdlog::warn("ucudnn: cannot save the plan cache: {}", saved.ToString());
+  if (!saved.ok()) client::Log().warn("cannot save the plan cache: {}", saved.ToString());
 }
 
 }  // namespace ucudnn::client

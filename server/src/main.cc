@@ -13,6 +13,7 @@
 #include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 
+#include "ucudnn/core/logging.h"
 #include "ucudnn/server/config.h"
 #include "ucudnn/server/server.h"
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
   // gRPC's mutexes are absl's; Debian's absl checks every lock order for deadlock cycles, a debug
   // aid that costs the cached path a few per cent.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  ucudnn::LogToStderr("ucudnn-server");
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   if (auto status = LoadTokenFile(config); !status.ok()) {
     std::fprintf(stderr, "ucudnn-server: %s\n", status.message().c_str());

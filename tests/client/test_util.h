@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "log.h"
 #include "ucudnn/core/backend.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/random_fill.h"
@@ -108,24 +110,37 @@ inline bool WaitUntil(const std::function<bool()>& done,
   return true;
 }
 
-// Routes spdlog's default logger into a string for the test's duration.
+// Routes the client library's logger (log.h) and spdlog's default logger (the core's messages)
+// into one string for the test's duration.
 class LogCapture {
  public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
+  LogCapture()
+      : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)),
+        previous_(spdlog::default_logger()),
+        previous_level_(client::Log().level()) {
+    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
     logger->set_level(spdlog::level::debug);
     spdlog::set_default_logger(logger);
+    client::Log().sinks().push_back(sink_);
+    client::Log().set_level(spdlog::level::debug);
   }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  ~LogCapture() {
+    auto& sinks = client::Log().sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+    client::Log().set_level(previous_level_);
+    spdlog::set_default_logger(previous_);
+  }
   std::string text() {
     spdlog::default_logger()->flush();
+    client::Log().flush();
     return stream_.str();
   }
 
  private:
   std::ostringstream stream_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
   std::shared_ptr<spdlog::logger> previous_;
+  spdlog::level::level_enum previous_level_;
 };
 
 // A fresh folder under the build tree's temporary space, removed at the end.

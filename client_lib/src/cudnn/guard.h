@@ -9,6 +9,8 @@
 #include <exception>
 #include <new>
 
+#include "log.h"
+
 namespace ucudnn::client {
 
 // `body`'s status; std::bad_alloc is CUDNN_STATUS_ALLOC_FAILED, anything else
@@ -18,12 +20,12 @@ cudnnStatus_t GuardStatus(const char* function, Body&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    spdlog::error("ucudnn: {}: out of host memory", function);
+    client::Log().error("{}: out of host memory", function);
     return CUDNN_STATUS_ALLOC_FAILED;
   } catch (const std::exception& e) {
-    spdlog::error("ucudnn: {}: {}", function, e.what());
+    client::Log().error("{}: {}", function, e.what());
   } catch (...) {
-    spdlog::error("ucudnn: {}: unknown exception", function);
+    client::Log().error("{}: unknown exception", function);
   }
   return CUDNN_STATUS_INTERNAL_ERROR;
 }
@@ -34,9 +36,9 @@ T Guard(const char* function, T on_error, Body&& body) noexcept {
   try {
     return body();
   } catch (const std::exception& e) {
-    spdlog::error("ucudnn: {}: {}", function, e.what());
+    client::Log().error("{}: {}", function, e.what());
   } catch (...) {
-    spdlog::error("ucudnn: {}: unknown exception", function);
+    client::Log().error("{}: unknown exception", function);
   }
   return on_error;
 }

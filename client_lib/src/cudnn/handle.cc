@@ -1,4 +1,5 @@
 #include "ucudnn/client/handle.h"
+#include "log.h"
 
 #include <spdlog/spdlog.h>
 
@@ -172,8 +173,8 @@ class CurrentDeviceGuard {
     if (saved_ && cudaGetDevice(&now) == cudaSuccess && now != device_) {
       const cudaError_t error = cudaSetDevice(device_);
       if (error != cudaSuccess) {
-        spdlog::error("ucudnn: cannot make device {} current again: {}", device_,
-                      cudaGetErrorString(error));
+        client::Log().error("cannot make device {} current again: {}", device_,
+                            cudaGetErrorString(error));
       }
     }
   }
@@ -232,7 +233,7 @@ struct Handle::Impl {
   }
   void NoteUnmodelled(const char* why) {
     if (!unmodelled_warned.exchange(true, std::memory_order_relaxed)) {
-      spdlog::info("ucudnn: a convolution goes to cuDNN unchanged: {} (said once)", why);
+      client::Log().info("a convolution goes to cuDNN unchanged: {} (said once)", why);
     }
   }
 
@@ -284,17 +285,17 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
     : cudnn_(cudnn), impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   if (!config.enabled) {
-    spdlog::info("ucudnn: disabled (UCUDNN_DISABLE); convolutions go to cuDNN unchanged");
+    client::Log().info("disabled (UCUDNN_DISABLE); convolutions go to cuDNN unchanged");
     return;
   }
   if (cudnn == nullptr) {
-    spdlog::warn("ucudnn: null cuDNN handle; convolutions go to cuDNN unchanged");
+    client::Log().warn("null cuDNN handle; convolutions go to cuDNN unchanged");
     return;
   }
   Result<std::unique_ptr<CudnnBackend>> backend = CudnnBackend::Wrap(cudnn);
   if (!backend.ok()) {
-    spdlog::warn("ucudnn: cannot start ({}); convolutions go to cuDNN unchanged",
-                 backend.status().ToString());
+    client::Log().warn("cannot start ({}); convolutions go to cuDNN unchanged",
+                       backend.status().ToString());
     return;
   }
   impl_->backend = std::move(*backend);
@@ -309,7 +310,7 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
     return true;
   });
   if (!started) {
-    spdlog::warn("ucudnn: cannot start; convolutions go to cuDNN unchanged");
+    client::Log().warn("cannot start; convolutions go to cuDNN unchanged");
     impl_->session.reset();
   }
 }

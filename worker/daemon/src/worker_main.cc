@@ -1,6 +1,5 @@
 #include "ucudnn/worker/worker_main.h"
 
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -14,6 +13,7 @@
 #include <string_view>
 
 #include "ucudnn/core/backend_factory.h"
+#include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/store/store.h"
@@ -268,8 +268,7 @@ int WorkerMain(int argc, char** argv) {
   }
   const WorkerOptions& options = command_line->options;
   // Logs go to stderr; stdout stays for --help.
-  auto logger = spdlog::stderr_color_mt("ucudnn-worker");
-  spdlog::set_default_logger(logger);
+  LogToStderr("ucudnn-worker");
   spdlog::set_level(spdlog::level::from_str(options.log_level));
 
   StopControl stop;
