@@ -9,9 +9,11 @@
 //          (a --problem key's op is replaced by each of --ops)
 //          [--ops fwd,bwd_data,bwd_filter] [--dtype fp32|fp16] [--policy power_of_two]
 //          [--workspace-cap 2GiB] [--warmup N] [--min-runs N] [--max-runs N] [--budget-ms MS]
-//          [--short-run-us US] [--data-dir DIR] [--log-level info]
+//          [--short-run-us US] [--device-time-only] [--data-dir DIR] [--log-level info]
 // --short-run-us: configurations faster than this are timed in groups of back-to-back runs
 // (BenchmarkOptions::short_run_ms; default 50, 0 times every run on its own, for comparison).
+// --device-time-only: those groups timed as the device alone runs them
+// (BenchmarkOptions::short_runs_device_time_only), for comparison.
 // With --json the report is JSON on stdout and a short summary goes to stderr.
 #include <spdlog/spdlog.h>
 
@@ -152,6 +154,8 @@ Result<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--warmup") {
       UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 1000));
       a.options.warmup_runs = static_cast<int>(n);
+    } else if (flag == "--device-time-only") {
+      a.options.short_runs_device_time_only = true;
     } else if (flag == "--short-run-us") {
       UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(0, 1'000'000));
       a.options.short_run_ms = static_cast<double>(n) / 1000.0;
@@ -297,7 +301,7 @@ int Run(int argc, char** argv) {
                  "[--repeat N] [--batch B] [--layers a,b] [--problem KEY] [--ops fwd,...] "
                  "[--dtype fp32|fp16] [--policy power_of_two|all|undivided] [--workspace-cap "
                  "2GiB] [--warmup N] [--min-runs N] [--max-runs N] [--budget-ms MS] "
-                 "[--short-run-us US] [--data-dir DIR] [--log-level LEVEL]\n");
+                 "[--short-run-us US] [--device-time-only] [--data-dir DIR] [--log-level LEVEL]\n");
     return 2;
   }
   Args args = *parsed;
@@ -374,6 +378,7 @@ int Run(int argc, char** argv) {
                        {"config_time_budget_ms", args.options.config_time_budget_ms},
                        {"workspace_cap_bytes", args.options.workspace_cap_bytes},
                        {"short_run_ms", args.options.short_run_ms},
+                       {"short_runs_device_time_only", args.options.short_runs_device_time_only},
                        {"group_target_ms", args.options.group_target_ms},
                        {"max_group", args.options.max_group},
                        {"data_dir", args.data_dir}};

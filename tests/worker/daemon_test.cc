@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -482,7 +484,9 @@ TEST_F(WorkerDaemonTest, StopWithoutDrainReleasesTheJobInHand) {
 }
 
 // The one case of this file that needs a GPU: the cudnn backend on every visible GPU, one
-// worker per GPU, each claiming the jobs of its own fingerprint.
+// benchmarking thread and worker per GPU, each claiming the jobs of its own fingerprint. With
+// several GPUs of one model, four jobs per GPU are queued and every GPU's thread must finish some
+// of them: the threads work side by side, not one after another.
 TEST_F(WorkerDaemonTest, BenchmarksOnEveryGpuWithTheCudnnBackend) {
   if (GpuCount() == 0) GTEST_SKIP() << "no GPU visible: the cudnn backend cannot run here";
   WorkerOptions options;
@@ -490,28 +494,41 @@ TEST_F(WorkerDaemonTest, BenchmarksOnEveryGpuWithTheCudnnBackend) {
   auto devices = MakeBenchmarkDevices(options);
   ASSERT_TRUE(devices.ok()) << devices.status().ToString();
   ASSERT_EQ(devices->size(), static_cast<size_t>(GpuCount()));
-  std::vector<ConvBackend*> backends;
-  std::set<uint64_t> fingerprints;
-  std::vector<std::pair<EnqueuedJob, ConvBackend*>> jobs;
+  std::map<uint64_t, int> gpus_of_fingerprint;
   for (const BenchmarkDevice& device : *devices) {
     EXPECT_EQ(device.backend->fingerprint().backend, "cudnn");
-    if (!fingerprints.insert(device.backend->fingerprint().Hash()).second) continue;
-    for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
-      jobs.emplace_back(
-          Enqueue(device.backend->fingerprint(), TinyProblem(op, 8), 8, BatchPolicy::kPowerOfTwo),
-          device.backend.get());
+    ++gpus_of_fingerprint[device.backend->fingerprint().Hash()];
+  }
+  std::vector<std::pair<EnqueuedJob, ConvBackend*>> jobs;
+  std::set<uint64_t> enqueued;
+  for (const BenchmarkDevice& device : *devices) {
+    const uint64_t hash = device.backend->fingerprint().Hash();
+    if (!enqueued.insert(hash).second) continue;
+    const int count = std::max(3, 4 * gpus_of_fingerprint[hash]);
+    for (int i = 0; i < count; ++i) {
+      const ConvOp op = static_cast<ConvOp>(i % 3);
+      jobs.emplace_back(Enqueue(device.backend->fingerprint(), TinyProblem(op, 8 + i), 8,
+                                BatchPolicy::kPowerOfTwo),
+                        device.backend.get());
     }
   }
+  const size_t gpu_count = devices->size();
   DaemonConfig config = FastConfig("gpu-node");
   config.once = true;
   Daemon daemon(*store_, std::move(devices).value(), config);
   const Status run = daemon.Run();
   ASSERT_TRUE(run.ok()) << run.ToString();
+  std::map<std::string, int> jobs_of_worker;
   for (const auto& [job, backend] : jobs) {
     const store::Job stored = GetJob(job.id);
     EXPECT_THAT(stored.worker_id, ::testing::StartsWith("gpu-node:gpu"));
+    ++jobs_of_worker[stored.worker_id];
     ExpectDoneOnce(job, *backend, stored.worker_id);
   }
+  std::string share;
+  for (const auto& [worker, n] : jobs_of_worker) share += worker + ": " + std::to_string(n) + " ";
+  std::cout << "[          ] jobs per GPU worker: " << share << "\n";
+  EXPECT_EQ(jobs_of_worker.size(), gpu_count) << "not every GPU's thread finished a job: " << share;
 }
 
 TEST_F(WorkerDaemonTest, OfflineCsvRoundTripsThroughImport) {

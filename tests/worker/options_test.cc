@@ -61,10 +61,27 @@ class OptionsTest : public ::testing::Test {
 };
 
 TEST_F(OptionsTest, FlagsAreParsedWithUnitsAndLists) {
-  auto cl = Parse({"--database-url", "postgresql://db/ucudnn", "--backend=cpu", "--lease-seconds",
-                   "2.5", "--heartbeat-seconds", "0.5", "--drain-seconds", "7", "--max-attempts",
-                   "5", "--workspace-cap", "512MiB", "--log-level", "debug", "--once",
-                   "--worker-id-prefix", "node7"});
+  auto cl = Parse({"--database-url",
+                   "postgresql://db/ucudnn",
+                   "--backend=cpu",
+                   "--lease-seconds",
+                   "2.5",
+                   "--heartbeat-seconds",
+                   "0.5",
+                   "--drain-seconds",
+                   "7",
+                   "--max-attempts",
+                   "5",
+                   "--workspace-cap",
+                   "512MiB",
+                   "--log-level",
+                   "debug",
+                   "--once",
+                   "--worker-id-prefix",
+                   "node7",
+                   "--short-run-us",
+                   "20",
+                   "--short-runs-device-time-only"});
   ASSERT_TRUE(cl.ok()) << cl.status().ToString();
   const WorkerOptions& o = cl->options;
   EXPECT_FALSE(cl->help);
@@ -84,6 +101,8 @@ TEST_F(OptionsTest, FlagsAreParsedWithUnitsAndLists) {
   EXPECT_EQ(config.lease, std::chrono::milliseconds(2500));
   EXPECT_EQ(config.drain, std::chrono::milliseconds(7000));
   EXPECT_EQ(config.benchmark.workspace_cap_bytes, uint64_t{512} << 20);
+  EXPECT_DOUBLE_EQ(config.benchmark.short_run_ms, 0.02);
+  EXPECT_TRUE(config.benchmark.short_runs_device_time_only);
   EXPECT_LE(config.retry_max, config.lease / 3);
   EXPECT_TRUE(Validate(config).ok());
 }
@@ -118,6 +137,7 @@ TEST_F(OptionsTest, ErrorsNameTheFlag) {
       // The probe run that decides how to sample a configuration must not be its first run.
       {{"--database-url", "x", "--warmup-runs", "0"}, "--warmup-runs"},
       {{"--database-url", "x", "--workspace-cap", "lots"}, "--workspace-cap"},
+      {{"--database-url", "x", "--short-run-us", "-1"}, "--short-run-us"},
       {{"--database-url", "x", "--gpus", "0,x"}, "--gpus"},
       {{"--database-url", "x", "--backend", "cpu", "--gpus", "0"}, "--gpus"},
       {{"--database-url", "x", "--log-level", "loud"}, "--log-level"},
@@ -153,11 +173,26 @@ TEST_F(OptionsTest, HelpDocumentsFlagsAndVariables) {
   auto cl = Parse({"--help"});
   ASSERT_TRUE(cl.ok());
   EXPECT_TRUE(cl->help);
-  for (const char* needle :
-       {"--database-url", "UCUDNN_DATABASE_URL", "--backend", "--gpus", "--lease-seconds",
-        "--heartbeat-seconds", "--drain-seconds", "--max-attempts", "--workspace-cap",
-        "--log-level", "UCUDNN_LOG_LEVEL", "--once", "--offline", "--network", "--batch",
-        "--policy", "--output", "SIGTERM"}) {
+  for (const char* needle : {"--database-url",
+                             "UCUDNN_DATABASE_URL",
+                             "--backend",
+                             "--gpus",
+                             "--lease-seconds",
+                             "--heartbeat-seconds",
+                             "--drain-seconds",
+                             "--max-attempts",
+                             "--workspace-cap",
+                             "--log-level",
+                             "UCUDNN_LOG_LEVEL",
+                             "--once",
+                             "--offline",
+                             "--network",
+                             "--batch",
+                             "--policy",
+                             "--output",
+                             "--short-run-us",
+                             "--short-runs-device-time-only",
+                             "SIGTERM"}) {
     EXPECT_THAT(cl->help_text, HasSubstr(needle));
   }
   EXPECT_EQ(cl->help_text, HelpText());

@@ -151,10 +151,10 @@ class RenamedCpuBackend : public ConvBackend {
   Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch, int algo,
                                             const ConvOperands& operands, void* workspace,
                                             size_t workspace_bytes, int warmup, int samples,
-                                            int group) override {
+                                            int group, bool device_time_only) override {
     largest_group_ = std::max(largest_group_, group);
     return ConvBackend::TimeRunGroups(p, batch, algo, operands, workspace, workspace_bytes, warmup,
-                                      samples, group);
+                                      samples, group, device_time_only);
   }
   int largest_group() const { return largest_group_; }
 

@@ -140,7 +140,7 @@ Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, in
   const Clock::time_point start = Clock::now();
   const auto time_groups = [&](int warmup, int samples, int group) {
     return backend.TimeRunGroups(problem, batch, algo, operands, workspace, workspace_bytes, warmup,
-                                 samples, group);
+                                 samples, group, options.short_runs_device_time_only);
   };
   const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());

@@ -577,7 +577,8 @@ class StreamGate {
 Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& problem, int64_t batch,
                                                         int algo, const ConvOperands& operands,
                                                         void* workspace, size_t workspace_bytes,
-                                                        int warmup, int samples, int group) {
+                                                        int warmup, int samples, int group,
+                                                        bool device_time_only) {
   if (group < 1) return InvalidArgument("group: must be >= 1, got " + std::to_string(group));
   // One run per event pair: runs long enough for this are issued faster than the device executes
   // them, so the queue never runs dry and no gate is needed.
@@ -592,16 +593,17 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
         Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
   }
   UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(samples)));
-  // Each sample is one event pair around `group` runs. The samples are queued behind a closed
-  // gate, a whole number of groups per gate, and the gate opens once they are all queued: the
-  // device then runs them back to back, so the events see device time only, not the host's time
-  // to issue each call (which exceeds the run itself for the shortest kernels).
+  // Each sample is one event pair around `group` runs issued back to back, as a segment's
+  // micro-batches are in a training step. For device_time_only, the samples are queued behind a
+  // closed gate, a whole number of groups per gate, and the gate opens once they are all queued:
+  // the device then runs them back to back, so the events see device time only, not the host's
+  // time to issue each call (which exceeds the run itself for the shortest kernels).
   const cudaStream_t s = stream();
-  const int samples_per_gate = std::max(1, kMaxGatedRuns / group);
+  const int samples_per_gate = device_time_only ? std::max(1, kMaxGatedRuns / group) : samples;
   std::vector<std::unique_ptr<StreamGate>> gates;
   for (int first = 0; first < samples; first += samples_per_gate) {
     auto gate = std::make_unique<StreamGate>();
-    UCUDNN_RETURN_IF_ERROR(gate->Close(s));
+    if (device_time_only) UCUDNN_RETURN_IF_ERROR(gate->Close(s));
     const int last = std::min(samples, first + samples_per_gate);
     for (int i = first; i < last; ++i) {
       UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));

@@ -120,6 +120,17 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
   app->add_option("--config-budget-ms", o.config_budget_ms,
                   "wall time per configuration for timed runs")
       ->group("Benchmark");
+  app->add_option("--short-run-us", o.short_run_us,
+                  "runs faster than this are timed in groups of back-to-back runs, as a "
+                  "segment's micro-batches run; 0 times every run on its own")
+      ->envname("UCUDNN_WORKER_SHORT_RUN_US")
+      ->capture_default_str()
+      ->group("Benchmark");
+  app->add_flag("--short-runs-device-time-only", o.short_runs_device_time_only,
+                "time those groups as the device alone runs them, queued before they start "
+                "(leaves out the host's cost of issuing each run, which a step pays)")
+      ->envname("UCUDNN_WORKER_SHORT_RUNS_DEVICE_TIME_ONLY")
+      ->group("Benchmark");
 
   app->add_flag("--offline", o.offline,
                 "benchmark a network without a database and write a timing CSV")
@@ -213,6 +224,10 @@ Status ValidateOptions(const WorkerOptions& o) {
   if (o.max_runs < o.min_runs || o.max_runs > 10000) {
     return InvalidArgument("--max-runs: must be in [--min-runs, 10000], got " +
                            std::to_string(o.max_runs));
+  }
+  if (!FiniteIn(o.short_run_us, 0, 1e6)) {
+    return InvalidArgument("--short-run-us: must be in [0, 1000000], got " +
+                           std::to_string(o.short_run_us));
   }
   if (!FiniteIn(o.config_budget_ms, 0.001, 3.6e6)) {
     return InvalidArgument("--config-budget-ms: must be positive, got " +

@@ -236,6 +236,8 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.max_runs = o.max_runs;
   b.workspace_cap_bytes = o.workspace_cap_bytes;
   b.config_time_budget_ms = o.config_budget_ms;
+  b.short_run_ms = o.short_run_us / 1000.0;
+  b.short_runs_device_time_only = o.short_runs_device_time_only;
   return b;
 }
 

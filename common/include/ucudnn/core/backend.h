@@ -65,14 +65,20 @@ class ConvBackend {
                                                const ConvOperands& operands, void* workspace,
                                                size_t workspace_bytes, int warmup, int runs) = 0;
   // Like TimeRuns(), but each of the `samples` results brackets `group` back-to-back runs with one
-  // pair of clock readings and is their mean (milliseconds per run). For runs shorter than the
-  // host's cost of issuing one: timed one by one, the device idles between the readings while the
-  // host issues the call, and that host time would be measured as the run's. The default averages
-  // TimeRuns() in groups, which is exact for a backend that times on the host (the CPU).
+  // pair of clock readings and is their mean (milliseconds per run): what a run costs in a
+  // sequence of them, as the micro-batches of a segment run in a training step. A run timed
+  // alone pays the device's wait for the host to issue it, which a sequence hides as long as the
+  // device is the slower of the two; when the host is (runs shorter than the host's cost of
+  // issuing one), a sequence runs at the host's pace, and so does a group. With
+  // `device_time_only`, the group runs as fast as the device can (queued before it starts), for
+  // a measurement of the device alone. The default averages TimeRuns() in groups, which is exact
+  // for a backend that times on the host (the CPU).
   virtual Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch,
                                                     int algo, const ConvOperands& operands,
                                                     void* workspace, size_t workspace_bytes,
-                                                    int warmup, int samples, int group) {
+                                                    int warmup, int samples, int group,
+                                                    bool device_time_only = false) {
+    (void)device_time_only;
     if (samples < 1 || group < 1) {
       return Status(StatusCode::kInvalidArgument, "TimeRunGroups: samples and group must be >= 1");
     }

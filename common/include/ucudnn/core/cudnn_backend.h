@@ -86,13 +86,14 @@ class CudnnBackend final : public ConvBackend {
   Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override;
-  // With group > 1: CUDA events around each group of runs, and the groups queued behind a host
-  // function that holds the stream until they are all issued (at most 100 ms), so the device runs
-  // them back to back and the events measure device time only. group == 1 is TimeRuns().
+  // With group > 1: CUDA events around each group of runs issued back to back. With
+  // device_time_only, the groups are queued behind a host function that holds the stream until
+  // they are all issued (at most 100 ms), so the device runs them back to back and the events
+  // measure device time only. group == 1 is TimeRuns().
   Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch, int algo,
                                             const ConvOperands& operands, void* workspace,
                                             size_t workspace_bytes, int warmup, int samples,
-                                            int group) override;
+                                            int group, bool device_time_only = false) override;
   // cudaGetLastError() for a sticky error, then a wait for the device (an owned handle) or for
   // the handle's stream (a wrapped one), whose error is classified by gpu::CodeFor: kDeviceLost
   // for a sticky error.

@@ -32,6 +32,10 @@ struct WorkerOptions {
   int min_runs = 5;
   int max_runs = 25;
   double config_budget_ms = 250;
+  // Runs faster than this are timed in groups of back-to-back runs (BenchmarkOptions::
+  // short_run_ms); 0 times every run on its own.
+  double short_run_us = 50;
+  bool short_runs_device_time_only = false;  // BenchmarkOptions::short_runs_device_time_only
   // ---- Offline mode (no database) ----
   bool offline = false;
   std::string network;  // --network resnet50
