@@ -9,6 +9,7 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/faults_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/bad_input_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/load_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/operator_cli_test.cc
   LIBS ucudnn_test_postgres ucudnn_client_core ucudnn_store ucudnn_proto_convert ucudnn_core
        ucudnn_proto gRPC::grpc++ PkgConfig::PQXX Threads::Threads
   LABELS e2e
@@ -16,7 +17,7 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
 # The client library's session (the training client of the fault tests) is an internal header.
 target_include_directories(ucudnn_e2e_tests PRIVATE ${PROJECT_SOURCE_DIR}/client_lib/src)
 # The tests start these binaries.
-add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker)
+add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker ucudnn)
 
 # ---- Fuzzing ------------------------------------------------------------------------------------
 # The project compiles with g++; libFuzzer needs clang. fuzz/ is its own CMake project, configured

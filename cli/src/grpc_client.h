@@ -22,6 +22,17 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ServerOptions& options);
 // A context with the options' deadline (or `deadline_ms` when positive) and the token.
 std::unique_ptr<grpc::ClientContext> MakeContext(const ServerOptions& options,
                                                  int64_t deadline_ms = 0);
+// One unary call on a fresh stub of the method's service, with MakeContext()'s deadline and token:
+// CallUnary(server, &CatalogService::Stub::ListJobs, request, &response).
+template <typename Stub, typename Request, typename Response>
+grpc::Status CallUnary(const ServerOptions& options,
+                       grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                    Response*),
+                       const Request& request, Response* response) {
+  Stub stub(MakeChannel(options));
+  auto context = MakeContext(options);
+  return (stub.*method)(context.get(), request, response);
+}
 // The gRPC status as ours, with the address in the message.
 Status FromGrpc(const grpc::Status& status, const ServerOptions& options);
 

@@ -48,10 +48,9 @@ Result<WorkspaceMode> ParseModeFlag(const std::string& mode) {
 // this machine's backend.
 Result<DeviceFingerprint> ResolveDevice(const ServerOptions& server, const PlanOptions& options) {
   if (!options.device.empty()) {
-    auto stub = CatalogService::NewStub(MakeChannel(server));
     v1::ListDevicesResponse devices;
-    auto context = MakeContext(server);
-    grpc::Status s = stub->ListDevices(context.get(), v1::ListDevicesRequest(), &devices);
+    grpc::Status s =
+        CallUnary(server, &CatalogService::Stub::ListDevices, v1::ListDevicesRequest(), &devices);
     if (!s.ok()) return FromGrpc(s, server);
     for (int i = 0; i < devices.devices_size(); ++i) {
       const v1::Device& d = devices.devices(i);
@@ -114,10 +113,9 @@ int RunHealth(const ServerOptions& server) {
 }
 
 int RunDevices(const ServerOptions& server) {
-  auto stub = CatalogService::NewStub(MakeChannel(server));
   v1::ListDevicesResponse response;
-  auto context = MakeContext(server);
-  grpc::Status s = stub->ListDevices(context.get(), v1::ListDevicesRequest(), &response);
+  grpc::Status s =
+      CallUnary(server, &CatalogService::Stub::ListDevices, v1::ListDevicesRequest(), &response);
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("%-3s %-16s %-6s %-36s %-8s %-7s %10s %7s\n", "#", "hash", "backend", "name", "cudnn",
               "cc", "timings", "workers");
@@ -133,12 +131,10 @@ int RunDevices(const ServerOptions& server) {
 }
 
 int RunWorkers(const ServerOptions& server, bool alive_only) {
-  auto stub = CatalogService::NewStub(MakeChannel(server));
   v1::ListWorkersRequest request;
   request.set_alive_only(alive_only);
   v1::ListWorkersResponse response;
-  auto context = MakeContext(server);
-  grpc::Status s = stub->ListWorkers(context.get(), request, &response);
+  grpc::Status s = CallUnary(server, &CatalogService::Stub::ListWorkers, request, &response);
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("%-40s %-6s %-32s %-28s %6s\n", "worker", "alive", "device", "last heartbeat",
               "done");
@@ -151,13 +147,11 @@ int RunWorkers(const ServerOptions& server, bool alive_only) {
 }
 
 int RunJobs(const ServerOptions& server, const std::string& state, int limit) {
-  auto stub = CatalogService::NewStub(MakeChannel(server));
   v1::ListJobsRequest request;
   request.set_state(state);
   request.set_limit(limit);
   v1::ListJobsResponse response;
-  auto context = MakeContext(server);
-  grpc::Status s = stub->ListJobs(context.get(), request, &response);
+  grpc::Status s = CallUnary(server, &CatalogService::Stub::ListJobs, request, &response);
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("%-8s %-8s %-16s %-8s %-36s %s\n", "job", "state", "device", "attempts", "worker",
               "problem");
@@ -175,12 +169,10 @@ int RunJobs(const ServerOptions& server, const std::string& state, int limit) {
 }
 
 int RunRetryJob(const ServerOptions& server, int64_t job_id) {
-  auto stub = CatalogService::NewStub(MakeChannel(server));
   v1::RetryJobRequest request;
   request.set_job_id(job_id);
   v1::RetryJobResponse response;
-  auto context = MakeContext(server);
-  grpc::Status s = stub->RetryJob(context.get(), request, &response);
+  grpc::Status s = CallUnary(server, &CatalogService::Stub::RetryJob, request, &response);
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("job %lld is %s again (attempts reset)\n",
               static_cast<long long>(response.job().id()), response.job().state().c_str());
@@ -220,12 +212,10 @@ int RunPlan(const ServerOptions& server, const PlanOptions& options) {
 int RunExplain(const ServerOptions& server, const PlanOptions& options) {
   auto request = BuildRequest(server, options);
   if (!request.ok()) return Fail(request.status());
-  auto stub = CatalogService::NewStub(MakeChannel(server));
   v1::ExplainPlanRequest explain;
   *explain.mutable_request() = *request;
   v1::ExplainPlanResponse response;
-  auto context = MakeContext(server);
-  grpc::Status s = stub->ExplainPlan(context.get(), explain, &response);
+  grpc::Status s = CallUnary(server, &CatalogService::Stub::ExplainPlan, explain, &response);
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("%s", response.text().c_str());
   return 0;

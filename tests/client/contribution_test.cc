@@ -34,14 +34,9 @@ class ContributionTest : public ::testing::Test {
   }
 
   ClientConfig Config(bool contribute, const std::string& token = kToken) {
-    ClientConfig config;
-    config.server = fake_->address();
+    ClientConfig config = FakePlannerConfig(fake_->address());
     config.token = token;
     config.contribute = contribute;
-    config.cache_path = "";
-    config.deadline_ms = 20000;
-    config.retry_initial_ms = 20;
-    config.retry_max_ms = 200;
     config.collect_quiet_ms = 60000;
     return config;
   }

@@ -17,12 +17,25 @@
 #include <string>
 #include <vector>
 
+#include "ucudnn/client/config.h"
 #include "ucudnn/core/backend.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
 namespace ucudnn::testing {
+
+// A client configuration that talks to a fake planner at `server`: no plan cache file, a
+// generous deadline, quick retries.
+inline ClientConfig FakePlannerConfig(const std::string& server) {
+  ClientConfig config;
+  config.server = server;
+  config.cache_path = "";
+  config.deadline_ms = 20000;
+  config.retry_initial_ms = 20;
+  config.retry_max_ms = 200;
+  return config;
+}
 
 // What the fake answers for each kernel: segments of `micro_batch` samples (the last one takes
 // the rest) with `algo`; workspaces are asked of `backend`, so they are real.

@@ -77,16 +77,6 @@ std::vector<float> Reference(CpuBackend& cpu, const ConvProblem& p, Operands ope
   return operands.out;
 }
 
-ClientConfig Config(const std::string& server) {
-  ClientConfig config;
-  config.server = server;
-  config.cache_path = "";
-  config.deadline_ms = 20000;
-  config.retry_initial_ms = 20;
-  config.retry_max_ms = 200;
-  return config;
-}
-
 // (op, micro-batch that fails: 3 = the first segment, 1 = the last; beta, first call or later)
 using Case = std::tuple<ConvOp, int64_t, float, bool>;
 
@@ -100,7 +90,7 @@ TEST_P(PlanFailureTest, CallGivesTheUndividedResultAndThePlanIsDropped) {
   FakePlanner fake(cpu);
   fake.set_choice({3, kCpuAlgoIm2colGemm});
   fake.Start();
-  auto session = Session::Create(backend, Config(fake.address()));
+  auto session = Session::Create(backend, FakePlannerConfig(fake.address()));
   Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
   ASSERT_TRUE(limit.ok());
   std::vector<char> workspace(*limit);
@@ -185,7 +175,7 @@ TEST(PlanFailureRemainderTest, EveryAlgorithmDecliningFailsTheCallWithTheBackend
   FakePlanner fake(cpu);
   fake.set_choice({3, kCpuAlgoIm2colGemm});
   fake.Start();
-  auto session = Session::Create(backend, Config(fake.address()));
+  auto session = Session::Create(backend, FakePlannerConfig(fake.address()));
   Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
   ASSERT_TRUE(limit.ok());
   std::vector<char> workspace(*limit);

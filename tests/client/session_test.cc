@@ -24,12 +24,7 @@ using std::chrono::seconds;
 constexpr int64_t kBatch = 7;  // not a multiple of the fake's micro-batch: uneven segments
 
 ClientConfig TestConfig(const std::string& server) {
-  ClientConfig config;
-  config.server = server;
-  config.cache_path = "";
-  config.deadline_ms = 20000;
-  config.retry_initial_ms = 20;
-  config.retry_max_ms = 200;
+  ClientConfig config = FakePlannerConfig(server);
   config.collect_quiet_ms = 50;
   return config;
 }

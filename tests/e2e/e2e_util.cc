@@ -122,6 +122,11 @@ std::string WorkerBinary() {
   return std::string(UCUDNN_BINARY_DIR) + "/bin/ucudnn-worker";
 }
 
+std::string CliBinary() {
+  if (const char* path = std::getenv("UCUDNN_CLI_BINARY")) return path;
+  return std::string(UCUDNN_BINARY_DIR) + "/bin/ucudnn";
+}
+
 std::string LogPath(const std::string& what) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string test =

@@ -64,9 +64,10 @@ class ChildProcess {
 };
 
 // Paths of the binaries of this build (overridable with UCUDNN_SERVER_BINARY /
-// UCUDNN_WORKER_BINARY, for runs from a bundle).
+// UCUDNN_WORKER_BINARY / UCUDNN_CLI_BINARY, for runs from a bundle).
 std::string ServerBinary();
 std::string WorkerBinary();
+std::string CliBinary();
 
 // A log file path under the test temp dir naming the current test and `what`.
 std::string LogPath(const std::string& what);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cuda_check.h"
@@ -122,7 +123,30 @@ TEST(DistinctFingerprintsTest, OnePerGpuModel) {
   EXPECT_TRUE(DistinctFingerprints({}).empty());
 }
 
-class CudnnBackendTest : public GpuTest {};
+class CudnnBackendTest : public GpuTest {
+ protected:
+  // Forward operands of `batch` samples on the GPU: random input and filter, unset output.
+  struct ForwardOperands {
+    std::unique_ptr<BackendBuffer> x, w, y;
+    ConvOperands ops;
+  };
+  static ForwardOperands MakeForwardOperands(ConvBackend& b, const ConvProblem& p, int64_t batch) {
+    ForwardOperands f;
+    auto x = b.Allocate(batch * p.input_elements_per_sample() * 4);
+    auto w = b.Allocate(p.filter_elements() * 4);
+    auto y = b.Allocate(batch * p.output_elements_per_sample() * 4);
+    EXPECT_TRUE(x.ok() && w.ok() && y.ok());
+    if (!x.ok() || !w.ok() || !y.ok()) return f;
+    f.x = std::move(*x);
+    f.w = std::move(*w);
+    f.y = std::move(*y);
+    EXPECT_TRUE(
+        FillRandom(b, f.x->data(), batch * p.input_elements_per_sample(), p.data_type, 1).ok());
+    EXPECT_TRUE(FillRandom(b, f.w->data(), p.filter_elements(), p.data_type, 2).ok());
+    f.ops = ConvOperands{.x = f.x->data(), .w = f.w->data(), .y = f.y->data()};
+    return f;
+  }
+};
 
 TEST_F(CudnnBackendTest, FingerprintHasTheLoadedLibraryVersions) {
   Result<DeviceFingerprint> f = GpuFingerprint(0);
@@ -200,14 +224,9 @@ TEST_F(CudnnBackendTest, TimeRunsReturnsOnePositiveTimePerRun) {
   ConvProblem p = MakeConv(64, 28, 64, 3, 1, 1);
   const int64_t batch = 4;
   ConvBackend& b = *gpu();
-  auto x = b.Allocate(batch * p.input_elements_per_sample() * 4);
-  auto y = b.Allocate(batch * p.output_elements_per_sample() * 4);
-  auto w = b.Allocate(p.filter_elements() * 4);
-  ASSERT_TRUE(x.ok() && y.ok() && w.ok());
-  ASSERT_TRUE(
-      FillRandom(b, (*x)->data(), batch * p.input_elements_per_sample(), p.data_type, 1).ok());
-  ASSERT_TRUE(FillRandom(b, (*w)->data(), p.filter_elements(), p.data_type, 2).ok());
-  ConvOperands ops{.x = (*x)->data(), .w = (*w)->data(), .y = (*y)->data()};
+  const ForwardOperands operands = MakeForwardOperands(b, p, batch);
+  ASSERT_FALSE(HasFailure());
+  const ConvOperands& ops = operands.ops;
   Result<std::vector<double>> times = b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 4);
   ASSERT_TRUE(times.ok()) << times.status().ToString();
   ASSERT_EQ(times->size(), 4u);
@@ -236,14 +255,9 @@ TEST_F(CudnnBackendTest, GroupedTimingOfShortRunsLeavesOutHostTime) {
   ConvProblem p = MakeConv(8, 8, 8, 3, 1, 1);
   const int64_t batch = 1;
   ConvBackend& b = *gpu();
-  auto x = b.Allocate(batch * p.input_elements_per_sample() * 4);
-  auto y = b.Allocate(batch * p.output_elements_per_sample() * 4);
-  auto w = b.Allocate(p.filter_elements() * 4);
-  ASSERT_TRUE(x.ok() && y.ok() && w.ok());
-  ASSERT_TRUE(
-      FillRandom(b, (*x)->data(), batch * p.input_elements_per_sample(), p.data_type, 1).ok());
-  ASSERT_TRUE(FillRandom(b, (*w)->data(), p.filter_elements(), p.data_type, 2).ok());
-  ConvOperands ops{.x = (*x)->data(), .w = (*w)->data(), .y = (*y)->data()};
+  const ForwardOperands operands = MakeForwardOperands(b, p, batch);
+  ASSERT_FALSE(HasFailure());
+  const ConvOperands& ops = operands.ops;
   const int algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   Result<std::vector<double>> single = b.TimeRunGroups(p, batch, algo, ops, nullptr, 0, 3, 21, 1);
   ASSERT_TRUE(single.ok()) << single.status().ToString();
