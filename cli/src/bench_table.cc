@@ -6,8 +6,7 @@
 
 namespace ucudnn::cli {
 
-std::string FormatBenchTable(const BenchTableHeader& header, const NetworkPlan& plan,
-                             const std::map<int, std::string>& algorithm_names) {
+std::string FormatBenchTable(const BenchTableHeader& header, const NetworkPlan& plan) {
   const DeviceFingerprint& d = header.device;
   std::string out =
       "cpu-bench " + header.network + ", mini-batch " +
@@ -19,12 +18,7 @@ std::string FormatBenchTable(const BenchTableHeader& header, const NetworkPlan& 
          " (BLAS threads " +
          (header.blas_threads > 0 ? std::to_string(header.blas_threads) : "OpenBLAS's default") +
          "); fingerprint " + HashHex(d.Hash()) + "\n\n";
-  // The CPU backend's algorithms are the same for every op.
-  const AlgorithmNamer names = [&](ConvOp, int algo) {
-    auto it = algorithm_names.find(algo);
-    return it != algorithm_names.end() ? it->second : std::string();
-  };
-  return out + FormatPlanTable(plan, names);
+  return out + FormatPlanTable(plan, AlgorithmNamerFor(d.backend));
 }
 
 }  // namespace ucudnn::cli

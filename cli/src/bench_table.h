@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 
 #include "ucudnn/core/fingerprint.h"
@@ -20,9 +19,8 @@ struct BenchTableHeader {
 };
 
 // Two lines of context (network and mini-batch; device, BLAS threads and fingerprint), a blank
-// line, then FormatPlanTable(plan) with segments named by `algorithm_names` ("2x8@im2col_gemm";
-// an unknown id prints as "algo<id>").
-std::string FormatBenchTable(const BenchTableHeader& header, const NetworkPlan& plan,
-                             const std::map<int, std::string>& algorithm_names);
+// line, then FormatPlanTable(plan) with segments named by the device's backend
+// ("2x8@im2col_gemm"; an unknown id prints as "algo<id>").
+std::string FormatBenchTable(const BenchTableHeader& header, const NetworkPlan& plan);
 
 }  // namespace ucudnn::cli

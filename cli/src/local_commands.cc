@@ -144,12 +144,8 @@ int RunCpuBench(const CpuBenchOptions& options) {
   for (const Kernel& k : *kernels) table_of_kernel.push_back(&tables[CanonicalKey(k.problem)]);
   auto plan = PlanNetwork(request, table_of_kernel);
   if (!plan.ok()) return Fail(plan.status());
-  std::map<int, std::string> algorithm_names;
-  for (const AlgorithmInfo& a : backend.Algorithms(ConvOp::kForward)) {
-    algorithm_names[a.id] = a.name;
-  }
   const BenchTableHeader header{options.net.network, backend.fingerprint(), options.threads};
-  std::printf("\n%s", FormatBenchTable(header, *plan, algorithm_names).c_str());
+  std::printf("\n%s", FormatBenchTable(header, *plan).c_str());
   return 0;
 }
 

@@ -80,14 +80,15 @@ Result<v1::GetPlanRequest> BuildRequest(const ServerOptions& server, const PlanO
   return ToProto(request, static_cast<uint32_t>(std::min<int64_t>(wait_ms, 600000)));
 }
 
-int PrintPlan(const v1::Plan& plan, bool json) {
+// The plan as a table (algorithms named as `backend`'s), or as JSON.
+int PrintPlan(const v1::Plan& plan, const std::string& backend, bool json) {
   if (json) {
     PrintJson(plan);
     return 0;
   }
   auto decoded = FromProto(plan);
   if (!decoded.ok()) return Fail(decoded.status().WithContext("the server's plan"));
-  std::printf("%s", FormatPlanTable(*decoded).c_str());
+  std::printf("%s", FormatPlanTable(*decoded, AlgorithmNamerFor(backend)).c_str());
   for (const v1::MissingProblem& m : plan.missing()) {
     std::printf("missing: %s (job %lld, %s)\n", m.problem_hash().c_str(),
                 static_cast<long long>(m.job_id()), m.job_state().c_str());
@@ -188,7 +189,7 @@ int RunPlan(const ServerOptions& server, const PlanOptions& options) {
     auto context = MakeContext(server);
     grpc::Status s = stub->GetPlan(context.get(), *request, &response);
     if (!s.ok()) return FailGrpc(s, server);
-    return PrintPlan(response.plan(), options.json);
+    return PrintPlan(response.plan(), request->device().backend(), options.json);
   }
   // Waiting for benchmarks: stream the progress.
   v1::StreamPlanRequest stream_request;
@@ -206,7 +207,7 @@ int RunPlan(const ServerOptions& server, const PlanOptions& options) {
   bar.Finish();
   grpc::Status s = reader->Finish();
   if (!s.ok()) return FailGrpc(s, server);
-  return PrintPlan(plan, options.json);
+  return PrintPlan(plan, request->device().backend(), options.json);
 }
 
 int RunExplain(const ServerOptions& server, const PlanOptions& options) {

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
+
+#include "ucudnn/core/algorithm_names.h"
 
 namespace ucudnn {
 namespace {
@@ -387,16 +390,9 @@ void BackwardFilterIm2colGemmPerSample(const Geometry& g, const float* x, const 
 
 // ---- checks ----------------------------------------------------------------------------------
 
-const char* AlgoName(int algo) {
-  switch (algo) {
-    case kCpuAlgoDirect:
-      return "direct";
-    case kCpuAlgoIm2colGemm:
-      return "im2col_gemm";
-    case kCpuAlgoIm2colGemmPerSample:
-      return "im2col_gemm_per_sample";
-  }
-  return "unknown";
+std::string AlgoName(int algo) {
+  std::string name = AlgorithmName("cpu", ConvOp::kForward, algo);
+  return name.empty() ? "unknown" : name;
 }
 
 // Invalid input is kInvalidArgument; a valid problem this backend cannot run is kUnsupported.
@@ -483,11 +479,7 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options) {
                 openblas_get_num_threads());
 }
 
-std::vector<AlgorithmInfo> CpuBackend::Algorithms(ConvOp /*op*/) const {
-  std::vector<AlgorithmInfo> algos;
-  for (int id = 0; id < kCpuAlgoCount; ++id) algos.push_back({id, AlgoName(id)});
-  return algos;
-}
+std::vector<AlgorithmInfo> CpuBackend::Algorithms(ConvOp /*op*/) const { return CpuAlgorithms(); }
 
 Result<size_t> CpuBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) {
   UCUDNN_RETURN_IF_ERROR(CheckProblem(problem, batch, algo));

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ucudnn/core/algorithm_names.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn {
@@ -56,6 +57,10 @@ std::string FormatRows(const std::vector<Row>& rows, const std::vector<bool>& le
 }
 
 }  // namespace
+
+AlgorithmNamer AlgorithmNamerFor(const std::string& backend) {
+  return [backend](ConvOp op, int algo) { return AlgorithmName(backend, op, algo); };
+}
 
 std::string FormatSegments(const std::vector<Segment>& segments, ConvOp op,
                            const AlgorithmNamer& names) {

@@ -365,7 +365,10 @@ grpc::Status CatalogServiceImpl::ExplainPlan(grpc::ServerContext* context,
     auto outcome = coordinator_->Plan(call);
     if (!outcome.ok()) return outcome.status();
     UCUDNN_ASSIGN_OR_RETURN(*response->mutable_plan(), outcome->ParsePlan());
-    if (outcome->network_plan) response->set_text(FormatPlanTable(*outcome->network_plan));
+    if (outcome->network_plan) {
+      response->set_text(FormatPlanTable(*outcome->network_plan,
+                                         AlgorithmNamerFor(request->request().device().backend())));
+    }
     return Status::Ok();
   }));
 }

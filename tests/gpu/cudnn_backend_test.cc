@@ -9,6 +9,7 @@
 
 #include "cuda_check.h"
 #include "gpu/gpu_test_util.h"
+#include "ucudnn/core/algorithm_names.h"
 #include "ucudnn/core/cudnn_backend.h"
 #include "ucudnn/core/random_fill.h"
 

@@ -16,40 +16,21 @@
 #include <utility>
 
 #include "cuda_check.h"
+#include "ucudnn/core/algorithm_names.h"
 
 namespace ucudnn {
 namespace {
 
-// Suffixes of cuDNN's enum names, indexed by the enum value.
-constexpr std::array<const char*, 8> kForwardAlgoNames = {
-    "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
-    "WINOGRAD",      "WINOGRAD_NONFUSED"};
-constexpr std::array<const char*, 6> kBackwardDataAlgoNames = {
-    "ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-constexpr std::array<const char*, 7> kBackwardFilterAlgoNames = {
-    "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
-static_assert(kForwardAlgoNames.size() == CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-static_assert(kBackwardDataAlgoNames.size() == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-static_assert(kBackwardFilterAlgoNames.size() == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-
-size_t AlgorithmCount(ConvOp op) {
-  switch (op) {
-    case ConvOp::kForward:
-      return kForwardAlgoNames.size();
-    case ConvOp::kBackwardData:
-      return kBackwardDataAlgoNames.size();
-    case ConvOp::kBackwardFilter:
-      return kBackwardFilterAlgoNames.size();
-  }
-  return 0;
-}
+static_assert(kCudnnForwardAlgoCount == CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+static_assert(kCudnnBackwardDataAlgoCount == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+static_assert(kCudnnBackwardFilterAlgoCount == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
 
 Status CheckAlgorithm(ConvOp op, int algo) {
-  const size_t count = AlgorithmCount(op);
+  const int count = CudnnAlgorithmCount(op);
   if (count == 0) {
     return InvalidArgument("op: unknown value " + std::to_string(static_cast<int>(op)));
   }
-  if (algo < 0 || static_cast<size_t>(algo) >= count) {
+  if (algo < 0 || algo >= count) {
     return InvalidArgument("algo: must be in [0, " + std::to_string(count - 1) + "] for " +
                            std::string(ToString(op)) + ", got " + std::to_string(algo));
   }
@@ -328,25 +309,6 @@ Status CudnnBackend::MakeDeviceCurrent() const {
 Result<const CudnnDescriptors*> CudnnBackend::GetDescriptors(const ConvProblem& problem,
                                                              int64_t batch) {
   return descriptors_->Get(problem, batch);
-}
-
-std::vector<AlgorithmInfo> CudnnAlgorithms(ConvOp op) {
-  std::vector<AlgorithmInfo> algos;
-  const auto add = [&algos](const auto& names) {
-    for (size_t i = 0; i < names.size(); ++i) algos.push_back({static_cast<int>(i), names[i]});
-  };
-  switch (op) {
-    case ConvOp::kForward:
-      add(kForwardAlgoNames);
-      break;
-    case ConvOp::kBackwardData:
-      add(kBackwardDataAlgoNames);
-      break;
-    case ConvOp::kBackwardFilter:
-      add(kBackwardFilterAlgoNames);
-      break;
-  }
-  return algos;
 }
 
 std::vector<AlgorithmInfo> CudnnBackend::Algorithms(ConvOp op) const { return CudnnAlgorithms(op); }

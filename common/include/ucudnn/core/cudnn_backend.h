@@ -119,9 +119,6 @@ class CudnnBackend final : public ConvBackend {
   std::vector<cudaEvent_t> events_;  // reused by TimeRuns: start/stop pairs
 };
 
-// CudnnBackend::Algorithms() without a backend (no GPU needed).
-std::vector<AlgorithmInfo> CudnnAlgorithms(ConvOp op);
-
 // The fingerprint of GPU `device_index` with the versions of the libraries actually loaded:
 // cudnnGetVersion() and cudaRuntimeGetVersion() at run time, not the headers' versions.
 Result<DeviceFingerprint> GpuFingerprint(int device_index);

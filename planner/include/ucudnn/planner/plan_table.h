@@ -17,6 +17,8 @@ namespace ucudnn {
 // Names algorithm `algo` of `op` ("im2col_gemm"); the tables print "algo<id>" without one, or
 // where it returns "".
 using AlgorithmNamer = std::function<std::string(ConvOp op, int algo)>;
+// The names of `backend`'s algorithms ("cudnn" or "cpu", a device fingerprint's backend).
+AlgorithmNamer AlgorithmNamerFor(const std::string& backend);
 
 std::string FormatPlanTable(const NetworkPlan& plan, const AlgorithmNamer& names = {});
 
