@@ -77,6 +77,27 @@ std::vector<float> Reference(CpuBackend& cpu, const ConvProblem& p, Operands ope
   return operands.out;
 }
 
+// A session over `backend` whose fake planner splits the batch into segments of 3 with
+// im2col_gemm, its plan for `p` received, and a workspace of the plan's size.
+struct PlannedSession {
+  PlannedSession(ConvBackend& backend, const ConvProblem& p) : fake(cpu) {
+    fake.set_choice({3, kCpuAlgoIm2colGemm});
+    fake.Start();
+    session = Session::Create(backend, FakePlannerConfig(fake.address()));
+    Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
+    EXPECT_TRUE(limit.ok());
+    if (!limit.ok()) return;
+    workspace.resize(*limit);
+    session->Declare(p, kBatch, *limit);
+    planned = session->WaitForPlans(seconds(20));
+  }
+  CpuBackend cpu;  // the reference, and the fake's workspace sizes
+  FakePlanner fake;
+  std::unique_ptr<Session> session;
+  std::vector<char> workspace;
+  bool planned = false;
+};
+
 // (op, micro-batch that fails: 3 = the first segment, 1 = the last; beta, first call or later)
 using Case = std::tuple<ConvOp, int64_t, float, bool>;
 
@@ -86,16 +107,11 @@ TEST_P(PlanFailureTest, CallGivesTheUndividedResultAndThePlanIsDropped) {
   const auto [op, failing_batch, beta, on_first_call] = GetParam();
   const ConvProblem p = SmallProblem(op);
   DecliningBackend backend;
-  CpuBackend cpu;
-  FakePlanner fake(cpu);
-  fake.set_choice({3, kCpuAlgoIm2colGemm});
-  fake.Start();
-  auto session = Session::Create(backend, FakePlannerConfig(fake.address()));
-  Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
-  ASSERT_TRUE(limit.ok());
-  std::vector<char> workspace(*limit);
-  session->Declare(p, kBatch, *limit);
-  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  PlannedSession planned(backend, p);
+  ASSERT_TRUE(planned.planned);
+  CpuBackend& cpu = planned.cpu;
+  Session* session = planned.session.get();
+  std::vector<char>& workspace = planned.workspace;
   ASSERT_EQ(session->Stats().kernels_planned, 1u);
 
   if (!on_first_call) {
@@ -171,16 +187,10 @@ TEST(PlanFailureRemainderTest, EveryAlgorithmDecliningFailsTheCallWithTheBackend
   };
   const ConvProblem p = SmallProblem(ConvOp::kBackwardFilter);
   AlwaysDeclining backend;
-  CpuBackend cpu;
-  FakePlanner fake(cpu);
-  fake.set_choice({3, kCpuAlgoIm2colGemm});
-  fake.Start();
-  auto session = Session::Create(backend, FakePlannerConfig(fake.address()));
-  Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
-  ASSERT_TRUE(limit.ok());
-  std::vector<char> workspace(*limit);
-  session->Declare(p, kBatch, *limit);
-  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  PlannedSession planned(backend, p);
+  ASSERT_TRUE(planned.planned);
+  Session* session = planned.session.get();
+  std::vector<char>& workspace = planned.workspace;
   Operands operands = MakeOperands(p, kBatch);
   // Segments of 3 and 3 run; the last one (1 sample) fails, and so does every remainder run.
   Status status = session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(),

@@ -52,6 +52,19 @@ class SessionTest : public ::testing::Test {
     fake_->Start();
   }
 
+  // `kernel` run through the session with no workspace of the caller's (alpha 1, beta 0.5) equals
+  // the undivided run.
+  void ExpectEqualsUndividedWithoutWorkspace(Session& session, const Kernel& kernel) {
+    Operands operands = MakeOperands(kernel.problem, kBatch);
+    const std::vector<float> expected =
+        Undivided(backend_, kernel.problem, kBatch, operands, 1.0f, 0.5f);
+    ASSERT_TRUE(session
+                    .Execute(kernel.problem, kBatch, operands.Bind(kernel.problem.op), nullptr, 0,
+                             1.0f, 0.5f)
+                    .ok());
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6) << kernel.name;
+  }
+
   CpuBackend backend_;
   std::unique_ptr<FakePlanner> fake_;
 };
@@ -290,17 +303,8 @@ TEST_F(SessionTest, TotalModePlansTheNetworkTogetherInTheLibraryWorkspace) {
   EXPECT_EQ(requests[0].workspace_bytes(), config.workspace_bytes);
   EXPECT_EQ(requests[0].kernels_size(), 3);
 
-  for (const Kernel& kernel : kernels) {
-    Operands operands = MakeOperands(kernel.problem, kBatch);
-    const std::vector<float> expected =
-        Undivided(backend_, kernel.problem, kBatch, operands, 1.0f, 0.5f);
-    // The framework passes no workspace: the library's own serves the plan.
-    ASSERT_TRUE(session
-                    ->Execute(kernel.problem, kBatch, operands.Bind(kernel.problem.op), nullptr, 0,
-                              1.0f, 0.5f)
-                    .ok());
-    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
-  }
+  // The framework passes no workspace: the library's own serves the plan.
+  for (const Kernel& kernel : kernels) ExpectEqualsUndividedWithoutWorkspace(*session, kernel);
   EXPECT_EQ(session->Stats().planned_calls, 3u);
   EXPECT_EQ(session->Stats().fallback_calls, 0u);
 }
@@ -370,16 +374,7 @@ TEST_F(SessionTest, TotalModeReplanningNeverLeavesOverlappingSlices) {
   }
 
   // Every kernel still computes the right thing: a undivided, b and c in their own slices.
-  for (const Kernel& kernel : {a, b, c}) {
-    Operands operands = MakeOperands(kernel.problem, kBatch);
-    const std::vector<float> expected =
-        Undivided(backend_, kernel.problem, kBatch, operands, 1.0f, 0.5f);
-    ASSERT_TRUE(session
-                    ->Execute(kernel.problem, kBatch, operands.Bind(kernel.problem.op), nullptr, 0,
-                              1.0f, 0.5f)
-                    .ok());
-    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6) << kernel.name;
-  }
+  for (const Kernel& kernel : {a, b, c}) ExpectEqualsUndividedWithoutWorkspace(*session, kernel);
   EXPECT_EQ(session->Stats().planned_calls, 2u);
   EXPECT_EQ(session->Stats().fallback_calls, 1u);
 }

@@ -40,6 +40,20 @@ struct Network {
   }
 };
 
+// Kernels k0..k<count-1> of different shapes at mini-batch 8, each with an empty table.
+Network KernelsOfMiniBatch8(int count) {
+  Network net;
+  for (int i = 0; i < count; ++i) {
+    Kernel kernel;
+    kernel.problem = Problem(16, 16 + i);
+    kernel.mini_batch = 8;
+    kernel.name = "k" + std::to_string(i);
+    net.request.kernels.push_back(kernel);
+  }
+  net.tables.resize(count);
+  return net;
+}
+
 Network RandomNetwork(std::mt19937_64& rng, int count, int64_t mini_batch = 8) {
   Network net;
   for (int i = 0; i < count; ++i) {
@@ -190,16 +204,9 @@ Timing Entry(int64_t b, int algo, double time, uint64_t ws) {
 }
 
 TEST(PlanNetwork, TotalSumAtAndAroundTheBoundaries) {
-  Network net;
+  Network net = KernelsOfMiniBatch8(2);
   for (int i = 0; i < 2; ++i) {
-    Kernel kernel;
-    kernel.problem = Problem(16, 16 + i);
-    kernel.mini_batch = 8;
-    kernel.name = "k" + std::to_string(i);
-    net.request.kernels.push_back(kernel);
-    TimingTable table;
-    table.entries = {Entry(8, 0, 5.0, 60), Entry(8, 1, 1.0 + i, 100)};
-    net.tables.push_back(table);
+    net.tables[i].entries = {Entry(8, 0, 5.0, 60), Entry(8, 1, 1.0 + i, 100)};
   }
   net.request.workspace_mode = WorkspaceMode::kTotalSum;
   net.request.policy = BatchPolicy::kAll;
@@ -248,15 +255,7 @@ TEST(PlanNetwork, TotalSumAtAndAroundTheBoundaries) {
 
 TEST(PlanNetwork, TotalsCompareTheSameKernels) {
   // Kernel 0 has an undivided timing; kernel 1 only micro-batches of 4: planned, no baseline.
-  Network net;
-  for (int i = 0; i < 2; ++i) {
-    Kernel kernel;
-    kernel.problem = Problem(16, 16 + i);
-    kernel.mini_batch = 8;
-    kernel.name = "k" + std::to_string(i);
-    net.request.kernels.push_back(kernel);
-  }
-  net.tables.resize(2);
+  Network net = KernelsOfMiniBatch8(2);
   net.tables[0].entries = {Entry(8, 0, 5.0, 0), Entry(4, 1, 1.0, 50)};
   net.tables[1].entries = {Entry(4, 0, 2.0, 0)};
   net.request.policy = BatchPolicy::kPowerOfTwo;
@@ -284,15 +283,9 @@ TEST(PlanNetwork, TotalSumBaselinesUseTheWholeBudgetEach) {
   // Two kernels whose fast undivided algorithm needs 100 bytes; the budget is 150. The plan can
   // give only one of them that workspace; each baseline has the whole budget to itself, as cuDNN
   // alone with one shared 150-byte buffer would.
-  Network net;
-  for (int i = 0; i < 2; ++i) {
-    Kernel kernel;
-    kernel.problem = Problem(16, 16 + i);
-    kernel.mini_batch = 8;
-    net.request.kernels.push_back(kernel);
-    TimingTable table;
+  Network net = KernelsOfMiniBatch8(2);
+  for (TimingTable& table : net.tables) {
     table.entries = {Entry(8, 0, 5.0, 0), Entry(8, 1, 1.0, 100)};
-    net.tables.push_back(table);
   }
   net.request.workspace_mode = WorkspaceMode::kTotalSum;
   net.request.workspace_bytes = 150;
