@@ -111,8 +111,17 @@ void TimingWatcher::Unregister(TimingSubscription* subscription) {
 }
 
 void TimingWatcher::SetConnected(bool connected) {
-  const bool was = connected_.exchange(connected);
-  if (cache_ != nullptr) cache_->SetLive(connected);
+  // Order matters to observers of connected(): going down, the flag drops first; coming up, the
+  // cache is live and waiters were told to re-read (Reset) before the flag rises.
+  bool was;
+  if (connected) {
+    if (cache_ != nullptr) cache_->SetLive(true);
+    Reset();
+    was = connected_.exchange(true);
+  } else {
+    was = connected_.exchange(false);
+    if (cache_ != nullptr) cache_->SetLive(false);
+  }
   if (was != connected && !stop_) {
     if (connected) {
       spdlog::info("timing notifications: listening");
@@ -169,11 +178,9 @@ void TimingWatcher::Run() {
       retry = std::min(retry * 2, kRetryMax);
       continue;
     }
-    if (!connected_.load()) {
-      SetConnected(true);
-      // Anything that landed before the (re)connection was not seen: have waiters re-read.
-      Reset();
-    }
+    // Anything that landed before the (re)connection was not seen: SetConnected has waiters
+    // re-read.
+    if (!connected_.load()) SetConnected(true);
     retry = kRetryInitial;
     if (!received->empty()) Dispatch(*received);
   }
