@@ -88,6 +88,9 @@ struct KernelState {
   // Written by the planner thread under the session's mutex; read by reports under it.
   KernelReport::State state = KernelReport::State::kWaiting;
   std::string reason;
+  // The session's contribution epoch when timings of this kernel's problem were last submitted:
+  // an answer to a request sent before then is stale where it says the timings are missing.
+  uint64_t contributed_epoch = 0;
 };
 
 // Open addressing with linear probing over atomic pointers. Readers never lock; one writer at a

@@ -647,9 +647,14 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
 
 void Session::AskAgainAfterContribution(const ConvProblem& problem) {
   const Clock::time_point now = Clock::now();
+  ++contribution_epoch_;
   bool any = false;
   for (const auto& kernel : table_.entries()) {
-    if (!(kernel->problem == problem) || kernel->state != KernelReport::State::kMissing) continue;
+    if (!(kernel->problem == problem)) continue;
+    // Also kernels in a request in flight now: its answer was made from the timings before these
+    // and must not mark them missing (see ContributedSince).
+    kernel->contributed_epoch = contribution_epoch_;
+    if (kernel->state != KernelReport::State::kMissing) continue;
     any = true;
     kernel->state = KernelReport::State::kWaiting;
     kernel->reason = "timings contributed; asking again";
@@ -910,6 +915,7 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
   }
 
   plan_requests_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t asked_epoch = contribution_epoch_;
   lock.unlock();
   Result<NetworkPlan> answer = AskSource(request);
   lock.lock();
@@ -963,9 +969,14 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
         break;
       }
       case KernelPlanStatus::kMissing:
-        p.kernel->state = KernelReport::State::kMissing;
-        p.kernel->reason = kernel_plan.reason;
-        p.due = Clock::now() + Backoff(p.attempts++);
+        if (ContributedSince(p.kernel, asked_epoch)) {
+          p.due = Clock::now();  // still waiting: its timings landed after this answer was made
+          p.attempts = 0;
+        } else {
+          p.kernel->state = KernelReport::State::kMissing;
+          p.kernel->reason = kernel_plan.reason;
+          p.due = Clock::now() + Backoff(p.attempts++);
+        }
         pending_.push_back(p);
         break;
       case KernelPlanStatus::kInfeasible:
@@ -981,8 +992,8 @@ void Session::Unpublish(KernelState* kernel) {
   kernel->plan.store(nullptr, std::memory_order_release);
 }
 
-void Session::PublishNetwork(const std::vector<KernelState*>& kernels, const NetworkPlan& plan,
-                             bool from_cache) {
+bool Session::PublishNetwork(const std::vector<KernelState*>& kernels, const NetworkPlan& plan,
+                             bool from_cache, uint64_t asked_epoch) {
   // A network plan lays out the library workspace anew, from offset 0. Every kernel of the
   // network that gets no slice in this layout loses the plan it had: its old slice may overlap
   // the new ones (in total_sum mode two kernels would then share workspace bytes). Such kernels
@@ -991,11 +1002,17 @@ void Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
     if (std::find(kernels.begin(), kernels.end(), kernel) == kernels.end()) Unpublish(kernel);
   }
   size_t offset = 0;
+  bool stale = false;
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelState* kernel = kernels[i];
     const KernelPlan& kernel_plan = plan.kernels[i];
     if (kernel_plan.status != KernelPlanStatus::kPlanned) {
       Unpublish(kernel);
+      if (kernel_plan.status == KernelPlanStatus::kMissing &&
+          ContributedSince(kernel, asked_epoch)) {
+        stale = true;  // stays waiting
+        continue;
+      }
       kernel->state = kernel_plan.status == KernelPlanStatus::kMissing
                           ? KernelReport::State::kMissing
                           : KernelReport::State::kInfeasible;
@@ -1024,6 +1041,7 @@ void Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
     if (from_cache) plans_from_cache_.fetch_add(1, std::memory_order_relaxed);
     Publish(kernel, std::move(entry));
   }
+  return stale;
 }
 
 void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
@@ -1051,7 +1069,7 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
       }
     }
     if (ordered.kernels.size() == kernels.size()) {
-      PublishNetwork(kernels, ordered, /*from_cache=*/true);
+      PublishNetwork(kernels, ordered, /*from_cache=*/true, contribution_epoch_);
       planned_generation_ = generation;
       network_retry_ = false;
       return;
@@ -1072,6 +1090,7 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
   }
 
   plan_requests_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t asked_epoch = contribution_epoch_;
   lock.unlock();
   Result<NetworkPlan> answer = AskSource(request);
   lock.lock();
@@ -1106,9 +1125,15 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
   }
   const std::vector<KernelState*> answered(
       kernels.begin(), kernels.begin() + static_cast<ptrdiff_t>(request.kernels.size()));
-  PublishNetwork(answered, *answer, /*from_cache=*/false);
+  const bool stale = PublishNetwork(answered, *answer, /*from_cache=*/false, asked_epoch);
   planned_generation_ = generation;
-  if (answer->complete) {
+  if (stale) {
+    // Timings contributed while this request was in flight: the same network again, at once.
+    prepared_ = true;
+    network_retry_ = true;
+    network_due_ = Clock::now();
+    network_attempts_ = 0;
+  } else if (answer->complete) {
     network_retry_ = false;
     network_attempts_ = 0;
     CacheRecord record{device_, *answer};

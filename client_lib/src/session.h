@@ -213,8 +213,15 @@ class Session {
   void Unpublish(KernelState* kernel);
   std::unique_ptr<PlanEntry> MakeEntry(const KernelPlan& plan, uint64_t limit, bool from_cache);
   // Publishes a total-mode plan: each planned kernel's slice of the library workspace.
-  void PublishNetwork(const std::vector<KernelState*>& kernels, const NetworkPlan& plan,
-                      bool from_cache);
+  // `asked_epoch` is contribution_epoch_ when the request was sent; returns whether a kernel the
+  // answer calls missing had its timings contributed since (the answer is stale for it: it stays
+  // waiting, to be asked again at once).
+  bool PublishNetwork(const std::vector<KernelState*>& kernels, const NetworkPlan& plan,
+                      bool from_cache, uint64_t asked_epoch);
+  // Whether `kernel`'s timings were contributed after a request sent at `asked_epoch`.
+  bool ContributedSince(const KernelState* kernel, uint64_t asked_epoch) const {
+    return kernel->contributed_epoch > asked_epoch;
+  }
   Clock::duration Backoff(int attempts);
   bool AnyWaiting() const;
   // With mutex_ held: after timings of `problem` were submitted, its kernels that lacked them
@@ -272,7 +279,8 @@ class Session {
   bool unavailable_warned_ = false;
   // Contribution: (problem, mini-batch) already benchmarked and submitted by this session.
   std::vector<std::pair<ConvProblem, int64_t>> contributed_;
-  std::mutex contribute_mutex_;  // one contribution at a time; never taken with mutex_ held
+  uint64_t contribution_epoch_ = 0;  // bumped per submitted problem
+  std::mutex contribute_mutex_;      // one contribution at a time; never taken with mutex_ held
   bool stop_ = false;
   std::minstd_rand jitter_;
   std::thread planner_;

@@ -5,7 +5,9 @@
 // token, silent when a worker serves the device, harmless when the server refuses the timings.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "fake_planner.h"
@@ -188,6 +190,96 @@ TEST_F(ContributionTest, ExplicitContributeAndTotalModePrepare) {
   ASSERT_TRUE(contributed.ok());
   EXPECT_EQ(*contributed, 0);
   EXPECT_EQ(fake_->submissions(), 3);
+}
+
+// An in-process planner that makes the race of a contribution with a plan request certain: the
+// first request is answered "missing"; the next one reads the timings it has, then is held until
+// the contribution's timings arrive, and answers from what it read (stale: "missing"). Later
+// requests are planned (one segment, the direct algorithm) once timings were submitted.
+class RacingSource final : public client::PlanSource {
+ public:
+  explicit RacingSource(CpuBackend& backend) : backend_(backend) {}
+  Result<NetworkPlan> GetPlan(const PlanRequest& request) override {
+    std::unique_lock lock(mu_);
+    const bool had_timings = submitted_;
+    if (!had_timings && calls_++ > 0) {
+      stale_in_flight_ = true;
+      cv_.notify_all();
+      cv_.wait_for(lock, seconds(10), [&] { return submitted_; });
+    }
+    NetworkPlan plan;
+    plan.complete = had_timings;
+    for (const Kernel& kernel : request.kernels) {
+      KernelPlan kp;
+      kp.kernel = kernel;
+      if (!had_timings) {
+        kp.status = KernelPlanStatus::kMissing;
+        kp.reason = "no timings yet";
+      } else {
+        kp.status = KernelPlanStatus::kPlanned;
+        const Segment segment{kernel.mini_batch, kCpuAlgoDirect, 1.0, 0};
+        kp.config.segments = {segment};
+        kp.config.time_ms = segment.time_ms;
+      }
+      plan.kernels.push_back(kp);
+    }
+    return plan;
+  }
+  void Cancel() override {}
+  std::string Describe() const override { return "racing"; }
+  Result<int> LiveWorkers(const DeviceFingerprint&) override { return 0; }
+  Result<int> SubmitTimings(const DeviceFingerprint&, const ConvProblem&,
+                            const std::vector<Timing>& timings, const std::string&) override {
+    std::unique_lock lock(mu_);
+    raced_ = cv_.wait_for(lock, seconds(10), [&] { return stale_in_flight_; });
+    submitted_ = true;
+    cv_.notify_all();
+    return static_cast<int>(timings.size());
+  }
+  bool raced() {
+    std::lock_guard lock(mu_);
+    return raced_;
+  }
+
+ private:
+  CpuBackend& backend_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int calls_ = 0;
+  bool submitted_ = false;
+  bool stale_in_flight_ = false;
+  bool raced_ = false;
+};
+
+// An answer made before the contribution's timings landed must not leave the kernel "missing":
+// the quiet point returns with the plan made from the contributed timings, in both modes.
+TEST_F(ContributionTest, AnAnswerMadeBeforeTheContributionLandedIsAskedAgain) {
+  for (const bool total : {false, true}) {
+    SCOPED_TRACE(total ? "total_sum" : "per_kernel");
+    ClientConfig config = Config(true);
+    config.retry_initial_ms = 300;  // the held request is a retry, well after the first answer
+    config.retry_max_ms = 60000;
+    if (total) {
+      config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+      config.workspace_bytes = 1 << 20;
+      config.collect_quiet_ms = 0;  // network retries follow the back-off alone
+    }
+    auto owned = std::make_unique<RacingSource>(backend_);
+    RacingSource* source = owned.get();
+    auto session = Session::Create(backend_, config, std::move(owned), Hooks());
+    const Kernel kernel{SmallProblem(ConvOp::kForward), kBatch, "fwd"};
+    if (total) {
+      session->Prepare({kernel});
+    } else {
+      session->Declare(kernel.problem, kernel.mini_batch, 1 << 20);
+    }
+    ASSERT_TRUE(session->WaitForPlans(seconds(60)));
+    EXPECT_TRUE(source->raced()) << "the submission did not meet a request in flight";
+    EXPECT_EQ(session->Stats().contributed_problems, 1u);
+    EXPECT_EQ(session->Stats().kernels_planned, 1u);
+    EXPECT_EQ(session->Kernels().at(0).state, KernelReport::State::kPlanned)
+        << session->Kernels().at(0).reason;
+  }
 }
 
 TEST_F(ContributionTest, ABackendOfAnotherDeviceIsRefused) {
