@@ -1,15 +1,18 @@
 #include "session.h"
 #include "log.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <exception>
+#include <set>
 #include <span>
 #include <utility>
 
 #include "config_internal.h"
+#include "ucudnn/core/dp.h"
 #include "ucudnn/core/executor.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/units.h"
@@ -515,33 +518,31 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
   if (!contribution_enabled_) return 0;
   std::lock_guard contributing(contribute_mutex_);
 
-  // The problems the server lacks timings for, each up to the largest mini-batch the job runs it
-  // at (what the server asks its workers for).
+  // The problems the server lacks timings for, with every micro-batch size of the policy that one
+  // of their kernels needs (the server asks a request's kernels of a problem for the sizes up to
+  // their largest mini-batch, and a per-kernel request may hold any one of them; the policy's
+  // sizes of two mini-batches need not nest: those of 3 are not among those of 6).
   struct Missing {
     ConvProblem problem;
-    int64_t max_batch = 0;
+    std::set<int64_t> sizes;
   };
   std::vector<Missing> missing;
   {
     std::lock_guard lock(mutex_);
     for (const auto& kernel : table_.entries()) {
       if (kernel->state != KernelReport::State::kMissing) continue;
-      bool known = false;
-      for (const Missing& m : missing) known = known || m.problem == kernel->problem;
-      if (!known) missing.push_back(Missing{kernel->problem, 0});
-    }
-    for (Missing& m : missing) {
-      for (const auto& kernel : table_.entries()) {
-        if (kernel->problem == m.problem) m.max_batch = std::max(m.max_batch, kernel->batch);
-      }
+      auto m = std::find_if(missing.begin(), missing.end(),
+                            [&](const Missing& x) { return x.problem == kernel->problem; });
+      if (m == missing.end()) m = missing.insert(missing.end(), Missing{kernel->problem, {}});
+      for (int64_t size : MicroBatchSizes(policy_, kernel->batch)) m->sizes.insert(size);
     }
     // Once per problem and size: what this session submitted, the server has.
-    std::erase_if(missing, [this](const Missing& m) {
-      for (const auto& [problem, batch] : contributed_) {
-        if (problem == m.problem && batch >= m.max_batch) return true;
+    for (Missing& m : missing) {
+      for (const auto& [problem, size] : contributed_) {
+        if (problem == m.problem) m.sizes.erase(size);
       }
-      return false;
-    });
+    }
+    std::erase_if(missing, [](const Missing& m) { return m.sizes.empty(); });
   }
   if (missing.empty()) return 0;
 
@@ -597,10 +598,11 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
       break;
     }
     const std::string key = CanonicalKey(m.problem);
-    client::Log().info("contribution: benchmarking {} up to micro-batch {} ({})", key, m.max_batch,
-                       ToString(policy_));
+    const std::vector<int64_t> sizes(m.sizes.begin(), m.sizes.end());
+    client::Log().info("contribution: benchmarking {} at micro-batches {} ({})", key,
+                       fmt::join(sizes, ","), ToString(policy_));
     Result<TimingTable> table = guarded("benchmark", [&]() -> Result<TimingTable> {
-      return BenchmarkProblem(**bench, m.problem, m.max_batch, policy_, benchmark_options_);
+      return BenchmarkMicroBatches(**bench, m.problem, sizes, benchmark_options_);
     });
     if (!table.ok()) {
       contribution_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -639,7 +641,7 @@ Result<int> Session::Contribute(Clock::time_point deadline) {
     client::Log().info("contribution: {} timings of {} submitted ({} kept back as job-local)",
                        *stored, key, dropped);
     std::lock_guard lock(mutex_);
-    contributed_.emplace_back(m.problem, m.max_batch);
+    for (int64_t size : sizes) contributed_.emplace_back(m.problem, size);
     AskAgainAfterContribution(m.problem);
   }
   return submitted;

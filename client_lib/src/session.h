@@ -277,7 +277,7 @@ class Session {
   int network_attempts_ = 0;
   bool table_full_warned_ = false;
   bool unavailable_warned_ = false;
-  // Contribution: (problem, mini-batch) already benchmarked and submitted by this session.
+  // Contribution: (problem, micro-batch size) already benchmarked and submitted by this session.
   std::vector<std::pair<ConvProblem, int64_t>> contributed_;
   uint64_t contribution_epoch_ = 0;  // bumped per submitted problem
   std::mutex contribute_mutex_;      // one contribution at a time; never taken with mutex_ held

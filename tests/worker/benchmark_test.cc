@@ -60,6 +60,30 @@ TEST(BenchmarkOptionsTest, WarmUpIsRequired) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(BenchmarkSizesTest, ExactlyTheMicroBatchesGivenAndOnlyIncreasingOnes) {
+  RenamedCpuBackend cpu("cpu");
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  const std::vector<int64_t> sizes = {1, 3, 4};  // not the sizes of any one policy
+  auto table = BenchmarkMicroBatches(cpu, p, sizes, FastBenchmarkOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  std::set<int64_t> measured;
+  for (const Timing& t : table->entries) {
+    measured.insert(t.micro_batch);
+    EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+    EXPECT_GT(t.time_ms, 0);
+  }
+  EXPECT_EQ(measured, (std::set<int64_t>{1, 3, 4}));
+  EXPECT_EQ(table->entries.size(), sizes.size() * cpu.Algorithms(p.op).size());
+
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{}, {2, 2}, {3, 1}, {0, 1}, {1, -4}}) {
+    const Status s = BenchmarkMicroBatches(cpu, p, bad, FastBenchmarkOptions()).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << ::testing::PrintToString(bad);
+  }
+  EXPECT_THAT(BenchmarkMicroBatches(cpu, p, {2, 2}, FastBenchmarkOptions()).status().message(),
+              HasSubstr("strictly increasing"));
+}
+
 TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {
   RenamedCpuBackend gpu("flaky gpu");
   // 2 runs per configuration: the device dies in the third configuration.

@@ -229,12 +229,26 @@ Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& pr
                                      int64_t max_micro_batch, BatchPolicy policy,
                                      const BenchmarkOptions& options,
                                      const BenchmarkProgressFn& progress) {
-  UCUDNN_RETURN_IF_ERROR(Validate(problem).WithContext("problem"));
   UCUDNN_RETURN_IF_ERROR(ValidateBatch(max_micro_batch).WithContext("max_micro_batch"));
+  return BenchmarkMicroBatches(backend, problem, MicroBatchSizes(policy, max_micro_batch), options,
+                               progress);
+}
+
+Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProblem& problem,
+                                          const std::vector<int64_t>& sizes,
+                                          const BenchmarkOptions& options,
+                                          const BenchmarkProgressFn& progress) {
+  UCUDNN_RETURN_IF_ERROR(Validate(problem).WithContext("problem"));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    UCUDNN_RETURN_IF_ERROR(ValidateBatch(sizes[i]).WithContext("micro-batch size"));
+    if (i > 0 && sizes[i] <= sizes[i - 1]) {
+      return InvalidArgument("micro-batch sizes: must be strictly increasing, got " +
+                             std::to_string(sizes[i - 1]) + " then " + std::to_string(sizes[i]));
+    }
+  }
   UCUDNN_RETURN_IF_ERROR(Validate(options).WithContext("options"));
   const Clock::time_point start = Clock::now();
   const std::string key = CanonicalKey(problem);
-  const std::vector<int64_t> sizes = MicroBatchSizes(policy, max_micro_batch);
   const std::vector<AlgorithmInfo> algos = backend.Algorithms(problem.op);
   if (sizes.empty() || algos.empty()) {
     return InvalidArgument("nothing to measure: " + std::to_string(sizes.size()) +

@@ -84,6 +84,13 @@ Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& pr
                                      int64_t max_micro_batch, BatchPolicy policy,
                                      const BenchmarkOptions& options = {},
                                      const BenchmarkProgressFn& progress = nullptr);
+// The same for the micro-batch sizes given (strictly increasing): sizes x algorithms entries.
+// For a table that must cover several mini-batches whose policy sizes are not nested (the
+// power-of-two sizes of 3 are not among those of 6).
+Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProblem& problem,
+                                          const std::vector<int64_t>& sizes,
+                                          const BenchmarkOptions& options = {},
+                                          const BenchmarkProgressFn& progress = nullptr);
 
 // Median and interquartile range (linear interpolation between order statistics, as numpy's
 // default) of timing samples; zeros for an empty input.
