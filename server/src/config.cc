@@ -1,5 +1,6 @@
 #include "ucudnn/server/config.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "ucudnn/core/text.h"
@@ -195,6 +196,10 @@ const std::vector<FlagSpec>& Specs() {
        "at start, keep retrying a database that cannot be reached this long before giving up "
        "(0: give up at once)",
        "60s", DurationFlag(&ServerConfig::start_timeout_ms, 0, 3600000), nullptr},
+      {"schema-wait", "UCUDNN_SCHEMA_WAIT", "DURATION",
+       "with --no-migrate, at start keep waiting this long for a database schema older than this "
+       "binary's (a migration job still running) before giving up (0: give up at once)",
+       "5m", DurationFlag(&ServerConfig::schema_wait_ms, 0, 86400000), nullptr},
       {"shutdown-grace", "UCUDNN_SHUTDOWN_GRACE", "DURATION",
        "how long calls in flight may finish after SIGTERM/SIGINT", "10s",
        DurationFlag(&ServerConfig::shutdown_grace_ms, 0, 600000), nullptr},
@@ -295,6 +300,26 @@ Status LoadTokenFile(ServerConfig& config) {
   UCUDNN_ASSIGN_OR_RETURN(auto tokens, ReadTokenFile(config.token_file));
   for (auto& t : tokens) config.tokens.push_back(std::move(t));
   return Status::Ok();
+}
+
+std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& config,
+                                                         const Status& failure, bool schema_behind,
+                                                         std::chrono::milliseconds elapsed,
+                                                         std::chrono::milliseconds previous_delay) {
+  using std::chrono::milliseconds;
+  int64_t limit_ms = 0;
+  if (schema_behind) {
+    limit_ms = config.schema_wait_ms;
+  } else if (failure.code() == StatusCode::kUnavailable) {
+    limit_ms = config.start_timeout_ms;
+  } else {
+    return std::nullopt;
+  }
+  const milliseconds delay = previous_delay.count() <= 0
+                                 ? milliseconds(250)
+                                 : std::min(previous_delay * 2, milliseconds(5000));
+  if (elapsed + delay >= milliseconds(limit_ms)) return std::nullopt;
+  return delay;
 }
 
 namespace {

@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -82,21 +81,26 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // A database that is not up yet (a fresh deployment, a restart) is waited for, not fatal.
-  const auto give_up =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(config.start_timeout_ms);
-  auto retry_delay = std::chrono::milliseconds(250);
-  auto server = PlannerServer::Start(config);
-  while (!server.ok() && server.status().code() == ucudnn::StatusCode::kUnavailable &&
-         std::chrono::steady_clock::now() + retry_delay < give_up) {
+  // A database that is not up yet (a fresh deployment, a restart), or whose schema a migration
+  // job has not brought up to date yet, is waited for, not fatal.
+  const auto first_try = std::chrono::steady_clock::now();
+  auto retry_delay = std::chrono::milliseconds(0);
+  bool schema_behind = false;
+  auto server = PlannerServer::Start(config, &schema_behind);
+  while (!server.ok()) {
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - first_try);
+    const auto delay =
+        StartRetryDelay(config, server.status(), schema_behind, elapsed, retry_delay);
+    if (!delay) break;
+    retry_delay = *delay;
     spdlog::warn("{}; retrying in {} ms", server.status().ToString(), retry_delay.count());
     pollfd signal_fd = {signal_pipe[0], POLLIN, 0};
     if (poll(&signal_fd, 1, static_cast<int>(retry_delay.count())) > 0) {
       spdlog::info("signal received while starting; exiting");
       return 1;
     }
-    retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(5000));
-    server = PlannerServer::Start(config);
+    server = PlannerServer::Start(config, &schema_behind);
   }
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", server.status().ToString());

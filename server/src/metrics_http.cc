@@ -1,11 +1,22 @@
 #include "ucudnn/server/metrics_http.h"
 
+#include <sys/socket.h>
+
 #include <charconv>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
 namespace ucudnn::server {
+namespace {
+
+// Not kUnavailable: the caller does not retry an address that another process holds.
+Status CannotBind(const std::string& listen) {
+  return FailedPrecondition("metrics: cannot listen on " + listen +
+                            " (address in use by another process, or not local)");
+}
+
+}  // namespace
 
 Result<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
   const size_t colon = address.rfind(':');
@@ -32,6 +43,12 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->http_ = std::make_unique<httplib::Server>();
   // Scrapes are rare; two threads are plenty and keep the planner's cores for planning.
+  // httplib's default sets SO_REUSEPORT, which lets a second server share the port; only
+  // SO_REUSEADDR (a restart may bind while old connections linger in TIME_WAIT).
+  server->http_->set_socket_options([](int socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server->http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
   server->http_->Get("/metrics", [render = std::move(render)](const httplib::Request&,
                                                               httplib::Response& response) {
@@ -43,10 +60,10 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const auto& [host, port] = host_port;
   if (port == 0) {
     server->port_ = server->http_->bind_to_any_port(host);
-    if (server->port_ <= 0) return Unavailable("metrics: cannot bind " + listen);
+    if (server->port_ <= 0) return CannotBind(listen);
   } else {
     if (!server->http_->bind_to_port(host, port)) {
-      return Unavailable("metrics: cannot bind " + listen);
+      return CannotBind(listen);
     }
     server->port_ = port;
   }

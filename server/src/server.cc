@@ -48,7 +48,9 @@ PlannerServer::~PlannerServer() {
   Wait();  // a Shutdown begun on another thread (signal) must finish before members go
 }
 
-Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& config) {
+Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& config,
+                                                            bool* schema_behind) {
+  if (schema_behind != nullptr) *schema_behind = false;
   UCUDNN_RETURN_IF_ERROR(ValidateConfig(config));
   std::unique_ptr<PlannerServer> server(new PlannerServer());
 
@@ -66,6 +68,9 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
     }
   } else {
     UCUDNN_ASSIGN_OR_RETURN(const int version, server->store_->SchemaVersion());
+    if (schema_behind != nullptr) {
+      *schema_behind = version < store::Store::LatestSchemaVersion();
+    }
     UCUDNN_RETURN_IF_ERROR(store::CheckSchemaVersion(version));
   }
   server->database_healthy_ = true;
@@ -105,6 +110,9 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second server on the same address would then share the
+  // port with the first instead of failing. Two servers on one address are a mistake.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(config.listen, credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.RegisterService(server->planner_service_.get());
@@ -113,7 +121,9 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   server->grpc_server_ = builder.BuildAndStart();
   if (!server->grpc_server_ || server->port_ == 0) {
     server->watcher_->Stop();
-    return Unavailable("cannot listen on " + config.listen);
+    // Not kUnavailable: a taken address is not waited for like a database (see main).
+    return FailedPrecondition("cannot listen on " + config.listen +
+                              " (address in use by another process, or not local)");
   }
   server->SetServing(true);
   spdlog::info(

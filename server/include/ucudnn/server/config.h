@@ -3,6 +3,7 @@
 // as a function, so tests need no setenv.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -37,6 +38,9 @@ struct ServerConfig {
   int64_t ilp_time_limit_ms = 10000;
   int64_t shutdown_grace_ms = 10000;
   int64_t start_timeout_ms = 60000;  // keep retrying an unreachable database this long at start
+  // With --no-migrate: keep waiting for a schema older than this binary's (a migration job still
+  // running) this long at start.
+  int64_t schema_wait_ms = 300000;
   int64_t health_interval_ms = 2000;
   int64_t recheck_interval_ms = 1000;  // fallback re-check while waiting for benchmarks
 };
@@ -60,6 +64,16 @@ Result<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
 Status ValidateConfig(const ServerConfig& config);
 // Adds the tokens of config.token_file (if set) to config.tokens.
 Status LoadTokenFile(ServerConfig& config);
+
+// Whether main retries a failed PlannerServer::Start, and after how long: nullopt to give up.
+// An unreachable database (kUnavailable) is retried until --start-timeout, a schema older than
+// this binary's (`schema_behind`) until --schema-wait, both counted from the first attempt
+// (`elapsed` ago); the delay doubles from 250 ms (`previous_delay` 0 on the first retry) up to 5 s.
+// Anything else (bad TLS files, an address in use, a schema too new) is final.
+std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& config,
+                                                         const Status& failure, bool schema_behind,
+                                                         std::chrono::milliseconds elapsed,
+                                                         std::chrono::milliseconds previous_delay);
 
 // --help: every flag with its variable and default.
 std::string HelpText(std::string_view program);

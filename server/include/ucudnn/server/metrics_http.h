@@ -17,7 +17,8 @@ namespace ucudnn::server {
 class MetricsHttpServer {
  public:
   // Binds `listen` (HOST:PORT; port 0 picks one) and serves GET /metrics with `render()`'s text
-  // on a background thread. kUnavailable when the address cannot be bound.
+  // on a background thread. kFailedPrecondition when the address cannot be bound (in use:
+  // SO_REUSEPORT is off, so a second server on the port fails).
   static Result<std::unique_ptr<MetricsHttpServer>> Start(const std::string& listen,
                                                           std::function<std::string()> render);
   ~MetricsHttpServer();

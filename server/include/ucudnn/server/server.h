@@ -38,8 +38,10 @@ class PlannerServer {
   // Opens the database (kUnavailable when unreachable), migrates it unless
   // config.auto_migrate is off (then a schema older than this binary is kFailedPrecondition),
   // binds config.listen (port 0: any free port; see port()) and starts serving.
-  // config.tokens must already include the token file's (LoadTokenFile).
-  static Result<std::unique_ptr<PlannerServer>> Start(const ServerConfig& config);
+  // config.tokens must already include the token file's (LoadTokenFile). `schema_behind`, when
+  // given, is set when it failed only because that schema is older (see StartRetryDelay).
+  static Result<std::unique_ptr<PlannerServer>> Start(const ServerConfig& config,
+                                                      bool* schema_behind = nullptr);
   ~PlannerServer();
   PlannerServer(const PlannerServer&) = delete;
   PlannerServer& operator=(const PlannerServer&) = delete;

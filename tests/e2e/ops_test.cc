@@ -1,0 +1,120 @@
+// What an operator hits first when starting the services (issue 14): a second server on an
+// address already taken fails at start instead of sharing the port, and a server started with
+// --no-migrate before the migration finished waits for the schema instead of exiting.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "e2e/e2e_fixture.h"
+#include "ucudnn/store/store.h"
+
+namespace ucudnn::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+class OpsTest : public E2eTest {
+ protected:
+  // ucudnn-server with only the flags given (plus the database), as a bare child process: for
+  // servers expected to fail or to wait before they listen.
+  std::unique_ptr<ChildProcess> SpawnServer(const std::string& name,
+                                            const std::string& database_url,
+                                            const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {ServerBinary(), "--database-url", database_url, "--log-level",
+                                     "info"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::string error;
+    auto process = ChildProcess::Spawn(argv, LogPath("server_" + name), &error);
+    EXPECT_NE(process, nullptr) << error;
+    return process;
+  }
+
+  // The exit status of a process expected to exit on its own; -1 when it did not.
+  static int ExitCode(ChildProcess& process) {
+    const auto status = process.WaitExit(seconds(30));
+    if (!status.has_value() || !WIFEXITED(*status)) return -1;
+    return WEXITSTATUS(*status);
+  }
+};
+
+TEST_F(OpsTest, ASecondServerOnATakenAddressFailsAtStart) {
+  ServerProcess* first = StartServer("first", {"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_NE(first, nullptr);
+  std::smatch match;
+  const std::string log = first->process().Log();
+  static const std::regex kMetrics(R"(metrics at http://127\.0\.0\.1:([0-9]+)/metrics)");
+  ASSERT_TRUE(std::regex_search(log, match, kMetrics)) << log;
+  const std::string metrics_address = "127.0.0.1:" + match[1].str();
+
+  // The gRPC address taken: exits at once (not retried for --start-timeout) and says why.
+  auto same_grpc =
+      SpawnServer("same_grpc", url(),
+                  {"--listen", first->address(), "--metrics-listen=", "--start-timeout", "10m"});
+  ASSERT_NE(same_grpc, nullptr);
+  EXPECT_EQ(ExitCode(*same_grpc), 1) << same_grpc->Log();
+  EXPECT_THAT(same_grpc->Log(), HasSubstr("cannot listen on " + first->address()));
+
+  // The metrics address taken: the same.
+  auto same_metrics = SpawnServer(
+      "same_metrics", url(),
+      {"--listen", "127.0.0.1:0", "--metrics-listen", metrics_address, "--start-timeout", "10m"});
+  ASSERT_NE(same_metrics, nullptr);
+  EXPECT_EQ(ExitCode(*same_metrics), 1) << same_metrics->Log();
+  EXPECT_THAT(same_metrics->Log(), HasSubstr("metrics: cannot listen on " + metrics_address));
+
+  // The first server still serves alone.
+  v1::ListDevicesResponse devices;
+  auto context = ContextWithDeadline(seconds(10));
+  const grpc::Status listed =
+      first->Catalog()->ListDevices(context.get(), v1::ListDevicesRequest(), &devices);
+  EXPECT_TRUE(listed.ok()) << Describe(listed);
+  EXPECT_TRUE(first->process().Running());
+}
+
+TEST_F(OpsTest, ServerWithoutMigrateWaitsForTheSchemaThenServes) {
+  test_support::PostgresServer* postgres = test_support::SharedPostgres();
+  ASSERT_NE(postgres, nullptr);
+  auto empty = postgres->CreateDatabase("schema_wait");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+
+  auto server = SpawnServer(
+      "waiting", *empty,
+      {"--listen", "127.0.0.1:0", "--metrics-listen=", "--no-migrate", "--schema-wait", "5m"});
+  ASSERT_NE(server, nullptr);
+  // It says what it waits for, and keeps waiting.
+  ASSERT_TRUE(WaitUntil([&] {
+    return server->Log().find("is older than this binary's") != std::string::npos &&
+           server->Log().find("retrying in") != std::string::npos;
+  })) << server->Log();
+  EXPECT_TRUE(server->Running()) << server->Log();
+  EXPECT_THAT(server->Log(), ::testing::Not(HasSubstr("listening on")));
+
+  // The migration job finishes: the server comes up without being restarted.
+  store::StoreOptions options;
+  options.url = *empty;
+  auto store = store::Store::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->Migrate().ok());
+  EXPECT_TRUE(WaitUntil([&] { return server->Log().find("listening on") != std::string::npos; }))
+      << server->Log();
+  EXPECT_TRUE(server->Running());
+
+  // --schema-wait 0: the old behaviour, an immediate FAILED_PRECONDITION.
+  auto other = postgres->CreateDatabase("schema_no_wait");
+  ASSERT_TRUE(other.ok());
+  auto impatient = SpawnServer(
+      "impatient", *other,
+      {"--listen", "127.0.0.1:0", "--metrics-listen=", "--no-migrate", "--schema-wait", "0"});
+  ASSERT_NE(impatient, nullptr);
+  EXPECT_EQ(ExitCode(*impatient), 1) << impatient->Log();
+  EXPECT_THAT(impatient->Log(), HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(impatient->Log(), HasSubstr("is older than this binary's"));
+}
+
+}  // namespace
+}  // namespace ucudnn::e2e
