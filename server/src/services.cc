@@ -389,6 +389,34 @@ grpc::Status CatalogServiceImpl::RetryJob(grpc::ServerContext* context,
   }));
 }
 
+grpc::Status CatalogServiceImpl::CancelJobs(grpc::ServerContext* context,
+                                            const v1::CancelJobsRequest* request,
+                                            v1::CancelJobsResponse* response) {
+  RpcTimer timer(*metrics_, "CancelJobs");
+  return timer.Finish(Guarded("CancelJobs", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(CheckToken(*auth_, *metrics_, *context, "CancelJobs"));
+    if (request->all_queued() == (request->job_id() != 0)) {
+      return InvalidArgument("job_id, all_queued: give exactly one (job_id " +
+                             std::to_string(request->job_id()) + ", all_queued " +
+                             (request->all_queued() ? "true" : "false") + ")");
+    }
+    if (request->job_id() < 0) {
+      return InvalidArgument("job_id: must be positive, got " + std::to_string(request->job_id()));
+    }
+    std::optional<uint64_t> device;
+    if (!request->device_hash().empty()) {
+      if (!request->all_queued()) return InvalidArgument("device_hash: only with all_queued");
+      UCUDNN_ASSIGN_OR_RETURN(device, ParseHashHex(request->device_hash(), "device_hash"));
+    }
+    UCUDNN_ASSIGN_OR_RETURN(const auto cancelled,
+                            store_->CancelQueuedJobs(request->job_id(), device));
+    spdlog::info("CancelJobs: {} queued job(s) cancelled at the request of {}", cancelled.size(),
+                 context->peer());
+    for (const store::Job& job : cancelled) *response->add_cancelled() = ToProto(job);
+    return Status::Ok();
+  }));
+}
+
 // ---- TimingService -----------------------------------------------------------------------------
 
 Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& request) {

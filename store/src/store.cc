@@ -197,6 +197,12 @@ const std::vector<Statement>& Statements() {
        "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1"},
       {"get_job", "SELECT " + JobColumns() +
                       " FROM jobs j JOIN problems p ON p.id = j.problem_id WHERE j.id = $1"},
+      // $1: one job id, or 0 for all; $2: one device, or NULL for all.
+      {"cancel_queued_jobs",
+       "DELETE FROM jobs j USING problems p WHERE p.id = j.problem_id AND j.state = 'queued' "
+       "AND ($1::bigint = 0 OR j.id = $1) AND ($2::bigint IS NULL OR j.device_id = $2) "
+       "RETURNING " +
+           JobColumns()},
       {"retry_lock_job", "SELECT state, device_id, problem_id FROM jobs WHERE id = $1 FOR UPDATE"},
       {"live_job_of_problem",
        "SELECT id FROM jobs WHERE device_id = $1 AND problem_id = $2 "
@@ -956,6 +962,35 @@ Result<Job> Store::RetryJob(int64_t job_id) {
     tx.commit();
     spdlog::info("store: job {} re-queued by an operator (last error: {})", job_id, job.error);
     return job;
+  });
+}
+
+Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
+                                                 std::optional<uint64_t> device_hash) {
+  if (job_id < 0) return InvalidArgument("job_id: must be positive, got " + std::to_string(job_id));
+  return impl_->Run("cancel jobs", [&](pqxx::connection& conn) -> Result<std::vector<Job>> {
+    pqxx::work tx(conn);
+    std::optional<int64_t> device;
+    if (device_hash) device = ToDb(*device_hash);
+    pqxx::result rows = tx.exec_prepared("cancel_queued_jobs", job_id, device);
+    if (job_id > 0 && rows.empty()) {
+      pqxx::result existing = tx.exec_prepared("get_job", job_id);
+      const std::string id = "job " + std::to_string(job_id);
+      if (existing.empty()) return NotFound(id + ": no such job");
+      return FailedPrecondition(id + ": is " + existing[0]["state"].as<std::string>() +
+                                "; only queued jobs can be cancelled");
+    }
+    std::vector<Job> cancelled;
+    cancelled.reserve(rows.size());
+    for (const pqxx::row& row : rows) {
+      UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(row));
+      cancelled.push_back(std::move(job));
+    }
+    tx.commit();
+    if (!cancelled.empty()) {
+      spdlog::info("store: {} queued job(s) cancelled by an operator", cancelled.size());
+    }
+    return cancelled;
   });
 }
 

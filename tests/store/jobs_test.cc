@@ -358,6 +358,56 @@ TEST_F(JobsTest, RetryRequeuesAFailedJobWithItsAttemptsReset) {
       << beside.status().message();
 }
 
+TEST_F(JobsTest, OperatorCancelsQueuedJobsOnlyAndTheirProblemsCanBeEnqueuedAgain) {
+  const int64_t running = Enqueue(Conv3x3(16));
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_EQ((*claimed)->id, running);
+  const int64_t one = Enqueue(Conv3x3(32));
+  const int64_t two = Enqueue(Conv3x3(64));
+  const int64_t elsewhere = Enqueue(Conv3x3(64), A100());
+
+  // One job: only a queued one, only a known one.
+  EXPECT_EQ(store_->CancelQueuedJobs(987654, std::nullopt).status().code(), StatusCode::kNotFound);
+  auto busy = store_->CancelQueuedJobs(running, std::nullopt);
+  EXPECT_EQ(busy.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(busy.status().message().find("is running"), std::string::npos)
+      << busy.status().message();
+  auto single = store_->CancelQueuedJobs(one, std::nullopt);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  ASSERT_EQ(single->size(), 1u);
+  EXPECT_EQ((*single)[0].id, one);
+  EXPECT_EQ((*single)[0].state, JobState::kQueued);
+  EXPECT_EQ(store_->GetJob(one).status().code(), StatusCode::kNotFound);
+
+  // Every queued job of one device: the other device's and the running job stay.
+  auto h100 = store_->CancelQueuedJobs(0, H100().Hash());
+  ASSERT_TRUE(h100.ok()) << h100.status().ToString();
+  ASSERT_EQ(h100->size(), 1u);
+  EXPECT_EQ((*h100)[0].id, two);
+  EXPECT_TRUE(store_->GetJob(elsewhere).ok());
+  auto still_running = store_->GetJob(running);
+  ASSERT_TRUE(still_running.ok());
+  EXPECT_EQ(still_running->state, JobState::kRunning);
+  EXPECT_EQ(*store_->QueueDepth(), 2);
+
+  // Every queued job of every device.
+  auto all = store_->CancelQueuedJobs(0, std::nullopt);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].id, elsewhere);
+  EXPECT_EQ(*store_->QueueDepth(), 1);
+  auto none = store_->CancelQueuedJobs(0, std::nullopt);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+
+  // A cancelled problem asked for again is enqueued afresh.
+  auto again = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->created);
+  EXPECT_NE(again->job_id, two);
+}
+
 TEST_F(JobsTest, JobWhoseWorkersKeepDyingFailsAfterMaxAttempts) {
   const int64_t id = Enqueue(Conv3x3(64));
   constexpr int kMaxAttempts = 3;

@@ -101,8 +101,8 @@ class PlannerServiceImpl final
 grpc::ByteBuffer GetPlanResponseBuffer(std::shared_ptr<const std::string> plan_bytes,
                                        bool from_cache, uint32_t waited_ms);
 
-// ExplainPlan plans, so it is admitted by the planner's BlockingCallRunner; RetryJob writes, so
-// it needs a bearer token like TimingService.
+// ExplainPlan plans, so it is admitted by the planner's BlockingCallRunner; RetryJob and
+// CancelJobs write, so they need a bearer token like TimingService.
 class CatalogServiceImpl final : public v1::CatalogService::Service {
  public:
   CatalogServiceImpl(store::Store* store, PlanCoordinator* coordinator, ServerMetrics* metrics,
@@ -124,6 +124,8 @@ class CatalogServiceImpl final : public v1::CatalogService::Service {
                            v1::ExplainPlanResponse* response) override;
   grpc::Status RetryJob(grpc::ServerContext* context, const v1::RetryJobRequest* request,
                         v1::RetryJobResponse* response) override;
+  grpc::Status CancelJobs(grpc::ServerContext* context, const v1::CancelJobsRequest* request,
+                          v1::CancelJobsResponse* response) override;
 
  private:
   store::Store* store_;

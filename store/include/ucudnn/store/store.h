@@ -303,6 +303,12 @@ class Store {
   // stays until it completes or fails again) and returns it. kNotFound for an unknown job,
   // kFailedPrecondition when it is not failed or another job of its problem is live already.
   Result<Job> RetryJob(int64_t job_id);
+  // Operators: deletes queued jobs and returns them as they were: the one job `job_id` when
+  // positive (kNotFound when unknown, kFailedPrecondition when it is not queued), else every
+  // queued job, of `device_hash` only when given. Deleted rather than marked: a cancelled job
+  // holds no result worth keeping, and a later plan request enqueues its problem afresh as for
+  // any problem never asked for. Running jobs are left to finish.
+  Result<std::vector<Job>> CancelQueuedJobs(int64_t job_id, std::optional<uint64_t> device_hash);
 
   // ---- Workers ----
   // Inserts or updates the worker (host, device), upserting the device row; counts as a
