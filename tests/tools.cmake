@@ -16,7 +16,7 @@ endforeach()
 
 # The cpu-bench table (pure formatting).
 ucudnn_add_test(NAME ucudnn_cli_tests
-  SOURCES tools/bench_table_test.cc
+  SOURCES tools/bench_table_test.cc tools/explain_table_test.cc tools/curve_test.cc
   LIBS ucudnn_cli_table)
 
 # deploy/validate.py runs under Debian's /usr/bin/python3, where scripts/lib.sh installs PyYAML,

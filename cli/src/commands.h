@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "grpc_client.h"
@@ -36,11 +37,18 @@ int RunImport(const std::string& database_url, const std::string& file);
 
 // ---- Server ----
 int RunHealth(const ServerOptions& server);
-int RunDevices(const ServerOptions& server);
-int RunWorkers(const ServerOptions& server, bool alive_only);
-int RunJobs(const ServerOptions& server, const std::string& state, int limit);
+// With `json`, the read commands print the server's answer as one JSON document instead of a
+// table (protobuf's JSON mapping, field names as in the .proto).
+int RunDevices(const ServerOptions& server, bool json);
+int RunWorkers(const ServerOptions& server, bool alive_only, bool json);
+int RunJobs(const ServerOptions& server, const std::string& state, int limit, bool json);
 // Re-queues a failed job (CatalogService.RetryJob; needs the token).
 int RunRetryJob(const ServerOptions& server, int64_t job_id);
+// Takes queued jobs out of the queue (CatalogService.CancelJobs; needs the token): job `job_id`
+// when given, else every queued job, of `device` only when set (a hash prefix or an index of
+// `ucudnn devices`).
+int RunCancelJobs(const ServerOptions& server, std::optional<int64_t> job_id,
+                  const std::string& device, bool json);
 struct PlanOptions {
   NetworkOptions net;
   std::string backend = "auto";  // the local device: auto | cpu | cudnn
@@ -52,7 +60,19 @@ struct PlanOptions {
   bool json = false;
 };
 int RunPlan(const ServerOptions& server, const PlanOptions& options);
+// The plan table, then each kernel's Pareto front with the chosen configuration marked and why
+// it won (JSON: {"plan": ..., "kernels": [{"name", "alternatives": [...]}]}).
 int RunExplain(const ServerOptions& server, const PlanOptions& options);
+// Every stored timing of the network's distinct problems; says so when there is none (JSON:
+// {"device_hash", "problems": [{"kernel", "problem_hash", "timings": [...]}]}).
 int RunTimings(const ServerOptions& server, const PlanOptions& options);
+// Predicted step time against the workspace limit (one GetPlan per limit of CurveLimits(max)),
+// as a table or JSON, and drawn into `svg` when set.
+struct CurveOptions {
+  PlanOptions plan;
+  std::string max_workspace = "4GiB";
+  std::string svg;  // write the picture here
+};
+int RunCurve(const ServerOptions& server, const CurveOptions& options);
 
 }  // namespace ucudnn::cli

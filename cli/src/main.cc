@@ -55,6 +55,7 @@ void AddPlanFlags(CLI::App* cmd, PlanOptions* plan) {
 int main(int argc, char** argv) {
   CLI::App app{"ucudnn: micro-batched cuDNN convolutions, planned for a whole cluster"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ucudnn ") + UCUDNN_VERSION);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->envname("UCUDNN_LOG_LEVEL")
@@ -113,15 +114,20 @@ int main(int argc, char** argv) {
   AddServerFlags(health, &server);
   health->callback([&] { rc = RunHealth(server); });
 
+  // --json on every read command: one JSON document on stdout instead of the table.
+  bool json = false;
+  const char* json_help = "Print the answer as JSON";
   auto* devices = app.add_subcommand("devices", "Devices known to the cluster");
   AddServerFlags(devices, &server);
-  devices->callback([&] { rc = RunDevices(server); });
+  devices->add_flag("--json", json, json_help);
+  devices->callback([&] { rc = RunDevices(server, json); });
 
   bool alive_only = false;
   auto* workers = app.add_subcommand("workers", "Registered workers");
   AddServerFlags(workers, &server);
   workers->add_flag("--alive", alive_only, "Only workers with a recent heartbeat");
-  workers->callback([&] { rc = RunWorkers(server, alive_only); });
+  workers->add_flag("--json", json, json_help);
+  workers->callback([&] { rc = RunWorkers(server, alive_only, json); });
 
   std::string job_state;
   int job_limit = 50;
@@ -132,8 +138,31 @@ int main(int argc, char** argv) {
   jobs->add_option("--limit", job_limit, "At most this many")->capture_default_str();
   jobs->add_option("--retry", retry_job,
                    "Instead of listing, put this failed job back in the queue (needs --token)");
+  int64_t cancel_job = 0;
+  bool cancel_all_queued = false;
+  std::string cancel_device;
+  auto* cancel = jobs->add_option("--cancel", cancel_job,
+                                  "Instead of listing, take this queued job out of the queue "
+                                  "(needs --token)");
+  auto* all_queued = jobs->add_flag("--all-queued", cancel_all_queued,
+                                    "Instead of listing, take every queued job out of the queue "
+                                    "(needs --token)");
+  cancel->excludes(all_queued);
+  jobs->add_option("--device", cancel_device,
+                   "With --all-queued: only this device's jobs (hash prefix or index in "
+                   "`ucudnn devices`)")
+      ->needs(all_queued);
+  jobs->add_flag("--json", json, json_help);
   jobs->callback([&] {
-    rc = retry_job != 0 ? RunRetryJob(server, retry_job) : RunJobs(server, job_state, job_limit);
+    if (cancel->count() > 0) {
+      rc = RunCancelJobs(server, cancel_job, "", json);
+    } else if (cancel_all_queued) {
+      rc = RunCancelJobs(server, std::nullopt, cancel_device, json);
+    } else if (retry_job != 0) {
+      rc = RunRetryJob(server, retry_job);
+    } else {
+      rc = RunJobs(server, job_state, job_limit, json);
+    }
   });
 
   PlanOptions plan;
@@ -144,7 +173,7 @@ int main(int argc, char** argv) {
       ->add_option("--wait", plan.wait,
                    "Wait this long for missing benchmarks, showing progress (e.g. 10m)")
       ->capture_default_str();
-  plan_cmd->add_flag("--json", plan.json, "Print the plan message as JSON");
+  plan_cmd->add_flag("--json", plan.json, json_help);
   bool total_flag = false;
   plan_cmd->add_flag("--total", total_flag, "Shorthand for --mode total");
   plan_cmd->callback([&] {
@@ -155,12 +184,27 @@ int main(int argc, char** argv) {
   auto* explain = app.add_subcommand("explain", "The server's explanation of a plan");
   AddServerFlags(explain, &server);
   AddPlanFlags(explain, &plan);
+  explain->add_flag("--json", plan.json, json_help);
   explain->callback([&] { rc = RunExplain(server, plan); });
 
   auto* timings = app.add_subcommand("timings", "Stored timings of a network's problems");
   AddServerFlags(timings, &server);
   AddPlanFlags(timings, &plan);
+  timings->add_flag("--json", plan.json, json_help);
   timings->callback([&] { rc = RunTimings(server, plan); });
+
+  CurveOptions curve;
+  auto* curve_cmd = app.add_subcommand(
+      "curve", "Predicted step time against the workspace limit (table, JSON, or an SVG)");
+  AddServerFlags(curve_cmd, &server);
+  AddPlanFlags(curve_cmd, &curve.plan);
+  curve_cmd
+      ->add_option("--max-workspace", curve.max_workspace,
+                   "Largest limit: the curve goes 0, 64 KiB, 128 KiB, ... up to it")
+      ->capture_default_str();
+  curve_cmd->add_option("--svg", curve.svg, "Also draw the curve into this SVG file");
+  curve_cmd->add_flag("--json", curve.plan.json, json_help);
+  curve_cmd->callback([&] { rc = RunCurve(server, curve); });
 
   ucudnn::LogToStderr("ucudnn");  // stdout is for the commands' tables
   app.parse_complete_callback([&] {

@@ -1,14 +1,20 @@
 // Commands that talk to a planner server over gRPC.
 #include <google/protobuf/util/json_util.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "commands.h"
+#include "curve.h"
+#include "explain_table.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "progress.h"
 #include "ucudnn/core/backend_factory.h"
+#include "ucudnn/core/fingerprint.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/planner/plan_table.h"
@@ -28,14 +34,23 @@ int FailGrpc(const grpc::Status& status, const ServerOptions& server) {
   return Fail(FromGrpc(status, server));
 }
 
-void PrintJson(const google::protobuf::Message& message) {
+// A message in protobuf's JSON mapping (field names as in the .proto; 64-bit integers are
+// strings, as that mapping says).
+std::string MessageJson(const google::protobuf::Message& message) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;  // an empty list prints as [], not as nothing
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  std::printf("%s", json.c_str());
+  return json;
 }
+
+void PrintJson(const google::protobuf::Message& message) {
+  std::printf("%s", MessageJson(message).c_str());
+}
+
+void PrintJson(const nlohmann::json& document) { std::printf("%s\n", document.dump(2).c_str()); }
 
 Result<WorkspaceMode> ParseModeFlag(const std::string& mode) {
   if (mode == "per_kernel" || mode == "per-kernel") return WorkspaceMode::kPerKernel;
@@ -44,23 +59,25 @@ Result<WorkspaceMode> ParseModeFlag(const std::string& mode) {
   return InvalidArgument("--mode must be per_kernel, total or shared, got '" + mode + "'");
 }
 
+// A device of the catalog named by a hash prefix or its index in `ucudnn devices`.
+Result<v1::Device> FindCatalogDevice(const ServerOptions& server, const std::string& wanted) {
+  v1::ListDevicesResponse devices;
+  grpc::Status s =
+      CallUnary(server, &CatalogService::Stub::ListDevices, v1::ListDevicesRequest(), &devices);
+  if (!s.ok()) return FromGrpc(s, server);
+  for (int i = 0; i < devices.devices_size(); ++i) {
+    const v1::Device& d = devices.devices(i);
+    if (wanted == std::to_string(i) || d.fingerprint_hash().rfind(wanted, 0) == 0) return d;
+  }
+  return NotFound("--device " + wanted + ": no such device in the catalog (see `ucudnn devices`)");
+}
+
 // The device a plan is for: a device of the catalog (--device: hash prefix or list index), or
 // this machine's backend.
 Result<DeviceFingerprint> ResolveDevice(const ServerOptions& server, const PlanOptions& options) {
   if (!options.device.empty()) {
-    v1::ListDevicesResponse devices;
-    grpc::Status s =
-        CallUnary(server, &CatalogService::Stub::ListDevices, v1::ListDevicesRequest(), &devices);
-    if (!s.ok()) return FromGrpc(s, server);
-    for (int i = 0; i < devices.devices_size(); ++i) {
-      const v1::Device& d = devices.devices(i);
-      if (options.device == std::to_string(i) ||
-          d.fingerprint_hash().rfind(options.device, 0) == 0) {
-        return FromProto(d.fingerprint());
-      }
-    }
-    return NotFound("--device " + options.device +
-                    ": no such device in the catalog (see `ucudnn devices`)");
+    UCUDNN_ASSIGN_OR_RETURN(const v1::Device device, FindCatalogDevice(server, options.device));
+    return FromProto(device.fingerprint());
   }
   std::string backend = options.backend;
   if (backend == "auto") backend = GpuCount() > 0 ? "cudnn" : "cpu";
@@ -113,11 +130,15 @@ int RunHealth(const ServerOptions& server) {
   return serving ? 0 : 1;
 }
 
-int RunDevices(const ServerOptions& server) {
+int RunDevices(const ServerOptions& server, bool json) {
   v1::ListDevicesResponse response;
   grpc::Status s =
       CallUnary(server, &CatalogService::Stub::ListDevices, v1::ListDevicesRequest(), &response);
   if (!s.ok()) return FailGrpc(s, server);
+  if (json) {
+    PrintJson(response);
+    return 0;
+  }
   std::printf("%-3s %-16s %-6s %-36s %-8s %-7s %10s %7s\n", "#", "hash", "backend", "name", "cudnn",
               "cc", "timings", "workers");
   for (int i = 0; i < response.devices_size(); ++i) {
@@ -131,12 +152,16 @@ int RunDevices(const ServerOptions& server) {
   return 0;
 }
 
-int RunWorkers(const ServerOptions& server, bool alive_only) {
+int RunWorkers(const ServerOptions& server, bool alive_only, bool json) {
   v1::ListWorkersRequest request;
   request.set_alive_only(alive_only);
   v1::ListWorkersResponse response;
   grpc::Status s = CallUnary(server, &CatalogService::Stub::ListWorkers, request, &response);
   if (!s.ok()) return FailGrpc(s, server);
+  if (json) {
+    PrintJson(response);
+    return 0;
+  }
   std::printf("%-40s %-6s %-32s %-28s %6s\n", "worker", "alive", "device", "last heartbeat",
               "done");
   for (const v1::Worker& w : response.workers()) {
@@ -147,13 +172,17 @@ int RunWorkers(const ServerOptions& server, bool alive_only) {
   return 0;
 }
 
-int RunJobs(const ServerOptions& server, const std::string& state, int limit) {
+int RunJobs(const ServerOptions& server, const std::string& state, int limit, bool json) {
   v1::ListJobsRequest request;
   request.set_state(state);
   request.set_limit(limit);
   v1::ListJobsResponse response;
   grpc::Status s = CallUnary(server, &CatalogService::Stub::ListJobs, request, &response);
   if (!s.ok()) return FailGrpc(s, server);
+  if (json) {
+    PrintJson(response);
+    return 0;
+  }
   std::printf("%-8s %-8s %-16s %-8s %-36s %s\n", "job", "state", "device", "attempts", "worker",
               "problem");
   for (const v1::Job& j : response.jobs()) {
@@ -177,6 +206,35 @@ int RunRetryJob(const ServerOptions& server, int64_t job_id) {
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("job %lld is %s again (attempts reset)\n",
               static_cast<long long>(response.job().id()), response.job().state().c_str());
+  return 0;
+}
+
+int RunCancelJobs(const ServerOptions& server, std::optional<int64_t> job_id,
+                  const std::string& device, bool json) {
+  v1::CancelJobsRequest request;
+  if (job_id) {
+    request.set_job_id(*job_id);
+  } else {
+    request.set_all_queued(true);
+  }
+  if (!device.empty()) {
+    auto found = FindCatalogDevice(server, device);
+    if (!found.ok()) return Fail(found.status());
+    request.set_device_hash(found->fingerprint_hash());
+  }
+  v1::CancelJobsResponse response;
+  grpc::Status s = CallUnary(server, &CatalogService::Stub::CancelJobs, request, &response);
+  if (!s.ok()) return FailGrpc(s, server);
+  if (json) {
+    PrintJson(response);
+    return 0;
+  }
+  for (const v1::Job& j : response.cancelled()) {
+    auto problem = FromProto(j.problem());
+    std::printf("cancelled job %lld (device %s, problem %s)\n", static_cast<long long>(j.id()),
+                j.device_hash().c_str(), problem.ok() ? CanonicalKey(*problem).c_str() : "?");
+  }
+  std::printf("%d queued job(s) cancelled\n", response.cancelled_size());
   return 0;
 }
 
@@ -218,7 +276,56 @@ int RunExplain(const ServerOptions& server, const PlanOptions& options) {
   v1::ExplainPlanResponse response;
   grpc::Status s = CallUnary(server, &CatalogService::Stub::ExplainPlan, explain, &response);
   if (!s.ok()) return FailGrpc(s, server);
-  std::printf("%s", response.text().c_str());
+  auto plan = FromProto(response.plan());
+  if (!plan.ok()) return Fail(plan.status().WithContext("the server's plan"));
+  const AlgorithmNamer names = AlgorithmNamerFor(request->device().backend());
+  nlohmann::json kernels = nlohmann::json::array();
+  std::string text;
+  auto stub = CatalogService::NewStub(MakeChannel(server));
+  for (const KernelPlan& kernel : plan->kernels) {
+    v1::GetParetoFrontRequest front_request;
+    *front_request.mutable_device() = request->device();
+    *front_request.mutable_kernel() = ToProto(kernel.kernel);
+    front_request.set_policy(request->policy());
+    v1::GetParetoFrontResponse front_response;
+    auto context = MakeContext(server);
+    s = stub->GetParetoFront(context.get(), front_request, &front_response);
+    if (!s.ok()) return FailGrpc(s, server);
+    std::vector<KernelConfig> front;
+    for (const v1::ParetoPoint& point : front_response.points()) {
+      KernelConfig config;
+      config.time_ms = point.time_ms();
+      config.workspace_bytes = point.workspace_bytes();
+      for (const v1::Segment& segment : point.segments()) {
+        auto decoded = FromProto(segment);
+        if (!decoded.ok()) return Fail(decoded.status().WithContext("the server's Pareto front"));
+        config.segments.push_back(*decoded);
+      }
+      front.push_back(std::move(config));
+    }
+    const auto alternatives =
+        ExplainAlternatives(kernel, front, plan->workspace_mode, request->workspace_bytes());
+    text += FormatAlternatives(kernel, alternatives, names);
+    nlohmann::json listed = nlohmann::json::array();
+    for (const Alternative& a : alternatives) {
+      listed.push_back(
+          {{"workspace_bytes", a.config.workspace_bytes},
+           {"time_ms", a.config.time_ms},
+           {"segments", FormatSegments(a.config.segments, kernel.kernel.problem.op, names)},
+           {"chosen", a.chosen},
+           {"why", a.why}});
+    }
+    kernels.push_back({{"name", kernel.kernel.name}, {"alternatives", std::move(listed)}});
+  }
+  if (options.json) {
+    PrintJson(nlohmann::json{{"plan", nlohmann::json::parse(MessageJson(response.plan()))},
+                             {"kernels", std::move(kernels)}});
+    return 0;
+  }
+  std::printf(
+      "%s\nWhy each configuration (its Pareto front: no other is both faster and "
+      "smaller; * chosen):\n%s",
+      response.text().c_str(), text.c_str());
   return 0;
 }
 
@@ -228,9 +335,11 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
   auto device = ResolveDevice(server, options);
   if (!device.ok()) return Fail(device.status());
   auto stub = CatalogService::NewStub(MakeChannel(server));
-  std::printf("%-32s %-16s %8s %6s %12s %10s %14s %s\n", "kernel", "problem", "micro", "algo",
-              "median ms", "spread ms", "workspace", "status");
+  nlohmann::json problems = nlohmann::json::array();
+  std::string table;
+  size_t timing_count = 0;
   std::set<std::string> seen;
+  char line[512];
   for (const Kernel& k : *kernels) {
     if (!seen.insert(CanonicalKey(k.problem)).second) continue;
     v1::GetTimingsRequest request;
@@ -240,13 +349,85 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
     auto context = MakeContext(server);
     grpc::Status s = stub->GetTimings(context.get(), request, &response);
     if (!s.ok()) return FailGrpc(s, server);
+    timing_count += static_cast<size_t>(response.timings_size());
+    nlohmann::json entry = nlohmann::json::parse(MessageJson(response));
+    entry["kernel"] = k.name;
+    problems.push_back(std::move(entry));
     for (const v1::Timing& t : response.timings()) {
-      std::printf("%-32s %-16s %8lld %6d %12.4f %10.4f %14s %s\n", k.name.c_str(),
-                  response.problem_hash().c_str(), static_cast<long long>(t.micro_batch()),
-                  t.algo(), t.time_ms(), t.spread_ms(), FormatBytes(t.workspace_bytes()).c_str(),
-                  v1::TimingStatus_Name(t.status()).c_str());
+      std::snprintf(line, sizeof(line), "%-32s %-16s %8lld %6d %12.4f %10.4f %14s %s\n",
+                    k.name.c_str(), response.problem_hash().c_str(),
+                    static_cast<long long>(t.micro_batch()), t.algo(), t.time_ms(), t.spread_ms(),
+                    FormatBytes(t.workspace_bytes()).c_str(),
+                    v1::TimingStatus_Name(t.status()).c_str());
+      table += line;
     }
   }
+  const std::string device_hash = HashHex(device->Hash());
+  if (options.json) {
+    PrintJson(nlohmann::json{{"device_hash", device_hash}, {"problems", std::move(problems)}});
+    return 0;
+  }
+  if (timing_count == 0) {
+    std::printf(
+        "no timings stored for the %zu distinct problems of %s on device %s (%s); their "
+        "benchmarks may be queued (`ucudnn jobs`) or not asked for yet (`ucudnn plan`)\n",
+        seen.size(), options.net.network.c_str(), device_hash.c_str(), device->name.c_str());
+    return 0;
+  }
+  std::printf("%-32s %-16s %8s %6s %12s %10s %14s %s\n%s", "kernel", "problem", "micro", "algo",
+              "median ms", "spread ms", "workspace", "status", table.c_str());
+  return 0;
+}
+
+int RunCurve(const ServerOptions& server, const CurveOptions& options) {
+  auto request = BuildRequest(server, options.plan);
+  if (!request.ok()) return Fail(request.status());
+  auto device = FromProto(request->device());
+  if (!device.ok()) return Fail(device.status());
+  auto max_bytes = ParseByteSize(options.max_workspace);
+  if (!max_bytes.ok()) return Fail(max_bytes.status().WithContext("--max-workspace"));
+  auto stub = PlannerService::NewStub(MakeChannel(server));
+  std::vector<CurvePoint> points;
+  nlohmann::json listed = nlohmann::json::array();
+  for (const uint64_t limit : CurveLimits(*max_bytes)) {
+    request->set_workspace_bytes(limit);
+    v1::GetPlanResponse response;
+    auto context = MakeContext(server);
+    grpc::Status s = stub->GetPlan(context.get(), *request, &response);
+    if (!s.ok()) return FailGrpc(s, server);
+    auto plan = FromProto(response.plan());
+    if (!plan.ok()) return Fail(plan.status().WithContext("the server's plan"));
+    CurvePoint point;
+    point.workspace_bytes = limit;
+    point.predicted_ms = plan->total_time_ms;
+    point.undivided_ms = plan->total_undivided_ms;
+    point.kernels = static_cast<int>(plan->kernels.size());
+    for (const KernelPlan& k : plan->kernels) {
+      point.planned_kernels += k.status == KernelPlanStatus::kPlanned ? 1 : 0;
+    }
+    points.push_back(point);
+    listed.push_back({{"workspace_bytes", point.workspace_bytes},
+                      {"predicted_ms", point.predicted_ms},
+                      {"undivided_ms", point.undivided_ms},
+                      {"planned_kernels", point.planned_kernels},
+                      {"kernels", point.kernels}});
+  }
+  if (!options.svg.empty()) {
+    std::ofstream out(options.svg);
+    out << FormatCurveSvg(points, options.plan.net.network + ", mini-batch " +
+                                      std::to_string(options.plan.net.batch) + ", " +
+                                      options.plan.mode + " on " + device->name);
+    if (!out.good()) {
+      return Fail(InvalidArgument("--svg: cannot write '" + options.svg + "'"));
+    }
+  }
+  if (options.plan.json) {
+    PrintJson(
+        nlohmann::json{{"device_hash", HashHex(device->Hash())}, {"points", std::move(listed)}});
+    return 0;
+  }
+  std::printf("%s", FormatCurveTable(points).c_str());
+  if (!options.svg.empty()) std::printf("drawn into %s\n", options.svg.c_str());
   return 0;
 }
 

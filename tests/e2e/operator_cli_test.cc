@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "e2e/e2e_fixture.h"
 
@@ -103,10 +106,134 @@ TEST_F(OperatorCliTest, CommandsReadTheClusterAndFailuresNameTheStatus) {
   EXPECT_THAT(bad.output, HasSubstr("INVALID_ARGUMENT"));
   EXPECT_THAT(bad.output, HasSubstr("state: must be one of"));
 
+  // --json on every read command: one document that parses, holding what the table holds.
+  const auto parsed = [&](const CliRun& run) {
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    const nlohmann::json document = nlohmann::json::parse(run.output, nullptr, false);
+    EXPECT_FALSE(document.is_discarded()) << run.output;
+    return document;
+  };
+  const nlohmann::json devices_json = parsed(RunCli(with({"devices", "--json"}, at)));
+  ASSERT_TRUE(devices_json.contains("devices")) << devices_json.dump();
+  EXPECT_EQ(devices_json["devices"][0]["fingerprint"]["name"], CpuDevice().name);
+  const nlohmann::json workers_json = parsed(RunCli(with({"workers", "--json"}, at)));
+  EXPECT_EQ(workers_json["workers"][0]["id"], worker->worker_id());
+  const nlohmann::json jobs_json = parsed(RunCli(with({"jobs", "--state", "done", "--json"}, at)));
+  EXPECT_FALSE(jobs_json["jobs"].empty());
+  EXPECT_EQ(jobs_json["jobs"][0]["state"], "done");
+  const nlohmann::json plan_json = parsed(RunCli(with(with({"plan", "--json"}, at), plan_args)));
+  EXPECT_EQ(plan_json["kernels"].size(), 3u);
+  const nlohmann::json timings_json =
+      parsed(RunCli(with(with({"timings", "--json"}, at), plan_args)));
+  ASSERT_EQ(timings_json["problems"].size(), 3u);  // fwd, bwd_data, bwd_filter of the one layer
+  EXPECT_FALSE(timings_json["problems"][0]["timings"].empty());
+  const nlohmann::json explain_json =
+      parsed(RunCli(with(with({"explain", "--json"}, at), plan_args)));
+  ASSERT_EQ(explain_json["kernels"].size(), 3u);
+  for (const auto& kernel : explain_json["kernels"]) {
+    int chosen = 0;
+    for (const auto& alternative : kernel["alternatives"]) chosen += alternative["chosen"] ? 1 : 0;
+    EXPECT_EQ(chosen, 1) << kernel.dump();
+  }
+
+  // explain says what plan does not: each kernel's alternatives and why the chosen one won.
+  EXPECT_THAT(explain.output, HasSubstr("Pareto-optimal configuration"));
+  EXPECT_THAT(explain.output, HasSubstr("chosen: the fastest that fits the limit of 1 MiB"));
+  EXPECT_THAT(plan.output, Not(HasSubstr("Pareto-optimal")));
+
+  // No timings (a mini-batch never benchmarked): a sentence, not a bare header.
+  const std::string unplanned_net = ::testing::TempDir() + "operator_cli_unplanned.csv";
+  {
+    std::ofstream out(unplanned_net);
+    out << "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups\n"
+           "never,5,10,10,8,3,3,1,1,1,1,1,1,1\n";
+  }
+  CliRun no_timings = RunCli(
+      with(with({"timings"}, at), {"--device", "0", "--network", unplanned_net, "--batch", "4"}));
+  std::remove(unplanned_net.c_str());
+  EXPECT_EQ(no_timings.exit_code, 0) << no_timings.output;
+  EXPECT_THAT(no_timings.output, HasSubstr("no timings stored for the 3 distinct problems"));
+
+  // The curve: one line per limit, and the SVG drawn.
+  const std::string svg = ::testing::TempDir() + "operator_cli_curve.svg";
+  CliRun curve =
+      RunCli(with(with({"curve"}, at), with(plan_args, {"--max-workspace", "1MiB", "--svg", svg})));
+  EXPECT_EQ(curve.exit_code, 0) << curve.output;
+  for (const char* limit : {"0 B", "64 KiB", "512 KiB", "1 MiB"}) {
+    EXPECT_THAT(curve.output,
+                ::testing::ContainsRegex(std::string(" ") + limit +
+                                         " +[0-9.]+ +[0-9.n/a]+ +[0-9.n/ax]+ +[0-3]/3"))
+        << limit;
+  }
+  {
+    std::ifstream drawn(svg);
+    const std::string text((std::istreambuf_iterator<char>(drawn)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr("<svg xmlns="));
+    EXPECT_THAT(text, HasSubstr("</svg>"));
+  }
+  std::remove(svg.c_str());
+  const nlohmann::json curve_json = parsed(
+      RunCli(with(with({"curve", "--json"}, at), with(plan_args, {"--max-workspace", "1MiB"}))));
+  EXPECT_EQ(curve_json["points"].size(), 6u);  // 0, 64 KiB .. 1 MiB
+
+  CliRun version = RunCli({"--version"});
+  EXPECT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_THAT(version.output, ::testing::ContainsRegex("^ucudnn [0-9]+\\.[0-9]+\\.[0-9]+"));
+
   CliRun away = RunCli({"devices", "--server", "127.0.0.1:1", "--deadline-ms", "2000"});
   EXPECT_NE(away.exit_code, 0) << away.output;
   EXPECT_THAT(away.output, HasSubstr("UNAVAILABLE: 127.0.0.1:1"));
   std::remove(net.c_str());
+}
+
+TEST_F(OperatorCliTest, QueuedJobsAreCancelledWithATokenOneOrAllOfADevice) {
+  ServerProcess* server = StartServer("s1");
+  ASSERT_NE(server, nullptr);
+  // No worker: a plan request leaves one queued job per distinct problem.
+  v1::GetPlanResponse planned;
+  auto context = ContextWithDeadline(seconds(30));
+  const grpc::Status asked =
+      server->Planner()->GetPlan(context.get(), PlanRequestFor(TinyNetwork(), 0), &planned);
+  ASSERT_TRUE(asked.ok()) << Describe(asked);
+  const std::string queued_sql = "SELECT count(*) FROM jobs WHERE state = 'queued'";
+  ASSERT_EQ(*Query(queued_sql), static_cast<int64_t>(kTinyNetworkProblems));
+  auto first = Query("SELECT min(id) FROM jobs");
+  ASSERT_TRUE(first.ok());
+  const std::vector<std::string> at = {"--server", server->address()};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+
+  // A write: refused without the token, and nothing is cancelled.
+  CliRun anonymous = RunCli(with({"jobs", "--all-queued"}, at));
+  EXPECT_NE(anonymous.exit_code, 0) << anonymous.output;
+  EXPECT_THAT(anonymous.output, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_EQ(*Query(queued_sql), static_cast<int64_t>(kTinyNetworkProblems));
+
+  CliRun one = RunCli(with({"jobs", "--cancel", std::to_string(*first), "--token", kToken}, at));
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_THAT(one.output, HasSubstr("cancelled job " + std::to_string(*first)));
+  EXPECT_THAT(one.output, HasSubstr("1 queued job(s) cancelled"));
+  EXPECT_EQ(*Query(queued_sql), static_cast<int64_t>(kTinyNetworkProblems) - 1);
+
+  CliRun again = RunCli(with({"jobs", "--cancel", std::to_string(*first), "--token", kToken}, at));
+  EXPECT_NE(again.exit_code, 0) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("NOT_FOUND"));
+
+  CliRun unknown_device =
+      RunCli(with({"jobs", "--all-queued", "--device", "ffff", "--token", kToken}, at));
+  EXPECT_NE(unknown_device.exit_code, 0) << unknown_device.output;
+  EXPECT_THAT(unknown_device.output, HasSubstr("--device ffff: no such device"));
+
+  CliRun rest =
+      RunCli(with({"jobs", "--all-queued", "--device", "0", "--token", kToken, "--json"}, at));
+  EXPECT_EQ(rest.exit_code, 0) << rest.output;
+  const nlohmann::json cancelled = nlohmann::json::parse(rest.output, nullptr, false);
+  ASSERT_FALSE(cancelled.is_discarded()) << rest.output;
+  EXPECT_EQ(cancelled["cancelled"].size(), kTinyNetworkProblems - 1);
+  EXPECT_EQ(*Query(queued_sql), 0);
 }
 
 }  // namespace
