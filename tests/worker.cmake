@@ -5,12 +5,12 @@
 # tiny problems throughout.
 ucudnn_add_test(NAME ucudnn_worker_unit_tests
   SOURCES worker/options_test.cc worker/signals_test.cc worker/benchmark_test.cc
-    worker/offline_test.cc
+    worker/offline_test.cc worker/metrics_test.cc
   LIBS ucudnn_worker_lib ucudnn_backends)
 
 ucudnn_add_test(NAME ucudnn_worker_tests
   SOURCES worker/daemon_test.cc worker/process_test.cc
-  LIBS ucudnn_worker_lib ucudnn_backends ucudnn_test_postgres
+  LIBS ucudnn_worker_lib ucudnn_backends ucudnn_test_postgres ${UCUDNN_SERVER_TEST_HTTPLIB}
   LABELS integration
   TIMEOUT 300)
 # The process tests start bin/ucudnn-worker.

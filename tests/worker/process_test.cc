@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <regex>
 #include <thread>
+
+#include <httplib.h>
 
 #include "support/postgres_fixture.h"
 #include "ucudnn/core/backend_factory.h"
@@ -269,6 +272,81 @@ TEST_F(WorkerProcessTest, HelpAndBackendChoice) {
     EXPECT_TRUE(ExitedWith(*status, 1)) << refused.Log();
     EXPECT_THAT(refused.Log(), HasSubstr("--backend cpu"));
   }
+}
+
+// The metrics endpoint (--metrics-port), scraped while the worker benchmarks a job on the CPU
+// backend and after it finished; the log shows the job's progress too.
+TEST_F(WorkerProcessTest, MetricsEndpointShowsTheJobInHandAndItsProgress) {
+  const int64_t id = EnqueueSlowJob();
+  const int64_t total =
+      static_cast<int64_t>(ExpectedTimings(*cpu_, SlowProblem(), kSlowMaxMicroBatch, kSlowPolicy));
+  ChildWorker child(ChildFlags({"--metrics-port", "0", "--warmup-runs", "1", "--min-runs", "3",
+                                "--max-runs", "3", "--config-budget-ms", "5000"}),
+                    LogPath("child"));
+  ASSERT_TRUE(child.started());
+  int port = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    std::smatch match;
+    const std::string log = child.Log();
+    static const std::regex kMetrics(R"(metrics at http://127\.0\.0\.1:([0-9]+)/metrics)");
+    if (!std::regex_search(log, match, kMetrics)) return false;
+    port = std::stoi(match[1].str());
+    return true;
+  })) << child.Log();
+  httplib::Client http("127.0.0.1", port);
+  auto scrape = [&]() -> std::string {
+    auto result = http.Get("/metrics");
+    return result && result->status == 200 ? result->body : "";
+  };
+  const std::string worker = "{worker=\"child:cpu\"}";
+  const std::string in_hand = "ucudnn_worker_current_job" + worker + " " + std::to_string(id);
+  const std::string of_total =
+      "ucudnn_worker_current_job_configurations_total" + worker + " " + std::to_string(total);
+  // While the job runs: it is in hand, with part of its configurations done.
+  std::string during;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        during = scrape();
+        return during.find(in_hand) != std::string::npos &&
+               during.find("ucudnn_worker_current_job_configurations_done" + worker + " 0\n") ==
+                   std::string::npos;
+      },
+      seconds(120)))
+      << during << child.Log();
+  EXPECT_THAT(during, HasSubstr(of_total));
+  EXPECT_THAT(during, HasSubstr("ucudnn_worker_jobs_total{outcome=\"claimed\"} 1"));
+  EXPECT_THAT(during, HasSubstr("ucudnn_worker_jobs_total{outcome=\"completed\"} 0"));
+  EXPECT_THAT(during,
+              ::testing::Not(HasSubstr("ucudnn_worker_last_heartbeat_timestamp_seconds 0\n")));
+
+  // Once done: idle, the job counted, every configuration counted once.
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state == store::JobState::kDone; }, seconds(180)))
+      << child.Log();
+  std::string after;
+  ASSERT_TRUE(WaitUntil([&] {
+    after = scrape();
+    return after.find("ucudnn_worker_jobs_total{outcome=\"completed\"} 1") != std::string::npos;
+  })) << after;
+  EXPECT_THAT(after, HasSubstr("ucudnn_worker_current_job" + worker + " 0\n"));
+  EXPECT_THAT(after, HasSubstr("ucudnn_worker_configurations_measured_total " +
+                               std::to_string(total) + "\n"));
+  EXPECT_EQ(static_cast<int64_t>(Records(SlowProblem()).size()), total);
+  // The log's progress lines: configurations done of the total.
+  EXPECT_THAT(child.Log(), ::testing::ContainsRegex("job " + std::to_string(id) + " .*: [0-9]+/" +
+                                                    std::to_string(total) + " configurations"));
+}
+
+TEST_F(WorkerProcessTest, MetricsPortInUseFailsAtStart) {
+  httplib::Server taken;
+  const int port = taken.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  ChildWorker child(ChildFlags({"--metrics-port", std::to_string(port)}), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  const auto status = child.WaitExit(seconds(60));
+  ASSERT_TRUE(status.has_value()) << child.Log();
+  EXPECT_TRUE(ExitedWith(*status, 1)) << child.Log();
+  EXPECT_THAT(child.Log(),
+              HasSubstr("metrics: cannot listen on 127.0.0.1:" + std::to_string(port)));
 }
 
 }  // namespace

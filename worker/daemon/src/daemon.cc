@@ -124,6 +124,10 @@ struct Slot {
   // heartbeat skips the slot. lost_status is read after that thread was joined.
   std::atomic<bool> lost{false};
   Status lost_status;
+  // The job in hand and its progress, read by stats() from other threads.
+  std::atomic<int64_t> job_id{0};
+  std::atomic<int64_t> configurations_done{0};
+  std::atomic<int64_t> configurations_total{0};
 };
 
 class Daemon::Impl {
@@ -163,8 +167,20 @@ class Daemon::Impl {
     return hashes;
   }
   DaemonStats stats() const {
-    return {claimed_.load(),  completed_.load(), failed_.load(),
-            released_.load(), abandoned_.load(), devices_lost_.load()};
+    DaemonStats stats;
+    stats.claimed = claimed_.load();
+    stats.completed = completed_.load();
+    stats.failed = failed_.load();
+    stats.released = released_.load();
+    stats.abandoned = abandoned_.load();
+    stats.devices_lost = devices_lost_.load();
+    stats.configurations_measured = configurations_measured_.load();
+    stats.last_heartbeat_unix_seconds = last_heartbeat_unix_seconds_.load();
+    for (const auto& slot : slots_) {
+      stats.slots.push_back({slot->worker_id, slot->job_id.load(), slot->configurations_done.load(),
+                             slot->configurations_total.load()});
+    }
+    return stats;
   }
 
  private:
@@ -222,7 +238,13 @@ class Daemon::Impl {
   bool ran_ = false;
 
   std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0},
-      devices_lost_{0};
+      devices_lost_{0}, configurations_measured_{0};
+  std::atomic<double> last_heartbeat_unix_seconds_{0};
+
+  void RecordHeartbeat() {
+    last_heartbeat_unix_seconds_ =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
 };
 
 // Renews a job's lease in the background while the benchmark runs, and cancels the benchmark
@@ -340,6 +362,7 @@ Status Daemon::Impl::Register(Slot& slot) {
     const Status st = store_.RegisterWorker(slot.worker_id, config_.host, slot.fingerprint);
     if (st.ok()) {
       health_.Succeeded();
+      RecordHeartbeat();
       slot.registered = true;
       spdlog::info("[{}] registered as worker {} (device {} {}, fingerprint {})", slot.device.slot,
                    slot.worker_id, slot.fingerprint.backend, slot.fingerprint.name,
@@ -381,6 +404,7 @@ void Daemon::Impl::HeartbeatLoop() {
       }
       if (st.ok()) {
         health_.Succeeded();
+        RecordHeartbeat();
       } else if (IsTransient(st)) {
         health_.Failed("heartbeat", st);
       } else {
@@ -465,8 +489,14 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   BenchmarkOptions options = config_.benchmark;
   options.cancel = keeper.cancel_flag();
   Clock::time_point last_log = start;
+  slot.configurations_done = 0;
+  slot.configurations_total = static_cast<int64_t>(sizes * algos);
+  slot.job_id = job.id;
   auto progress = [&](const BenchmarkProgress& p) {
+    slot.configurations_done = static_cast<int64_t>(p.done);
+    slot.configurations_total = static_cast<int64_t>(p.total);
     if (p.latest != nullptr) {
+      ++configurations_measured_;
       spdlog::debug("[{}] job {}: {}/{} micro-batch {} algo {}: {} {:.4f} ms, workspace {}",
                     slot.device.slot, job.id, p.done, p.total, p.latest->micro_batch,
                     p.latest->algo, ToString(p.latest->status), p.latest->time_ms,
@@ -484,6 +514,7 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   auto table =
       BenchmarkProblem(backend, job.problem, job.max_micro_batch, job.policy, options, progress);
   const double elapsed = SecondsSince(start);
+  slot.job_id = 0;
 
   // A lost device measured nothing trustworthy: nothing is written and this slot stops. The
   // attempt counts as failed, so the job goes back to the queue for another device while it has

@@ -105,6 +105,17 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
       ->envname("UCUDNN_WORKER_ID_PREFIX")
       ->group("Queue");
 
+  app->add_option("--metrics-port", o.metrics_port,
+                  "serve Prometheus metrics (jobs, configurations measured, current job and its "
+                  "progress, last heartbeat) at http://HOST:PORT/metrics; 0 picks a free port "
+                  "(logged); -1: no endpoint")
+      ->envname("UCUDNN_WORKER_METRICS_PORT")
+      ->group("Metrics");
+  app->add_option("--metrics-host", o.metrics_host,
+                  "address the metrics endpoint listens on (0.0.0.0 for a Kubernetes probe)")
+      ->envname("UCUDNN_WORKER_METRICS_HOST")
+      ->group("Metrics");
+
   app->add_option("--workspace-cap", raw.workspace_cap,
                   "largest workspace an algorithm may use on this worker; bigger ones are not "
                   "measured, recorded failed with a \"worker limit:\" reason (e.g. 2GiB, 512MiB; "
@@ -232,6 +243,13 @@ Status ValidateOptions(const WorkerOptions& o) {
   if (!FiniteIn(o.config_budget_ms, 0.001, 3.6e6)) {
     return InvalidArgument("--config-budget-ms: must be positive, got " +
                            std::to_string(o.config_budget_ms));
+  }
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return InvalidArgument("--metrics-port: must be in [-1, 65535], got " +
+                           std::to_string(o.metrics_port));
+  }
+  if (o.metrics_port >= 0 && o.metrics_host.empty()) {
+    return InvalidArgument("--metrics-host: must not be empty with --metrics-port");
   }
   if (!IsLogLevel(o.log_level)) {
     return InvalidArgument(

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string_view>
 
@@ -16,9 +17,11 @@
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/units.h"
+#include "ucudnn/server/metrics_http.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/signals.h"
+#include "ucudnn/worker/worker_metrics.h"
 
 namespace ucudnn::worker {
 namespace {
@@ -257,6 +260,52 @@ DaemonConfig MakeDaemonConfig(const WorkerOptions& o) {
   return c;
 }
 
+namespace {
+
+// The daemon the metrics endpoint reads, once there is one.
+class StatsSource {
+ public:
+  DaemonStats Get() const {
+    std::lock_guard lock(mu_);
+    return daemon_ != nullptr ? daemon_->stats() : DaemonStats{};
+  }
+  // Attaches `daemon` for its scope: the endpoint never reads a destroyed daemon.
+  class Attachment {
+   public:
+    Attachment(StatsSource& source, const Daemon& daemon) : source_(source) {
+      std::lock_guard lock(source_.mu_);
+      source_.daemon_ = &daemon;
+    }
+    ~Attachment() {
+      std::lock_guard lock(source_.mu_);
+      source_.daemon_ = nullptr;
+    }
+    Attachment(const Attachment&) = delete;
+    Attachment& operator=(const Attachment&) = delete;
+
+   private:
+    StatsSource& source_;
+  };
+
+ private:
+  mutable std::mutex mu_;
+  const Daemon* daemon_ = nullptr;
+};
+
+Result<std::unique_ptr<server::MetricsHttpServer>> StartMetrics(const WorkerOptions& options,
+                                                                const StatsSource& source) {
+  const bool ipv6 = options.metrics_host.find(':') != std::string::npos;
+  const std::string host = ipv6 ? "[" + options.metrics_host + "]" : options.metrics_host;
+  UCUDNN_ASSIGN_OR_RETURN(
+      auto metrics,
+      server::MetricsHttpServer::Start(host + ":" + std::to_string(options.metrics_port),
+                                       [&source] { return RenderWorkerMetrics(source.Get()); }));
+  spdlog::info("metrics at http://{}:{}/metrics", host, metrics->port());
+  return metrics;
+}
+
+}  // namespace
+
 int WorkerMain(int argc, char** argv) {
   auto command_line = ParseCommandLine(argc, argv);
   if (!command_line.ok()) {
@@ -290,6 +339,19 @@ int WorkerMain(int argc, char** argv) {
   WarnAboutTf32Override(*devices);
   if (options.offline) return RunOfflineMode(options, *devices, stop);
 
+  // The metrics endpoint starts before the database is reachable, so that a probe sees the
+  // process alive while it waits; it shows zeros until the daemon exists.
+  StatsSource stats_source;
+  std::unique_ptr<server::MetricsHttpServer> metrics;
+  if (options.metrics_port >= 0) {
+    auto started = StartMetrics(options, stats_source);
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+  }
+
   const DaemonConfig config = MakeDaemonConfig(options);
   spdlog::info(
       "ucudnn-worker {} starting: worker ids {}:<device>, lease {:.1f} s, heartbeat "
@@ -309,6 +371,8 @@ int WorkerMain(int argc, char** argv) {
   CheckSchema(**store);
 
   Daemon daemon(**store, std::move(devices).value(), config);
+  // Detached again before the daemon goes (declared after it, so destroyed first).
+  const StatsSource::Attachment attached(stats_source, daemon);
   stop.Attach(&daemon);
   const Status result = daemon.Run();
   stop.Attach(nullptr);

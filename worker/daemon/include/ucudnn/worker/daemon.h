@@ -38,7 +38,7 @@ struct DaemonConfig {
   std::chrono::milliseconds retry_initial{200};
   std::chrono::milliseconds retry_max{5000};
   // A progress line per job at most this often (each configuration is logged at debug).
-  std::chrono::milliseconds progress_log_interval{10000};
+  std::chrono::milliseconds progress_log_interval{5000};
   int max_attempts = 3;
   bool once = false;           // stop each thread when its device has nothing claimable
   BenchmarkOptions benchmark;  // `cancel` is ignored: the daemon sets its own per job
@@ -46,7 +46,15 @@ struct DaemonConfig {
 
 Status Validate(const DaemonConfig& config);
 
-// Counters over the daemon's life, for logs and tests.
+// What one benchmarking thread is doing, for the metrics endpoint.
+struct SlotStatus {
+  std::string worker_id;
+  int64_t job_id = 0;               // the job in hand; 0 while idle
+  int64_t configurations_done = 0;  // of that job
+  int64_t configurations_total = 0;
+};
+
+// Counters over the daemon's life, for logs, tests and the metrics endpoint.
 struct DaemonStats {
   int64_t claimed = 0;
   int64_t completed = 0;  // timings written and the job marked done (or re-queued when widened)
@@ -54,6 +62,9 @@ struct DaemonStats {
   int64_t released = 0;   // jobs given back on shutdown
   int64_t abandoned = 0;  // lease lost (or shutdown while the database was away): nothing written
   int64_t devices_lost = 0;  // benchmarking threads stopped by a lost device (their job released)
+  int64_t configurations_measured = 0;     // (micro-batch, algorithm) pairs benchmarked, all jobs
+  double last_heartbeat_unix_seconds = 0;  // last heartbeat (or registration) stored; 0: none
+  std::vector<SlotStatus> slots;           // in device order
 };
 
 class Daemon {

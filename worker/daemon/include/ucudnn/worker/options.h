@@ -44,6 +44,9 @@ struct WorkerOptions {
   DataType dtype = DataType::kFloat32;  // --dtype fp32|fp16|bf16
   Layout layout = Layout::kNCHW;        // --layout nchw|nhwc
   std::string output;                   // --output timings.csv
+  // ---- Metrics ----
+  int metrics_port = -1;                   // --metrics-port: Prometheus /metrics; -1 off, 0 any
+  std::string metrics_host = "127.0.0.1";  // --metrics-host: the address it listens on
   // ---- Logging ----
   std::string log_level = "info";  // --log-level / UCUDNN_LOG_LEVEL
 };
