@@ -20,8 +20,27 @@ cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/consumer"
 "$work/cmake-build/consumer_static"
 
+# The shared library's consumer, on a machine without gRPC's, protobuf's and spdlog's dev files
+# (their packages made unfindable): it must configure, build and run.
+cmake -S "$source_dir" -B "$work/cmake-shared" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCONSUMER_STATIC=OFF -DCMAKE_DISABLE_FIND_PACKAGE_gRPC=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_Protobuf=ON -DCMAKE_DISABLE_FIND_PACKAGE_spdlog=ON \
+  >"$work/shared-configure.log" 2>&1 || {
+  cat "$work/shared-configure.log" >&2
+  echo "the shared-library consumer does not configure without gRPC/protobuf/spdlog" >&2
+  exit 1
+}
+cmake --build "$work/cmake-shared" >/dev/null
+"$work/cmake-shared/consumer"
+
 pc="$work/prefix/lib/pkgconfig"
 [ -d "$pc" ] || pc="$(dirname "$(find "$work/prefix" -name ucudnn.pc | head -1)")"
+cflags="$(PKG_CONFIG_PATH="$pc" pkg-config --cflags ucudnn)"
+# The shared library hides its dependencies: none of their flags reach the consumer.
+if grep -qiE 'SPDLOG|FMT_|openblas|grpc|protobuf' <<<"$cflags"; then
+  echo "pkg-config --cflags ucudnn leaks a dependency's flags: $cflags" >&2
+  exit 1
+fi
 flags="$(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs ucudnn)"
 # shellcheck disable=SC2086
 c++ -std=c++17 "$source_dir/main.cc" -o "$work/pc-consumer" $flags \

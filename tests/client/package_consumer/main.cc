@@ -17,6 +17,8 @@ int main() {
   ucudnnHandle_t handle = nullptr;
   // A null cuDNN handle is refused without touching the GPU.
   if (ucudnnCreate(&handle, nullptr) != CUDNN_STATUS_BAD_PARAM) return 1;
+  // A training binary calls cuDNN itself too: the package's link line must carry libcudnn.
+  if (cudnnGetVersion() == 0) return 1;
 #endif
   return config.workspace_bytes == (64u << 20) ? 0 : 1;
 }
