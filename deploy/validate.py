@@ -16,6 +16,22 @@ Kubernetes (k8s/*.yaml)
   - every ucudnn image has the same tag; the migration Job's name ends with that release
     (ucudnn-migrate-0-1-0 for 0.1.0: a Job's pod template is immutable, so each release is a
     new Job) and it has ttlSecondsAfterFinished.
+  - kustomization.yaml lists every manifest, the Namespace first, and generates every Secret
+    the workloads use from files under k8s/secrets/ (ignored by git): no Secret is committed;
+  - every pod: automountServiceAccountToken false, runAsNonRoot, seccompProfile RuntimeDefault;
+    every container: allowPrivilegeEscalation false, capabilities drop ALL, resources (requests
+    and a memory limit); Deployments, DaemonSets and StatefulSets have readiness and liveness
+    probes; a Deployment of several replicas has a PodDisruptionBudget; images not of ucudnn are
+    pinned to a version (name:MAJOR.MINOR...) or a digest;
+  - bearer tokens are a mounted file (UCUDNN_TOKEN_FILE under a Secret volume), never an
+    environment variable (UCUDNN_TOKENS).
+Secrets never in argv (k8s, compose, systemd, scripts/*.sh)
+  - no command line passes --tokens, --token VALUE or a database URL with a password, and no
+    database URL anywhere embeds a password (libpq's PGPASSWORD / PGPASSFILE carry it).
+Monitoring (monitoring/)
+  - the Prometheus alert rules parse, each alert has an expr and a summary; the Grafana dashboard
+    is JSON with queries; every ucudnn_* metric either names is defined in the server's or the
+    worker's metrics code.
 Compose (compose/compose.yaml)
   - schema: the Compose Specification schema that Debian's docker-compose (1.29) ships
     (compose/config/compose_spec.json), with the top-level `name` the specification added
@@ -25,11 +41,15 @@ Environment variables
     systemd EnvironmentFile) is one its own binary reads, per that binary's --help:
     ucudnn-server, ucudnn-worker, or `ucudnn migrate`; a server-only variable given to the
     worker is an error; each of them gets UCUDNN_DATABASE_URL (needs --bin-dir).
+  - every long-running service has a healthcheck; no password or token variable has a default
+    (${VAR:-default}); images are pinned like the manifests'.
 Docker (docker/Dockerfile, ../.dockerignore)
   - the Dockerfile's scripts/bundle.sh arguments are options of `bundle.sh --help`; the
     runtime stage copies the bundle from where it was made and its ENTRYPOINT is a bundled
     binary; .dockerignore exists and excludes every directory .gitignore ignores (build
-    trees, .run/ with the demo's database, bundles).
+    trees, .run/ with the demo's database, bundles); packages are installed before the sources
+    are copied (a source change must not reinstall them); the build configures without tests and
+    benchmarks; a HEALTHCHECK; the user's UID is the manifests' runAsUser; bases are pinned.
 systemd (systemd/)
   - units pass `systemd-analyze verify` (ExecStart pointed at the built binary, or /bin/true);
     the User= and Group= of every unit are created by ucudnn.sysusers.conf, which
@@ -174,7 +194,7 @@ def pod_spec(obj):
     return None
 
 
-def check_k8s(deploy_dir):
+def check_k8s(deploy_dir, generated_secrets):
     try:
         import kubernetes.client as kube_client
         schema = KubeSchema(kube_client)
@@ -184,6 +204,8 @@ def check_k8s(deploy_dir):
 
     objects = []
     for path in sorted(glob.glob(os.path.join(deploy_dir, "k8s", "*.yaml"))):
+        if os.path.basename(path) == KUSTOMIZATION:
+            continue
         for obj in load_all(path):
             if not isinstance(obj, dict):
                 fail(path, "a document that is not an object")
@@ -201,6 +223,7 @@ def check_k8s(deploy_dir):
             objects.append((where, obj))
 
     names = {(o["kind"], o["metadata"]["name"]) for _, o in objects if "metadata" in o and "kind" in o}
+    names |= {("Secret", name) for name in generated_secrets}
     workloads = []
     for where, obj in objects:
         spec = pod_spec(obj)
@@ -290,6 +313,253 @@ def check_releases(objects, services):
             fail(where, "no spec.ttlSecondsAfterFinished: finished Jobs would pile up")
 
 
+# ---- Kubernetes: kustomization, hardening, secrets ----------------------------------------------
+KUSTOMIZATION = "kustomization.yaml"
+LONG_RUNNING = ("Deployment", "DaemonSet", "StatefulSet")
+
+
+def check_kustomization(deploy_dir):
+    """{generated Secret name: its keys, None when they come from an env file}."""
+    k8s = os.path.join(deploy_dir, "k8s")
+    path = os.path.join(k8s, KUSTOMIZATION)
+    where = f"k8s/{KUSTOMIZATION}"
+    if not os.path.exists(path):
+        fail(where, "missing: `kubectl apply -f` applies files in name order, the Namespace late")
+        return {}
+    docs = load_all(path)
+    doc = docs[0] if docs and isinstance(docs[0], dict) else {}
+    resources = doc.get("resources") or []
+    manifests = sorted(os.path.basename(p) for p in glob.glob(os.path.join(k8s, "*.yaml"))
+                       if os.path.basename(p) != KUSTOMIZATION)
+    for missing in sorted(set(manifests) - set(resources)):
+        fail(where, f"resources does not list {missing}")
+    for extra in sorted(set(resources) - set(manifests)):
+        fail(where, f"resources lists {extra}, which does not exist")
+    namespaces = [f for f in manifests if any(o.get("kind") == "Namespace"
+                                              for o in load_all(os.path.join(k8s, f)))]
+    if resources and namespaces and resources[0] not in namespaces:
+        fail(where, f"the Namespace ({namespaces[0]}) must come first in resources")
+    if doc.get("namespace") != "ucudnn":
+        fail(where, "namespace must be ucudnn")
+    generated = {}
+    for gen in doc.get("secretGenerator") or []:
+        keys = []
+        for f in gen.get("files") or []:
+            key, _, source = f.rpartition("=") if "=" in f else (os.path.basename(f), "", f)
+            keys.append(key)
+            if not source.startswith("secrets/"):
+                fail(where, f"secret {gen.get('name')}: {source} is not under secrets/ (ignored by git)")
+        for f in gen.get("envs") or []:
+            if not f.startswith("secrets/"):
+                fail(where, f"secret {gen.get('name')}: {f} is not under secrets/ (ignored by git)")
+        if gen.get("literals"):
+            fail(where, f"secret {gen.get('name')}: literals commit the secret's value")
+        generated[gen.get("name")] = None if gen.get("envs") else keys
+    ignore = os.path.join(k8s, "secrets", ".gitignore")
+    if generated and (not os.path.exists(ignore) or "*" not in open(ignore).read().split()):
+        fail("k8s/secrets/.gitignore", "missing or not ignoring everything: the secrets would be committed")
+    return generated
+
+
+def image_pinned(image):
+    """name:MAJOR.MINOR[...] or name@sha256:..."""
+    if "@sha256:" in image:
+        return True
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+    return re.fullmatch(r"v?\d+\.\d+[\w.+-]*", tag) is not None
+
+
+def check_k8s_hardening(objects):
+    pdb_selectors = [o.get("spec", {}).get("selector", {}).get("matchLabels", {})
+                     for _, o in objects if o.get("kind") == "PodDisruptionBudget"]
+    for where, obj in objects:
+        if obj.get("kind") == "Secret":
+            fail(where, "a committed Secret (placeholder values get deployed): generate it from "
+                        "k8s/secrets/ in kustomization.yaml instead")
+        if obj.get("kind") == "ConfigMap":
+            for key, value in (obj.get("data") or {}).items():
+                if key == "UCUDNN_TOKENS":
+                    fail(where, "UCUDNN_TOKENS: tokens belong in a mounted file (UCUDNN_TOKEN_FILE)")
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        kind = obj.get("kind")
+        if spec.get("automountServiceAccountToken") is not False:
+            fail(where, "automountServiceAccountToken must be false (no pod here calls the API)")
+        pod_sc = spec.get("securityContext") or {}
+        if pod_sc.get("runAsNonRoot") is not True:
+            fail(where, "securityContext.runAsNonRoot must be true")
+        if (pod_sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            fail(where, "securityContext.seccompProfile.type must be RuntimeDefault")
+        labels = obj["spec"]["template"].get("metadata", {}).get("labels", {})
+        if kind == "Deployment" and obj["spec"].get("replicas", 1) > 1 and not any(
+                sel and all(labels.get(k) == v for k, v in sel.items()) for sel in pdb_selectors):
+            fail(where, "several replicas but no PodDisruptionBudget selects them")
+        secret_volumes = {v["name"] for v in spec.get("volumes") or [] if "secret" in v}
+        for c in spec.get("containers", []):
+            name = f"{where}:{c.get('name')}"
+            sc = c.get("securityContext") or {}
+            if sc.get("allowPrivilegeEscalation") is not False:
+                fail(name, "securityContext.allowPrivilegeEscalation must be false")
+            if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+                fail(name, "securityContext.capabilities.drop must include ALL")
+            resources = c.get("resources") or {}
+            if not resources.get("requests") or "memory" not in (resources.get("limits") or {}):
+                fail(name, "resources need requests and a memory limit")
+            if kind in LONG_RUNNING:
+                for probe in ("readinessProbe", "livenessProbe"):
+                    if probe not in c:
+                        fail(name, f"no {probe}")
+            image = c.get("image", "")
+            if not image.split(":")[0].endswith("ucudnn") and not image_pinned(image):
+                fail(name, f"image {image} is not pinned to a version (name:15.10) or a digest")
+            env = {e.get("name"): e for e in c.get("env") or []}
+            if "UCUDNN_TOKENS" in env:
+                fail(name, "UCUDNN_TOKENS in the environment: mount the tokens as a file "
+                           "(UCUDNN_TOKEN_FILE)")
+            mounts = {m.get("name"): m.get("mountPath", "") for m in c.get("volumeMounts") or []}
+            token_file = env.get("UCUDNN_TOKEN_FILE", {}).get("value")
+            if token_file is None:
+                for _, cm in objects:
+                    refs = [r["configMapRef"]["name"] for r in c.get("envFrom", []) if "configMapRef" in r]
+                    if cm.get("kind") == "ConfigMap" and cm["metadata"]["name"] in refs:
+                        token_file = (cm.get("data") or {}).get("UCUDNN_TOKEN_FILE", token_file)
+            if token_file and not any(n in secret_volumes and token_file.startswith(p.rstrip("/") + "/")
+                                      for n, p in mounts.items()):
+                fail(name, f"UCUDNN_TOKEN_FILE {token_file} is not in a mounted Secret volume")
+
+
+# ---- secrets never on a command line ------------------------------------------------------------
+SECRET_FLAG = re.compile(r"^--tokens?(=|$)")
+URL_PASSWORD = re.compile(r"://[^/@\s:]+:[^/@\s]+@|password=", re.I)
+
+
+def secret_in_argv(argv):
+    """What in `argv` is a secret, or None."""
+    for i, arg in enumerate(argv):
+        if SECRET_FLAG.match(arg):
+            return f"{arg.split('=')[0]} puts a token on the command line (use --token-file or the environment)"
+        value = arg.partition("=")[2] if arg.startswith("--database-url=") else (
+            argv[i + 1] if arg == "--database-url" and i + 1 < len(argv) else "")
+        if URL_PASSWORD.search(value):
+            return "--database-url with a password (use PGPASSWORD or PGPASSFILE)"
+    return None
+
+
+def check_secrets(deploy_dir, objects, services):
+    repo = os.path.dirname(os.path.abspath(deploy_dir))
+    for where, obj in objects:
+        for c in (pod_spec(obj) or {}).get("containers", []):
+            problem = secret_in_argv((c.get("command") or []) + (c.get("args") or []))
+            if problem:
+                fail(f"{where}:{c.get('name')}", problem)
+        if obj.get("kind") == "ConfigMap":
+            for key, value in (obj.get("data") or {}).items():
+                if "DATABASE_URL" in key and URL_PASSWORD.search(str(value)):
+                    fail(where, f"{key} embeds a password (use PGPASSWORD from a Secret)")
+    for name, svc in services.items():
+        argv = []
+        for key in ("entrypoint", "command"):
+            part = svc.get(key) or []
+            argv += shlex.split(part) if isinstance(part, str) else part
+        problem = secret_in_argv(argv)
+        if problem:
+            fail(f"compose:{name}", problem)
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(e.partition("=")[::2] for e in env)
+        for key, value in env.items():
+            if "DATABASE_URL" in key and URL_PASSWORD.search(str(value)):
+                fail(f"compose:{name}", f"{key} embeds a password (use PGPASSWORD)")
+            if key == "UCUDNN_TOKENS":
+                fail(f"compose:{name}", "UCUDNN_TOKENS: mount the tokens as a secret file (UCUDNN_TOKEN_FILE)")
+    for unit in sorted(glob.glob(os.path.join(deploy_dir, "systemd", "*.service")) +
+                       glob.glob(os.path.join(deploy_dir, "systemd", "*.env"))):
+        where = os.path.relpath(unit, deploy_dir)
+        text = open(unit).read()
+        for m in re.finditer(r"^ExecStart=(.+)$", text, re.M):
+            problem = secret_in_argv(shlex.split(m.group(1)))
+            if problem:
+                fail(where, problem)
+        for m in re.finditer(r"^\s*(UCUDNN_[A-Z_]+)=(.*)$", text, re.M):
+            if m.group(1) == "UCUDNN_TOKENS":
+                fail(where, "UCUDNN_TOKENS: give the tokens as a credential file (UCUDNN_TOKEN_FILE)")
+            if "DATABASE_URL" in m.group(1) and URL_PASSWORD.search(m.group(2)):
+                fail(where, f"{m.group(1)} embeds a password (use PGPASSFILE)")
+    for script in sorted(glob.glob(os.path.join(repo, "scripts", "*.sh"))):
+        for n, line in enumerate(open(script), 1):
+            code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+            try:
+                argv = shlex.split(code)
+            except ValueError:
+                argv = code.split()
+            problem = secret_in_argv(argv)
+            if problem or re.search(r"\bUCUDNN_TOKENS=", code):
+                fail(f"scripts/{os.path.basename(script)}:{n}",
+                     problem or "UCUDNN_TOKENS: pass the token file (--token-file)")
+
+
+# ---- monitoring -----------------------------------------------------------------------------------
+METRIC_SOURCES = ("server/src/server_metrics.cc", "worker/daemon/src/worker_metrics.cc")
+
+
+def exported_metrics(repo):
+    """Metric families the server and the worker define, read from their sources."""
+    names = set()
+    for source in METRIC_SOURCES:
+        path = os.path.join(repo, source)
+        if not os.path.exists(path):
+            fail(source, "missing: the metrics it defines cannot be checked")
+            continue
+        names |= set(re.findall(r'"(ucudnn_[a-z0-9_]+)"', open(path).read()))
+    return names
+
+
+def check_monitoring(deploy_dir):
+    """Alert rules and the dashboard parse, and name only metrics the code exports."""
+    repo = os.path.dirname(os.path.abspath(deploy_dir))
+    known = exported_metrics(repo)
+    expressions = []
+    rules = os.path.join(deploy_dir, "monitoring", "alerts.yaml")
+    dashboard = os.path.join(deploy_dir, "monitoring", "grafana-dashboard.json")
+    for path in (rules, dashboard):
+        if not os.path.exists(path):
+            fail(os.path.relpath(path, deploy_dir), "missing")
+    if os.path.exists(rules):
+        docs = load_all(rules)
+        groups = (docs[0] or {}).get("groups") if docs and isinstance(docs[0], dict) else None
+        if not groups:
+            fail("monitoring/alerts.yaml", "no rule groups")
+        for group in groups or []:
+            for rule in group.get("rules") or []:
+                where = f"monitoring/alerts.yaml:{rule.get('alert') or rule.get('record')}"
+                if not rule.get("expr"):
+                    fail(where, "no expr")
+                if rule.get("alert") and not (rule.get("annotations") or {}).get("summary"):
+                    fail(where, "no summary annotation")
+                expressions.append((where, str(rule.get("expr", ""))))
+    if os.path.exists(dashboard):
+        try:
+            doc = json.load(open(dashboard))
+        except json.JSONDecodeError as e:
+            fail("monitoring/grafana-dashboard.json", f"JSON does not parse: {e}")
+            doc = {}
+        panels = list(doc.get("panels") or [])
+        for panel in list(panels):
+            panels += panel.get("panels") or []
+        if not any(p.get("targets") for p in panels):
+            fail("monitoring/grafana-dashboard.json", "no panel queries anything")
+        for panel in panels:
+            for target in panel.get("targets") or []:
+                expressions.append((f"monitoring/grafana-dashboard.json:{panel.get('title')}",
+                                    str(target.get("expr", ""))))
+    for where, expr in expressions:
+        for metric in sorted(set(re.findall(r"\bucudnn_[a-z0-9_]+", expr))):
+            base = re.sub(r"_(bucket|sum|count)$", "", metric)
+            if known and metric not in known and base not in known:
+                fail(where, f"{metric} is not a metric of the server or the worker")
+
+
 # ---- compose ------------------------------------------------------------------------------------
 def compose_schema_path():
     spec = importlib.util.find_spec("compose")
@@ -308,9 +578,17 @@ def check_compose(deploy_dir):
         return {}
     doc = docs[0]
     services = doc.get("services", {})
+    for m in re.finditer(r"\$\{([A-Z0-9_]*(?:PASSWORD|TOKEN)[A-Z0-9_]*):?-", open(path).read()):
+        fail(f"compose:{m.group(1)}", "a secret with a default value: require it (${VAR:?message})")
     for name, svc in services.items():
         if not svc.get("image"):
             fail(f"compose:{name}", "no image")
+        image = svc.get("image", "")
+        if image and not image.split(":")[0].endswith("ucudnn") and not image_pinned(image):
+            fail(f"compose:{name}", f"image {image} is not pinned to a version or a digest")
+        one_shot = svc.get("restart") == "no"
+        if not one_shot and not (svc.get("healthcheck") or {}).get("test"):
+            fail(f"compose:{name}", "no healthcheck")
         deps = svc.get("depends_on", {})
         for dep in deps if isinstance(deps, (list, dict)) else []:
             if dep not in services:
@@ -440,6 +718,44 @@ def check_docker(deploy_dir):
         if not entry or not entry[0].startswith(out_dir.rstrip("/") + "/bin/"):
             fail(where, f"ENTRYPOINT {entry} is not a binary of the bundle ({out_dir}/bin)")
 
+    first_copy = next((i for i, (w, r) in enumerate(instructions)
+                       if w == "COPY" and "--from=" not in r and shlex.split(r)[0] == "."), None)
+    installs = [i for i, (w, r) in enumerate(instructions)
+                if w == "RUN" and "ucudnn_install_packages" in r]
+    if not installs or first_copy is None or installs[0] > first_copy:
+        fail(where, "install the packages (ucudnn_install_packages) before `COPY . `: every "
+                    "source change would reinstall them")
+    configure = " ".join(r for w, r in instructions if w == "RUN" and "cmake" in r)
+    for option in ("UCUDNN_BUILD_TESTS=OFF", "UCUDNN_BUILD_BENCHMARKS=OFF"):
+        if option not in configure:
+            fail(where, f"the build stage does not configure with -D{option}")
+    if not any(w == "HEALTHCHECK" for w, _ in instructions):
+        fail(where, "no HEALTHCHECK")
+    args = {}
+    for w, r in instructions:
+        if w == "ARG" and "=" in r:
+            k, _, v = r.partition("=")
+            args[k.strip()] = v.strip()
+    for w, r in instructions:
+        if w != "FROM":
+            continue
+        base = shlex.split(r)[0]
+        m = re.fullmatch(r"\$\{?(\w+)\}?", base)
+        base = args.get(m.group(1), base) if m else base
+        if not image_pinned(base):
+            fail(where, f"base image {base} is not pinned to a version or a digest")
+    uids = re.findall(r"--uid\s+(\d+)", " ".join(r for w, r in instructions if w == "RUN"))
+    manifest_uids = set()
+    for kpath in glob.glob(os.path.join(deploy_dir, "k8s", "*.yaml")):
+        for obj in load_all(kpath):
+            spec = pod_spec(obj) if isinstance(obj, dict) else None
+            for c in (spec or {}).get("containers", []) if spec else []:
+                if c.get("image", "").split(":")[0].endswith("ucudnn"):
+                    manifest_uids.add(str((spec.get("securityContext") or {}).get("runAsUser")))
+    if not uids or any(u not in uids for u in manifest_uids):
+        fail(where, f"the image's user (--uid {', '.join(uids) or 'unset'}) is not the manifests' "
+                    f"runAsUser ({', '.join(sorted(manifest_uids))})")
+
     ignore = os.path.join(repo, ".dockerignore")
     if not os.path.exists(ignore):
         fail(".dockerignore", "missing: `COPY . /src` would send build trees and .run/ to the daemon")
@@ -539,6 +855,8 @@ def documented_variables(bin_dir):
             if binary == "ucudnn-server":
                 m = re.search(r"--start-timeout.*?\(default: ([^)]+)\)", r.stdout, re.S)
                 documented["start-timeout"] = m.group(1) if m else None
+                m = re.search(r"--schema-wait.*?\(default: ([^)]+)\)", r.stdout, re.S)
+                documented["schema-wait"] = m.group(1) if m else None
         documented[binary] = names
     return documented
 
@@ -564,7 +882,6 @@ def check_variables(processes, documented):
 
 def check_startup_probes(objects, processes, documented):
     """The server waits up to --start-timeout for its database before it listens."""
-    default = parse_duration(documented.get("start-timeout") or "60s")
     by_where = {where: variables for where, _, variables in processes}
     values = {}
     for _, obj in objects:
@@ -576,13 +893,24 @@ def check_startup_probes(objects, processes, documented):
             binary = next((b for w, b, _ in processes if w == name), None)
             if binary != "ucudnn-server" or "livenessProbe" not in c:
                 continue
-            timeout = default
-            if "UCUDNN_START_TIMEOUT" in by_where.get(name, {}):
-                env = {e["name"]: e.get("value") for e in c.get("env", [])}
-                timeout = parse_duration(env.get("UCUDNN_START_TIMEOUT") or values.get("UCUDNN_START_TIMEOUT", "60s"))
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+
+            def setting(var, fallback):
+                if var in by_where.get(name, {}):
+                    return parse_duration(env.get(var) or values.get(var, fallback))
+                return parse_duration(fallback)
+            timeout = setting("UCUDNN_START_TIMEOUT", documented.get("start-timeout") or "60s")
             if timeout is None:
                 fail(name, "UCUDNN_START_TIMEOUT is not a duration")
                 continue
+            # Without migrating itself, it also waits up to --schema-wait for the migration Job.
+            migrates = str(env.get("UCUDNN_AUTO_MIGRATE") or values.get("UCUDNN_AUTO_MIGRATE", "1"))
+            if migrates.lower() in ("0", "false", "no", "off"):
+                schema_wait = setting("UCUDNN_SCHEMA_WAIT", documented.get("schema-wait") or "5m")
+                if schema_wait is None:
+                    fail(name, "UCUDNN_SCHEMA_WAIT is not a duration")
+                    continue
+                timeout = max(timeout, schema_wait)
             probe = c.get("startupProbe")
             if not probe:
                 fail(name, f"livenessProbe without startupProbe: the server retries its database "
@@ -595,7 +923,8 @@ def check_startup_probes(objects, processes, documented):
             allowed = numbers[0] + numbers[1] * numbers[2]
             if allowed < timeout + 10:
                 fail(name, f"startupProbe allows {allowed} s; the server may wait {timeout:g} s "
-                           f"for its database (--start-timeout) before it listens: allow >= {timeout + 10:g} s")
+                           f"for its database (--start-timeout, --schema-wait) before it listens: "
+                           f"allow >= {timeout + 10:g} s")
 
 
 # ---- systemd --------------------------------------------------------------------------------------
@@ -655,8 +984,12 @@ def main():
     args = ap.parse_args()
     if args.bin_dir:
         args.bin_dir = os.path.abspath(args.bin_dir)
-    objects = check_k8s(args.deploy_dir)
+    generated = check_kustomization(args.deploy_dir)
+    objects = check_k8s(args.deploy_dir, generated)
+    check_k8s_hardening(objects)
     services = check_compose(args.deploy_dir)
+    check_secrets(args.deploy_dir, objects, services)
+    check_monitoring(args.deploy_dir)
     check_releases(objects, services)
     check_docker(args.deploy_dir)
     processes = consumers(args.deploy_dir, objects, services)

@@ -143,7 +143,8 @@ stop_pidfile "$run_dir/worker.pid"
 stop_pidfile "$run_dir/server.pid"
 
 ucudnn_log "starting the planner server on 127.0.0.1:$grpc_port (metrics on :$metrics_port)"
-UCUDNN_TOKENS="$(cat "$run_dir/token")" setsid "$bin/ucudnn-server" --listen "127.0.0.1:$grpc_port" \
+# The token from its file (0600), never on a command line where `ps` shows it to every user.
+setsid "$bin/ucudnn-server" --listen "127.0.0.1:$grpc_port" --token-file "$run_dir/token" \
   --database-url "$db_url" --metrics-listen "127.0.0.1:$metrics_port" \
   >"$run_dir/server.log" 2>&1 </dev/null &
 echo $! >"$run_dir/server.pid"
