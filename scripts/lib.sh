@@ -55,6 +55,8 @@ ucudnn_install_packages() {
 # buf (npm @bufbuild/buf) into build/tools: `buf lint` for the proto in the test suite, and
 # `buf curl` to call the server through reflection as an operator would (Debian 12 has no
 # grpcurl). Without npm (ucudnn_install_packages installs it) it is left out, and says so.
+# Pinned: the proto lint's rules and `buf curl`'s flags change between releases.
+UCUDNN_BUF_VERSION=1.75.0
 ucudnn_install_buf() {
   local root="$1"
   [ -x "$root/build/tools/node_modules/.bin/buf" ] && return 0
@@ -63,7 +65,7 @@ ucudnn_install_buf() {
     return 0
   fi
   mkdir -p "$root/build/tools"
-  npm install --silent --prefix "$root/build/tools" @bufbuild/buf >/dev/null 2>&1 ||
+  npm install --silent --prefix "$root/build/tools" "@bufbuild/buf@$UCUDNN_BUF_VERSION" >/dev/null 2>&1 ||
     ucudnn_log "could not install buf from npm; the proto lint test will be skipped"
 }
 
