@@ -45,11 +45,16 @@ class OpsTest : public E2eTest {
 TEST_F(OpsTest, ASecondServerOnATakenAddressFailsAtStart) {
   ServerProcess* first = StartServer("first", {"--metrics-listen", "127.0.0.1:0"});
   ASSERT_NE(first, nullptr);
-  std::smatch match;
-  const std::string log = first->process().Log();
-  static const std::regex kMetrics(R"(metrics at http://127\.0\.0\.1:([0-9]+)/metrics)");
-  ASSERT_TRUE(std::regex_search(log, match, kMetrics)) << log;
-  const std::string metrics_address = "127.0.0.1:" + match[1].str();
+  // Logged just after the gRPC address, which StartServer waited for.
+  std::string metrics_address;
+  ASSERT_TRUE(WaitUntil([&] {
+    std::smatch match;
+    const std::string log = first->process().Log();
+    static const std::regex kMetrics(R"(metrics at http://127\.0\.0\.1:([0-9]+)/metrics)");
+    if (!std::regex_search(log, match, kMetrics)) return false;
+    metrics_address = "127.0.0.1:" + match[1].str();
+    return true;
+  })) << first->process().Log();
 
   // The gRPC address taken: exits at once (not retried for --start-timeout) and says why.
   auto same_grpc =
