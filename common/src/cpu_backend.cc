@@ -428,6 +428,15 @@ bool CheckedProduct(std::initializer_list<uint64_t> factors, uint64_t* out) {
   return true;
 }
 
+// The CPU backend has legacy-style numbered algorithms only; an engine configuration is cuDNN's.
+Result<int> LegacyId(const Algorithm& algorithm) {
+  if (algorithm.is_engine()) {
+    return Unsupported("the cpu backend has no engine configurations (got " +
+                       std::string(algorithm.engine_config) + ")");
+  }
+  return algorithm.id;
+}
+
 Result<size_t> WorkspaceBytes(const Geometry& g, int algo) {
   if (algo == kCpuAlgoDirect) return size_t{0};
   const bool whole_batch = algo == kCpuAlgoIm2colGemm;
@@ -481,14 +490,17 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options) {
 
 std::vector<AlgorithmInfo> CpuBackend::Algorithms(ConvOp /*op*/) const { return CpuAlgorithms(); }
 
-Result<size_t> CpuBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) {
+Result<size_t> CpuBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                                         const Algorithm& algorithm) {
+  UCUDNN_ASSIGN_OR_RETURN(const int algo, LegacyId(algorithm));
   UCUDNN_RETURN_IF_ERROR(CheckProblem(problem, batch, algo));
   return WorkspaceBytes(MakeGeometry(problem, batch), algo);
 }
 
-Status CpuBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
+Status CpuBackend::Run(const ConvProblem& problem, int64_t batch, const Algorithm& algorithm,
                        const ConvOperands& operands, void* workspace, size_t workspace_bytes,
                        float alpha, float beta) {
+  UCUDNN_ASSIGN_OR_RETURN(const int algo, LegacyId(algorithm));
   UCUDNN_RETURN_IF_ERROR(CheckProblem(problem, batch, algo));
   const Geometry g = MakeGeometry(problem, batch);
   UCUDNN_ASSIGN_OR_RETURN(const size_t needed, WorkspaceBytes(g, algo));
@@ -574,9 +586,9 @@ Status CpuBackend::CopyToHost(void* host_dst, const void* device_src, size_t byt
 }
 
 Result<std::vector<double>> CpuBackend::TimeRuns(const ConvProblem& problem, int64_t batch,
-                                                 int algo, const ConvOperands& operands,
-                                                 void* workspace, size_t workspace_bytes,
-                                                 int warmup, int runs) {
+                                                 const Algorithm& algo,
+                                                 const ConvOperands& operands, void* workspace,
+                                                 size_t workspace_bytes, int warmup, int runs) {
   if (warmup < 0) return InvalidArgument(fmt::format("warmup: must be >= 0, got {}", warmup));
   if (runs < 1) return InvalidArgument(fmt::format("runs: must be >= 1, got {}", runs));
   // Timed runs overwrite the output (beta = 0), as a benchmark on a GPU does.

@@ -77,6 +77,27 @@ Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s) {
                          std::string(s) + "'");
 }
 
+std::string_view ToString(AlgorithmSpace a) {
+  switch (a) {
+    case AlgorithmSpace::kAll:
+      return "all";
+    case AlgorithmSpace::kLegacy:
+      return "legacy";
+    case AlgorithmSpace::kEngines:
+      return "engines";
+  }
+  return "unknown";
+}
+
+Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s) {
+  const std::string lower = Lowercase(s);
+  for (AlgorithmSpace a : {AlgorithmSpace::kAll, AlgorithmSpace::kLegacy, AlgorithmSpace::kEngines}) {
+    if (lower == ToString(a)) return a;
+  }
+  return InvalidArgument("algorithms: expected all, legacy or engines, got '" + std::string(s) +
+                         "'");
+}
+
 std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch) {
   std::vector<int64_t> sizes;
   if (mini_batch < 1) return sizes;
@@ -116,21 +137,24 @@ bool Usable(const Timing& t) {
 struct Best {
   bool present = false;
   int algo = 0;
+  std::string engine_config;  // empty for a legacy algorithm
   double time_ms = kInfinity;
   uint64_t workspace_bytes = 0;
 };
 
-// Faster wins; on equal time the smaller workspace, then the lower algorithm id.
+// Faster wins; on equal time the smaller workspace, then the lower algorithm (AlgorithmLess:
+// legacy algorithms by id, then engine configurations by key).
 bool Improves(const Timing& t, const Best& best) {
   if (!best.present) return true;
   if (t.time_ms != best.time_ms) return t.time_ms < best.time_ms;
   if (t.workspace_bytes != best.workspace_bytes) return t.workspace_bytes < best.workspace_bytes;
-  return t.algo < best.algo;
+  return AlgorithmLess(AlgorithmOf(t), Algorithm(best.algo, best.engine_config));
 }
 
 void Take(const Timing& t, Best* best) {
   best->present = true;
   best->algo = t.algo;
+  best->engine_config = t.engine_config;
   best->time_ms = t.time_ms;
   best->workspace_bytes = t.workspace_bytes;
 }
@@ -158,12 +182,13 @@ KernelConfig Reconstruct(int64_t mini_batch, const std::vector<int64_t>& first,
   for (int64_t n = mini_batch; n > 0;) {
     const int64_t b = first[static_cast<size_t>(n)];
     const Best& choice = best[static_cast<size_t>(b)];
-    config.segments.push_back(Segment{b, choice.algo, choice.time_ms, choice.workspace_bytes});
+    config.segments.push_back(
+        Segment{b, choice.algo, choice.time_ms, choice.workspace_bytes, choice.engine_config});
     n -= b;
   }
   std::sort(config.segments.begin(), config.segments.end(), [](const Segment& a, const Segment& b) {
     if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;
-    return a.algo < b.algo;
+    return AlgorithmLess(AlgorithmOf(a), AlgorithmOf(b));
   });
   for (const Segment& s : config.segments) {
     config.time_ms += s.time_ms;
@@ -215,7 +240,7 @@ Status ExplainInfeasible(const TimingTable& table, int64_t mini_batch, BatchPoli
                     ": the smallest workspace measured is " +
                     FormatBytes(smallest->workspace_bytes) + " (micro-batch " +
                     std::to_string(smallest->micro_batch) + ", algo " +
-                    std::to_string(smallest->algo) + ")");
+                    AlgorithmText(AlgorithmOf(*smallest)) + ")");
   }
   std::vector<int64_t> fitting;
   for (int64_t b = 1; b <= mini_batch; ++b) {
@@ -409,7 +434,7 @@ Result<Segment> FastestUndivided(const TimingTable& table, int64_t mini_batch,
     return ExplainInfeasible(table, mini_batch, BatchPolicy::kUndivided, workspace_limit, allowed,
                              none);
   }
-  return Segment{mini_batch, best.algo, best.time_ms, best.workspace_bytes};
+  return Segment{mini_batch, best.algo, best.time_ms, best.workspace_bytes, best.engine_config};
 }
 
 // Workspace levels in increasing order. At each level only the sizes whose t(b) improved can
@@ -433,7 +458,9 @@ std::vector<KernelConfig> ParetoFront(const TimingTable& table, int64_t mini_bat
   std::sort(entries.begin(), entries.end(), [](const Timing* a, const Timing* b) {
     if (a->workspace_bytes != b->workspace_bytes) return a->workspace_bytes < b->workspace_bytes;
     if (a->time_ms != b->time_ms) return a->time_ms < b->time_ms;
-    if (a->algo != b->algo) return a->algo < b->algo;
+    if (a->algo != b->algo || a->engine_config != b->engine_config) {
+      return AlgorithmLess(AlgorithmOf(*a), AlgorithmOf(*b));
+    }
     return a->micro_batch < b->micro_batch;
   });
 

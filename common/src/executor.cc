@@ -54,7 +54,7 @@ class BackendMicroBatchRunner final : public MicroBatchRunner {
       : backend_(backend), problem_(problem) {}
   Status RunMicroBatch(size_t, const Segment& segment, const ConvOperands& operands,
                        void* workspace, size_t workspace_bytes, float alpha, float beta) override {
-    return backend_.Run(problem_, segment.micro_batch, segment.algo, operands, workspace,
+    return backend_.Run(problem_, segment.micro_batch, AlgorithmOf(segment), operands, workspace,
                         workspace_bytes, alpha, beta);
   }
 
@@ -127,12 +127,12 @@ Status ValidateMicroBatched(ConvBackend& backend, const ConvProblem& problem, in
   }
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& seg = segments[i];
-    Result<size_t> needed = backend.WorkspaceSize(problem, seg.micro_batch, seg.algo);
+    Result<size_t> needed = backend.WorkspaceSize(problem, seg.micro_batch, AlgorithmOf(seg));
     if (!needed.ok()) return needed.status().WithContext(fmt::format("segments[{}]", i));
     if (*needed > workspace_bytes) {
       return InvalidArgument(fmt::format(
           "workspace_bytes: segments[{}] (algo {}, micro-batch {}) needs {} bytes, got {}", i,
-          seg.algo, seg.micro_batch, *needed, workspace_bytes));
+          AlgorithmText(AlgorithmOf(seg)), seg.micro_batch, *needed, workspace_bytes));
     }
     if (*needed > 0 && workspace == nullptr) {
       return InvalidArgument(

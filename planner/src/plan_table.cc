@@ -68,11 +68,15 @@ std::string FormatSegments(const std::vector<Segment>& segments, ConvOp op,
   for (size_t i = 0; i < segments.size();) {
     size_t j = i;
     while (j < segments.size() && segments[j].micro_batch == segments[i].micro_batch &&
-           segments[j].algo == segments[i].algo) {
+           segments[j].algo == segments[i].algo &&
+           segments[j].engine_config == segments[i].engine_config) {
       ++j;
     }
     if (!out.empty()) out += " + ";
-    std::string name = names ? names(op, segments[i].algo) : std::string();
+    // An engine configuration is named by its key ("4x64@eng34{k3=2}"); legacy ones by name.
+    std::string name = !segments[i].engine_config.empty() ? segments[i].engine_config
+                       : names                            ? names(op, segments[i].algo)
+                                                          : std::string();
     if (name.empty()) name = "algo" + std::to_string(segments[i].algo);
     out += std::to_string(j - i) + "x" + std::to_string(segments[i].micro_batch) + "@" + name;
     i = j;

@@ -30,6 +30,7 @@ uint64_t TimingTableDigest(const TimingTable& table) {
   std::sort(entries.begin(), entries.end(), [](const Timing* a, const Timing* b) {
     if (a->micro_batch != b->micro_batch) return a->micro_batch < b->micro_batch;
     if (a->algo != b->algo) return a->algo < b->algo;
+    if (a->engine_config != b->engine_config) return a->engine_config < b->engine_config;
     return a->time_ms < b->time_ms;  // duplicates should not exist; keep the order total anyway
   });
   std::string text;
@@ -52,6 +53,10 @@ uint64_t TimingTableDigest(const TimingTable& table) {
     AppendI64(text, static_cast<int64_t>(t->error.size()));
     text += ':';
     text += t->error;
+    if (!t->engine_config.empty()) {
+      text += ",engine=";
+      text += t->engine_config;
+    }
     text += ';';
   }
   return Fnv1a64(text);
@@ -68,6 +73,10 @@ std::string CanonicalPlanRequest(const PlanRequest& request) {
   text += ToString(request.workspace_mode);
   text += "\nworkspace=";
   AppendU64(text, request.workspace_bytes);
+  if (request.algorithms != AlgorithmSpace::kAll) {
+    text += "\nalgorithms=";
+    text += ToString(request.algorithms);
+  }
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     text += "\nilp_time_limit_ms=";
     AppendI64(text, std::llround(request.ilp_time_limit_s * 1000.0));

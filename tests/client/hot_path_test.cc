@@ -49,7 +49,7 @@ class NullBackend final : public ConvBackend {
   }
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override { return {{0, "a"}, {1, "b"}}; }
-  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t batch, int algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t batch, const Algorithm& algo) override {
     ++workspace_queries;
     return algo == 0 ? size_t{0} : static_cast<size_t>(batch) * 16;
   }

@@ -34,10 +34,10 @@ class RecordingBackend : public ConvBackend {
 
   const DeviceFingerprint& fingerprint() const override { return cpu_.fingerprint(); }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override { return cpu_.Algorithms(op); }
-  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch, int algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch, const Algorithm& algo) override {
     return cpu_.WorkspaceSize(p, batch, algo);
   }
-  Status Run(const ConvProblem& p, int64_t batch, int algo, const ConvOperands& o, void* ws,
+  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo, const ConvOperands& o, void* ws,
              size_t ws_bytes, float alpha, float beta) override {
     calls.push_back({batch, algo, o, alpha, beta});
     return cpu_.Run(p, batch, algo, o, ws, ws_bytes, alpha, beta);
@@ -50,7 +50,7 @@ class RecordingBackend : public ConvBackend {
     return cpu_.CopyToDevice(d, h, n);
   }
   Status CopyToHost(void* h, const void* d, size_t n) override { return cpu_.CopyToHost(h, d, n); }
-  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, int algo,
+  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
                                        const ConvOperands& o, void* ws, size_t ws_bytes, int warmup,
                                        int runs) override {
     return cpu_.TimeRuns(p, batch, algo, o, ws, ws_bytes, warmup, runs);

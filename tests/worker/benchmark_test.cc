@@ -135,10 +135,10 @@ TEST(BenchmarkDeviceLossTest, AHealthyDeviceGivesACompleteTableWithOneFinalCheck
 class OneAlgorithmFails : public RenamedCpuBackend {
  public:
   explicit OneAlgorithmFails(int algo) : RenamedCpuBackend("picky gpu"), algo_(algo) {}
-  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, int algo,
+  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override {
-    if (algo == algo_) return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
+    if (!algo.is_engine() && algo.id == algo_) return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
     return RenamedCpuBackend::TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup,
                                        runs);
   }

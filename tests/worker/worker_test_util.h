@@ -77,6 +77,8 @@ inline BenchmarkOptions FastBenchmarkOptions() {
   o.min_runs = 1;
   o.max_runs = 1;
   o.config_time_budget_ms = 50;
+  // One run each already: no probe pass (the device-loss tests count runs).
+  o.prune_margin = -1;
   return o;
 }
 
@@ -99,10 +101,10 @@ class RenamedCpuBackend : public ConvBackend {
   }
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override { return inner_->Algorithms(op); }
-  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch, int algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch, const Algorithm& algo) override {
     return inner_->WorkspaceSize(p, batch, algo);
   }
-  Status Run(const ConvProblem& p, int64_t batch, int algo, const ConvOperands& operands,
+  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo, const ConvOperands& operands,
              void* workspace, size_t workspace_bytes, float alpha, float beta) override {
     UCUDNN_RETURN_IF_ERROR(CountRuns(1));
     return inner_->Run(p, batch, algo, operands, workspace, workspace_bytes, alpha, beta);
@@ -142,13 +144,13 @@ class RenamedCpuBackend : public ConvBackend {
     if (lost_) return LostCall("cudaMemcpyAsync");
     return inner_->CopyToHost(dst, src, bytes);
   }
-  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, int algo,
+  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override {
     UCUDNN_RETURN_IF_ERROR(CountRuns(warmup + runs));
     return inner_->TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup, runs);
   }
-  Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch, int algo,
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch, const Algorithm& algo,
                                             const ConvOperands& operands, void* workspace,
                                             size_t workspace_bytes, int warmup, int samples,
                                             int group, bool device_time_only) override {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -117,6 +118,12 @@ Status CheckDevice(ConvBackend& backend, const Status& failure) {
   return EnsureHealthy(backend, failure.ToString());
 }
 
+std::string FormatRatio(double r) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2g", r);
+  return text;
+}
+
 std::string WorkerLimit(const std::string& reason) {
   return std::string(kWorkerLimitError) + reason;
 }
@@ -135,7 +142,7 @@ struct Measurement {
 
 // Samples of one configuration; see BenchmarkOptions for the policy.
 Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, int64_t batch,
-                            int algo, const ConvOperands& operands, void* workspace,
+                            const Algorithm& algo, const ConvOperands& operands, void* workspace,
                             size_t workspace_bytes, const BenchmarkOptions& options) {
   const Clock::time_point start = Clock::now();
   const auto time_groups = [&](int warmup, int samples, int group) {
@@ -218,6 +225,8 @@ Status Validate(const BenchmarkOptions& o) {
     return InvalidArgument("config_time_budget_ms: must be positive");
   }
   if (!(o.short_run_ms >= 0)) return InvalidArgument("short_run_ms: must be >= 0");
+  if (std::isnan(o.prune_margin)) return InvalidArgument("prune_margin: must be a number");
+  if (std::isnan(o.skip_factor)) return InvalidArgument("skip_factor: must be a number");
   if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
   if (o.max_group < 1 || o.max_group > 1024) {
     return InvalidArgument("max_group: must be in [1, 1024], got " + std::to_string(o.max_group));
@@ -249,23 +258,18 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   UCUDNN_RETURN_IF_ERROR(Validate(options).WithContext("options"));
   const Clock::time_point start = Clock::now();
   const std::string key = CanonicalKey(problem);
-  const std::vector<AlgorithmInfo> algos = backend.Algorithms(problem.op);
-  if (sizes.empty() || algos.empty()) {
-    return InvalidArgument("nothing to measure: " + std::to_string(sizes.size()) +
-                           " micro-batch sizes, " + std::to_string(algos.size()) + " algorithms");
-  }
+  if (sizes.empty()) return InvalidArgument("nothing to measure: no micro-batch sizes");
 
-  // 1. Workspace of every configuration; those that cannot run are settled here.
+  // 1. The candidates of every micro-batch size (legacy algorithms, then the engine
+  // configurations cuDNN proposes for that size) and their workspaces; those that cannot run are
+  // settled here.
   TimingTable table;
-  table.entries.reserve(sizes.size() * algos.size());
   std::vector<bool> runnable;
   Status first_query_failure;
   for (int64_t size : sizes) {
-    for (const AlgorithmInfo& algo : algos) {
-      Timing t;
+    for (Timing& t : backend.Candidates(problem, size)) {
       t.micro_batch = size;
-      t.algo = algo.id;
-      Result<size_t> ws = backend.WorkspaceSize(problem, size, algo.id);
+      Result<size_t> ws = backend.WorkspaceSize(problem, size, AlgorithmOf(t));
       bool ok = false;
       if (!ws.ok()) {
         if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key);
@@ -290,6 +294,9 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
       table.entries.push_back(std::move(t));
       runnable.push_back(ok);
     }
+  }
+  if (table.entries.empty()) {
+    return InvalidArgument("nothing to measure: the backend has no algorithm for " + key);
   }
   if (!first_query_failure.ok()) {
     UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, first_query_failure).WithContext(key));
@@ -378,50 +385,141 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
     largest_workspace = next;
   }
 
-  // 4. Timed runs, smallest micro-batch first.
+  // 4. Timed runs, smallest micro-batch first, one size at a time in two passes: a probe (one
+  // warm-up, one timed run) of every runnable configuration of the size, then the full protocol
+  // (Measure) for those that may be on the size's time/workspace Pareto front. A configuration
+  // the probes show dominated (another needs at most its workspace and runs faster by more than
+  // prune_margin) keeps its probe as its one sample: the planner would never choose it over the
+  // one that dominates it, so more runs would only cost time (most of the engine
+  // configurations cuDNN proposes are such).
   const int64_t total = static_cast<int64_t>(table.entries.size());
   int counts[3] = {0, 0, 0};
   int worker_limited = 0;
-  for (size_t i = 0; i < table.entries.size(); ++i) {
-    if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
+  int pruned = 0;
+  int skipped = 0;
+  const size_t n = table.entries.size();
+  std::vector<double> probe_ms(n, -1.0);
+  std::set<std::string> warmed;                  // configurations that ran at a smaller size
+  std::map<std::string, std::string> far_behind;  // configuration -> why it is skipped
+  const auto workspace_of = [&](const Timing& t) {
+    return t.workspace_bytes > 0 ? workspace->data() : nullptr;
+  };
+  const auto fail_run = [&](size_t i, const Status& failure) -> Status {
     Timing& t = table.entries[i];
-    int group = 1;
-    if (runnable[i]) {
-      Result<Measurement> measured =
-          Measure(backend, problem, t.micro_batch, t.algo, operands.view,
-                  t.workspace_bytes > 0 ? workspace->data() : nullptr, t.workspace_bytes, options);
-      if (measured.ok()) {
-        const SampleSummary s = Summarize(measured->samples);
-        t.time_ms = s.median_ms;
-        t.spread_ms = s.spread_ms;
-        t.samples = static_cast<int>(measured->samples.size());
-        t.status = TimingStatus::kOk;
-        group = measured->group;
-      } else {
-        UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, measured.status())
-                                   .WithContext(key + " micro-batch " +
-                                                std::to_string(t.micro_batch) + " algo " +
-                                                std::to_string(t.algo)));
-        RecordRunFailure(t, measured.status());
+    UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, failure)
+                               .WithContext(key + " micro-batch " + std::to_string(t.micro_batch) +
+                                            " algo " + AlgorithmText(AlgorithmOf(t))));
+    RecordRunFailure(t, failure);
+    runnable[i] = false;
+    return Status::Ok();
+  };
+  for (size_t first = 0; first < n;) {
+    size_t last = first;
+    while (last < n && table.entries[last].micro_batch == table.entries[first].micro_batch) ++last;
+    if (options.prune_margin >= 0) {
+      for (size_t i = first; i < last; ++i) {
+        if (!runnable[i]) continue;
+        if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
+        Timing& t = table.entries[i];
+        const std::string id = AlgorithmText(AlgorithmOf(t));
+        // Dominated by far at the previous size by one that needed at most its workspace there:
+        // not run at this size either (recorded as this worker's choice, never as a time).
+        if (auto far = far_behind.find(id); far != far_behind.end()) {
+          t.status = TimingStatus::kFailed;
+          t.error = WorkerLimit(far->second);
+          runnable[i] = false;
+          ++skipped;
+          continue;
+        }
+        // A configuration that already ran at a smaller size has its kernels loaded: its probe
+        // needs no warm-up of its own.
+        const int warmup = warmed.count(id) > 0 ? 0 : 1;
+        Result<std::vector<double>> probe =
+            backend.TimeRunGroups(problem, t.micro_batch, AlgorithmOf(t), operands.view,
+                                  workspace_of(t), t.workspace_bytes, warmup, 1, 1, false);
+        if (probe.ok()) {
+          probe_ms[i] = probe->front();
+          warmed.insert(id);
+        } else {
+          UCUDNN_RETURN_IF_ERROR(fail_run(i, probe.status()));
+        }
+      }
+      // What this size's probes say of the next size: a configuration beaten by more than
+      // options.skip_factor by one needing at most its workspace is not run there.
+      far_behind.clear();
+      if (options.skip_factor > 0) {
+        for (size_t i = first; i < last; ++i) {
+          if (probe_ms[i] < 0) continue;
+          for (size_t j = first; j < last; ++j) {
+            if (j == i || probe_ms[j] < 0) continue;
+            const Timing& better = table.entries[j];
+            if (better.workspace_bytes <= table.entries[i].workspace_bytes &&
+                probe_ms[j] * options.skip_factor < probe_ms[i]) {
+              far_behind[AlgorithmText(AlgorithmOf(table.entries[i]))] =
+                  "not measured: at micro-batch " + std::to_string(better.micro_batch) + " " +
+                  AlgorithmText(AlgorithmOf(better)) + " was more than " +
+                  FormatRatio(options.skip_factor) + "x faster with at most its workspace";
+              break;
+            }
+          }
+        }
       }
     }
-    ++counts[static_cast<int>(t.status)];
-    worker_limited += IsWorkerLimit(t) ? 1 : 0;
-    spdlog::debug("benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs) ws={} {}",
-                  key, t.micro_batch, t.algo, ToString(t.status), t.time_ms, t.spread_ms, t.samples,
-                  group, t.workspace_bytes, t.error);
-    if (progress) progress({static_cast<int64_t>(i) + 1, total, &t});
+    for (size_t i = first; i < last; ++i) {
+      if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
+      Timing& t = table.entries[i];
+      int group = 1;
+      bool dominated = false;
+      if (runnable[i] && probe_ms[i] >= 0) {
+        for (size_t j = first; j < last && !dominated; ++j) {
+          dominated = j != i && runnable[j] && probe_ms[j] >= 0 &&
+                      table.entries[j].workspace_bytes <= t.workspace_bytes &&
+                      probe_ms[j] * (1.0 + options.prune_margin) < probe_ms[i];
+        }
+      }
+      if (runnable[i] && dominated) {
+        t.time_ms = probe_ms[i];
+        t.spread_ms = 0;
+        t.samples = 1;
+        t.status = TimingStatus::kOk;
+        ++pruned;
+      } else if (runnable[i]) {
+        Result<Measurement> measured =
+            Measure(backend, problem, t.micro_batch, AlgorithmOf(t), operands.view, workspace_of(t),
+                    t.workspace_bytes, options);
+        if (measured.ok()) {
+          const SampleSummary s = Summarize(measured->samples);
+          t.time_ms = s.median_ms;
+          t.spread_ms = s.spread_ms;
+          t.samples = static_cast<int>(measured->samples.size());
+          t.status = TimingStatus::kOk;
+          group = measured->group;
+        } else {
+          UCUDNN_RETURN_IF_ERROR(fail_run(i, measured.status()));
+        }
+      }
+      ++counts[static_cast<int>(t.status)];
+      worker_limited += IsWorkerLimit(t) ? 1 : 0;
+      spdlog::debug(
+          "benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs{}) ws={} {}", key,
+          t.micro_batch, AlgorithmText(AlgorithmOf(t)), ToString(t.status), t.time_ms, t.spread_ms,
+          t.samples, group, dominated ? ", dominated" : "", t.workspace_bytes, t.error);
+      if (progress) progress({static_cast<int64_t>(i) + 1, total, &t});
+    }
+    first = last;
   }
   // A device lost during the last configuration shows here at the latest: a table is returned
   // only when the device was sound after it was measured.
   UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend, "the last configuration").WithContext(key));
   spdlog::info(
-      "benchmarked {} on {} ({}): {} configurations, {} ok, {} unsupported, {} failed "
-      "({} of them this worker's limits), {:.2f} s",
+      "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
+      "{} unsupported, {} failed ({} of them this worker's limits, {} far behind at the size "
+      "before), {:.2f} s",
       key, backend.fingerprint().name, backend.fingerprint().backend, total,
-      counts[static_cast<int>(TimingStatus::kOk)],
+      counts[static_cast<int>(TimingStatus::kOk)], pruned,
       counts[static_cast<int>(TimingStatus::kUnsupported)],
-      counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, MsSince(start) / 1000.0);
+      counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, skipped,
+      MsSince(start) / 1000.0);
   return table;
 }
 

@@ -1,9 +1,11 @@
 #include "cudnn/descriptors.h"
 
+#include <map>
 #include <string>
 #include <utility>
 
 #include "ucudnn/core/cudnn_backend.h"
+#include "ucudnn/core/cudnn_engines.h"
 
 namespace ucudnn::client {
 namespace {
@@ -183,15 +185,30 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
 
 namespace {
 
-// A plan's segments over descriptor sets built once (one per distinct micro-batch size), so the
-// hot path issues the cuDNN call with no lookup.
+// A plan's segments over what each needs, built once: a descriptor set per distinct micro-batch
+// size for legacy algorithms, an execution plan per (size, engine configuration) for the graph
+// API's (and for backward-filter's accumulating micro-batches a second one with beta 1, since the
+// graph holds the scalars). The hot path then issues the call with no lookup and no plan
+// building.
 class BoundCudnnPlan final : public MicroBatchRunner {
  public:
   BoundCudnnPlan(cudnnHandle_t handle, ConvOp op) : handle_(handle), op_(op) {}
 
   Status Build(const ConvProblem& p, std::span<const Segment> segments) {
-    set_of_segment_.reserve(segments.size());
-    for (const Segment& segment : segments) {
+    runs_.reserve(segments.size());
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Segment& segment = segments[i];
+      SegmentRun run;
+      if (!segment.engine_config.empty()) {
+        // A configuration this cuDNN cannot build fails the bind: the session then never uses
+        // the plan's engine segments on the hot path (the call falls back).
+        UCUDNN_ASSIGN_OR_RETURN(run.overwrite, BuildEngine(p, segment, 0.0f));
+        if (op_ == ConvOp::kBackwardFilter && i > 0) {
+          UCUDNN_ASSIGN_OR_RETURN(run.accumulate, BuildEngine(p, segment, 1.0f));
+        }
+        runs_.push_back(std::move(run));
+        continue;
+      }
       size_t found = sets_.size();
       for (size_t j = 0; j < sets_.size(); ++j) {
         if (sets_[j].batch == segment.micro_batch) found = j;
@@ -201,16 +218,29 @@ class BoundCudnnPlan final : public MicroBatchRunner {
                                 CudnnDescriptors::Build(p, segment.micro_batch));
         sets_.push_back({segment.micro_batch, std::move(built)});
       }
-      set_of_segment_.push_back(found);
+      run.descriptor_set = found;
+      runs_.push_back(std::move(run));
     }
     return Status::Ok();
   }
 
   Status RunMicroBatch(size_t index, const Segment& segment, const ConvOperands& o, void* workspace,
                        size_t workspace_bytes, float alpha, float beta) override {
-    if (index >= set_of_segment_.size()) return Internal("segment index past the bound plan");
-    return RunCudnnConvolution(handle_, op_, *sets_[set_of_segment_[index]].descriptors,
-                               segment.algo, o, workspace, workspace_bytes, alpha, beta);
+    if (index >= runs_.size()) return Internal("segment index past the bound plan");
+    const SegmentRun& run = runs_[index];
+    if (run.overwrite != nullptr) {
+      EnginePlan* plan = beta == 0.0f   ? run.overwrite.get()
+                         : beta == 1.0f ? run.accumulate.get()
+                                        : nullptr;
+      if (plan == nullptr || alpha != 1.0f) {
+        return Unsupported("engine segment called with alpha " + std::to_string(alpha) +
+                           " and beta " + std::to_string(beta) +
+                           " (its plans were built for alpha 1, beta 0 or 1)");
+      }
+      return plan->Execute(handle_, o, workspace, workspace_bytes);
+    }
+    return RunCudnnConvolution(handle_, op_, *sets_[run.descriptor_set].descriptors, segment.algo,
+                               o, workspace, workspace_bytes, alpha, beta);
   }
 
  private:
@@ -218,10 +248,33 @@ class BoundCudnnPlan final : public MicroBatchRunner {
     int64_t batch = 0;
     std::unique_ptr<CudnnDescriptors> descriptors;
   };
+  struct SegmentRun {
+    size_t descriptor_set = 0;               // legacy
+    std::unique_ptr<EnginePlan> overwrite;   // engine, beta 0
+    std::unique_ptr<EnginePlan> accumulate;  // engine, beta 1 (backward-filter after the first)
+  };
+
+  Result<std::unique_ptr<EnginePlan>> BuildEngine(const ConvProblem& p, const Segment& segment,
+                                                  float beta) {
+    UCUDNN_ASSIGN_OR_RETURN(EngineConfig config, ParseEngineConfigKey(segment.engine_config));
+    // Plans come for this job's own fingerprint, whose cuDNN version is the one loaded.
+    config.cudnn_version = static_cast<int32_t>(cudnnGetVersion());
+    const std::string graph_key =
+        std::to_string(segment.micro_batch) + "|" + (beta == 0 ? "0" : "1");
+    auto it = graphs_.find(graph_key);
+    if (it == graphs_.end()) {
+      UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
+                              ConvGraph::Build(handle_, p, segment.micro_batch, beta));
+      it = graphs_.emplace(graph_key, std::move(graph)).first;
+    }
+    return EnginePlan::Build(handle_, *it->second, config);
+  }
+
   cudnnHandle_t handle_;
   ConvOp op_;
   std::vector<SizeSet> sets_;
-  std::vector<size_t> set_of_segment_;
+  std::map<std::string, std::unique_ptr<ConvGraph>> graphs_;  // plans point into them
+  std::vector<SegmentRun> runs_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "ucudnn/core/algorithm_names.h"
+#include "ucudnn/core/cudnn_engines.h"
 
 namespace ucudnn {
 namespace {
@@ -241,6 +243,8 @@ CudnnBackend::CudnnBackend() : descriptors_(std::make_unique<DescriptorCache>())
 CudnnBackend::~CudnnBackend() {
   if (owns_handle_) (void)MakeDeviceCurrent();
   descriptors_.reset();
+  engine_plans_.clear();  // before the handle they were built on
+  graphs_.clear();
   for (cudaEvent_t e : events_) {
     Status s = UCUDNN_GPU_STATUS(cudaEventDestroy(e));
     if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
@@ -313,7 +317,14 @@ Result<const CudnnDescriptors*> CudnnBackend::GetDescriptors(const ConvProblem& 
 
 std::vector<AlgorithmInfo> CudnnBackend::Algorithms(ConvOp op) const { return CudnnAlgorithms(op); }
 
-Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) {
+Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                                           const Algorithm& algorithm) {
+  if (algorithm.is_engine()) {
+    UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+    UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algorithm, 0.0f));
+    return plan->workspace_bytes();
+  }
+  const int algo = algorithm.id;
   UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
   UCUDNN_ASSIGN_OR_RETURN(const CudnnDescriptors* d, GetDescriptors(problem, batch));
@@ -340,9 +351,16 @@ Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t b
   return bytes;
 }
 
-Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
+Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, const Algorithm& algorithm,
                          const ConvOperands& operands, void* workspace, size_t workspace_bytes,
                          float alpha, float beta) {
+  if (algorithm.is_engine()) {
+    UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+    UCUDNN_RETURN_IF_ERROR(CheckEngineScalars(alpha, beta));
+    UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algorithm, beta));
+    return plan->Execute(handle_, operands, workspace, workspace_bytes);
+  }
+  const int algo = algorithm.id;
   UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
   UCUDNN_ASSIGN_OR_RETURN(const CudnnDescriptors* d, GetDescriptors(problem, batch));
@@ -373,6 +391,99 @@ Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, int algo,
   }
   return RunCudnnConvolution(handle_, problem.op, *d, algo, operands, workspace, workspace_bytes,
                              alpha, beta);
+}
+
+// ---- Graph-API engine configurations
+// -------------------------------------------------------------
+
+// Engine plans are built with alpha 1 and beta 0 or 1 (their graph holds the scalars): what the
+// executor uses (backward-filter accumulates with beta 1 after its first micro-batch). Other
+// scalars are for the legacy algorithms.
+Status CudnnBackend::CheckEngineScalars(float alpha, float beta) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) {
+    return Unsupported("engine configurations run with alpha 1 and beta 0 or 1 only");
+  }
+  return Status::Ok();
+}
+
+Result<const ConvGraph*> CudnnBackend::GetGraph(const ConvProblem& problem, int64_t batch,
+                                                float beta) {
+  const std::string key =
+      CanonicalKey(problem) + "|" + std::to_string(batch) + "|" + (beta == 0.0f ? "0" : "1");
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return static_cast<const ConvGraph*>(it->second.get());
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
+                          ConvGraph::Build(handle_, problem, batch, beta));
+  if (graphs_.size() >= kMaxCachedGraphs) {
+    // Plans point into their graphs: both go together.
+    engine_plans_.clear();
+    graphs_.clear();
+  }
+  const ConvGraph* raw = graph.get();
+  graphs_.emplace(key, std::move(graph));
+  return raw;
+}
+
+Result<EnginePlan*> CudnnBackend::GetEnginePlan(const ConvProblem& problem, int64_t batch,
+                                                const Algorithm& algorithm, float beta) {
+  std::string key = CanonicalKey(problem) + "|" + std::to_string(batch) + "|" +
+                    (beta == 0.0f ? "0" : "1") + "|" + std::string(algorithm.engine_config);
+  auto it = engine_plans_.find(key);
+  if (it != engine_plans_.end()) return it->second.get();
+  UCUDNN_ASSIGN_OR_RETURN(EngineConfig config, ParseEngineConfigKey(algorithm.engine_config));
+  config.cudnn_version = static_cast<int32_t>(fingerprint_.cudnn_version);
+  UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, beta));
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<EnginePlan> plan,
+                          EnginePlan::Build(handle_, *graph, config));
+  if (engine_plans_.size() >= kMaxCachedEnginePlans) engine_plans_.clear();
+  EnginePlan* raw = plan.get();
+  engine_plans_.emplace(std::move(key), std::move(plan));
+  return raw;
+}
+
+Result<std::function<Status()>> CudnnBackend::Resolve(const ConvProblem& problem, int64_t batch,
+                                                      const Algorithm& algo,
+                                                      const ConvOperands& operands, void* workspace,
+                                                      size_t workspace_bytes) {
+  if (!algo.is_engine()) {
+    const int id = algo.id;
+    return std::function<Status()>(
+        [this, &problem, batch, id, operands, workspace, workspace_bytes] {
+          return Run(problem, batch, id, operands, workspace, workspace_bytes, 1.0f, 0.0f);
+        });
+  }
+  // The plan is looked up once, so that a timed run costs what a bound plan's call costs.
+  UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algo, 0.0f));
+  cudnnHandle_t handle = handle_;
+  return std::function<Status()>([plan, handle, operands, workspace, workspace_bytes] {
+    return plan->Execute(handle, operands, workspace, workspace_bytes);
+  });
+}
+
+std::vector<Timing> CudnnBackend::Candidates(const ConvProblem& problem, int64_t batch) {
+  std::vector<Timing> out = ConvBackend::Candidates(problem, batch);
+  if (!engines_enabled_) return out;
+  Status status = MakeDeviceCurrent();
+  Result<const ConvGraph*> graph =
+      status.ok() ? GetGraph(problem, batch, 0.0f) : Result<const ConvGraph*>(status);
+  Result<std::vector<EngineCandidate>> engines =
+      graph.ok() ? HeuristicCandidates(**graph)
+                 : Result<std::vector<EngineCandidate>>(graph.status());
+  if (!engines.ok()) {
+    spdlog::warn("cudnn backend: no engine configurations for {} at {}: {}", CanonicalKey(problem),
+                 batch, engines.status().ToString());
+    return out;
+  }
+  for (const EngineCandidate& c : *engines) {
+    // Runtime-compiled engines take 0.4-1.1 s each to build and were never the fastest on the
+    // H100 (docs/h100.md, engine probe): left out to keep a cold benchmark short.
+    if (c.runtime_compiled) continue;
+    Timing t;
+    t.algo = kEngineAlgo;
+    t.engine_config = EngineConfigKey(c.config);
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 Status CudnnBackend::Healthy() {
@@ -440,15 +551,16 @@ Status CudnnBackend::EnsureEvents(size_t count) {
 }
 
 Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, int64_t batch,
-                                                   int algo, const ConvOperands& operands,
-                                                   void* workspace, size_t workspace_bytes,
-                                                   int warmup, int runs) {
+                                                   const Algorithm& algo,
+                                                   const ConvOperands& operands, void* workspace,
+                                                   size_t workspace_bytes, int warmup, int runs) {
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(const std::function<Status()> run_once,
+                          Resolve(problem, batch, algo, operands, workspace, workspace_bytes));
   for (int i = 0; i < warmup; ++i) {
-    UCUDNN_RETURN_IF_ERROR(
-        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+    UCUDNN_RETURN_IF_ERROR(run_once());
   }
   UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(runs)));
   // Runs are issued back to back and waited for once, so the GPU is not left idle between them
@@ -456,8 +568,7 @@ Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, i
   const cudaStream_t s = stream();
   for (int i = 0; i < runs; ++i) {
     UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));
-    UCUDNN_RETURN_IF_ERROR(
-        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+    UCUDNN_RETURN_IF_ERROR(run_once());
     UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i + 1], s));
   }
   UCUDNN_GPU_CHECK(cudaEventSynchronize(events_[2 * runs - 1]));
@@ -537,7 +648,8 @@ class StreamGate {
 }  // namespace
 
 Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& problem, int64_t batch,
-                                                        int algo, const ConvOperands& operands,
+                                                        const Algorithm& algo,
+                                                        const ConvOperands& operands,
                                                         void* workspace, size_t workspace_bytes,
                                                         int warmup, int samples, int group,
                                                         bool device_time_only) {
@@ -550,9 +662,10 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(const std::function<Status()> run_once,
+                          Resolve(problem, batch, algo, operands, workspace, workspace_bytes));
   for (int i = 0; i < warmup; ++i) {
-    UCUDNN_RETURN_IF_ERROR(
-        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+    UCUDNN_RETURN_IF_ERROR(run_once());
   }
   UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(samples)));
   // Each sample is one event pair around `group` runs issued back to back, as a segment's
@@ -570,8 +683,7 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
     for (int i = first; i < last; ++i) {
       UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));
       for (int g = 0; g < group; ++g) {
-        UCUDNN_RETURN_IF_ERROR(
-            Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+        UCUDNN_RETURN_IF_ERROR(run_once());
       }
       UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i + 1], s));
     }

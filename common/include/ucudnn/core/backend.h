@@ -9,6 +9,7 @@
 #include "ucudnn/core/fingerprint.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/status.h"
+#include "ucudnn/core/timing.h"
 
 namespace ucudnn {
 
@@ -44,12 +45,27 @@ class ConvBackend {
   virtual ~ConvBackend() = default;
 
   virtual const DeviceFingerprint& fingerprint() const = 0;
-  // Every algorithm the backend has for `op`, whether or not it supports a given problem.
+  // Every legacy algorithm the backend has for `op`, whether or not it supports a given problem.
   virtual std::vector<AlgorithmInfo> Algorithms(ConvOp op) const = 0;
+  // What the benchmark engine measures for `problem` at `batch`: every legacy algorithm of
+  // Algorithms(), then (cuDNN) the graph API's engine configurations its heuristics propose for
+  // this problem and size. An engine configuration is {kEngineAlgo, key}; the keys live as long as
+  // the backend. Errors of the engine query leave the legacy algorithms (and are logged).
+  virtual std::vector<Timing> Candidates(const ConvProblem& problem, int64_t batch) {
+    (void)batch;
+    std::vector<Timing> out;
+    for (const AlgorithmInfo& a : Algorithms(problem.op)) {
+      Timing t;
+      t.algo = a.id;
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
   // Workspace bytes `algo` needs for `problem` at `batch`; kUnsupported when it cannot run it.
-  virtual Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) = 0;
+  virtual Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                                       const Algorithm& algo) = 0;
   // Runs the op on `batch` samples. `workspace` holds at least WorkspaceSize() bytes.
-  virtual Status Run(const ConvProblem& problem, int64_t batch, int algo,
+  virtual Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
                      const ConvOperands& operands, void* workspace, size_t workspace_bytes,
                      float alpha, float beta) = 0;
   // Blocks until work issued by Run() has finished (no-op on the CPU).
@@ -61,9 +77,10 @@ class ConvBackend {
   virtual Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) = 0;
   // Runs the op `warmup` times untimed, then `runs` times, each timed on the device's own clock
   // (CUDA events for cuDNN, a steady clock for the CPU); milliseconds per run.
-  virtual Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
-                                               const ConvOperands& operands, void* workspace,
-                                               size_t workspace_bytes, int warmup, int runs) = 0;
+  virtual Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
+                                               const Algorithm& algo, const ConvOperands& operands,
+                                               void* workspace, size_t workspace_bytes, int warmup,
+                                               int runs) = 0;
   // Like TimeRuns(), but each of the `samples` results brackets `group` back-to-back runs with one
   // pair of clock readings and is their mean (milliseconds per run): what a run costs in a
   // sequence of them, as the micro-batches of a segment run in a training step. A run timed
@@ -74,10 +91,10 @@ class ConvBackend {
   // a measurement of the device alone. The default averages TimeRuns() in groups, which is exact
   // for a backend that times on the host (the CPU).
   virtual Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch,
-                                                    int algo, const ConvOperands& operands,
-                                                    void* workspace, size_t workspace_bytes,
-                                                    int warmup, int samples, int group,
-                                                    bool device_time_only = false) {
+                                                    const Algorithm& algo,
+                                                    const ConvOperands& operands, void* workspace,
+                                                    size_t workspace_bytes, int warmup, int samples,
+                                                    int group, bool device_time_only = false) {
     (void)device_time_only;
     if (samples < 1 || group < 1) {
       return Status(StatusCode::kInvalidArgument, "TimeRunGroups: samples and group must be >= 1");

@@ -41,18 +41,21 @@ class CpuBackend : public ConvBackend {
 
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override;
-  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) override;
-  Status Run(const ConvProblem& problem, int64_t batch, int algo, const ConvOperands& operands,
-             void* workspace, size_t workspace_bytes, float alpha, float beta) override;
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                               const Algorithm& algo) override;
+  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override;
   Status Synchronize() override { return Status::Ok(); }
 
   // Host memory, 64-byte aligned; uninitialised, like device memory.
   Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override;
   Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override;
   Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) override;
-  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
-                                       const ConvOperands& operands, void* workspace,
-                                       size_t workspace_bytes, int warmup, int runs) override;
+  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
+                                       const Algorithm& algo, const ConvOperands& operands,
+                                       void* workspace, size_t workspace_bytes, int warmup,
+                                       int runs) override;
   // Host memory and the host's clock: nothing to lose.
   Status Healthy() override { return Status::Ok(); }
 

@@ -9,10 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ucudnn/core/backend.h"
+#include "ucudnn/core/cudnn_engines.h"
 #include "ucudnn/core/fingerprint.h"
 #include "ucudnn/core/status.h"
 
@@ -73,9 +77,11 @@ class CudnnBackend final : public ConvBackend {
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override;
   // kUnsupported with cuDNN's reason when cuDNN declines `algo` for this problem (or when the
   // legacy API cannot describe it, e.g. bf16 compute or more than 2^31 elements per tensor).
-  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch, int algo) override;
-  Status Run(const ConvProblem& problem, int64_t batch, int algo, const ConvOperands& operands,
-             void* workspace, size_t workspace_bytes, float alpha, float beta) override;
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                               const Algorithm& algo) override;
+  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override;
   Status Synchronize() override;
   // Device memory from cudaMalloc, freed when the buffer is destroyed.
   Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override;
@@ -83,21 +89,30 @@ class CudnnBackend final : public ConvBackend {
   Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override;
   Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) override;
   // CUDA events around each run, all runs issued back to back before one wait.
-  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, int algo,
-                                       const ConvOperands& operands, void* workspace,
-                                       size_t workspace_bytes, int warmup, int runs) override;
+  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
+                                       const Algorithm& algo, const ConvOperands& operands,
+                                       void* workspace, size_t workspace_bytes, int warmup,
+                                       int runs) override;
   // With group > 1: CUDA events around each group of runs issued back to back. With
   // device_time_only, the groups are queued behind a host function that holds the stream until
   // they are all issued (at most 100 ms), so the device runs them back to back and the events
   // measure device time only. group == 1 is TimeRuns().
-  Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch, int algo,
-                                            const ConvOperands& operands, void* workspace,
-                                            size_t workspace_bytes, int warmup, int samples,
-                                            int group, bool device_time_only = false) override;
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch,
+                                            const Algorithm& algo, const ConvOperands& operands,
+                                            void* workspace, size_t workspace_bytes, int warmup,
+                                            int samples, int group,
+                                            bool device_time_only = false) override;
   // cudaGetLastError() for a sticky error, then a wait for the device (an owned handle) or for
   // the handle's stream (a wrapped one), whose error is classified by gpu::CodeFor: kDeviceLost
   // for a sticky error.
   Status Healthy() override;
+
+  // Legacy algorithms, then the engine configurations cuDNN's heuristics propose (modes instant
+  // and fallback, filtered by the problem's math mode, runtime-compiled engines left out).
+  std::vector<Timing> Candidates(const ConvProblem& problem, int64_t batch) override;
+  // Whether Candidates() includes engine configurations (default yes; the worker's
+  // --no-engines turns them off, for a legacy-only comparison).
+  void set_engines_enabled(bool enabled) { engines_enabled_ = enabled; }
 
   // Descriptor sets currently cached (one per (problem shape, batch)); for tests.
   size_t cached_descriptor_sets() const;
@@ -109,6 +124,19 @@ class CudnnBackend final : public ConvBackend {
   Status MakeDeviceCurrent() const;
   Result<const CudnnDescriptors*> GetDescriptors(const ConvProblem& problem, int64_t batch);
   Status EnsureEvents(size_t count);
+  static Status CheckEngineScalars(float alpha, float beta);
+  Result<const ConvGraph*> GetGraph(const ConvProblem& problem, int64_t batch, float beta);
+  Result<EnginePlan*> GetEnginePlan(const ConvProblem& problem, int64_t batch,
+                                    const Algorithm& algorithm, float beta);
+  // One run of `algo` with alpha 1, beta 0, everything looked up beforehand.
+  Result<std::function<Status()>> Resolve(const ConvProblem& problem, int64_t batch,
+                                          const Algorithm& algo, const ConvOperands& operands,
+                                          void* workspace, size_t workspace_bytes);
+
+  // Bounds on the engine caches; past them the caches start again (a worker measures one problem
+  // at a time, a client binds its plans once).
+  static constexpr size_t kMaxCachedGraphs = 512;
+  static constexpr size_t kMaxCachedEnginePlans = 4096;
 
   cudnnHandle_t handle_ = nullptr;
   cudaStream_t own_stream_ = nullptr;
@@ -117,6 +145,9 @@ class CudnnBackend final : public ConvBackend {
   DeviceFingerprint fingerprint_;
   std::unique_ptr<DescriptorCache> descriptors_;
   std::vector<cudaEvent_t> events_;  // reused by TimeRuns: start/stop pairs
+  bool engines_enabled_ = true;
+  std::map<std::string, std::unique_ptr<ConvGraph>> graphs_;
+  std::map<std::string, std::unique_ptr<EnginePlan>> engine_plans_;
 };
 
 // The fingerprint of GPU `device_index` with the versions of the libraries actually loaded:

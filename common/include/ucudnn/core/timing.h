@@ -11,16 +11,33 @@ namespace ucudnn {
 enum class TimingStatus { kOk = 0, kUnsupported = 1, kFailed = 2 };
 std::string_view ToString(TimingStatus s);  // "ok" "unsupported" "failed"
 
+// Which algorithm a measurement or a segment is, as a backend is asked to run it: a legacy
+// algorithm (`id`, cuDNN's enum value or the CPU backend's number, with `engine_config` empty),
+// or a cuDNN graph-API engine configuration (`id` = kEngineAlgo and `engine_config` its canonical
+// key, EngineConfigKey()). A plain number converts implicitly: legacy callers stay as they were.
+inline constexpr int kEngineAlgo = -1;
+struct Algorithm {
+  int id = 0;
+  std::string_view engine_config;
+  Algorithm(int legacy_id) : id(legacy_id) {}  // NOLINT(google-explicit-constructor)
+  Algorithm(int algo_id, std::string_view config) : id(algo_id), engine_config(config) {}
+  bool is_engine() const { return !engine_config.empty(); }
+};
+// "IMPLICIT_GEMM"-style names are for tables (algorithm_names.h); this is the text of the
+// identity itself: the number of a legacy algorithm, the key of an engine configuration.
+std::string AlgorithmText(const Algorithm& algo);
+
 // One (micro-batch size, algorithm) measurement.
 struct Timing {
   int64_t micro_batch = 0;
-  int algo = 0;
+  int algo = 0;          // kEngineAlgo for an engine configuration
   double time_ms = 0;    // median
   double spread_ms = 0;  // interquartile range of the samples
   int samples = 0;
   uint64_t workspace_bytes = 0;
   TimingStatus status = TimingStatus::kOk;
-  std::string error;  // cuDNN status or reason, for kFailed / kUnsupported
+  std::string error;          // cuDNN status or reason, for kFailed / kUnsupported
+  std::string engine_config;  // an engine configuration's key; empty for a legacy algorithm
   bool operator==(const Timing&) const = default;
 };
 
@@ -45,11 +62,22 @@ struct TimingTable {
 // segments until their micro-batch sizes sum to the mini-batch.
 struct Segment {
   int64_t micro_batch = 0;
-  int algo = 0;
+  int algo = 0;                  // as Timing::algo
   double time_ms = 0;            // predicted time of this one segment
   uint64_t workspace_bytes = 0;  // workspace of this one segment
+  std::string engine_config;     // as Timing::engine_config
   bool operator==(const Segment&) const = default;
 };
+
+inline Algorithm AlgorithmOf(const Timing& t) { return {t.algo, t.engine_config}; }
+inline Algorithm AlgorithmOf(const Segment& s) { return {s.algo, s.engine_config}; }
+// Orders algorithms for deterministic tie-breaking: legacy ones by number, then engine
+// configurations by key.
+inline bool AlgorithmLess(const Algorithm& a, const Algorithm& b) {
+  if (a.is_engine() != b.is_engine()) return !a.is_engine();
+  if (a.id != b.id) return a.id < b.id;
+  return a.engine_config < b.engine_config;
+}
 
 // How one kernel runs: segments in execution order (sizes sum to the mini-batch).
 struct KernelConfig {

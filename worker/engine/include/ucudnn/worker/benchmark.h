@@ -52,6 +52,18 @@ struct BenchmarkOptions {
   bool short_runs_device_time_only = false;
   double group_target_ms = 0.2;
   int max_group = 64;
+  // Pruning by a probe: every configuration of a micro-batch size is first run once (after one
+  // warm-up); one that another configuration of the size beats by more than this fraction with at
+  // most its workspace is recorded with that one sample (it is dominated: never chosen) instead
+  // of the full protocol. Negative disables the probes (every configuration gets the full
+  // protocol).
+  double prune_margin = 0.10;
+  // Skipping across sizes (with the probes on): a configuration whose probe at one micro-batch
+  // size is more than skip_factor times slower than another's that needs at most its workspace is
+  // not run at the next size; it is recorded kFailed with a kWorkerLimitError reason that says so
+  // (never a time, never replacing a measurement). Times and workspaces grow together with the
+  // size, so such a configuration stays dominated; <= 0 disables it.
+  double skip_factor = 2.0;
   // Seed of the operand data (FillRandom); inputs differ per tensor.
   uint64_t seed = 1;
   // When set and true, the benchmark stops before its next configuration and returns
@@ -69,8 +81,9 @@ struct BenchmarkProgress {
 using BenchmarkProgressFn = std::function<void(const BenchmarkProgress&)>;
 
 // Measures `problem` (its op) for each micro-batch size of MicroBatchSizes(policy,
-// max_micro_batch) and each algorithm of backend.Algorithms(problem.op): the table has exactly
-// sizes x algorithms entries. Per entry: kOk with median, IQR spread, samples and workspace;
+// max_micro_batch) and each candidate of backend.Candidates(problem, size) (the legacy
+// algorithms, and on cuDNN the engine configurations proposed for that size): one entry per
+// (size, candidate). Per entry: kOk with median, IQR spread, samples and workspace;
 // kUnsupported with the backend's reason when it declines the configuration; kFailed with the
 // error of a query or a run, or with a kWorkerLimitError reason (workspace above the cap, or
 // workspace or operands that could not be allocated: operands are allocated once at the largest

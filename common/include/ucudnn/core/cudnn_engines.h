@@ -1,0 +1,120 @@
+// cuDNN's graph API (the backend API of cudnn_graph.h) for one convolution: the operation graph
+// of a problem at a micro-batch size, the engine configurations cuDNN proposes for it, and
+// execution plans built from an EngineConfig identity. This is the candidate space PyTorch and
+// cudnn-frontend search; on Hopper several of its engines are fast with little workspace.
+// Part of the cuDNN backend library (ucudnn_cudnn); the client binds plans with it.
+#pragma once
+
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucudnn/core/backend.h"
+#include "ucudnn/core/engine_config.h"
+#include "ucudnn/core/problem.h"
+#include "ucudnn/core/status.h"
+
+namespace ucudnn {
+
+// One backend descriptor, destroyed with the object.
+class BackendDescriptor {
+ public:
+  BackendDescriptor() = default;
+  static Result<BackendDescriptor> Create(cudnnBackendDescriptorType_t type);
+  BackendDescriptor(BackendDescriptor&& other) noexcept : desc_(other.desc_) {
+    other.desc_ = nullptr;
+  }
+  BackendDescriptor& operator=(BackendDescriptor&& other) noexcept;
+  BackendDescriptor(const BackendDescriptor&) = delete;
+  BackendDescriptor& operator=(const BackendDescriptor&) = delete;
+  ~BackendDescriptor();
+  cudnnBackendDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnBackendDescriptor_t desc_ = nullptr;
+};
+
+// The byte alignment declared for the batch-strided tensors of `problem`: every micro-batch
+// starts a whole number of samples into the caller's tensor, so the declared alignment may not
+// exceed the largest power of two dividing one sample's bytes (nor 16, cuDNN's widest). The
+// filter is always whole and gets 16. A pointer less aligned than declared is refused at run time.
+int64_t SampleAlignment(const ConvProblem& problem);
+
+// The convolution of `problem` at micro-batch `batch` as a one-operation graph, with alpha = 1
+// and the given beta (0: overwrite, 1: accumulate, as backward-filter's later micro-batches do),
+// on `handle`'s device.
+class ConvGraph {
+ public:
+  static Result<std::unique_ptr<ConvGraph>> Build(cudnnHandle_t handle, const ConvProblem& problem,
+                                                  int64_t batch, float beta = 0.0f);
+  cudnnBackendDescriptor_t graph() const { return graph_.get(); }
+  const ConvProblem& problem() const { return problem_; }
+  int64_t batch() const { return batch_; }
+  float beta() const { return beta_; }
+  int64_t alignment() const { return alignment_; }
+
+ private:
+  ConvGraph() = default;
+  ConvProblem problem_;
+  int64_t batch_ = 0;
+  float beta_ = 0;
+  int64_t alignment_ = 16;
+  BackendDescriptor x_, w_, y_, conv_, op_, graph_;
+};
+
+// One engine configuration cuDNN proposes, with what its notes say.
+struct EngineCandidate {
+  EngineConfig config;
+  bool tensor_core = false;       // CUDNN_NUMERICAL_NOTE_TENSOR_CORE
+  bool down_converts = false;     // CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS
+  bool nondeterministic = false;  // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+  bool runtime_compiled = false;  // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION
+  std::string sources;            // heuristic modes that proposed it: "i" instant, "b", "f"
+};
+
+// Which engine configurations are candidates for `problem`'s math mode, as PyTorch filters them:
+// never one that down-converts its inputs (fp32 data computed in fp16) unless the mode allows
+// conversion; in fma mode (strict fp32, PyTorch with TF32 off) never a tensor-core one.
+bool AdmittedByMath(const EngineCandidate& candidate, const ConvProblem& problem);
+
+// The engine configurations cuDNN's heuristics propose for `graph`: every result of mode INSTANT
+// and of the fallback list, deduplicated (first proposer wins the order), filtered
+// by AdmittedByMath. The cuDNN version is set from cudnnGetVersion().
+Result<std::vector<EngineCandidate>> HeuristicCandidates(const ConvGraph& graph);
+
+// Every engine the graph supports with every knob combination its knob infos allow, capped at
+// `max_per_engine` combinations per engine (enumerated from each knob's minimum upward): the
+// exhaustive space, for comparison with the heuristics' candidates.
+Result<std::vector<EngineCandidate>> ExhaustiveCandidates(const ConvGraph& graph,
+                                                          size_t max_per_engine);
+
+// An execution plan of one engine configuration on a graph.
+class EnginePlan {
+ public:
+  // kUnsupported with cuDNN's status when this cuDNN cannot build the configuration for the graph
+  // (another version's identity, a shape the engine does not take).
+  static Result<std::unique_ptr<EnginePlan>> Build(cudnnHandle_t handle, const ConvGraph& graph,
+                                                   const EngineConfig& config);
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  int64_t alignment() const { return alignment_; }
+  ConvOp op() const { return op_; }
+  cudnnBackendDescriptor_t plan() const { return plan_.get(); }
+  // Runs on `handle`'s stream. The operands are the op's (see ConvOperands); each pointer must be
+  // aligned as the graph declared, else kUnsupported (the caller falls back).
+  Status Execute(cudnnHandle_t handle, const ConvOperands& operands, void* workspace,
+                 size_t workspace_bytes);
+
+ private:
+  EnginePlan() = default;
+  ConvOp op_ = ConvOp::kForward;
+  int64_t alignment_ = 16;
+  size_t workspace_bytes_ = 0;
+  BackendDescriptor engine_, config_, plan_;
+  std::vector<BackendDescriptor> knob_choices_;
+};
+
+}  // namespace ucudnn
