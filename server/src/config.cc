@@ -344,27 +344,4 @@ std::string HelpText(std::string_view program) {
   return out;
 }
 
-std::string RedactDatabaseUrl(std::string_view url) {
-  std::string out(url);
-  // URI form: scheme://user:password@host...
-  if (const size_t scheme = out.find("://"); scheme != std::string::npos) {
-    const size_t at = out.find('@', scheme + 3);
-    if (at != std::string::npos) {
-      const size_t colon = out.find(':', scheme + 3);
-      if (colon != std::string::npos && colon < at) {
-        out.replace(colon + 1, at - colon - 1, "***");
-      }
-    }
-  }
-  // Key/value form (or URI query): password=secret
-  for (size_t pos = out.find("password="); pos != std::string::npos;
-       pos = out.find("password=", pos + 1)) {
-    const size_t start = pos + 9;
-    size_t end = out.find_first_of(" &", start);
-    if (end == std::string::npos) end = out.size();
-    out.replace(start, end - start, "***");
-  }
-  return out;
-}
-
 }  // namespace ucudnn::server

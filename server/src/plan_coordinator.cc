@@ -264,6 +264,15 @@ std::shared_ptr<const std::string> PlanCoordinator::TryServeFromMemo(std::string
   return cached->bytes;
 }
 
+std::shared_ptr<const std::string> PlanCoordinator::LastKnownPlan(std::string_view raw_request) {
+  if (raw_request.empty() || memo_.capacity() == 0) return nullptr;
+  const auto memo = memo_.Get(MemoKey(raw_request));
+  if (!memo || memo->request != raw_request) return nullptr;
+  const auto cached = plan_lru_.Get(memo->content_key.hash);
+  if (!cached || cached->check != memo->content_key.check) return nullptr;
+  return cached->bytes;
+}
+
 Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   const v1::GetPlanRequest& message = *call.request;
   // The count first: a request over the configured bound is refused before anything is parsed.
@@ -308,7 +317,20 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   }
   const int total = static_cast<int>(slots.size());
 
-  UCUDNN_RETURN_IF_ERROR(LoadTables(request.device, device_hash, slots, false));
+  if (Status loaded = LoadTables(request.device, device_hash, slots, false); !loaded.ok()) {
+    // A database outage need not stop jobs whose plans this process already answered.
+    if (loaded.code() == StatusCode::kUnavailable) {
+      if (auto last = LastKnownPlan(call.raw_request)) {
+        spdlog::debug("database unavailable; answering a plan from the in-process cache");
+        if (metrics_) metrics_->RecordPlanCacheHit("memory_database_down");
+        PlanOutcome outcome;
+        outcome.plan_bytes = std::move(last);
+        outcome.from_cache = true;
+        return outcome;
+      }
+    }
+    return loaded;
+  }
   auto update_coverage = [&] {
     int ready = 0;
     for (auto& slot : slots) {

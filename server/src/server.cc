@@ -11,6 +11,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/server/auth.h"
+#include "ucudnn/server/malformed_requests.h"
 #include "ucudnn/server/metrics_http.h"
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/server_metrics.h"
@@ -110,6 +111,10 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   builder.RegisterService(server->planner_service_.get());
   builder.RegisterService(server->catalog_service_.get());
   builder.RegisterService(server->timing_service_.get());
+  RouteProtobufLogsToSpdlog();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->grpc_server_ = builder.BuildAndStart();
   if (!server->grpc_server_ || server->port_ == 0) {
     server->watcher_->Stop();
@@ -119,7 +124,8 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   spdlog::info(
       "ucudnn-server listening on {} ({}), database {}",
       config.listen.substr(0, config.listen.rfind(':') + 1) + std::to_string(server->port_),
-      config.tls_cert.empty() ? "plaintext" : "TLS", RedactDatabaseUrl(config.database_url));
+      config.tls_cert.empty() ? "plaintext" : "TLS",
+      store::RedactConnectionString(config.database_url));
 
   if (!config.metrics_listen.empty()) {
     PlannerServer* self = server.get();

@@ -9,6 +9,7 @@
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/proto_convert.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/planner/plan_table.h"
 #include "ucudnn/server/grpc_status.h"
 
@@ -273,8 +274,8 @@ grpc::Status CatalogServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJo
     FieldErrors errors;
     const std::string& state = request->state();
     if (!state.empty() && state != "expired" && !store::ParseJobState(state).ok()) {
-      errors.AddField(
-          "state", "must be one of queued, running, expired, done, failed, got \"" + state + "\"");
+      errors.AddField("state", "must be one of queued, running, expired, done, failed, got " +
+                                   QuoteForError(state));
     }
     int limit = request->limit();
     if (limit < 0 || limit > kMaxJobLimit) {

@@ -63,8 +63,5 @@ Status LoadTokenFile(ServerConfig& config);
 
 // --help: every flag with its variable and default.
 std::string HelpText(std::string_view program);
-// "postgresql://user:secret@host/db" -> "postgresql://user:***@host/db" (also password=... in
-// key/value form), for logs.
-std::string RedactDatabaseUrl(std::string_view url);
 
 }  // namespace ucudnn::server

@@ -107,6 +107,10 @@ class PlanCoordinator {
                                                       bool* from_database);
   void Remember(std::string_view raw_request, uint64_t device_hash,
                 const std::vector<ProblemSlot>& slots, const ContentKey& key);
+  // While the database is unreachable: the complete plan these exact request bytes were last
+  // answered with, if this process still holds it (it may predate timings measured since, which
+  // cannot be checked now); nullptr otherwise.
+  std::shared_ptr<const std::string> LastKnownPlan(std::string_view raw_request);
 
   // A plan in the in-process cache, with the check hash of the content it answers.
   struct CachedPlan {

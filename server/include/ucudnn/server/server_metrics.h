@@ -43,7 +43,8 @@ class ServerMetrics {
 
   // One finished RPC: counts and latency by method and gRPC code.
   void RecordRpc(std::string_view method, grpc::StatusCode code, double seconds);
-  // tier: "memory" (in-process LRU) or "database".
+  // tier: "memory" (in-process LRU), "database", or "memory_database_down" (the in-process plan
+  // last answered to the same request bytes, served while the database is unreachable).
   void RecordPlanCacheHit(std::string_view tier);
   void RecordPlanCacheMiss();
   void RecordPlanComputed(bool complete, double seconds);
