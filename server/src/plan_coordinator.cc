@@ -369,7 +369,17 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
 
   // Problems whose job failed for good wait for no one: nothing will measure them.
   auto failed = [](const ProblemSlot& slot) { return slot.job_state == "failed"; };
-  if (ready < total && call.enqueue_and_wait) {
+  bool enqueue = call.enqueue_and_wait && call.may_write && ready < total;
+  if (enqueue && !call.may_register_device) {
+    UCUDNN_ASSIGN_OR_RETURN(enqueue, store_->DeviceExists(device_hash));
+    if (!enqueue) {
+      spdlog::debug(
+          "device {} is not registered and the caller may not register it: planned "
+          "read-only",
+          HashHex(device_hash));
+    }
+  }
+  if (enqueue) {
     // Every missing problem in one transaction.
     std::vector<store::JobRequest> wanted;
     std::vector<ProblemSlot*> wanted_slots;
@@ -503,7 +513,9 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   const bool ilp_cut_short =
       network_plan.ilp.used && network_plan.ilp.status == "time_limit" && ilp_limit_cut;
   if (call.use_plan_cache && network_plan.complete && !ilp_cut_short) {
-    if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
+    if (!call.may_write) {
+      // Read-only callers fill only the in-process caches.
+    } else if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
       spdlog::warn("plan cache write failed: {}", put.ToString());
     }
     plan_lru_.Put(key.hash, std::make_shared<const CachedPlan>(CachedPlan{key.check, bytes}));

@@ -87,12 +87,22 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   server->coordinator_ = std::make_unique<PlanCoordinator>(
       server->store_.get(), server->watcher_.get(), server->timings_cache_.get(),
       server->metrics_.get(), coordinator_options);
-  server->auth_ = std::make_unique<TokenAuthenticator>(config.tokens);
+  UCUDNN_ASSIGN_OR_RETURN(const AnonymousAccess anonymous,
+                          ParseAnonymousRole(config.anonymous_role));
+  server->auth_ = std::make_unique<TokenAuthenticator>(
+      RoleTokens{config.tokens, config.plan_tokens, config.submit_tokens, config.read_tokens},
+      anonymous);
+  if (anonymous.allowed && anonymous.registers_devices) {
+    spdlog::warn(
+        "--anonymous-role open: callers without a token may enqueue benchmarks and "
+        "register devices; set plan or read where others can reach this port");
+  }
   if (!server->auth_->has_tokens()) {
     spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call");
   }
-  server->planner_service_ = std::make_unique<PlannerServiceImpl>(
-      server->coordinator_.get(), server->metrics_.get(), config.max_blocking_calls);
+  server->planner_service_ =
+      std::make_unique<PlannerServiceImpl>(server->coordinator_.get(), server->metrics_.get(),
+                                           server->auth_.get(), config.max_blocking_calls);
   server->catalog_service_ = std::make_unique<CatalogServiceImpl>(
       server->store_.get(), server->coordinator_.get(), server->metrics_.get(),
       server->planner_service_->runner(), server->auth_.get());

@@ -1390,5 +1390,145 @@ TEST_F(ServerTest, PlansAlreadyCachedInMemoryAreServedWhileTheDatabaseIsDown) {
   ASSERT_TRUE(postgres().Start().ok());
 }
 
+// ---- Authorization (issue 15) ------------------------------------------------------------------
+
+constexpr const char* kPlanToken = "plan-token";
+constexpr const char* kSubmitToken = "submit-token";
+
+ServerConfig RoleConfig(const std::string& url, const std::string& anonymous_role = "plan") {
+  ServerConfig config = BaseConfig(url);
+  config.plan_tokens = {kPlanToken};
+  config.submit_tokens = {kSubmitToken};
+  config.anonymous_role = anonymous_role;
+  return config;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextAs(const std::string& token) {
+  auto context = Context();
+  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+  return context;
+}
+
+grpc::Status GetPlanAs(TestServer& t, const v1::GetPlanRequest& request, const std::string& token,
+                       v1::GetPlanResponse* response = nullptr) {
+  v1::GetPlanResponse ignored;
+  return t.planner->GetPlan(ContextAs(token).get(), request,
+                            response != nullptr ? response : &ignored);
+}
+
+// Rows of every table a caller's request could create.
+int64_t CallerWrittenRows(const std::string& url) {
+  pqxx::connection conn(url);
+  pqxx::nontransaction tx(conn);
+  return tx
+      .exec1(
+          "SELECT (SELECT count(*) FROM devices) + (SELECT count(*) FROM problems) + "
+          "(SELECT count(*) FROM jobs) + (SELECT count(*) FROM plans)")[0]
+      .as<int64_t>();
+}
+
+TEST_F(ServerTest, MadeUpDevicesWriteNothingAndAddNoMetricLabels) {
+  TestServer t = Launch(RoleConfig(url()));
+  ASSERT_TRUE(t.server);
+  const int64_t before = CallerWrittenRows(url());
+  const std::string tokens[] = {"", kPlanToken, kSubmitToken};
+  for (int i = 0; i < 300; ++i) {
+    DeviceFingerprint device = H100();
+    device.name = "made-up GPU " + std::to_string(i);
+    v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[i % 10]});
+    *request.mutable_device() = ToProto(device);
+    v1::GetPlanResponse response;
+    const grpc::Status status = GetPlanAs(t, request, tokens[i % 3], &response);
+    // Planned read-only: an answer (nothing measured, so partial), nothing enqueued.
+    ASSERT_TRUE(status.ok()) << i << ": " << status.error_message();
+    EXPECT_EQ(response.plan().status(), v1::PLAN_STATUS_PARTIAL);
+    ASSERT_EQ(response.plan().missing_size(), 1);
+    EXPECT_EQ(response.plan().missing(0).job_id(), 0);
+  }
+  EXPECT_EQ(CallerWrittenRows(url()), before);
+  const std::string metrics = ScrapeMetrics(t);
+  EXPECT_EQ(metrics.find("made-up"), std::string::npos);
+  EXPECT_EQ(metrics.find("ucudnn_device_jobs{"), std::string::npos) << metrics;
+
+  // An admin may register a device by planning for it: the count above would have seen that.
+  DeviceFingerprint device = H100();
+  device.name = "made-up GPU by an admin";
+  v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0]});
+  *request.mutable_device() = ToProto(device);
+  ASSERT_TRUE(GetPlanAs(t, request, kToken).ok());
+  EXPECT_GT(CallerWrittenRows(url()), before);
+}
+
+TEST_F(ServerTest, EachRoleMayDoWhatItsRoleAllows) {
+  Seed(url(), [](const ConvProblem& p) { return p.op == ConvOp::kForward; });
+  // A known device with one problem missing (conv1's backward data).
+  const auto missing = PlanRequestFor({ResNet50Kernels()[0], ResNet50Kernels()[1]});
+  auto jobs = [&] {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    return tx.exec1("SELECT count(*) FROM jobs")[0].as<int64_t>();
+  };
+  {
+    TestServer t = Launch(RoleConfig(url(), "read"));
+    ASSERT_TRUE(t.server);
+    // read (no token) and submit: planned from what is there, nothing enqueued.
+    ASSERT_TRUE(GetPlanAs(t, missing, "").ok());
+    ASSERT_TRUE(GetPlanAs(t, missing, kSubmitToken).ok());
+    EXPECT_EQ(jobs(), 0);
+    // plan: enqueues for a known device.
+    ASSERT_TRUE(GetPlanAs(t, missing, kPlanToken).ok());
+    EXPECT_EQ(jobs(), 1);
+
+    // SubmitTimings: submit and admin only.
+    const ConvProblem problem = ResNet50Kernels()[1].problem;
+    const auto measured = MeasuredTimings(problem);
+    EXPECT_EQ(t.Submit(problem, measured, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(t.Submit(problem, measured, kPlanToken).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_TRUE(t.Submit(problem, measured, kSubmitToken).ok());
+    EXPECT_TRUE(t.Submit(problem, measured, kToken).ok());
+
+    // RetryJob: admin only (NOT_FOUND: past the role check, no such job).
+    v1::RetryJobRequest retry;
+    retry.set_job_id(987654);
+    v1::RetryJobResponse retried;
+    EXPECT_EQ(t.catalog->RetryJob(ContextAs(kSubmitToken).get(), retry, &retried).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(t.catalog->RetryJob(ContextAs(kPlanToken).get(), retry, &retried).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(t.catalog->RetryJob(ContextAs(kToken).get(), retry, &retried).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+    // Reads are open.
+    v1::ListDevicesResponse devices;
+    EXPECT_TRUE(t.catalog->ListDevices(ContextAs("").get(), {}, &devices).ok());
+    // A wrong token is refused even where no token would do.
+    EXPECT_EQ(GetPlanAs(t, missing, "wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    TestServer t = Launch(RoleConfig(url(), "none"));
+    ASSERT_TRUE(t.server);
+    v1::ListDevicesResponse devices;
+    EXPECT_EQ(t.catalog->ListDevices(ContextAs("").get(), {}, &devices).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(t.catalog->ListDevices(ContextAs(kSubmitToken).get(), {}, &devices).ok());
+    EXPECT_EQ(GetPlanAs(t, missing, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(GetPlanAs(t, missing, kPlanToken).ok());
+  }
+  // The default (no --anonymous-role) is "open", as before roles existed: callers without a token
+  // may enqueue, for unknown devices too.
+  EXPECT_EQ(BaseConfig(url()).anonymous_role, "open");
+  {
+    TestServer t = Launch(BaseConfig(url()));
+    ASSERT_TRUE(t.server);
+    DeviceFingerprint device = H100();
+    device.name = "a GPU no worker registered yet";
+    v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0]});
+    *request.mutable_device() = ToProto(device);
+    const int64_t before = jobs();
+    ASSERT_TRUE(GetPlanAs(t, request, "").ok());
+    EXPECT_EQ(jobs(), before + 1);
+  }
+}
+
 }  // namespace
 }  // namespace ucudnn::server

@@ -25,6 +25,9 @@ struct DeviceJobGauge {
   int64_t expired = 0;  // running with an expired lease (its worker died?)
 };
 
+// Devices with labels of their own in ucudnn_device_jobs; the rest are summed as "other".
+inline constexpr size_t kMaxDeviceLabels = 64;
+
 // What a scrape found besides the counters.
 struct ScrapeSnapshot {
   bool database_up = false;

@@ -229,6 +229,8 @@ class Store {
   // Inserts the device if new; returns its key (fingerprint.Hash()). kInvalidArgument for an
   // invalid fingerprint, kAlreadyExists when another fingerprint already owns the same hash.
   Result<uint64_t> UpsertDevice(const DeviceFingerprint& fingerprint);
+  // Whether a device row with this key (fingerprint.Hash()) exists.
+  Result<bool> DeviceExists(uint64_t device_hash);
   // Inserts the problem if new; returns its key (StableHash(problem)). kInvalidArgument for an
   // invalid problem, kAlreadyExists on a hash collision with a different canonical key.
   Result<uint64_t> UpsertProblem(const ConvProblem& problem);
