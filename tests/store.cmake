@@ -14,7 +14,8 @@ ucudnn_add_test(NAME ucudnn_store_tests
     ${CMAKE_CURRENT_LIST_DIR}/store/jobs_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/store/catalog_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/store/faults_test.cc
-  LIBS ucudnn_store ucudnn_test_postgres PkgConfig::PQXX Threads::Threads
+    ${CMAKE_CURRENT_LIST_DIR}/store/enums_test.cc
+  LIBS ucudnn_store ucudnn_proto_convert ucudnn_test_postgres PkgConfig::PQXX Threads::Threads
   LABELS integration
   TIMEOUT 300)
 # The unit tests of the value conversions and the error mapping reach the internal headers.

@@ -11,6 +11,7 @@ ucudnn_add_test(NAME ucudnn_worker_unit_tests
 ucudnn_add_test(NAME ucudnn_worker_tests
   SOURCES worker/daemon_test.cc worker/process_test.cc
   LIBS ucudnn_worker_lib ucudnn_backends ucudnn_test_postgres ${UCUDNN_SERVER_TEST_HTTPLIB}
+       PkgConfig::PQXX
   LABELS integration
   TIMEOUT 300)
 # The process tests start bin/ucudnn-worker.

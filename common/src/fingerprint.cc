@@ -18,11 +18,26 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 256;
 
-// ';' and '=' separate the key's fields; anything else is kept as the device reports it.
+// ';' and '=' separate the key's fields, so they are escaped as %3B and %3D, and '%' as %25 so
+// that the escape itself is unambiguous: the key is injective ("a;b" and "a_b" differ). Text
+// without those three characters is kept verbatim, so such keys are those of schema 3.
 std::string KeySafe(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out) {
-    if (ch == ';' || ch == '=') ch = '_';
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    switch (ch) {
+      case '%':
+        out += "%25";
+        break;
+      case ';':
+        out += "%3B";
+        break;
+      case '=':
+        out += "%3D";
+        break;
+      default:
+        out += ch;
+    }
   }
   return out;
 }
@@ -123,7 +138,8 @@ uint64_t DeviceFingerprint::Hash() const { return Fnv1a64(Key()); }
 
 Status Validate(const DeviceFingerprint& f) {
   if (f.backend != "cudnn" && f.backend != "cpu") {
-    return InvalidArgument("backend: must be \"cudnn\" or \"cpu\", got " + Quoted(f.backend));
+    return InvalidArgument("backend: must be \"cudnn\" or \"cpu\", got " +
+                           QuoteForError(f.backend));
   }
   UCUDNN_RETURN_IF_ERROR(CheckText("name", f.name, /*required=*/true));
   UCUDNN_RETURN_IF_ERROR(CheckNonNegative("cc_major", f.cc_major));

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "ucudnn/core/text.h"
+
 namespace ucudnn {
 namespace {
 
@@ -176,8 +178,8 @@ Status CheckKernelCount(int count) {
 
 Result<uint64_t> ParseHashHex(std::string_view hex, std::string_view field) {
   auto invalid = [&] {
-    return InvalidArgument(std::string(field) + ": must be 16 lowercase hex digits, got \"" +
-                           std::string(hex) + "\"");
+    return InvalidArgument(std::string(field) + ": must be 16 lowercase hex digits, got " +
+                           QuoteForError(hex));
   };
   if (hex.size() != 16) return invalid();
   uint64_t value = 0;
@@ -715,7 +717,7 @@ Result<KernelPlan> FromProto(const v1::KernelPlan& m) {
     const std::string expected = HashHex(StableHash(k.kernel.problem));
     if (m.problem_hash() != expected) {
       return InvalidArgument("problem_hash: does not match kernel.problem (expected " + expected +
-                             ", got \"" + m.problem_hash() + "\")");
+                             ", got " + QuoteForError(m.problem_hash()) + ")");
     }
   }
   return k;

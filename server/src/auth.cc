@@ -3,14 +3,10 @@
 #include <cctype>
 #include <fstream>
 
+#include "ucudnn/core/text.h"
+
 namespace ucudnn::server {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 bool StartsWithCaseInsensitive(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
@@ -21,6 +17,13 @@ bool StartsWithCaseInsensitive(std::string_view s, std::string_view prefix) {
     }
   }
   return true;
+}
+
+Result<Role> ParseRole(std::string_view text) {
+  for (Role role : {Role::kRead, Role::kPlan, Role::kSubmit, Role::kAdmin}) {
+    if (text == RoleName(role)) return role;
+  }
+  return InvalidArgument("role: must be read, plan, submit or admin, got " + QuoteForError(text));
 }
 
 }  // namespace
@@ -37,40 +40,105 @@ bool ConstantTimeEquals(std::string_view presented, std::string_view expected) {
   return diff == 0 && !expected.empty();
 }
 
-TokenAuthenticator::TokenAuthenticator(std::vector<std::string> tokens) {
-  for (auto& token : tokens) {
-    if (!token.empty()) tokens_.push_back(std::move(token));
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kRead:
+      return "read";
+    case Role::kPlan:
+      return "plan";
+    case Role::kSubmit:
+      return "submit";
+    case Role::kAdmin:
+      return "admin";
   }
+  return "unknown";
 }
 
-Status TokenAuthenticator::Check(std::string_view authorization) const {
-  if (tokens_.empty()) {
-    return Unauthenticated("this server has no tokens configured; writes are disabled");
-  }
+Result<AnonymousAccess> ParseAnonymousRole(std::string_view text) {
+  if (text == "none") return AnonymousAccess{false, Role::kRead, false};
+  if (text == "read") return AnonymousAccess{true, Role::kRead, false};
+  if (text == "plan") return AnonymousAccess{true, Role::kPlan, false};
+  if (text == "open") return AnonymousAccess{true, Role::kPlan, true};
+  return InvalidArgument("anonymous role: must be none, read, plan or open, got " +
+                         QuoteForError(text));
+}
+
+TokenAuthenticator::TokenAuthenticator(RoleTokens tokens, AnonymousAccess anonymous)
+    : anonymous_(anonymous) {
+  auto add = [&](std::vector<std::string>& list, Role role) {
+    for (auto& token : list) {
+      if (!token.empty()) tokens_.push_back({std::move(token), role});
+    }
+  };
+  add(tokens.admin, Role::kAdmin);
+  add(tokens.plan, Role::kPlan);
+  add(tokens.submit, Role::kSubmit);
+  add(tokens.read, Role::kRead);
+}
+
+TokenAuthenticator::TokenAuthenticator(std::vector<std::string> admin_tokens)
+    : TokenAuthenticator(RoleTokens{std::move(admin_tokens), {}, {}, {}}, AnonymousAccess{}) {}
+
+Result<Caller> TokenAuthenticator::Identify(std::string_view authorization) const {
   if (authorization.empty()) {
-    return Unauthenticated("missing 'authorization: Bearer TOKEN' metadata");
+    if (!anonymous_.allowed) {
+      return Unauthenticated(
+          "this server needs 'authorization: Bearer TOKEN' metadata for every call");
+    }
+    return Caller{anonymous_.role, anonymous_.registers_devices};
   }
   constexpr std::string_view kScheme = "bearer ";
   if (!StartsWithCaseInsensitive(authorization, kScheme)) {
     return Unauthenticated("authorization metadata must use the Bearer scheme");
   }
   const std::string_view presented = Trim(authorization.substr(kScheme.size()));
-  bool match = false;
   // Every token is compared, so the time taken does not say which one (if any) matched.
-  for (const auto& token : tokens_) match |= ConstantTimeEquals(presented, token);
+  bool match = false;
+  Role role = Role::kRead;
+  for (const auto& entry : tokens_) {
+    const bool equal = ConstantTimeEquals(presented, entry.token);
+    if (equal && (!match || entry.role > role)) role = entry.role;
+    match |= equal;
+  }
   if (!match) return Unauthenticated("invalid bearer token");
-  return Status::Ok();
+  return Caller{role, MayRegisterDevices(role)};
 }
 
-Result<std::vector<std::string>> ReadTokenFile(const std::string& path) {
+Result<RoleTokens> ReadTokenFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return InvalidArgument("token-file: cannot open '" + path + "'");
-  std::vector<std::string> tokens;
+  RoleTokens tokens;
   std::string line;
+  int number = 0;
   while (std::getline(in, line)) {
-    const std::string_view token = Trim(line);
-    if (token.empty() || token.front() == '#') continue;
-    tokens.emplace_back(token);
+    ++number;
+    const std::string_view text = Trim(line);
+    if (text.empty() || text.front() == '#') continue;
+    const size_t space = text.find_first_of(" \t");
+    if (space == std::string_view::npos) {
+      tokens.admin.emplace_back(text);
+      continue;
+    }
+    auto role = ParseRole(text.substr(0, space));
+    if (!role.ok()) {
+      return InvalidArgument("token-file '" + path + "' line " + std::to_string(number) + ": " +
+                             std::string(role.status().message()));
+    }
+    const std::string token(Trim(text.substr(space + 1)));
+    switch (*role) {
+      case Role::kAdmin:
+        tokens.admin.push_back(token);
+        break;
+      case Role::kPlan:
+        tokens.plan.push_back(token);
+        break;
+      case Role::kSubmit:
+        tokens.submit.push_back(token);
+        break;
+      case Role::kRead:
+        tokens.read.push_back(token);
+        break;
+    }
   }
   if (in.bad()) return InvalidArgument("token-file: error reading '" + path + "'");
   return tokens;

@@ -108,8 +108,24 @@ const std::vector<FlagSpec>& Specs() {
        },
        nullptr},
       {"token-file", "UCUDNN_TOKEN_FILE", "PATH",
-       "file with one bearer token per line ('#' comments), added to --tokens", "",
-       StringFlag(&ServerConfig::token_file), nullptr},
+       "file of bearer tokens, one per line ('#' comments): 'TOKEN' (role admin, as --tokens) or "
+       "'ROLE TOKEN' with ROLE read, plan (may enqueue benchmarks for known devices), submit (may "
+       "submit timings, registering devices) or admin (everything)",
+       "", StringFlag(&ServerConfig::token_file), nullptr},
+      {"anonymous-role", "UCUDNN_ANONYMOUS_ROLE", "ROLE",
+       "what callers without a token may do: none (every call needs a token), read (catalog and "
+       "read-only plans, nothing written), plan (also enqueue benchmarks for known devices) or "
+       "open (also register unknown devices by planning for them, as before roles existed)",
+       "open",
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         if (auto parsed = ParseAnonymousRole(v); !parsed.ok()) {
+           return InvalidArgument(std::string(where) + ": must be none, read, plan or open, got " +
+                                  QuoteForError(v));
+         }
+         c.anonymous_role = std::string(v);
+         return Status::Ok();
+       },
+       nullptr},
       {"tls-cert", "UCUDNN_TLS_CERT", "PATH", "PEM certificate chain; with --tls-key serves TLS",
        "", StringFlag(&ServerConfig::tls_cert), nullptr},
       {"tls-key", "UCUDNN_TLS_KEY", "PATH", "PEM private key of --tls-cert", "",
@@ -297,8 +313,14 @@ Status ValidateConfig(const ServerConfig& config) {
 
 Status LoadTokenFile(ServerConfig& config) {
   if (config.token_file.empty()) return Status::Ok();
-  UCUDNN_ASSIGN_OR_RETURN(auto tokens, ReadTokenFile(config.token_file));
-  for (auto& t : tokens) config.tokens.push_back(std::move(t));
+  UCUDNN_ASSIGN_OR_RETURN(RoleTokens tokens, ReadTokenFile(config.token_file));
+  auto append = [](std::vector<std::string>& to, std::vector<std::string>& from) {
+    for (auto& t : from) to.push_back(std::move(t));
+  };
+  append(config.tokens, tokens.admin);
+  append(config.plan_tokens, tokens.plan);
+  append(config.submit_tokens, tokens.submit);
+  append(config.read_tokens, tokens.read);
   return Status::Ok();
 }
 
@@ -366,29 +388,6 @@ std::string HelpText(std::string_view program) {
   out +=
       "  --help\n      print this text\n"
       "  --version\n      print the version\n";
-  return out;
-}
-
-std::string RedactDatabaseUrl(std::string_view url) {
-  std::string out(url);
-  // URI form: scheme://user:password@host...
-  if (const size_t scheme = out.find("://"); scheme != std::string::npos) {
-    const size_t at = out.find('@', scheme + 3);
-    if (at != std::string::npos) {
-      const size_t colon = out.find(':', scheme + 3);
-      if (colon != std::string::npos && colon < at) {
-        out.replace(colon + 1, at - colon - 1, "***");
-      }
-    }
-  }
-  // Key/value form (or URI query): password=secret
-  for (size_t pos = out.find("password="); pos != std::string::npos;
-       pos = out.find("password=", pos + 1)) {
-    const size_t start = pos + 9;
-    size_t end = out.find_first_of(" &", start);
-    if (end == std::string::npos) end = out.size();
-    out.replace(start, end - start, "***");
-  }
   return out;
 }
 

@@ -264,6 +264,15 @@ std::shared_ptr<const std::string> PlanCoordinator::TryServeFromMemo(std::string
   return cached->bytes;
 }
 
+std::shared_ptr<const std::string> PlanCoordinator::LastKnownPlan(std::string_view raw_request) {
+  if (raw_request.empty() || memo_.capacity() == 0) return nullptr;
+  const auto memo = memo_.Get(MemoKey(raw_request));
+  if (!memo || memo->request != raw_request) return nullptr;
+  const auto cached = plan_lru_.Get(memo->content_key.hash);
+  if (!cached || cached->check != memo->content_key.check) return nullptr;
+  return cached->bytes;
+}
+
 Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   const v1::GetPlanRequest& message = *call.request;
   // The count first: a request over the configured bound is refused before anything is parsed.
@@ -308,7 +317,20 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   }
   const int total = static_cast<int>(slots.size());
 
-  UCUDNN_RETURN_IF_ERROR(LoadTables(request.device, device_hash, slots, false));
+  if (Status loaded = LoadTables(request.device, device_hash, slots, false); !loaded.ok()) {
+    // A database outage need not stop jobs whose plans this process already answered.
+    if (loaded.code() == StatusCode::kUnavailable) {
+      if (auto last = LastKnownPlan(call.raw_request)) {
+        spdlog::debug("database unavailable; answering a plan from the in-process cache");
+        if (metrics_) metrics_->RecordPlanCacheHit("memory_database_down");
+        PlanOutcome outcome;
+        outcome.plan_bytes = std::move(last);
+        outcome.from_cache = true;
+        return outcome;
+      }
+    }
+    return loaded;
+  }
   auto update_coverage = [&] {
     int ready = 0;
     for (auto& slot : slots) {
@@ -347,7 +369,17 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
 
   // Problems whose job failed for good wait for no one: nothing will measure them.
   auto failed = [](const ProblemSlot& slot) { return slot.job_state == "failed"; };
-  if (ready < total && call.enqueue_and_wait) {
+  bool enqueue = call.enqueue_and_wait && call.may_write && ready < total;
+  if (enqueue && !call.may_register_device) {
+    UCUDNN_ASSIGN_OR_RETURN(enqueue, store_->DeviceExists(device_hash));
+    if (!enqueue) {
+      spdlog::debug(
+          "device {} is not registered and the caller may not register it: planned "
+          "read-only",
+          HashHex(device_hash));
+    }
+  }
+  if (enqueue) {
     // Every missing problem in one transaction.
     std::vector<store::JobRequest> wanted;
     std::vector<ProblemSlot*> wanted_slots;
@@ -481,7 +513,9 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   const bool ilp_cut_short =
       network_plan.ilp.used && network_plan.ilp.status == "time_limit" && ilp_limit_cut;
   if (call.use_plan_cache && network_plan.complete && !ilp_cut_short) {
-    if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
+    if (!call.may_write) {
+      // Read-only callers fill only the in-process caches.
+    } else if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
       spdlog::warn("plan cache write failed: {}", put.ToString());
     }
     plan_lru_.Put(key.hash, std::make_shared<const CachedPlan>(CachedPlan{key.check, bytes}));

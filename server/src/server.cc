@@ -11,6 +11,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/server/auth.h"
+#include "ucudnn/server/malformed_requests.h"
 #include "ucudnn/server/metrics_http.h"
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/server_metrics.h"
@@ -91,12 +92,22 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   server->coordinator_ = std::make_unique<PlanCoordinator>(
       server->store_.get(), server->watcher_.get(), server->timings_cache_.get(),
       server->metrics_.get(), coordinator_options);
-  server->auth_ = std::make_unique<TokenAuthenticator>(config.tokens);
+  UCUDNN_ASSIGN_OR_RETURN(const AnonymousAccess anonymous,
+                          ParseAnonymousRole(config.anonymous_role));
+  server->auth_ = std::make_unique<TokenAuthenticator>(
+      RoleTokens{config.tokens, config.plan_tokens, config.submit_tokens, config.read_tokens},
+      anonymous);
+  if (anonymous.allowed && anonymous.registers_devices) {
+    spdlog::warn(
+        "--anonymous-role open: callers without a token may enqueue benchmarks and "
+        "register devices; set plan or read where others can reach this port");
+  }
   if (!server->auth_->has_tokens()) {
     spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call");
   }
-  server->planner_service_ = std::make_unique<PlannerServiceImpl>(
-      server->coordinator_.get(), server->metrics_.get(), config.max_blocking_calls);
+  server->planner_service_ =
+      std::make_unique<PlannerServiceImpl>(server->coordinator_.get(), server->metrics_.get(),
+                                           server->auth_.get(), config.max_blocking_calls);
   server->catalog_service_ = std::make_unique<CatalogServiceImpl>(
       server->store_.get(), server->coordinator_.get(), server->metrics_.get(),
       server->planner_service_->runner(), server->auth_.get());
@@ -118,6 +129,10 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   builder.RegisterService(server->planner_service_.get());
   builder.RegisterService(server->catalog_service_.get());
   builder.RegisterService(server->timing_service_.get());
+  RouteProtobufLogsToSpdlog();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->grpc_server_ = builder.BuildAndStart();
   if (!server->grpc_server_ || server->port_ == 0) {
     server->watcher_->Stop();
@@ -129,7 +144,8 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   spdlog::info(
       "ucudnn-server listening on {} ({}), database {}",
       config.listen.substr(0, config.listen.rfind(':') + 1) + std::to_string(server->port_),
-      config.tls_cert.empty() ? "plaintext" : "TLS", RedactDatabaseUrl(config.database_url));
+      config.tls_cert.empty() ? "plaintext" : "TLS",
+      store::RedactConnectionString(config.database_url));
 
   if (!config.metrics_listen.empty()) {
     PlannerServer* self = server.get();

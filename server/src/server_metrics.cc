@@ -1,5 +1,8 @@
 #include "ucudnn/server/server_metrics.h"
 
+#include <algorithm>
+#include <cstddef>
+
 #include "ucudnn/server/grpc_status.h"
 
 namespace ucudnn::server {
@@ -100,8 +103,26 @@ void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
                      static_cast<double>(s.timings_cache_entries));
   if (!s.database_up) return;  // keep the last known values rather than report zeros
   registry_.SetGauge(kQueueDepth, {}, static_cast<double>(s.queue_depth));
+  // Device labels come from rows only authorised callers create; still, past a cap the rest are
+  // summed under "other" so that /metrics stays bounded.
+  std::vector<DeviceJobGauge> devices(
+      s.device_jobs.begin(),
+      s.device_jobs.begin() +
+          static_cast<std::ptrdiff_t>(std::min(s.device_jobs.size(), kMaxDeviceLabels - 1)));
+  if (s.device_jobs.size() >= kMaxDeviceLabels) {
+    DeviceJobGauge other{"other", "other"};
+    for (size_t i = kMaxDeviceLabels - 1; i < s.device_jobs.size(); ++i) {
+      const DeviceJobGauge& d = s.device_jobs[i];
+      other.queued += d.queued;
+      other.running += d.running;
+      other.done += d.done;
+      other.failed += d.failed;
+      other.expired += d.expired;
+    }
+    devices.push_back(std::move(other));
+  }
   std::vector<GaugeSample> samples;
-  for (const auto& d : s.device_jobs) {
+  for (const auto& d : devices) {
     const std::pair<const char*, int64_t> states[] = {{"queued", d.queued},
                                                       {"running", d.running},
                                                       {"expired", d.expired},

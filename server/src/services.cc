@@ -9,6 +9,7 @@
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/proto_convert.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/planner/plan_table.h"
 #include "ucudnn/server/grpc_status.h"
 
@@ -50,7 +51,7 @@ v1::Job ToProto(const store::Job& job) {
   return m;
 }
 
-std::string_view AuthorizationOf(const grpc::ServerContext& context) {
+std::string_view AuthorizationOf(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
   if (it == metadata.end()) return {};
@@ -73,14 +74,34 @@ void ReadField(bool present, const Message& message, std::string_view field, Fie
   }
 }
 
-Status CheckToken(const TokenAuthenticator& auth, ServerMetrics& metrics,
-                  const grpc::ServerContext& context, std::string_view method) {
-  Status status = auth.Check(AuthorizationOf(context));
-  if (!status.ok()) {
+// The caller's role from its bearer token, or the anonymous role; a refusal (a wrong token, or
+// no token where anonymous callers are refused) is counted and logged.
+Result<Caller> Identify(const TokenAuthenticator& auth, ServerMetrics& metrics,
+                        const grpc::ServerContextBase& context, std::string_view method) {
+  Result<Caller> caller = auth.Identify(AuthorizationOf(context));
+  if (!caller.ok()) {
     metrics.RecordAuthFailure();
-    spdlog::warn("{} refused from {}: {}", method, context.peer(), status.message());
+    spdlog::warn("{} refused from {}: {}", method, context.peer(), caller.status().message());
   }
-  return status;
+  return caller;
+}
+
+// A caller whose role lacks a permission: UNAUTHENTICATED without a token (present one),
+// PERMISSION_DENIED with one (a gRPC code the ucudnn Status has no counterpart for).
+grpc::Status Denied(ServerMetrics& metrics, const grpc::ServerContextBase& context,
+                    std::string_view method, Role role, std::string_view needs) {
+  metrics.RecordAuthFailure();
+  const bool anonymous = AuthorizationOf(context).empty();
+  spdlog::warn("{} refused from {}: {} {}", method, context.peer(),
+               anonymous ? "a caller without a token may not" : "its token's role may not", needs);
+  if (anonymous) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        std::string(method) + ": needs 'authorization: Bearer TOKEN' of a token " +
+                            "allowed to " + std::string(needs));
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, std::string(method) + ": role " +
+                                                               std::string(RoleName(role)) +
+                                                               " may not " + std::string(needs));
 }
 
 }  // namespace
@@ -154,6 +175,11 @@ grpc::ServerUnaryReactor* PlannerServiceImpl::GetPlan(grpc::CallbackServerContex
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     reactor->Finish(status);
   };
+  const Result<Caller> caller = Identify(*auth_, *metrics_, *context, "GetPlan");
+  if (!caller.ok()) {
+    finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
   grpc::Slice slice;
   if (!request->DumpToSingleSlice(&slice).ok()) {
     finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request"));
@@ -171,7 +197,8 @@ grpc::ServerUnaryReactor* PlannerServiceImpl::GetPlan(grpc::CallbackServerContex
     finish(grpc::Status(grpc::StatusCode::INTERNAL, "internal error"));
     return reactor;
   }
-  auto work = [this, context, response, finish, raw_request = std::string(raw)] {
+  auto work = [this, context, response, finish, identity = *caller,
+               raw_request = std::string(raw)] {
     finish(Guarded("GetPlan", [&]() -> Status {
       v1::GetPlanRequest message;
       if (!message.ParseFromString(raw_request)) {
@@ -180,6 +207,8 @@ grpc::ServerUnaryReactor* PlannerServiceImpl::GetPlan(grpc::CallbackServerContex
       PlanCall call;
       call.request = &message;
       call.raw_request = raw_request;
+      call.may_write = MayEnqueue(identity.role);
+      call.may_register_device = identity.may_register_devices;
       call.deadline = context->deadline();
       call.cancelled = [context] { return context->IsCancelled(); };
       UCUDNN_ASSIGN_OR_RETURN(PlanOutcome outcome, coordinator_->Plan(call));
@@ -196,6 +225,8 @@ grpc::Status PlannerServiceImpl::StreamPlan(grpc::ServerContext* context,
                                             grpc::ServerWriter<v1::StreamPlanResponse>* writer) {
   RpcTimer timer(*metrics_, "StreamPlan");
   return timer.Finish(Guarded("StreamPlan", [&]() -> Status {
+    UCUDNN_ASSIGN_OR_RETURN(const Caller caller,
+                            Identify(*auth_, *metrics_, *context, "StreamPlan"));
     if (!request->has_request()) return InvalidArgument("request: required");
     // Held for the whole call: a stream may wait for benchmarks for minutes on this thread.
     const BlockingCallRunner::Ticket ticket = runner_.TryAdmit();
@@ -206,6 +237,8 @@ grpc::Status PlannerServiceImpl::StreamPlan(grpc::ServerContext* context,
     PlanCall call;
     call.request = &request->request();
     call.field_path = "request";
+    call.may_write = MayEnqueue(caller.role);
+    call.may_register_device = caller.may_register_devices;
     call.deadline = context->deadline();
     call.on_progress = [&](int ready, int total) {
       last_ready = ready;
@@ -230,10 +263,12 @@ grpc::Status PlannerServiceImpl::StreamPlan(grpc::ServerContext* context,
 
 // ---- CatalogService ----------------------------------------------------------------------------
 
-grpc::Status CatalogServiceImpl::ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+grpc::Status CatalogServiceImpl::ListDevices(grpc::ServerContext* context,
+                                             const v1::ListDevicesRequest*,
                                              v1::ListDevicesResponse* response) {
   RpcTimer timer(*metrics_, "ListDevices");
   return timer.Finish(Guarded("ListDevices", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "ListDevices").status());
     UCUDNN_ASSIGN_OR_RETURN(auto devices, store_->ListDevices());
     for (const auto& d : devices) {
       v1::Device* m = response->add_devices();
@@ -247,11 +282,12 @@ grpc::Status CatalogServiceImpl::ListDevices(grpc::ServerContext*, const v1::Lis
   }));
 }
 
-grpc::Status CatalogServiceImpl::ListWorkers(grpc::ServerContext*,
+grpc::Status CatalogServiceImpl::ListWorkers(grpc::ServerContext* context,
                                              const v1::ListWorkersRequest* request,
                                              v1::ListWorkersResponse* response) {
   RpcTimer timer(*metrics_, "ListWorkers");
   return timer.Finish(Guarded("ListWorkers", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "ListWorkers").status());
     UCUDNN_ASSIGN_OR_RETURN(auto workers, store_->ListWorkers(request->alive_only()));
     for (const auto& w : workers) {
       v1::Worker* m = response->add_workers();
@@ -266,15 +302,17 @@ grpc::Status CatalogServiceImpl::ListWorkers(grpc::ServerContext*,
   }));
 }
 
-grpc::Status CatalogServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+grpc::Status CatalogServiceImpl::ListJobs(grpc::ServerContext* context,
+                                          const v1::ListJobsRequest* request,
                                           v1::ListJobsResponse* response) {
   RpcTimer timer(*metrics_, "ListJobs");
   return timer.Finish(Guarded("ListJobs", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "ListJobs").status());
     FieldErrors errors;
     const std::string& state = request->state();
     if (!state.empty() && state != "expired" && !store::ParseJobState(state).ok()) {
-      errors.AddField(
-          "state", "must be one of queued, running, expired, done, failed, got \"" + state + "\"");
+      errors.AddField("state", "must be one of queued, running, expired, done, failed, got " +
+                                   QuoteForError(state));
     }
     int limit = request->limit();
     if (limit < 0 || limit > kMaxJobLimit) {
@@ -291,11 +329,12 @@ grpc::Status CatalogServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJo
   }));
 }
 
-grpc::Status CatalogServiceImpl::GetTimings(grpc::ServerContext*,
+grpc::Status CatalogServiceImpl::GetTimings(grpc::ServerContext* context,
                                             const v1::GetTimingsRequest* request,
                                             v1::GetTimingsResponse* response) {
   RpcTimer timer(*metrics_, "GetTimings");
   return timer.Finish(Guarded("GetTimings", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "GetTimings").status());
     FieldErrors errors;
     DeviceFingerprint device;
     ConvProblem problem;
@@ -314,11 +353,12 @@ grpc::Status CatalogServiceImpl::GetTimings(grpc::ServerContext*,
   }));
 }
 
-grpc::Status CatalogServiceImpl::GetParetoFront(grpc::ServerContext*,
+grpc::Status CatalogServiceImpl::GetParetoFront(grpc::ServerContext* context,
                                                 const v1::GetParetoFrontRequest* request,
                                                 v1::GetParetoFrontResponse* response) {
   RpcTimer timer(*metrics_, "GetParetoFront");
   return timer.Finish(Guarded("GetParetoFront", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "GetParetoFront").status());
     FieldErrors errors;
     DeviceFingerprint device;
     Kernel kernel;
@@ -352,6 +392,7 @@ grpc::Status CatalogServiceImpl::ExplainPlan(grpc::ServerContext* context,
                                              v1::ExplainPlanResponse* response) {
   RpcTimer timer(*metrics_, "ExplainPlan");
   return timer.Finish(Guarded("ExplainPlan", [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "ExplainPlan").status());
     if (!request->has_request()) return InvalidArgument("request: required");
     // It plans (an ILP may take seconds) on this thread: within the planner's bound.
     const BlockingCallRunner::Ticket ticket = runner_->TryAdmit();
@@ -377,8 +418,13 @@ grpc::Status CatalogServiceImpl::RetryJob(grpc::ServerContext* context,
                                           const v1::RetryJobRequest* request,
                                           v1::RetryJobResponse* response) {
   RpcTimer timer(*metrics_, "RetryJob");
+  const Result<Caller> caller = Identify(*auth_, *metrics_, *context, "RetryJob");
+  if (!caller.ok()) return timer.Finish(ToGrpcStatus(caller.status()));
+  if (!MayRetryJobs(caller->role)) {
+    return timer.Finish(
+        Denied(*metrics_, *context, "RetryJob", caller->role, "retry jobs (role admin)"));
+  }
   return timer.Finish(Guarded("RetryJob", [&]() -> Status {
-    UCUDNN_RETURN_IF_ERROR(CheckToken(*auth_, *metrics_, *context, "RetryJob"));
     if (request->job_id() < 1) {
       return InvalidArgument("job_id: must be positive, got " + std::to_string(request->job_id()));
     }
@@ -460,9 +506,14 @@ grpc::Status TimingServiceImpl::SubmitTimings(grpc::ServerContext* context,
                                               const v1::SubmitTimingsRequest* request,
                                               v1::SubmitTimingsResponse* response) {
   RpcTimer timer(*metrics_, "SubmitTimings");
+  // The token before anything else: an unauthenticated caller learns nothing about its input.
+  const Result<Caller> caller = Identify(*auth_, *metrics_, *context, "SubmitTimings");
+  if (!caller.ok()) return timer.Finish(ToGrpcStatus(caller.status()));
+  if (!MaySubmitTimings(caller->role)) {
+    return timer.Finish(Denied(*metrics_, *context, "SubmitTimings", caller->role,
+                               "submit timings (role submit or admin)"));
+  }
   return timer.Finish(Guarded("SubmitTimings", [&]() -> Status {
-    // The token before anything else: an unauthenticated caller learns nothing about its input.
-    UCUDNN_RETURN_IF_ERROR(CheckToken(*auth_, *metrics_, *context, "SubmitTimings"));
     UCUDNN_ASSIGN_OR_RETURN(auto submission, ValidateSubmission(*request));
     UCUDNN_RETURN_IF_ERROR(store_->PutTimings(submission.device, submission.problem,
                                               submission.timings, submission.measured_by));

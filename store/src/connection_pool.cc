@@ -53,6 +53,42 @@ Result<std::string> WithConnectionDefaults(const std::string& url) {
   return out;
 }
 
+std::string RedactConnectionString(std::string_view url) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(std::string(url).c_str(), &error);
+  if (error != nullptr) PQfreemem(error);  // it may quote the string, secret included
+  if (options == nullptr) return "<unparseable connection string>";
+  bool has_secret = false;
+  std::string out;
+  for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr || o->val[0] == '\0') continue;
+    const std::string_view keyword(o->keyword);
+    const bool secret = keyword == "password" || keyword == "sslpassword";
+    has_secret = has_secret || secret;
+    if (!out.empty()) out += ' ';
+    out += keyword;
+    out += '=';
+    if (secret) {
+      out += "***";
+      continue;
+    }
+    // Quoted as libpq reads it back when it holds a space, quote or backslash.
+    const std::string_view value(o->val);
+    if (value.find_first_of(" '\\") == std::string_view::npos) {
+      out += value;
+      continue;
+    }
+    out += '\'';
+    for (const char ch : value) {
+      if (ch == '\'' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    out += '\'';
+  }
+  PQconninfoFree(options);
+  return has_secret ? out : std::string(url);
+}
+
 }  // namespace ucudnn::store
 
 namespace ucudnn::store::internal {

@@ -571,6 +571,13 @@ Result<uint64_t> Store::UpsertDevice(const DeviceFingerprint& fingerprint) {
   });
 }
 
+Result<bool> Store::DeviceExists(uint64_t device_hash) {
+  return impl_->Run("device exists", [&](pqxx::connection& conn) -> Result<bool> {
+    pqxx::nontransaction tx(conn);
+    return !tx.exec_prepared("device_key", ToDb(device_hash)).empty();
+  });
+}
+
 Result<uint64_t> Store::UpsertProblem(const ConvProblem& problem) {
   UCUDNN_RETURN_IF_ERROR(ValidateProblem(problem));
   return impl_->Run("upsert problem", [&](pqxx::connection& conn) -> Result<uint64_t> {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ucudnn/core/problem.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::store {
@@ -16,12 +17,12 @@ std::string FormatHash(uint64_t hash) { return HashHex(hash); }
 
 Result<uint64_t> ParseHash(std::string_view hex) {
   if (hex.empty() || hex.size() > 16) {
-    return InvalidArgument("hash: must be 1 to 16 hex digits, got \"" + std::string(hex) + "\"");
+    return InvalidArgument("hash: must be 1 to 16 hex digits, got " + QuoteForError(hex));
   }
   uint64_t value = 0;
   const auto [end, error] = std::from_chars(hex.data(), hex.data() + hex.size(), value, 16);
   if (error != std::errc() || end != hex.data() + hex.size()) {
-    return InvalidArgument("hash: must be 1 to 16 hex digits, got \"" + std::string(hex) + "\"");
+    return InvalidArgument("hash: must be 1 to 16 hex digits, got " + QuoteForError(hex));
   }
   return value;
 }
@@ -70,8 +71,7 @@ Result<TimingStatus> ParseTimingStatus(std::string_view s) {
        {TimingStatus::kOk, TimingStatus::kUnsupported, TimingStatus::kFailed}) {
     if (s == TimingStatusName(status)) return status;
   }
-  return InvalidArgument("status: must be ok, unsupported or failed; got \"" + std::string(s) +
-                         "\"");
+  return InvalidArgument("status: must be ok, unsupported or failed; got " + QuoteForError(s));
 }
 
 std::string IntArrayLiteral(const std::vector<int64_t>& values) {

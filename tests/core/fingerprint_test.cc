@@ -54,15 +54,37 @@ TEST(FingerprintKey, Format) {
             "cudnn=0;cuda=0;blas=openblas 0.3.21 threads:1");
 }
 
-TEST(FingerprintKey, SeparatorsInNamesAreReplaced) {
+TEST(FingerprintKey, SeparatorsInNamesAreEscaped) {
   DeviceFingerprint f = Xeon();
-  f.name = "a;b=c";
+  f.name = "a;b=c%";
   f.blas = "x=y;z";
   EXPECT_EQ(f.Key(),
-            "v1;backend=cpu;name=a_b_c;cc=0.0;sm=2;mem=8589934592;cudnn=0;cuda=0;blas=x_y_z");
+            "v1;backend=cpu;name=a%3Bb%3Dc%25;cc=0.0;sm=2;mem=8589934592;cudnn=0;cuda=0;"
+            "blas=x%3Dy%3Bz");
   // Other characters, including spaces and non-ASCII, are kept verbatim.
   f.name = "  Ärger (R)  ";
   EXPECT_THAT(f.Key(), ::testing::HasSubstr(";name=  Ärger (R)  ;"));
+}
+
+TEST(FingerprintKey, IsInjectiveOverTheSeparatorsAndTheEscape) {
+  // Each of these once shared a key with another (';' and '=' were replaced by '_'), or would
+  // with a careless escape ("%3B" written literally must not read as an escaped ';').
+  const std::vector<std::string> names = {"Evil;GPU=1", "Evil_GPU_1", "Evil%3BGPU%3D1",
+                                          "Evil;GPU_1", "Evil%GPU=1", "Evil%25GPU=1"};
+  std::set<std::string> keys;
+  std::set<uint64_t> hashes;
+  for (const auto& name : names) {
+    DeviceFingerprint f = H100();
+    f.name = name;
+    EXPECT_TRUE(keys.insert(f.Key()).second) << f.Key();
+    EXPECT_TRUE(hashes.insert(f.Hash()).second) << f.Key();
+  }
+  DeviceFingerprint plain = H100();
+  plain.blas = "openblas 0.3.21 threads:1";
+  // Names and BLAS texts without '%', ';' and '=' keep the keys (and hashes) of schema 3.
+  EXPECT_EQ(plain.Key(),
+            "v1;backend=cudnn;name=NVIDIA H100 80GB HBM3;cc=9.0;sm=132;mem=85045854208;"
+            "cudnn=91400;cuda=13000;blas=openblas 0.3.21 threads:1");
 }
 
 // Pinned: fingerprint hashes identify devices in the database of every installation.
@@ -116,7 +138,7 @@ TEST(FingerprintValidate, Backend) {
   for (const char* bad : {"gpu", "", "CUDNN", "cudnn ", "cuda"}) {
     DeviceFingerprint f = H100();
     f.backend = bad;
-    ExpectInvalid(f, std::string("backend: must be \"cudnn\" or \"cpu\", got \"") + bad + "\"");
+    ExpectInvalid(f, std::string("backend: must be \"cudnn\" or \"cpu\", got '") + bad + "'");
   }
 }
 

@@ -155,9 +155,8 @@ TEST(HashHex, ParsesItsOwnOutputOnly) {
   }
   for (const char* bad : {"", "0", "ff1a07aebaf31d6", "ff1a07aebaf31d650", "FF1A07AEBAF31D65",
                           "0xff1a07aebaf31d", "ff1a07aebaf31d6g", " f1a07aebaf31d65"}) {
-    ExpectInvalid(
-        ParseHashHex(bad, "problem_hash"),
-        std::string("problem_hash: must be 16 lowercase hex digits, got \"") + bad + "\"");
+    ExpectInvalid(ParseHashHex(bad, "problem_hash"),
+                  std::string("problem_hash: must be 16 lowercase hex digits, got '") + bad + "'");
   }
 }
 
@@ -328,9 +327,9 @@ TEST(ProtoFingerprint, RoundTrips) {
 TEST(ProtoFingerprint, Invalid) {
   v1::DeviceFingerprint m = ToProto(H100());
   m.set_backend("gpu");
-  ExpectInvalid(FromProto(m), "backend: must be \"cudnn\" or \"cpu\", got \"gpu\"");
+  ExpectInvalid(FromProto(m), "backend: must be \"cudnn\" or \"cpu\", got 'gpu'");
   ExpectInvalid(FromProto(v1::DeviceFingerprint()),
-                "backend: must be \"cudnn\" or \"cpu\", got \"\"");
+                "backend: must be \"cudnn\" or \"cpu\", got ''");
 }
 
 // ---- Kernel -----------------------------------------------------------------------------------
@@ -554,7 +553,7 @@ TEST(ProtoKernelPlan, Invalid) {
                 "undivided.time_ms: must be finite and >= 0, got inf");
   ExpectInvalid(with([](auto& m) { m.set_problem_hash("0000000000000000"); }),
                 "problem_hash: does not match kernel.problem (expected ff1a07aebaf31d65, got "
-                "\"0000000000000000\")");
+                "'0000000000000000')");
   // No hash is fine (nothing to check); speedup is derived, never trusted.
   Result<KernelPlan> no_hash = with([](auto& m) {
     m.clear_problem_hash();
@@ -743,7 +742,7 @@ TEST(ProtoPlanRequest, EveryInvalidFieldIsNamed) {
       // device
       {[](R& m) { m.clear_device(); }, "device: required"},
       {[](R& m) { m.mutable_device()->set_backend("gpu"); },
-       "device.backend: must be \"cudnn\" or \"cpu\", got \"gpu\""},
+       "device.backend: must be \"cudnn\" or \"cpu\", got 'gpu'"},
       {[](R& m) { m.mutable_device()->set_name(""); }, "device.name: required"},
       {[](R& m) { m.mutable_device()->set_name(std::string(257, 'g')); },
        "device.name: at most 256 bytes, got 257"},
@@ -894,7 +893,7 @@ TEST(ProtoPlanRequest, SeveralInvalidFieldsAreAllNamed) {
   m.set_workspace_mode(static_cast<v1::WorkspaceMode>(4));
   m.set_max_wait_ms(kMaxWaitMs + 1);
   const std::string expected =
-      "8 invalid fields: device.backend: must be \"cudnn\" or \"cpu\", got \"tpu\"; "
+      "8 invalid fields: device.backend: must be \"cudnn\" or \"cpu\", got 'tpu'; "
       "kernels[0].problem.c: must be in [1, 65536], got 0; "
       "kernels[0].problem.stride_w: must be in [1, 1024], got -2; "
       "kernels[0].mini_batch: must be in [1, 65536], got 0; "

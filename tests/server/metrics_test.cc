@@ -121,5 +121,28 @@ TEST(ServerMetricsTest, RpcTimerRecordsInternalWhenNotFinished) {
             1);
 }
 
+TEST(ServerMetricsTest, DeviceLabelsAreCapped) {
+  ServerMetrics metrics;
+  ScrapeSnapshot snapshot;
+  snapshot.database_up = true;
+  for (int i = 0; i < 200; ++i) {
+    snapshot.device_jobs.push_back(
+        {"hash" + std::to_string(i), "device " + std::to_string(i), 1, 0, 0, 0, 0});
+  }
+  metrics.ApplySnapshot(snapshot);
+  const std::string text = metrics.Render();
+  size_t queued_lines = 0;
+  for (size_t pos = text.find("state=\"queued\"} "); pos != std::string::npos;
+       pos = text.find("state=\"queued\"} ", pos + 1)) {
+    ++queued_lines;
+  }
+  EXPECT_EQ(queued_lines, kMaxDeviceLabels);
+  // The 200 - 63 devices past the cap are summed as "other".
+  EXPECT_NE(text.find("device_hash=\"other\",device=\"other\",state=\"queued\"} 137"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("device 199"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ucudnn::server

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/unknown_field_set.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <atomic>
 #include <fstream>
+#include <future>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -1197,6 +1200,333 @@ TEST_F(ServerTest, MetricsEndpointServesCounters) {
            "ucudnn_device_jobs{device_hash=\"" + HashHex(H100().Hash()) +
                "\",device=\"NVIDIA H100 80GB HBM3\",state=\"queued\"} 1"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+  }
+}
+
+// ---- Hostile bodies (issue 15) ------------------------------------------------------------------
+
+// One unary call with raw bytes as the body (server-streaming methods answer their error the same
+// way).
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& body) {
+  grpc::GenericStub generic(channel);
+  grpc::Slice slice(body);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  auto context = Context(20s);
+  context->AddMetadata("authorization", std::string("Bearer ") + kToken);
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(context.get(), method, grpc::StubOptions(), &request, &response,
+                    [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+std::string Varint(uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  return out + static_cast<char>(v);
+}
+
+std::string LengthDelimited(int field, const std::string& payload) {
+  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(payload.size()) + payload;
+}
+
+// A body of `type` whose first string field (at most two messages deep) holds non-UTF-8 bytes;
+// empty when the type has no string field that deep.
+std::string NonUtf8Body(const google::protobuf::Descriptor* type, int depth = 0) {
+  for (int i = 0; i < type->field_count(); ++i) {
+    const auto* field = type->field(i);
+    if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+      return LengthDelimited(field->number(), "\xff\xfe\xc3(");
+    }
+  }
+  if (depth >= 2) return {};
+  for (int i = 0; i < type->field_count(); ++i) {
+    const auto* field = type->field(i);
+    if (field->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) continue;
+    const std::string inner = NonUtf8Body(field->message_type(), depth + 1);
+    if (!inner.empty()) return LengthDelimited(field->number(), inner);
+  }
+  return {};
+}
+
+TEST_F(ServerTest, MalformedBodiesAreInvalidArgumentNamingTheTypeAndCounted) {
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  std::map<std::string, int> sent;  // short method name -> malformed calls
+  int methods = 0;
+  for (const char* service_name :
+       {"ucudnn.v1.PlannerService", "ucudnn.v1.CatalogService", "ucudnn.v1.TimingService"}) {
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service_name);
+    ASSERT_NE(service, nullptr) << service_name;
+    for (int m = 0; m < service->method_count(); ++m) {
+      const auto* method = service->method(m);
+      ++methods;
+      const std::string path = "/" + service->full_name() + "/" + method->name();
+      std::vector<std::string> bodies = {
+          std::string("\xff", 1),                     // a tag whose varint never ends
+          LengthDelimited(1, "abcdef").substr(0, 4),  // a field longer than the body
+          std::string("\x0b\x14", 2),                 // group 1 started, group 2 ended
+      };
+      if (const std::string bad = NonUtf8Body(method->input_type()); !bad.empty()) {
+        bodies.push_back(bad);
+      }
+      for (const auto& body : bodies) {
+        const grpc::Status status = RawCall(t.channel, path, body);
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+            << path << " body of " << body.size() << " bytes: " << status.error_message();
+        EXPECT_NE(status.error_message().find("not a valid " + method->input_type()->full_name()),
+                  std::string::npos)
+            << path << ": " << status.error_message();
+        ++sent[method->name()];
+      }
+    }
+  }
+  EXPECT_GE(methods, 10);  // the 10 methods of the three services
+  httplib::Client http("127.0.0.1", t.server->metrics_port());
+  auto result = http.Get("/metrics");
+  ASSERT_TRUE(result);
+  for (const auto& [method, count] : sent) {
+    const std::string line = "ucudnn_rpc_requests_total{method=\"" + method +
+                             "\",code=\"INVALID_ARGUMENT\"} " + std::to_string(count) + "\n";
+    EXPECT_NE(result->body.find(line), std::string::npos) << line << result->body;
+  }
+  // Still serving well-formed calls.
+  Seed(url(), [](const ConvProblem& p) { return p.op == ConvOp::kForward; });
+  EXPECT_TRUE(t.GetPlan(PlanRequestFor({ResNet50Kernels()[0]})).ok());
+}
+
+TEST_F(ServerTest, HugeCallerStringsAreTruncatedInErrors) {
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  const std::string huge(200000, 'x');
+  {
+    auto context = Context();
+    v1::ListJobsRequest request;
+    request.set_state(huge);
+    v1::ListJobsResponse response;
+    const grpc::Status status = t.catalog->ListJobs(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_LT(status.error_message().size(), 1000u);
+    EXPECT_NE(status.error_message().find("state"), std::string::npos);
+  }
+  {
+    v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0]});
+    request.mutable_device()->set_backend(huge);
+    auto plan = t.GetPlan(request);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().ToString();
+    EXPECT_LT(plan.status().message().size(), 1000u);
+    EXPECT_NE(plan.status().message().find("device.backend"), std::string::npos);
+  }
+  {
+    auto context = Context();
+    v1::GetTimingsRequest request;
+    *request.mutable_device() = ToProto(H100());
+    request.mutable_device()->set_backend(huge);
+    *request.mutable_problem() = ToProto(ResNet50Kernels()[0].problem);
+    v1::GetTimingsResponse response;
+    const grpc::Status status = t.catalog->GetTimings(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_LT(status.error_message().size(), 1000u);
+  }
+}
+
+// ---- Database outage --------------------------------------------------------------------------
+
+std::string ScrapeMetrics(TestServer& t) {
+  httplib::Client http("127.0.0.1", t.server->metrics_port());
+  auto result = http.Get("/metrics");
+  return result ? result->body : std::string();
+}
+
+TEST_F(ServerTest, PlansAlreadyCachedInMemoryAreServedWhileTheDatabaseIsDown) {
+  Seed(url(), [](const ConvProblem& p) { return p.op == ConvOp::kForward; });
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  std::vector<Kernel> forward;
+  for (const Kernel& k : ResNet50Kernels()) {
+    if (k.problem.op == ConvOp::kForward && forward.size() < 3) forward.push_back(k);
+  }
+  ASSERT_EQ(forward.size(), 3u);
+  // The request memo (what the outage answer comes from) is kept while the timings cache is live.
+  auto listener_connected = [&](int value) {
+    const std::string line = "\nucudnn_timing_listener_connected " + std::to_string(value) + "\n";
+    for (int i = 0; i < 1000; ++i) {
+      if (ScrapeMetrics(t).find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(listener_connected(1));
+  const auto request = PlanRequestFor({forward[0], forward[1]});
+  auto first = t.GetPlan(request);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->plan().status(), v1::PLAN_STATUS_COMPLETE);
+  EXPECT_FALSE(first->from_cache());
+  const auto unseen = PlanRequestFor({forward[2]});
+
+  ASSERT_TRUE(postgres().Stop().ok());
+  // Wait until the server knows: the timing listener is down (the timings cache is then off, so
+  // nothing can be confirmed current).
+  ASSERT_TRUE(listener_connected(0));
+
+  auto cached = t.GetPlan(request, 30s);
+  ASSERT_TRUE(cached.ok()) << cached.status().ToString();
+  EXPECT_TRUE(cached->from_cache());
+  EXPECT_TRUE(MessageDifferencer::Equals(cached->plan(), first->plan()));
+  // A request this process never answered cannot be planned without the database.
+  auto refused = t.GetPlan(unseen, 30s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_NE(ScrapeMetrics(t).find("ucudnn_plan_cache_hits_total{tier=\"memory_database_down\"} 1"),
+            std::string::npos)
+      << ScrapeMetrics(t);
+
+  ASSERT_TRUE(postgres().Start().ok());
+}
+
+// ---- Authorization (issue 15) ------------------------------------------------------------------
+
+constexpr const char* kPlanToken = "plan-token";
+constexpr const char* kSubmitToken = "submit-token";
+
+ServerConfig RoleConfig(const std::string& url, const std::string& anonymous_role = "plan") {
+  ServerConfig config = BaseConfig(url);
+  config.plan_tokens = {kPlanToken};
+  config.submit_tokens = {kSubmitToken};
+  config.anonymous_role = anonymous_role;
+  return config;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextAs(const std::string& token) {
+  auto context = Context();
+  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+  return context;
+}
+
+grpc::Status GetPlanAs(TestServer& t, const v1::GetPlanRequest& request, const std::string& token,
+                       v1::GetPlanResponse* response = nullptr) {
+  v1::GetPlanResponse ignored;
+  return t.planner->GetPlan(ContextAs(token).get(), request,
+                            response != nullptr ? response : &ignored);
+}
+
+// Rows of every table a caller's request could create.
+int64_t CallerWrittenRows(const std::string& url) {
+  pqxx::connection conn(url);
+  pqxx::nontransaction tx(conn);
+  return tx
+      .exec1(
+          "SELECT (SELECT count(*) FROM devices) + (SELECT count(*) FROM problems) + "
+          "(SELECT count(*) FROM jobs) + (SELECT count(*) FROM plans)")[0]
+      .as<int64_t>();
+}
+
+TEST_F(ServerTest, MadeUpDevicesWriteNothingAndAddNoMetricLabels) {
+  TestServer t = Launch(RoleConfig(url()));
+  ASSERT_TRUE(t.server);
+  const int64_t before = CallerWrittenRows(url());
+  const std::string tokens[] = {"", kPlanToken, kSubmitToken};
+  for (int i = 0; i < 300; ++i) {
+    DeviceFingerprint device = H100();
+    device.name = "made-up GPU " + std::to_string(i);
+    v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[i % 10]});
+    *request.mutable_device() = ToProto(device);
+    v1::GetPlanResponse response;
+    const grpc::Status status = GetPlanAs(t, request, tokens[i % 3], &response);
+    // Planned read-only: an answer (nothing measured, so partial), nothing enqueued.
+    ASSERT_TRUE(status.ok()) << i << ": " << status.error_message();
+    EXPECT_EQ(response.plan().status(), v1::PLAN_STATUS_PARTIAL);
+    ASSERT_EQ(response.plan().missing_size(), 1);
+    EXPECT_EQ(response.plan().missing(0).job_id(), 0);
+  }
+  EXPECT_EQ(CallerWrittenRows(url()), before);
+  const std::string metrics = ScrapeMetrics(t);
+  EXPECT_EQ(metrics.find("made-up"), std::string::npos);
+  EXPECT_EQ(metrics.find("ucudnn_device_jobs{"), std::string::npos) << metrics;
+
+  // An admin may register a device by planning for it: the count above would have seen that.
+  DeviceFingerprint device = H100();
+  device.name = "made-up GPU by an admin";
+  v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0]});
+  *request.mutable_device() = ToProto(device);
+  ASSERT_TRUE(GetPlanAs(t, request, kToken).ok());
+  EXPECT_GT(CallerWrittenRows(url()), before);
+}
+
+TEST_F(ServerTest, EachRoleMayDoWhatItsRoleAllows) {
+  Seed(url(), [](const ConvProblem& p) { return p.op == ConvOp::kForward; });
+  // A known device with one problem missing (conv1's backward data).
+  const auto missing = PlanRequestFor({ResNet50Kernels()[0], ResNet50Kernels()[1]});
+  auto jobs = [&] {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    return tx.exec1("SELECT count(*) FROM jobs")[0].as<int64_t>();
+  };
+  {
+    TestServer t = Launch(RoleConfig(url(), "read"));
+    ASSERT_TRUE(t.server);
+    // read (no token) and submit: planned from what is there, nothing enqueued.
+    ASSERT_TRUE(GetPlanAs(t, missing, "").ok());
+    ASSERT_TRUE(GetPlanAs(t, missing, kSubmitToken).ok());
+    EXPECT_EQ(jobs(), 0);
+    // plan: enqueues for a known device.
+    ASSERT_TRUE(GetPlanAs(t, missing, kPlanToken).ok());
+    EXPECT_EQ(jobs(), 1);
+
+    // SubmitTimings: submit and admin only.
+    const ConvProblem problem = ResNet50Kernels()[1].problem;
+    const auto measured = MeasuredTimings(problem);
+    EXPECT_EQ(t.Submit(problem, measured, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(t.Submit(problem, measured, kPlanToken).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_TRUE(t.Submit(problem, measured, kSubmitToken).ok());
+    EXPECT_TRUE(t.Submit(problem, measured, kToken).ok());
+
+    // RetryJob: admin only (NOT_FOUND: past the role check, no such job).
+    v1::RetryJobRequest retry;
+    retry.set_job_id(987654);
+    v1::RetryJobResponse retried;
+    EXPECT_EQ(t.catalog->RetryJob(ContextAs(kSubmitToken).get(), retry, &retried).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(t.catalog->RetryJob(ContextAs(kPlanToken).get(), retry, &retried).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(t.catalog->RetryJob(ContextAs(kToken).get(), retry, &retried).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+    // Reads are open.
+    v1::ListDevicesResponse devices;
+    EXPECT_TRUE(t.catalog->ListDevices(ContextAs("").get(), {}, &devices).ok());
+    // A wrong token is refused even where no token would do.
+    EXPECT_EQ(GetPlanAs(t, missing, "wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    TestServer t = Launch(RoleConfig(url(), "none"));
+    ASSERT_TRUE(t.server);
+    v1::ListDevicesResponse devices;
+    EXPECT_EQ(t.catalog->ListDevices(ContextAs("").get(), {}, &devices).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(t.catalog->ListDevices(ContextAs(kSubmitToken).get(), {}, &devices).ok());
+    EXPECT_EQ(GetPlanAs(t, missing, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(GetPlanAs(t, missing, kPlanToken).ok());
+  }
+  // The default (no --anonymous-role) is "open", as before roles existed: callers without a token
+  // may enqueue, for unknown devices too.
+  EXPECT_EQ(BaseConfig(url()).anonymous_role, "open");
+  {
+    TestServer t = Launch(BaseConfig(url()));
+    ASSERT_TRUE(t.server);
+    DeviceFingerprint device = H100();
+    device.name = "a GPU no worker registered yet";
+    v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0]});
+    *request.mutable_device() = ToProto(device);
+    const int64_t before = jobs();
+    ASSERT_TRUE(GetPlanAs(t, request, "").ok());
+    EXPECT_EQ(jobs(), before + 1);
   }
 }
 

@@ -2,6 +2,7 @@
 // and the constraints the schema enforces by itself.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <pqxx/pqxx>
 #include <thread>
 
@@ -190,6 +191,110 @@ TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
   fails_with(job + "64, 'sometimes')", "23514");  // policy in the list
   fails_with("UPDATE jobs SET state = 'running' WHERE device_id = $1 AND problem_id = $2",
              "23514");  // running needs a lease holder
+}
+
+// Migration 0004 on a database at schema 3: a device whose name held ';' and '=' (stored under
+// the old '_' key) moves to its escaped key and id with its timings, jobs and workers; a device
+// without those characters keeps key and id; fma problems become storable.
+TEST_F(MigrationsTest, EscapedDeviceKeysMigrationMovesRowsAndKeepsPlainKeys) {
+  {
+    pqxx::connection conn(url());
+    for (const EmbeddedMigration& m : EmbeddedMigrations()) {
+      if (m.version > 3) break;
+      pqxx::work tx(conn);
+      tx.exec(std::string(m.sql));
+      if (m.version == 1) {
+        tx.exec(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT "
+            "NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
+      }
+      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
+                     std::string(m.name));
+      tx.commit();
+    }
+  }
+  DeviceFingerprint evil = H100();
+  evil.name = "Evil;GPU=1";
+  const std::string old_evil_key =
+      "v1;backend=cudnn;name=Evil_GPU_1;cc=9.0;sm=132;mem=85045379072;cudnn=91400;cuda=13000;"
+      "blas=";
+  ASSERT_EQ(evil.Key(),
+            "v1;backend=cudnn;name=Evil%3BGPU%3D1;cc=9.0;sm=132;mem=85045379072;"
+            "cudnn=91400;cuda=13000;blas=");
+  const int64_t old_id = std::bit_cast<int64_t>(Fnv1a64(old_evil_key));
+  const int64_t new_id = std::bit_cast<int64_t>(evil.Hash());
+  const int64_t plain_id = std::bit_cast<int64_t>(H100().Hash());
+  const std::string problem_key = CanonicalKey(Conv3x3(64));
+  const int64_t problem_id = std::bit_cast<int64_t>(StableHash(Conv3x3(64)));
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    const std::string device_columns =
+        "INSERT INTO devices (id, fingerprint_key, backend, name, cc_major, cc_minor, sm_count, "
+        "memory_bytes, cudnn_version, cuda_runtime_version) VALUES ($1, $2, 'cudnn', $3, 9, 0, "
+        "132, 85045379072, 91400, 13000)";
+    tx.exec_params(device_columns, old_id, old_evil_key, evil.name);
+    tx.exec_params(device_columns, plain_id, H100().Key(), H100().name);
+    tx.exec_params(
+        "INSERT INTO problems (id, canonical_key, op, c, h, w, k, r, s, pad_h, pad_w, "
+        "stride_h, stride_w, dilation_h, dilation_w, groups, data_type, compute_type, "
+        "layout, math) VALUES ($1, $2, 'fwd', 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, "
+        "1, 'fp32', 'fp32', 'nchw', 'default')",
+        problem_id, problem_key);
+    for (const int64_t device : {old_id, plain_id}) {
+      tx.exec_params(
+          "INSERT INTO timings (device_id, problem_id, micro_batch, algo, time_ms, "
+          "status) VALUES ($1, $2, 1, 0, 0.5, 'ok')",
+          device, problem_id);
+      tx.exec_params(
+          "INSERT INTO jobs (device_id, problem_id, max_micro_batch, policy) VALUES "
+          "($1, $2, 8, 'all')",
+          device, problem_id);
+      tx.exec_params("INSERT INTO plans (hash, device_id, body) VALUES ($1, $1, 'x')", device);
+    }
+    tx.exec_params("INSERT INTO workers (id, device_id) VALUES ('evil-worker', $1)", old_id);
+    tx.commit();
+  }
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto summary = store->Migrate();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->from_version, 3);
+  EXPECT_EQ(summary->to_version, Store::LatestSchemaVersion());
+
+  auto count = [&](const std::string& sql, int64_t id) {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    return tx.exec_params1(sql, id)[0].as<int64_t>();
+  };
+  // The escaped key's id as C++ computes it, so the SQL FNV-1a agrees with Fnv1a64.
+  EXPECT_EQ(count("SELECT count(*) FROM devices WHERE id = $1", old_id), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM devices WHERE id = $1", new_id), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM timings WHERE device_id = $1", new_id), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE device_id = $1", new_id), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM workers WHERE device_id = $1", new_id), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM plans WHERE device_id = $1", new_id), 0);
+  // The plain device is untouched, plan included.
+  EXPECT_EQ(count("SELECT count(*) FROM timings WHERE device_id = $1", plain_id), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM plans WHERE device_id = $1", plain_id), 1);
+
+  auto evil_timings = store->GetTimings(evil, Conv3x3(64));
+  ASSERT_TRUE(evil_timings.ok()) << evil_timings.status().ToString();
+  EXPECT_EQ(evil_timings->entries.size(), 1u);
+  // The look-alike name that used to share the key sees nothing now.
+  DeviceFingerprint lookalike = H100();
+  lookalike.name = "Evil_GPU_1";
+  auto lookalike_timings = store->GetTimings(lookalike, Conv3x3(64));
+  ASSERT_TRUE(lookalike_timings.ok());
+  EXPECT_TRUE(lookalike_timings->entries.empty());
+  auto devices = store->ListDevices();
+  ASSERT_TRUE(devices.ok());
+  for (const auto& d : *devices) EXPECT_EQ(d.hash, d.fingerprint.Hash()) << d.fingerprint.Key();
+
+  ConvProblem fma = Conv3x3(64);
+  fma.math = MathMode::kFma;
+  EXPECT_TRUE(store->UpsertProblem(fma).ok());
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "errors.h"
 #include "store_test_util.h"
@@ -160,6 +163,39 @@ TEST(EmbeddedMigrations, NumberedFromOneWithoutGaps) {
   EXPECT_EQ(migrations[0].name, "0001_init");
   EXPECT_NE(migrations[0].sql.find("CREATE TABLE timings"), std::string::npos);
   EXPECT_EQ(Store::LatestSchemaVersion(), migrations.back().version);
+}
+
+// Redaction parses the string as libpq does, so no spelling of the password slips through.
+TEST(RedactConnectionString, HidesThePasswordInEveryForm) {
+  // Each case: the string, then key=value pairs its redaction shows (libpq's order).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"postgresql://user:s3cret@db:5432/x",
+       {"user=user", "password=***", "dbname=x", "host=db", "port=5432"}},
+      {"postgres://user:s%33cret@db/x?sslmode=require",
+       {"user=user", "password=***", "dbname=x", "host=db", "sslmode=require"}},
+      {"postgresql://user@db/x?password=s3cret", {"user=user", "password=***", "host=db"}},
+      {"host=db password=s3cret dbname=x", {"password=***", "dbname=x", "host=db"}},
+      {"host=x password = 'p w' dbname=y", {"password=***", "dbname=y", "host=x"}},
+      {"host=x   password='it\\'s' user='a b'", {"user='a b'", "password=***", "host=x"}},
+      {"host=x sslpassword=s3cret", {"host=x", "sslpassword=***"}},
+  };
+  for (const auto& [url, shown] : cases) {
+    const std::string redacted = RedactConnectionString(url);
+    for (const auto& pair : shown) {
+      EXPECT_NE(redacted.find(pair), std::string::npos) << url << " -> " << redacted;
+    }
+    for (const char* secret : {"s3cret", "s%33cret", "p w", "it"}) {
+      EXPECT_EQ(redacted.find(std::string("=") + secret), std::string::npos)
+          << url << " -> " << redacted;
+    }
+  }
+  // Without a secret the string is shown as given.
+  EXPECT_EQ(RedactConnectionString("postgresql://user@db/x"), "postgresql://user@db/x");
+  EXPECT_EQ(RedactConnectionString("host=db dbname=x"), "host=db dbname=x");
+  // libpq cannot parse it: nothing of it is echoed.
+  EXPECT_EQ(RedactConnectionString("host=db password 's3cret"), "<unparseable connection string>");
+  EXPECT_EQ(RedactConnectionString("postgresql://u:s3cret@[::1/x"),
+            "<unparseable connection string>");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <pqxx/pqxx>
 #include <regex>
 #include <thread>
 
@@ -246,6 +247,34 @@ TEST_F(WorkerProcessTest, OnceDrainsTheQueueAndExitsZero) {
   const std::string log = child.Log();
   EXPECT_THAT(log, HasSubstr("backend: cpu"));
   EXPECT_THAT(log, HasSubstr("queue drained"));
+}
+
+// A database migrated by a newer ucudnn is refused as the server and the CLI refuse it: exit 1
+// with the store's message, before registering or claiming anything.
+TEST_F(WorkerProcessTest, RefusesANewerSchemaWithoutClaimingOrWriting) {
+  const int64_t id = EnqueueSlowJob();
+  ASSERT_GT(id, 0);
+  const int newer = store::Store::LatestSchemaVersion() + 1;
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_the_future')",
+                   newer);
+    tx.commit();
+  }
+  ChildWorker child(ChildFlags({"--once"}), LogPath("child"));
+  ASSERT_TRUE(child.started());
+  const auto status = child.WaitExit(seconds(60));
+  ASSERT_TRUE(status.has_value()) << child.Log();
+  EXPECT_TRUE(ExitedWith(*status, 1)) << child.Log();
+  EXPECT_THAT(child.Log(), HasSubstr(store::CheckSchemaVersion(newer).message()));
+  const store::Job job = GetJob(id);
+  EXPECT_EQ(job.state, store::JobState::kQueued);
+  EXPECT_EQ(job.attempts, 0);
+  EXPECT_TRUE(Records(SlowProblem()).empty());
+  pqxx::connection conn(url());
+  pqxx::nontransaction tx(conn);
+  EXPECT_EQ(tx.exec1("SELECT count(*) FROM workers")[0].as<int64_t>(), 0);
 }
 
 TEST_F(WorkerProcessTest, HelpAndBackendChoice) {

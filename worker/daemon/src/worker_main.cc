@@ -112,19 +112,21 @@ Result<std::unique_ptr<store::Store>> OpenStore(const WorkerOptions& options, in
   }
 }
 
-void CheckSchema(store::Store& store) {
+// A database older than this worker is waited for (the server migrates it; registration is
+// retried). A newer one is refused, as the server and the CLI refuse it: this worker would
+// write rows a schema it does not know may read otherwise.
+Status CheckSchema(store::Store& store) {
   auto version = store.SchemaVersion();
-  if (!version.ok()) return;  // registration reports what matters
+  if (!version.ok()) return Status::Ok();  // registration reports what matters
   const int latest = store::Store::LatestSchemaVersion();
+  if (*version > latest) return store::CheckSchemaVersion(*version);
   if (*version < latest) {
     spdlog::warn(
         "database schema is at version {}, this worker was built for {}: run `ucudnn "
         "migrate` (or start the server, which migrates); registration is retried",
         *version, latest);
-  } else if (*version > latest) {
-    spdlog::warn("database schema version {} is newer than this worker's {}; upgrade the worker",
-                 *version, latest);
   }
+  return Status::Ok();
 }
 
 int RunOfflineMode(const WorkerOptions& options, std::vector<BenchmarkDevice>& devices,
@@ -368,7 +370,10 @@ int WorkerMain(int argc, char** argv) {
     spdlog::error("opening the database: {}", store.status().ToString());
     return 1;
   }
-  CheckSchema(**store);
+  if (const Status schema = CheckSchema(**store); !schema.ok()) {
+    spdlog::error("{}", schema.ToString());
+    return 1;
+  }
 
   Daemon daemon(**store, std::move(devices).value(), config);
   // Detached again before the daemon goes (declared after it, so destroyed first).

@@ -18,8 +18,12 @@ namespace ucudnn::server {
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string database_url;
-  std::vector<std::string> tokens;  // from --tokens, plus --token-file once loaded
+  std::vector<std::string> tokens;  // role admin: --tokens, plus --token-file lines without a role
   std::string token_file;
+  std::vector<std::string> plan_tokens;    // --token-file lines "plan TOKEN"
+  std::vector<std::string> submit_tokens;  // --token-file lines "submit TOKEN"
+  std::vector<std::string> read_tokens;    // --token-file lines "read TOKEN"
+  std::string anonymous_role = "open";     // callers without a token: none, read, plan or open
   std::string tls_cert;
   std::string tls_key;
   std::string log_level = "info";
@@ -77,8 +81,5 @@ std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& con
 
 // --help: every flag with its variable and default.
 std::string HelpText(std::string_view program);
-// "postgresql://user:secret@host/db" -> "postgresql://user:***@host/db" (also password=... in
-// key/value form), for logs.
-std::string RedactDatabaseUrl(std::string_view url);
 
 }  // namespace ucudnn::server

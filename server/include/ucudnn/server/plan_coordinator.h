@@ -49,6 +49,12 @@ struct PlanCall {
   // GetPlan/StreamPlan: enqueue jobs for missing problems and wait up to max_wait_ms.
   // ExplainPlan: neither (it writes nothing and answers at once).
   bool enqueue_and_wait = true;
+  // The caller may create rows: jobs, problems, plan-cache rows (roles plan and admin). Without,
+  // the plan is made from the timings there are and only the in-process caches are filled.
+  bool may_write = true;
+  // The caller may create a device row (roles submit and admin). Without, a device the store does
+  // not know is planned read-only (nothing enqueued): a made-up device writes nothing.
+  bool may_register_device = true;
   // Read and write the plan caches (ExplainPlan needs the NetworkPlan itself, so it plans).
   bool use_plan_cache = true;
   // StreamPlan's progress: problems with all timings present, of the total distinct problems.
@@ -107,6 +113,10 @@ class PlanCoordinator {
                                                       bool* from_database);
   void Remember(std::string_view raw_request, uint64_t device_hash,
                 const std::vector<ProblemSlot>& slots, const ContentKey& key);
+  // While the database is unreachable: the complete plan these exact request bytes were last
+  // answered with, if this process still holds it (it may predate timings measured since, which
+  // cannot be checked now); nullptr otherwise.
+  std::shared_ptr<const std::string> LastKnownPlan(std::string_view raw_request);
 
   // A plan in the in-process cache, with the check hash of the content it answers.
   struct CachedPlan {

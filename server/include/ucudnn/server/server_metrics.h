@@ -25,6 +25,9 @@ struct DeviceJobGauge {
   int64_t expired = 0;  // running with an expired lease (its worker died?)
 };
 
+// Devices with labels of their own in ucudnn_device_jobs; the rest are summed as "other".
+inline constexpr size_t kMaxDeviceLabels = 64;
+
 // What a scrape found besides the counters.
 struct ScrapeSnapshot {
   bool database_up = false;
@@ -43,7 +46,8 @@ class ServerMetrics {
 
   // One finished RPC: counts and latency by method and gRPC code.
   void RecordRpc(std::string_view method, grpc::StatusCode code, double seconds);
-  // tier: "memory" (in-process LRU) or "database".
+  // tier: "memory" (in-process LRU), "database", or "memory_database_down" (the in-process plan
+  // last answered to the same request bytes, served while the database is unreachable).
   void RecordPlanCacheHit(std::string_view tier);
   void RecordPlanCacheMiss();
   void RecordPlanComputed(bool complete, double seconds);

@@ -76,8 +76,9 @@ class BlockingCallRunner {
 class PlannerServiceImpl final
     : public v1::PlannerService::WithRawCallbackMethod_GetPlan<v1::PlannerService::Service> {
  public:
-  PlannerServiceImpl(PlanCoordinator* coordinator, ServerMetrics* metrics, int max_blocking_calls)
-      : coordinator_(coordinator), metrics_(metrics), runner_(max_blocking_calls) {}
+  PlannerServiceImpl(PlanCoordinator* coordinator, ServerMetrics* metrics,
+                     const TokenAuthenticator* auth, int max_blocking_calls)
+      : coordinator_(coordinator), metrics_(metrics), auth_(auth), runner_(max_blocking_calls) {}
 
   grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
@@ -93,6 +94,7 @@ class PlannerServiceImpl final
  private:
   PlanCoordinator* coordinator_;
   ServerMetrics* metrics_;
+  const TokenAuthenticator* auth_;
   BlockingCallRunner runner_;
 };
 

@@ -188,6 +188,13 @@ struct StoreOptions {
 // not set (URI or key=value form). kInvalidArgument when libpq cannot parse it.
 Result<std::string> WithConnectionDefaults(const std::string& url);
 
+// The connection string as it may be logged or shown: parsed by libpq's own parser
+// (PQconninfoParse, URI and key=value forms alike), so a password however written
+// ("postgresql://u:p@h/db", "?password=p", "password = 'p w'") is found. Without a secret
+// (password, sslpassword) the string is returned as given; with one, as the parsed key=value
+// pairs with each secret shown as ***. A string libpq cannot parse is not echoed at all.
+std::string RedactConnectionString(std::string_view url);
+
 // ---- The store -------------------------------------------------------------------------------
 
 // Thread-safe: any number of threads may call any method at once; each call borrows one pooled
@@ -222,6 +229,8 @@ class Store {
   // Inserts the device if new; returns its key (fingerprint.Hash()). kInvalidArgument for an
   // invalid fingerprint, kAlreadyExists when another fingerprint already owns the same hash.
   Result<uint64_t> UpsertDevice(const DeviceFingerprint& fingerprint);
+  // Whether a device row with this key (fingerprint.Hash()) exists.
+  Result<bool> DeviceExists(uint64_t device_hash);
   // Inserts the problem if new; returns its key (StableHash(problem)). kInvalidArgument for an
   // invalid problem, kAlreadyExists on a hash collision with a different canonical key.
   Result<uint64_t> UpsertProblem(const ConvProblem& problem);
