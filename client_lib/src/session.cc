@@ -489,6 +489,33 @@ void Session::Declare(const ConvProblem& problem, int64_t batch, uint64_t limit,
   }
 }
 
+int64_t Session::PlannedWorkspace(const ConvProblem& problem, int64_t batch, uint64_t limit) {
+  if (!config_.enabled) {
+    passthrough_calls_.fetch_add(1, std::memory_order_relaxed);
+    return -1;
+  }
+  const uint64_t hash = KernelKeyHash(problem, batch);
+  KernelState* kernel = table_.Find(hash, problem, batch);
+  if (kernel == nullptr && !table_full_.load(std::memory_order_relaxed)) {
+    kernel = Register(problem, batch, hash, limit, {});
+  }
+  if (kernel == nullptr) {
+    untracked_calls_.fetch_add(1, std::memory_order_relaxed);
+    return -1;
+  }
+  const PlanEntry* plan = kernel->plan.load(std::memory_order_acquire);
+  if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
+    int64_t needed = plan->required_bytes.load(std::memory_order_acquire);
+    if (needed == PlanEntry::kUnverified) needed = Verify(*plan, problem);
+    if (needed >= 0 && !plan->library_workspace) return needed;
+    // Execute() rejects a slice smaller than the plan needs; so does this answer.
+    if (needed >= 0 && static_cast<uint64_t>(needed) <= plan->workspace_slice) return 0;
+    if (needed >= 0) kernel->rejected_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  kernel->fallback_calls.fetch_add(1, std::memory_order_relaxed);
+  return -1;
+}
+
 void Session::Prepare(const std::vector<Kernel>& kernels) {
   for (const Kernel& kernel : kernels) {
     Declare(kernel.problem, kernel.mini_batch, config_.workspace_bytes, kernel.name);
