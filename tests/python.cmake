@@ -7,7 +7,7 @@ target_link_libraries(ucudnn_test_write_plan_cache PRIVATE ucudnn_client_core uc
 target_include_directories(ucudnn_test_write_plan_cache PRIVATE
   ${PROJECT_SOURCE_DIR}/client_lib/src)
 
-foreach(python_suite test_torch_adapter)
+foreach(python_suite test_torch_adapter test_torch_bench_script)
   add_test(NAME python_${python_suite}
            COMMAND ${UCUDNN_SYSTEM_PYTHON3} -m unittest -v ${python_suite}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/python/tests)
