@@ -183,6 +183,9 @@ class Session {
   Session(ConvBackend& backend, const ClientConfig& config, std::unique_ptr<PlanSource> source,
           SessionHooks hooks);
 
+  // The kernel's entry, registered (with `limit`) at first sight; nullptr when the table is full.
+  KernelState* FindOrRegister(const ConvProblem& problem, int64_t batch, uint64_t limit,
+                              std::string_view name = {});
   // Rare path: first sight of a kernel. Takes the mutex; nullptr when the table is full.
   KernelState* Register(const ConvProblem& problem, int64_t batch, uint64_t hash, uint64_t limit,
                         std::string_view name);

@@ -100,6 +100,17 @@ def assert_close(test, actual, expected, what):
     test.assertLess(error, 1e-4 * scale, f"{what}: max error {error} (scale {scale})")
 
 
+def assert_same_step(test, model, reference, x):
+    """The output and every gradient of one step of `model` are `reference`'s."""
+    y, gx, grads = step(model, x)
+    y_ref, gx_ref, grads_ref = step(reference, x)
+    assert_close(test, y, y_ref, "y")
+    assert_close(test, gx, gx_ref, "dx")
+    test.assertEqual(set(grads), set(grads_ref))
+    for param in grads_ref:
+        assert_close(test, grads[param], grads_ref[param], f"d{param}")
+
+
 class OptionsTest(unittest.TestCase):
     def test_unknown_option_is_named(self):
         with self.assertRaisesRegex(TypeError, "unknown option 'sever'"):
@@ -150,12 +161,7 @@ class PlannedTest(unittest.TestCase):
                 x = torch.randn(*input_shape)
                 kernels = planned(model, x.clone().requires_grad_(True), self.dir.name)
                 self.assertEqual(kernels, 3, "forward, backward-data and backward-filter")
-                y, gx, grads = step(model, x)
-                y_ref, gx_ref, grads_ref = step(reference, x)
-                assert_close(self, y, y_ref, "y")
-                assert_close(self, gx, gx_ref, "dx")
-                for param in grads_ref:
-                    assert_close(self, grads[param], grads_ref[param], f"d{param}")
+                assert_same_step(self, model, reference, x)
                 stats = ut.stats(model)
                 self.assertEqual(stats["planned_calls"], 3, stats)
                 self.assertEqual(stats["fallback_calls"], 0, stats)
@@ -169,12 +175,7 @@ class PlannedTest(unittest.TestCase):
         x = torch.randn(4, 3, 9, 9)
         # Layer 1 without backward-data (its input needs no gradient here), layer 2 with.
         self.assertEqual(planned(model, x, self.dir.name), 5)
-        y, gx, grads = step(model, x)
-        y_ref, gx_ref, grads_ref = step(reference, x)
-        assert_close(self, y, y_ref, "y")
-        assert_close(self, gx, gx_ref, "dx")
-        for param in grads_ref:
-            assert_close(self, grads[param], grads_ref[param], f"d{param}")
+        assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
         # The step's x needs its gradient: layer 1's backward-data has no plan and runs
         # PyTorch's convolution.
@@ -232,13 +233,7 @@ class FallbackTest(unittest.TestCase):
         reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
                                   nn.Conv2d(4, 4, 3, groups=2))
         model = ut.convert(copy.deepcopy(reference), cache_path="off", **config)
-        x = torch.randn(2, 3, 7, 7)
-        y, gx, grads = step(model, x)
-        y_ref, gx_ref, grads_ref = step(reference, x)
-        assert_close(self, y, y_ref, "y")
-        assert_close(self, gx, gx_ref, "dx")
-        for param in grads_ref:
-            assert_close(self, grads[param], grads_ref[param], f"d{param}")
+        assert_same_step(self, model, reference, torch.randn(2, 3, 7, 7))
         stats = ut.stats(model)
         self.assertEqual(stats["kernels"], 6, stats)  # the library saw every kernel
         self.assertEqual(stats["planned_calls"], 0, stats)
