@@ -128,12 +128,16 @@ class _Conv:
         workspace = None
         if needed > 0:
             workspace = torch.empty(needed, dtype=torch.uint8, device=x.device)
-        stream = None
-        if x.device.type == "cuda":
-            stream = torch.cuda.current_stream(x.device).cuda_stream
-        return context.convolution(shape, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
-                                   workspace.data_ptr() if workspace is not None else None,
-                                   needed)
+        pointers = (a.data_ptr(), b.data_ptr(), out.data_ptr())
+        workspace_pointer = workspace.data_ptr() if workspace is not None else None
+        if x.device.type != "cuda":
+            return context.convolution(shape, *pointers, None, workspace_pointer, needed)
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        if torch.cuda.current_device() == x.device.index:
+            return context.convolution(shape, *pointers, stream, workspace_pointer, needed)
+        # cuDNN runs on the current device: the context's (the tensors') for the call.
+        with torch.cuda.device(x.device):
+            return context.convolution(shape, *pointers, stream, workspace_pointer, needed)
 
     def record(self, x, weight, fmt, needs_input_grad):
         """prepare(): the kernels this convolution will run in a training step."""
@@ -229,15 +233,15 @@ def _torch_backward(conv, x, weight, grad_y, need_x, need_w):
 
 def _autocast_dtype(device):
     """The dtype autocast casts a convolution to on `device`, or None when it is off there."""
-    if device.type == "cuda" and torch.is_autocast_enabled():
-        if hasattr(torch, "get_autocast_dtype"):  # PyTorch >= 2.4
-            return torch.get_autocast_dtype("cuda")
-        return torch.get_autocast_gpu_dtype()
-    if device.type == "cpu" and torch.is_autocast_cpu_enabled():
-        if hasattr(torch, "get_autocast_dtype"):
-            return torch.get_autocast_dtype("cpu")
-        return torch.get_autocast_cpu_dtype()
-    return None
+    if device.type not in ("cuda", "cpu"):
+        return None
+    if hasattr(torch, "get_autocast_dtype"):  # PyTorch >= 2.4: one API for every device type
+        if not torch.is_autocast_enabled(device.type):
+            return None
+        return torch.get_autocast_dtype(device.type)
+    if device.type == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
 
 
 def _same_padding(kernel, dilation):
