@@ -318,6 +318,21 @@ class StateDictTest(unittest.TestCase):
         again.eval()
         assert_close(self, again(x), original(x), "loaded into a converted model")
 
+    def test_whole_model_copy_and_pickle(self):
+        torch.manual_seed(10)
+        original = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1))
+        converted = ut.convert(copy.deepcopy(original), server="", cache_path="off")
+        x = torch.randn(2, 3, 6, 6)
+        copied = copy.deepcopy(converted)
+        assert_close(self, copied(x), original(x), "deep copy")
+        buffer = io.BytesIO()
+        torch.save(converted, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer)
+        self.assertIs(type(loaded[0]), ut.UcudnnConv2d)
+        assert_close(self, loaded(x), original(x), "pickled whole")
+        self.assertEqual(ut.stats(loaded)["kernels"], 2)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -75,6 +75,17 @@ class Runtime:
     def contexts(self):
         return list(self._contexts.values())
 
+    # A converted model copied shares its runtime (the library's sessions are per process), and
+    # one pickled whole (torch.save(model)) gets a new runtime with the same options when loaded.
+    def __deepcopy__(self, memo):
+        return self
+
+    def __getstate__(self):
+        return {"options": self.options, "workspace_limit": self.workspace_limit}
+
+    def __setstate__(self, state):
+        self.__init__(state["options"], state["workspace_limit"])
+
 
 def _is_channels_last(t):
     return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(
