@@ -201,8 +201,17 @@ set_runpath() {  # runpath, files...
 shopt -s nullglob
 # shellcheck disable=SC2016  # literal $ORIGIN, for the dynamic loader
 set_runpath '$ORIGIN/../lib' "${binaries[@]}"
+# The client library keeps the build's RUNPATH cut to its first entry, $ORIGIN/../lib, which from
+# lib/ is lib/ itself; every other library gets $ORIGIN.
+libraries=()
+for l in "$out"/lib/*.so*; do
+  [ "$with_client" = 1 ] && [ "$l" = "$out/lib/libucudnn_client.so" ] && continue
+  libraries+=("$l")
+done
 # shellcheck disable=SC2016
-set_runpath '$ORIGIN' "$out"/lib/*.so*
+set_runpath '$ORIGIN/../lib' "${client_objects[@]}"
+# shellcheck disable=SC2016
+set_runpath '$ORIGIN' "${libraries[@]}"
 if [ "$with_postgres" = 1 ]; then
   # shellcheck disable=SC2016
   set_runpath '$ORIGIN/../../..' "${pg_objects[@]}"

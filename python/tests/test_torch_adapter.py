@@ -7,6 +7,7 @@ Run through ctest (tests/python.cmake), which sets UCUDNN_LIBRARY and the tool's
 
 import copy
 import io
+import itertools
 import os
 import socket
 import subprocess
@@ -31,8 +32,9 @@ def closed_port():
         return s.getsockname()[1]
 
 
-def write_plan_cache(path, shapes):
-    """Plans for `shapes` (fp32 NCHW ConvShapes) into the cache file at `path`."""
+def write_plan_cache(path, shapes, algos="1,2"):
+    """Plans for `shapes` (fp32 NCHW ConvShapes) into the cache file at `path`, their segments
+    cycling through the CPU algorithms `algos`."""
     lines = sorted({" ".join(str(getattr(shape, f)) for f in (
         "op", "n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
         "dilation_h", "dilation_w", "groups")) for shape in shapes
@@ -40,16 +42,17 @@ def write_plan_cache(path, shapes):
     kernels_file = path + ".kernels"
     with open(kernels_file, "w") as f:
         f.write("\n".join(lines) + "\n")
-    subprocess.run([TOOL, path, str(LIMIT), kernels_file], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([TOOL, path, str(LIMIT), kernels_file, algos], check=True,
+                   stdout=subprocess.DEVNULL)
     return len(lines)
 
 
-def planned(model, sample, directory):
+def planned(model, sample, directory, algos="1,2"):
     """Converts `model` with a plan cache holding micro-batched plans of all its kernels."""
     ut.convert(model, server="", cache_path=os.path.join(directory, "unused.bin"))
     shapes = [s for group in ut.kernels(model, sample).values() for s in group]
     cache = os.path.join(directory, "plans.bin")
-    count = write_plan_cache(cache, shapes)
+    count = write_plan_cache(cache, shapes, algos)
     ut.convert(model, server="", cache_path=cache)  # a new runtime: its sessions load the cache
     return count
 
@@ -153,13 +156,14 @@ class PlannedTest(unittest.TestCase):
         self.dir.cleanup()
 
     def test_every_conv2d_option(self):
-        for name, (kwargs, input_shape) in CASES.items():
-            with self.subTest(name):
+        # Every CPU algorithm: the two im2col ones alternating, and the direct one.
+        for (name, (kwargs, input_shape)), algos in itertools.product(CASES.items(), ("1,2", "0")):
+            with self.subTest(f"{name} algorithms {algos}"):
                 torch.manual_seed(1)
                 reference = nn.Conv2d(**kwargs)
                 model = copy.deepcopy(reference)
                 x = torch.randn(*input_shape)
-                kernels = planned(model, x.clone().requires_grad_(True), self.dir.name)
+                kernels = planned(model, x.clone().requires_grad_(True), self.dir.name, algos)
                 self.assertEqual(kernels, 3, "forward, backward-data and backward-filter")
                 assert_same_step(self, model, reference, x)
                 stats = ut.stats(model)

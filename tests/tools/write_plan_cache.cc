@@ -1,9 +1,10 @@
 // Test helper: writes a local plan cache file (client_lib/src/plan_cache.h) with per-kernel plans
 // for the CPU backend of this machine, so that a client (the Python adapter's tests) runs real
 // micro-batched plans without a server. Each plan splits the mini-batch into halves (power-of-two
-// micro-batches) alternating the two im2col algorithms, with the workspaces the backend reports.
+// micro-batches), its segments cycling through ALGOS (default "1,2": the two im2col algorithms),
+// with the workspaces the backend reports.
 //
-//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE
+//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS]
 //
 // KERNELS_FILE: one kernel a line, "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w
 // groups" with op 0 (forward), 1 (backward-data) or 2 (backward-filter); fp32 NCHW, default math.
@@ -52,7 +53,17 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE");
+  if (argc != 4 && argc != 5) return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE [ALGOS]");
+  std::vector<int> algos;
+  std::istringstream algo_list(argc == 5 ? argv[4] : "1,2");
+  for (std::string algo; std::getline(algo_list, algo, ',');) {
+    if (algo.empty() || algo.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(algo) >= ucudnn::kCpuAlgoCount) {
+      return Fail("ALGOS: expected CPU algorithm ids 0-2 separated by commas, got '" +
+                  std::string(argv[4]) + "'");
+    }
+    algos.push_back(std::stoi(algo));
+  }
   const std::string out = argv[1];
   const uint64_t limit = std::stoull(argv[2]);
   std::ifstream lines(argv[3]);
