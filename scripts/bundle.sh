@@ -6,6 +6,7 @@
 #
 #   scripts/bundle.sh [--build-dir build] [--out .bundle] [--with-tests] [--with-postgres]
 #                     [--only "ucudnn_gpu_tests ucudnn-bench-engine"] [--gpu-suite] [--no-cudart]
+#                     [--with-client]
 #
 #   --build-dir DIR   the CMake build directory whose bin/ is bundled (default: build)
 #   --out DIR         where the bundle is made; replaced if it exists (default: .bundle)
@@ -16,6 +17,8 @@
 #                     benchmark): about 42 MB, most of it OpenBLAS. Without it every executable is
 #                     taken, and gRPC, protobuf, libpqxx and CBC come along.
 #   --no-cudart       leave the CUDA runtime out (the target has CUDA 13's libcudart)
+#   --with-client     the client library too, as lib/libucudnn_client.so (what python/ucudnn
+#                     loads: scripts/gpu_torch.sh)
 #
 # Layout:
 #   bin/        every executable of BUILD/bin (test binaries, *_test(s), only with --with-tests;
@@ -42,6 +45,7 @@ build="$root/build"
 out="$root/.bundle"
 with_tests=0
 with_postgres=0
+with_client=0
 with_cudart=1
 only=""
 
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --with-tests) with_tests=1; shift ;;
     --with-postgres) with_postgres=1; shift ;;
+    --with-client) with_client=1; shift ;;
     --no-cudart) with_cudart=0; shift ;;
     --only) only="$2"; shift 2 ;;
     --gpu-suite) only="ucudnn_gpu_tests ucudnn-bench-engine"; shift ;;
@@ -128,10 +133,21 @@ if [ "$with_postgres" = 1 ]; then
   done < <(find "$out/lib/postgresql/15" -type f -print0)
 fi
 
+# ---- the client library ---------------------------------------------------------------------------
+client_objects=()
+if [ "$with_client" = 1 ]; then
+  client="$build/lib/libucudnn_client.so"
+  [ -f "$client" ] || die "--with-client: $client not found (build the ucudnn_client target)"
+  # One file under the name python/ucudnn looks for; nothing in the bundle links against it.
+  strip --strip-debug -o "$out/lib/libucudnn_client.so" "$(readlink -f "$client")"
+  chmod 644 "$out/lib/libucudnn_client.so"
+  client_objects+=("$out/lib/libucudnn_client.so")
+fi
+
 # ---- shared libraries -----------------------------------------------------------------------------
 declare -A copied=()
 missing=()
-for obj in "${binaries[@]}" "${pg_objects[@]}"; do
+for obj in "${binaries[@]}" "${pg_objects[@]}" "${client_objects[@]}"; do
   # ldd prints "name => /path (addr)", "name => not found", or "/path (addr)" for the loader.
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
@@ -185,8 +201,17 @@ set_runpath() {  # runpath, files...
 shopt -s nullglob
 # shellcheck disable=SC2016  # literal $ORIGIN, for the dynamic loader
 set_runpath '$ORIGIN/../lib' "${binaries[@]}"
+# The client library keeps the build's RUNPATH cut to its first entry, $ORIGIN/../lib, which from
+# lib/ is lib/ itself; every other library gets $ORIGIN.
+libraries=()
+for l in "$out"/lib/*.so*; do
+  [ "$with_client" = 1 ] && [ "$l" = "$out/lib/libucudnn_client.so" ] && continue
+  libraries+=("$l")
+done
 # shellcheck disable=SC2016
-set_runpath '$ORIGIN' "$out"/lib/*.so*
+set_runpath '$ORIGIN/../lib' "${client_objects[@]}"
+# shellcheck disable=SC2016
+set_runpath '$ORIGIN' "${libraries[@]}"
 if [ "$with_postgres" = 1 ]; then
   # shellcheck disable=SC2016
   set_runpath '$ORIGIN/../../..' "${pg_objects[@]}"

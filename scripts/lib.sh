@@ -16,6 +16,8 @@ UCUDNN_DEBIAN_PACKAGES=(
   # (patchelf: RUNPATH $ORIGIN on every bundled library); the scripts' shellcheck test.
   python3 python3-yaml python3-jsonschema python3-kubernetes docker-compose systemd
   patchelf shellcheck
+  # python/ucudnn's PyTorch adapter and its tests (CPU PyTorch 1.13 under /usr/bin/python3).
+  python3-torch
 )
 
 # Tools installed from Debian only when their command is missing: a machine may have them from

@@ -9,6 +9,7 @@ ucudnn_add_test(NAME ucudnn_client_tests
     client/session_test.cc
     client/recovery_test.cc
     client/contribution_test.cc
+    client/shape_problem_test.cc
   LIBS ${ucudnn_client_test_libs}
   TIMEOUT 120)
 target_include_directories(ucudnn_client_tests PRIVATE ${PROJECT_SOURCE_DIR}/client_lib/src)

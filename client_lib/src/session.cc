@@ -224,12 +224,7 @@ Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOpe
     return undivided.Run(algo, workspace, workspace_bytes);
   }
 
-  const uint64_t hash = KernelKeyHash(problem, batch);
-  KernelState* kernel = table_.Find(hash, problem, batch);
-  // Once the table is full, an unknown kernel stays unknown: no mutex, no allocation.
-  if (kernel == nullptr && !table_full_.load(std::memory_order_relaxed)) {
-    kernel = Register(problem, batch, hash, workspace_bytes, {});
-  }
+  KernelState* kernel = FindOrRegister(problem, batch, workspace_bytes);
   if (kernel == nullptr) {
     untracked_calls_.fetch_add(1, std::memory_order_relaxed);
     UCUDNN_ASSIGN_OR_RETURN(const int algo, undivided.ChooseAlgorithm(workspace_bytes));
@@ -487,11 +482,41 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
 void Session::Declare(const ConvProblem& problem, int64_t batch, uint64_t limit,
                       std::string_view name) {
   if (!config_.enabled) return;
+  (void)FindOrRegister(problem, batch, limit, name);
+}
+
+KernelState* Session::FindOrRegister(const ConvProblem& problem, int64_t batch, uint64_t limit,
+                                     std::string_view name) {
   const uint64_t hash = KernelKeyHash(problem, batch);
-  if (table_.Find(hash, problem, batch) == nullptr &&
-      !table_full_.load(std::memory_order_relaxed)) {
-    Register(problem, batch, hash, limit, name);
+  KernelState* kernel = table_.Find(hash, problem, batch);
+  // Once the table is full, an unknown kernel stays unknown: no mutex, no allocation.
+  if (kernel == nullptr && !table_full_.load(std::memory_order_relaxed)) {
+    kernel = Register(problem, batch, hash, limit, name);
   }
+  return kernel;
+}
+
+int64_t Session::PlannedWorkspace(const ConvProblem& problem, int64_t batch, uint64_t limit) {
+  if (!config_.enabled) {
+    passthrough_calls_.fetch_add(1, std::memory_order_relaxed);
+    return -1;
+  }
+  KernelState* kernel = FindOrRegister(problem, batch, limit);
+  if (kernel == nullptr) {
+    untracked_calls_.fetch_add(1, std::memory_order_relaxed);
+    return -1;
+  }
+  const PlanEntry* plan = kernel->plan.load(std::memory_order_acquire);
+  if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
+    int64_t needed = plan->required_bytes.load(std::memory_order_acquire);
+    if (needed == PlanEntry::kUnverified) needed = Verify(*plan, problem);
+    if (needed >= 0 && !plan->library_workspace) return needed;
+    // Execute() rejects a slice smaller than the plan needs; so does this answer.
+    if (needed >= 0 && static_cast<uint64_t>(needed) <= plan->workspace_slice) return 0;
+    if (needed >= 0) kernel->rejected_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  kernel->fallback_calls.fetch_add(1, std::memory_order_relaxed);
+  return -1;
 }
 
 void Session::Prepare(const std::vector<Kernel>& kernels) {

@@ -123,6 +123,13 @@ class Session {
   // is looked up or asked for now, for `limit` in per-kernel mode.
   void Declare(const ConvProblem& problem, int64_t batch, uint64_t limit,
                std::string_view name = {});
+  // For callers that run a kernel without a plan themselves (the shape-level C API): declares
+  // the kernel as Declare() does, then the workspace the caller must pass for its plan to run
+  // (0 when the plan runs in the library's workspace, total modes), or -1 when it has no plan
+  // that can run here now; the caller then runs the call itself, and it is counted as this
+  // kernel's fallback call (passthrough when disabled, untracked beyond the table). Allocation-free
+  // once the kernel is known.
+  int64_t PlannedWorkspace(const ConvProblem& problem, int64_t batch, uint64_t limit);
   // Total modes: declares `kernels` (their problems and mini-batches) and plans the network of
   // every kernel declared so far now. Per-kernel mode: declares them with the configured limit.
   void Prepare(const std::vector<Kernel>& kernels);
@@ -176,6 +183,9 @@ class Session {
   Session(ConvBackend& backend, const ClientConfig& config, std::unique_ptr<PlanSource> source,
           SessionHooks hooks);
 
+  // The kernel's entry, registered (with `limit`) at first sight; nullptr when the table is full.
+  KernelState* FindOrRegister(const ConvProblem& problem, int64_t batch, uint64_t limit,
+                              std::string_view name = {});
   // Rare path: first sight of a kernel. Takes the mutex; nullptr when the table is full.
   KernelState* Register(const ConvProblem& problem, int64_t batch, uint64_t hash, uint64_t limit,
                         std::string_view name);

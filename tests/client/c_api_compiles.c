@@ -1,6 +1,7 @@
-/* The C API header compiles as C (C99 and later) and its functions link; the GPU test calls
- * this. */
+/* The C API headers compile as C (C99 and later) and the descriptor API's functions link; the
+ * GPU test calls this. (The shape-level API is exercised through ctypes by python/tests.) */
 #include "ucudnn/client/ucudnn_c.h"
+#include "ucudnn/client/ucudnn_shape.h"
 
 /* Creates a handle over `cudnn`, reads its counters and destroys it; returns the first failure. */
 cudnnStatus_t ucudnn_test_c_api_roundtrip(cudnnHandle_t cudnn, uint64_t* kernels) {

@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "c_stats.h"
 #include "cudnn/guard.h"
 #include "ucudnn/client/handle.h"
 #include "ucudnn/client/ucudnn_c.h"
@@ -191,23 +192,7 @@ cudnnStatus_t ucudnnContribute(ucudnnHandle_t handle, int* problemsSubmitted) {
 cudnnStatus_t ucudnnGetStats(ucudnnHandle_t handle, ucudnnStats_t* stats) {
   if (stats == nullptr) return CUDNN_STATUS_BAD_PARAM;
   return WithHandle("ucudnnGetStats", handle, [&](ucudnn::Handle& h) {
-    const ucudnn::ClientStats s = h.Stats();
-    stats->kernels = s.kernels;
-    stats->kernels_planned = s.kernels_planned;
-    stats->planned_calls = s.planned_calls;
-    stats->fallback_calls = s.fallback_calls;
-    stats->rejected_plan_calls = s.rejected_plan_calls;
-    stats->passthrough_calls = s.passthrough_calls;
-    stats->untracked_calls = s.untracked_calls;
-    stats->plan_requests = s.plan_requests;
-    stats->plan_request_failures = s.plan_request_failures;
-    stats->plans_received = s.plans_received;
-    stats->plans_from_cache = s.plans_from_cache;
-    stats->failed_plans = s.failed_plans;
-    stats->recovered_calls = s.recovered_calls;
-    stats->contributed_problems = s.contributed_problems;
-    stats->contributed_timings = s.contributed_timings;
-    stats->contribution_failures = s.contribution_failures;
+    *stats = ucudnn::client::ToCStats(h.Stats());
     return CUDNN_STATUS_SUCCESS;
   });
 }

@@ -9,6 +9,7 @@
 #include <exception>
 #include <new>
 
+#include "guard_core.h"
 #include "log.h"
 
 namespace ucudnn::client {
@@ -28,19 +29,6 @@ cudnnStatus_t GuardStatus(const char* function, Body&& body) noexcept {
     client::Log().error("{}: unknown exception", function);
   }
   return CUDNN_STATUS_INTERNAL_ERROR;
-}
-
-// The same for functions without a status: `on_error` is the answer.
-template <typename T, typename Body>
-T Guard(const char* function, T on_error, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    client::Log().error("{}: {}", function, e.what());
-  } catch (...) {
-    client::Log().error("{}: unknown exception", function);
-  }
-  return on_error;
 }
 
 }  // namespace ucudnn::client

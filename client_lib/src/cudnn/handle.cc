@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cudnn/descriptors.h"
+#include "cudnn/device.h"
 #include "cudnn/guard.h"
 #include "session.h"
 #include "ucudnn/core/cudnn_backend.h"
@@ -24,6 +25,8 @@ namespace {
 using client::Guard;
 using client::GuardStatus;
 
+using client::CurrentDeviceGuard;
+using client::MakeContributionBackend;
 using client::ParsedConvolution;
 
 cudnnStatus_t ToCudnnStatus(const Status& status) {
@@ -161,44 +164,6 @@ class CudnnUndividedRunner final : public client::UndividedRunner {
   bool ran_ = false;
   cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
 };
-
-// Restores the calling thread's current device on scope exit: contribution makes a backend of its
-// own on the job's device, which sets that device current, and the framework's thread must find
-// its device as it left it.
-class CurrentDeviceGuard {
- public:
-  CurrentDeviceGuard() { saved_ = cudaGetDevice(&device_) == cudaSuccess; }
-  ~CurrentDeviceGuard() {
-    int now = -1;
-    if (saved_ && cudaGetDevice(&now) == cudaSuccess && now != device_) {
-      const cudaError_t error = cudaSetDevice(device_);
-      if (error != cudaSuccess) {
-        client::Log().error("cannot make device {} current again: {}", device_,
-                            cudaGetErrorString(error));
-      }
-    }
-  }
-  CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
-  CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
-
- private:
-  int device_ = 0;
-  bool saved_ = false;
-};
-
-// Contribution's backend: a cuDNN handle and a stream of the library's own on the job's device
-// (never the caller's handle or stream), made after the device went idle, so that the benchmarks
-// measure the GPU alone and not the training step's kernels beside them.
-Result<std::unique_ptr<ConvBackend>> MakeContributionBackend(int device) {
-  cudaError_t error = cudaSetDevice(device);
-  if (error == cudaSuccess) error = cudaDeviceSynchronize();
-  if (error != cudaSuccess) {
-    return Unavailable(std::string("waiting for the device to be idle: ") +
-                       cudaGetErrorString(error));
-  }
-  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<CudnnBackend> backend, CudnnBackend::Create(device));
-  return std::unique_ptr<ConvBackend>(std::move(backend));
-}
 
 ConvOp ToConvOp(Handle::ConvolutionKernel::Op op) {
   switch (op) {

@@ -18,38 +18,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ucudnn/client/ucudnn_types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct ucudnnContext* ucudnnHandle_t;
-
-/* Counters, as ucudnn::ClientStats. */
-typedef struct ucudnnStats {
-  uint64_t kernels;
-  uint64_t kernels_planned;
-  uint64_t planned_calls;
-  uint64_t fallback_calls;
-  uint64_t rejected_plan_calls;
-  uint64_t passthrough_calls;
-  uint64_t untracked_calls;
-  uint64_t plan_requests;
-  uint64_t plan_request_failures;
-  uint64_t plans_received;
-  uint64_t plans_from_cache;
-  uint64_t failed_plans;
-  uint64_t recovered_calls;
-  uint64_t contributed_problems;
-  uint64_t contributed_timings;
-  uint64_t contribution_failures;
-} ucudnnStats_t;
-
-/* Which convolution a kernel of ucudnnPrepareKernels computes. */
-typedef enum {
-  UCUDNN_CONVOLUTION_FORWARD = 0,
-  UCUDNN_CONVOLUTION_BACKWARD_DATA = 1,
-  UCUDNN_CONVOLUTION_BACKWARD_FILTER = 2
-} ucudnnConvolutionOp_t;
 
 /* One convolution of the network, as ucudnn::Handle::ConvolutionKernel: xDesc is the
  * input-shaped tensor (x, or dx for backward-data), wDesc the filter (w or dw), yDesc the

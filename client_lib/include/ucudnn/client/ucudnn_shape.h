@@ -1,0 +1,124 @@
+/* The shape-level C API of the ucudnn client library: convolutions given by their dimensions and
+ * raw pointers instead of cuDNN descriptors, for frameworks that do not call cuDNN through a
+ * handle the library can wrap (PyTorch: python/ucudnn/torch.py calls this through ctypes).
+ *
+ *   ucudnnShapeContext_t ctx;  ucudnnShapeCreate(&ctx, "cudnn", NULL);   current GPU, UCUDNN_*
+ *   ucudnnConvShape_t shape = {UCUDNN_CONVOLUTION_FORWARD, n, c, h, w, k, r, s, ...};
+ *   size_t bytes;
+ *   if (ucudnnShapeWorkspaceSize(ctx, &shape, 0, &bytes) == UCUDNN_SHAPE_SUCCESS &&
+ *       ucudnnShapeConvolution(ctx, &shape, x, w, y, stream, ws, bytes, 1, 0)
+ *           == UCUDNN_SHAPE_SUCCESS) { ... ran as the plan's micro-batches ... }
+ *   else { ... run the framework's own convolution ... }
+ *
+ * A kernel without a plan that can run now answers UCUDNN_SHAPE_NO_PLAN and writes nothing: the
+ * caller runs its own convolution (the framework's choice stays in force until a plan arrives).
+ * The first sight of a kernel asks the planner for it in the background; nothing here waits for
+ * the server.
+ *
+ * Part of the public API (include prefix ucudnn/client/): C only (no cuDNN or CUDA headers). */
+#ifndef UCUDNN_CLIENT_UCUDNN_SHAPE_H_
+#define UCUDNN_CLIENT_UCUDNN_SHAPE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ucudnn/client/ucudnn_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ucudnnShapeContextImpl* ucudnnShapeContext_t;
+
+typedef enum {
+  UCUDNN_SHAPE_SUCCESS = 0,
+  /* No plan for this kernel can run now (none yet, none possible, disabled, too many kernels):
+   * nothing was written; run your own convolution. */
+  UCUDNN_SHAPE_NO_PLAN = 1,
+  /* A field of the shape or an argument is wrong; ucudnnShapeLastError() names it. */
+  UCUDNN_SHAPE_BAD_PARAM = 2,
+  /* The backend is not in this build or has no device (ucudnnShapeCreate). */
+  UCUDNN_SHAPE_UNAVAILABLE = 3,
+  /* The plan's run failed and the output may be partly written (beta != 0 only; with beta = 0
+   * a failed plan answers UCUDNN_SHAPE_NO_PLAN). */
+  UCUDNN_SHAPE_EXECUTION_FAILED = 4,
+  UCUDNN_SHAPE_ALLOC_FAILED = 5,
+  UCUDNN_SHAPE_INTERNAL_ERROR = 6
+} ucudnnShapeStatus_t;
+
+typedef enum {
+  UCUDNN_SHAPE_FLOAT = 0,
+  UCUDNN_SHAPE_HALF = 1,
+  UCUDNN_SHAPE_BFLOAT16 = 2
+} ucudnnShapeDataType_t;
+
+typedef enum { UCUDNN_SHAPE_NCHW = 0, UCUDNN_SHAPE_NHWC = 1 } ucudnnShapeLayout_t;
+
+/* cuDNN's math types; FMA is strict fp32 (no TF32), what PyTorch asks for with TF32 off. */
+typedef enum {
+  UCUDNN_SHAPE_MATH_DEFAULT = 0,
+  UCUDNN_SHAPE_MATH_TENSOR_OP = 1,
+  UCUDNN_SHAPE_MATH_TENSOR_OP_ALLOW_CONVERSION = 2,
+  UCUDNN_SHAPE_MATH_FMA = 3
+} ucudnnShapeMath_t;
+
+/* One convolution (cross-correlation) at mini-batch n. Tensors: x n x c x h x w, w k x (c/groups)
+ * x r x s, y n x k x out_h x out_w, all dense in `layout` (the filter too: KCRS or KRSC). The
+ * data type is that of every tensor; accumulation is fp32. */
+typedef struct ucudnnConvShape {
+  ucudnnConvolutionOp_t op;
+  int64_t n, c, h, w, k, r, s;
+  int64_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups;
+  ucudnnShapeDataType_t data_type;
+  ucudnnShapeLayout_t layout;
+  ucudnnShapeMath_t math;
+} ucudnnConvShape_t;
+
+/* A context on `backend`: "cudnn" (a cuDNN handle of the library's own on the calling thread's
+ * current GPU; operands are device pointers on it) or "cpu" (host pointers; fp32 NCHW). Configured
+ * like ucudnnCreateWithOptions: the UCUDNN_* environment, overridden by `options` ("NAME=value"
+ * pairs separated by ';' or newlines; NULL or ""). In per-kernel mode without
+ * UCUDNN_WORKSPACE_BYTES, each kernel's limit is 64 MiB unless its calls give one. */
+ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char* backend,
+                                      const char* options);
+ucudnnShapeStatus_t ucudnnShapeDestroy(ucudnnShapeContext_t context);
+
+/* The workspace (bytes) the kernel's plan needs from the caller: 0 when it runs in the library's
+ * own workspace (total modes). UCUDNN_SHAPE_NO_PLAN when it has none now: the caller runs its own
+ * convolution, counted as a fallback call in the stats. The first sight of a kernel declares it
+ * and asks for its plan for `limit` bytes in per-kernel mode (0: the configured limit). Call it
+ * once per convolution, before ucudnnShapeConvolution. */
+ucudnnShapeStatus_t ucudnnShapeWorkspaceSize(ucudnnShapeContext_t context,
+                                             const ucudnnConvShape_t* shape, size_t limit,
+                                             size_t* bytes);
+
+/* Runs the kernel's plan on `stream` (a cudaStream_t; ignored on cpu):
+ *   forward:          a = x,  b = w,  out = y     y  = alpha * conv(x, w)   + beta * y
+ *   backward-data:    a = dy, b = w,  out = dx    dx = alpha * convT(dy, w) + beta * dx
+ *   backward-filter:  a = x,  b = dy, out = dw    dw = alpha * corr(x, dy)  + beta * dw
+ * `workspace` holds workspace_bytes (at least what ucudnnShapeWorkspaceSize answered).
+ * UCUDNN_SHAPE_NO_PLAN: nothing usable (no plan, not enough workspace, or the plan failed and
+ * the output is to be rewritten whole): run your own convolution. */
+ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
+                                           const ucudnnConvShape_t* shape, const void* a,
+                                           const void* b, void* out, void* stream, void* workspace,
+                                           size_t workspace_bytes, float alpha, float beta);
+
+/* Declares `count` kernels up front and plans now (the total modes plan them together under one
+ * budget), as ucudnnPrepareKernels. `limit` as in ucudnnShapeWorkspaceSize. */
+ucudnnShapeStatus_t ucudnnShapePrepare(ucudnnShapeContext_t context,
+                                       const ucudnnConvShape_t* shapes, size_t count, size_t limit);
+/* Waits up to timeout_ms for every kernel's answer from the server: UCUDNN_SHAPE_SUCCESS when
+ * none is still waiting, UCUDNN_SHAPE_NO_PLAN on timeout. Not for training steps. */
+ucudnnShapeStatus_t ucudnnShapeWaitForPlans(ucudnnShapeContext_t context, int64_t timeout_ms);
+ucudnnShapeStatus_t ucudnnShapeGetStats(ucudnnShapeContext_t context, ucudnnStats_t* stats);
+
+/* What the last call on this thread that failed with UCUDNN_SHAPE_BAD_PARAM or
+ * UCUDNN_SHAPE_UNAVAILABLE found wrong ("c: must be in [1, 65536], got 0"); "" if none. */
+const char* ucudnnShapeLastError(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* UCUDNN_CLIENT_UCUDNN_SHAPE_H_ */

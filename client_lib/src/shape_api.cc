@@ -1,0 +1,257 @@
+// The shape-level C API (ucudnn_shape.h): a Session over a ShapeBackend. A kernel without a usable
+// plan is not run here: the session's undivided runner is replaced by one that only records that
+// it was asked (DecliningRunner), and the caller is told to run its own convolution.
+#include "ucudnn/client/ucudnn_shape.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "c_stats.h"
+#include "guard_core.h"
+#include "log.h"
+#include "session.h"
+#include "shape_backend.h"
+#include "shape_problem.h"
+#include "ucudnn/client/config.h"
+
+struct ucudnnShapeContextImpl {
+  ucudnn::ClientConfig config;
+  // Destroyed after the session (declared first), which uses it.
+  std::unique_ptr<ucudnn::client::ShapeBackend> backend;
+  std::unique_ptr<ucudnn::client::Session> session;
+  // The backend runs one call at a time (a cuDNN handle is not thread-safe, and its stream is
+  // bound per call); the framework may call from its autograd threads too.
+  std::mutex call_mutex;
+};
+
+namespace {
+
+using ucudnn::Status;
+using ucudnn::StatusCode;
+using ucudnn::client::Guard;
+
+// Per-kernel mode without UCUDNN_WORKSPACE_BYTES: the limit kernels are planned for. The caller
+// of this API allocates what the plan asks (from its own allocator) rather than offering a
+// workspace, so it needs a default; 64 MiB is the cap the project's benchmarks use.
+constexpr uint64_t kDefaultShapeLimit = uint64_t{64} << 20;
+
+thread_local std::string last_error;
+
+ucudnnShapeStatus_t Fail(ucudnnShapeStatus_t code, std::string message) {
+  last_error = std::move(message);
+  return code;
+}
+
+ucudnnShapeStatus_t FromStatus(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return UCUDNN_SHAPE_SUCCESS;
+    case StatusCode::kInvalidArgument:
+      return Fail(UCUDNN_SHAPE_BAD_PARAM, status.message());
+    case StatusCode::kUnavailable:
+      return Fail(UCUDNN_SHAPE_UNAVAILABLE, status.message());
+    case StatusCode::kResourceExhausted:
+      return UCUDNN_SHAPE_ALLOC_FAILED;
+    default:
+      return UCUDNN_SHAPE_EXECUTION_FAILED;
+  }
+}
+
+// The library's exception boundary for this API.
+template <typename Body>
+ucudnnShapeStatus_t Guarded(const char* function, Body&& body) noexcept {
+  return Guard(function, UCUDNN_SHAPE_INTERNAL_ERROR, body);
+}
+
+// Stands in for the undivided run: the caller runs its own convolution instead. Its algorithm
+// choice is a constant, so the session caches it and the no-plan path allocates nothing.
+class DecliningRunner final : public ucudnn::client::UndividedRunner {
+ public:
+  ucudnn::Result<int> ChooseAlgorithm(size_t /*workspace_bytes*/) override { return 0; }
+  Status Run(int /*algo*/, void* /*workspace*/, size_t /*workspace_bytes*/) override {
+    declined_ = true;
+    return Status::Ok();
+  }
+  bool declined() const { return declined_; }
+
+ private:
+  bool declined_ = false;
+};
+
+// The per-kernel limit a declaration asks its plan for.
+uint64_t LimitOf(const ucudnnShapeContextImpl& context, size_t limit) {
+  if (limit != 0) return limit;
+  return context.config.workspace_bytes != 0 ? context.config.workspace_bytes : kDefaultShapeLimit;
+}
+
+ucudnn::Result<ucudnn::client::ShapeKernel> ReadShape(const ucudnnConvShape_t* shape) {
+  if (shape == nullptr) return ucudnn::InvalidArgument("shape: must not be NULL");
+  return ucudnn::client::ToShapeKernel(*shape);
+}
+
+}  // namespace
+
+extern "C" {
+
+ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char* backend,
+                                      const char* options) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  *context = nullptr;
+  if (backend == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "backend: must not be NULL");
+  return Guarded("ucudnnShapeCreate", [&] {
+    auto made = std::make_unique<ucudnnShapeContextImpl>();
+    made->config = ucudnn::ClientConfig::FromEnvironment();
+    if (options != nullptr && options[0] != '\0') made->config = made->config.WithOptions(options);
+    ucudnn::Result<std::unique_ptr<ucudnn::client::ShapeBackend>> shape_backend =
+        ucudnn::client::MakeShapeBackend(backend);
+    if (!shape_backend.ok()) return FromStatus(shape_backend.status());
+    made->backend = std::move(*shape_backend);
+    if (made->config.enabled) {
+      made->session = ucudnn::client::Session::Create(made->backend->backend(), made->config,
+                                                      nullptr, made->backend->hooks());
+    } else {
+      ucudnn::client::Log().info(
+          "disabled (UCUDNN_DISABLE); every kernel runs the caller's own "
+          "convolution");
+    }
+    *context = made.release();
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeDestroy(ucudnnShapeContext_t context) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  return Guarded("ucudnnShapeDestroy", [&] {
+    delete context;
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeWorkspaceSize(ucudnnShapeContext_t context,
+                                             const ucudnnConvShape_t* shape, size_t limit,
+                                             size_t* bytes) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  if (bytes == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "bytes: must not be NULL");
+  *bytes = 0;
+  return Guarded("ucudnnShapeWorkspaceSize", [&] {
+    const auto kernel = ReadShape(shape);
+    if (!kernel.ok()) return FromStatus(kernel.status());
+    if (context->session == nullptr) return UCUDNN_SHAPE_NO_PLAN;
+    std::lock_guard lock(context->call_mutex);
+    const int64_t needed = context->session->PlannedWorkspace(kernel->problem, kernel->batch,
+                                                              LimitOf(*context, limit));
+    if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
+    *bytes = static_cast<size_t>(needed);
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
+                                           const ucudnnConvShape_t* shape, const void* a,
+                                           const void* b, void* out, void* stream, void* workspace,
+                                           size_t workspace_bytes, float alpha, float beta) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  if (a == nullptr || b == nullptr || out == nullptr) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "operands: a, b and out must not be NULL");
+  }
+  if (workspace == nullptr && workspace_bytes > 0) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "workspace: NULL with workspace_bytes > 0");
+  }
+  return Guarded("ucudnnShapeConvolution", [&] {
+    const auto kernel = ReadShape(shape);
+    if (!kernel.ok()) return FromStatus(kernel.status());
+    if (context->session == nullptr) return UCUDNN_SHAPE_NO_PLAN;
+    ucudnn::ConvOperands operands;
+    switch (kernel->problem.op) {
+      case ucudnn::ConvOp::kForward:
+        operands.x = a;
+        operands.w = b;
+        operands.y = out;
+        break;
+      case ucudnn::ConvOp::kBackwardData:
+        operands.dy = a;
+        operands.w = b;
+        operands.dx = out;
+        break;
+      case ucudnn::ConvOp::kBackwardFilter:
+        operands.x = a;
+        operands.dy = b;
+        operands.dw = out;
+        break;
+    }
+    std::lock_guard lock(context->call_mutex);
+    if (Status bound = context->backend->UseStream(stream); !bound.ok()) {
+      ucudnn::client::Log().error("ucudnnShapeConvolution: {}", bound.ToString());
+      return UCUDNN_SHAPE_EXECUTION_FAILED;
+    }
+    DecliningRunner own_convolution;
+    const Status status =
+        context->session->Execute(kernel->problem, kernel->batch, operands, workspace,
+                                  workspace_bytes, alpha, beta, &own_convolution);
+    if (!status.ok()) {
+      ucudnn::client::Log().error("ucudnnShapeConvolution: {}", status.ToString());
+      return FromStatus(status);
+    }
+    return own_convolution.declined() ? UCUDNN_SHAPE_NO_PLAN : UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapePrepare(ucudnnShapeContext_t context,
+                                       const ucudnnConvShape_t* shapes, size_t count,
+                                       size_t limit) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  if (shapes == nullptr && count > 0) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "shapes: NULL with count > 0");
+  }
+  return Guarded("ucudnnShapePrepare", [&] {
+    std::vector<ucudnn::client::ShapeKernel> kernels;
+    kernels.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      auto kernel = ReadShape(&shapes[i]);
+      if (!kernel.ok()) {
+        return Fail(UCUDNN_SHAPE_BAD_PARAM,
+                    "shapes[" + std::to_string(i) + "]: " + kernel.status().message());
+      }
+      kernels.push_back(*kernel);
+    }
+    if (context->session == nullptr) return UCUDNN_SHAPE_SUCCESS;
+    std::lock_guard lock(context->call_mutex);
+    ucudnn::client::Session& session = *context->session;
+    for (const ucudnn::client::ShapeKernel& kernel : kernels) {
+      session.Declare(kernel.problem, kernel.batch, LimitOf(*context, limit));
+    }
+    context->backend->AtQuietPoint([&] { session.Prepare(); });
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeWaitForPlans(ucudnnShapeContext_t context, int64_t timeout_ms) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  return Guarded("ucudnnShapeWaitForPlans", [&] {
+    if (context->session == nullptr) return UCUDNN_SHAPE_SUCCESS;
+    bool answered = false;
+    context->backend->AtQuietPoint([&] {
+      answered = context->session->WaitForPlans(
+          std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 0));
+    });
+    return answered ? UCUDNN_SHAPE_SUCCESS : UCUDNN_SHAPE_NO_PLAN;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeGetStats(ucudnnShapeContext_t context, ucudnnStats_t* stats) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  if (stats == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "stats: must not be NULL");
+  return Guarded("ucudnnShapeGetStats", [&] {
+    *stats = context->session != nullptr ? ucudnn::client::ToCStats(context->session->Stats())
+                                         : ucudnnStats_t{};
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+const char* ucudnnShapeLastError(void) { return last_error.c_str(); }
+
+}  // extern "C"

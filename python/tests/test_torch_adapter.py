@@ -1,0 +1,342 @@
+"""ucudnn.torch against the client library's CPU backend (Debian's python3-torch, CPU).
+
+Planned kernels: the local plan cache file is written by ucudnn_test_write_plan_cache
+($UCUDNN_TEST_PLAN_CACHE_TOOL) with micro-batched plans (halves, two algorithms) for exactly the
+kernels the model runs, so the library really executes micro-batches; its counters prove it.
+Run through ctest (tests/python.cmake), which sets UCUDNN_LIBRARY and the tool's path."""
+
+import copy
+import io
+import itertools
+import os
+import socket
+import subprocess
+import tempfile
+import unittest
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ucudnn.torch as ut
+from ucudnn import _lib
+
+TOOL = os.environ.get("UCUDNN_TEST_PLAN_CACHE_TOOL", "")
+LIMIT = 64 << 20  # the adapter's default per-kernel limit
+
+
+def closed_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_plan_cache(path, shapes, algos="1,2"):
+    """Plans for `shapes` (fp32 NCHW ConvShapes) into the cache file at `path`, their segments
+    cycling through the CPU algorithms `algos`."""
+    lines = sorted({" ".join(str(getattr(shape, f)) for f in (
+        "op", "n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
+        "dilation_h", "dilation_w", "groups")) for shape in shapes
+        if shape.data_type == _lib.FLOAT and shape.layout == _lib.NCHW})
+    kernels_file = path + ".kernels"
+    with open(kernels_file, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    subprocess.run([TOOL, path, str(LIMIT), kernels_file, algos], check=True,
+                   stdout=subprocess.DEVNULL)
+    return len(lines)
+
+
+def planned(model, sample, directory, algos="1,2"):
+    """Converts `model` with a plan cache holding micro-batched plans of all its kernels."""
+    ut.convert(model, server="", cache_path=os.path.join(directory, "unused.bin"))
+    shapes = [s for group in ut.kernels(model, sample).values() for s in group]
+    cache = os.path.join(directory, "plans.bin")
+    count = write_plan_cache(cache, shapes, algos)
+    ut.convert(model, server="", cache_path=cache)  # a new runtime: its sessions load the cache
+    return count
+
+
+def step(model, x):
+    """Forward and backward of a sum-of-squares loss; (y, grad_x, {param: grad})."""
+    x = x.detach().clone().requires_grad_(True)
+    model.zero_grad(set_to_none=True)
+    y = model(x)
+    (y.float() ** 2).sum().backward()
+    return y.detach(), x.grad, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+# Every Conv2d option: (constructor kwargs, input shape).
+CASES = {
+    "plain_3x3": (dict(in_channels=3, out_channels=8, kernel_size=3), (4, 3, 12, 12)),
+    "stride_padding": (dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, padding=1),
+                       (4, 4, 11, 11)),
+    "tuple_options": (dict(in_channels=4, out_channels=6, kernel_size=(3, 5), stride=(2, 1),
+                           padding=(1, 2), dilation=(1, 2)), (4, 4, 10, 13)),
+    "same_odd": (dict(in_channels=4, out_channels=4, kernel_size=3, padding="same"),
+                 (4, 4, 9, 9)),
+    "same_even_dilated": (dict(in_channels=4, out_channels=4, kernel_size=4, padding="same",
+                               dilation=1), (4, 4, 9, 8)),
+    "same_dilated": (dict(in_channels=4, out_channels=4, kernel_size=3, padding="same",
+                          dilation=2), (4, 4, 9, 9)),
+    "valid": (dict(in_channels=4, out_channels=4, kernel_size=3, padding="valid"),
+              (4, 4, 8, 8)),
+    "groups": (dict(in_channels=8, out_channels=4, kernel_size=3, padding=1, groups=2),
+               (4, 8, 7, 7)),
+    "depthwise": (dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=6),
+                  (4, 6, 7, 7)),
+    "no_bias": (dict(in_channels=3, out_channels=5, kernel_size=1, bias=False), (4, 3, 6, 6)),
+    "reflect": (dict(in_channels=3, out_channels=4, kernel_size=3, padding=1,
+                     padding_mode="reflect"), (4, 3, 8, 8)),
+    "replicate": (dict(in_channels=3, out_channels=4, kernel_size=3, padding=2,
+                       padding_mode="replicate"), (4, 3, 8, 8)),
+    "circular": (dict(in_channels=3, out_channels=4, kernel_size=3, padding=(1, 2),
+                      padding_mode="circular"), (4, 3, 8, 8)),
+    "odd_batch": (dict(in_channels=3, out_channels=4, kernel_size=3, padding=1), (5, 3, 6, 6)),
+}
+
+
+def assert_close(test, actual, expected, what):
+    scale = max(1.0, expected.abs().max().item())
+    test.assertEqual(actual.shape, expected.shape, what)
+    error = (actual.double() - expected.double()).abs().max().item()
+    test.assertLess(error, 1e-4 * scale, f"{what}: max error {error} (scale {scale})")
+
+
+def assert_same_step(test, model, reference, x):
+    """The output and every gradient of one step of `model` are `reference`'s."""
+    y, gx, grads = step(model, x)
+    y_ref, gx_ref, grads_ref = step(reference, x)
+    assert_close(test, y, y_ref, "y")
+    assert_close(test, gx, gx_ref, "dx")
+    test.assertEqual(set(grads), set(grads_ref))
+    for param in grads_ref:
+        assert_close(test, grads[param], grads_ref[param], f"d{param}")
+
+
+class OptionsTest(unittest.TestCase):
+    def test_unknown_option_is_named(self):
+        with self.assertRaisesRegex(TypeError, "unknown option 'sever'"):
+            ut.convert(nn.Conv2d(1, 1, 1), sever="x:1")
+
+    def test_not_a_module(self):
+        with self.assertRaisesRegex(TypeError, "expected a torch.nn.Module"):
+            ut.convert("resnet")
+
+    def test_bad_workspace_limit(self):
+        with self.assertRaisesRegex(ValueError, "workspace_limit"):
+            ut.convert(nn.Conv2d(1, 1, 1), workspace_limit=-1)
+
+    def test_bad_shape_is_named_by_the_library(self):
+        context = _lib.Context(_lib.load(), "cpu", "UCUDNN_CACHE_PATH=off")
+        shape = _lib.ConvShape(0, 2, 0, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)  # c = 0
+        with self.assertRaisesRegex(_lib.ShapeError, "BAD_PARAM: shape.c: "):
+            context.workspace_size(shape)
+        with self.assertRaisesRegex(_lib.ShapeError, "backend: unknown backend 'tpu'"):
+            _lib.Context(_lib.load(), "tpu", "")
+
+    def test_subclasses_are_left_alone(self):
+        class Mine(nn.Conv2d):
+            pass
+
+        model = nn.Sequential(Mine(1, 1, 1), nn.Conv2d(1, 1, 1))
+        ut.convert(model, server="", cache_path="off")
+        self.assertIs(type(model[0]), Mine)
+        self.assertIs(type(model[1]), ut.UcudnnConv2d)
+
+
+class PlannedTest(unittest.TestCase):
+    """Kernels with micro-batched plans: forward and both gradients through the library."""
+
+    def setUp(self):
+        self.assertTrue(TOOL and os.path.exists(TOOL), "UCUDNN_TEST_PLAN_CACHE_TOOL is not set")
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_every_conv2d_option(self):
+        # Every CPU algorithm: the two im2col ones alternating, and the direct one.
+        for (name, (kwargs, input_shape)), algos in itertools.product(CASES.items(), ("1,2", "0")):
+            with self.subTest(f"{name} algorithms {algos}"):
+                torch.manual_seed(1)
+                reference = nn.Conv2d(**kwargs)
+                model = copy.deepcopy(reference)
+                x = torch.randn(*input_shape)
+                kernels = planned(model, x.clone().requires_grad_(True), self.dir.name, algos)
+                self.assertEqual(kernels, 3, "forward, backward-data and backward-filter")
+                assert_same_step(self, model, reference, x)
+                stats = ut.stats(model)
+                self.assertEqual(stats["planned_calls"], 3, stats)
+                self.assertEqual(stats["fallback_calls"], 0, stats)
+                self.assertEqual(stats["plans_from_cache"], 3, stats)
+
+    def test_input_gradient(self):
+        torch.manual_seed(2)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        # Layer 1 without backward-data (its input needs no gradient here), layer 2 with.
+        self.assertEqual(planned(model, x, self.dir.name), 5)
+        assert_same_step(self, model, reference, x)
+        stats = ut.stats(model)
+        # The step's x needs its gradient: layer 1's backward-data has no plan and runs
+        # PyTorch's convolution.
+        self.assertEqual(stats["planned_calls"], 5, stats)
+        self.assertEqual(stats["fallback_calls"], 1, stats)
+
+    def test_small_cnn_trains_like_the_original(self):
+        torch.manual_seed(3)
+        original = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, padding="same", padding_mode="reflect"), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+        converted = copy.deepcopy(original)
+        data = torch.randn(8, 3, 12, 12)
+        labels = torch.randint(0, 5, (8,))
+        planned(converted, data, self.dir.name)
+
+        def train(model):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            losses = []
+            for _ in range(5):
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(data), labels)
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.item())
+            return losses
+
+        losses, reference = train(converted), train(original)
+        self.assertLess(reference[-1], reference[0], "the original learns")
+        for mine, theirs in zip(losses, reference):
+            self.assertAlmostEqual(mine, theirs, delta=1e-4 * max(1.0, abs(theirs)))
+        stats = ut.stats(converted)
+        self.assertEqual(stats["planned_calls"], 5 * 8, stats)  # 3 fwd + 2 bwd-data + 3 bwd-filter
+        self.assertEqual(stats["fallback_calls"], 0, stats)
+
+    def test_prepare_declares_the_step(self):
+        torch.manual_seed(4)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
+        x = torch.randn(4, 3, 8, 8)
+        planned(model, x, self.dir.name)
+        ut.prepare(model, x)
+        stats = ut.stats(model)
+        self.assertEqual(stats["kernels"], 5, stats)  # fwd x2, bwd-filter x2, bwd-data of layer 2
+        self.assertEqual(stats["kernels_planned"], 5, stats)
+        self.assertEqual(stats["planned_calls"], 0, "prepare runs nothing through the library")
+
+
+class FallbackTest(unittest.TestCase):
+    """No plan: PyTorch's own convolution, and nothing fails or waits for the server."""
+
+    def check_fallback(self, **config):
+        torch.manual_seed(5)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 4, 3, groups=2))
+        model = ut.convert(copy.deepcopy(reference), cache_path="off", **config)
+        assert_same_step(self, model, reference, torch.randn(2, 3, 7, 7))
+        stats = ut.stats(model)
+        self.assertEqual(stats["kernels"], 6, stats)  # the library saw every kernel
+        self.assertEqual(stats["planned_calls"], 0, stats)
+        self.assertEqual(stats["fallback_calls"], 6, stats)
+        return model
+
+    def test_no_server(self):
+        model = self.check_fallback(server="")
+        self.assertEqual(ut.stats(model)["plan_requests"], 0)
+
+    def test_server_down(self):
+        model = self.check_fallback(server=f"127.0.0.1:{closed_port()}", deadline_ms=300)
+        ut.wait_for_plans(model, 3000)
+        stats = ut.stats(model)
+        self.assertGreaterEqual(stats["plan_request_failures"], 1, stats)
+        # The next step still runs, on PyTorch's convolution.
+        step(model, torch.randn(2, 3, 7, 7))
+        self.assertEqual(ut.stats(model)["planned_calls"], 0)
+
+    def test_disabled(self):
+        model = ut.convert(nn.Conv2d(2, 2, 3), cache_path="off", disable=True)
+        x = torch.randn(1, 2, 5, 5)
+        assert_close(self, model(x), F.conv2d(x, model.weight, model.bias), "y")
+        self.assertEqual(ut.stats(model)["kernels"], 0)
+
+    def test_float64_gradcheck(self):
+        # float64 is not a type the library plans: the autograd wiring (padding modes, 'same'
+        # with an odd total, groups) around PyTorch's convolution, checked numerically.
+        for kwargs in (dict(kernel_size=3, padding="same", dilation=2, padding_mode="zeros"),
+                       dict(kernel_size=4, padding="same"),
+                       dict(kernel_size=3, padding=1, padding_mode="circular", stride=2),
+                       dict(kernel_size=3, padding=(1, 2), padding_mode="reflect", groups=2)):
+            with self.subTest(str(kwargs)):
+                torch.manual_seed(6)
+                conv = ut.convert(nn.Conv2d(2, 4, dtype=torch.float64, **kwargs), server="",
+                                  cache_path="off")
+                x = torch.randn(2, 2, 6, 7, dtype=torch.float64, requires_grad=True)
+                self.assertTrue(torch.autograd.gradcheck(conv._conv_forward,
+                                                         (x, conv.weight, conv.bias)))
+
+    def test_channels_last_and_unbatched(self):
+        torch.manual_seed(7)
+        reference = nn.Conv2d(4, 8, 3, padding=1)
+        model = ut.convert(copy.deepcopy(reference), server="", cache_path="off")
+        x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+        y, y_ref = model(x), reference(x)
+        assert_close(self, y, y_ref, "y")
+        self.assertEqual(y.is_contiguous(memory_format=torch.channels_last),
+                         y_ref.is_contiguous(memory_format=torch.channels_last))
+        single = torch.randn(4, 6, 6)
+        assert_close(self, model(single), reference(single), "unbatched y")
+
+    def test_autocast_cpu_bfloat16(self):
+        torch.manual_seed(8)
+        reference = nn.Conv2d(3, 4, 3)
+        model = ut.convert(copy.deepcopy(reference), server="", cache_path="off")
+        x = torch.randn(2, 3, 6, 6)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, y_ref = model(x), reference(x)
+        self.assertEqual(y.dtype, y_ref.dtype)
+        self.assertEqual(y.dtype, torch.bfloat16)
+        self.assertLess((y.float() - y_ref.float()).abs().max().item(), 1e-2)
+
+
+class StateDictTest(unittest.TestCase):
+    def test_round_trip(self):
+        torch.manual_seed(9)
+        original = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
+        converted = ut.convert(copy.deepcopy(original), server="", cache_path="off")
+        self.assertEqual(list(converted.state_dict()), list(original.state_dict()))
+        buffer = io.BytesIO()
+        torch.save(converted.state_dict(), buffer)
+        buffer.seek(0)
+        fresh = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
+        fresh.load_state_dict(torch.load(buffer))
+        original.eval(), fresh.eval(), converted.eval()
+        x = torch.randn(2, 3, 6, 6)
+        assert_close(self, fresh(x), original(x), "loaded into a plain model")
+        again = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
+                                         nn.Conv2d(4, 2, 1)), server="", cache_path="off")
+        again.load_state_dict(original.state_dict())
+        again.eval()
+        assert_close(self, again(x), original(x), "loaded into a converted model")
+
+    def test_whole_model_copy_and_pickle(self):
+        torch.manual_seed(10)
+        original = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1))
+        converted = ut.convert(copy.deepcopy(original), server="", cache_path="off")
+        x = torch.randn(2, 3, 6, 6)
+        copied = copy.deepcopy(converted)
+        assert_close(self, copied(x), original(x), "deep copy")
+        buffer = io.BytesIO()
+        torch.save(converted, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer)
+        self.assertIs(type(loaded[0]), ut.UcudnnConv2d)
+        assert_close(self, loaded(x), original(x), "pickled whole")
+        self.assertEqual(ut.stats(loaded)["kernels"], 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

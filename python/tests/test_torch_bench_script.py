@@ -1,0 +1,115 @@
+"""bench/torch_adapter.py (the H100 script) on the CPU: its argument checks, its verdicts, and one
+whole suite at toy sizes against a planner that is down, so that the GPU run works first time."""
+
+import contextlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_adapter.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import torch_adapter  # noqa: E402
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ArgumentsTest(unittest.TestCase):
+    def rejects(self, argv, message):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as exit:
+            torch_adapter.parse_args(argv)
+        self.assertEqual(exit.exception.code, 2)
+        self.assertIn(message, stderr.getvalue())
+
+    def test_bad_arguments_are_named(self):
+        self.rejects(["suite", "--out", "x"], "--server")
+        self.rejects(["run", "--steps", "1"], "--steps must be >= 2")
+        self.rejects(["run", "--batch", "0"], "--batch must be >= 1")
+        self.rejects(["run", "--option", "server"], "expected KEY=VALUE")
+        self.rejects(["run", "--device", "tpu"], "invalid choice")
+
+    def test_defaults_are_the_h100_run(self):
+        args = torch_adapter.parse_args(["suite", "--server", "h:1", "--out", "o"])
+        self.assertEqual((args.batch, args.steps, args.image_size, args.device),
+                         (256, 20, 224, "cuda"))
+        names = [name for name, _, _ in torch_adapter.suite_configs(args)]
+        self.assertEqual(names, [
+            "fp32_ucudnn_warmup", "fp32_ucudnn_64mib", "fp32_native_benchmark",
+            "fp32_native_wscap64", "amp_ucudnn_warmup", "amp_ucudnn_64mib",
+            "amp_native_benchmark", "amp_native_wscap64", "fp32_ucudnn_undivided"])
+        env = {name: extra for name, _, extra in torch_adapter.suite_configs(args)}
+        self.assertEqual(env["fp32_native_wscap64"], {"CUDNN_CONV_WSCAP_DBG": "64"})
+
+
+class CompareTest(unittest.TestCase):
+    @staticmethod
+    def result(losses, ms=10.0):
+        return {"losses": losses, "median_step_ms": ms, "time_to_first_fast_step_s": 1.0,
+                "stats": {"planned_calls": 3 * len(losses), "fallback_calls": 0,
+                          "kernels_planned": 3, "kernels": 3}}
+
+    def test_agreeing_losses_pass(self):
+        results = {"fp32_native_benchmark": self.result([2.0, 1.5], 12.0),
+                   "fp32_ucudnn_64mib": self.result([2.001, 1.501], 10.0),
+                   "fp32_native_wscap64": self.result([2.0, 1.5], 15.0)}
+        report, failures = torch_adapter.compare(results)
+        self.assertEqual(failures, [])
+        self.assertAlmostEqual(report["fp32"]["speedup_vs_wscap64"], 1.5)
+        self.assertAlmostEqual(report["fp32"]["speedup_vs_uncapped"], 1.2)
+
+    def test_diverging_losses_and_errors_fail(self):
+        results = {"fp32_native_benchmark": self.result([2.0, 1.5]),
+                   "fp32_ucudnn_64mib": self.result([2.0, 1.9]),
+                   "amp_native_benchmark": {"error": "exit 1"}}
+        _, failures = torch_adapter.compare(results)
+        self.assertEqual(len(failures), 2, failures)
+        self.assertTrue(any("losses differ" in f for f in failures))
+
+
+class CpuRunTest(unittest.TestCase):
+    def test_one_converted_run(self):
+        with tempfile.TemporaryDirectory() as out:
+            path = os.path.join(out, "run.json")
+            subprocess.run([sys.executable, SCRIPT, "run", "--device", "cpu", "--mode", "ucudnn",
+                            "--batch", "2", "--steps", "2", "--image-size", "32",
+                            "--option=server=", "--option=cache_path=off", "--json-out", path],
+                           check=True)
+            with open(path) as f:
+                result = json.load(f)
+        self.assertEqual(len(result["losses"]), 2)
+        self.assertTrue(all(loss == loss and loss > 0 for loss in result["losses"]))
+        # ResNet-50: 53 convolutions; the first has no backward-data. Repeated blocks share
+        # kernels (68 distinct at this size).
+        self.assertEqual(result["adapter_calls"], 2 * (53 * 3 - 1))
+        self.assertEqual(result["stats"]["kernels"], 68)
+        # No server: every call ran PyTorch's convolution, counted as the library's fallback.
+        self.assertEqual(result["stats"]["fallback_calls"], result["adapter_calls"])
+
+    def test_suite_with_the_planner_down(self):
+        with tempfile.TemporaryDirectory() as out:
+            rc = subprocess.run([sys.executable, SCRIPT, "suite", "--device", "cpu",
+                                 "--server", f"127.0.0.1:{closed_port()}", "--out", out,
+                                 "--batch", "2", "--steps", "2", "--image-size", "32",
+                                 "--warm-wait-s", "1"], stdout=subprocess.DEVNULL).returncode
+            with open(os.path.join(out, "torch_adapter.json")) as f:
+                summary = json.load(f)
+        self.assertEqual(summary["failures"], [])
+        self.assertEqual(rc, 0)
+        self.assertEqual(set(summary["report"]), {"fp32", "amp", "adapter_overhead_undivided"})
+        # Nothing planned (the planner is down): every convolution is PyTorch's, losses equal.
+        self.assertEqual(summary["report"]["fp32"]["loss_max_rel_diff"], 0.0)
+        self.assertEqual(summary["runs"]["fp32_ucudnn_64mib"]["stats"]["planned_calls"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,205 @@
+"""The ctypes binding of libucudnn_client.so's shape-level C API (ucudnn_shape.h): no compiler and
+no PyTorch headers needed, one C call per convolution (see the README's design note)."""
+
+import ctypes
+import os
+import threading
+
+# ucudnnShapeStatus_t
+SUCCESS = 0
+NO_PLAN = 1
+BAD_PARAM = 2
+UNAVAILABLE = 3
+EXECUTION_FAILED = 4
+ALLOC_FAILED = 5
+INTERNAL_ERROR = 6
+_STATUS_NAMES = {
+    SUCCESS: "SUCCESS",
+    NO_PLAN: "NO_PLAN",
+    BAD_PARAM: "BAD_PARAM",
+    UNAVAILABLE: "UNAVAILABLE",
+    EXECUTION_FAILED: "EXECUTION_FAILED",
+    ALLOC_FAILED: "ALLOC_FAILED",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+}
+
+# ucudnnConvolutionOp_t, ucudnnShapeDataType_t, ucudnnShapeLayout_t, ucudnnShapeMath_t
+FORWARD, BACKWARD_DATA, BACKWARD_FILTER = 0, 1, 2
+FLOAT, HALF, BFLOAT16 = 0, 1, 2
+NCHW, NHWC = 0, 1
+MATH_DEFAULT, MATH_TENSOR_OP, MATH_TENSOR_OP_ALLOW_CONVERSION, MATH_FMA = 0, 1, 2, 3
+
+_LIBRARY_NAME = "libucudnn_client.so"
+
+
+class ConvShape(ctypes.Structure):
+    """ucudnnConvShape_t."""
+
+    _fields_ = [("op", ctypes.c_int)] + [
+        (name, ctypes.c_int64)
+        for name in ("n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
+                     "dilation_h", "dilation_w", "groups")
+    ] + [("data_type", ctypes.c_int), ("layout", ctypes.c_int), ("math", ctypes.c_int)]
+
+
+STATS_FIELDS = ("kernels", "kernels_planned", "planned_calls", "fallback_calls",
+                "rejected_plan_calls", "passthrough_calls", "untracked_calls", "plan_requests",
+                "plan_request_failures", "plans_received", "plans_from_cache", "failed_plans",
+                "recovered_calls", "contributed_problems", "contributed_timings",
+                "contribution_failures")
+
+
+class Stats(ctypes.Structure):
+    """ucudnnStats_t."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
+
+
+class LibraryNotFound(OSError):
+    pass
+
+
+class ShapeError(RuntimeError):
+    """A call of the C API failed; `status` is its ucudnnShapeStatus_t."""
+
+    def __init__(self, function, status, detail):
+        name = _STATUS_NAMES.get(status, str(status))
+        super().__init__(f"{function}: {name}" + (f": {detail}" if detail else ""))
+        self.status = status
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundle = os.environ.get("UCUDNN_BUNDLE")
+    if bundle:
+        yield os.path.join(bundle, "lib", _LIBRARY_NAME)
+    yield os.path.join(here, "lib", _LIBRARY_NAME)          # installed beside the package
+    yield os.path.join(here, "..", "..", "build", "lib", _LIBRARY_NAME)  # the source tree
+    yield os.path.join(here, "..", "..", ".bundle", "lib", _LIBRARY_NAME)
+
+
+def find_library():
+    """The path of libucudnn_client.so: $UCUDNN_LIBRARY when set (it must exist), else
+    $UCUDNN_BUNDLE/lib, beside the package, the source tree's build/lib or .bundle/lib."""
+    explicit = os.environ.get("UCUDNN_LIBRARY")
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise LibraryNotFound(f"UCUDNN_LIBRARY={explicit}: no such file")
+        return explicit
+    tried = []
+    for path in _candidates():
+        path = os.path.normpath(path)
+        if os.path.isfile(path):
+            return path
+        tried.append(path)
+    raise LibraryNotFound(
+        f"{_LIBRARY_NAME} not found (tried {', '.join(tried)}); build it "
+        "(cmake --preset default && cmake --build build) or set UCUDNN_LIBRARY to its path")
+
+
+class Library:
+    """The loaded library with typed entry points. One per process (load())."""
+
+    def __init__(self, path):
+        self.path = path
+        lib = ctypes.CDLL(path)
+        void_p, size_t, shape_p = ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ConvShape)
+        signatures = {
+            "ucudnnShapeCreate": [ctypes.POINTER(void_p), ctypes.c_char_p, ctypes.c_char_p],
+            "ucudnnShapeDestroy": [void_p],
+            "ucudnnShapeWorkspaceSize": [void_p, shape_p, size_t, ctypes.POINTER(size_t)],
+            "ucudnnShapeConvolution": [void_p, shape_p, void_p, void_p, void_p, void_p, void_p,
+                                       size_t, ctypes.c_float, ctypes.c_float],
+            "ucudnnShapePrepare": [void_p, shape_p, size_t, size_t],
+            "ucudnnShapeWaitForPlans": [void_p, ctypes.c_int64],
+            "ucudnnShapeGetStats": [void_p, ctypes.POINTER(Stats)],
+        }
+        for name, argtypes in signatures.items():
+            function = getattr(lib, name)
+            function.argtypes = argtypes
+            function.restype = ctypes.c_int
+            setattr(self, name[len("ucudnn"):], function)
+        lib.ucudnnShapeLastError.argtypes = []
+        lib.ucudnnShapeLastError.restype = ctypes.c_char_p
+        self._last_error = lib.ucudnnShapeLastError
+
+    def check(self, function, status):
+        """Raises ShapeError unless `status` is SUCCESS or NO_PLAN; returns it."""
+        if status in (SUCCESS, NO_PLAN):
+            return status
+        detail = ""
+        if status in (BAD_PARAM, UNAVAILABLE):
+            detail = (self._last_error() or b"").decode("utf-8", "replace")
+        raise ShapeError(function, status, detail)
+
+
+_loaded = None
+_load_lock = threading.Lock()
+
+
+def load():
+    """The process's Library, loaded at the first call."""
+    global _loaded
+    with _load_lock:
+        if _loaded is None:
+            _loaded = Library(find_library())
+        return _loaded
+
+
+class Context:
+    """A ucudnnShapeContext_t: a session on `backend` ("cudnn": the current GPU; "cpu")."""
+
+    def __init__(self, library, backend, options):
+        self._lib = library
+        handle = ctypes.c_void_p()
+        library.check("ucudnnShapeCreate",
+                      library.ShapeCreate(ctypes.byref(handle), backend.encode(),
+                                          options.encode()))
+        self.handle = handle
+        self.backend = backend
+
+    def close(self):
+        if self.handle:
+            self._lib.check("ucudnnShapeDestroy", self._lib.ShapeDestroy(self.handle))
+            self.handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the process is going away anyway
+            pass
+
+    def workspace_size(self, shape, limit=0):
+        """Bytes the kernel's plan needs from the caller, or None when it has no plan now."""
+        size = ctypes.c_size_t()
+        status = self._lib.check(
+            "ucudnnShapeWorkspaceSize",
+            self._lib.ShapeWorkspaceSize(self.handle, ctypes.byref(shape), limit,
+                                         ctypes.byref(size)))
+        return None if status == NO_PLAN else size.value
+
+    def convolution(self, shape, a, b, out, stream, workspace, workspace_bytes, alpha=1.0,
+                    beta=0.0):
+        """True when the plan ran; False: no usable plan, the caller runs its own convolution."""
+        status = self._lib.check(
+            "ucudnnShapeConvolution",
+            self._lib.ShapeConvolution(self.handle, ctypes.byref(shape), a, b, out, stream,
+                                       workspace, workspace_bytes, alpha, beta))
+        return status == SUCCESS
+
+    def prepare(self, shapes, limit=0):
+        array = (ConvShape * len(shapes))(*shapes)
+        self._lib.check("ucudnnShapePrepare",
+                        self._lib.ShapePrepare(self.handle, array, len(shapes), limit))
+
+    def wait_for_plans(self, timeout_ms):
+        """True when no kernel still waits for the server's answer."""
+        status = self._lib.check("ucudnnShapeWaitForPlans",
+                                 self._lib.ShapeWaitForPlans(self.handle, int(timeout_ms)))
+        return status == SUCCESS
+
+    def stats(self):
+        stats = Stats()
+        self._lib.check("ucudnnShapeGetStats",
+                        self._lib.ShapeGetStats(self.handle, ctypes.byref(stats)))
+        return {name: getattr(stats, name) for name in STATS_FIELDS}

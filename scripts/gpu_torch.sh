@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The PyTorch adapter on a GPU machine (issue 12), from a bundle, with PyTorch 2.x in a venv: the
+# whole stack (PostgreSQL, planner server, cuDNN worker; scripts/stack_up.sh), then
+# bench/torch_adapter.py's suite: ResNet-50 at batch 256, fp32 and AMP fp16 channels-last, native
+# PyTorch against ucudnn.torch (losses agree), step times at a 64 MiB cap, against
+# CUDNN_CONV_WSCAP_DBG=64 and uncapped, the adapter's overhead on undivided plans, and the time to
+# the first fast step. The first ucudnn run of each precision fills the empty database (the worker
+# benchmarks its kernels; a few minutes), so later runs see a warm one.
+#
+#   On the development machine:  cmake --build build -j2
+#                                scripts/bundle.sh --with-postgres --with-client \
+#                                  --only "ucudnn ucudnn-server ucudnn-worker"
+#   On the GPU machine (repo root, .bundle/ copied along):
+#                                bash scripts/gpu_torch.sh [BUNDLE_DIR=.bundle] [--python PY]
+#                                  [--batch 256] [--steps 20] [--image-size 224]
+#   Without a GPU, a smoke test of the script (CPU backend and worker, toy sizes):
+#                                bash scripts/gpu_torch.sh --cpu --python /usr/bin/python3
+#
+# Results go to $OUT (or ./torch-results): torch_adapter.json (report, failures, every run),
+# one JSON and log per run, stack.log, logs.txt. Exit 1 when a run failed or losses disagree.
+set -uo pipefail
+
+bundle=".bundle"
+python=/opt/torch/.venv/bin/python3
+batch=256
+steps=20
+image_size=224
+backend=cudnn
+device=cuda
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) python="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --image-size) image_size="$2"; shift 2 ;;
+    # Batch 8 at 64x64: smaller ones leave batch norm a handful of values per channel in the
+    # last stage, which turns rounding differences into different losses.
+    --cpu) backend=cpu; device=cpu; batch=8; steps=2; image_size=64; shift ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu_torch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) bundle="$1"; shift ;;
+  esac
+done
+results="${OUT:-$(pwd)/torch-results}"
+mkdir -p "$results"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+log() { echo "[gpu_torch $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
+die() { log "$*"; exit 1; }
+
+[ -f "$bundle/bin/env.sh" ] || die "no bundle at '$bundle' (see --help for how to make one)"
+[ -f "$bundle/lib/libucudnn_client.so" ] || die "$bundle has no lib/libucudnn_client.so: make it with --with-client"
+[ -x "$bundle/lib/postgresql/15/bin/postgres" ] || die "$bundle has no PostgreSQL: make it with --with-postgres"
+[ -x "$python" ] || die "no Python at $python (--python PY)"
+if [ "$device" = cuda ]; then
+  "$python" -c 'import torch; assert torch.cuda.is_available(), "CUDA not available"' ||
+    die "$python: torch with CUDA is needed"
+fi
+bundle="$(cd "$bundle" && pwd)"
+chmod +x "$bundle"/bin/* "$bundle"/lib/postgresql/15/bin/* 2>/dev/null || true
+# shellcheck source=/dev/null
+. "$bundle/bin/env.sh"
+export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
+
+# Plans are per device fingerprint, which includes the cuDNN version: the worker must run the
+# cuDNN that PyTorch loads (its wheel's own), not the system's, or no worker serves the training
+# process's device. The worker finds it first through LD_LIBRARY_PATH (the bundle's own libraries
+# still resolve through RUNPATH).
+if [ "$device" = cuda ]; then
+  torch_cudnn_dir="$("$python" - <<'PY'
+import os, torch
+torch.backends.cudnn.version()  # loads libcudnn
+for line in open("/proc/self/maps"):
+    if "libcudnn.so" in line:
+        print(os.path.dirname(line.split()[-1]))
+        break
+PY
+)"
+  if [ -n "$torch_cudnn_dir" ]; then
+    log "worker uses PyTorch's cuDNN from $torch_cudnn_dir"
+    export LD_LIBRARY_PATH="$torch_cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    log "warning: cannot tell which libcudnn PyTorch loads; the worker uses the system's"
+  fi
+fi
+
+# shellcheck source=scripts/stack_up.sh
+. "$root/scripts/stack_up.sh"
+ucudnn health --server "127.0.0.1:$grpc_port" >/dev/null 2>&1 || die "the planner server did not start"
+log "torch $("$python" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
+
+# The suite keeps within what is left of 9 minutes of wall time.
+"$python" "$root/bench/torch_adapter.py" suite --server "127.0.0.1:$grpc_port" --out "$results" \
+  --device "$device" --batch "$batch" --steps "$steps" --image-size "$image_size" 2>&1 |
+  tee -a "$results/stack.log"
+rc=${PIPESTATUS[0]}
+log "suite: exit $rc (report: $results/torch_adapter.json)"
+exit "$rc"

@@ -1,0 +1,19 @@
+# The Python package (python/ucudnn): ucudnn.torch against the CPU backend of the shared library,
+# under Debian's /usr/bin/python3 with its python3-torch (scripts/lib.sh installs it; a python3
+# earlier on the PATH, pyenv's say, has no torch). Planned kernels come from a plan cache file
+# written by ucudnn_test_write_plan_cache. UCUDNN_SYSTEM_PYTHON3 is found in tools.cmake.
+add_executable(ucudnn_test_write_plan_cache tools/write_plan_cache.cc)
+target_link_libraries(ucudnn_test_write_plan_cache PRIVATE ucudnn_client_core ucudnn_core)
+target_include_directories(ucudnn_test_write_plan_cache PRIVATE
+  ${PROJECT_SOURCE_DIR}/client_lib/src)
+
+foreach(python_suite test_torch_adapter test_torch_bench_script)
+  add_test(NAME python_${python_suite}
+           COMMAND ${UCUDNN_SYSTEM_PYTHON3} -m unittest -v ${python_suite}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/python/tests)
+  set_tests_properties(python_${python_suite} PROPERTIES
+    LABELS unit
+    TIMEOUT 600
+    ENVIRONMENT
+      "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;UCUDNN_LIBRARY=$<TARGET_FILE:ucudnn_client>;UCUDNN_TEST_PLAN_CACHE_TOOL=$<TARGET_FILE:ucudnn_test_write_plan_cache>;UCUDNN_LOG_LEVEL=warn;OMP_NUM_THREADS=1")
+endforeach()

@@ -1,0 +1,119 @@
+// Test helper: writes a local plan cache file (client_lib/src/plan_cache.h) with per-kernel plans
+// for the CPU backend of this machine, so that a client (the Python adapter's tests) runs real
+// micro-batched plans without a server. Each plan splits the mini-batch into halves (power-of-two
+// micro-batches), its segments cycling through ALGOS (default "1,2": the two im2col algorithms),
+// with the workspaces the backend reports.
+//
+//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS]
+//
+// KERNELS_FILE: one kernel a line, "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w
+// groups" with op 0 (forward), 1 (backward-data) or 2 (backward-filter); fp32 NCHW, default math.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "plan_cache.h"
+#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/core/plan.h"
+
+namespace {
+
+using ucudnn::ConvProblem;
+
+// Micro-batch sizes: the largest power of two not above half the batch, repeated, the rest in
+// power-of-two pieces (batch 1 stays whole).
+std::vector<int64_t> MicroBatches(int64_t batch) {
+  int64_t micro = 1;
+  while (micro * 2 <= batch / 2) micro *= 2;
+  std::vector<int64_t> sizes;
+  int64_t left = batch;
+  while (left >= micro) {
+    sizes.push_back(micro);
+    left -= micro;
+  }
+  for (int64_t piece = micro / 2; left > 0; piece /= 2) {
+    if (piece <= left) {
+      sizes.push_back(piece);
+      left -= piece;
+    }
+  }
+  return sizes;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "ucudnn_test_write_plan_cache: " << message << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4 && argc != 5) return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE [ALGOS]");
+  std::vector<int> algos;
+  std::istringstream algo_list(argc == 5 ? argv[4] : "1,2");
+  for (std::string algo; std::getline(algo_list, algo, ',');) {
+    if (algo.empty() || algo.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(algo) >= ucudnn::kCpuAlgoCount) {
+      return Fail("ALGOS: expected CPU algorithm ids 0-2 separated by commas, got '" +
+                  std::string(argv[4]) + "'");
+    }
+    algos.push_back(std::stoi(algo));
+  }
+  const std::string out = argv[1];
+  const uint64_t limit = std::stoull(argv[2]);
+  std::ifstream lines(argv[3]);
+  if (!lines) return Fail(std::string("cannot read ") + argv[3]);
+
+  ucudnn::CpuBackend backend;
+  ucudnn::client::PlanCache cache;
+  std::string line;
+  int written = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    int op = 0;
+    int64_t batch = 0;
+    ConvProblem p;
+    if (!(fields >> op >> batch >> p.c >> p.h >> p.w >> p.k >> p.r >> p.s >> p.pad_h >> p.pad_w >>
+          p.stride_h >> p.stride_w >> p.dilation_h >> p.dilation_w >> p.groups) ||
+        op < 0 || op > 2) {
+      return Fail("bad kernel line: '" + line + "'");
+    }
+    p.op = static_cast<ucudnn::ConvOp>(op);
+    if (ucudnn::Status valid = ucudnn::Validate(p); !valid.ok()) {
+      return Fail("'" + line + "': " + valid.message());
+    }
+    ucudnn::KernelPlan plan;
+    plan.kernel = ucudnn::Kernel{p, batch, ""};
+    plan.status = ucudnn::KernelPlanStatus::kPlanned;
+    int index = 0;
+    for (const int64_t micro : MicroBatches(batch)) {
+      const int algo =
+          index++ % 2 == 0 ? ucudnn::kCpuAlgoIm2colGemm : ucudnn::kCpuAlgoIm2colGemmPerSample;
+      ucudnn::Result<size_t> bytes = backend.WorkspaceSize(p, micro, algo);
+      if (!bytes.ok()) return Fail("'" + line + "': " + bytes.status().ToString());
+      plan.config.segments.push_back(ucudnn::Segment{micro, algo, 1.0, *bytes});
+      plan.config.workspace_bytes = std::max<uint64_t>(plan.config.workspace_bytes, *bytes);
+      plan.config.time_ms += 1.0;
+    }
+    if (plan.config.workspace_bytes > limit) return Fail("'" + line + "': over the limit");
+    ucudnn::client::CacheRecord record;
+    record.device = backend.fingerprint();
+    record.plan.workspace_mode = ucudnn::WorkspaceMode::kPerKernel;
+    record.plan.policy = ucudnn::BatchPolicy::kPowerOfTwo;
+    record.plan.workspace_budget_bytes = limit;
+    record.plan.total_time_ms = plan.config.time_ms;
+    record.plan.complete = true;
+    record.plan.kernels.push_back(plan);
+    cache.Put(std::move(record));
+    ++written;
+  }
+  if (ucudnn::Status saved = cache.Save(out); !saved.ok()) return Fail(saved.ToString());
+  std::printf("%d kernel plans written to %s\n", written, out.c_str());
+  return 0;
+}
