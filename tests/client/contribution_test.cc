@@ -54,6 +54,7 @@ class ContributionTest : public ::testing::Test {
     hooks.benchmark.min_runs = 1;
     hooks.benchmark.max_runs = 2;
     hooks.benchmark.config_time_budget_ms = 20;
+    hooks.benchmark.prune_margin = -1;  // every (size, algorithm): the coverage checked below
     return hooks;
   }
 
