@@ -7,6 +7,7 @@
 #include <functional>
 #include <string_view>
 
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/proto_convert.h"
 
@@ -29,7 +30,8 @@ uint64_t TimingTableDigest(const TimingTable& table) {
   for (const auto& t : table.entries) entries.push_back(&t);
   std::sort(entries.begin(), entries.end(), [](const Timing* a, const Timing* b) {
     if (a->micro_batch != b->micro_batch) return a->micro_batch < b->micro_batch;
-    if (a->algo != b->algo) return a->algo < b->algo;
+    if (AlgorithmLess(AlgorithmOf(*a), AlgorithmOf(*b))) return true;
+    if (AlgorithmLess(AlgorithmOf(*b), AlgorithmOf(*a))) return false;
     return a->time_ms < b->time_ms;  // duplicates should not exist; keep the order total anyway
   });
   std::string text;
@@ -39,6 +41,12 @@ uint64_t TimingTableDigest(const TimingTable& table) {
     text += ',';
     AppendI64(text, t->algo);
     text += ',';
+    // Only engine configurations add a field (algo -1 marks them), so a legacy table's digest,
+    // and the plans cached under it, are what they were before engine configurations existed.
+    if (!t->engine_config.empty()) {
+      text += t->engine_config;
+      text += ',';
+    }
     AppendU64(text, std::bit_cast<uint64_t>(t->time_ms));
     text += ',';
     AppendU64(text, std::bit_cast<uint64_t>(t->spread_ms));
