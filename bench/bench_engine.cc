@@ -154,6 +154,14 @@ Result<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--warmup") {
       UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 1000));
       a.options.warmup_runs = static_cast<int>(n);
+    } else if (flag == "--prune-margin") {
+      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
+      try {
+        a.options.prune_margin = std::stod(v);
+      } catch (const std::exception&) {
+        return InvalidArgument("--prune-margin: a number (negative: no probe pruning), got '" + v +
+                               "'");
+      }
     } else if (flag == "--device-time-only") {
       a.options.short_runs_device_time_only = true;
     } else if (flag == "--short-run-us") {
@@ -279,6 +287,7 @@ Json TableJson(const TimingTable& table) {
   for (const Timing& t : table.entries) {
     Json row = {{"micro_batch", t.micro_batch},
                 {"algo", t.algo},
+                {"engine_config", t.engine_config},
                 {"status", ToString(t.status)},
                 {"time_ms", t.time_ms},
                 {"spread_ms", t.spread_ms},
@@ -403,17 +412,22 @@ int Run(int argc, char** argv) {
     op_json["entries"] = first.entries.size();
     op_json["ok"] = ok;
 
-    // Agreement between the first two measurements of the table.
+    // Agreement between the first two measurements of the table, over the configurations both
+    // measured with the full protocol (a configuration dominated at the probe keeps one sample: it
+    // says "slower than another", not a time to repeat).
     double agree_median = std::nan("");
     if (m.tables.size() >= 2) {
-      std::map<std::pair<int64_t, int>, double> a;
+      using Key = std::tuple<int64_t, int, std::string>;
+      std::map<Key, double> a;
       for (const Timing& t : m.tables[0].entries) {
-        if (t.status == TimingStatus::kOk) a[{t.micro_batch, t.algo}] = t.time_ms;
+        if (t.status == TimingStatus::kOk && t.samples > 1) {
+          a[{t.micro_batch, t.algo, t.engine_config}] = t.time_ms;
+        }
       }
       std::vector<double> diffs;
       for (const Timing& t : m.tables[1].entries) {
-        auto it = a.find({t.micro_batch, t.algo});
-        if (t.status != TimingStatus::kOk || it == a.end()) continue;
+        auto it = a.find({t.micro_batch, t.algo, t.engine_config});
+        if (t.status != TimingStatus::kOk || t.samples <= 1 || it == a.end()) continue;
         diffs.push_back(std::abs(t.time_ms - it->second) / (0.5 * (t.time_ms + it->second)));
       }
       agree_median = Median(diffs);
@@ -436,7 +450,7 @@ int Run(int argc, char** argv) {
     std::vector<double> ratios;
     int workspace_mismatches = 0;
     for (const Timing& t : first.entries) {
-      if (t.status != TimingStatus::kOk) continue;
+      if (t.status != TimingStatus::kOk || !t.engine_config.empty()) continue;  // legacy rows
       auto it = ref.find({std::string(ToString(m.problem.op)), t.micro_batch, t.algo});
       if (it == ref.end() || it->second.first <= 0) continue;
       ratios.push_back(t.time_ms / it->second.first);

@@ -127,7 +127,12 @@ def main():
         for _ in range(args.warmup):
             step()
         torch.cuda.synchronize()
+        # What the steps allocate beyond the tensors above: cuDNN's workspaces (and outputs of
+        # one layer at a time): shows whether the cap bound the engines PyTorch chose.
+        torch.cuda.reset_peak_memory_stats()
+        resident = torch.cuda.memory_allocated()
         steps = timed(step, args.steps)
+        peak_extra_mib = (torch.cuda.max_memory_allocated() - resident) / 2**20
         per_kernel = []
         if args.per_kernel:
             for L in layers:
@@ -146,6 +151,7 @@ def main():
         "network": args.network, "batch": n, "dtype": args.dtype, "layout": args.layout,
         "tf32": torch.backends.cudnn.allow_tf32, "kernels": 3 * len(layers),
         "step_ms_median": statistics.median(steps), "step_ms": steps,
+        "peak_extra_mib_during_steps": peak_extra_mib,
         "per_kernel": per_kernel,
     }
     print(json.dumps({k: v for k, v in result.items() if k not in ("per_kernel", "step_ms")}))

@@ -10,4 +10,5 @@ ucudnn_add_test(NAME ucudnn_planner_tests
     planner/networks_test.cc
     planner/timing_csv_test.cc
     planner/h100_data_test.cc
+    planner/engine_planning_test.cc
   LIBS ucudnn_planner ucudnn_core)

@@ -49,6 +49,7 @@ struct PlanOptions {
   std::string workspace = "64MiB";
   std::string mode = "per_kernel";  // per_kernel | total (total_sum) | shared (total_shared)
   std::string wait = "0";           // how long to wait for benchmarks ("10m")
+  std::string algorithms = "all";   // all | legacy | engines
   bool json = false;
 };
 int RunPlan(const ServerOptions& server, const PlanOptions& options);

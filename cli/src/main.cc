@@ -44,6 +44,10 @@ void AddPlanFlags(CLI::App* cmd, PlanOptions* plan) {
       ->capture_default_str();
   cmd->add_option("--workspace,-w", plan->workspace, "Workspace limit (per kernel) or budget")
       ->capture_default_str();
+  cmd->add_option("--algorithms", plan->algorithms,
+                  "Candidates: all (legacy algorithms and cuDNN graph-API engine "
+                  "configurations), legacy, engines")
+      ->capture_default_str();
   cmd->add_option("--mode", plan->mode,
                   "per_kernel: limit per kernel; total: one budget for the sum (ILP); shared: "
                   "kernels share one workspace")

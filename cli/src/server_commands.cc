@@ -75,6 +75,7 @@ Result<v1::GetPlanRequest> BuildRequest(const ServerOptions& server, const PlanO
   UCUDNN_ASSIGN_OR_RETURN(request.policy, ParseBatchPolicy(options.policy));
   UCUDNN_ASSIGN_OR_RETURN(request.workspace_bytes, ParseByteSize(options.workspace));
   UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, ParseModeFlag(options.mode));
+  UCUDNN_ASSIGN_OR_RETURN(request.algorithms, ParseAlgorithmSpace(options.algorithms));
   UCUDNN_ASSIGN_OR_RETURN(int64_t wait_ms, ParseDurationMs(options.wait));
   if (wait_ms > 600000 * 3) return InvalidArgument("--wait: at most 30m");
   return ToProto(request, static_cast<uint32_t>(std::min<int64_t>(wait_ms, 600000)));

@@ -130,6 +130,19 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
                          *v + "'; ignored");
     }
   }
+  if (auto v = get("UCUDNN_ALGORITHMS")) {
+    const std::string s = Lowercase(Trim(*v));
+    if (s == "all") {
+      config->algorithms = ClientConfig::Algorithms::kAll;
+    } else if (s == "legacy") {
+      config->algorithms = ClientConfig::Algorithms::kLegacy;
+    } else if (s == "engines") {
+      config->algorithms = ClientConfig::Algorithms::kEngines;
+    } else {
+      Warn(warnings,
+           "UCUDNN_ALGORITHMS: expected all, legacy or engines, got '" + *v + "'; ignored");
+    }
+  }
   if (auto v = get("UCUDNN_WORKSPACE_BYTES")) {
     Result<uint64_t> bytes = ParseByteSize(*v);
     if (bytes.ok() && *bytes <= (uint64_t{1} << 40)) {

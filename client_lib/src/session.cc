@@ -112,6 +112,9 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
       device_(backend.fingerprint()),
       mode_(ToCore(config.workspace_mode)),
       policy_(ToCore(config.policy)),
+      algorithms_(config.algorithms == ClientConfig::Algorithms::kLegacy    ? AlgorithmSpace::kLegacy
+                  : config.algorithms == ClientConfig::Algorithms::kEngines ? AlgorithmSpace::kEngines
+                                                                             : AlgorithmSpace::kAll),
       table_(config.max_kernels),
       binder_(hooks.binder),
       contribution_backend_(std::move(hooks.contribution_backend)),
@@ -462,7 +465,9 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
 
   const Kernel key{problem, batch, kernel->name};
   if (mode_ == WorkspaceMode::kPerKernel) {
-    if (std::optional<KernelPlan> cached = cache_.FindKernel(device_, policy_, limit, key)) {
+    std::optional<KernelPlan> cached;
+    if (UsesPlanCache()) cached = cache_.FindKernel(device_, policy_, limit, key);
+    if (cached) {
       Publish(kernel, MakeEntry(*cached, limit, /*from_cache=*/true));
       plans_from_cache_.fetch_add(1, std::memory_order_relaxed);
     } else if (source_ != nullptr) {
@@ -797,6 +802,7 @@ PlanRequest Session::MakeRequest(uint64_t limit) const {
   request.policy = policy_;
   request.workspace_mode = mode_;
   request.workspace_bytes = limit;
+  request.algorithms = algorithms_;
   return request;
 }
 
@@ -969,8 +975,10 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
         record.total_time_ms = kernel_plan.config.time_ms;
         record.total_workspace_bytes = kernel_plan.config.workspace_bytes;
         record.complete = true;
-        cache_.Put(CacheRecord{device_, std::move(record)});
-        cache_dirty_ = true;
+        if (UsesPlanCache()) {
+          cache_.Put(CacheRecord{device_, std::move(record)});
+          cache_dirty_ = true;
+        }
         break;
       }
       case KernelPlanStatus::kMissing:
@@ -1059,8 +1067,11 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
     request.kernels.push_back(Kernel{kernel->problem, kernel->batch, kernel->name});
   }
 
-  if (std::optional<NetworkPlan> cached =
-          cache_.FindNetwork(device_, mode_, policy_, config_.workspace_bytes, request.kernels)) {
+  std::optional<NetworkPlan> cached;
+  if (UsesPlanCache()) {
+    cached = cache_.FindNetwork(device_, mode_, policy_, config_.workspace_bytes, request.kernels);
+  }
+  if (cached) {
     // The cached record holds the same kernels, maybe in another order.
     NetworkPlan ordered = *cached;
     ordered.kernels.clear();
@@ -1145,8 +1156,10 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
     record.plan.workspace_mode = mode_;
     record.plan.policy = policy_;
     record.plan.workspace_budget_bytes = config_.workspace_bytes;
-    cache_.Put(std::move(record));
-    cache_dirty_ = true;
+    if (UsesPlanCache()) {
+      cache_.Put(std::move(record));
+      cache_dirty_ = true;
+    }
   } else {
     // Some kernels lack timings: ask again later for the whole network.
     bool missing = false;

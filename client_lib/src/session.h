@@ -234,6 +234,9 @@ class Session {
   const DeviceFingerprint device_;
   WorkspaceMode mode_ = WorkspaceMode::kPerKernel;
   BatchPolicy policy_ = BatchPolicy::kPowerOfTwo;
+  AlgorithmSpace algorithms_ = AlgorithmSpace::kAll;
+  // The local plan cache's records are keyed without the algorithm space: only the default uses it.
+  bool UsesPlanCache() const { return algorithms_ == AlgorithmSpace::kAll; }
   KernelTable table_;
   // Set once the table refused a kernel: later unknown kernels skip registration (no lock, no
   // allocation) and run untracked.

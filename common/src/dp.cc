@@ -77,6 +77,27 @@ Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s) {
                          std::string(s) + "'");
 }
 
+std::string_view ToString(AlgorithmSpace a) {
+  switch (a) {
+    case AlgorithmSpace::kAll:
+      return "all";
+    case AlgorithmSpace::kLegacy:
+      return "legacy";
+    case AlgorithmSpace::kEngines:
+      return "engines";
+  }
+  return "unknown";
+}
+
+Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s) {
+  const std::string lower = Lowercase(s);
+  for (AlgorithmSpace a : {AlgorithmSpace::kAll, AlgorithmSpace::kLegacy, AlgorithmSpace::kEngines}) {
+    if (lower == ToString(a)) return a;
+  }
+  return InvalidArgument("algorithms: expected all, legacy or engines, got '" + std::string(s) +
+                         "'");
+}
+
 std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch) {
   std::vector<int64_t> sizes;
   if (mini_batch < 1) return sizes;

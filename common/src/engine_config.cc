@@ -67,6 +67,7 @@ Result<EngineConfig> ParseEngineConfigKey(std::string_view key) {
   std::string_view rest = key.substr(3);
   const size_t brace = rest.find('{');
   EngineConfig config;
+  if (!rest.empty() && rest[0] == '-') return bad("bad engine index");
   if (!ParseInteger(rest.substr(0, brace), config.engine)) return bad("bad engine index");
   if (brace != std::string_view::npos) {
     if (rest.back() != '}') return bad("missing '}'");

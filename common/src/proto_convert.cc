@@ -393,6 +393,32 @@ Result<WorkspaceMode> FromProto(v1::WorkspaceMode m) {
   }
 }
 
+v1::AlgorithmSpace ToProto(AlgorithmSpace a) {
+  switch (a) {
+    case AlgorithmSpace::kAll:
+      return v1::ALGORITHM_SPACE_ALL;
+    case AlgorithmSpace::kLegacy:
+      return v1::ALGORITHM_SPACE_LEGACY;
+    case AlgorithmSpace::kEngines:
+      return v1::ALGORITHM_SPACE_ENGINES;
+  }
+  return v1::ALGORITHM_SPACE_UNSPECIFIED;
+}
+
+Result<AlgorithmSpace> FromProto(v1::AlgorithmSpace a) {
+  switch (a) {
+    case v1::ALGORITHM_SPACE_UNSPECIFIED:
+    case v1::ALGORITHM_SPACE_ALL:
+      return AlgorithmSpace::kAll;
+    case v1::ALGORITHM_SPACE_LEGACY:
+      return AlgorithmSpace::kLegacy;
+    case v1::ALGORITHM_SPACE_ENGINES:
+      return AlgorithmSpace::kEngines;
+    default:
+      return UnknownEnum("algorithms", a);
+  }
+}
+
 // ---- ConvProblem ------------------------------------------------------------------------------
 
 v1::ConvProblem ToProto(const ConvProblem& p) {
@@ -788,6 +814,7 @@ v1::GetPlanRequest ToProto(const PlanRequest& request, uint32_t max_wait_ms) {
   m.set_workspace_mode(ToProto(request.workspace_mode));
   m.set_workspace_bytes(request.workspace_bytes);
   m.set_max_wait_ms(max_wait_ms);
+  if (request.algorithms != AlgorithmSpace::kAll) m.set_algorithms(ToProto(request.algorithms));
   return m;
 }
 
@@ -836,6 +863,11 @@ Result<PlanRequest> FromProto(const v1::GetPlanRequest& m, std::string_view path
   }
   errors.Add(path, CheckWorkspaceBudget(m.workspace_bytes()));
   request.workspace_bytes = m.workspace_bytes();
+  if (auto algorithms = FromProto(m.algorithms()); algorithms.ok()) {
+    request.algorithms = *algorithms;
+  } else {
+    errors.Add(path, algorithms.status());
+  }
   if (m.max_wait_ms() > kMaxWaitMs) {
     errors.AddField(FieldPath(path, "max_wait_ms"), "at most " + std::to_string(kMaxWaitMs) +
                                                         ", got " + std::to_string(m.max_wait_ms()));

@@ -62,7 +62,17 @@ struct KernelResult {
   std::optional<Segment> undivided;
 };
 
-KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel, const TimingTable& table) {
+KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
+                      const TimingTable& all_timings) {
+  // A request for one candidate space plans as if the other had never been measured.
+  TimingTable filtered;
+  if (request.algorithms != AlgorithmSpace::kAll) {
+    for (const Timing& t : all_timings.entries) {
+      if (InSpace(t, request.algorithms)) filtered.entries.push_back(t);
+    }
+  }
+  const TimingTable& table =
+      request.algorithms == AlgorithmSpace::kAll ? all_timings : filtered;
   KernelResult result;
   const uint64_t limit = request.workspace_bytes;
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {

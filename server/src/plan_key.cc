@@ -7,7 +7,6 @@
 #include <functional>
 #include <string_view>
 
-#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/proto_convert.h"
 
@@ -30,8 +29,8 @@ uint64_t TimingTableDigest(const TimingTable& table) {
   for (const auto& t : table.entries) entries.push_back(&t);
   std::sort(entries.begin(), entries.end(), [](const Timing* a, const Timing* b) {
     if (a->micro_batch != b->micro_batch) return a->micro_batch < b->micro_batch;
-    if (AlgorithmLess(AlgorithmOf(*a), AlgorithmOf(*b))) return true;
-    if (AlgorithmLess(AlgorithmOf(*b), AlgorithmOf(*a))) return false;
+    if (a->algo != b->algo) return a->algo < b->algo;
+    if (a->engine_config != b->engine_config) return a->engine_config < b->engine_config;
     return a->time_ms < b->time_ms;  // duplicates should not exist; keep the order total anyway
   });
   std::string text;
@@ -41,12 +40,6 @@ uint64_t TimingTableDigest(const TimingTable& table) {
     text += ',';
     AppendI64(text, t->algo);
     text += ',';
-    // Only engine configurations add a field (algo -1 marks them), so a legacy table's digest,
-    // and the plans cached under it, are what they were before engine configurations existed.
-    if (!t->engine_config.empty()) {
-      text += t->engine_config;
-      text += ',';
-    }
     AppendU64(text, std::bit_cast<uint64_t>(t->time_ms));
     text += ',';
     AppendU64(text, std::bit_cast<uint64_t>(t->spread_ms));
@@ -60,6 +53,10 @@ uint64_t TimingTableDigest(const TimingTable& table) {
     AppendI64(text, static_cast<int64_t>(t->error.size()));
     text += ':';
     text += t->error;
+    if (!t->engine_config.empty()) {
+      text += ",engine=";
+      text += t->engine_config;
+    }
     text += ';';
   }
   return Fnv1a64(text);
@@ -76,6 +73,10 @@ std::string CanonicalPlanRequest(const PlanRequest& request) {
   text += ToString(request.workspace_mode);
   text += "\nworkspace=";
   AppendU64(text, request.workspace_bytes);
+  if (request.algorithms != AlgorithmSpace::kAll) {
+    text += "\nalgorithms=";
+    text += ToString(request.algorithms);
+  }
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     text += "\nilp_time_limit_ms=";
     AppendI64(text, std::llround(request.ilp_time_limit_s * 1000.0));

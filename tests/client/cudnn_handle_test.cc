@@ -298,6 +298,56 @@ TEST_P(CudnnHandleTest, PlanEqualsUndivided) {
   EXPECT_EQ(handle.Stats().fallback_calls, 0u);
 }
 
+// The same with a plan of graph-API engine configurations (the first one cuDNN proposes for a
+// micro-batch of 8 that runs): bound once per micro-batch size, executed on the job's handle,
+// backward-filter's later micro-batches accumulating through the plan built with beta 1.
+TEST_P(CudnnHandleTest, PlanOfEngineConfigurationsEqualsUndivided) {
+  const auto [layer, op] = GetParam();
+  const ConvProblem p = ProblemOf(kLayers[layer], op);
+  Result<std::unique_ptr<ConvBackend>> planner_backend = MakeBackend("cudnn");
+  ASSERT_TRUE(planner_backend.ok()) << planner_backend.status().ToString();
+  std::string engine;
+  for (const Timing& c : (*planner_backend)->Candidates(p, 8)) {
+    if (c.engine_config.empty()) continue;
+    Result<size_t> ws = (*planner_backend)->WorkspaceSize(p, 8, AlgorithmOf(c));
+    if (ws.ok() && *ws <= kWorkspace) {
+      engine = c.engine_config;
+      break;
+    }
+  }
+  ASSERT_FALSE(engine.empty()) << "cuDNN proposed no engine configuration that builds";
+  FakePlanner fake(**planner_backend);
+  fake.set_choice({8, kEngineAlgo, engine});
+  fake.Start();
+
+  GpuConv conv(p);
+  conv.Init(kWorkspace);
+  ClientConfig config;
+  config.server = fake.address();
+  config.workspace_bytes = kWorkspace;
+  config.deadline_ms = 60000;
+  config.cache_path.clear();
+  Handle handle(cudnn_, config);
+  ASSERT_TRUE(handle.active());
+  size_t asked = 0;
+  ASSERT_EQ(conv.Declare(handle, kAlgo, &asked), CUDNN_STATUS_SUCCESS);
+  ASSERT_TRUE(handle.WaitForPlans(60000));
+  ASSERT_EQ(handle.Stats().kernels_planned, 1u) << handle.Kernels().at(0).reason;
+  for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{1.0f, 1.0f}}) {
+    conv.ResetOutput();
+    ASSERT_EQ(conv.Raw(cudnn_, kAlgo, alpha, beta), CUDNN_STATUS_SUCCESS);
+    const std::vector<float> expected = conv.Output();
+    conv.ResetOutput();
+    ASSERT_EQ(conv.Drop(handle, 0, alpha, beta), CUDNN_STATUS_SUCCESS);
+    const double error = NormalizedL2(conv.Output(), expected);
+    // Another kernel than the legacy reference's: TF32 may differ (tests/gpu's TF32 bound).
+    EXPECT_LT(error, 1e-2) << kLayers[layer].name << " " << ToString(op) << " " << engine
+                           << " beta " << beta;
+  }
+  EXPECT_EQ(handle.Stats().planned_calls, 2u) << engine;
+  EXPECT_EQ(handle.Stats().fallback_calls, 0u) << engine;
+}
+
 TEST_P(CudnnHandleTest, FallbackAndPassThroughGiveCudnnResults) {
   const auto [layer, op] = GetParam();
   const ConvProblem p = ProblemOf(kLayers[layer], op);

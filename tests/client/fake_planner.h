@@ -42,6 +42,7 @@ inline ClientConfig FakePlannerConfig(const std::string& server) {
 struct FakePlanChoice {
   int64_t micro_batch = 2;
   int algo = 1;
+  std::string engine_config;  // set: plan this engine configuration (algo kEngineAlgo)
 };
 
 class FakePlanner final : public v1::PlannerService::Service {
@@ -170,9 +171,10 @@ class FakePlanner final : public v1::PlannerService::Service {
       while (left > 0) {
         Segment s;
         s.micro_batch = std::min(left, choice.micro_batch);
-        s.algo = choice.algo;
+        s.algo = choice.engine_config.empty() ? choice.algo : kEngineAlgo;
+        s.engine_config = choice.engine_config;
         s.time_ms = 0.5 * static_cast<double>(s.micro_batch);
-        Result<size_t> ws = backend_.WorkspaceSize(kernel.problem, s.micro_batch, s.algo);
+        Result<size_t> ws = backend_.WorkspaceSize(kernel.problem, s.micro_batch, AlgorithmOf(s));
         if (!ws.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, ws.status().message());
         s.workspace_bytes = *ws;
         kp.config.segments.push_back(s);

@@ -51,10 +51,10 @@ class NullBackend final : public ConvBackend {
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override { return {{0, "a"}, {1, "b"}}; }
   Result<size_t> WorkspaceSize(const ConvProblem&, int64_t batch, const Algorithm& algo) override {
     ++workspace_queries;
-    return algo == 0 ? size_t{0} : static_cast<size_t>(batch) * 16;
+    return algo.id == 0 ? size_t{0} : static_cast<size_t>(batch) * 16;
   }
-  Status Run(const ConvProblem&, int64_t, int, const ConvOperands&, void*, size_t, float,
-             float) override {
+  Status Run(const ConvProblem&, int64_t, const Algorithm&, const ConvOperands&, void*, size_t,
+             float, float) override {
     ++runs;
     return Status::Ok();
   }
@@ -65,8 +65,8 @@ class NullBackend final : public ConvBackend {
   }
   Status CopyToDevice(void*, const void*, size_t) override { return Status::Ok(); }
   Status CopyToHost(void*, const void*, size_t) override { return Status::Ok(); }
-  Result<std::vector<double>> TimeRuns(const ConvProblem&, int64_t, int, const ConvOperands&, void*,
-                                       size_t, int, int) override {
+  Result<std::vector<double>> TimeRuns(const ConvProblem&, int64_t, const Algorithm&,
+                                       const ConvOperands&, void*, size_t, int, int) override {
     return std::vector<double>{};
   }
   int runs = 0;

@@ -35,13 +35,11 @@ class DecliningBackend final : public ConvBackend {
 
   const DeviceFingerprint& fingerprint() const override { return cpu_.fingerprint(); }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override { return cpu_.Algorithms(op); }
-  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
-                               const Algorithm& algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch, const Algorithm& algo) override {
     return cpu_.WorkspaceSize(problem, batch, algo);
   }
-  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
-             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
-             float beta) override {
+  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo, const ConvOperands& operands,
+             void* workspace, size_t workspace_bytes, float alpha, float beta) override {
     if (!algo.is_engine() && algo.id == algo_ && batch == batch_) {
       ++declined_;
       return Unsupported("declining backend: algo " + AlgorithmText(algo) + " at micro-batch " +
@@ -59,10 +57,9 @@ class DecliningBackend final : public ConvBackend {
   Status CopyToHost(void* dst, const void* src, size_t bytes) override {
     return cpu_.CopyToHost(dst, src, bytes);
   }
-  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
-                                       const Algorithm& algo, const ConvOperands& operands,
-                                       void* workspace, size_t workspace_bytes, int warmup,
-                                       int runs) override {
+  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+                                       const ConvOperands& operands, void* workspace,
+                                       size_t workspace_bytes, int warmup, int runs) override {
     return cpu_.TimeRuns(problem, batch, algo, operands, workspace, workspace_bytes, warmup, runs);
   }
 
@@ -181,9 +178,8 @@ TEST(PlanFailureRemainderTest, EveryAlgorithmDecliningFailsTheCallWithTheBackend
   // Nothing can finish the rest of the batch: the error comes back, nothing throws.
   class AlwaysDeclining final : public CpuBackend {
    public:
-    Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
-               const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
-               float beta) override {
+    Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo, const ConvOperands& operands,
+               void* workspace, size_t workspace_bytes, float alpha, float beta) override {
       if (batch == 1) return Unsupported("always declining");
       return CpuBackend::Run(problem, batch, algo, operands, workspace, workspace_bytes, alpha,
                              beta);
@@ -202,6 +198,65 @@ TEST(PlanFailureRemainderTest, EveryAlgorithmDecliningFailsTheCallWithTheBackend
   EXPECT_EQ(status.code(), StatusCode::kUnsupported) << status.ToString();
   EXPECT_EQ(session->Stats().failed_plans, 1u);
   EXPECT_EQ(session->Stats().recovered_calls, 0u);
+}
+
+// A plan naming a graph-API engine configuration that this job's library cannot build (another
+// cuDNN release's identity, a configuration its heuristics no longer offer): the backend below
+// answers the workspace of such a configuration (as the planner's measurement said) but declines
+// to run it, as the cuDNN backend does when the execution plan cannot be built. The step still
+// gives the undivided result, and the plan is dropped.
+class EngineDecliningBackend final : public CpuBackend {
+ public:
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                               const Algorithm& algo) override {
+    if (algo.is_engine()) return CpuBackend::WorkspaceSize(problem, batch, kCpuAlgoIm2colGemm);
+    return CpuBackend::WorkspaceSize(problem, batch, algo);
+  }
+  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override {
+    if (algo.is_engine()) {
+      ++declined;
+      return Unsupported("cannot build engine configuration " + AlgorithmText(algo) +
+                         " with this cuDNN");
+    }
+    return CpuBackend::Run(problem, batch, algo, operands, workspace, workspace_bytes, alpha,
+                           beta);
+  }
+  int declined = 0;
+};
+
+TEST(EngineFallbackTest, AConfigurationTheLibraryCannotBuildFallsBackToUndivided) {
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    const ConvProblem p = SmallProblem(op);
+    EngineDecliningBackend backend;
+    FakePlanner fake(backend);
+    fake.set_choice({3, kEngineAlgo, "eng58{k25=1}"});
+    fake.Start();
+    std::unique_ptr<Session> session = Session::Create(backend, FakePlannerConfig(fake.address()));
+    CpuBackend cpu;
+    Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
+    ASSERT_TRUE(limit.ok());
+    std::vector<char> workspace(*limit);
+    session->Declare(p, kBatch, *limit);
+    ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+    ASSERT_EQ(session->Stats().kernels_planned, 1u);
+
+    Operands operands = MakeOperands(p, kBatch);
+    const std::vector<float> expected = Reference(cpu, p, operands, 1.0f, 0.0f);
+    Status status = session->Execute(p, kBatch, operands.Bind(op), workspace.data(),
+                                     workspace.size(), 1.0f, 0.0f);
+    ASSERT_TRUE(status.ok()) << ToString(op) << ": " << status.ToString();
+    EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6) << ToString(op);
+    EXPECT_EQ(backend.declined, 1) << ToString(op);
+    const ClientStats stats = session->Stats();
+    EXPECT_EQ(stats.failed_plans, 1u) << ToString(op);
+    EXPECT_EQ(stats.planned_calls, 0u) << ToString(op);
+    const std::vector<KernelReport> kernels = session->Kernels();
+    ASSERT_EQ(kernels.size(), 1u);
+    EXPECT_EQ(kernels[0].state, KernelReport::State::kPlanFailed);
+    EXPECT_NE(kernels[0].reason.find("eng58{k25=1}"), std::string::npos) << kernels[0].reason;
+  }
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ class RecordingBackend : public ConvBackend {
   }
   Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo, const ConvOperands& o, void* ws,
              size_t ws_bytes, float alpha, float beta) override {
-    calls.push_back({batch, algo, o, alpha, beta});
+    calls.push_back({batch, algo.id, o, alpha, beta});
     return cpu_.Run(p, batch, algo, o, ws, ws_bytes, alpha, beta);
   }
   Status Synchronize() override { return cpu_.Synchronize(); }

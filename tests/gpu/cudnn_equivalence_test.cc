@@ -156,6 +156,64 @@ TEST_P(CudnnEquivalenceTest, EveryAcceptedAlgorithmMatchesCpuReference) {
   }
 }
 
+// The graph API's engine configurations, as the benchmark engine proposes them (Candidates():
+// cuDNN's heuristics for this problem and batch, filtered by math mode), each against the CPU
+// reference. Their numerical notes are not kept per configuration here, so each is held to its
+// precision's bound for transform-based algorithms: still far below what a wrong layout, stride,
+// group or scalar would give (order 1). fp32 in default math may use TF32 tensor cores.
+double EngineTolerance(const Precision& prec) {
+  switch (prec.data_type) {
+    case DataType::kFloat16:
+      return 2e-2;
+    case DataType::kBFloat16:
+      return 3e-2;
+    case DataType::kFloat32:
+      break;
+  }
+  return prec.math == MathMode::kFma ? 1e-3 : 1e-2;
+}
+
+TEST_P(CudnnEquivalenceTest, EveryEngineConfigurationMatchesCpuReference) {
+  const auto& [layer, op] = GetParam();
+  ConvProblem base = layer.problem;
+  base.op = op;
+  HostTensors host = RandomTensors(base, layer.batch, /*seed=*/4321);
+  Result<std::vector<float>> ref = CpuReference(base, layer.batch, host);
+  ASSERT_TRUE(ref.ok()) << "CPU reference: " << ref.status().ToString();
+  ConvBackend& gpu = *this->gpu();
+  int ran_total = 0;
+  for (const Precision& prec : kPrecisions) {
+    ConvProblem p = base;
+    p.data_type = prec.data_type;
+    p.compute_type = DataType::kFloat32;
+    p.layout = prec.layout;
+    p.math = prec.math;
+    int ran = 0, declined = 0;
+    for (const Timing& candidate : gpu.Candidates(p, layer.batch)) {
+      if (candidate.engine_config.empty()) continue;
+      const std::string where = layer.name + "/" + std::string(ToString(op)) + "/" + prec.name +
+                                "/" + candidate.engine_config;
+      Result<std::vector<float>> out =
+          RunAlgorithm(gpu, p, layer.batch, AlgorithmOf(candidate), host);
+      if (!out.ok() && out.status().code() == StatusCode::kUnsupported) {
+        ++declined;
+        std::printf("  %-90s declined (%s)\n", where.c_str(), out.status().message().c_str());
+        continue;
+      }
+      ASSERT_TRUE(out.ok()) << where << ": " << out.status().ToString();
+      const double rel = RelativeL2(*out, *ref);
+      EXPECT_LT(rel, EngineTolerance(prec)) << where << " (" << Describe(p, layer.batch) << ")";
+      std::printf("  %-90s ok rel_l2=%.2e\n", where.c_str(), rel);
+      ++ran;
+    }
+    std::printf("  %s/%s/%s: %d engine configurations ran, %d declined\n", layer.name.c_str(),
+                std::string(ToString(op)).c_str(), prec.name, ran, declined);
+    ran_total += ran;
+  }
+  // cuDNN proposes engine configurations for every op of every dense layer in fp32 NCHW.
+  if (base.groups == 1 && base.dilation_h == 1) EXPECT_GE(ran_total, 1) << layer.name;
+}
+
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return std::get<0>(info.param).name + "_" + std::string(ToString(std::get<1>(info.param)));
 }
@@ -193,6 +251,36 @@ TEST_P(CudnnScalingTest, AlphaScalesAndBetaAccumulates) {
     const double bound = IsTransformAlgorithm(algo.name) ? (Tf32Possible(gpu) ? 1e-2 : 1e-3)
                                                          : (Tf32Possible(gpu) ? 3e-3 : 1e-4);
     EXPECT_LT(RelativeL2(*out, expected), bound) << algo.name;
+    ++ran;
+  }
+  EXPECT_GE(ran, 1);
+}
+
+// Engine plans hold alpha 1 and beta 0 or 1 in their graphs: beta 1 must accumulate (the
+// executor's backward-filter micro-batches depend on it), other scalars are declined.
+TEST_P(CudnnScalingTest, EngineConfigurationsAccumulateWithBetaOne) {
+  const ConvOp op = GetParam();
+  ConvProblem p = MakeConv(32, 20, 48, 3, 1, 1);
+  p.op = op;
+  const int64_t batch = 3;
+  HostTensors host = RandomTensors(p, batch, 78);
+  Result<std::vector<float>> ref = CpuReference(p, batch, host);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const std::vector<float> initial = Written(host, op);
+  std::vector<float> expected(ref->size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = (*ref)[i] + initial[i];
+  ConvBackend& gpu = *this->gpu();
+  int ran = 0;
+  for (const Timing& candidate : gpu.Candidates(p, batch)) {
+    if (candidate.engine_config.empty()) continue;
+    Result<std::vector<float>> out =
+        RunAlgorithm(gpu, p, batch, AlgorithmOf(candidate), host, 1.0f, 1.0f);
+    if (!out.ok() && out.status().code() == StatusCode::kUnsupported) continue;
+    ASSERT_TRUE(out.ok()) << candidate.engine_config << ": " << out.status().ToString();
+    EXPECT_LT(RelativeL2(*out, expected), 1e-2) << candidate.engine_config;
+    Result<std::vector<float>> scaled =
+        RunAlgorithm(gpu, p, batch, AlgorithmOf(candidate), host, 0.5f, 1.0f);
+    EXPECT_EQ(scaled.status().code(), StatusCode::kUnsupported) << candidate.engine_config;
     ++ran;
   }
   EXPECT_GE(ran, 1);

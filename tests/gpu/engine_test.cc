@@ -22,6 +22,8 @@ BenchmarkOptions QuickOptions() {
   o.max_runs = 6;
   // Generous: on a busy 2-core machine no configuration may fall short of min_runs.
   o.config_time_budget_ms = 60'000;
+  // The full protocol for every configuration (probe pruning has its own test).
+  o.prune_margin = -1;
   return o;
 }
 
@@ -31,12 +33,26 @@ ConvProblem SmallProblem(ConvOp op) {
   return p;
 }
 
-// Every (size, algorithm) pair appears exactly once.
+// Every (size, legacy algorithm) pair appears exactly once; on cuDNN the engine configurations
+// proposed for each size follow, each (size, configuration) once.
 void ExpectComplete(const TimingTable& table, const std::vector<int64_t>& sizes,
                     const std::vector<AlgorithmInfo>& algos) {
-  ASSERT_EQ(table.entries.size(), sizes.size() * algos.size());
+  size_t legacy = 0;
+  std::set<std::pair<int64_t, std::string>> engines;
+  for (const Timing& t : table.entries) {
+    if (t.engine_config.empty()) {
+      ++legacy;
+    } else {
+      EXPECT_EQ(t.algo, kEngineAlgo);
+      EXPECT_TRUE(engines.insert({t.micro_batch, t.engine_config}).second)
+          << t.micro_batch << "/" << t.engine_config << " twice";
+    }
+  }
+  ASSERT_EQ(legacy, sizes.size() * algos.size());
   std::set<std::pair<int64_t, int>> seen;
-  for (const Timing& t : table.entries) seen.insert({t.micro_batch, t.algo});
+  for (const Timing& t : table.entries) {
+    if (t.engine_config.empty()) seen.insert({t.micro_batch, t.algo});
+  }
   for (int64_t size : sizes) {
     for (const AlgorithmInfo& a : algos)
       EXPECT_TRUE(seen.count({size, a.id})) << size << "/" << a.id;
@@ -91,7 +107,7 @@ TEST_P(CpuEngineTest, MeasuresEveryAlgorithmAtEverySize) {
   ExpectComplete(*table, MicroBatchSizes(BatchPolicy::kPowerOfTwo, 4), cpu.Algorithms(p.op));
   EXPECT_EQ(calls, 9);
   for (const Timing& t : table->entries) {
-    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + std::to_string(t.algo));
+    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + AlgorithmText(AlgorithmOf(t)));
     EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
     EXPECT_GT(t.time_ms, 0.0);
     EXPECT_GE(t.spread_ms, 0.0);
@@ -101,6 +117,49 @@ TEST_P(CpuEngineTest, MeasuresEveryAlgorithmAtEverySize) {
     ASSERT_TRUE(ws.ok());
     EXPECT_EQ(t.workspace_bytes, *ws);
   }
+}
+
+// With probe pruning (the default), a configuration that another of the same micro-batch size
+// beats by more than the margin with at most its workspace keeps its probe as its only sample;
+// every other configuration gets the full protocol.
+TEST_P(CpuEngineTest, DominatedConfigurationsKeepTheirProbeOnly) {
+  CpuBackend cpu;
+  ConvProblem p = MakeConv(16, 12, 16, 3, 1, 1);
+  p.op = GetParam();
+  BenchmarkOptions options = QuickOptions();
+  options.prune_margin = 0.10;
+  Result<TimingTable> table = BenchmarkProblem(cpu, p, 4, BatchPolicy::kPowerOfTwo, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ExpectComplete(*table, MicroBatchSizes(BatchPolicy::kPowerOfTwo, 4), cpu.Algorithms(p.op));
+  int full = 0;
+  for (const Timing& t : table->entries) {
+    ASSERT_EQ(t.status, TimingStatus::kOk) << t.error;
+    if (t.samples >= options.min_runs) {
+      ++full;
+      continue;
+    }
+    EXPECT_EQ(t.samples, 1) << "b=" << t.micro_batch << " algo=" << t.algo;
+    EXPECT_GT(t.time_ms, 0.0);
+  }
+  // The fastest configuration of each size is never pruned.
+  for (int64_t size : MicroBatchSizes(BatchPolicy::kPowerOfTwo, 4)) {
+    const Timing* fastest = nullptr;
+    for (const Timing& t : table->entries) {
+      if (t.micro_batch == size && (fastest == nullptr || t.time_ms < fastest->time_ms)) {
+        fastest = &t;
+      }
+    }
+    ASSERT_NE(fastest, nullptr);
+    if (fastest->samples == 1) {
+      // Only if a kept configuration's full measurement came out slower than its probe.
+      bool kept_same_size = false;
+      for (const Timing& t : table->entries) {
+        kept_same_size |= t.micro_batch == size && t.samples >= options.min_runs;
+      }
+      EXPECT_TRUE(kept_same_size) << size;
+    }
+  }
+  EXPECT_GE(full, 3);
 }
 
 TEST_P(CpuEngineTest, Fp16IsRecordedUnsupportedNotSkipped) {
@@ -204,7 +263,7 @@ TEST_F(GpuEngineTest, ProducesACompleteTableForOneProblem) {
   ExpectComplete(*table, sizes, gpu()->Algorithms(p.op));
   std::map<int64_t, int> ok_per_size;
   for (const Timing& t : table->entries) {
-    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + std::to_string(t.algo));
+    SCOPED_TRACE("b=" + std::to_string(t.micro_batch) + " algo=" + AlgorithmText(AlgorithmOf(t)));
     EXPECT_NE(t.status, TimingStatus::kFailed) << t.error;
     if (t.status != TimingStatus::kOk) {
       EXPECT_FALSE(t.error.empty());
@@ -267,8 +326,8 @@ TEST_F(GpuEngineTest, WorkspaceQueriesAgreeWithTheCap) {
     int ok = 0;
     for (const Timing& t : table->entries) {
       SCOPED_TRACE(std::string(ToString(op)) + " b=" + std::to_string(t.micro_batch) +
-                   " algo=" + std::to_string(t.algo));
-      Result<size_t> ws = gpu()->WorkspaceSize(p, t.micro_batch, t.algo);
+                   " algo=" + AlgorithmText(AlgorithmOf(t)));
+      Result<size_t> ws = gpu()->WorkspaceSize(p, t.micro_batch, AlgorithmOf(t));
       if (!ws.ok()) {
         EXPECT_EQ(t.status, TimingStatus::kUnsupported) << ws.status().ToString();
         continue;

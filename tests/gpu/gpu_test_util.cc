@@ -168,7 +168,7 @@ std::vector<float>& Written(HostTensors& t, ConvOp op) {
 }
 
 Result<std::vector<float>> RunAlgorithm(ConvBackend& backend, const ConvProblem& p, int64_t batch,
-                                        int algo, const HostTensors& host, float alpha,
+                                        const Algorithm& algo, const HostTensors& host, float alpha,
                                         float beta) {
   UCUDNN_RETURN_IF_ERROR(Validate(p));
   const Dims dims[3] = {XDims(p, batch), YDims(p, batch), WDims(p)};

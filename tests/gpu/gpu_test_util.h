@@ -80,7 +80,8 @@ std::vector<float>& Written(HostTensors& t, ConvOp op);
 // returns the written tensor converted back to fp32 NCHW. The written tensor starts as
 // `initial` (when beta != 0) or NaN everywhere, so an element the backend skips shows up.
 Result<std::vector<float>> RunAlgorithm(ConvBackend& backend, const ConvProblem& p, int64_t batch,
-                                        int algo, const HostTensors& host, float alpha = 1.0f,
+                                        const Algorithm& algo, const HostTensors& host,
+                                        float alpha = 1.0f,
                                         float beta = 0.0f);
 
 // || a - ref ||_2 / || ref ||_2 in double; infinity on size mismatch, NaN if a has NaN.

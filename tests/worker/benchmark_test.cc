@@ -138,7 +138,7 @@ class OneAlgorithmFails : public RenamedCpuBackend {
   Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override {
-    if (algo == algo_) return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
+    if (!algo.is_engine() && algo.id == algo_) return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
     return RenamedCpuBackend::TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup,
                                        runs);
   }
@@ -262,17 +262,20 @@ class FixedTimes final : public ConvBackend {
  public:
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override { return {{0, "only"}}; }
-  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, int) override { return size_t{0}; }
-  Status Run(const ConvProblem&, int64_t, int, const ConvOperands&, void*, size_t, float,
-             float) override {
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, const Algorithm&) override {
+    return size_t{0};
+  }
+  Status Run(const ConvProblem&, int64_t, const Algorithm&, const ConvOperands&, void*, size_t,
+             float, float) override {
     return Status::Ok();
   }
   Status Synchronize() override { return Status::Ok(); }
   Result<std::unique_ptr<BackendBuffer>> Allocate(size_t) override { return Internal("not used"); }
   Status CopyToDevice(void*, const void*, size_t) override { return Status::Ok(); }
   Status CopyToHost(void*, const void*, size_t) override { return Status::Ok(); }
-  Result<std::vector<double>> TimeRuns(const ConvProblem&, int64_t, int, const ConvOperands&, void*,
-                                       size_t, int warmup, int runs) override {
+  Result<std::vector<double>> TimeRuns(const ConvProblem&, int64_t, const Algorithm&,
+                                       const ConvOperands&, void*, size_t, int warmup,
+                                       int runs) override {
     last_warmup = warmup;
     std::vector<double> times;
     for (int i = 0; i < runs; ++i) times.push_back(i + 1.0);

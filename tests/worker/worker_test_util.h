@@ -77,6 +77,8 @@ inline BenchmarkOptions FastBenchmarkOptions() {
   o.min_runs = 1;
   o.max_runs = 1;
   o.config_time_budget_ms = 50;
+  // One run each already: no probe pass (the device-loss tests count runs).
+  o.prune_margin = -1;
   return o;
 }
 

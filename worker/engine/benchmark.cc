@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -117,6 +118,12 @@ Status CheckDevice(ConvBackend& backend, const Status& failure) {
   return EnsureHealthy(backend, failure.ToString());
 }
 
+std::string FormatRatio(double r) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2g", r);
+  return text;
+}
+
 std::string WorkerLimit(const std::string& reason) {
   return std::string(kWorkerLimitError) + reason;
 }
@@ -218,6 +225,8 @@ Status Validate(const BenchmarkOptions& o) {
     return InvalidArgument("config_time_budget_ms: must be positive");
   }
   if (!(o.short_run_ms >= 0)) return InvalidArgument("short_run_ms: must be >= 0");
+  if (std::isnan(o.prune_margin)) return InvalidArgument("prune_margin: must be a number");
+  if (std::isnan(o.skip_factor)) return InvalidArgument("skip_factor: must be a number");
   if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
   if (o.max_group < 1 || o.max_group > 1024) {
     return InvalidArgument("max_group: must be in [1, 1024], got " + std::to_string(o.max_group));
@@ -387,8 +396,11 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   int counts[3] = {0, 0, 0};
   int worker_limited = 0;
   int pruned = 0;
+  int skipped = 0;
   const size_t n = table.entries.size();
   std::vector<double> probe_ms(n, -1.0);
+  std::set<std::string> warmed;                  // configurations that ran at a smaller size
+  std::map<std::string, std::string> far_behind;  // configuration -> why it is skipped
   const auto workspace_of = [&](const Timing& t) {
     return t.workspace_bytes > 0 ? workspace->data() : nullptr;
   };
@@ -408,14 +420,48 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
       for (size_t i = first; i < last; ++i) {
         if (!runnable[i]) continue;
         if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
-        const Timing& t = table.entries[i];
+        Timing& t = table.entries[i];
+        const std::string id = AlgorithmText(AlgorithmOf(t));
+        // Dominated by far at the previous size by one that needed at most its workspace there:
+        // not run at this size either (recorded as this worker's choice, never as a time).
+        if (auto far = far_behind.find(id); far != far_behind.end()) {
+          t.status = TimingStatus::kFailed;
+          t.error = WorkerLimit(far->second);
+          runnable[i] = false;
+          ++skipped;
+          continue;
+        }
+        // A configuration that already ran at a smaller size has its kernels loaded: its probe
+        // needs no warm-up of its own.
+        const int warmup = warmed.count(id) > 0 ? 0 : 1;
         Result<std::vector<double>> probe =
             backend.TimeRunGroups(problem, t.micro_batch, AlgorithmOf(t), operands.view,
-                                  workspace_of(t), t.workspace_bytes, 1, 1, 1, false);
+                                  workspace_of(t), t.workspace_bytes, warmup, 1, 1, false);
         if (probe.ok()) {
           probe_ms[i] = probe->front();
+          warmed.insert(id);
         } else {
           UCUDNN_RETURN_IF_ERROR(fail_run(i, probe.status()));
+        }
+      }
+      // What this size's probes say of the next size: a configuration beaten by more than
+      // options.skip_factor by one needing at most its workspace is not run there.
+      far_behind.clear();
+      if (options.skip_factor > 0) {
+        for (size_t i = first; i < last; ++i) {
+          if (probe_ms[i] < 0) continue;
+          for (size_t j = first; j < last; ++j) {
+            if (j == i || probe_ms[j] < 0) continue;
+            const Timing& better = table.entries[j];
+            if (better.workspace_bytes <= table.entries[i].workspace_bytes &&
+                probe_ms[j] * options.skip_factor < probe_ms[i]) {
+              far_behind[AlgorithmText(AlgorithmOf(table.entries[i]))] =
+                  "not measured: at micro-batch " + std::to_string(better.micro_batch) + " " +
+                  AlgorithmText(AlgorithmOf(better)) + " was more than " +
+                  FormatRatio(options.skip_factor) + "x faster with at most its workspace";
+              break;
+            }
+          }
         }
       }
     }
@@ -467,11 +513,13 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend, "the last configuration").WithContext(key));
   spdlog::info(
       "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
-      "{} unsupported, {} failed ({} of them this worker's limits), {:.2f} s",
+      "{} unsupported, {} failed ({} of them this worker's limits, {} far behind at the size "
+      "before), {:.2f} s",
       key, backend.fingerprint().name, backend.fingerprint().backend, total,
       counts[static_cast<int>(TimingStatus::kOk)], pruned,
       counts[static_cast<int>(TimingStatus::kUnsupported)],
-      counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, MsSince(start) / 1000.0);
+      counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, skipped,
+      MsSince(start) / 1000.0);
   return table;
 }
 

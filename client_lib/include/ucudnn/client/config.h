@@ -30,6 +30,13 @@ struct ClientConfig {
     kTotalShared,
   };
 
+  // Which candidates plans may use.
+  enum class Algorithms {
+    kAll,      // "all": legacy algorithms and cuDNN graph-API engine configurations (default)
+    kLegacy,   // "legacy": the legacy algorithms only
+    kEngines,  // "engines": the engine configurations only
+  };
+
   // UCUDNN_DISABLE=1 turns the library off: every call goes to cuDNN unchanged (the framework's
   // own algorithm and workspace), no thread, no network, no cache file.
   bool enabled = true;
@@ -51,6 +58,9 @@ struct ClientConfig {
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
   // UCUDNN_WORKSPACE_MODE: per_kernel | total (= total_sum) | total_shared.
   WorkspaceMode workspace_mode = WorkspaceMode::kPerKernel;
+  // UCUDNN_ALGORITHMS: all | legacy | engines. Plans for one space alone do not use the local plan
+  // cache (its records are for the default).
+  Algorithms algorithms = Algorithms::kAll;
   // UCUDNN_WORKSPACE_BYTES ("64MiB", "1.5GiB", "4096").
   //   per_kernel: the workspace the handle's get*WorkspaceSize asks the framework for (at least
   //     what cuDNN needs for the framework's algorithm); 0 leaves those queries to cuDNN alone.

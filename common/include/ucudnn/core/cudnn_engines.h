@@ -81,8 +81,8 @@ struct EngineCandidate {
 // conversion; in fma mode (strict fp32, PyTorch with TF32 off) never a tensor-core one.
 bool AdmittedByMath(const EngineCandidate& candidate, const ConvProblem& problem);
 
-// The engine configurations cuDNN's heuristics propose for `graph`: every result of modes
-// INSTANT and B and of the fallback list, deduplicated (first proposer wins the order), filtered
+// The engine configurations cuDNN's heuristics propose for `graph`: every result of mode INSTANT
+// and of the fallback list, deduplicated (first proposer wins the order), filtered
 // by AdmittedByMath. The cuDNN version is set from cudnnGetVersion().
 Result<std::vector<EngineCandidate>> HeuristicCandidates(const ConvGraph& graph);
 

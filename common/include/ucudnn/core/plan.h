@@ -28,6 +28,16 @@ enum class WorkspaceMode { kPerKernel = 0, kTotalSum = 1, kTotalShared = 2 };
 std::string_view ToString(WorkspaceMode m);  // "per_kernel" "total_sum" "total_shared"
 Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s);
 
+// Which candidates the planner may choose from: both spaces (the default), or one of them (for
+// comparing what each space gives; users who distrust one space can also switch it off).
+enum class AlgorithmSpace { kAll = 0, kLegacy = 1, kEngines = 2 };
+std::string_view ToString(AlgorithmSpace a);  // "all" "legacy" "engines"
+Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s);
+// Whether a measurement belongs to `space`.
+inline bool InSpace(const Timing& t, AlgorithmSpace space) {
+  return space == AlgorithmSpace::kAll || (space == AlgorithmSpace::kEngines) == !t.engine_config.empty();
+}
+
 struct PlanRequest {
   DeviceFingerprint device;
   std::vector<Kernel> kernels;
@@ -35,6 +45,7 @@ struct PlanRequest {
   WorkspaceMode workspace_mode = WorkspaceMode::kPerKernel;
   uint64_t workspace_bytes = 64ull << 20;
   double ilp_time_limit_s = 10.0;
+  AlgorithmSpace algorithms = AlgorithmSpace::kAll;
 };
 
 enum class KernelPlanStatus {

@@ -87,11 +87,13 @@ v1::MathMode ToProto(MathMode m);
 v1::TimingStatus ToProto(TimingStatus s);
 v1::BatchPolicy ToProto(BatchPolicy p);
 v1::WorkspaceMode ToProto(WorkspaceMode m);
+v1::AlgorithmSpace ToProto(AlgorithmSpace a);
 v1::KernelPlanStatus ToProto(KernelPlanStatus s);
 // UNSPECIFIED is read as the default (POWER_OF_TWO, PER_KERNEL); values outside the enum are
 // errors naming the field as "policy" / "workspace_mode".
 Result<BatchPolicy> FromProto(v1::BatchPolicy p);
 Result<WorkspaceMode> FromProto(v1::WorkspaceMode m);
+Result<AlgorithmSpace> FromProto(v1::AlgorithmSpace a);
 
 // ---- Messages ---------------------------------------------------------------------------------
 v1::ConvProblem ToProto(const ConvProblem& p);

@@ -19,7 +19,7 @@ namespace ucudnn::server {
 
 // Bumped whenever the planning code changes what it answers for the same input, so that plans
 // cached by an older server are not served by a newer one.
-inline constexpr int kPlannerRevision = 1;
+inline constexpr int kPlannerRevision = 2;  // 2: engine configurations, algorithm spaces
 
 // FNV-1a over the table's entries in (micro_batch, algo) order, every field exactly (times by
 // their bit patterns): equal tables, in any entry order, give equal digests.

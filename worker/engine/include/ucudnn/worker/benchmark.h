@@ -58,6 +58,12 @@ struct BenchmarkOptions {
   // of the full protocol. Negative disables the probes (every configuration gets the full
   // protocol).
   double prune_margin = 0.10;
+  // Skipping across sizes (with the probes on): a configuration whose probe at one micro-batch
+  // size is more than skip_factor times slower than another's that needs at most its workspace is
+  // not run at the next size; it is recorded kFailed with a kWorkerLimitError reason that says so
+  // (never a time, never replacing a measurement). Times and workspaces grow together with the
+  // size, so such a configuration stays dominated; <= 0 disables it.
+  double skip_factor = 2.0;
   // Seed of the operand data (FillRandom); inputs differ per tensor.
   uint64_t seed = 1;
   // When set and true, the benchmark stops before its next configuration and returns
