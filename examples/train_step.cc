@@ -331,17 +331,19 @@ std::optional<double> Lookup(const std::map<std::string, double>& m, const std::
 }
 
 std::string Segments(const KernelReport& k) {
-  // "64x4 (algo 1)" per run of equal segments.
+  // "64x4 a1" (legacy) or "64x4 eng34{k3=2}" per run of equal segments.
   std::string text;
   for (size_t i = 0; i < k.segments.size();) {
     size_t j = i;
     while (j < k.segments.size() && k.segments[j].micro_batch == k.segments[i].micro_batch &&
-           k.segments[j].algo == k.segments[i].algo) {
+           k.segments[j].algo == k.segments[i].algo &&
+           k.segments[j].engine_config == k.segments[i].engine_config) {
       ++j;
     }
     if (!text.empty()) text += " + ";
-    text += std::to_string(k.segments[i].micro_batch) + "x" + std::to_string(j - i) + " a" +
-            std::to_string(k.segments[i].algo);
+    text += std::to_string(k.segments[i].micro_batch) + "x" + std::to_string(j - i) + " " +
+            (k.segments[i].engine_config.empty() ? "a" + std::to_string(k.segments[i].algo)
+                                                 : k.segments[i].engine_config);
     i = j;
   }
   return text.empty() ? "-" : text;

@@ -356,11 +356,14 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
     entry["kernel"] = k.name;
     problems.push_back(std::move(entry));
     for (const v1::Timing& t : response.timings()) {
-      std::snprintf(line, sizeof(line), "%-32s %-16s %8lld %6d %12.4f %10.4f %14s %s\n",
+      // The algorithm is the last column: an engine configuration's key ("eng34{k3=2;k14=-1}")
+      // is longer than any width that suits the legacy numbers.
+      const std::string algo = AlgorithmText({t.algo(), t.engine_config()});
+      std::snprintf(line, sizeof(line), "%-32s %-16s %8lld %12.4f %10.4f %14s %-25s %s\n",
                     k.name.c_str(), response.problem_hash().c_str(),
-                    static_cast<long long>(t.micro_batch()), t.algo(), t.time_ms(), t.spread_ms(),
+                    static_cast<long long>(t.micro_batch()), t.time_ms(), t.spread_ms(),
                     FormatBytes(t.workspace_bytes()).c_str(),
-                    v1::TimingStatus_Name(t.status()).c_str());
+                    v1::TimingStatus_Name(t.status()).c_str(), algo.c_str());
       table += line;
     }
   }
@@ -376,8 +379,8 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
         seen.size(), options.net.network.c_str(), device_hash.c_str(), device->name.c_str());
     return 0;
   }
-  std::printf("%-32s %-16s %8s %6s %12s %10s %14s %s\n%s", "kernel", "problem", "micro", "algo",
-              "median ms", "spread ms", "workspace", "status", table.c_str());
+  std::printf("%-32s %-16s %8s %12s %10s %14s %-25s %s\n%s", "kernel", "problem", "micro",
+              "median ms", "spread ms", "workspace", "status", "algo", table.c_str());
   return 0;
 }
 

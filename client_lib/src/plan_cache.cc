@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -86,9 +87,14 @@ Result<std::vector<CacheRecord>> ParseCache(std::string_view bytes) {
   }
   const std::string_view version =
       bytes.substr(kPlanCacheMagic.size() + 1, newline - kPlanCacheMagic.size() - 1);
-  if (version != std::to_string(kPlanCacheVersion)) {
+  int version_number = 0;
+  const auto [version_end, version_error] =
+      std::from_chars(version.data(), version.data() + version.size(), version_number);
+  if (version_error != std::errc() || version_end != version.data() + version.size() ||
+      version_number < kOldestReadablePlanCacheVersion || version_number > kPlanCacheVersion) {
     return InvalidArgument("plan cache version '" + std::string(version) +
                            "' is not supported (this build reads " +
+                           std::to_string(kOldestReadablePlanCacheVersion) + " to " +
                            std::to_string(kPlanCacheVersion) + ")");
   }
   size_t offset = newline + 1;

@@ -27,7 +27,11 @@
 namespace ucudnn::client {
 
 inline constexpr std::string_view kPlanCacheMagic = "ucudnn-plan-cache";
-inline constexpr int kPlanCacheVersion = 1;
+// 2: segments may name engine configurations (Segment.engine_config). Records are v1::Plan
+// messages either way, so version 1 files still read; the bump makes an older build refuse a
+// newer file by its version instead of by a segment it cannot validate.
+inline constexpr int kPlanCacheVersion = 2;
+inline constexpr int kOldestReadablePlanCacheVersion = 1;
 
 // One cached answer: planned kernels only.
 struct CacheRecord {

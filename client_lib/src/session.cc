@@ -369,11 +369,12 @@ Status Session::RunRemainder(const ConvProblem& problem, int64_t batch, const Pl
 int64_t Session::Verify(const PlanEntry& plan, const ConvProblem& problem) {
   int64_t needed = 0;
   for (const Segment& segment : plan.segments) {
-    Result<size_t> bytes = backend_.WorkspaceSize(problem, segment.micro_batch, segment.algo);
+    Result<size_t> bytes =
+        backend_.WorkspaceSize(problem, segment.micro_batch, AlgorithmOf(segment));
     if (!bytes.ok()) {
       client::Log().warn("plan segment (micro-batch {}, algo {}) of {} cannot run here: {}",
-                         segment.micro_batch, segment.algo, CanonicalKey(problem),
-                         bytes.status().ToString());
+                         segment.micro_batch, AlgorithmText(AlgorithmOf(segment)),
+                         CanonicalKey(problem), bytes.status().ToString());
       needed = PlanEntry::kNotRunnable;
       break;
     }
@@ -776,7 +777,9 @@ std::vector<KernelReport> Session::Kernels() const {
       report.predicted_ms = plan->predicted_ms;
       report.undivided_ms = plan->undivided_ms;
       report.from_cache = plan->from_cache;
-      for (const Segment& s : plan->segments) report.segments.push_back({s.micro_batch, s.algo});
+      for (const Segment& s : plan->segments) {
+        report.segments.push_back({s.micro_batch, s.algo, s.engine_config});
+      }
     }
     report.planned_calls = kernel->planned_calls.load(std::memory_order_relaxed);
     report.fallback_calls = kernel->fallback_calls.load(std::memory_order_relaxed);

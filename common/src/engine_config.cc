@@ -100,6 +100,24 @@ std::string AlgorithmText(const Algorithm& algo) {
   return algo.is_engine() ? std::string(algo.engine_config) : std::to_string(algo.id);
 }
 
+Status CheckAlgorithm(const Algorithm& algo) {
+  if (!algo.is_engine()) {
+    if (algo.id < 0) {
+      return InvalidArgument("algo: must be >= 0 without engine_config, got " +
+                             std::to_string(algo.id));
+    }
+    return Status::Ok();
+  }
+  if (Result<EngineConfig> parsed = ParseEngineConfigKey(algo.engine_config); !parsed.ok()) {
+    return parsed.status().WithContext("engine_config");
+  }
+  if (algo.id != kEngineAlgo) {
+    return InvalidArgument("algo: must be " + std::to_string(kEngineAlgo) +
+                           " with an engine configuration, got " + std::to_string(algo.id));
+  }
+  return Status::Ok();
+}
+
 Status CheckEngineConfigVersion(const EngineConfig& config, int32_t runtime_version) {
   if (config.cudnn_version != runtime_version) {
     return Status(StatusCode::kFailedPrecondition,

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/text.h"
 
 namespace ucudnn {
@@ -548,6 +549,7 @@ v1::Timing ToProto(const Timing& t) {
   v1::Timing m;
   m.set_micro_batch(t.micro_batch);
   m.set_algo(t.algo);
+  m.set_engine_config(t.engine_config);
   m.set_time_ms(t.time_ms);
   m.set_spread_ms(t.spread_ms);
   m.set_samples(t.samples);
@@ -562,8 +564,9 @@ Result<Timing> FromProto(const v1::Timing& m) {
   FieldErrors errors;
   errors.Add(CheckMiniBatch("micro_batch", m.micro_batch()));
   t.micro_batch = m.micro_batch();
-  errors.Add(CheckNonNegative("algo", m.algo()));
+  errors.Add(CheckAlgorithm({m.algo(), m.engine_config()}));
   t.algo = m.algo();
+  t.engine_config = m.engine_config();
   Result<TimingStatus> status = TimingStatusFromProto(m.status());
   if (status.ok()) {
     t.status = *status;
@@ -594,6 +597,7 @@ v1::Segment ToProto(const Segment& s) {
   v1::Segment m;
   m.set_micro_batch(s.micro_batch);
   m.set_algo(s.algo);
+  m.set_engine_config(s.engine_config);
   m.set_time_ms(s.time_ms);
   m.set_workspace_bytes(s.workspace_bytes);
   return m;
@@ -603,8 +607,9 @@ Result<Segment> FromProto(const v1::Segment& m) {
   Segment s;
   UCUDNN_RETURN_IF_ERROR(CheckMiniBatch("micro_batch", m.micro_batch()));
   s.micro_batch = m.micro_batch();
-  UCUDNN_RETURN_IF_ERROR(CheckNonNegative("algo", m.algo()));
+  UCUDNN_RETURN_IF_ERROR(CheckAlgorithm({m.algo(), m.engine_config()}));
   s.algo = m.algo();
+  s.engine_config = m.engine_config();
   UCUDNN_RETURN_IF_ERROR(CheckTime("time_ms", m.time_ms()));
   s.time_ms = m.time_ms();
   s.workspace_bytes = m.workspace_bytes();

@@ -7,9 +7,11 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/text.h"
 
 namespace ucudnn {
@@ -161,7 +163,15 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
 
   Timing& t = row.timing;
   UCUDNN_ASSIGN_OR_RETURN(t.micro_batch, ParseBatchColumn("micro_batch", *field(kMicroBatch)));
-  UCUDNN_ASSIGN_OR_RETURN(t.algo, ParseInteger<int>("algo", *field(kAlgo), 0, 1000));
+  // One column for both spaces (old files stay readable, an engine key has no commas): a
+  // legacy algorithm's number or an engine configuration's canonical key.
+  if (const std::string_view algo = *field(kAlgo); algo.substr(0, 3) == "eng") {
+    UCUDNN_RETURN_IF_ERROR(ParseEngineConfigKey(algo).status().WithContext("algo"));
+    t.algo = kEngineAlgo;
+    t.engine_config = std::string(algo);
+  } else {
+    UCUDNN_ASSIGN_OR_RETURN(t.algo, ParseInteger<int>("algo", algo, 0, 1000));
+  }
   UCUDNN_ASSIGN_OR_RETURN(t.time_ms, ParseMilliseconds("time_ms", *field(kTimeMs)));
   UCUDNN_ASSIGN_OR_RETURN(t.workspace_bytes,
                           ParseInteger<uint64_t>("workspace_bytes", *field(kWorkspaceBytes)));
@@ -182,7 +192,7 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
 
 Result<TimingTables> ParseTimingCsv(std::string_view text) {
   TimingTables tables;
-  std::map<std::string, std::set<std::pair<int64_t, int>>> seen;
+  std::map<std::string, std::set<std::tuple<int64_t, int, std::string>>> seen;
   std::array<int, kColumnCount> index;
   index.fill(-1);
   size_t column_count = 0;
@@ -221,9 +231,10 @@ Result<TimingTables> ParseTimingCsv(std::string_view text) {
     Result<Row> row = ParseRow(*fields, index);
     if (!row.ok()) return row.status().WithContext(where);
     const std::string key = CanonicalKey(row->problem);
-    if (!seen[key].emplace(row->timing.micro_batch, row->timing.algo).second) {
-      return InvalidArgument(where + ": micro_batch " + std::to_string(row->timing.micro_batch) +
-                             ", algo " + std::to_string(row->timing.algo) +
+    const Timing& timing = row->timing;
+    if (!seen[key].emplace(timing.micro_batch, timing.algo, timing.engine_config).second) {
+      return InvalidArgument(where + ": micro_batch " + std::to_string(timing.micro_batch) +
+                             ", algo " + AlgorithmText(AlgorithmOf(timing)) +
                              ": repeated for the same problem");
     }
     auto [it, inserted] = tables.try_emplace(key);
@@ -327,7 +338,8 @@ Result<std::string> WriteTimingCsv(const TimingTables& tables) {
         return InvalidArgument(key + ": time_ms and spread_ms: must be finite and non-negative");
       }
       out += prefix;
-      out += ',' + std::to_string(t.micro_batch) + ',' + std::to_string(t.algo) + ',' +
+      if (Status algo = CheckAlgorithm(AlgorithmOf(t)); !algo.ok()) return algo.WithContext(key);
+      out += ',' + std::to_string(t.micro_batch) + ',' + AlgorithmText(AlgorithmOf(t)) + ',' +
              FormatDouble(t.time_ms) + ',' + std::to_string(t.workspace_bytes);
       if (problem_columns) {
         for (int64_t v : {p.pad_w, p.stride_w, p.dilation_h, p.dilation_w, p.groups}) {

@@ -4,10 +4,12 @@
 #include <set>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/planner/plan_table.h"
@@ -476,7 +478,7 @@ Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& r
                                    " timings, got " + std::to_string(count));
   } else {
     out.timings.reserve(static_cast<size_t>(count));
-    std::set<std::pair<int64_t, int>> seen;
+    std::set<std::tuple<int64_t, int, std::string>> seen;
     for (int i = 0; i < count; ++i) {
       const std::string field = "timings[" + std::to_string(i) + "]";
       auto timing = FromProto(request.timings(i));
@@ -484,9 +486,9 @@ Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& r
         errors.Add(field, timing.status());
         continue;
       }
-      if (!seen.emplace(timing->micro_batch, timing->algo).second) {
+      if (!seen.emplace(timing->micro_batch, timing->algo, timing->engine_config).second) {
         errors.AddField(field, "duplicate (micro_batch " + std::to_string(timing->micro_batch) +
-                                   ", algo " + std::to_string(timing->algo) + ")");
+                                   ", algo " + AlgorithmText(AlgorithmOf(*timing)) + ")");
         continue;
       }
       out.timings.push_back(std::move(timing).value());

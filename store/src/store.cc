@@ -65,8 +65,8 @@ constexpr const char* kDisplayStateSql =
     "ELSE j.state END";
 
 const std::string kTimingColumns =
-    "micro_batch, algo, time_ms, spread_ms, samples, workspace_bytes, status, error, "
-    "measured_by, " +
+    "micro_batch, algo, engine_config, time_ms, spread_ms, samples, workspace_bytes, status, "
+    "error, measured_by, " +
     internal::TimestampSql("measured_at") + " AS measured_at";
 
 // Policies ordered narrow to wide, for widening a live job.
@@ -91,14 +91,15 @@ const std::vector<Statement>& Statements() {
        "$19, $20) ON CONFLICT DO NOTHING"},
       {"problem_key", "SELECT canonical_key FROM problems WHERE id = $1"},
       {"put_timings",
-       "INSERT INTO timings (device_id, problem_id, micro_batch, algo, time_ms, spread_ms, "
-       "samples, workspace_bytes, status, error, measured_by, measured_at) "
-       "SELECT $1, $2, t.micro_batch, t.algo, t.time_ms, t.spread_ms, t.samples, "
-       "t.workspace_bytes, t.status, t.error, $11, now() "
+       "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, time_ms, "
+       "spread_ms, samples, workspace_bytes, status, error, measured_by, measured_at) "
+       "SELECT $1, $2, t.micro_batch, t.algo, t.engine_config, t.time_ms, t.spread_ms, "
+       "t.samples, t.workspace_bytes, t.status, t.error, $11, now() "
        "FROM unnest($3::int[], $4::int[], $5::float8[], $6::float8[], $7::int[], $8::bigint[], "
-       "$9::text[], $10::text[]) "
-       "AS t(micro_batch, algo, time_ms, spread_ms, samples, workspace_bytes, status, error) "
-       "ON CONFLICT (device_id, problem_id, micro_batch, algo) DO UPDATE SET "
+       "$9::text[], $10::text[], $13::text[]) "
+       "AS t(micro_batch, algo, time_ms, spread_ms, samples, workspace_bytes, status, error, "
+       "engine_config) "
+       "ON CONFLICT (device_id, problem_id, micro_batch, algo, engine_config) DO UPDATE SET "
        "time_ms = EXCLUDED.time_ms, spread_ms = EXCLUDED.spread_ms, samples = EXCLUDED.samples, "
        "workspace_bytes = EXCLUDED.workspace_bytes, status = EXCLUDED.status, "
        "error = EXCLUDED.error, measured_by = EXCLUDED.measured_by, "
@@ -108,13 +109,14 @@ const std::vector<Statement>& Statements() {
        "WHERE NOT (EXCLUDED.status = 'failed' AND starts_with(EXCLUDED.error, $12) "
        "AND timings.status = 'ok')"},
       {"notify_timings", "SELECT pg_notify('ucudnn_timings', $1)"},
+      // Engine keys sort byte-wise (COLLATE "C"): the same order on every database locale.
       {"get_timings", "SELECT " + kTimingColumns +
                           " FROM timings WHERE device_id = $1 AND problem_id = $2 "
-                          "ORDER BY micro_batch, algo"},
+                          "ORDER BY micro_batch, algo, engine_config COLLATE \"C\""},
       {"get_timings_many",
        "SELECT problem_id, " + kTimingColumns +
            " FROM timings WHERE device_id = $1 AND problem_id = ANY($2::bigint[]) "
-           "ORDER BY problem_id, micro_batch, algo"},
+           "ORDER BY problem_id, micro_batch, algo, engine_config COLLATE \"C\""},
       // Inserts the one live job, or widens the existing one; no row when it exists and
       // already covers the request.
       {"enqueue_job",
@@ -326,6 +328,7 @@ Result<Timing> TimingFromRow(const pqxx::row& row) {
   Timing t;
   t.micro_batch = row["micro_batch"].as<int64_t>();
   t.algo = row["algo"].as<int>();
+  t.engine_config = row["engine_config"].as<std::string>();
   t.time_ms = row["time_ms"].as<double>();
   t.spread_ms = row["spread_ms"].as<double>();
   t.samples = row["samples"].as<int>();
@@ -423,7 +426,7 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
                        const std::vector<Timing>& timings, const std::string& measured_by) {
   std::vector<int64_t> micro_batch, algo, samples, workspace;
   std::vector<double> time_ms, spread_ms;
-  std::vector<std::string> status, error;
+  std::vector<std::string> status, error, engine_config;
   for (const Timing& t : timings) {
     micro_batch.push_back(t.micro_batch);
     algo.push_back(t.algo);
@@ -433,13 +436,15 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
     workspace.push_back(static_cast<int64_t>(t.workspace_bytes));
     status.emplace_back(internal::TimingStatusName(t.status));
     error.push_back(internal::CleanText(t.error, kMaxErrorBytes));
+    engine_config.push_back(t.engine_config);
   }
   const pqxx::result written = tx.exec_prepared(
       "put_timings", ToDb(device_hash), ToDb(problem_hash), internal::IntArrayLiteral(micro_batch),
       internal::IntArrayLiteral(algo), internal::DoubleArrayLiteral(time_ms),
       internal::DoubleArrayLiteral(spread_ms), internal::IntArrayLiteral(samples),
       internal::IntArrayLiteral(workspace), internal::TextArrayLiteral(status),
-      internal::TextArrayLiteral(error), measured_by, std::string(kWorkerLimitError));
+      internal::TextArrayLiteral(error), measured_by, std::string(kWorkerLimitError),
+      internal::TextArrayLiteral(engine_config));
   tx.exec_prepared("notify_timings", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
   return written.affected_rows();
 }

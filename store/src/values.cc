@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <limits>
 #include <set>
+#include <tuple>
 #include <utility>
 
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/store/store.h"
@@ -151,15 +153,16 @@ Status ValidateTimings(const std::vector<Timing>& timings) {
     return InvalidArgument("timings: at most " + std::to_string(kMaxTimingsPerWrite) +
                            " per write, got " + std::to_string(timings.size()));
   }
-  std::set<std::pair<int64_t, int>> seen;
+  std::set<std::tuple<int64_t, int, std::string>> seen;
   for (size_t i = 0; i < timings.size(); ++i) {
     const Timing& t = timings[i];
     if (t.micro_batch < 1 || t.micro_batch > kMaxBatch) {
       return InvalidArgument(Field(i, "micro_batch") + ": must be in [1, " +
                              std::to_string(kMaxBatch) + "], got " + std::to_string(t.micro_batch));
     }
-    if (t.algo < 0) {
-      return InvalidArgument(Field(i, "algo") + ": must be >= 0, got " + std::to_string(t.algo));
+    // "algo: ..." / "engine_config: ..." under this entry, as the other fields are named.
+    if (const Status algo = CheckAlgorithm(AlgorithmOf(t)); !algo.ok()) {
+      return InvalidArgument("timings[" + std::to_string(i) + "]." + algo.message());
     }
     if (!std::isfinite(t.time_ms) || t.time_ms < 0) {
       return InvalidArgument(Field(i, "time_ms") + ": must be finite and >= 0, got " +
@@ -181,10 +184,10 @@ Status ValidateTimings(const std::vector<Timing>& timings) {
       return InvalidArgument(Field(i, "status") + ": unknown value " +
                              std::to_string(static_cast<int>(t.status)));
     }
-    if (!seen.emplace(t.micro_batch, t.algo).second) {
+    if (!seen.emplace(t.micro_batch, t.algo, t.engine_config).second) {
       return InvalidArgument("timings[" + std::to_string(i) + "]: duplicate (micro_batch " +
-                             std::to_string(t.micro_batch) + ", algo " + std::to_string(t.algo) +
-                             ")");
+                             std::to_string(t.micro_batch) + ", algo " +
+                             AlgorithmText(AlgorithmOf(t)) + ")");
     }
   }
   return Status::Ok();

@@ -67,6 +67,33 @@ TEST(PlanCacheTest, RoundTrip) {
   EXPECT_TRUE(ParseCache(SerializeCache({})).ok());
 }
 
+TEST(PlanCacheTest, EngineSegmentsRoundTripAndVersionOneFilesStillRead) {
+  KernelPlan mixed = Planned(ConvOp::kForward, 8, 4);
+  mixed.config.segments[0].algo = kEngineAlgo;
+  mixed.config.segments[0].engine_config = "eng34{k3=2;k14=-1}";
+  const std::vector<CacheRecord> records = {PerKernel(Device(), mixed, 1 << 20)};
+  const std::string bytes = SerializeCache(records);
+  EXPECT_EQ(bytes.rfind("ucudnn-plan-cache 2\n", 0), 0u);
+  Result<std::vector<CacheRecord>> parsed = ParseCache(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 1u);
+  EXPECT_EQ((*parsed)[0].plan.kernels[0].config, mixed.config);
+  EXPECT_EQ((*parsed)[0].plan.kernels[0].config.segments[0].engine_config, "eng34{k3=2;k14=-1}");
+
+  // A file written before engine configurations (version 1, legacy segments) reads as before:
+  // the records are the same messages.
+  const std::vector<CacheRecord> legacy = {
+      PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20)};
+  std::string version_one = SerializeCache(legacy);
+  version_one[std::string("ucudnn-plan-cache ").size()] = '1';
+  Result<std::vector<CacheRecord>> old = ParseCache(version_one);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ((*old)[0].plan.kernels[0].config, legacy[0].plan.kernels[0].config);
+  std::string version_zero = version_one;
+  version_zero[std::string("ucudnn-plan-cache ").size()] = '0';
+  EXPECT_NE(ParseCache(version_zero).status().message().find("1 to 2"), std::string::npos);
+}
+
 TEST(PlanCacheTest, EveryDamageIsDetected) {
   const std::string good =
       SerializeCache({PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20)});

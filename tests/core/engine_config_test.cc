@@ -88,5 +88,23 @@ TEST(EngineConfigTest, AlgorithmsOrderLegacyFirstThenEnginesByKey) {
   EXPECT_EQ(AlgorithmText(Algorithm(kEngineAlgo, "eng4{k2=1}")), "eng4{k2=1}");
 }
 
+TEST(CheckAlgorithm, LegacyNeedsANumberEngineNeedsAKeyAndMinusOne) {
+  EXPECT_TRUE(CheckAlgorithm(Algorithm(0)).ok());
+  EXPECT_TRUE(CheckAlgorithm(Algorithm(7)).ok());
+  EXPECT_TRUE(CheckAlgorithm(Algorithm(kEngineAlgo, "eng34{k3=2}")).ok());
+
+  const Status negative = CheckAlgorithm(Algorithm(-1));
+  EXPECT_EQ(negative.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(negative.message().rfind("algo: ", 0), 0u) << negative.message();
+
+  const Status legacy_number = CheckAlgorithm(Algorithm(3, "eng34"));
+  EXPECT_EQ(legacy_number.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(legacy_number.message().rfind("algo: must be -1", 0), 0u) << legacy_number.message();
+
+  const Status bad_key = CheckAlgorithm(Algorithm(kEngineAlgo, "eng34{k14=-1;k3=2}"));
+  EXPECT_EQ(bad_key.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_key.message().rfind("engine_config: ", 0), 0u) << bad_key.message();
+}
+
 }  // namespace
 }  // namespace ucudnn

@@ -415,7 +415,8 @@ TEST(ProtoTiming, Invalid) {
                 "micro_batch: must be in [1, 65536], got 0");
   ExpectInvalid(with([](auto& m) { m.set_micro_batch(65537); }),
                 "micro_batch: must be in [1, 65536], got 65537");
-  ExpectInvalid(with([](auto& m) { m.set_algo(-1); }), "algo: must be >= 0, got -1");
+  ExpectInvalid(with([](auto& m) { m.set_algo(-1); }),
+                "algo: must be >= 0 without engine_config, got -1");
   ExpectInvalid(with([](auto& m) { m.set_status(v1::TIMING_STATUS_UNSPECIFIED); }),
                 "status: required");
   ExpectInvalid(with([](auto& m) { m.set_status(static_cast<v1::TimingStatus>(4)); }),
@@ -437,6 +438,44 @@ TEST(ProtoTiming, Invalid) {
 
 // ---- Segment, IlpReport -----------------------------------------------------------------------
 
+Segment EngineSegment(int64_t micro_batch, const std::string& key, double time_ms,
+                      uint64_t workspace) {
+  Segment s = MakeSegment(micro_batch, kEngineAlgo, time_ms, workspace);
+  s.engine_config = key;
+  return s;
+}
+
+TEST(ProtoTiming, EngineConfigurationsRoundTripAndAreValidated) {
+  Timing t;
+  t.micro_batch = 32;
+  t.algo = kEngineAlgo;
+  t.engine_config = "eng34{k3=2;k14=-1}";
+  t.time_ms = 0.3125;
+  t.samples = 9;
+  t.workspace_bytes = 5ull << 20;
+  const v1::Timing m = ToProto(t);
+  EXPECT_EQ(m.algo(), -1);
+  EXPECT_EQ(m.engine_config(), "eng34{k3=2;k14=-1}");
+  v1::Timing wire;
+  ASSERT_TRUE(wire.ParseFromString(m.SerializeAsString()));
+  Result<Timing> back = FromProto(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, t);
+
+  auto with = [&](const std::function<void(v1::Timing&)>& change) {
+    v1::Timing changed = m;
+    change(changed);
+    return FromProto(changed);
+  };
+  ExpectInvalid(with([](auto& x) { x.set_algo(3); }),
+                "algo: must be -1 with an engine configuration, got 3");
+  ExpectInvalid(with([](auto& x) { x.set_engine_config("eng34{k14=-1;k3=2}"); }),
+                "engine_config: engine configuration 'eng34{k14=-1;k3=2}': not in canonical order "
+                "(knobs sorted by type)");
+  ExpectInvalid(with([](auto& x) { x.set_engine_config("algo6"); }),
+                "engine_config: engine configuration 'algo6': must start with 'eng'");
+}
+
 TEST(ProtoSegment, RoundTripsAndValidates) {
   const Segment s = MakeSegment(32, 7, 0.125, 1ull << 40);
   Result<Segment> back = FromProto(ToProto(s));
@@ -447,7 +486,7 @@ TEST(ProtoSegment, RoundTripsAndValidates) {
   ExpectInvalid(FromProto(m), "micro_batch: must be in [1, 65536], got 0");
   m = ToProto(s);
   m.set_algo(-2);
-  ExpectInvalid(FromProto(m), "algo: must be >= 0, got -2");
+  ExpectInvalid(FromProto(m), "algo: must be >= 0 without engine_config, got -2");
   m = ToProto(s);
   m.set_time_ms(kNaN);
   ExpectInvalid(FromProto(m), "time_ms: must be finite and >= 0, got nan");
@@ -536,7 +575,7 @@ TEST(ProtoKernelPlan, Invalid) {
   ExpectInvalid(with([](auto& m) { m.mutable_segments(1)->set_micro_batch(0); }),
                 "segments[1].micro_batch: must be in [1, 65536], got 0");
   ExpectInvalid(with([](auto& m) { m.mutable_segments(2)->set_algo(-1); }),
-                "segments[2].algo: must be >= 0, got -1");
+                "segments[2].algo: must be >= 0 without engine_config, got -1");
   ExpectInvalid(with([](auto& m) { m.mutable_segments(2)->set_micro_batch(64); }),
                 "segments: micro-batch sizes sum to 192, expected the mini-batch 256");
   ExpectInvalid(with([](auto& m) { m.add_segments()->set_micro_batch(1); }),
@@ -622,6 +661,36 @@ TEST(ProtoPlan, RoundTripsCompleteAndPartial) {
   EXPECT_EQ(empty_back->policy, BatchPolicy::kPowerOfTwo);
 }
 
+TEST(ProtoSegment, EngineSegmentsRoundTripInAPlan) {
+  const Segment engine = EngineSegment(64, "eng12{k3=2}", 0.25, 1 << 20);
+  Result<Segment> back = FromProto(ToProto(engine));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, engine);
+
+  // A plan mixing both spaces: engine and legacy segments, an engine undivided baseline.
+  KernelPlan mixed = PlannedKernel();
+  mixed.config.segments[1] = EngineSegment(64, "eng12{k3=2}", 0.25, 1 << 20);
+  mixed.undivided = EngineSegment(256, "eng7", 2.0, 0);
+  NetworkPlan plan = CompletePlan();
+  plan.kernels[0] = mixed;
+  v1::Plan wire;
+  ASSERT_TRUE(wire.ParseFromString(ToProto(plan, H100()).SerializeAsString()));
+  EXPECT_EQ(wire.kernels(0).segments(1).engine_config(), "eng12{k3=2}");
+  EXPECT_EQ(wire.kernels(0).segments(0).engine_config(), "");
+  Result<NetworkPlan> plan_back = FromProto(wire);
+  ASSERT_TRUE(plan_back.ok()) << plan_back.status().ToString();
+  ExpectSamePlan(*plan_back, plan);
+
+  wire.mutable_kernels(0)->mutable_segments(1)->set_algo(0);
+  ExpectInvalid(FromProto(wire),
+                "kernels[0].segments[1].algo: must be -1 with an engine configuration, got 0");
+  wire.mutable_kernels(0)->mutable_segments(1)->set_algo(-1);
+  wire.mutable_kernels(0)->mutable_segments(1)->set_engine_config("eng12{}");
+  ExpectInvalid(FromProto(wire),
+                "kernels[0].segments[1].engine_config: engine configuration 'eng12{}': empty knob "
+                "list (write no braces instead)");
+}
+
 TEST(ProtoPlan, Invalid) {
   NetworkPlan partial = CompletePlan();
   partial.kernels.push_back(MissingKernel());
@@ -646,7 +715,7 @@ TEST(ProtoPlan, Invalid) {
       "kernels[1].kernel.problem.c: must be in [1, 65536], got 0");
   ExpectInvalid(
       with(good_complete, [](auto& m) { m.mutable_kernels(0)->mutable_segments(0)->set_algo(-1); }),
-      "kernels[0].segments[0].algo: must be >= 0, got -1");
+      "kernels[0].segments[0].algo: must be >= 0 without engine_config, got -1");
   ExpectInvalid(with(good_complete, [](auto& m) { m.set_status(v1::PLAN_STATUS_UNSPECIFIED); }),
                 "status: required");
   ExpectInvalid(with(good_complete, [](auto& m) { m.set_status(static_cast<v1::PlanStatus>(5)); }),
@@ -971,8 +1040,9 @@ TEST(ProtoTiming, SeveralInvalidFieldsAreAllNamed) {
   m.set_time_ms(0);
   m.set_samples(-3);
   ExpectInvalid(FromProto(m),
-                "4 invalid fields: micro_batch: must be in [1, 65536], got 0; algo: must be >= 0, "
-                "got -1; time_ms: must be positive when status is OK, got 0.000000; samples: must "
+                "4 invalid fields: micro_batch: must be in [1, 65536], got 0; algo: must be >= 0 "
+                "without engine_config, got -1; time_ms: must be positive when status is OK, got "
+                "0.000000; samples: must "
                 "be >= 0, got -3");
 }
 

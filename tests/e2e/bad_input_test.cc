@@ -421,6 +421,13 @@ class BadInputTest : public E2eTest {
                                [](auto& r) { r.mutable_timings(1)->set_micro_batch(65537); }));
     cases.push_back(
         SubmitCase("timings[2].algo", [](auto& r) { r.mutable_timings(2)->set_algo(-1); }));
+    cases.push_back(SubmitCase("timings[1].engine_config", [](auto& r) {  // not canonical
+      r.mutable_timings(1)->set_algo(-1);
+      r.mutable_timings(1)->set_engine_config("eng1{k2=1;k1=1}");
+    }));
+    cases.push_back(SubmitCase("timings[1].algo", [](auto& r) {  // an engine's algo is -1
+      r.mutable_timings(1)->set_engine_config("eng1");
+    }));
     cases.push_back(
         SubmitCase("timings[0].time_ms", [](auto& r) { r.mutable_timings(0)->set_time_ms(-1); }));
     cases.push_back(SubmitCase("timings[0].time_ms", [](auto& r) {

@@ -141,6 +141,56 @@ TEST(TimingCsv, ExtendedColumnsRoundTrip) {
   EXPECT_EQ(WriteTimingCsv(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The algo column takes an engine configuration's key as well as a legacy number; files with
+// both read back equal, and an engine key that is not canonical is refused with its line.
+TEST(TimingCsv, EngineConfigurationsShareTheAlgoColumn) {
+  const std::string text = kHeader +
+                           "a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,32,1,0.75,4096\n"
+                           "a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,32,eng34{k3=2;k14=-1},0.5,8192\n"
+                           "a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,32,eng34,0.625,0\n"
+                           "a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,16,eng34,0.375,0\n";
+  Result<TimingTables> tables = ParseTimingCsv(text);
+  ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+  ASSERT_EQ(tables->size(), 1u);
+  const std::vector<Timing>& entries = tables->begin()->second.table.entries;
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].algo, 1);
+  EXPECT_EQ(entries[0].engine_config, "");
+  EXPECT_EQ(entries[1].algo, kEngineAlgo);
+  EXPECT_EQ(entries[1].engine_config, "eng34{k3=2;k14=-1}");
+  EXPECT_EQ(entries[1].time_ms, 0.5);
+  EXPECT_EQ(entries[1].workspace_bytes, 8192u);
+  EXPECT_EQ(entries[2].engine_config, "eng34");
+  EXPECT_EQ(entries[3].micro_batch, 16);
+
+  Result<std::string> written = WriteTimingCsv(*tables);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_THAT(*written, HasSubstr(",32,eng34{k3=2;k14=-1},0.5,8192"));
+  EXPECT_THAT(*written, HasSubstr(kHeader));  // no new column: older readers see their format
+  Result<TimingTables> back = ParseTimingCsv(*written);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << *written;
+  EXPECT_EQ(*back, *tables);
+
+  auto error = [](const std::string& body) {
+    Result<TimingTables> r = ParseTimingCsv(kHeader + body);
+    EXPECT_FALSE(r.ok()) << body;
+    return r.status().message();
+  };
+  EXPECT_THAT(error("a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,1,eng34{k14=1;k3=2},1,0\n"),
+              HasSubstr("line 2: algo: engine configuration 'eng34{k14=1;k3=2}': not in "
+                        "canonical order"));
+  EXPECT_THAT(error("a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,1,engine,1,0\n"),
+              HasSubstr("line 2: algo: engine configuration 'engine': bad engine index"));
+  EXPECT_THAT(error("a,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,1,eng3,1,0\n"
+                    "b,32,64,56,56,64,3,3,1,1,fp32,NCHW,fwd,1,eng3,2,0\n"),
+              HasSubstr("line 3: micro_batch 1, algo eng3: repeated"));
+
+  // A table that breaks the identity rule is not written.
+  TimingTables bad = *tables;
+  bad.begin()->second.table.entries[1].algo = 4;
+  EXPECT_EQ(WriteTimingCsv(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(TimingCsv, ErrorsNameTheLineAndColumn) {
   auto error = [](const std::string& text) {
     Result<TimingTables> r = ParseTimingCsv(text);

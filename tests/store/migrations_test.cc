@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "store_test_util.h"
+#include "ucudnn/core/problem.h"
 #include "ucudnn/store/migrations.h"
 
 namespace ucudnn::store {
@@ -26,6 +27,18 @@ class MigrationsTest : public test_support::PostgresTest {
     pqxx::connection conn(url());
     pqxx::nontransaction tx(conn);
     return tx.exec1(sql)[0].as<int64_t>();
+  }
+  // Runs `sql` with the device and problem ids as $1 and $2; it must fail with `sqlstate`.
+  void ExpectRejected(const std::string& sql, int64_t device, int64_t problem,
+                      const std::string& sqlstate) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    try {
+      tx.exec_params(sql, device, problem);
+      ADD_FAILURE() << "accepted: " << sql;
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), sqlstate) << sql << "\n" << e.what();
+    }
   }
 };
 
@@ -138,6 +151,127 @@ TEST_F(MigrationsTest, OperationsBeforeMigrationSayToMigrate) {
   EXPECT_NE(id.status().message().find("migrate"), std::string::npos) << id.status().message();
 }
 
+// 0005 on a database at version 4 that holds legacy timings: they read back unchanged (as legacy
+// algorithms), engine configurations are stored beside them, and the new constraints hold.
+TEST_F(MigrationsTest, EngineConfigsKeepLegacyRowsAndAdmitEngineRows) {
+  constexpr int kEngineConfigsVersion = 5;
+  const auto& migrations = EmbeddedMigrations();
+  ASSERT_GE(migrations.size(), static_cast<size_t>(kEngineConfigsVersion));
+  ASSERT_EQ(migrations[kEngineConfigsVersion - 1].name, "0005_engine_configs");
+  const DeviceFingerprint device = H100();
+  const ConvProblem problem = Conv3x3(64);
+  const auto d = static_cast<int64_t>(device.Hash());
+  const auto p = static_cast<int64_t>(StableHash(problem));
+  {
+    // The schema before 0005, as a server of that release left it, with rows it wrote.
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
+    for (const EmbeddedMigration& m : migrations) {
+      if (m.version >= kEngineConfigsVersion) break;
+      tx.exec(std::string(m.sql));
+      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
+                     std::string(m.name));
+    }
+    tx.exec_params(
+        "INSERT INTO devices (id, fingerprint_key, backend, name, cc_major, cc_minor, sm_count, "
+        "memory_bytes, cudnn_version, cuda_runtime_version) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        d, device.Key(), device.backend, device.name, device.cc_major, device.cc_minor,
+        device.sm_count, static_cast<int64_t>(device.memory_bytes), device.cudnn_version,
+        device.cuda_runtime_version);
+    tx.exec_params(
+        "INSERT INTO problems (id, canonical_key, op, c, h, w, k, r, s, pad_h, pad_w, stride_h, "
+        "stride_w, dilation_h, dilation_w, groups, data_type, compute_type, layout, math) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, "
+        "$18, $19, $20)",
+        p, CanonicalKey(problem), std::string(ToString(problem.op)), problem.c, problem.h,
+        problem.w, problem.k, problem.r, problem.s, problem.pad_h, problem.pad_w, problem.stride_h,
+        problem.stride_w, problem.dilation_h, problem.dilation_w, problem.groups,
+        std::string(ToString(problem.data_type)), std::string(ToString(problem.compute_type)),
+        std::string(ToString(problem.layout)), std::string(ToString(problem.math)));
+    for (int algo : {0, 1, 6}) {
+      for (int mb : {8, 16}) {
+        tx.exec_params(
+            "INSERT INTO timings (device_id, problem_id, micro_batch, algo, time_ms, spread_ms, "
+            "samples, workspace_bytes, status, error, measured_by) "
+            "VALUES ($1, $2, $3, $4, $5, $6, 5, $7, $8, $9, 'old-worker')",
+            d, p, mb, algo, 0.125 * (algo + 1) + 0.01 * mb, 0.003 * (algo + 1),
+            int64_t{1} << (20 + algo), algo == 6 ? "unsupported" : "ok",
+            algo == 6 ? "CUDNN_STATUS_NOT_SUPPORTED" : "");
+      }
+    }
+    tx.commit();
+  }
+  const std::string legacy_rows =
+      "SELECT string_agg(concat_ws(',', micro_batch, algo, time_ms, spread_ms, samples, "
+      "workspace_bytes, status, error, measured_by, measured_at), ';' "
+      "ORDER BY micro_batch, algo) FROM timings";
+  std::string before;
+  {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    before = tx.exec1(legacy_rows)[0].as<std::string>();
+  }
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto summary = store->Migrate();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->from_version, kEngineConfigsVersion - 1);
+  ASSERT_FALSE(summary->applied.empty());
+  EXPECT_EQ(summary->applied[0], "0005_engine_configs");
+  {
+    pqxx::connection conn(url());
+    pqxx::nontransaction tx(conn);
+    EXPECT_EQ(tx.exec1(legacy_rows)[0].as<std::string>(), before);  // every column, to the bit
+  }
+  EXPECT_EQ(Count("SELECT count(*) FROM timings WHERE engine_config = ''"), 6);
+
+  // The store reads them as legacy algorithms and writes engine configurations beside them.
+  auto legacy = store->GetTimings(device, problem);
+  ASSERT_TRUE(legacy.ok()) << legacy.status().ToString();
+  ASSERT_EQ(legacy->entries.size(), 6u);
+  for (const Timing& t : legacy->entries) {
+    EXPECT_TRUE(t.engine_config.empty());
+    EXPECT_GE(t.algo, 0);
+    EXPECT_DOUBLE_EQ(t.time_ms, 0.125 * (t.algo + 1) + 0.01 * static_cast<double>(t.micro_batch));
+  }
+  std::vector<Timing> engines;
+  for (const char* key : {"eng34{k3=2}", "eng7"}) {
+    Timing t;
+    t.micro_batch = 8;
+    t.algo = kEngineAlgo;
+    t.engine_config = key;
+    t.time_ms = 0.0625;
+    t.samples = 9;
+    t.workspace_bytes = 3 << 20;
+    engines.push_back(t);
+  }
+  ASSERT_TRUE(store->PutTimings(device, problem, engines, "new-worker").ok());
+  auto both = store->GetTimings(device, problem);
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->entries.size(), 8u);
+  EXPECT_EQ(both->entries[0], engines[0]);  // micro-batch 8: engines (algo -1) first, by key
+  EXPECT_EQ(both->entries[1], engines[1]);
+  EXPECT_EQ(both->entries[2], legacy->entries[0]);
+
+  auto fails_with = [&](const std::string& values, const std::string& sqlstate) {
+    ExpectRejected(
+        "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, time_ms, "
+        "status) VALUES ($1, $2, " +
+            values + ")",
+        d, p, sqlstate);
+  };
+  fails_with("8, -1, 'eng7', 0.5, 'ok'", "23505");  // (device, problem, mb, algo, key) unique
+  fails_with("8, -1, '', 0.5, 'ok'", "23514");      // a legacy algorithm is >= 0
+  fails_with("8, 2, 'eng9', 0.5, 'ok'", "23514");   // an engine configuration's algo is -1
+  fails_with("8, -1, 'cfg9', 0.5, 'ok'", "23514");  // keys start with 'eng'
+  fails_with("8, -1, 'eng' || repeat('1', 2000), 0.5, 'ok'", "23514");  // bounded length
+}
+
 // The schema guards its data even against writers that bypass the store.
 TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
   auto store = Open();
@@ -150,14 +284,7 @@ TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
   const auto p = static_cast<int64_t>(*problem);
 
   auto fails_with = [&](const std::string& sql, const std::string& sqlstate) {
-    pqxx::connection conn(url());
-    pqxx::work tx(conn);
-    try {
-      tx.exec_params(sql, d, p);
-      ADD_FAILURE() << "accepted: " << sql;
-    } catch (const pqxx::sql_error& e) {
-      EXPECT_EQ(e.sqlstate(), sqlstate) << sql << "\n" << e.what();
-    }
+    ExpectRejected(sql, d, p, sqlstate);
   };
   const std::string timing =
       "INSERT INTO timings (device_id, problem_id, micro_batch, algo, time_ms, status) "

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "support/postgres_fixture.h"
@@ -66,6 +67,28 @@ inline std::vector<Timing> SampleTimings(int64_t max_batch, int algos, double se
         t.status = TimingStatus::kUnsupported;
         t.error = "CUDNN_STATUS_NOT_SUPPORTED \"quoted\" \\ back,slash {brace}";
       }
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// Timings of engine configurations `keys` (canonical, EngineConfigKey()) at micro-batches 1, 2,
+// 4, ... up to `max_batch`, distinct and non-zero, told apart from SampleTimings' by their keys.
+inline std::vector<Timing> SampleEngineTimings(int64_t max_batch,
+                                               const std::vector<std::string>& keys,
+                                               double seed = 1.0) {
+  std::vector<Timing> out;
+  for (int64_t b = 1; b <= max_batch; b *= 2) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Timing t;
+      t.micro_batch = b;
+      t.algo = kEngineAlgo;
+      t.engine_config = keys[i];
+      t.time_ms = seed * (0.011 * static_cast<double>(b) + 0.097 * static_cast<double>(i + 1));
+      t.spread_ms = t.time_ms / 19.0;
+      t.samples = 7;
+      t.workspace_bytes = static_cast<uint64_t>(b) * (uint64_t{1} << 12) * (i + 1);
       out.push_back(t);
     }
   }

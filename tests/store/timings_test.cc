@@ -14,12 +14,15 @@ namespace {
 using testing_util::A100;
 using testing_util::Conv3x3;
 using testing_util::H100;
+using testing_util::SampleEngineTimings;
 using testing_util::SampleTimings;
 using testing_util::StoreTest;
 
 std::vector<Timing> Sorted(std::vector<Timing> t) {
   std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) {
-    return std::tie(a.micro_batch, a.algo) < std::tie(b.micro_batch, b.algo);
+    // The store's order: engine configurations (algo -1) by key, byte-wise, then legacy ones.
+    return std::tie(a.micro_batch, a.algo, a.engine_config) <
+           std::tie(b.micro_batch, b.algo, b.engine_config);
   });
   return t;
 }
@@ -172,6 +175,67 @@ TEST_F(TimingsTest, UpsertReplacesAndKeepsOneRowPerKey) {
       EXPECT_EQ(r.timing, *it);
     }
   }
+}
+
+// Engine configurations are rows of their own beside the legacy algorithms: the key of a row is
+// (micro_batch, algo, engine_config), and the worker-limit rule holds per row.
+TEST_F(TimingsTest, EngineConfigurationsAreRowsOfTheirOwn) {
+  const std::vector<std::string> keys = {"eng34{k3=2;k14=-1}", "eng34{k3=3}", "eng34", "eng7"};
+  std::vector<Timing> mixed = SampleTimings(8, 3);
+  for (const Timing& t : SampleEngineTimings(8, keys)) mixed.push_back(t);
+  ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), mixed, "worker-a").ok());
+  auto table = store_->GetTimings(H100(), Conv3x3(64));
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(table->entries, Sorted(mixed));  // keys intact, in the documented order
+
+  // A re-measurement of one configuration replaces that row only; a worker's limit does not
+  // replace a measured configuration but lands where none was measured.
+  Timing remeasured = SampleEngineTimings(1, {"eng34{k3=3}"}, 4.0)[0];
+  Timing limited = SampleEngineTimings(1, {"eng34"})[0];
+  limited.status = TimingStatus::kFailed;
+  limited.error = std::string(kWorkerLimitError) + "workspace over this cap";
+  limited.time_ms = 0;
+  Timing fresh = limited;
+  fresh.engine_config = "eng35";
+  ASSERT_TRUE(
+      store_->PutTimings(H100(), Conv3x3(64), {remeasured, limited, fresh}, "worker-b").ok());
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(64));
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), mixed.size() + 1);
+  int by_b = 0;
+  for (const TimingRecord& r : *records) {
+    SCOPED_TRACE(std::to_string(r.timing.micro_batch) + "@" + AlgorithmText(AlgorithmOf(r.timing)));
+    if (r.measured_by == "worker-b") {
+      ++by_b;
+      EXPECT_EQ(r.timing.micro_batch, 1);
+      EXPECT_TRUE(r.timing == remeasured || r.timing == fresh);
+    } else if (r.timing.micro_batch == 1 && r.timing.engine_config == "eng34") {
+      EXPECT_EQ(r.timing.status, TimingStatus::kOk);  // the limit was kept out
+    }
+  }
+  EXPECT_EQ(by_b, 2);
+
+  // The identity rule, with the row named.
+  std::vector<Timing> bad = SampleEngineTimings(2, {"eng34"});
+  bad[1].algo = 5;
+  Status s = store_->PutTimings(H100(), Conv3x3(32), bad, "w");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("timings[1].algo: must be -1", 0), 0u) << s.message();
+  bad = SampleEngineTimings(2, {"eng34"});
+  bad[0].engine_config = "eng34{k14=-1;k3=2}";
+  s = store_->PutTimings(H100(), Conv3x3(32), bad, "w");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("timings[0].engine_config: ", 0), 0u) << s.message();
+  bad = SampleEngineTimings(2, {"eng34"});
+  bad.push_back(bad[0]);
+  bad.back().time_ms = 7.5;
+  s = store_->PutTimings(H100(), Conv3x3(32), bad, "w");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("duplicate (micro_batch 1, algo eng34)"), std::string::npos)
+      << s.message();
+  auto untouched = store_->GetTimings(H100(), Conv3x3(32));
+  ASSERT_TRUE(untouched.ok());
+  EXPECT_TRUE(untouched->entries.empty());
 }
 
 TEST_F(TimingsTest, GetTimingsForProblemsAnswersAWholeNetworkInOrder) {

@@ -11,8 +11,10 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn::worker {
@@ -71,13 +73,16 @@ bool CompletionCommitted(const store::Job& claimed, const store::Job& now,
   // false: then the job is counted discarded though its timings were written, which costs a log
   // line, never a timing.
   if (claimed.updated_at.empty()) return false;
-  std::map<std::pair<int64_t, int>, const store::TimingRecord*> by_key;
-  for (const store::TimingRecord& r : records) by_key[{r.timing.micro_batch, r.timing.algo}] = &r;
+  using Key = std::tuple<int64_t, int, std::string>;
+  std::map<Key, const store::TimingRecord*> by_key;
+  for (const store::TimingRecord& r : records) {
+    by_key[{r.timing.micro_batch, r.timing.algo, r.timing.engine_config}] = &r;
+  }
   int checked = 0;
   for (const Timing& t : timings) {
     if (IsWorkerLimit(t)) continue;
     ++checked;
-    auto it = by_key.find({t.micro_batch, t.algo});
+    auto it = by_key.find({t.micro_batch, t.algo, t.engine_config});
     if (it == by_key.end()) return false;
     const store::TimingRecord& r = *it->second;
     if (r.measured_by != worker_id || r.measured_at < claimed.updated_at) return false;
@@ -499,8 +504,8 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
       ++configurations_measured_;
       spdlog::debug("[{}] job {}: {}/{} micro-batch {} algo {}: {} {:.4f} ms, workspace {}",
                     slot.device.slot, job.id, p.done, p.total, p.latest->micro_batch,
-                    p.latest->algo, ToString(p.latest->status), p.latest->time_ms,
-                    FormatBytes(p.latest->workspace_bytes));
+                    AlgorithmText(AlgorithmOf(*p.latest)), ToString(p.latest->status),
+                    p.latest->time_ms, FormatBytes(p.latest->workspace_bytes));
     }
     if (Clock::now() - last_log >= config_.progress_log_interval) {
       last_log = Clock::now();

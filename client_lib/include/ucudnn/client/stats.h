@@ -60,10 +60,12 @@ struct KernelReport {
   uint64_t plan_workspace_bytes = 0;
   double predicted_ms = 0;  // the plan's predicted time (0 without a plan)
   double undivided_ms = 0;  // the planner's undivided baseline (0 when unknown)
-  // The plan's segments in execution order: micro-batch size and algorithm number.
+  // The plan's segments in execution order: micro-batch size and algorithm (a legacy algorithm's
+  // number, or -1 and an engine configuration's key, as in ucudnn::Segment).
   struct Segment {
     int64_t micro_batch = 0;
     int algo = 0;
+    std::string engine_config;
   };
   std::vector<Segment> segments;
   bool from_cache = false;

@@ -45,6 +45,13 @@ std::string EngineConfigKey(const EngineConfig& config);
 // EngineConfigKey() would not have written, with the offending part named.
 Result<EngineConfig> ParseEngineConfigKey(std::string_view key);
 
+struct Algorithm;
+// The rule every writer of an algorithm identity (store, proto, timing files) checks: a legacy
+// algorithm has algo >= 0 and no engine configuration; an engine configuration has a key that
+// ParseEngineConfigKey() accepts and algo == kEngineAlgo. kInvalidArgument naming the field
+// ("algo: ..." or "engine_config: ..."); callers add where it was (index, line).
+Status CheckAlgorithm(const Algorithm& algo);
+
 // kFailedPrecondition unless `config` was measured by cuDNN `runtime_version`: an engine index
 // and its knobs mean different kernels in different cuDNN releases.
 Status CheckEngineConfigVersion(const EngineConfig& config, int32_t runtime_version);

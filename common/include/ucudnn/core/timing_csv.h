@@ -9,6 +9,9 @@
 // exactly the columns above:
 //   pad_w,stride_w,dilation_h,dilation_w,groups,ctype,math  (then `pad`/`stride` are the h parts)
 //   status,spread_ms,samples,error                            (status: ok, unsupported, failed)
+// `algo` is a legacy algorithm's number, or a cuDNN graph-API engine configuration's canonical
+// key ("eng34{k3=2;k14=-1}", EngineConfigKey(); it has no commas, so no new column is needed and
+// older files read as before).
 // Lines starting with '#' and blank lines are ignored; fields may be double-quoted ("" escapes a
 // quote). dtype, layout, op and status are case-insensitive.
 #pragma once
@@ -40,7 +43,8 @@ struct ProblemTimings {
 using TimingTables = std::map<std::string, ProblemTimings>;
 
 // Parses CSV text. Errors (kInvalidArgument) name the line and column: a missing required
-// column, a malformed number, an invalid problem, or a repeated (micro_batch, algo) of a problem.
+// column, a malformed number or engine key, an invalid problem, or a repeated (micro_batch, algo
+// or engine configuration) of a problem.
 Result<TimingTables> ParseTimingCsv(std::string_view text);
 
 // Reads and parses a file; kNotFound when it cannot be opened (the message names the path).

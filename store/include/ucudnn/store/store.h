@@ -236,8 +236,8 @@ class Store {
   Result<uint64_t> UpsertProblem(const ConvProblem& problem);
 
   // ---- Timings ----
-  // Every timing of `problem` on `device`, ordered by (micro_batch, algo). An unknown device or
-  // problem is not an error: the table is empty.
+  // Every timing of `problem` on `device`, ordered by (micro_batch, algo, engine_config). An
+  // unknown device or problem is not an error: the table is empty.
   Result<TimingTable> GetTimings(const DeviceFingerprint& device, const ConvProblem& problem);
   // The same with who measured each timing and when.
   Result<std::vector<TimingRecord>> GetTimingRecords(const DeviceFingerprint& device,
@@ -247,11 +247,12 @@ class Store {
   // table.
   Result<std::vector<TimingTable>> GetTimingsForProblems(const DeviceFingerprint& device,
                                                          const std::vector<ConvProblem>& problems);
-  // Upserts the timings (key: device, problem, micro_batch, algo; a re-measurement replaces the
-  // old row), creating device and problem rows as needed, all in one transaction that also
-  // NOTIFYs channel "ucudnn_timings" (see Listener). `timings` must hold 1..kMaxTimingsPerWrite
-  // entries with unique (micro_batch, algo), micro_batch in [1, kMaxBatch], algo >= 0, finite
-  // non-negative times, workspace_bytes <= INT64_MAX; measured_by at most kMaxMeasuredByBytes.
+  // Upserts the timings (key: device, problem, micro_batch, algo, engine_config; a re-measurement
+  // replaces the old row), creating device and problem rows as needed, all in one transaction
+  // that also NOTIFYs channel "ucudnn_timings" (see Listener). `timings` must hold
+  // 1..kMaxTimingsPerWrite entries with unique (micro_batch, algo, engine_config), micro_batch in
+  // [1, kMaxBatch], algorithms that pass CheckAlgorithm(), finite non-negative times,
+  // workspace_bytes <= INT64_MAX; measured_by at most kMaxMeasuredByBytes.
   Status PutTimings(const DeviceFingerprint& device, const ConvProblem& problem,
                     const std::vector<Timing>& timings, const std::string& measured_by);
   // PutTimings for many problems in ONE transaction (all or nothing), for `ucudnn import`.
