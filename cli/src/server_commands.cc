@@ -37,13 +37,6 @@ void PrintJson(const google::protobuf::Message& message) {
   std::printf("%s", json.c_str());
 }
 
-Result<WorkspaceMode> ParseModeFlag(const std::string& mode) {
-  if (mode == "per_kernel" || mode == "per-kernel") return WorkspaceMode::kPerKernel;
-  if (mode == "total" || mode == "total_sum") return WorkspaceMode::kTotalSum;
-  if (mode == "shared" || mode == "total_shared") return WorkspaceMode::kTotalShared;
-  return InvalidArgument("--mode must be per_kernel, total or shared, got '" + mode + "'");
-}
-
 // The device a plan is for: a device of the catalog (--device: hash prefix or list index), or
 // this machine's backend.
 Result<DeviceFingerprint> ResolveDevice(const ServerOptions& server, const PlanOptions& options) {
@@ -74,7 +67,7 @@ Result<v1::GetPlanRequest> BuildRequest(const ServerOptions& server, const PlanO
   UCUDNN_ASSIGN_OR_RETURN(request.device, ResolveDevice(server, options));
   UCUDNN_ASSIGN_OR_RETURN(request.policy, ParseBatchPolicy(options.policy));
   UCUDNN_ASSIGN_OR_RETURN(request.workspace_bytes, ParseByteSize(options.workspace));
-  UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, ParseModeFlag(options.mode));
+  UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, ParseWorkspaceModeChoice("--mode", options.mode));
   UCUDNN_ASSIGN_OR_RETURN(int64_t wait_ms, ParseDurationMs(options.wait));
   if (wait_ms > 600000 * 3) return InvalidArgument("--wait: at most 30m");
   return ToProto(request, static_cast<uint32_t>(std::min<int64_t>(wait_ms, 600000)));
