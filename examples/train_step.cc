@@ -56,7 +56,10 @@ struct Options {
   int64_t batch = 256;
   std::vector<uint64_t> limits_mib = {8, 64, 256};
   uint64_t total_budget_mib = 1024;
-  std::string total_mode = "total";
+  std::string total_mode = "total";  // as ParseWorkspaceModeChoice reads it
+  WorkspaceMode total_workspace_mode = WorkspaceMode::kTotalShared;
+  std::string dtype, layout, math;  // as ParseNetworkPrecision reads them
+  NetworkPrecision precision;
   std::string policy = "power_of_two";
   std::string server;
   std::vector<std::string> offline_timings;
@@ -77,7 +80,12 @@ const char kUsage[] = R"(usage: ucudnn-example-train-step [options]
   --batch N                  mini-batch (default 256)
   --limits-mib A,B,...       per-kernel workspace limits in MiB (default 8,64,256)
   --total-budget-mib N       total workspace budget in MiB, 0 for none (default 1024)
-  --total-mode MODE          total (the ILP, default) or total_shared
+  --total-mode MODE          total (= total_shared, default: kernels run one after another in
+                             one workspace) or total_sum (each kernel its own slice; ILP)
+  --dtype fp32|fp16|bf16     data type of the network's tensors (default fp32; compute fp32)
+  --layout nchw|nhwc         default nchw for fp32, nhwc for fp16 and bf16
+  --math MODE                default, tensor_op, tensor_op_allow_conversion, fma (default:
+                             default for fp32, tensor_op for fp16 and bf16)
   --policy P                 undivided, power_of_two (default) or all
   --server HOST:PORT         planner server to get plans from
   --offline-timings FILE     timing CSV to plan from in this process (repeatable)
@@ -127,6 +135,12 @@ Result<Options> ParseOptions(int argc, char** argv) {
       UCUDNN_ASSIGN_OR_RETURN(o.policy, need(i));
     } else if (flag == "--total-mode") {
       UCUDNN_ASSIGN_OR_RETURN(o.total_mode, need(i));
+    } else if (flag == "--dtype") {
+      UCUDNN_ASSIGN_OR_RETURN(o.dtype, need(i));
+    } else if (flag == "--layout") {
+      UCUDNN_ASSIGN_OR_RETURN(o.layout, need(i));
+    } else if (flag == "--math") {
+      UCUDNN_ASSIGN_OR_RETURN(o.math, need(i));
     } else if (flag == "--offline-timings") {
       UCUDNN_ASSIGN_OR_RETURN(std::string path, need(i));
       o.offline_timings.push_back(path);
@@ -161,9 +175,12 @@ Result<Options> ParseOptions(int argc, char** argv) {
       }
     }
   }
-  if (o.total_mode != "total" && o.total_mode != "total_shared") {
-    return InvalidArgument("--total-mode: expected total or total_shared");
+  UCUDNN_ASSIGN_OR_RETURN(o.total_workspace_mode,
+                          ParseWorkspaceModeChoice("--total-mode", o.total_mode));
+  if (o.total_workspace_mode == WorkspaceMode::kPerKernel) {
+    return InvalidArgument("--total-mode: expected total, total_shared or total_sum");
   }
+  UCUDNN_ASSIGN_OR_RETURN(o.precision, ParseNetworkPrecision(o.dtype, o.layout, o.math));
   return o;
 }
 
@@ -366,6 +383,9 @@ void PrintJson(const Options& o, const DeviceFingerprint& device, size_t step_ke
   std::string out = "{\n";
   out += "  \"network\": " + JsonString(o.network) + ",\n";
   out += "  \"mini_batch\": " + std::to_string(o.batch) + ",\n";
+  out += "  \"dtype\": " + JsonString(std::string(ToString(o.precision.data_type))) + ",\n";
+  out += "  \"layout\": " + JsonString(std::string(ToString(o.precision.layout))) + ",\n";
+  out += "  \"math\": " + JsonString(std::string(ToString(o.precision.math))) + ",\n";
   out += "  \"backend\": " + JsonString(o.backend) + ",\n";
   out += "  \"device\": " + JsonString(device.name) + ",\n";
   out += "  \"cudnn_version\": " + std::to_string(device.cudnn_version) + ",\n";
@@ -411,9 +431,9 @@ void PrintJson(const Options& o, const DeviceFingerprint& device, size_t step_ke
 
 void PrintTable(const Options& o, const DeviceFingerprint& device, size_t step_kernels,
                 const std::string& plans_from, const std::vector<ConfigResult>& results) {
-  std::printf("ucudnn train step: %s, mini-batch %lld, %zu kernels per step, on %s (%s",
-              o.network.c_str(), static_cast<long long>(o.batch), step_kernels, device.name.c_str(),
-              device.backend.c_str());
+  std::printf("ucudnn train step: %s (%s), mini-batch %lld, %zu kernels per step, on %s (%s",
+              o.network.c_str(), ToString(o.precision).c_str(), static_cast<long long>(o.batch),
+              step_kernels, device.name.c_str(), device.backend.c_str());
   if (device.cudnn_version > 0) std::printf(" %d", device.cudnn_version);
   const char* baseline = o.backend == "cpu" ? "the backend's best algorithm (workspace rule)"
                          : o.find_baseline  ? "cuDNN's fastest measured algorithm (cudnnFind)"
@@ -481,7 +501,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--policy: %s\n", policy.status().message().c_str());
     return 2;
   }
-  Result<std::vector<Kernel>> network = NetworkKernels(o.network, o.batch);
+  Result<std::vector<Kernel>> network = NetworkKernels(o.network, o.batch, o.precision);
   if (!network.ok()) {
     std::fprintf(stderr, "%s\n", network.status().ToString().c_str());
     return 2;
@@ -543,8 +563,9 @@ int Main(int argc, char** argv) {
   for (uint64_t mib : o.limits_mib)
     configs.emplace_back(ClientConfig::WorkspaceMode::kPerKernel, mib << 20);
   if (o.total_budget_mib > 0) {
-    configs.emplace_back(o.total_mode == "total" ? ClientConfig::WorkspaceMode::kTotalSum
-                                                 : ClientConfig::WorkspaceMode::kTotalShared,
+    configs.emplace_back(o.total_workspace_mode == WorkspaceMode::kTotalSum
+                             ? ClientConfig::WorkspaceMode::kTotalSum
+                             : ClientConfig::WorkspaceMode::kTotalShared,
                          o.total_budget_mib << 20);
   }
 

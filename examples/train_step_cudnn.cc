@@ -119,10 +119,13 @@ class CudnnEngine final : public StepEngine {
       kernels_[Key(k)] = std::move(gpu);
     }
     for (const Kernel& k : options_.step) step_.push_back(kernels_.at(Key(k)).get());
-    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&x_, x_bytes, 1));
-    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&y_, y_bytes, 2));
-    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&w_, w_bytes, 3));
-    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&dw_, w_bytes, 4));
+    // A step has one precision (NetworkKernels): the data are made in its element type.
+    const DataType type =
+        options_.step.empty() ? DataType::kFloat32 : options_.step.front().problem.data_type;
+    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&x_, x_bytes, type, 1));
+    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&y_, y_bytes, type, 2));
+    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&w_, w_bytes, type, 3));
+    UCUDNN_RETURN_IF_ERROR(AllocateRandom(&dw_, w_bytes, type, 4));
     return Status::Ok();
   }
 
@@ -203,17 +206,18 @@ class CudnnEngine final : public StepEngine {
     return Status::Ok();
   }
 
-  Status AllocateRandom(void** dst, size_t bytes, uint64_t seed) {
+  // Non-zero finite data in the tensors' own element type (fp16 and bf16 included).
+  Status AllocateRandom(void** dst, size_t bytes, DataType type, uint64_t seed) {
     EXAMPLE_CHECK(cudaMalloc(dst, std::max<size_t>(bytes, 1)));
-    // fp32 data; for 16-bit types the bytes are reinterpreted, still finite and non-zero.
-    constexpr size_t kChunk = size_t{1} << 22;
-    std::vector<float> host(kChunk);
-    const size_t count = bytes / sizeof(float);
+    constexpr size_t kChunk = size_t{1} << 22;  // elements
+    const size_t element = ElementSize(type);
+    std::vector<unsigned char> host(kChunk * element);
+    const size_t count = bytes / element;
     for (size_t first = 0; first < count; first += kChunk) {
       const size_t n = std::min(kChunk, count - first);
-      GenerateRandom(host.data(), n, DataType::kFloat32, seed, first);
-      EXAMPLE_CHECK(cudaMemcpy(static_cast<float*>(*dst) + first, host.data(), n * sizeof(float),
-                               cudaMemcpyHostToDevice));
+      GenerateRandom(host.data(), n, type, seed, first);
+      EXAMPLE_CHECK(cudaMemcpy(static_cast<unsigned char*>(*dst) + first * element, host.data(),
+                               n * element, cudaMemcpyHostToDevice));
     }
     return Status::Ok();
   }

@@ -7,6 +7,9 @@
 # the server and worker on the freshly built binaries.
 #
 #   scripts/demo.sh          # everything above
+#   scripts/demo.sh [start] [--dtype fp32|fp16|bf16] [--layout nchw|nhwc] [--math MODE]
+#                            # the same, planning the network at that precision (default fp32
+#                            # NCHW; fp16/bf16 default to NHWC and tensor-op math, fp32 compute)
 #   scripts/demo.sh stop     # stops the server, the worker and the demo's PostgreSQL
 #   scripts/demo.sh status   # what is running
 #   scripts/demo.sh clean    # stops everything and removes .run/ and the demo's database
@@ -83,8 +86,23 @@ stop_all() {
   if pg_running; then as_pg "$pg_bin/pg_ctl" -D "$pgdata" -m fast -w stop >/dev/null; fi
 }
 
+command=start
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then command="$1"; shift; fi
+precision=()  # --dtype/--layout/--math for `ucudnn plan`, checked here before the long build
+while [ $# -gt 0 ]; do
+  case "$1:${2:-}" in
+    --dtype:fp32|--dtype:fp16|--dtype:bf16|--layout:nchw|--layout:nhwc) ;;
+    --math:default|--math:tensor_op|--math:tensor_op_allow_conversion|--math:fma) ;;
+    *) echo "usage: $0 [start|stop|status|clean] [--dtype fp32|fp16|bf16] [--layout nchw|nhwc]" \
+         "[--math default|tensor_op|tensor_op_allow_conversion|fma]; got '$*'" >&2
+       exit 2 ;;
+  esac
+  precision+=("$1" "$2")
+  shift 2
+done
+
 locate_pgdata
-case "${1:-start}" in
+case "$command" in
   stop)
     stop_all
     ucudnn_log "stopped (data kept in $pgdata; '$0 clean' removes it)"
@@ -170,10 +188,11 @@ done
   { tail -20 "$run_dir/server.log"; ucudnn_log "the server did not come up"; exit 1; }
 
 # ---- The plan ----------------------------------------------------------------------------------
-ucudnn_log "planning $network (mini-batch $batch, $workspace per kernel) on the $backend device;"
+ucudnn_log "planning $network (mini-batch $batch, $workspace per kernel${precision[*]:+, ${precision[*]}})" \
+  "on the $backend device;"
 ucudnn_log "the worker benchmarks what is missing first (progress below)"
 "$bin/ucudnn" plan --server "127.0.0.1:$grpc_port" --backend "$backend" --network "$network" \
-  --batch "$batch" --workspace "$workspace" --wait 1800
+  --batch "$batch" "${precision[@]}" --workspace "$workspace" --wait 1800
 
 cat <<EOF
 

@@ -6,6 +6,7 @@ ucudnn_add_test(NAME ucudnn_planner_tests
     planner/pareto_test.cc
     planner/ilp_test.cc
     planner/planner_test.cc
+    planner/never_slower_test.cc
     planner/plan_table_test.cc
     planner/networks_test.cc
     planner/timing_csv_test.cc

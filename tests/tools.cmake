@@ -56,3 +56,9 @@ set_tests_properties(deploy_scripts_shellcheck PROPERTIES LABELS unit SKIP_RETUR
 add_test(NAME proto_lint
          COMMAND bash -c "buf='${PROJECT_BINARY_DIR}/tools/node_modules/.bin/buf'; [ -x \"$buf\" ] || buf=\"$(command -v buf || true)\"; if [ -z \"$buf\" ]; then echo 'SKIP: buf not installed (scripts/test.sh installs it with npm)'; exit 77; fi; cd ${PROJECT_SOURCE_DIR} && \"$buf\" lint && echo \"buf lint: clean ($buf)\"")
 set_tests_properties(proto_lint PROPERTIES SKIP_RETURN_CODE 77 LABELS unit)
+
+# scripts/peer_bench.sh's argument handling and bench/peer_table.py's table, on fake step outputs
+# (the benchmark itself needs the GPU machine).
+add_test(NAME peer_bench_args_and_table
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/peer_bench_test.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(peer_bench_args_and_table PROPERTIES LABELS unit TIMEOUT 120)

@@ -16,6 +16,7 @@ struct NetworkOptions {
   int64_t batch = 256;
   std::string dtype = "fp32";  // fp32 | fp16 | bf16
   std::string layout = "";     // nchw | nhwc; default nchw for fp32, nhwc otherwise
+  std::string math = "";       // default | tensor_op | ...; default by dtype (DefaultMath)
 };
 
 // ---- Local (no server, no database) ----
@@ -55,7 +56,7 @@ struct PlanOptions {
   std::string device;            // or a device of the catalog: hash prefix or index
   std::string policy = "power_of_two";
   std::string workspace = "64MiB";
-  std::string mode = "per_kernel";  // per_kernel | total (total_sum) | shared (total_shared)
+  std::string mode = "per_kernel";  // per_kernel | total (= total_shared) | total_sum
   std::string wait = "0";           // how long to wait for benchmarks ("10m")
   std::string algorithms = "all";   // all | legacy | engines
   bool json = false;

@@ -28,12 +28,9 @@ static_assert(kMaxNetworkKernels == static_cast<size_t>(kMaxKernelsPerRequest));
 static_assert(kMaxNetworkKernelNameBytes == kMaxKernelNameBytes);
 
 Result<std::vector<Kernel>> ResolveKernels(const NetworkOptions& net) {
-  UCUDNN_ASSIGN_OR_RETURN(DataType dtype, ParseDataType(net.dtype));
-  Layout layout = dtype == DataType::kFloat32 ? Layout::kNCHW : Layout::kNHWC;
-  if (!net.layout.empty()) {
-    UCUDNN_ASSIGN_OR_RETURN(layout, ParseLayout(net.layout));
-  }
-  return NetworkKernels(net.network, net.batch, dtype, layout);
+  UCUDNN_ASSIGN_OR_RETURN(NetworkPrecision precision,
+                          ParseNetworkPrecision(net.dtype, net.layout, net.math));
+  return NetworkKernels(net.network, net.batch, precision);
 }
 
 int Fail(const Status& status) {

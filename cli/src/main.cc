@@ -18,6 +18,9 @@ void AddNetworkFlags(CLI::App* cmd, NetworkOptions* net) {
   cmd->add_option("--dtype", net->dtype, "Data type: fp32, fp16, bf16")->capture_default_str();
   cmd->add_option("--layout", net->layout,
                   "Layout: nchw, nhwc (default: nchw for fp32, else nhwc)");
+  cmd->add_option("--math", net->math,
+                  "Math: default, tensor_op, tensor_op_allow_conversion, fma (default: default "
+                  "for fp32, else tensor_op; compute is fp32)");
 }
 
 void AddServerFlags(CLI::App* cmd, ServerOptions* server) {
@@ -49,8 +52,9 @@ void AddPlanFlags(CLI::App* cmd, PlanOptions* plan) {
                   "configurations), legacy, engines")
       ->capture_default_str();
   cmd->add_option("--mode", plan->mode,
-                  "per_kernel: limit per kernel; total: one budget for the sum (ILP); shared: "
-                  "kernels share one workspace")
+                  "per_kernel: limit per kernel; total (= total_shared): one budget that "
+                  "kernels run one after another share; total_sum: one budget for the sum of "
+                  "kernels that run concurrently (ILP)")
       ->capture_default_str();
 }
 

@@ -52,13 +52,6 @@ void PrintJson(const google::protobuf::Message& message) {
 
 void PrintJson(const nlohmann::json& document) { std::printf("%s\n", document.dump(2).c_str()); }
 
-Result<WorkspaceMode> ParseModeFlag(const std::string& mode) {
-  if (mode == "per_kernel" || mode == "per-kernel") return WorkspaceMode::kPerKernel;
-  if (mode == "total" || mode == "total_sum") return WorkspaceMode::kTotalSum;
-  if (mode == "shared" || mode == "total_shared") return WorkspaceMode::kTotalShared;
-  return InvalidArgument("--mode must be per_kernel, total or shared, got '" + mode + "'");
-}
-
 // A device of the catalog named by a hash prefix or its index in `ucudnn devices`.
 Result<v1::Device> FindCatalogDevice(const ServerOptions& server, const std::string& wanted) {
   v1::ListDevicesResponse devices;
@@ -91,7 +84,7 @@ Result<v1::GetPlanRequest> BuildRequest(const ServerOptions& server, const PlanO
   UCUDNN_ASSIGN_OR_RETURN(request.device, ResolveDevice(server, options));
   UCUDNN_ASSIGN_OR_RETURN(request.policy, ParseBatchPolicy(options.policy));
   UCUDNN_ASSIGN_OR_RETURN(request.workspace_bytes, ParseByteSize(options.workspace));
-  UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, ParseModeFlag(options.mode));
+  UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, ParseWorkspaceModeChoice("--mode", options.mode));
   UCUDNN_ASSIGN_OR_RETURN(request.algorithms, ParseAlgorithmSpace(options.algorithms));
   UCUDNN_ASSIGN_OR_RETURN(int64_t wait_ms, ParseDurationMs(options.wait));
   if (wait_ms > 600000 * 3) return InvalidArgument("--wait: at most 30m");

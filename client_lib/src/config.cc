@@ -118,16 +118,11 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
     }
   }
   if (auto v = get("UCUDNN_WORKSPACE_MODE")) {
-    const std::string s = Lowercase(Trim(*v));
-    if (s == "per_kernel" || s == "per-kernel") {
-      config->workspace_mode = ClientConfig::WorkspaceMode::kPerKernel;
-    } else if (s == "total" || s == "total_sum" || s == "total-sum") {
-      config->workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
-    } else if (s == "total_shared" || s == "total-shared") {
-      config->workspace_mode = ClientConfig::WorkspaceMode::kTotalShared;
+    Result<WorkspaceMode> mode = ParseWorkspaceModeChoice("UCUDNN_WORKSPACE_MODE", *v);
+    if (mode.ok()) {
+      config->workspace_mode = FromCore(*mode);
     } else {
-      Warn(warnings, "UCUDNN_WORKSPACE_MODE: expected per_kernel, total or total_shared, got '" +
-                         *v + "'; ignored");
+      Warn(warnings, mode.status().message() + "; ignored");
     }
   }
   if (auto v = get("UCUDNN_ALGORITHMS")) {

@@ -57,4 +57,16 @@ inline WorkspaceMode ToCore(ClientConfig::WorkspaceMode mode) {
   return WorkspaceMode::kPerKernel;
 }
 
+inline ClientConfig::WorkspaceMode FromCore(WorkspaceMode mode) {
+  switch (mode) {
+    case WorkspaceMode::kTotalSum:
+      return ClientConfig::WorkspaceMode::kTotalSum;
+    case WorkspaceMode::kTotalShared:
+      return ClientConfig::WorkspaceMode::kTotalShared;
+    case WorkspaceMode::kPerKernel:
+      break;
+  }
+  return ClientConfig::WorkspaceMode::kPerKernel;
+}
+
 }  // namespace ucudnn::client

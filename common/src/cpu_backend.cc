@@ -12,8 +12,10 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "ucudnn/core/algorithm_names.h"
+#include "ucudnn/core/random_fill.h"
 
 namespace ucudnn {
 namespace {
@@ -403,19 +405,82 @@ Status CheckProblem(const ConvProblem& problem, int64_t batch, int algo) {
     return InvalidArgument(
         fmt::format("algo: the cpu backend has algorithms 0..{}, got {}", kCpuAlgoCount - 1, algo));
   }
-  if (problem.data_type != DataType::kFloat32) {
-    return Unsupported(fmt::format("data_type: the cpu backend supports fp32 only, got {}",
-                                   ToString(problem.data_type)));
-  }
   if (problem.compute_type != DataType::kFloat32) {
     return Unsupported(fmt::format("compute_type: the cpu backend computes in fp32 only, got {}",
                                    ToString(problem.compute_type)));
   }
-  if (problem.layout != Layout::kNCHW) {
-    return Unsupported(fmt::format("layout: the cpu backend supports nchw only, got {}",
-                                   ToString(problem.layout)));
-  }
   return Status::Ok();
+}
+
+// ---- fp16, bf16 and NHWC ----------------------------------------------------------------------
+// The kernels compute in fp32 NCHW. Other tensors are widened (and transposed from channels-last)
+// into fp32 NCHW copies, and the result narrowed back: the CPU backend stands in for a GPU in CI,
+// so it must run every problem the cluster plans, not run it fast (the copies are timed too, and
+// live outside the workspace).
+
+// The dimensions of a 4-d tensor in NCHW order; a filter is (k, c / groups, r, s), which
+// channels-last stores as k r s c.
+struct Dims {
+  int64_t n, c, h, w;
+  size_t count() const { return static_cast<size_t>(n * c * h * w); }
+};
+
+// Element (n, c, h, w)'s position in memory of `layout`.
+size_t Offset(const Dims& d, Layout layout, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return static_cast<size_t>(layout == Layout::kNHWC ? ((n * d.h + h) * d.w + w) * d.c + c
+                                                     : ((n * d.c + c) * d.h + h) * d.w + w);
+}
+
+float LoadElement(const void* data, DataType type, size_t i) {
+  switch (type) {
+    case DataType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DataType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DataType::kFloat32:
+      break;
+  }
+  return static_cast<const float*>(data)[i];
+}
+
+void StoreElement(void* data, DataType type, size_t i, float value) {
+  switch (type) {
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(data)[i] = FloatToHalf(value);
+      return;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(data)[i] = FloatToBFloat16(value);
+      return;
+    case DataType::kFloat32:
+      break;
+  }
+  static_cast<float*>(data)[i] = value;
+}
+
+// Calls f(nchw_index, memory_index) for every element.
+template <typename F>
+void ForEachElement(const Dims& d, Layout layout, F f) {
+  size_t i = 0;
+  for (int64_t n = 0; n < d.n; ++n) {
+    for (int64_t c = 0; c < d.c; ++c) {
+      for (int64_t h = 0; h < d.h; ++h) {
+        for (int64_t w = 0; w < d.w; ++w) f(i++, Offset(d, layout, n, c, h, w));
+      }
+    }
+  }
+}
+
+std::vector<float> WidenToNchw(const void* data, const ConvProblem& p, const Dims& d) {
+  std::vector<float> out(d.count());
+  ForEachElement(d, p.layout,
+                 [&](size_t i, size_t at) { out[i] = LoadElement(data, p.data_type, at); });
+  return out;
+}
+
+void NarrowFromNchw(const std::vector<float>& nchw, const ConvProblem& p, const Dims& d,
+                    void* data) {
+  ForEachElement(d, p.layout,
+                 [&](size_t i, size_t at) { StoreElement(data, p.data_type, at, nchw[i]); });
 }
 
 // a * b * ... in 64 bits, or nothing on overflow.
@@ -513,6 +578,9 @@ Status CpuBackend::Run(const ConvProblem& problem, int64_t batch, const Algorith
         fmt::format("workspace: null, but {} needs {} bytes", AlgoName(algo), needed));
   }
   UCUDNN_RETURN_IF_ERROR(CheckOperands(problem.op, operands));
+  if (problem.data_type != DataType::kFloat32 || problem.layout != Layout::kNCHW) {
+    return RunConverted(problem, batch, algo, operands, workspace, workspace_bytes, alpha, beta);
+  }
 
   const auto* x = static_cast<const float*>(operands.x);
   const auto* w = static_cast<const float*>(operands.w);
@@ -550,6 +618,57 @@ Status CpuBackend::Run(const ConvProblem& problem, int64_t batch, const Algorith
       break;
     }
   }
+  return Status::Ok();
+}
+
+Status CpuBackend::RunConverted(const ConvProblem& problem, int64_t batch, int algo,
+                                const ConvOperands& operands, void* workspace,
+                                size_t workspace_bytes, float alpha, float beta) {
+  const Dims x_dims{batch, problem.c, problem.h, problem.w};
+  const Dims y_dims{batch, problem.k, problem.out_h(), problem.out_w()};
+  const Dims w_dims{problem.k, problem.c / problem.groups, problem.r, problem.s};
+  // The op's two inputs and its output, as fp32 NCHW copies.
+  std::vector<float> x, w, dy, out;
+  void* out_data = nullptr;
+  Dims out_dims{};
+  ConvOperands nchw;
+  if (operands.x != nullptr && problem.op != ConvOp::kBackwardData) {
+    x = WidenToNchw(operands.x, problem, x_dims);
+    nchw.x = x.data();
+  }
+  if (operands.w != nullptr && problem.op != ConvOp::kBackwardFilter) {
+    w = WidenToNchw(operands.w, problem, w_dims);
+    nchw.w = w.data();
+  }
+  if (operands.dy != nullptr && problem.op != ConvOp::kForward) {
+    dy = WidenToNchw(operands.dy, problem, y_dims);
+    nchw.dy = dy.data();
+  }
+  switch (problem.op) {
+    case ConvOp::kForward:
+      out_data = operands.y;
+      out_dims = y_dims;
+      break;
+    case ConvOp::kBackwardData:
+      out_data = operands.dx;
+      out_dims = x_dims;
+      break;
+    case ConvOp::kBackwardFilter:
+      out_data = operands.dw;
+      out_dims = w_dims;
+      break;
+  }
+  // beta = 0 must not read the output (it may hold anything, NaN included).
+  out = beta == 0.0f ? std::vector<float>(out_dims.count())
+                     : WidenToNchw(out_data, problem, out_dims);
+  (problem.op == ConvOp::kForward        ? nchw.y
+   : problem.op == ConvOp::kBackwardData ? nchw.dx
+                                         : nchw.dw) = out.data();
+  ConvProblem fp32 = problem;
+  fp32.data_type = DataType::kFloat32;
+  fp32.layout = Layout::kNCHW;
+  UCUDNN_RETURN_IF_ERROR(Run(fp32, batch, algo, nchw, workspace, workspace_bytes, alpha, beta));
+  NarrowFromNchw(out, problem, out_dims, out_data);
   return Status::Ok();
 }
 

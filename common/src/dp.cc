@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn {
@@ -48,16 +49,6 @@ std::string_view ToString(TimingStatus s) {
   return "unknown";
 }
 
-namespace {
-
-std::string Lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-}  // namespace
-
 Result<BatchPolicy> ParseBatchPolicy(std::string_view s) {
   const std::string lower = Lowercase(s);
   for (BatchPolicy p : {BatchPolicy::kUndivided, BatchPolicy::kPowerOfTwo, BatchPolicy::kAll}) {
@@ -96,6 +87,18 @@ Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s) {
   }
   return InvalidArgument("algorithms: expected all, legacy or engines, got '" + std::string(s) +
                          "'");
+}
+
+Result<WorkspaceMode> ParseWorkspaceModeChoice(std::string_view what, std::string_view s) {
+  std::string name = Lowercase(Trim(s));
+  std::replace(name.begin(), name.end(), '-', '_');
+  if (name == "total" || name == "shared") return WorkspaceMode::kTotalShared;
+  Result<WorkspaceMode> mode = ParseWorkspaceMode(name);
+  if (mode.ok()) return mode;
+  return InvalidArgument(std::string(what) +
+                         ": expected per_kernel, total (= total_shared), total_shared or "
+                         "total_sum, got '" +
+                         std::string(s) + "'");
 }
 
 std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch) {

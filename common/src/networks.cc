@@ -152,8 +152,49 @@ Result<std::vector<NetworkLayer>> NetworkLayers(std::string_view name) {
   return ParseNetworkCsv("networks/" + std::string(name) + ".csv", text);
 }
 
+MathMode DefaultMath(DataType data_type) {
+  return data_type == DataType::kFloat32 ? MathMode::kDefault : MathMode::kTensorOp;
+}
+
+Result<NetworkPrecision> ParseNetworkPrecision(std::string_view dtype, std::string_view layout,
+                                               std::string_view math) {
+  NetworkPrecision precision;
+  if (!Trim(dtype).empty()) {
+    Result<DataType> parsed = ParseDataType(Trim(dtype));
+    if (!parsed.ok()) return parsed.status().WithContext("--dtype");
+    precision.data_type = *parsed;
+  }
+  precision.layout = precision.data_type == DataType::kFloat32 ? Layout::kNCHW : Layout::kNHWC;
+  if (!Trim(layout).empty()) {
+    Result<Layout> parsed = ParseLayout(Trim(layout));
+    if (!parsed.ok()) return parsed.status().WithContext("--layout");
+    precision.layout = *parsed;
+  }
+  precision.math = DefaultMath(precision.data_type);
+  if (!Trim(math).empty()) {
+    Result<MathMode> parsed = ParseMathMode(Trim(math));
+    if (!parsed.ok()) return parsed.status().WithContext("--math");
+    precision.math = *parsed;
+  }
+  return precision;
+}
+
+std::string ToString(const NetworkPrecision& precision) {
+  std::string out =
+      std::string(ToString(precision.data_type)) + " " + std::string(ToString(precision.layout));
+  if (precision.math != DefaultMath(precision.data_type)) {
+    out += " math=" + std::string(ToString(precision.math));
+  }
+  return out;
+}
+
 Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_batch,
                                            DataType dtype, Layout layout) {
+  return NetworkKernels(name, mini_batch, NetworkPrecision{dtype, layout, DefaultMath(dtype)});
+}
+
+Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_batch,
+                                           const NetworkPrecision& precision) {
   if (!ValidateBatch(mini_batch).ok()) {
     return InvalidArgument("mini_batch: must be in [1, " + std::to_string(kMaxBatch) + "], got " +
                            std::to_string(mini_batch));
@@ -166,10 +207,10 @@ Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_b
       Kernel kernel;
       kernel.problem = layer.problem;
       kernel.problem.op = op;
-      kernel.problem.data_type = dtype;
+      kernel.problem.data_type = precision.data_type;
       kernel.problem.compute_type = DataType::kFloat32;
-      kernel.problem.layout = layout;
-      kernel.problem.math = dtype == DataType::kFloat32 ? MathMode::kDefault : MathMode::kTensorOp;
+      kernel.problem.layout = precision.layout;
+      kernel.problem.math = precision.math;
       kernel.mini_batch = mini_batch;
       kernel.name = layer.name + "/" + std::string(ToString(op));
       UCUDNN_RETURN_IF_ERROR(Validate(kernel.problem).WithContext(kernel.name));

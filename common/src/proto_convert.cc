@@ -745,6 +745,7 @@ v1::Plan ToProto(const NetworkPlan& plan, const DeviceFingerprint& device) {
   m.set_workspace_bytes(plan.workspace_budget_bytes);
   m.set_total_time_ms(plan.total_time_ms);
   m.set_total_undivided_ms(plan.total_undivided_ms);
+  m.set_undivided_sum_ms(plan.undivided_sum_ms);
   m.set_total_workspace_bytes(plan.total_workspace_bytes);
   *m.mutable_ilp() = ToProto(plan.ilp);
   return m;
@@ -798,6 +799,8 @@ Result<NetworkPlan> FromProto(const v1::Plan& m) {
   plan.total_time_ms = m.total_time_ms();
   UCUDNN_RETURN_IF_ERROR(CheckTime("total_undivided_ms", m.total_undivided_ms()));
   plan.total_undivided_ms = m.total_undivided_ms();
+  UCUDNN_RETURN_IF_ERROR(CheckTime("undivided_sum_ms", m.undivided_sum_ms()));
+  plan.undivided_sum_ms = m.undivided_sum_ms();
   plan.total_workspace_bytes = m.total_workspace_bytes();
   Result<IlpReport> ilp = FromProto(m.ilp());
   if (!ilp.ok()) return Nested("ilp", ilp.status());

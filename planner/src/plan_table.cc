@@ -218,6 +218,19 @@ std::string FormatPlanTable(const NetworkPlan& plan, const AlgorithmNamer& names
                  : ".\n";
       break;
   }
+  if (plan.workspace_mode == WorkspaceMode::kTotalSum) {
+    // The like-for-like comparison: undivided kernels whose workspaces also sum to the budget.
+    out += "Undivided within the same sum budget: ";
+    if (plan.undivided_sum_ms <= 0) {
+      out += "n/a (some kernel has no undivided option that fits).\n";
+    } else {
+      out += Printf("%.3f", plan.undivided_sum_ms) + " ms";
+      if (plan.total_time_ms > 0) {
+        out += " (" + Printf("%.2fx", plan.undivided_sum_ms / plan.total_time_ms) + ")";
+      }
+      out += ".\n";
+    }
+  }
   if (plan.ilp.used) {
     out += "ILP (COIN-OR CBC): " + plan.ilp.status + ", objective " +
            Printf("%.3f", plan.ilp.objective_ms) + " ms, bound " +

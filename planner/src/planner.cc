@@ -58,9 +58,20 @@ Status ValidateRequest(const PlanRequest& request, size_t table_count) {
 struct KernelResult {
   std::optional<KernelConfig> config;  // kPerKernel, kTotalShared
   std::vector<KernelConfig> front;     // kTotalSum
-  std::string infeasible_reason;       // when neither a config nor a front point exists
+  // kTotalSum: the undivided options (one algorithm at the full mini-batch) within the budget,
+  // the Pareto front of the like-for-like baseline.
+  std::vector<KernelConfig> undivided_front;
+  std::string infeasible_reason;  // when neither a config nor a front point exists
   std::optional<Segment> undivided;
 };
+
+KernelConfig UndividedConfig(const Segment& segment) {
+  KernelConfig config;
+  config.segments = {segment};
+  config.time_ms = segment.time_ms;
+  config.workspace_bytes = segment.workspace_bytes;
+  return config;
+}
 
 KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
                       const TimingTable& all_timings) {
@@ -83,6 +94,7 @@ KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
       result.infeasible_reason =
           dp.ok() ? "no configuration within the budget" : dp.status().message();
     }
+    result.undivided_front = ParetoFront(table, kernel.mini_batch, BatchPolicy::kUndivided, limit);
   } else {
     Result<KernelConfig> dp = SolveKernelDp(table, kernel.mini_batch, request.policy, limit);
     if (dp.ok()) {
@@ -93,7 +105,25 @@ KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
   }
   Result<Segment> undivided = FastestUndivided(table, kernel.mini_batch, limit);
   if (undivided.ok()) result.undivided = *undivided;
+  // The DP always considers the undivided segment, but its tie rule may trade up to ~1e-12 of
+  // time for a smaller workspace: never let that make a plan slower than its baseline.
+  if (result.config && result.undivided && result.undivided->time_ms < result.config->time_ms) {
+    result.config = UndividedConfig(*result.undivided);
+  }
   return result;
+}
+
+// The fastest front point within `undivided`'s workspace, to replace that undivided option;
+// `undivided` itself where the DP's near-tie rule left every such point a little slower.
+KernelConfig NoSlowerThan(const std::vector<KernelConfig>& front, const KernelConfig& undivided) {
+  const KernelConfig* best = nullptr;
+  for (const KernelConfig& point : front) {
+    if (point.workspace_bytes <= undivided.workspace_bytes &&
+        (best == nullptr || point.time_ms < best->time_ms)) {
+      best = &point;
+    }
+  }
+  return best != nullptr && best->time_ms <= undivided.time_ms ? *best : undivided;
 }
 
 }  // namespace
@@ -180,10 +210,49 @@ Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
           plan.kernels[i].reason = reason;
         }
       } else {
+        std::vector<KernelConfig> chosen;
+        for (size_t n = 0; n < in_ilp.size(); ++n) {
+          chosen.push_back(
+              results[result_of[in_ilp[n]]].front[static_cast<size_t>(solution.choice[n])]);
+        }
+        // The like-for-like baseline: the same ILP over undivided options only.
+        std::vector<std::vector<IlpOption>> undivided_options;
+        for (size_t i : in_ilp) {
+          const std::vector<KernelConfig>& front = results[result_of[i]].undivided_front;
+          if (front.empty()) break;  // no undivided option fits: no baseline
+          undivided_options.push_back(ToIlpOptions(front));
+        }
+        if (undivided_options.size() == in_ilp.size()) {
+          UCUDNN_ASSIGN_OR_RETURN(
+              IlpSolution undivided,
+              SolveNetworkIlp(undivided_options, request.workspace_bytes, ilp_options));
+          if (!undivided.choice.empty()) {
+            plan.undivided_sum_ms = undivided.total_time_ms;
+            // A solve stopped by its gap or time limit may be slower than the undivided answer;
+            // each kernel then takes its fastest front point within that answer's workspace,
+            // which keeps the sum within the budget and every kernel no slower.
+            if (undivided.total_time_ms < solution.total_time_ms) {
+              spdlog::info(
+                  "plan: the ILP's answer ({:.6f} ms, {}) is slower than the undivided one within "
+                  "the same budget ({:.6f} ms); each kernel takes its best point within the "
+                  "undivided workspace instead",
+                  solution.total_time_ms, solution.report.status, undivided.total_time_ms);
+              double total = 0;
+              for (size_t n = 0; n < in_ilp.size(); ++n) {
+                const KernelResult& result = results[result_of[in_ilp[n]]];
+                chosen[n] = NoSlowerThan(
+                    result.front, result.undivided_front[static_cast<size_t>(undivided.choice[n])]);
+                total += chosen[n].time_ms;
+              }
+              plan.ilp.objective_ms = total;
+              plan.ilp.gap = total > 0 ? (total - plan.ilp.bound_ms) / total : 0.0;
+            }
+          }
+        }
         for (size_t n = 0; n < in_ilp.size(); ++n) {
           KernelPlan& kp = plan.kernels[in_ilp[n]];
           kp.status = KernelPlanStatus::kPlanned;
-          kp.config = results[result_of[in_ilp[n]]].front[static_cast<size_t>(solution.choice[n])];
+          kp.config = std::move(chosen[n]);
         }
       }
     } else {

@@ -81,11 +81,31 @@ TEST(ClientConfigTest, ReadsEverySetting) {
   EXPECT_EQ(config.server, "planner:7000");
   EXPECT_EQ(config.token, "secret");
   EXPECT_EQ(config.policy, ClientConfig::BatchPolicy::kAll);
-  EXPECT_EQ(config.workspace_mode, ClientConfig::WorkspaceMode::kTotalSum);
+  // "total" is the model of sequential execution (issue 11 item 6), not the sum.
+  EXPECT_EQ(config.workspace_mode, ClientConfig::WorkspaceMode::kTotalShared);
   EXPECT_EQ(config.workspace_bytes, 1536ull << 20);
   EXPECT_EQ(config.cache_path, "/tmp/plans.bin");
   EXPECT_EQ(config.deadline_ms, 750);
   EXPECT_EQ(config.server_wait_ms, 5000u);
+}
+
+TEST(ClientConfigTest, WorkspaceModeNames) {
+  const std::pair<const char*, ClientConfig::WorkspaceMode> cases[] = {
+      {"per_kernel", ClientConfig::WorkspaceMode::kPerKernel},
+      {"per-kernel", ClientConfig::WorkspaceMode::kPerKernel},
+      {"total", ClientConfig::WorkspaceMode::kTotalShared},
+      {"total_shared", ClientConfig::WorkspaceMode::kTotalShared},
+      {" Total-Shared ", ClientConfig::WorkspaceMode::kTotalShared},
+      {"total_sum", ClientConfig::WorkspaceMode::kTotalSum},
+      {"TOTAL-SUM", ClientConfig::WorkspaceMode::kTotalSum},
+  };
+  for (const auto& [text, mode] : cases) {
+    ClientConfig config;
+    std::vector<std::string> warnings;
+    ApplySettings(Lookup({{"UCUDNN_WORKSPACE_MODE", text}}), &config, &warnings);
+    EXPECT_TRUE(warnings.empty()) << text;
+    EXPECT_EQ(config.workspace_mode, mode) << text;
+  }
 }
 
 TEST(ClientConfigTest, InvalidValuesAreIgnoredWithAWarning) {

@@ -103,6 +103,7 @@ NetworkPlan CompletePlan() {
   plan.workspace_budget_bytes = 96ull << 20;
   plan.total_time_ms = 2.0;
   plan.total_undivided_ms = 5.0;
+  plan.undivided_sum_ms = 4.5;
   plan.total_workspace_bytes = 96ull << 20;
   plan.complete = true;
   plan.ilp.used = true;
@@ -613,6 +614,7 @@ void ExpectSamePlan(const NetworkPlan& a, const NetworkPlan& b) {
   EXPECT_EQ(a.workspace_budget_bytes, b.workspace_budget_bytes);
   EXPECT_EQ(a.total_time_ms, b.total_time_ms);
   EXPECT_EQ(a.total_undivided_ms, b.total_undivided_ms);
+  EXPECT_EQ(a.undivided_sum_ms, b.undivided_sum_ms);
   EXPECT_EQ(a.total_workspace_bytes, b.total_workspace_bytes);
   EXPECT_EQ(a.complete, b.complete);
   EXPECT_EQ(a.ilp.used, b.ilp.used);
@@ -735,6 +737,8 @@ TEST(ProtoPlan, Invalid) {
                 "total_time_ms: must be finite and >= 0, got nan");
   ExpectInvalid(with(good_complete, [](auto& m) { m.set_total_undivided_ms(-2); }),
                 "total_undivided_ms: must be finite and >= 0, got -2.000000");
+  ExpectInvalid(with(good_complete, [](auto& m) { m.set_undivided_sum_ms(kNaN); }),
+                "undivided_sum_ms: must be finite and >= 0, got nan");
   ExpectInvalid(with(good_complete, [](auto& m) { m.mutable_ilp()->set_variables(-1); }),
                 "ilp.variables: must be >= 0, got -1");
   ExpectInvalid(with(good_complete,

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -218,7 +220,7 @@ TEST(CpuBackendTest, WorkspaceGrowsWithBatchOnlyForWholeBatchIm2col) {
   }
 }
 
-TEST(CpuBackendTest, UnsupportedTypesAndLayouts) {
+TEST(CpuBackendTest, UnsupportedComputeTypes) {
   CpuBackend backend;
   std::vector<float> buf(4096, 1.0f);
   ConvOperands ops{buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data()};
@@ -232,24 +234,124 @@ TEST(CpuBackendTest, UnsupportedTypesAndLayouts) {
       EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.ToString();
     }
   };
-  ConvProblem p = ResNetLikeProblem(ConvOp::kForward);
+  ConvProblem p = ResNetLikeProblem(ConvOp::kBackwardFilter);
+  p.compute_type = DataType::kFloat16;
+  expect_unsupported(p, "compute_type");
   p.data_type = DataType::kFloat16;
-  p.compute_type = DataType::kFloat16;
-  expect_unsupported(p, "data_type");
-  p.data_type = DataType::kBFloat16;
-  p.compute_type = DataType::kFloat32;
-  expect_unsupported(p, "data_type");
-  p = ResNetLikeProblem(ConvOp::kBackwardData);
   p.layout = Layout::kNHWC;
-  expect_unsupported(p, "layout");
-  p = ResNetLikeProblem(ConvOp::kBackwardFilter);
-  p.compute_type = DataType::kFloat16;
   expect_unsupported(p, "compute_type");
 
   // Math modes are accepted and computed in fp32.
   p = ResNetLikeProblem(ConvOp::kForward);
   p.math = MathMode::kTensorOp;
   EXPECT_TRUE(backend.WorkspaceSize(p, 1, kCpuAlgoIm2colGemm).ok());
+}
+
+// fp16 and bf16, NCHW and NHWC: the same convolution as fp32 NCHW on the same values (inputs
+// exactly representable in the narrow type), up to the rounding of the narrow output; with beta
+// reading the narrow output it had.
+TEST(CpuBackendTest, HalfPrecisionAndChannelsLastMatchFp32Nchw) {
+  CpuBackend backend;
+  const int64_t batch = 2;
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) {
+      for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+        ConvProblem p;
+        p.op = op;
+        p.c = 6;
+        p.h = 7;
+        p.w = 5;
+        p.k = 4;
+        p.r = 3;
+        p.s = 2;
+        p.pad_h = 1;
+        p.stride_w = 2;
+        p.groups = 2;
+        p.data_type = type;
+        p.layout = layout;
+        p.math = MathMode::kTensorOp;
+        ASSERT_TRUE(Validate(p).ok());
+        // NCHW index <-> memory index of `layout`, per tensor.
+        auto offset = [&](int64_t n, int64_t c, int64_t h, int64_t w, int64_t C, int64_t H,
+                          int64_t W) {
+          return static_cast<size_t>(layout == Layout::kNHWC ? ((n * H + h) * W + w) * C + c
+                                                             : ((n * C + c) * H + h) * W + w);
+        };
+        struct Tensor {
+          int64_t n, c, h, w;
+        };
+        const Tensor xt{batch, p.c, p.h, p.w}, yt{batch, p.k, p.out_h(), p.out_w()},
+            wt{p.k, p.c / p.groups, p.r, p.s};
+        // fp32 NCHW values that the narrow type holds exactly, and the narrow tensor in `layout`.
+        auto make = [&](const Tensor& t, uint64_t seed, std::vector<float>* nchw,
+                        std::vector<uint16_t>* narrow) {
+          const size_t count = static_cast<size_t>(t.n * t.c * t.h * t.w);
+          std::vector<uint16_t> bits(count);
+          GenerateRandom(bits.data(), count, type, seed);
+          *nchw = ToFloat(bits.data(), count, type);
+          narrow->assign(count, 0);
+          size_t i = 0;
+          for (int64_t n = 0; n < t.n; ++n)
+            for (int64_t c = 0; c < t.c; ++c)
+              for (int64_t h = 0; h < t.h; ++h)
+                for (int64_t w = 0; w < t.w; ++w)
+                  (*narrow)[offset(n, c, h, w, t.c, t.h, t.w)] = bits[i++];
+        };
+        const Tensor& a_t = op == ConvOp::kBackwardData ? yt : xt;
+        const Tensor& b_t = op == ConvOp::kBackwardFilter ? yt : wt;
+        const Tensor& out_t = op == ConvOp::kForward ? yt : op == ConvOp::kBackwardData ? xt : wt;
+        std::vector<float> a32, b32, out32;
+        std::vector<uint16_t> a16, b16, out16;
+        make(a_t, 1, &a32, &a16);
+        make(b_t, 2, &b32, &b16);
+        make(out_t, 3, &out32, &out16);  // the output's prior contents, for beta
+        const float alpha = 1.5f, beta = 0.5f;
+
+        ConvProblem reference = p;
+        reference.data_type = DataType::kFloat32;
+        reference.layout = Layout::kNCHW;
+        auto operands = [&](const void* a, const void* b, void* out) {
+          ConvOperands o;
+          if (op == ConvOp::kForward) o = {a, b, nullptr, out, nullptr, nullptr};
+          if (op == ConvOp::kBackwardData) o = {nullptr, b, a, nullptr, out, nullptr};
+          if (op == ConvOp::kBackwardFilter) o = {a, nullptr, b, nullptr, nullptr, out};
+          return o;
+        };
+        for (int algo = 0; algo < kCpuAlgoCount; ++algo) {
+          Result<size_t> ws = backend.WorkspaceSize(p, batch, algo);
+          ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+          std::vector<unsigned char> workspace(std::max<size_t>(*ws, 1));
+          std::vector<float> expected = out32;
+          ASSERT_TRUE(backend
+                          .Run(reference, batch, algo,
+                               operands(a32.data(), b32.data(), expected.data()), workspace.data(),
+                               *ws, alpha, beta)
+                          .ok());
+          std::vector<uint16_t> got = out16;
+          Status st = backend.Run(p, batch, algo, operands(a16.data(), b16.data(), got.data()),
+                                  workspace.data(), *ws, alpha, beta);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          size_t i = 0, nonzero = 0;
+          for (int64_t n = 0; n < out_t.n; ++n)
+            for (int64_t c = 0; c < out_t.c; ++c)
+              for (int64_t h = 0; h < out_t.h; ++h)
+                for (int64_t w = 0; w < out_t.w; ++w, ++i) {
+                  const uint16_t bits = got[offset(n, c, h, w, out_t.c, out_t.h, out_t.w)];
+                  const float value = ToFloat(&bits, 1, type)[0];
+                  // One rounding to the narrow type: 2^-8 relative for bf16, 2^-11 for fp16.
+                  const float tolerance = (type == DataType::kBFloat16 ? 1.0f / 256 : 1.0f / 2048) *
+                                              std::fabs(expected[i]) +
+                                          1e-6f;
+                  ASSERT_NEAR(value, expected[i], tolerance)
+                      << ToString(type) << " " << ToString(layout) << " " << ToString(op)
+                      << " algo " << algo << " element " << i;
+                  nonzero += value != 0.0f;
+                }
+          EXPECT_GT(nonzero, i / 2);  // a real result, not zeros
+        }
+      }
+    }
+  }
 }
 
 TEST(CpuBackendTest, HugeProblemsAreUnsupportedNotOverflowed) {

@@ -356,7 +356,7 @@ TEST(ExecutorTest, RejectsBadRequestsWithoutTouchingTheOutput) {
     ConvProblem fp16 = p;
     fp16.data_type = fp16.compute_type = DataType::kFloat16;
     expect_rejected(good, ops, workspace.data(), ws_bytes, fp16, StatusCode::kUnsupported,
-                    "data_type", d);
+                    "compute_type", d);
     ConvProblem invalid = p;
     invalid.groups = 3;
     expect_rejected(good, ops, workspace.data(), ws_bytes, invalid, StatusCode::kInvalidArgument,

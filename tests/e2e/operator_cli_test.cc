@@ -236,5 +236,54 @@ TEST_F(OperatorCliTest, QueuedJobsAreCancelledWithATokenOneOrAllOfADevice) {
   EXPECT_EQ(*Query(queued_sql), 0);
 }
 
+// Issue 11 item 5: a network planned in bf16 channels-last end to end. The CLI puts the precision
+// into every kernel, the server stores the problems (the schema's CHECKs), the CPU worker
+// benchmarks them (widened to fp32 around its kernels), and the plan comes back complete; and
+// `--mode total` is the shared-workspace model.
+TEST_F(OperatorCliTest, PlansANetworkInBf16ChannelsLastOnTheCpuWorker) {
+  ServerProcess* server = StartServer("s1");
+  ASSERT_NE(server, nullptr);
+  WorkerProcess* worker = StartWorker("w1");
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(WaitWorkersRegistered(1));
+  const std::string net = ::testing::TempDir() + "operator_cli_bf16_net.csv";
+  {
+    std::ofstream out(net);
+    out << "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups\n"
+           "stem,3,10,10,8,3,3,1,1,1,1,1,1,1\n"
+           "block,8,10,10,8,1,1,0,0,1,1,1,1,1\n";
+  }
+  const std::vector<std::string> args = {
+      "plan",    "--server", server->address(), "--device", "0",       "--network", net,
+      "--batch", "4",        "--workspace",     "1MiB",     "--dtype", "bf16",      "--layout",
+      "nhwc",    "--mode",   "total",           "--wait",   "2m"};
+  CliRun plan = RunCli(args);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("Plan: 6 kernels (bf16 nhwc)"));
+  EXPECT_THAT(plan.output, HasSubstr("shared (kernels run one after another in one workspace)"));
+  EXPECT_THAT(plan.output,
+              ::testing::ContainsRegex("block/bwd_filter .* [0-9]+x[0-9]+@(direct|im2col_gemm)"));
+  EXPECT_THAT(plan.output, Not(HasSubstr("MISSING")));
+  EXPECT_THAT(plan.output, Not(HasSubstr("INFEASIBLE")));
+
+  // The catalog holds the problems in bf16 NHWC with fp32 compute and tensor-op math.
+  CliRun problems = RunCli({"problem", "--network", net, "--batch", "4", "--dtype", "bf16"});
+  EXPECT_EQ(problems.exit_code, 0) << problems.output;
+  EXPECT_THAT(problems.output, HasSubstr("dtype=bf16;ctype=fp32;layout=nhwc;math=tensor_op"));
+  Result<int64_t> stored =
+      QueryInt(url(),
+               "SELECT count(*) FROM problems WHERE data_type = 'bf16' AND layout = 'nhwc' AND "
+               "compute_type = 'fp32' AND math = 'tensor_op'");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, 6);  // two layers, three ops each
+  Result<int64_t> timed = QueryInt(url(),
+                                   "SELECT count(*) FROM timings t JOIN problems p ON "
+                                   "p.id = t.problem_id WHERE p.data_type = 'bf16' AND "
+                                   "t.status = 'ok' AND t.time_ms > 0");
+  ASSERT_TRUE(timed.ok()) << timed.status().ToString();
+  EXPECT_GT(*timed, 0);
+  std::remove(net.c_str());
+}
+
 }  // namespace
 }  // namespace ucudnn::e2e

@@ -48,6 +48,22 @@ TEST(PolicyNames, RoundTrip) {
   EXPECT_EQ(ToString(TimingStatus::kFailed), "failed");
 }
 
+// What a user types: "total" is the sequential model (total_shared); the sum model only by name.
+TEST(PolicyNames, WorkspaceModeChoices) {
+  EXPECT_EQ(ParseWorkspaceModeChoice("--mode", "total").value(), WorkspaceMode::kTotalShared);
+  EXPECT_EQ(ParseWorkspaceModeChoice("--mode", "shared").value(), WorkspaceMode::kTotalShared);
+  EXPECT_EQ(ParseWorkspaceModeChoice("--mode", "Total-Shared").value(),
+            WorkspaceMode::kTotalShared);
+  EXPECT_EQ(ParseWorkspaceModeChoice("--mode", "total_sum").value(), WorkspaceMode::kTotalSum);
+  EXPECT_EQ(ParseWorkspaceModeChoice("--mode", " per-kernel ").value(), WorkspaceMode::kPerKernel);
+  Result<WorkspaceMode> bad = ParseWorkspaceModeChoice("--mode", "sum");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "--mode: expected per_kernel, total (= total_shared), total_shared or total_sum, got "
+            "'sum'");
+}
+
 TEST(SolveKernelDp, MatchesExhaustiveSearchOnRandomTables) {
   std::mt19937_64 rng(20240601);
   int feasible = 0, infeasible = 0, split = 0;
@@ -103,14 +119,7 @@ TEST(SolveKernelDp, IgnoresEntryOrder) {
   }
 }
 
-Timing Ok(int64_t b, int algo, double time, uint64_t ws) {
-  Timing t;
-  t.micro_batch = b;
-  t.algo = algo;
-  t.time_ms = time;
-  t.workspace_bytes = ws;
-  return t;
-}
+constexpr auto* Ok = testing_planner::MakeTiming;
 
 // Times on a coarse grid, so that many configurations tie: the DP's choice among the
 // time-optimal ones has the smallest workspace, as exhaustive search finds it. Odd rounds measure

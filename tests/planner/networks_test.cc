@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ucudnn/core/networks.h"
@@ -189,6 +190,59 @@ TEST(Networks, HalfPrecisionUsesTensorOps) {
     EXPECT_EQ(k.problem.math, MathMode::kTensorOp);
   }
   EXPECT_EQ((*kernels)[0].name, "features.0/fwd");
+}
+
+// The --dtype/--layout/--math flags of `ucudnn plan`, the example and the scripts.
+TEST(Networks, PrecisionFlagsAndTheirDefaults) {
+  using P = NetworkPrecision;
+  EXPECT_EQ(ParseNetworkPrecision("", "", "").value(),
+            (P{DataType::kFloat32, Layout::kNCHW, MathMode::kDefault}));
+  EXPECT_EQ(ParseNetworkPrecision("fp16", "", "").value(),
+            (P{DataType::kFloat16, Layout::kNHWC, MathMode::kTensorOp}));
+  EXPECT_EQ(ParseNetworkPrecision("bf16", "nchw", "").value(),
+            (P{DataType::kBFloat16, Layout::kNCHW, MathMode::kTensorOp}));
+  EXPECT_EQ(ParseNetworkPrecision("fp32", "nhwc", "fma").value(),
+            (P{DataType::kFloat32, Layout::kNHWC, MathMode::kFma}));
+  EXPECT_EQ(ParseNetworkPrecision("fp32", "", "tensor_op").value(),
+            (P{DataType::kFloat32, Layout::kNCHW, MathMode::kTensorOp}));
+  EXPECT_EQ(ToString(P{DataType::kBFloat16, Layout::kNHWC, MathMode::kTensorOp}), "bf16 nhwc");
+  EXPECT_EQ(ToString(P{DataType::kFloat32, Layout::kNCHW, MathMode::kFma}), "fp32 nchw math=fma");
+  for (const auto& [dtype, layout, math, flag] :
+       {std::tuple<const char*, const char*, const char*, const char*>{"fp64", "", "", "--dtype"},
+        {"fp16", "chwn", "", "--layout"},
+        {"bf16", "nhwc", "fast", "--math"}}) {
+    Result<P> bad = ParseNetworkPrecision(dtype, layout, math);
+    ASSERT_FALSE(bad.ok()) << flag;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message().rfind(flag, 0), 0u) << bad.status().message();
+  }
+}
+
+TEST(Networks, KernelsCarryThePrecision) {
+  const NetworkPrecision precision{DataType::kBFloat16, Layout::kNHWC, MathMode::kFma};
+  Result<std::vector<Kernel>> kernels = NetworkKernels("resnet18", 16, precision);
+  ASSERT_TRUE(kernels.ok()) << kernels.status().ToString();
+  ASSERT_FALSE(kernels->empty());
+  for (const Kernel& k : *kernels) {
+    EXPECT_EQ(k.problem.data_type, DataType::kBFloat16);
+    EXPECT_EQ(k.problem.compute_type, DataType::kFloat32);
+    EXPECT_EQ(k.problem.layout, Layout::kNHWC);
+    EXPECT_EQ(k.problem.math, MathMode::kFma);
+    EXPECT_EQ(k.mini_batch, 16);
+    EXPECT_NE(CanonicalKey(k.problem).find("dtype=bf16;ctype=fp32;layout=nhwc;math=fma"),
+              std::string::npos);
+  }
+  // The same layers as fp32: only the precision differs.
+  Result<std::vector<Kernel>> fp32 = NetworkKernels("resnet18", 16);
+  ASSERT_TRUE(fp32.ok());
+  ASSERT_EQ(fp32->size(), kernels->size());
+  for (size_t i = 0; i < kernels->size(); ++i) {
+    ConvProblem same = (*kernels)[i].problem;
+    same.data_type = DataType::kFloat32;
+    same.layout = Layout::kNCHW;
+    same.math = MathMode::kDefault;
+    EXPECT_EQ(same, (*fp32)[i].problem);
+  }
 }
 
 TEST(Networks, UniqueKernelsKeepsFirstAppearance) {

@@ -194,14 +194,7 @@ TEST(PlanNetwork, TotalSumMatchesExhaustiveChoiceOverFronts) {
   }
 }
 
-Timing Entry(int64_t b, int algo, double time, uint64_t ws) {
-  Timing t;
-  t.micro_batch = b;
-  t.algo = algo;
-  t.time_ms = time;
-  t.workspace_bytes = ws;
-  return t;
-}
+constexpr auto* Entry = testing_planner::MakeTiming;
 
 TEST(PlanNetwork, TotalSumAtAndAroundTheBoundaries) {
   Network net = KernelsOfMiniBatch8(2);

@@ -50,6 +50,16 @@ inline TimingTable RandomTable(std::mt19937_64& rng, int64_t max_batch, int algo
   return table;
 }
 
+// A successful timing: micro-batch b, algorithm `algo`, `time` ms, `ws` bytes of workspace.
+inline Timing MakeTiming(int64_t b, int algo, double time, uint64_t ws) {
+  Timing t;
+  t.micro_batch = b;
+  t.algo = algo;
+  t.time_ms = time;
+  t.workspace_bytes = ws;
+  return t;
+}
+
 struct BruteConfig {
   double time_ms = 0;
   uint64_t workspace_bytes = 0;
@@ -149,7 +159,7 @@ inline std::string PlanText(const NetworkPlan& plan) {
                     std::to_string(plan.workspace_budget_bytes) + " " + Hex(plan.total_time_ms) +
                     " " + Hex(plan.total_undivided_ms) + " " +
                     std::to_string(plan.total_workspace_bytes) + " " +
-                    std::to_string(plan.complete) + "\n";
+                    std::to_string(plan.complete) + " " + Hex(plan.undivided_sum_ms) + "\n";
   out += "ilp " + std::to_string(plan.ilp.used) + " " + plan.ilp.status + " " +
          Hex(plan.ilp.objective_ms) + " " + Hex(plan.ilp.bound_ms) + " " + Hex(plan.ilp.gap) + " " +
          std::to_string(plan.ilp.variables) + " " + std::to_string(plan.ilp.constraints) + "\n";

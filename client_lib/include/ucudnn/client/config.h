@@ -22,11 +22,13 @@ struct ClientConfig {
   enum class WorkspaceMode {
     // "per_kernel": each call may use the workspace the framework passes it (default).
     kPerKernel,
-    // "total" or "total_sum": one budget for the whole network, planned together (ILP). The
-    // library owns a workspace of workspace_bytes and gives each planned kernel its own slice.
+    // "total_sum": one budget for the whole network, planned together (ILP). The library owns a
+    // workspace of workspace_bytes and gives each planned kernel its own slice: right only when
+    // kernels run concurrently (several streams), each needing its workspace at the same time.
     kTotalSum,
-    // "total_shared": the planned kernels share one library-owned workspace of workspace_bytes;
-    // only safe when the handle's calls run on one stream.
+    // "total" or "total_shared": the planned kernels run one after another and share one
+    // library-owned workspace of workspace_bytes (as a framework reusing one buffer does); only
+    // safe when the handle's calls run on one stream.
     kTotalShared,
   };
 
@@ -56,7 +58,7 @@ struct ClientConfig {
   std::string ca_file;
   // UCUDNN_POLICY: undivided | power_of_two | all.
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
-  // UCUDNN_WORKSPACE_MODE: per_kernel | total (= total_sum) | total_shared.
+  // UCUDNN_WORKSPACE_MODE: per_kernel | total (= total_shared) | total_shared | total_sum.
   WorkspaceMode workspace_mode = WorkspaceMode::kPerKernel;
   // UCUDNN_ALGORITHMS: all | legacy | engines. Plans for one space alone do not use the local plan
   // cache (its records are for the default).

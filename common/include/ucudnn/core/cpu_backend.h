@@ -1,5 +1,7 @@
 // The CPU convolution backend: the numerical reference of the system and the backend of machines
-// without a GPU. fp32 NCHW only; every math mode computes in fp32. Convolutions are
+// without a GPU. Computes in fp32 NCHW (every math mode); fp16, bf16 and NHWC tensors are
+// converted to and from fp32 NCHW copies around the computation (compute type fp32 only, as
+// frameworks train). Convolutions are
 // cross-correlations (cuDNN's CUDNN_CROSS_CORRELATION mode, what deep-learning frameworks use).
 //
 // Its algorithms mirror cuDNN's speed/workspace trade-off:
@@ -60,6 +62,11 @@ class CpuBackend : public ConvBackend {
   Status Healthy() override { return Status::Ok(); }
 
  private:
+  // fp16, bf16 or NHWC tensors: Run() on fp32 NCHW copies, the result narrowed back.
+  Status RunConverted(const ConvProblem& problem, int64_t batch, int algo,
+                      const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                      float alpha, float beta);
+
   DeviceFingerprint fingerprint_;
 };
 

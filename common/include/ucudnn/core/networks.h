@@ -54,15 +54,39 @@ Result<std::vector<NetworkLayer>> LoadNetworkFile(const std::string& path);
 // Whether NetworkLayers()/NetworkKernels() read `name` as a file path.
 bool IsNetworkPath(std::string_view name);
 
+// The precision of a network's kernels as a training step runs them. Compute type is always fp32
+// (as PyTorch does for fp16 and bf16 convolutions).
+struct NetworkPrecision {
+  DataType data_type = DataType::kFloat32;
+  Layout layout = Layout::kNCHW;
+  MathMode math = MathMode::kDefault;
+  bool operator==(const NetworkPrecision&) const = default;
+};
+
+// The default math of `data_type`: kDefault for fp32, kTensorOp for fp16 and bf16.
+MathMode DefaultMath(DataType data_type);
+
+// From a user's --dtype, --layout and --math (ParseDataType/Layout/MathMode names); an empty
+// one takes its default: fp32; nchw for fp32 and nhwc (channels-last, how people train) for fp16
+// and bf16; DefaultMath(dtype). Errors (kInvalidArgument) name the flag: "--layout: ...".
+Result<NetworkPrecision> ParseNetworkPrecision(std::string_view dtype, std::string_view layout,
+                                               std::string_view math);
+
+// "fp32 nchw", "bf16 nhwc", with " math=fma" when the math is not DefaultMath(dtype).
+std::string ToString(const NetworkPrecision& precision);
+
 // Every convolution layer of `name` (as NetworkLayers() resolves it) as three kernels of a training
 // step, in network order:
 // "<layer>/fwd", "<layer>/bwd_data", "<layer>/bwd_filter", each at `mini_batch`. Compute type is
-// fp32; math is kDefault for fp32 data and kTensorOp for fp16 and bf16 data.
+// fp32; math is DefaultMath(dtype).
 // Errors: kInvalidArgument for an unknown network (the message lists the known ones) or a
 // mini-batch out of range.
 Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_batch,
                                            DataType dtype = DataType::kFloat32,
                                            Layout layout = Layout::kNCHW);
+// The same at an explicit precision (its math instead of DefaultMath).
+Result<std::vector<Kernel>> NetworkKernels(std::string_view name, int64_t mini_batch,
+                                           const NetworkPrecision& precision);
 
 // The distinct kernels (same problem and mini-batch) in order of first appearance, each under its
 // first name.

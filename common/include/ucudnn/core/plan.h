@@ -24,9 +24,17 @@ Result<BatchPolicy> ParseBatchPolicy(std::string_view s);
 //     workspace; μ-cuDNN's WD mode); network-wide ILP.
 //   kTotalShared: kernels run one after another and share one workspace, so the budget bounds
 //     the largest kernel workspace; network-wide choice by minimum time per kernel at the budget.
+// A total budget means kTotalShared unless kernels run concurrently (several streams, or
+// overlapping layers), each needing its own workspace at the same time: only then is the sum
+// model right. A framework that reuses one buffer for every kernel runs them one after another.
 enum class WorkspaceMode { kPerKernel = 0, kTotalSum = 1, kTotalShared = 2 };
 std::string_view ToString(WorkspaceMode m);  // "per_kernel" "total_sum" "total_shared"
+// The canonical names above only (the API, the database, the plan key).
 Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s);
+// The names a user picks (client variable, CLI flags, example), case-insensitive, '-' for '_':
+// "per_kernel"; "total" = "total_shared" (the model of sequential execution, see above);
+// "total_sum"; "shared" = "total_shared". The error names `what` ("--mode: ...").
+Result<WorkspaceMode> ParseWorkspaceModeChoice(std::string_view what, std::string_view s);
 
 // Which candidates the planner may choose from: both spaces (the default), or one of them (for
 // comparing what each space gives; users who distrust one space can also switch it off).
@@ -95,6 +103,12 @@ struct NetworkPlan {
   // kernels of total_time_ms; 0 (unknown) when some planned kernel has no baseline, so that
   // total_undivided_ms / total_time_ms always compares the same kernels.
   double total_undivided_ms = 0;
+  // kTotalSum only, the like-for-like baseline: the fastest choice of one undivided algorithm per
+  // kernel (full mini-batch) whose workspaces together fit the budget (the ILP over undivided
+  // options), over exactly the kernels of total_time_ms. The plan is never slower than it
+  // (PlanNetwork checks). 0 (unknown) in other modes, or when some planned kernel has no undivided
+  // option within the budget or those options cannot fit the budget together.
+  double undivided_sum_ms = 0;
   uint64_t total_workspace_bytes = 0;  // sum (kTotalSum, kPerKernel) or max (kTotalShared)
   bool complete = false;               // every kernel kPlanned
   IlpReport ilp;

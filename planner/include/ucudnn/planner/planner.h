@@ -27,6 +27,13 @@ namespace ucudnn {
 // whole budget as one workspace buffer shared by all kernels (KernelPlan::undivided).
 // total_time_ms sums the planned kernels; total_undivided_ms sums their baselines, and is 0 when
 // some planned kernel has none, so that the two always cover the same kernels.
+// Never slower than undivided: in kPerKernel and kTotalShared a kernel's plan is never slower
+// than its baseline (the DP considers the undivided segment; a near-tie that its tie rule would
+// take with a smaller workspace yields to the baseline). In kTotalSum the ILP also runs over the
+// undivided options alone (undivided_sum_ms, the like-for-like baseline); should the main ILP's
+// answer be slower (stopped by its gap or time limit), each kernel takes its fastest front point
+// within the workspace of its undivided answer instead, so the plan is never slower than it.
+// That second ILP gets the same ilp_options, so kTotalSum may take up to twice the time limit.
 // Kernels with the same problem, mini-batch and table share one computation. Same input -> same
 // plan (except ilp.solve_seconds, and unless the ILP hit its time limit).
 // Errors: kInvalidArgument for an invalid request (the message names the field, e.g.

@@ -1,0 +1,70 @@
+# shellcheck shell=bash disable=SC2154
+# The stack on a GPU machine from a bundle (scripts/bundle.sh --with-postgres), for the scripts that
+# measure it there (h100_stack.sh, peer_bench.sh): a PostgreSQL of its own, the planner server and
+# one worker. Sourced; the caller sets `bundle` (a directory), `results` (a directory) and
+# `backend` (cudnn, or cpu for a smoke test without a GPU), then calls stack_start. Afterwards
+# `server_addr` is the server's host:port, `work` a scratch directory whose *.log files end up in
+# $results/logs.txt, and an EXIT trap stops everything. (SC2154: the caller's variables.)
+
+log() { echo "[stack $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
+now() { date +%s.%N; }
+
+stack_cleanup() {
+  for p in "${stack_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  sleep 1
+  for f in "$work"/*.log "$work/pgdata/postgres.log"; do
+    [ -f "$f" ] && { echo "==== $(basename "$f") (last 40 lines)"; tail -40 "$f"; }
+  done >"$results/logs.txt"
+  if [ -n "${as_pg_user:-}" ]; then
+    runuser -u "$as_pg_user" -- "$pg_bin/pg_ctl" -D "$work/pgdata" -m immediate stop >/dev/null 2>&1
+  fi
+}
+
+as_pg() {
+  if [ -n "$as_pg_user" ]; then runuser -u "$as_pg_user" -- "$@"; else "$@"; fi
+}
+
+stack_start() {
+  bundle="$(cd "$bundle" && pwd)"
+  chmod +x "$bundle"/bin/* "$bundle"/lib/postgresql/15/bin/* 2>/dev/null || true
+  # shellcheck source=/dev/null
+  . "$bundle/bin/env.sh"
+  work="$(mktemp -d /tmp/ucudnn-stack.XXXXXX)"
+  chmod 755 "$work"
+  pg_bin="$bundle/lib/postgresql/15/bin"
+  local pg_port=55432 grpc_port=50051
+  local db_url="postgresql://ucudnn@127.0.0.1:$pg_port/ucudnn"
+  server_addr="127.0.0.1:$grpc_port"
+  stack_pids=()
+  trap stack_cleanup EXIT
+
+  # PostgreSQL refuses to run as root.
+  as_pg_user=""
+  if [ "$(id -u)" -eq 0 ]; then
+    as_pg_user=ucudnn-stack
+    id "$as_pg_user" >/dev/null 2>&1 || useradd --system --no-create-home "$as_pg_user"
+    # The bundle must be readable by that user; its programs find their libraries through their
+    # RUNPATHs (scripts/bundle.sh), whatever environment runuser leaves them.
+    chmod -R a+rX "$bundle"
+  fi
+
+  log "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+  [ "$backend" = cpu ] || ucudnn gpus | tee -a "$results/stack.log"
+
+  mkdir -p "$work/pgdata"
+  [ -z "$as_pg_user" ] || chown "$as_pg_user" "$work/pgdata"
+  as_pg "$pg_bin/initdb" -D "$work/pgdata" -U ucudnn --auth=trust --no-sync >"$work/initdb.log" 2>&1 ||
+    { log "initdb failed"; cat "$work/initdb.log"; return 1; }
+  as_pg "$pg_bin/pg_ctl" -D "$work/pgdata" -l "$work/pgdata/postgres.log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $work/pgdata -c fsync=off" start >/dev/null ||
+    { log "postgres did not start"; cat "$work/pgdata/postgres.log"; return 1; }
+  as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U ucudnn ucudnn
+  ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
+
+  ucudnn-server --listen "$server_addr" --database-url "$db_url" --metrics-listen "" \
+    --no-migrate >"$work/server.log" 2>&1 &
+  stack_pids+=($!)
+  ucudnn-worker --backend "$backend" --database-url "$db_url" >"$work/worker.log" 2>&1 &
+  stack_pids+=($!)
+  for _ in $(seq 1 50); do ucudnn health --server "$server_addr" >/dev/null 2>&1 && break; sleep 0.2; done
+}
