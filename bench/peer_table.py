@@ -33,7 +33,7 @@ def load_manifest(runs):
 
 def load_output(runs, entry):
     """The step's JSON output (the last JSON object line of what it printed), or None."""
-    if entry.get("status") != "ok" or not entry.get("file"):
+    if entry is None or entry.get("status") != "ok" or not entry.get("file"):
         return None
     try:
         with open(os.path.join(runs, entry["file"])) as f:
@@ -104,6 +104,8 @@ def build(entries, runs):
             example_entry = by_key.get(("example", network, dtype, layout, cap))
             torch_entry = by_key.get(("torch", network, dtype, layout, cap))
             legacy_ms, ucudnn_ms = example_times(load_output(runs, example_entry), cap)
+            legacy_plan_entry = by_key.get(("example_legacy", network, dtype, layout, cap))
+            _, legacy_plan_ms = example_times(load_output(runs, legacy_plan_entry), cap)
             torch_ms = (load_output(runs, torch_entry) or {}).get("step_ms_median")
             row = {
                 "network": network, "dtype": dtype, "layout": layout, "cap_mib": cap,
@@ -113,6 +115,8 @@ def build(entries, runs):
                 "torch_over_ucudnn": ratio(torch_ms, ucudnn_ms),
                 "legacy_over_ucudnn": ratio(legacy_ms, ucudnn_ms),
                 "ucudnn_over_floor": ratio(ucudnn_ms, floor_ms),
+                "ucudnn_legacy_only_ms": legacy_plan_ms,
+                "legacy_only_over_mixed": ratio(legacy_plan_ms, ucudnn_ms),
                 "missing": {},
             }
             for name, value, entry in (("cold_plan_s", row["cold_plan_s"], plan),
@@ -133,15 +137,16 @@ def cell(value, fmt):
 def markdown(rows, skipped, budget_s):
     out = ["| network | precision | cap MiB | cold plan s | legacy cuDNN ms | ucudnn ms | "
            "PyTorch at cap ms | PyTorch unlimited ms | PyTorch/ucudnn | legacy/ucudnn | "
-           "ucudnn/floor |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "ucudnn/floor | ucudnn legacy-only ms | legacy-only/mixed |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append("| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        out.append("| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             r["network"], r["dtype"], r["layout"], r["cap_mib"],
             cell(r["cold_plan_s"], "{:.1f}"), cell(r["legacy_ms"], "{:.2f}"),
             cell(r["ucudnn_ms"], "{:.2f}"), cell(r["torch_ms"], "{:.2f}"),
             cell(r["torch_unlimited_ms"], "{:.2f}"), cell(r["torch_over_ucudnn"], "{:.2f}x"),
-            cell(r["legacy_over_ucudnn"], "{:.2f}x"), cell(r["ucudnn_over_floor"], "{:.3f}")))
+            cell(r["legacy_over_ucudnn"], "{:.2f}x"), cell(r["ucudnn_over_floor"], "{:.3f}"),
+            cell(r["ucudnn_legacy_only_ms"], "{:.2f}"), cell(r["legacy_only_over_mixed"], "{:.3f}")))
     notes = []
     for r in rows:
         for name, why in sorted(r["missing"].items()):

@@ -61,6 +61,7 @@ struct Options {
   std::string dtype, layout, math;  // as ParseNetworkPrecision reads them
   NetworkPrecision precision;
   std::string policy = "power_of_two";
+  std::string algorithms = "all";  // the candidates plans may use: all, legacy, engines
   std::string server;
   std::vector<std::string> offline_timings;
   bool measure = false;
@@ -87,6 +88,7 @@ const char kUsage[] = R"(usage: ucudnn-example-train-step [options]
   --math MODE                default, tensor_op, tensor_op_allow_conversion, fma (default:
                              default for fp32, tensor_op for fp16 and bf16)
   --policy P                 undivided, power_of_two (default) or all
+  --algorithms A             candidates of the plans: all (default), legacy, engines
   --server HOST:PORT         planner server to get plans from
   --offline-timings FILE     timing CSV to plan from in this process (repeatable)
   --measure                  measure every algorithm and micro-batch here, then plan from that
@@ -133,6 +135,9 @@ Result<Options> ParseOptions(int argc, char** argv) {
       UCUDNN_ASSIGN_OR_RETURN(o.server, need(i));
     } else if (flag == "--policy") {
       UCUDNN_ASSIGN_OR_RETURN(o.policy, need(i));
+    } else if (flag == "--algorithms") {
+      UCUDNN_ASSIGN_OR_RETURN(o.algorithms, need(i));
+      UCUDNN_RETURN_IF_ERROR(ParseAlgorithmSpace(o.algorithms).status());
     } else if (flag == "--total-mode") {
       UCUDNN_ASSIGN_OR_RETURN(o.total_mode, need(i));
     } else if (flag == "--dtype") {
@@ -390,6 +395,7 @@ void PrintJson(const Options& o, const DeviceFingerprint& device, size_t step_ke
   out += "  \"device\": " + JsonString(device.name) + ",\n";
   out += "  \"cudnn_version\": " + std::to_string(device.cudnn_version) + ",\n";
   out += "  \"policy\": " + JsonString(o.policy) + ",\n";
+  out += "  \"algorithms\": " + JsonString(o.algorithms) + ",\n";
   out += "  \"plans_from\": " + JsonString(plans_from) + ",\n";
   out += "  \"kernels_per_step\": " + std::to_string(step_kernels) + ",\n";
   out += "  \"baseline\": " +
@@ -589,6 +595,9 @@ int Main(int argc, char** argv) {
     config.server = server;
     config.workspace_mode = mode;
     config.workspace_bytes = bytes;
+    config.algorithms = o.algorithms == "legacy"    ? ClientConfig::Algorithms::kLegacy
+                        : o.algorithms == "engines" ? ClientConfig::Algorithms::kEngines
+                                                    : ClientConfig::Algorithms::kAll;
     config.policy = o.policy == "all"         ? ClientConfig::BatchPolicy::kAll
                     : o.policy == "undivided" ? ClientConfig::BatchPolicy::kUndivided
                                               : ClientConfig::BatchPolicy::kPowerOfTwo;

@@ -153,6 +153,13 @@ for network in $networks; do
       step example "$network" "$dtype" "$layout" "$cap" 240 40 "example_${tag}_$cap.json" -- \
         ucudnn-example-train-step --backend "$backend" "${flags[@]}" \
         --server "${server_addr:-}" --limits-mib "$cap" --total-budget-mib 0 --steps 5 --json
+      # The same plans from the legacy algorithms alone (the same timings, the other space left
+      # out): what ucudnn gave before the engine configurations.
+      step example_legacy "$network" "$dtype" "$layout" "$cap" 240 40 \
+        "example_legacy_${tag}_$cap.json" -- \
+        ucudnn-example-train-step --backend "$backend" "${flags[@]}" \
+        --server "${server_addr:-}" --limits-mib "$cap" --total-budget-mib 0 --steps 5 --json \
+        --algorithms legacy
       step torch "$network" "$dtype" "$layout" "$cap" 180 30 "torch_${tag}_$cap.json" -- \
         env CUDNN_CONV_WSCAP_DBG="$cap" "$python" "$here/../bench/torch_peer.py" \
         --network "$network" --batch "$batch" --dtype "$dtype" --layout "$layout" \

@@ -39,7 +39,7 @@ out="$(bash "$bench" --dry-run --networks "alexnet vgg16" --precisions "fp32:nch
   --caps "64 256" --budget-s 120 --batch 32)"
 rc=$?
 [ "$rc" -eq 0 ] || fail "--dry-run: exit $rc"
-[ "$(grep -c '^step: ' <<<"$out")" -eq $((2 * 2 * (1 + 2 * 2 + 1))) ] ||
+[ "$(grep -c '^step: ' <<<"$out")" -eq $((2 * 2 * (1 + 2 * 3 + 1))) ] ||
   fail "--dry-run: wrong number of steps: $out"
 [[ "$out" == *"budget 120s, batch 32"* ]] || fail "--dry-run: no budget line: $out"
 grep -q '^step: plan vgg16 bf16 nhwc cap=64 .*ucudnn plan .*--dtype bf16 --layout nhwc --workspace 64MiB' \
@@ -90,9 +90,9 @@ assert b["missing"]["torch_ms"] == "failed (exit 1)", b
 assert len(doc["steps"]) == 6 and doc["budget_s"] == 300
 PY
 md="$(cat "$tmp/t.md")"
-[[ "$md" == *"| resnet50 | fp32 nchw | 64 | 41.5 | 237.50 | 74.20 | 69.40 | 70.00 | 0.94x | 3.20x | 1.060 |"* ]] ||
+[[ "$md" == *"| resnet50 | fp32 nchw | 64 | 41.5 | 237.50 | 74.20 | 69.40 | 70.00 | 0.94x | 3.20x | 1.060 | n/a | n/a |"* ]] ||
   fail "markdown row at 64 MiB: $md"
-[[ "$md" == *"| resnet50 | fp32 nchw | 256 | 41.5 | n/a | n/a | n/a | 70.00 | n/a | n/a | n/a |"* ]] ||
+[[ "$md" == *"| resnet50 | fp32 nchw | 256 | 41.5 | n/a | n/a | n/a | 70.00 | n/a | n/a | n/a | n/a | n/a |"* ]] ||
   fail "markdown row at 256 MiB: $md"
 [[ "$md" == *"Skipped to keep within the budget of 300 s:"*"- example resnet50 fp32 nchw 256 MiB: budget: 12s left, needs 40s"* ]] ||
   fail "markdown skipped list: $md"
