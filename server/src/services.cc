@@ -441,8 +441,14 @@ grpc::Status CatalogServiceImpl::CancelJobs(grpc::ServerContext* context,
                                             const v1::CancelJobsRequest* request,
                                             v1::CancelJobsResponse* response) {
   RpcTimer timer(*metrics_, "CancelJobs");
+  const Result<Caller> caller = Identify(*auth_, *metrics_, *context, "CancelJobs");
+  if (!caller.ok()) return timer.Finish(ToGrpcStatus(caller.status()));
+  // Taking work out of the queue is an operator's act, as re-queueing it is (role admin).
+  if (!MayRetryJobs(caller->role)) {
+    return timer.Finish(
+        Denied(*metrics_, *context, "CancelJobs", caller->role, "cancel jobs (role admin)"));
+  }
   return timer.Finish(Guarded("CancelJobs", [&]() -> Status {
-    UCUDNN_RETURN_IF_ERROR(CheckToken(*auth_, *metrics_, *context, "CancelJobs"));
     if (request->all_queued() == (request->job_id() != 0)) {
       return InvalidArgument("job_id, all_queued: give exactly one (job_id " +
                              std::to_string(request->job_id()) + ", all_queued " +
