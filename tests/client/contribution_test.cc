@@ -221,7 +221,7 @@ class RacingSource final : public client::PlanSource {
         kp.reason = "no timings yet";
       } else {
         kp.status = KernelPlanStatus::kPlanned;
-        const Segment segment{kernel.mini_batch, kCpuAlgoDirect, 1.0, 0};
+        const Segment segment{kernel.mini_batch, kCpuAlgoDirect, 1.0, 0, {}};
         kp.config.segments = {segment};
         kp.config.time_ms = segment.time_ms;
       }

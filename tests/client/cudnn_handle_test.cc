@@ -265,7 +265,7 @@ TEST_P(CudnnHandleTest, PlanEqualsUndivided) {
   Result<std::unique_ptr<ConvBackend>> planner_backend = MakeBackend("cudnn");
   ASSERT_TRUE(planner_backend.ok()) << planner_backend.status().ToString();
   FakePlanner fake(**planner_backend);
-  fake.set_choice({8, kAlgo});
+  fake.set_choice({8, kAlgo, {}});
   fake.Start();
 
   GpuConv conv(p);
@@ -434,7 +434,7 @@ TEST(CudnnHandlePrepareTest, DescriptorKernelsArePlannedTogether) {
     Result<std::unique_ptr<ConvBackend>> planner_backend = MakeBackend("cudnn");
     ASSERT_TRUE(planner_backend.ok()) << planner_backend.status().ToString();
     FakePlanner fake(**planner_backend);
-    fake.set_choice({8, kAlgo});
+    fake.set_choice({8, kAlgo, {}});
     fake.Start();
     ClientConfig config;
     config.server = fake.address();

@@ -182,7 +182,7 @@ class FakePlanner final : public v1::PlannerService::Service {
         kp.config.workspace_bytes = std::max(kp.config.workspace_bytes, s.workspace_bytes);
         left -= s.micro_batch;
       }
-      Segment undivided{kernel.mini_batch, 0, 1.0 * static_cast<double>(kernel.mini_batch), 0};
+      Segment undivided{kernel.mini_batch, 0, 1.0 * static_cast<double>(kernel.mini_batch), 0, {}};
       kp.undivided = undivided;
       plan.total_time_ms += kp.config.time_ms;
       plan.total_undivided_ms += undivided.time_ms;

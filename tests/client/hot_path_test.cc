@@ -85,7 +85,7 @@ class InProcessSource final : public client::PlanSource {
       kp.kernel = kernel;
       kp.status = KernelPlanStatus::kPlanned;
       for (int64_t left = kernel.mini_batch; left > 0; left -= 2) {
-        kp.config.segments.push_back(Segment{std::min<int64_t>(left, 2), 1, 0.1, 32});
+        kp.config.segments.push_back(Segment{std::min<int64_t>(left, 2), 1, 0.1, 32, {}});
       }
       kp.config.workspace_bytes = 32;
       plan.kernels.push_back(kp);

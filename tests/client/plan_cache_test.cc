@@ -32,12 +32,12 @@ KernelPlan Planned(ConvOp op, int64_t batch, int64_t micro) {
   kp.kernel = Kernel{SmallProblem(op), batch, "k"};
   kp.status = KernelPlanStatus::kPlanned;
   for (int64_t left = batch; left > 0; left -= micro) {
-    Segment s{std::min(left, micro), 1, 0.25, 4096};
+    Segment s{std::min(left, micro), 1, 0.25, 4096, {}};
     kp.config.segments.push_back(s);
     kp.config.time_ms += s.time_ms;
     kp.config.workspace_bytes = 4096;
   }
-  kp.undivided = Segment{batch, 0, 9.0, 0};
+  kp.undivided = Segment{batch, 0, 9.0, 0, {}};
   return kp;
 }
 

@@ -35,11 +35,13 @@ class DecliningBackend final : public ConvBackend {
 
   const DeviceFingerprint& fingerprint() const override { return cpu_.fingerprint(); }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override { return cpu_.Algorithms(op); }
-  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch, const Algorithm& algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                               const Algorithm& algo) override {
     return cpu_.WorkspaceSize(problem, batch, algo);
   }
-  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo, const ConvOperands& operands,
-             void* workspace, size_t workspace_bytes, float alpha, float beta) override {
+  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override {
     if (!algo.is_engine() && algo.id == algo_ && batch == batch_) {
       ++declined_;
       return Unsupported("declining backend: algo " + AlgorithmText(algo) + " at micro-batch " +
@@ -57,9 +59,10 @@ class DecliningBackend final : public ConvBackend {
   Status CopyToHost(void* dst, const void* src, size_t bytes) override {
     return cpu_.CopyToHost(dst, src, bytes);
   }
-  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
-                                       const ConvOperands& operands, void* workspace,
-                                       size_t workspace_bytes, int warmup, int runs) override {
+  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
+                                       const Algorithm& algo, const ConvOperands& operands,
+                                       void* workspace, size_t workspace_bytes, int warmup,
+                                       int runs) override {
     return cpu_.TimeRuns(problem, batch, algo, operands, workspace, workspace_bytes, warmup, runs);
   }
 
@@ -81,7 +84,7 @@ std::vector<float> Reference(CpuBackend& cpu, const ConvProblem& p, Operands ope
 // im2col_gemm, its plan for `p` received, and a workspace of the plan's size.
 struct PlannedSession {
   PlannedSession(ConvBackend& backend, const ConvProblem& p) : fake(cpu) {
-    fake.set_choice({3, kCpuAlgoIm2colGemm});
+    fake.set_choice({3, kCpuAlgoIm2colGemm, {}});
     fake.Start();
     session = Session::Create(backend, FakePlannerConfig(fake.address()));
     Result<size_t> limit = cpu.WorkspaceSize(p, 3, kCpuAlgoIm2colGemm);
@@ -178,8 +181,9 @@ TEST(PlanFailureRemainderTest, EveryAlgorithmDecliningFailsTheCallWithTheBackend
   // Nothing can finish the rest of the batch: the error comes back, nothing throws.
   class AlwaysDeclining final : public CpuBackend {
    public:
-    Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo, const ConvOperands& operands,
-               void* workspace, size_t workspace_bytes, float alpha, float beta) override {
+    Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+               const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+               float beta) override {
       if (batch == 1) return Unsupported("always declining");
       return CpuBackend::Run(problem, batch, algo, operands, workspace, workspace_bytes, alpha,
                              beta);
@@ -220,8 +224,7 @@ class EngineDecliningBackend final : public CpuBackend {
       return Unsupported("cannot build engine configuration " + AlgorithmText(algo) +
                          " with this cuDNN");
     }
-    return CpuBackend::Run(problem, batch, algo, operands, workspace, workspace_bytes, alpha,
-                           beta);
+    return CpuBackend::Run(problem, batch, algo, operands, workspace, workspace_bytes, alpha, beta);
   }
   int declined = 0;
 };

@@ -48,7 +48,7 @@ class SessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     fake_ = std::make_unique<FakePlanner>(backend_);
-    fake_->set_choice({3, kCpuAlgoIm2colGemm});
+    fake_->set_choice({3, kCpuAlgoIm2colGemm, {}});
     fake_->Start();
   }
 
@@ -195,7 +195,7 @@ TEST_F(SessionTest, ServerErrorFallsBack) {
 
 TEST_F(SessionTest, WrongPlanForTheWorkspaceIsNotUsed) {
   // The fake plans the whole batch with im2col, whatever the limit: more than the call has.
-  fake_->set_choice({kBatch, kCpuAlgoIm2colGemm});
+  fake_->set_choice({kBatch, kCpuAlgoIm2colGemm, {}});
   auto session = Session::Create(backend_, TestConfig(fake_->address()));
   const ConvProblem p = SmallProblem(ConvOp::kForward);
   const size_t small = Im2colWorkspace(backend_, p, 1);
@@ -396,7 +396,7 @@ class MisbehavingSource final : public client::PlanSource {
       KernelPlan kp;
       kp.kernel = kernel;
       kp.status = KernelPlanStatus::kPlanned;
-      Segment s{kernel.mini_batch, kCpuAlgoDirect, 1.0, 0};
+      Segment s{kernel.mini_batch, kCpuAlgoDirect, 1.0, 0, {}};
       Result<size_t> ws = backend_.WorkspaceSize(kernel.problem, kernel.mini_batch, s.algo);
       if (ws.ok()) s.workspace_bytes = *ws;
       kp.config.segments = {s};
@@ -472,7 +472,7 @@ class TlsTest : public SessionTest {
     grpc::SslServerCredentialsOptions options;
     options.pem_key_cert_pairs.push_back({ReadFile(key), ReadFile(cert_)});
     fake_ = std::make_unique<FakePlanner>(backend_);
-    fake_->set_choice({3, kCpuAlgoIm2colGemm});
+    fake_->set_choice({3, kCpuAlgoIm2colGemm, {}});
     fake_->Start(grpc::SslServerCredentials(options));
   }
 

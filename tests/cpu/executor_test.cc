@@ -34,11 +34,12 @@ class RecordingBackend : public ConvBackend {
 
   const DeviceFingerprint& fingerprint() const override { return cpu_.fingerprint(); }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override { return cpu_.Algorithms(op); }
-  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch, const Algorithm& algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch,
+                               const Algorithm& algo) override {
     return cpu_.WorkspaceSize(p, batch, algo);
   }
-  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo, const ConvOperands& o, void* ws,
-             size_t ws_bytes, float alpha, float beta) override {
+  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo, const ConvOperands& o,
+             void* ws, size_t ws_bytes, float alpha, float beta) override {
     calls.push_back({batch, algo.id, o, alpha, beta});
     return cpu_.Run(p, batch, algo, o, ws, ws_bytes, alpha, beta);
   }
@@ -110,7 +111,7 @@ OpData MakeData(const ConvProblem& p, int64_t batch, uint64_t seed) {
 
 std::vector<Segment> Segments(std::initializer_list<std::pair<int64_t, int>> sizes_and_algos) {
   std::vector<Segment> segments;
-  for (const auto& [size, algo] : sizes_and_algos) segments.push_back({size, algo, 0.0, 0});
+  for (const auto& [size, algo] : sizes_and_algos) segments.push_back({size, algo, 0.0, 0, {}});
   return segments;
 }
 
@@ -143,7 +144,7 @@ std::vector<Segment> RandomSegments(int64_t mini_batch, std::mt19937_64& rng) {
   std::vector<Segment> segments;
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     segments.push_back(
-        {cuts[i + 1] - cuts[i], static_cast<int>(uniform(0, kCpuAlgoCount - 1)), 0.0, 0});
+        {cuts[i + 1] - cuts[i], static_cast<int>(uniform(0, kCpuAlgoCount - 1)), 0.0, 0, {}});
   }
   return segments;
 }

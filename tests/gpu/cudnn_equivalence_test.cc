@@ -211,7 +211,9 @@ TEST_P(CudnnEquivalenceTest, EveryEngineConfigurationMatchesCpuReference) {
     ran_total += ran;
   }
   // cuDNN proposes engine configurations for every op of every dense layer in fp32 NCHW.
-  if (base.groups == 1 && base.dilation_h == 1) EXPECT_GE(ran_total, 1) << layer.name;
+  if (base.groups == 1 && base.dilation_h == 1) {
+    EXPECT_GE(ran_total, 1) << layer.name;
+  }
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {

@@ -181,19 +181,19 @@ TEST(SolveKernelDp, SplitsWhenTheFastAlgorithmOnlyFitsSmallBatches) {
   Result<KernelConfig> config = SolveKernelDp(table, 4, BatchPolicy::kPowerOfTwo, 2000);
   ASSERT_TRUE(config.ok());
   ASSERT_EQ(config->segments.size(), 2u);
-  EXPECT_EQ(config->segments[0], (Segment{2, 1, 1.0, 2000}));
-  EXPECT_EQ(config->segments[1], (Segment{2, 1, 1.0, 2000}));
+  EXPECT_EQ(config->segments[0], (Segment{2, 1, 1.0, 2000, {}}));
+  EXPECT_EQ(config->segments[1], (Segment{2, 1, 1.0, 2000, {}}));
   EXPECT_DOUBLE_EQ(config->time_ms, 2.0);
   EXPECT_EQ(config->workspace_bytes, 2000u);
 
   Result<KernelConfig> undivided = SolveKernelDp(table, 4, BatchPolicy::kUndivided, 2000);
   ASSERT_TRUE(undivided.ok());
-  EXPECT_EQ(undivided->segments, std::vector<Segment>({Segment{4, 0, 10.0, 0}}));
+  EXPECT_EQ(undivided->segments, std::vector<Segment>({Segment{4, 0, 10.0, 0, {}}}));
 
   Result<Segment> baseline = FastestUndivided(table, 4, 2000);
   ASSERT_TRUE(baseline.ok());
-  EXPECT_EQ(*baseline, (Segment{4, 0, 10.0, 0}));
-  EXPECT_EQ(FastestUndivided(table, 4, 4000).value(), (Segment{4, 1, 2.0, 4000}));
+  EXPECT_EQ(*baseline, (Segment{4, 0, 10.0, 0, {}}));
+  EXPECT_EQ(FastestUndivided(table, 4, 4000).value(), (Segment{4, 1, 2.0, 4000, {}}));
 }
 
 TEST(SolveKernelDp, BreaksTiesBySmallerWorkspaceThenLargerBatchThenLowerAlgo) {
@@ -203,13 +203,14 @@ TEST(SolveKernelDp, BreaksTiesBySmallerWorkspaceThenLargerBatchThenLowerAlgo) {
   Result<KernelConfig> config = SolveKernelDp(table, 2, BatchPolicy::kAll, 1000);
   ASSERT_TRUE(config.ok());
   // 2@algo3 (ws 100) and 2x1@algo0 (ws 0) both take 1.0 ms: the smaller workspace wins.
-  EXPECT_EQ(config->segments, std::vector<Segment>({Segment{1, 0, 0.5, 0}, Segment{1, 0, 0.5, 0}}));
+  EXPECT_EQ(config->segments,
+            std::vector<Segment>({Segment{1, 0, 0.5, 0, {}}, Segment{1, 0, 0.5, 0, {}}}));
 
   TimingTable equal;
   equal.entries = {Ok(2, 0, 1.0, 0), Ok(1, 0, 0.5, 0)};
   Result<KernelConfig> larger = SolveKernelDp(equal, 2, BatchPolicy::kAll, 0);
   ASSERT_TRUE(larger.ok());
-  EXPECT_EQ(larger->segments, std::vector<Segment>({Segment{2, 0, 1.0, 0}}));
+  EXPECT_EQ(larger->segments, std::vector<Segment>({Segment{2, 0, 1.0, 0, {}}}));
 }
 
 TEST(SolveKernelDp, NeverChoosesUnsupportedOrFailedTimings) {
@@ -219,7 +220,7 @@ TEST(SolveKernelDp, NeverChoosesUnsupportedOrFailedTimings) {
   table.entries[2].status = TimingStatus::kFailed;
   Result<KernelConfig> config = SolveKernelDp(table, 2, BatchPolicy::kAll, 0);
   ASSERT_TRUE(config.ok());
-  EXPECT_EQ(config->segments, std::vector<Segment>({Segment{2, 0, 4.0, 0}}));
+  EXPECT_EQ(config->segments, std::vector<Segment>({Segment{2, 0, 4.0, 0, {}}}));
 }
 
 TEST(SolveKernelDp, ExplainsWhyNothingFits) {

@@ -26,9 +26,10 @@ Kernel MakeKernel(const std::string& name) {
 
 TEST(FormatSegments, GroupsRunsOfEqualSegments) {
   EXPECT_EQ(
-      FormatSegments({{64, 1, 0.1, 10}, {64, 1, 0.1, 10}, {64, 1, 0.1, 10}, {64, 1, 0.1, 10}}),
+      FormatSegments(
+          {{64, 1, 0.1, 10, {}}, {64, 1, 0.1, 10, {}}, {64, 1, 0.1, 10, {}}, {64, 1, 0.1, 10, {}}}),
       "4x64@algo1");
-  EXPECT_EQ(FormatSegments({{128, 6, 1, 0}, {64, 1, 1, 0}, {64, 1, 1, 0}}),
+  EXPECT_EQ(FormatSegments({{128, 6, 1, 0, {}}, {64, 1, 1, 0, {}}, {64, 1, 1, 0, {}}}),
             "1x128@algo6 + 2x64@algo1");
   EXPECT_EQ(FormatSegments({}), "");
 }
@@ -104,7 +105,7 @@ TEST(FormatPlanTable, SaysNotApplicableWithoutABaselineAndComparesTheSameKernels
   KernelPlan with;
   with.kernel = MakeKernel("a/fwd");
   with.status = KernelPlanStatus::kPlanned;
-  with.config.segments = {{256, 1, 1.0, 0}};
+  with.config.segments = {{256, 1, 1.0, 0, {}}};
   with.config.time_ms = 1.0;
   with.undivided = Segment{256, 0, 2.5, 0};
   KernelPlan without = with;

@@ -47,9 +47,17 @@ NetworkPlan TinyPlan() {
   request.workspace_bytes = 2 << 20;
   TimingTable table;
   for (int64_t b : {1, 2, 4}) {
-    table.entries.push_back({b, 0, 1.0 * static_cast<double>(b), 0, 5, 0, TimingStatus::kOk, ""});
-    table.entries.push_back({b, 1, 0.25 * static_cast<double>(b), 0, 5,
-                             static_cast<uint64_t>(b) << 20, TimingStatus::kOk, ""});
+    table.entries.push_back(
+        {b, 0, 1.0 * static_cast<double>(b), 0, 5, 0, TimingStatus::kOk, "", {}});
+    table.entries.push_back({b,
+                             1,
+                             0.25 * static_cast<double>(b),
+                             0,
+                             5,
+                             static_cast<uint64_t>(b) << 20,
+                             TimingStatus::kOk,
+                             "",
+                             {}});
   }
   auto plan = PlanNetwork(request, {&table});
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();

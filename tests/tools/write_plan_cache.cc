@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
           index++ % 2 == 0 ? ucudnn::kCpuAlgoIm2colGemm : ucudnn::kCpuAlgoIm2colGemmPerSample;
       ucudnn::Result<size_t> bytes = backend.WorkspaceSize(p, micro, algo);
       if (!bytes.ok()) return Fail("'" + line + "': " + bytes.status().ToString());
-      plan.config.segments.push_back(ucudnn::Segment{micro, algo, 1.0, *bytes});
+      plan.config.segments.push_back(ucudnn::Segment{micro, algo, 1.0, *bytes, {}});
       plan.config.workspace_bytes = std::max<uint64_t>(plan.config.workspace_bytes, *bytes);
       plan.config.time_ms += 1.0;
     }

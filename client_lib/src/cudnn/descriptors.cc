@@ -187,9 +187,8 @@ namespace {
 
 // A plan's segments over what each needs, built once: a descriptor set per distinct micro-batch
 // size for legacy algorithms, an execution plan per (size, engine configuration) for the graph
-// API's (and for backward-filter's accumulating micro-batches a second one with beta 1, since the
-// graph holds the scalars). The hot path then issues the call with no lookup and no plan
-// building.
+// API's, twice (beta 0 and beta 1: the graph holds the scalars). The hot path then issues the call
+// with no lookup and no plan building.
 class BoundCudnnPlan final : public MicroBatchRunner {
  public:
   BoundCudnnPlan(cudnnHandle_t handle, ConvOp op) : handle_(handle), op_(op) {}
@@ -202,10 +201,11 @@ class BoundCudnnPlan final : public MicroBatchRunner {
       if (!segment.engine_config.empty()) {
         // A configuration this cuDNN cannot build fails the bind: the session then never uses
         // the plan's engine segments on the hot path (the call falls back).
+        // Both scalars a call may bring: beta 0 (overwrite, what frameworks pass) and beta 1
+        // (accumulate: backward-filter's later micro-batches, and callers that add into their
+        // output). Other scalars run through the legacy path of the fallback.
         UCUDNN_ASSIGN_OR_RETURN(run.overwrite, BuildEngine(p, segment, 0.0f));
-        if (op_ == ConvOp::kBackwardFilter && i > 0) {
-          UCUDNN_ASSIGN_OR_RETURN(run.accumulate, BuildEngine(p, segment, 1.0f));
-        }
+        UCUDNN_ASSIGN_OR_RETURN(run.accumulate, BuildEngine(p, segment, 1.0f));
         runs_.push_back(std::move(run));
         continue;
       }
