@@ -310,7 +310,8 @@ TEST_F(WorkerProcessTest, MetricsEndpointShowsTheJobInHandAndItsProgress) {
   const int64_t total =
       static_cast<int64_t>(ExpectedTimings(*cpu_, SlowProblem(), kSlowMaxMicroBatch, kSlowPolicy));
   ChildWorker child(ChildFlags({"--metrics-port", "0", "--warmup-runs", "1", "--min-runs", "3",
-                                "--max-runs", "3", "--config-budget-ms", "5000"}),
+                                "--max-runs", "3", "--config-budget-ms", "5000",
+                                "--prune-margin", "-1"}),
                     LogPath("child"));
   ASSERT_TRUE(child.started());
   int port = 0;

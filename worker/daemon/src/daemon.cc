@@ -493,7 +493,9 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   LeaseKeeper keeper(*this, slot, job.id);
   BenchmarkOptions options = config_.benchmark;
   options.cancel = keeper.cancel_flag();
-  Clock::time_point last_log = start;
+  // The first configuration is reported at once (the job is under way), then one line every
+  // progress_log_interval.
+  Clock::time_point last_log = start - config_.progress_log_interval;
   slot.configurations_done = 0;
   slot.configurations_total = static_cast<int64_t>(sizes * algos);
   slot.job_id = job.id;

@@ -131,6 +131,16 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
   app->add_option("--config-budget-ms", o.config_budget_ms,
                   "wall time per configuration for timed runs")
       ->group("Benchmark");
+  app->add_option("--prune-margin", o.prune_margin,
+                  "probe pruning: a configuration another of its size beats by more than this "
+                  "fraction with at most its workspace keeps its probe only (negative: off)")
+      ->envname("UCUDNN_WORKER_PRUNE_MARGIN")
+      ->capture_default_str();
+  app->add_option("--skip-factor", o.skip_factor,
+                  "not run at the next size: configurations this many times slower than another "
+                  "with at most their workspace (0: off)")
+      ->envname("UCUDNN_WORKER_SKIP_FACTOR")
+      ->capture_default_str();
   app->add_option("--short-run-us", o.short_run_us,
                   "runs faster than this are timed in groups of back-to-back runs, as a "
                   "segment's micro-batches run; 0 times every run on its own")
@@ -235,6 +245,14 @@ Status ValidateOptions(const WorkerOptions& o) {
   if (o.max_runs < o.min_runs || o.max_runs > 10000) {
     return InvalidArgument("--max-runs: must be in [--min-runs, 10000], got " +
                            std::to_string(o.max_runs));
+  }
+  if (!FiniteIn(o.prune_margin, -1, 100)) {
+    return InvalidArgument("--prune-margin: must be in [-1, 100], got " +
+                           std::to_string(o.prune_margin));
+  }
+  if (!FiniteIn(o.skip_factor, 0, 1e6)) {
+    return InvalidArgument("--skip-factor: must be in [0, 1e6], got " +
+                           std::to_string(o.skip_factor));
   }
   if (!FiniteIn(o.short_run_us, 0, 1e6)) {
     return InvalidArgument("--short-run-us: must be in [0, 1000000], got " +

@@ -243,6 +243,8 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.config_time_budget_ms = o.config_budget_ms;
   b.short_run_ms = o.short_run_us / 1000.0;
   b.short_runs_device_time_only = o.short_runs_device_time_only;
+  b.prune_margin = o.prune_margin;
+  b.skip_factor = o.skip_factor;
   return b;
 }
 

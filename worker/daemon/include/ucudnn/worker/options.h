@@ -36,6 +36,11 @@ struct WorkerOptions {
   // short_run_ms); 0 times every run on its own.
   double short_run_us = 50;
   bool short_runs_device_time_only = false;  // BenchmarkOptions::short_runs_device_time_only
+  // Probe pruning (BenchmarkOptions::prune_margin, negative: off) and skipping at the next size
+  // what was far behind (BenchmarkOptions::skip_factor, <= 0: off). Off for a complete table, e.g.
+  // to compare the legacy algorithms alone fairly.
+  double prune_margin = 0.10;
+  double skip_factor = 2.0;
   // ---- Offline mode (no database) ----
   bool offline = false;
   std::string network;  // --network resnet50
