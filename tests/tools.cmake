@@ -62,3 +62,9 @@ set_tests_properties(proto_lint PROPERTIES SKIP_RETURN_CODE 77 LABELS unit)
 add_test(NAME peer_bench_args_and_table
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/peer_bench_test.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(peer_bench_args_and_table PROPERTIES LABELS unit TIMEOUT 120)
+
+# cmake --install: the server, worker and CLI binaries and the client library, each in its
+# component (issue 14).
+add_test(NAME install_tree_components
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/install_tree_test.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(install_tree_components PROPERTIES LABELS unit TIMEOUT 300)
