@@ -39,17 +39,6 @@ Status CheckAlgorithm(ConvOp op, int algo) {
   return Status::Ok();
 }
 
-Result<cudnnDataType_t> CudnnDataType(DataType t, const char* field) {
-  switch (t) {
-    case DataType::kFloat32:
-      return CUDNN_DATA_FLOAT;
-    case DataType::kFloat16:
-      return CUDNN_DATA_HALF;
-    case DataType::kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-  }
-  return InvalidArgument(std::string(field) + ": unknown data type");
-}
 
 // The legacy API computes in float or (pseudo-)half; there is no bf16 compute type.
 Result<cudnnDataType_t> CudnnComputeType(DataType t) {
@@ -154,7 +143,7 @@ Result<std::unique_ptr<CudnnDescriptors>> CudnnDescriptors::Build(const ConvProb
                                                                   int64_t batch) {
   UCUDNN_RETURN_IF_ERROR(Validate(p));
   UCUDNN_RETURN_IF_ERROR(ValidateBatch(batch));
-  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, CudnnDataType(p.data_type, "data_type"));
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, CudnnDataTypeOf(p.data_type));
   UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnComputeType(p.compute_type));
   const int64_t out_h = p.out_h();
   const int64_t out_w = p.out_w();

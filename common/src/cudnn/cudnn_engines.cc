@@ -51,17 +51,6 @@ Status Finalize(cudnnBackendDescriptor_t d) {
   return Status::Ok();
 }
 
-Result<cudnnDataType_t> GraphDataType(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return CUDNN_DATA_FLOAT;
-    case DataType::kFloat16:
-      return CUDNN_DATA_HALF;
-    case DataType::kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-  }
-  return InvalidArgument("data type: unknown value");
-}
 
 // Dimensions are always given in NCHW order; the strides say where each element lives.
 std::vector<int64_t> Strides(Layout layout, int64_t c, int64_t h, int64_t w) {
@@ -233,6 +222,18 @@ Result<BackendDescriptor> EngineByIndex(const ConvGraph& graph, int64_t index) {
 
 }  // namespace
 
+Result<cudnnDataType_t> CudnnDataTypeOf(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case DataType::kFloat16:
+      return CUDNN_DATA_HALF;
+    case DataType::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+  }
+  return InvalidArgument("data type: unknown value " + std::to_string(static_cast<int>(t)));
+}
+
 // ---- BackendDescriptor
 // ---------------------------------------------------------------------------
 
@@ -278,8 +279,8 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
   g->batch_ = batch;
   g->beta_ = beta;
   g->alignment_ = SampleAlignment(p);
-  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, GraphDataType(p.data_type));
-  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, GraphDataType(p.compute_type));
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, CudnnDataTypeOf(p.data_type));
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnDataTypeOf(p.compute_type));
   UCUDNN_ASSIGN_OR_RETURN(
       g->x_, Tensor(kInputUid, data_type, batch, p.c, p.h, p.w, p.layout, g->alignment_));
   UCUDNN_ASSIGN_OR_RETURN(g->y_, Tensor(kOutputUid, data_type, batch, p.k, p.out_h(), p.out_w(),

@@ -20,6 +20,9 @@
 
 namespace ucudnn {
 
+// cuDNN's data type of the model's (the legacy descriptors and the graph's tensors alike).
+Result<cudnnDataType_t> CudnnDataTypeOf(DataType t);
+
 // One backend descriptor, destroyed with the object.
 class BackendDescriptor {
  public:
