@@ -39,7 +39,6 @@ Status CheckAlgorithm(ConvOp op, int algo) {
   return Status::Ok();
 }
 
-
 // The legacy API computes in float or (pseudo-)half; there is no bf16 compute type.
 Result<cudnnDataType_t> CudnnComputeType(DataType t) {
   switch (t) {

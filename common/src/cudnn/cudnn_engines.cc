@@ -51,7 +51,6 @@ Status Finalize(cudnnBackendDescriptor_t d) {
   return Status::Ok();
 }
 
-
 // Dimensions are always given in NCHW order; the strides say where each element lives.
 std::vector<int64_t> Strides(Layout layout, int64_t c, int64_t h, int64_t w) {
   if (layout == Layout::kNHWC) return {h * w * c, 1, w * c, c};
