@@ -16,6 +16,8 @@ UCUDNN_DEBIAN_PACKAGES=(
   # (patchelf: RUNPATH $ORIGIN on every bundled library); the scripts' shellcheck test.
   python3 python3-yaml python3-jsonschema python3-kubernetes docker-compose systemd
   patchelf shellcheck
+  # The README's operator recipes (tests/e2e/readme_recipes_test.cc runs them).
+  jq curl
   # python/ucudnn's PyTorch adapter and its tests (CPU PyTorch 1.13 under /usr/bin/python3).
   python3-torch
 )

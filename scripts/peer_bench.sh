@@ -16,11 +16,14 @@
 #   bash scripts/peer_bench.sh [BUNDLE_DIR=.bundle] [--networks "resnet50 vgg16 alexnet densenet121"]
 #        [--precisions "fp32:nchw fp16:nhwc bf16:nhwc"] [--caps "64 256"] [--batch 256]
 #        [--budget-s 540] [--python /opt/torch/.venv/bin/python3] [--backend cudnn|cpu]
-#        [--dry-run]
+#        [--no-legacy-plans] [--dry-run]
+# --no-legacy-plans leaves out the legacy-only ucudnn plans: with the worker's probe pruning on
+# (its default) the legacy algorithms that engine configurations dominate are not timed, so a plan
+# that excludes the engines is built from leftovers and says nothing.
 # --dry-run checks the arguments and prints the steps without running anything.
 set -uo pipefail
 
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 fail_usage() { echo "peer_bench.sh: $*" >&2; exit 2; }
 
 bundle=".bundle"
@@ -32,6 +35,7 @@ budget_s=540
 python=/opt/torch/.venv/bin/python3
 backend=cudnn
 dry_run=0
+legacy_plans=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --networks|--precisions|--caps|--batch|--budget-s|--python|--backend)
@@ -47,6 +51,7 @@ while [ $# -gt 0 ]; do
       esac
       shift 2 ;;
     --dry-run) dry_run=1; shift ;;
+    --no-legacy-plans) legacy_plans=0; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) fail_usage "unknown option $1 (see --help)" ;;
     *) bundle="$1"; shift ;;
@@ -155,7 +160,7 @@ for network in $networks; do
         --server "${server_addr:-}" --limits-mib "$cap" --total-budget-mib 0 --steps 5 --json
       # The same plans from the legacy algorithms alone (the same timings, the other space left
       # out): what ucudnn gave before the engine configurations.
-      step example_legacy "$network" "$dtype" "$layout" "$cap" 240 40 \
+      [ "$legacy_plans" -eq 1 ] && step example_legacy "$network" "$dtype" "$layout" "$cap" 240 40 \
         "example_legacy_${tag}_$cap.json" -- \
         ucudnn-example-train-step --backend "$backend" "${flags[@]}" \
         --server "${server_addr:-}" --limits-mib "$cap" --total-budget-mib 0 --steps 5 --json \

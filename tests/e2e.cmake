@@ -12,6 +12,7 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/operator_cli_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/engine_configs_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/readme_recipes_test.cc
   LIBS ucudnn_test_postgres ucudnn_client_core ucudnn_store ucudnn_proto_convert ucudnn_core
        ucudnn_proto gRPC::grpc++ PkgConfig::PQXX Threads::Threads nlohmann_json::nlohmann_json
   LABELS e2e

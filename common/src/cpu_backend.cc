@@ -695,6 +695,15 @@ Status CpuBackend::CopyToDevice(void* device_dst, const void* host_src, size_t b
   return Status::Ok();
 }
 
+Status CpuBackend::CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (device_dst == nullptr || device_src == nullptr) {
+    return InvalidArgument("CopyWithinDevice: null pointer for a non-empty copy");
+  }
+  std::memcpy(device_dst, device_src, bytes);
+  return Status::Ok();
+}
+
 Status CpuBackend::CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
   if (bytes == 0) return Status::Ok();
   if (host_dst == nullptr || device_src == nullptr) {

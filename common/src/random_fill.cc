@@ -115,6 +115,27 @@ Status FillRandom(ConvBackend& backend, void* device_dst, size_t count, DataType
   return Status::Ok();
 }
 
+Status FillRandomTiled(ConvBackend& backend, void* device_dst, size_t count, DataType type,
+                       uint64_t seed, size_t period) {
+  if (period == 0) return InvalidArgument("FillRandomTiled: period must be positive");
+  if (count <= period) return FillRandom(backend, device_dst, count, type, seed);
+  UCUDNN_RETURN_IF_ERROR(FillRandom(backend, device_dst, period, type, seed));
+  const size_t element = ElementSize(type);
+  auto* base = static_cast<char*>(device_dst);
+  // Doubling: [0, filled) is copied to [filled, 2 * filled); every copy is whole periods, so
+  // element i keeps the value of i % period.
+  for (size_t filled = period; filled < count;) {
+    const size_t n = std::min(filled, count - filled);
+    const Status copied = backend.CopyWithinDevice(base + filled * element, base, n * element);
+    if (copied.code() == StatusCode::kUnsupported) {
+      return FillRandom(backend, device_dst, count, type, seed);
+    }
+    UCUDNN_RETURN_IF_ERROR(copied);
+    filled += n;
+  }
+  return Status::Ok();
+}
+
 std::vector<float> ToFloat(const void* host, size_t count, DataType type) {
   std::vector<float> out(count);
   switch (type) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -131,6 +132,57 @@ TEST(RandomFillTest, FillRandomCopiesToTheBackend) {
   EXPECT_EQ(FillRandom(backend, nullptr, 4, DataType::kFloat32, 1).code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(FillRandom(backend, nullptr, 0, DataType::kFloat32, 1).ok());
+}
+
+TEST(RandomFillTest, FillRandomTiledRepeatsThePeriodOnTheDevice) {
+  CpuBackend backend;
+  constexpr size_t kPeriod = 1000;
+  constexpr size_t kCount = 7 * kPeriod + 321;  // several doublings and a partial last copy
+  for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+    const size_t element = ElementSize(type);
+    Result<std::unique_ptr<BackendBuffer>> buf = backend.Allocate(kCount * element);
+    ASSERT_TRUE(buf.ok());
+    ASSERT_TRUE(FillRandomTiled(backend, (*buf)->data(), kCount, type, 5, kPeriod).ok());
+    std::vector<std::byte> period(kPeriod * element);
+    GenerateRandom(period.data(), kPeriod, type, 5);
+    const auto* got = static_cast<const std::byte*>((*buf)->data());
+    for (size_t first = 0; first < kCount; first += kPeriod) {
+      const size_t n = std::min(kPeriod, kCount - first);
+      ASSERT_EQ(std::memcmp(got + first * element, period.data(), n * element), 0)
+          << ToString(type) << " at element " << first;
+    }
+    const std::vector<float> values = ToFloat(got, kCount, type);
+    EXPECT_EQ(std::count(values.begin(), values.end(), 0.0f), 0) << ToString(type);
+  }
+  // Up to one period it is FillRandom exactly.
+  Result<std::unique_ptr<BackendBuffer>> small = backend.Allocate(kPeriod * sizeof(float));
+  ASSERT_TRUE(small.ok());
+  ASSERT_TRUE(
+      FillRandomTiled(backend, (*small)->data(), kPeriod, DataType::kFloat32, 9, kPeriod).ok());
+  std::vector<float> want(kPeriod);
+  GenerateRandom(want.data(), kPeriod, DataType::kFloat32, 9);
+  EXPECT_EQ(std::memcmp((*small)->data(), want.data(), kPeriod * sizeof(float)), 0);
+  EXPECT_EQ(FillRandomTiled(backend, (*small)->data(), 4, DataType::kFloat32, 1, 0).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A backend that cannot copy within its memory gets FillRandom's (untiled) data.
+class NoDeviceCopyBackend : public CpuBackend {
+ public:
+  Status CopyWithinDevice(void*, const void*, size_t) override {
+    return Status(StatusCode::kUnsupported, "no device copies here");
+  }
+};
+
+TEST(RandomFillTest, FillRandomTiledFallsBackToHostData) {
+  NoDeviceCopyBackend backend;
+  constexpr size_t kCount = 5000;
+  Result<std::unique_ptr<BackendBuffer>> buf = backend.Allocate(kCount * sizeof(float));
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(FillRandomTiled(backend, (*buf)->data(), kCount, DataType::kFloat32, 3, 1000).ok());
+  std::vector<float> want(kCount);
+  GenerateRandom(want.data(), kCount, DataType::kFloat32, 3);
+  EXPECT_EQ(std::memcmp((*buf)->data(), want.data(), kCount * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -72,26 +72,28 @@ Result<Operands> MakeOperands(ConvBackend& backend, const ConvProblem& p, int64_
   // Only what the op reads gets data; with beta = 0 the written tensor is not read.
   switch (p.op) {
     case ConvOp::kForward:
-      UCUDNN_RETURN_IF_ERROR(FillRandom(backend, o.input->data(), input_count, p.data_type, seed));
       UCUDNN_RETURN_IF_ERROR(
-          FillRandom(backend, o.filter->data(), filter_count, p.data_type, seed + 1));
+          FillRandomTiled(backend, o.input->data(), input_count, p.data_type, seed));
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.filter->data(), filter_count, p.data_type, seed + 1));
       o.view.x = o.input->data();
       o.view.w = o.filter->data();
       o.view.y = o.output->data();
       break;
     case ConvOp::kBackwardData:
       UCUDNN_RETURN_IF_ERROR(
-          FillRandom(backend, o.output->data(), output_count, p.data_type, seed + 2));
+          FillRandomTiled(backend, o.output->data(), output_count, p.data_type, seed + 2));
       UCUDNN_RETURN_IF_ERROR(
-          FillRandom(backend, o.filter->data(), filter_count, p.data_type, seed + 1));
+          FillRandomTiled(backend, o.filter->data(), filter_count, p.data_type, seed + 1));
       o.view.dy = o.output->data();
       o.view.w = o.filter->data();
       o.view.dx = o.input->data();
       break;
     case ConvOp::kBackwardFilter:
-      UCUDNN_RETURN_IF_ERROR(FillRandom(backend, o.input->data(), input_count, p.data_type, seed));
       UCUDNN_RETURN_IF_ERROR(
-          FillRandom(backend, o.output->data(), output_count, p.data_type, seed + 2));
+          FillRandomTiled(backend, o.input->data(), input_count, p.data_type, seed));
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.output->data(), output_count, p.data_type, seed + 2));
       o.view.x = o.input->data();
       o.view.dy = o.output->data();
       o.view.dw = o.filter->data();
@@ -399,7 +401,7 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   int skipped = 0;
   const size_t n = table.entries.size();
   std::vector<double> probe_ms(n, -1.0);
-  std::set<std::string> warmed;                  // configurations that ran at a smaller size
+  std::set<std::string> warmed;                   // configurations that ran at a smaller size
   std::map<std::string, std::string> far_behind;  // configuration -> why it is skipped
   const auto workspace_of = [&](const Timing& t) {
     return t.workspace_bytes > 0 ? workspace->data() : nullptr;

@@ -517,6 +517,19 @@ Status CudnnBackend::CopyToDevice(void* device_dst, const void* host_src, size_t
   return Status::Ok();
 }
 
+Status CudnnBackend::CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (device_dst == nullptr || device_src == nullptr) {
+    return InvalidArgument("CopyWithinDevice: null pointer with " + std::to_string(bytes) +
+                           " bytes");
+  }
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  const cudaStream_t s = stream();
+  UCUDNN_GPU_CHECK(cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, s));
+  UCUDNN_GPU_CHECK(cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
 Status CudnnBackend::CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
   if (bytes == 0) return Status::Ok();
   if (host_dst == nullptr || device_src == nullptr) {

@@ -75,6 +75,14 @@ class ConvBackend {
   virtual Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) = 0;
   virtual Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) = 0;
   virtual Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) = 0;
+  // Copies within the backend's memory (non-overlapping ranges). kUnsupported by default: a
+  // caller then falls back to copies through the host.
+  virtual Status CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) {
+    (void)device_dst;
+    (void)device_src;
+    (void)bytes;
+    return Status(StatusCode::kUnsupported, "CopyWithinDevice: not supported by this backend");
+  }
   // Runs the op `warmup` times untimed, then `runs` times, each timed on the device's own clock
   // (CUDA events for cuDNN, a steady clock for the CPU); milliseconds per run.
   virtual Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,

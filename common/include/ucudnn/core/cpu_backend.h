@@ -54,6 +54,7 @@ class CpuBackend : public ConvBackend {
   Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override;
   Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override;
   Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) override;
+  Status CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) override;
   Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
                                        const Algorithm& algo, const ConvOperands& operands,
                                        void* workspace, size_t workspace_bytes, int warmup,

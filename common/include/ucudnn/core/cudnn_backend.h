@@ -88,6 +88,7 @@ class CudnnBackend final : public ConvBackend {
   // Ordered after the work already issued on stream(); they return when the copy is done.
   Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override;
   Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) override;
+  Status CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) override;
   // CUDA events around each run, all runs issued back to back before one wait.
   Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
                                        const Algorithm& algo, const ConvOperands& operands,

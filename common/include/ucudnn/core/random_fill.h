@@ -33,6 +33,16 @@ void GenerateRandom(void* host_dst, size_t count, DataType type, uint64_t seed,
 Status FillRandom(ConvBackend& backend, void* device_dst, size_t count, DataType type,
                   uint64_t seed);
 
+// Benchmark operands, where only the time matters: element i is RandomValue(seed, i % period),
+// so only `period` elements are generated on the host and the rest are copied on the device
+// (doubling), which makes filling a multi-GiB tensor cost milliseconds instead of a minute of
+// host time. Non-zero and deterministic like FillRandom; the period (default 4 Mi elements,
+// 16 MiB of fp32) is far above any cache line, so no hardware can exploit the repetition.
+// Backends without CopyWithinDevice get FillRandom's data.
+inline constexpr size_t kRandomTilePeriod = size_t{1} << 22;
+Status FillRandomTiled(ConvBackend& backend, void* device_dst, size_t count, DataType type,
+                       uint64_t seed, size_t period = kRandomTilePeriod);
+
 // Host data of `type` widened to float, for comparisons.
 std::vector<float> ToFloat(const void* host, size_t count, DataType type);
 
