@@ -8,7 +8,8 @@ One row per network, precision and per-kernel cap: the cold plan's time (the fir
 at that network and precision), legacy cuDNN alone and ucudnn (both from the example's
 per_kernel result at that cap), PyTorch cudnn.benchmark at the cap and unlimited (the floor),
 and the ratios: PyTorch at the cap / ucudnn (>1: ucudnn faster), legacy / ucudnn, and ucudnn /
-the floor. A value that is missing says why (skipped for the budget, failed, timed out). Steps
+the floor, and the largest workspace one of PyTorch's kernels took at the cap (which shows
+whether the cap bound it). A value that is missing says why (skipped for the budget, failed, timed out). Steps
 that were skipped are listed under the table.
 """
 import argparse
@@ -106,7 +107,10 @@ def build(entries, runs):
             legacy_ms, ucudnn_ms = example_times(load_output(runs, example_entry), cap)
             legacy_plan_entry = by_key.get(("example_legacy", network, dtype, layout, cap))
             _, legacy_plan_ms = example_times(load_output(runs, legacy_plan_entry), cap)
-            torch_ms = (load_output(runs, torch_entry) or {}).get("step_ms_median")
+            torch_out = load_output(runs, torch_entry) or {}
+            torch_ms = torch_out.get("step_ms_median")
+            torch_cap = ("memory" if torch_out.get("memory_headroom_mib") is not None
+                         else "wscap" if torch_out else None)
             row = {
                 "network": network, "dtype": dtype, "layout": layout, "cap_mib": cap,
                 "cold_plan_s": plan["seconds"] if plan and plan.get("status") == "ok" else None,
@@ -117,6 +121,8 @@ def build(entries, runs):
                 "ucudnn_over_floor": ratio(ucudnn_ms, floor_ms),
                 "ucudnn_legacy_only_ms": legacy_plan_ms,
                 "legacy_only_over_mixed": ratio(legacy_plan_ms, ucudnn_ms),
+                "torch_cap_mode": torch_cap,
+                "torch_max_workspace_mib": torch_out.get("max_kernel_workspace_mib"),
                 "missing": {},
             }
             for name, value, entry in (("cold_plan_s", row["cold_plan_s"], plan),
@@ -137,16 +143,19 @@ def cell(value, fmt):
 def markdown(rows, skipped, budget_s):
     out = ["| network | precision | cap MiB | cold plan s | legacy cuDNN ms | ucudnn ms | "
            "PyTorch at cap ms | PyTorch unlimited ms | PyTorch/ucudnn | legacy/ucudnn | "
-           "ucudnn/floor | ucudnn legacy-only ms | legacy-only/mixed |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "ucudnn/floor | ucudnn legacy-only ms | legacy-only/mixed | PyTorch cap | "
+           "PyTorch max ws MiB |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
-        out.append("| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        out.append("| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |"
+                   .format(
             r["network"], r["dtype"], r["layout"], r["cap_mib"],
             cell(r["cold_plan_s"], "{:.1f}"), cell(r["legacy_ms"], "{:.2f}"),
             cell(r["ucudnn_ms"], "{:.2f}"), cell(r["torch_ms"], "{:.2f}"),
             cell(r["torch_unlimited_ms"], "{:.2f}"), cell(r["torch_over_ucudnn"], "{:.2f}x"),
             cell(r["legacy_over_ucudnn"], "{:.2f}x"), cell(r["ucudnn_over_floor"], "{:.3f}"),
-            cell(r["ucudnn_legacy_only_ms"], "{:.2f}"), cell(r["legacy_only_over_mixed"], "{:.3f}")))
+            cell(r["ucudnn_legacy_only_ms"], "{:.2f}"), cell(r["legacy_only_over_mixed"], "{:.3f}"),
+            r["torch_cap_mode"] or "n/a", cell(r["torch_max_workspace_mib"], "{:.0f}")))
     notes = []
     for r in rows:
         for name, why in sorted(r["missing"].items()):

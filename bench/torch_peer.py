@@ -3,11 +3,21 @@
 backward-filter of every layer, as ucudnn-example-train-step runs them) through PyTorch with
 torch.backends.cudnn.benchmark = True, timed with CUDA events.
 
-The workspace cap is cuDNN's own environment variable CUDNN_CONV_WSCAP_DBG (MiB), read by cuDNN
-when it loads: set it in the environment of this process, not after import.
+Two ways to cap PyTorch's workspace, both recorded in the result:
+- cuDNN's environment variable CUDNN_CONV_WSCAP_DBG (MiB), read by cuDNN when it loads (set it
+  in the environment of this process, not after import). Measured on the H100 with PyTorch 2.11
+  and cuDNN 9.19, it does not bind the graph-API engines PyTorch's benchmark mode picks.
+- --memory-headroom-mib X: the process may hold at most its tensors, the largest output one
+  kernel allocates, and X MiB more (torch.cuda.set_per_process_memory_fraction). PyTorch's
+  benchmark mode drops the engines whose workspace it cannot allocate, so this is the cap a
+  memory-bound PyTorch job really runs under (its workspace may still reuse memory that another
+  layer's freed output left in the caching allocator).
+Either way the workspace each kernel really took is measured after the timed steps (peak
+allocation during the call less its outputs): `workspace_mib` per kernel and the maximum.
 
   CUDNN_CONV_WSCAP_DBG=64 python3 bench/torch_peer.py --network resnet50 --batch 256 \
       --dtype fp32 --layout nchw --json out.json
+  python3 bench/torch_peer.py --network resnet50 --memory-headroom-mib 64 --json out.json
 
 Layer shapes come from networks/NAME.csv (the same tables the planner uses). Activations are
 shared buffers of random data sized for the largest layer (values are never zero; what the
@@ -53,6 +63,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--per-kernel", action="store_true")
     ap.add_argument("--no-tf32", action="store_true", help="strict fp32 (cudnn.allow_tf32 = False)")
+    ap.add_argument("--memory-headroom-mib", type=int, default=None,
+                    help="cap the process's GPU memory at its tensors + the largest output + this")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -89,6 +101,22 @@ def main():
 
     for L in layers:
         L["weight"] = rand((L["k"], L["c"] // L["groups"], L["r"], L["s"]))
+
+    elem = torch.tensor([], dtype=dtype).element_size()
+    # The most one kernel's outputs take at once: y (forward), or dx and dw (backward).
+    largest_output = max(max(n * L["k"] * L["oh"] * L["ow"],
+                             n * L["c"] * L["h"] * L["w"] + L["weight"].numel())
+                         for L in layers) * elem
+    memory_cap = None
+    if args.memory_headroom_mib is not None:
+        if args.memory_headroom_mib < 0:
+            sys.exit("torch_peer.py: --memory-headroom-mib must be >= 0")
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # no cached block larger than the cap allows stays around
+        total = torch.cuda.get_device_properties(dev).total_memory
+        memory_cap = (torch.cuda.memory_allocated() + largest_output
+                      + args.memory_headroom_mib * 2**20)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap / total))
 
     def conv_args(L):
         return dict(stride=(L["stride_h"], L["stride_w"]), padding=(L["pad_h"], L["pad_w"]),
@@ -133,6 +161,24 @@ def main():
         resident = torch.cuda.memory_allocated()
         steps = timed(step, args.steps)
         peak_extra_mib = (torch.cuda.max_memory_allocated() - resident) / 2**20
+        # The workspace each kernel took (plans are cached by now: each call allocates its
+        # plan's workspace from the caching allocator), outside the timed steps.
+        workspace = []
+        for L in layers:
+            for op, fn in (("fwd", lambda: fwd(L)),
+                           ("bwd_data", lambda: bwd(L, [True, False, False])),
+                           ("bwd_filter", lambda: bwd(L, [False, True, False]))):
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                out = fn()
+                torch.cuda.synchronize()
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                out_bytes = sum(t.numel() * t.element_size() for t in outs if t is not None)
+                used = torch.cuda.max_memory_allocated() - base - out_bytes
+                workspace.append({"layer": L["layer"], "op": op,
+                                  "workspace_mib": max(0, used) / 2**20})
+                del out, outs
         per_kernel = []
         if args.per_kernel:
             for L in layers:
@@ -152,9 +198,16 @@ def main():
         "tf32": torch.backends.cudnn.allow_tf32, "kernels": 3 * len(layers),
         "step_ms_median": statistics.median(steps), "step_ms": steps,
         "peak_extra_mib_during_steps": peak_extra_mib,
+        "memory_headroom_mib": args.memory_headroom_mib,
+        "memory_cap_mib": None if memory_cap is None else memory_cap / 2**20,
+        "max_kernel_workspace_mib": max(w["workspace_mib"] for w in workspace),
+        "kernels_over_64mib": sum(w["workspace_mib"] > 64 for w in workspace),
+        "kernels_over_256mib": sum(w["workspace_mib"] > 256 for w in workspace),
+        "workspace": workspace,
         "per_kernel": per_kernel,
     }
-    print(json.dumps({k: v for k, v in result.items() if k not in ("per_kernel", "step_ms")}))
+    print(json.dumps({k: v for k, v in result.items()
+                      if k not in ("per_kernel", "step_ms", "workspace")}))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

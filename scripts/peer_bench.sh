@@ -6,8 +6,11 @@
 #     timed until the plan is complete;
 #   - the example training step with --json: legacy cuDNN alone and ucudnn (plans from the
 #     server, through the client library) in the same process, at the cap per kernel;
-#   - PyTorch cudnn.benchmark (bench/torch_peer.py) under CUDNN_CONV_WSCAP_DBG=<cap>, and once
-#     unlimited (the floor).
+#   - PyTorch cudnn.benchmark (bench/torch_peer.py) at the cap, and once unlimited (the floor).
+#     The cap is CUDNN_CONV_WSCAP_DBG=<cap> (--peer-cap wscap, the default), or the process's GPU
+#     memory limited to its tensors + the largest output + <cap> (--peer-cap memory: PyTorch then
+#     drops the engines whose workspace it cannot allocate). Each PyTorch run also reports the
+#     largest workspace one of its kernels took.
 # ucudnn's processes get LD_LIBRARY_PATH = the torch venv's nvidia/cudnn/lib, so that both use the
 # same cuDNN. Everything is collected by bench/peer_table.py into $OUT/peer_bench.json and
 # $OUT/peer_bench.md (ms and ratios). The whole run keeps within --budget-s: a step that would
@@ -16,14 +19,14 @@
 #   bash scripts/peer_bench.sh [BUNDLE_DIR=.bundle] [--networks "resnet50 vgg16 alexnet densenet121"]
 #        [--precisions "fp32:nchw fp16:nhwc bf16:nhwc"] [--caps "64 256"] [--batch 256]
 #        [--budget-s 540] [--python /opt/torch/.venv/bin/python3] [--backend cudnn|cpu]
-#        [--no-legacy-plans] [--dry-run]
+#        [--peer-cap wscap|memory] [--no-legacy-plans] [--dry-run]
 # --no-legacy-plans leaves out the legacy-only ucudnn plans: with the worker's probe pruning on
 # (its default) the legacy algorithms that engine configurations dominate are not timed, so a plan
 # that excludes the engines is built from leftovers and says nothing.
 # --dry-run checks the arguments and prints the steps without running anything.
 set -uo pipefail
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 fail_usage() { echo "peer_bench.sh: $*" >&2; exit 2; }
 
 bundle=".bundle"
@@ -36,9 +39,10 @@ python=/opt/torch/.venv/bin/python3
 backend=cudnn
 dry_run=0
 legacy_plans=1
+peer_cap=wscap
 while [ $# -gt 0 ]; do
   case "$1" in
-    --networks|--precisions|--caps|--batch|--budget-s|--python|--backend)
+    --networks|--precisions|--caps|--batch|--budget-s|--python|--backend|--peer-cap)
       [ $# -ge 2 ] || fail_usage "$1: needs a value"
       case "$1" in
         --networks) networks="$2" ;;
@@ -48,6 +52,7 @@ while [ $# -gt 0 ]; do
         --budget-s) budget_s="$2" ;;
         --python) python="$2" ;;
         --backend) backend="$2" ;;
+        --peer-cap) peer_cap="$2" ;;
       esac
       shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -73,6 +78,7 @@ for c in $caps; do positive_int "$c" || fail_usage "--caps: not a positive numbe
 positive_int "$batch" || fail_usage "--batch: not a positive integer: '$batch'"
 positive_int "$budget_s" || fail_usage "--budget-s: not a positive number of seconds: '$budget_s'"
 [[ "$backend" =~ ^(cudnn|cpu)$ ]] || fail_usage "--backend: cudnn or cpu, got '$backend'"
+[[ "$peer_cap" =~ ^(wscap|memory)$ ]] || fail_usage "--peer-cap: wscap or memory, got '$peer_cap'"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 results="${OUT:-$(pwd)/peer-results}"
@@ -165,10 +171,17 @@ for network in $networks; do
         ucudnn-example-train-step --backend "$backend" "${flags[@]}" \
         --server "${server_addr:-}" --limits-mib "$cap" --total-budget-mib 0 --steps 5 --json \
         --algorithms legacy
+      if [ "$peer_cap" = memory ]; then
+        peer_env=(env -u CUDNN_CONV_WSCAP_DBG)
+        peer_flags=(--memory-headroom-mib "$cap")
+      else
+        peer_env=(env CUDNN_CONV_WSCAP_DBG="$cap")
+        peer_flags=()
+      fi
       step torch "$network" "$dtype" "$layout" "$cap" 180 30 "torch_${tag}_$cap.json" -- \
-        env CUDNN_CONV_WSCAP_DBG="$cap" "$python" "$here/../bench/torch_peer.py" \
+        "${peer_env[@]}" "$python" "$here/../bench/torch_peer.py" \
         --network "$network" --batch "$batch" --dtype "$dtype" --layout "$layout" \
-        --json "$runs/torch_${tag}_$cap.full.json"
+        "${peer_flags[@]}" --json "$runs/torch_${tag}_$cap.full.json"
     done
     step torch "$network" "$dtype" "$layout" null 180 30 "torch_${tag}_unlimited.json" -- \
       env -u CUDNN_CONV_WSCAP_DBG "$python" "$here/../bench/torch_peer.py" \

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
 #include "gpu/gpu_test_util.h"
+#include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/cpu_backend.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/worker/benchmark.h"
@@ -354,6 +358,49 @@ TEST_F(GpuEngineTest, WorkspaceQueriesAgreeWithTheCap) {
       }
     }
     EXPECT_GT(ok, 0) << ToString(op) << ": no algorithm fits 256 KiB (algorithm 0 needs none)";
+  }
+}
+
+// Prepare() builds on helper threads, each with a handle of its own, what Candidates() and
+// WorkspaceSize() otherwise find one size at a time: the same configurations with the same
+// workspaces, and plans (run on the helper handle they were built on) that compute the op.
+TEST_F(GpuEngineTest, PreparedCandidatesAreThoseFoundOneSizeAtATime) {
+  Result<std::unique_ptr<ConvBackend>> prepared = MakeBackend("cudnn", 0);
+  Result<std::unique_ptr<ConvBackend>> lazy = MakeBackend("cudnn", 0);
+  ASSERT_TRUE(prepared.ok() && lazy.ok());
+  const std::vector<int64_t> sizes = {1, 2, 4, 8};
+  for (ConvOp op : {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+    ConvProblem p = MakeConv(64, 28, 64, 3, 1, 1);
+    p.op = op;
+    (*prepared)->Prepare(p, sizes, 4);
+    for (int64_t size : sizes) {
+      SCOPED_TRACE(std::string(ToString(op)) + " b=" + std::to_string(size));
+      std::map<std::string, size_t> with, without;
+      for (const Timing& t : (*prepared)->Candidates(p, size)) {
+        Result<size_t> ws = (*prepared)->WorkspaceSize(p, size, AlgorithmOf(t));
+        with[AlgorithmText(AlgorithmOf(t))] = ws.ok() ? *ws : SIZE_MAX;
+      }
+      for (const Timing& t : (*lazy)->Candidates(p, size)) {
+        Result<size_t> ws = (*lazy)->WorkspaceSize(p, size, AlgorithmOf(t));
+        without[AlgorithmText(AlgorithmOf(t))] = ws.ok() ? *ws : SIZE_MAX;
+      }
+      EXPECT_EQ(with, without);
+      EXPECT_GT(with.size(), (*prepared)->Algorithms(op).size()) << "no engine configurations";
+    }
+    const int64_t batch = 4;
+    HostTensors host = RandomTensors(p, batch, /*seed=*/77);
+    Result<std::vector<float>> ref = CpuReference(p, batch, host);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    int ran = 0;
+    for (const Timing& t : (*prepared)->Candidates(p, batch)) {
+      if (t.engine_config.empty()) continue;
+      Result<std::vector<float>> out = RunAlgorithm(**prepared, p, batch, AlgorithmOf(t), host);
+      if (!out.ok() && out.status().code() == StatusCode::kUnsupported) continue;
+      ASSERT_TRUE(out.ok()) << t.engine_config << ": " << out.status().ToString();
+      EXPECT_LT(RelativeL2(*out, *ref), 1e-2) << ToString(op) << " " << t.engine_config;
+      ++ran;
+    }
+    EXPECT_GT(ran, 0) << ToString(op);
   }
 }
 

@@ -29,6 +29,7 @@ expect_usage_error "--batch: not a positive integer" --batch 2x
 expect_usage_error "--networks: not a network name: 'a;b'" --networks "resnet50 a;b"
 expect_usage_error "--networks: empty" --networks " "
 expect_usage_error "--backend: cudnn or cpu" --backend tpu
+expect_usage_error "--peer-cap: wscap or memory, got 'tight'" --peer-cap tight
 expect_usage_error "unknown option --fast" --fast
 expect_usage_error "--caps: needs a value" --caps
 [ ! -e "$tmp/out" ] || fail "a usage error created the results directory"
@@ -50,6 +51,10 @@ grep -q '^step: torch alexnet fp32 nchw cap=256 .*CUDNN_CONV_WSCAP_DBG=256 .*tor
   <<<"$out" || fail "--dry-run: no capped PyTorch run: $out"
 grep -q '^step: torch vgg16 bf16 nhwc cap=null .*env -u CUDNN_CONV_WSCAP_DBG' <<<"$out" ||
   fail "--dry-run: no unlimited PyTorch run: $out"
+# --peer-cap memory: the capped PyTorch runs limit the process's memory instead.
+out="$(bash "$bench" --dry-run --networks alexnet --precisions fp32:nchw --caps 64 --peer-cap memory)"
+grep -q '^step: torch alexnet fp32 nchw cap=64 .*env -u CUDNN_CONV_WSCAP_DBG .*torch_peer.py .*--memory-headroom-mib 64' \
+  <<<"$out" || fail "--peer-cap memory: no memory-capped PyTorch run: $out"
 
 # The table from fake outputs: resnet50 fp32 at 64 MiB complete; at 256 MiB the example was
 # skipped for the budget and PyTorch failed.
@@ -69,7 +74,7 @@ cat >"$runs/example64.json" <<'JSON'
   {"workspace_mode": "per_kernel", "workspace_bytes": 8388608, "without_library_ms": 300.0, "with_library_ms": 100.0},
   {"workspace_mode": "per_kernel", "workspace_bytes": 67108864, "without_library_ms": 237.5, "with_library_ms": 74.2}]}
 JSON
-printf 'cudnn log line\n{"step_ms_median": 69.4, "wscap_mib": "64"}\n' >"$runs/torch64.json"
+printf 'cudnn log line\n{"step_ms_median": 69.4, "wscap_mib": "64", "memory_headroom_mib": null, "max_kernel_workspace_mib": 931.4}\n' >"$runs/torch64.json"
 echo '{"step_ms_median": 70.0, "wscap_mib": "unlimited"}' >"$runs/torch_unlimited.json"
 python3 "$table" --runs "$runs" --json "$tmp/t.json" --markdown "$tmp/t.md" --budget-s 300 ||
   fail "peer_table.py failed"
@@ -84,15 +89,17 @@ assert abs(a["torch_over_ucudnn"] - 69.4 / 74.2) < 1e-12, a
 assert abs(a["legacy_over_ucudnn"] - 237.5 / 74.2) < 1e-12, a
 assert abs(a["ucudnn_over_floor"] - 74.2 / 70.0) < 1e-12, a
 assert a["cold_plan_s"] == 41.5 and a["missing"] == {}, a
+assert a["torch_cap_mode"] == "wscap" and a["torch_max_workspace_mib"] == 931.4, a
+assert b["torch_cap_mode"] is None and b["torch_max_workspace_mib"] is None, b
 assert b["ucudnn_ms"] is None and b["torch_ms"] is None and b["torch_unlimited_ms"] == 70.0, b
 assert b["missing"]["ucudnn_ms"].startswith("skipped: budget"), b
 assert b["missing"]["torch_ms"] == "failed (exit 1)", b
 assert len(doc["steps"]) == 6 and doc["budget_s"] == 300
 PY
 md="$(cat "$tmp/t.md")"
-[[ "$md" == *"| resnet50 | fp32 nchw | 64 | 41.5 | 237.50 | 74.20 | 69.40 | 70.00 | 0.94x | 3.20x | 1.060 | n/a | n/a |"* ]] ||
+[[ "$md" == *"| resnet50 | fp32 nchw | 64 | 41.5 | 237.50 | 74.20 | 69.40 | 70.00 | 0.94x | 3.20x | 1.060 | n/a | n/a | wscap | 931 |"* ]] ||
   fail "markdown row at 64 MiB: $md"
-[[ "$md" == *"| resnet50 | fp32 nchw | 256 | 41.5 | n/a | n/a | n/a | 70.00 | n/a | n/a | n/a | n/a | n/a |"* ]] ||
+[[ "$md" == *"| resnet50 | fp32 nchw | 256 | 41.5 | n/a | n/a | n/a | 70.00 | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"* ]] ||
   fail "markdown row at 256 MiB: $md"
 [[ "$md" == *"Skipped to keep within the budget of 300 s:"*"- example resnet50 fp32 nchw 256 MiB: budget: 12s left, needs 40s"* ]] ||
   fail "markdown skipped list: $md"

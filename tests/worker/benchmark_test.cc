@@ -84,6 +84,54 @@ TEST(BenchmarkSizesTest, ExactlyTheMicroBatchesGivenAndOnlyIncreasingOnes) {
               HasSubstr("strictly increasing"));
 }
 
+// The backend is asked once, before anything is measured, to prepare every size on the threads
+// the options allow; with one thread it prepares nothing ahead and the table is the same.
+class PrepareRecordingBackend : public RenamedCpuBackend {
+ public:
+  PrepareRecordingBackend() : RenamedCpuBackend("cpu") {}
+  void Prepare(const ConvProblem& p, const std::vector<int64_t>& batches, int threads) override {
+    calls.push_back({CanonicalKey(p), batches, threads, queries});
+  }
+  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch,
+                               const Algorithm& algo) override {
+    ++queries;
+    return RenamedCpuBackend::WorkspaceSize(p, batch, algo);
+  }
+  struct Call {
+    std::string problem;
+    std::vector<int64_t> batches;
+    int threads = 0;
+    int queries_before = 0;  // workspace queries (the first thing measured) before Prepare
+  };
+  std::vector<Call> calls;
+  int queries = 0;
+};
+
+TEST(BenchmarkPrepareTest, EverySizeIsPreparedOnceBeforeAnyRun) {
+  const ConvProblem p = TinyProblem(ConvOp::kBackwardData, 4);
+  const std::vector<int64_t> sizes = {1, 2, 4};
+  PrepareRecordingBackend backend;
+  BenchmarkOptions options = FastBenchmarkOptions();
+  options.prepare_threads = 6;
+  auto table = BenchmarkMicroBatches(backend, p, sizes, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ASSERT_EQ(backend.calls.size(), 1u);
+  EXPECT_EQ(backend.calls[0].problem, CanonicalKey(p));
+  EXPECT_EQ(backend.calls[0].batches, sizes);
+  EXPECT_EQ(backend.calls[0].threads, 6);
+  EXPECT_EQ(backend.calls[0].queries_before, 0);
+  EXPECT_GT(backend.queries, 0);
+  EXPECT_EQ(table->entries.size(), sizes.size() * backend.Algorithms(p.op).size());
+
+  PrepareRecordingBackend serial;
+  options.prepare_threads = 1;
+  ASSERT_TRUE(BenchmarkMicroBatches(serial, p, sizes, options).ok());
+  EXPECT_TRUE(serial.calls.empty());
+
+  options.prepare_threads = 0;
+  EXPECT_THAT(Validate(options).message(), HasSubstr("prepare_threads"));
+}
+
 TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {
   RenamedCpuBackend gpu("flaky gpu");
   // 2 runs per configuration: the device dies in the third configuration.
@@ -138,7 +186,8 @@ class OneAlgorithmFails : public RenamedCpuBackend {
   Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
                                        const ConvOperands& operands, void* workspace,
                                        size_t workspace_bytes, int warmup, int runs) override {
-    if (!algo.is_engine() && algo.id == algo_) return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
+    if (!algo.is_engine() && algo.id == algo_)
+      return Internal("cudnnConvolutionForward failed: CUDNN_STATUS_BAD_PARAM");
     return RenamedCpuBackend::TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup,
                                        runs);
   }

@@ -230,6 +230,10 @@ Status Validate(const BenchmarkOptions& o) {
   if (std::isnan(o.prune_margin)) return InvalidArgument("prune_margin: must be a number");
   if (std::isnan(o.skip_factor)) return InvalidArgument("skip_factor: must be a number");
   if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
+  if (o.prepare_threads < 1 || o.prepare_threads > 256) {
+    return InvalidArgument("prepare_threads: must be in [1, 256], got " +
+                           std::to_string(o.prepare_threads));
+  }
   if (o.max_group < 1 || o.max_group > 1024) {
     return InvalidArgument("max_group: must be in [1, 1024], got " + std::to_string(o.max_group));
   }
@@ -261,6 +265,15 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   const Clock::time_point start = Clock::now();
   const std::string key = CanonicalKey(problem);
   if (sizes.empty()) return InvalidArgument("nothing to measure: no micro-batch sizes");
+
+  // Where a cold benchmark's time goes, for the summary line.
+  double prepare_ms = 0, query_ms = 0, operands_ms = 0, probe_ms_total = 0, measure_ms = 0;
+  Clock::time_point phase = Clock::now();
+  if (options.prepare_threads > 1) {
+    backend.Prepare(problem, sizes, options.prepare_threads);
+    prepare_ms = MsSince(phase);
+    phase = Clock::now();
+  }
 
   // 1. The candidates of every micro-batch size (legacy algorithms, then the engine
   // configurations cuDNN proposes for that size) and their workspaces; those that cannot run are
@@ -303,6 +316,8 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   if (!first_query_failure.ok()) {
     UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, first_query_failure).WithContext(key));
   }
+  query_ms = MsSince(phase);
+  phase = Clock::now();
   const auto any_runnable = [&runnable] {
     return std::find(runnable.begin(), runnable.end(), true) != runnable.end();
   };
@@ -387,6 +402,8 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
     largest_workspace = next;
   }
 
+  operands_ms = MsSince(phase);
+
   // 4. Timed runs, smallest micro-batch first, one size at a time in two passes: a probe (one
   // warm-up, one timed run) of every runnable configuration of the size, then the full protocol
   // (Measure) for those that may be on the size's time/workspace Pareto front. A configuration
@@ -418,6 +435,7 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   for (size_t first = 0; first < n;) {
     size_t last = first;
     while (last < n && table.entries[last].micro_batch == table.entries[first].micro_batch) ++last;
+    phase = Clock::now();
     if (options.prune_margin >= 0) {
       for (size_t i = first; i < last; ++i) {
         if (!runnable[i]) continue;
@@ -467,6 +485,8 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
         }
       }
     }
+    probe_ms_total += MsSince(phase);
+    phase = Clock::now();
     for (size_t i = first; i < last; ++i) {
       if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
       Timing& t = table.entries[i];
@@ -508,6 +528,7 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
           t.samples, group, dominated ? ", dominated" : "", t.workspace_bytes, t.error);
       if (progress) progress({static_cast<int64_t>(i) + 1, total, &t});
     }
+    measure_ms += MsSince(phase);
     first = last;
   }
   // A device lost during the last configuration shows here at the latest: a table is returned
@@ -516,12 +537,14 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   spdlog::info(
       "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
       "{} unsupported, {} failed ({} of them this worker's limits, {} far behind at the size "
-      "before), {:.2f} s",
+      "before), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands {:.0f} ms, "
+      "probes {:.0f} ms, measurements {:.0f} ms)",
       key, backend.fingerprint().name, backend.fingerprint().backend, total,
       counts[static_cast<int>(TimingStatus::kOk)], pruned,
       counts[static_cast<int>(TimingStatus::kUnsupported)],
       counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, skipped,
-      MsSince(start) / 1000.0);
+      MsSince(start) / 1000.0, prepare_ms, options.prepare_threads, query_ms, operands_ms,
+      probe_ms_total, measure_ms);
   return table;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "cuda_check.h"
@@ -231,8 +233,11 @@ CudnnBackend::CudnnBackend() : descriptors_(std::make_unique<DescriptorCache>())
 CudnnBackend::~CudnnBackend() {
   if (owns_handle_) (void)MakeDeviceCurrent();
   descriptors_.reset();
-  engine_plans_.clear();  // before the handle they were built on
-  graphs_.clear();
+  ClearEngineCaches();  // before the handles they were built on
+  for (cudnnHandle_t h : helper_handles_) {
+    Status s = UCUDNN_GPU_STATUS(cudnnDestroy(h));
+    if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
+  }
   for (cudaEvent_t e : events_) {
     Status s = UCUDNN_GPU_STATUS(cudaEventDestroy(e));
     if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
@@ -346,7 +351,7 @@ Status CudnnBackend::Run(const ConvProblem& problem, int64_t batch, const Algori
     UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
     UCUDNN_RETURN_IF_ERROR(CheckEngineScalars(alpha, beta));
     UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algorithm, beta));
-    return plan->Execute(handle_, operands, workspace, workspace_bytes);
+    return plan->Execute(plan->handle(), operands, workspace, workspace_bytes);
   }
   const int algo = algorithm.id;
   UCUDNN_RETURN_IF_ERROR(CheckAlgorithm(problem.op, algo));
@@ -402,11 +407,8 @@ Result<const ConvGraph*> CudnnBackend::GetGraph(const ConvProblem& problem, int6
   if (it != graphs_.end()) return static_cast<const ConvGraph*>(it->second.get());
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
                           ConvGraph::Build(handle_, problem, batch, beta));
-  if (graphs_.size() >= kMaxCachedGraphs) {
-    // Plans point into their graphs: both go together.
-    engine_plans_.clear();
-    graphs_.clear();
-  }
+  // Plans point into their graphs: both go together.
+  if (graphs_.size() >= kMaxCachedGraphs) ClearEngineCaches();
   const ConvGraph* raw = graph.get();
   graphs_.emplace(key, std::move(graph));
   return raw;
@@ -418,15 +420,157 @@ Result<EnginePlan*> CudnnBackend::GetEnginePlan(const ConvProblem& problem, int6
                     (beta == 0.0f ? "0" : "1") + "|" + std::string(algorithm.engine_config);
   auto it = engine_plans_.find(key);
   if (it != engine_plans_.end()) return it->second.get();
+  if (auto failed = engine_plan_failures_.find(key); failed != engine_plan_failures_.end()) {
+    return failed->second;
+  }
   UCUDNN_ASSIGN_OR_RETURN(EngineConfig config, ParseEngineConfigKey(algorithm.engine_config));
   config.cudnn_version = static_cast<int32_t>(fingerprint_.cudnn_version);
   UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, beta));
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<EnginePlan> plan,
-                          EnginePlan::Build(handle_, *graph, config));
-  if (engine_plans_.size() >= kMaxCachedEnginePlans) engine_plans_.clear();
+                          EnginePlan::Build(graph->handle(), *graph, config));
+  if (engine_plans_.size() >= kMaxCachedEnginePlans) {
+    // Only the plans: the graphs (and the plan about to be cached) stay valid.
+    engine_plans_.clear();
+    engine_plan_failures_.clear();
+  }
   EnginePlan* raw = plan.get();
   engine_plans_.emplace(std::move(key), std::move(plan));
   return raw;
+}
+
+void CudnnBackend::ClearEngineCaches() {
+  engine_plans_.clear();
+  engine_plan_failures_.clear();
+  engine_candidates_.clear();
+  graphs_.clear();
+}
+
+Result<const std::vector<EngineCandidate>*> CudnnBackend::GetEngineCandidates(
+    const ConvProblem& problem, int64_t batch) {
+  const std::string key = CanonicalKey(problem) + "|" + std::to_string(batch);
+  auto it = engine_candidates_.find(key);
+  if (it != engine_candidates_.end()) return &it->second;
+  UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, 0.0f));
+  UCUDNN_ASSIGN_OR_RETURN(std::vector<EngineCandidate> candidates, HeuristicCandidates(*graph));
+  return &engine_candidates_.insert_or_assign(key, std::move(candidates)).first->second;
+}
+
+Status CudnnBackend::EnsureHelperHandles(size_t count) {
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  while (helper_handles_.size() < count) {
+    cudnnHandle_t h = nullptr;
+    UCUDNN_GPU_CHECK(cudnnCreate(&h));
+    const Status bound = UCUDNN_GPU_STATUS(cudnnSetStream(h, stream()));
+    if (!bound.ok()) {
+      (void)cudnnDestroy(h);
+      return bound;
+    }
+    helper_handles_.push_back(h);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Runtime-compiled engines take 0.4-1.1 s each to build and were never the fastest on the H100
+// (docs/engines.md, engine probe): left out to keep a cold benchmark short.
+bool Measured(const EngineCandidate& c) { return !c.runtime_compiled; }
+
+// What one helper thread of Prepare() builds for one micro-batch size.
+struct PreparedSize {
+  int64_t batch = 0;
+  Status status;  // of the graph or the heuristics; the size is then left to the lazy path
+  std::unique_ptr<ConvGraph> graph;
+  std::vector<EngineCandidate> candidates;
+  std::vector<std::pair<std::string, Result<std::unique_ptr<EnginePlan>>>> plans;  // by config key
+};
+
+void PrepareSize(cudnnHandle_t handle, const ConvProblem& problem, int32_t cudnn_version,
+                 PreparedSize& out) {
+  Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle, problem, out.batch, 0.0f);
+  if (!graph.ok()) {
+    out.status = graph.status();
+    return;
+  }
+  out.graph = std::move(*graph);
+  Result<std::vector<EngineCandidate>> candidates = HeuristicCandidates(*out.graph);
+  if (!candidates.ok()) {
+    out.status = candidates.status();
+    return;
+  }
+  out.candidates = std::move(*candidates);
+  for (const EngineCandidate& c : out.candidates) {
+    if (!Measured(c)) continue;
+    EngineConfig config = c.config;
+    config.cudnn_version = cudnn_version;
+    out.plans.emplace_back(EngineConfigKey(c.config),
+                           EnginePlan::Build(handle, *out.graph, config));
+  }
+}
+
+}  // namespace
+
+void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
+                           int threads) {
+  if (!engines_enabled_ || !owns_handle_ || threads < 2) return;
+  const std::string problem_key = CanonicalKey(problem);
+  std::vector<PreparedSize> sizes;
+  for (int64_t batch : batches) {
+    if (engine_candidates_.count(problem_key + "|" + std::to_string(batch)) > 0) continue;
+    if (!ValidateBatch(batch).ok()) continue;  // the lazy path reports it
+    sizes.emplace_back().batch = batch;
+  }
+  if (sizes.size() < 2) return;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t workers = std::min({sizes.size(), static_cast<size_t>(threads), cores});
+  if (workers < 2) return;
+  if (const Status s = EnsureHelperHandles(workers); !s.ok()) {
+    spdlog::warn("cudnn backend: no helper handles ({}); preparing one size at a time",
+                 s.ToString());
+    return;
+  }
+  const auto cudnn_version = static_cast<int32_t>(fingerprint_.cudnn_version);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  pool.reserve(workers);
+  for (size_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&, handle = helper_handles_[w]] {
+      const Status current = UCUDNN_GPU_STATUS(cudaSetDevice(device_index_));
+      for (size_t i; (i = next.fetch_add(1)) < sizes.size();) {
+        if (!current.ok()) {
+          sizes[i].status = current;
+          continue;
+        }
+        PrepareSize(handle, problem, cudnn_version, sizes[i]);
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+
+  size_t new_plans = 0;
+  for (const PreparedSize& p : sizes) new_plans += p.plans.size();
+  if (graphs_.size() + sizes.size() > kMaxCachedGraphs ||
+      engine_plans_.size() + engine_plan_failures_.size() + new_plans > kMaxCachedEnginePlans) {
+    ClearEngineCaches();
+  }
+  for (PreparedSize& p : sizes) {
+    if (!p.status.ok()) {
+      spdlog::debug("cudnn backend: preparing {} at {}: {} (left to the lazy path)", problem_key,
+                    p.batch, p.status.ToString());
+      continue;
+    }
+    const std::string size_key = problem_key + "|" + std::to_string(p.batch);
+    graphs_.insert_or_assign(size_key + "|0", std::move(p.graph));
+    for (auto& [config_key, plan] : p.plans) {
+      std::string key = size_key + "|0|" + config_key;
+      if (plan.ok()) {
+        engine_plans_.insert_or_assign(std::move(key), std::move(*plan));
+      } else {
+        engine_plan_failures_.insert_or_assign(std::move(key), plan.status());
+      }
+    }
+    engine_candidates_.insert_or_assign(size_key, std::move(p.candidates));
+  }
 }
 
 Result<std::function<Status()>> CudnnBackend::Resolve(const ConvProblem& problem, int64_t batch,
@@ -442,9 +586,8 @@ Result<std::function<Status()>> CudnnBackend::Resolve(const ConvProblem& problem
   }
   // The plan is looked up once, so that a timed run costs what a bound plan's call costs.
   UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algo, 0.0f));
-  cudnnHandle_t handle = handle_;
-  return std::function<Status()>([plan, handle, operands, workspace, workspace_bytes] {
-    return plan->Execute(handle, operands, workspace, workspace_bytes);
+  return std::function<Status()>([plan, operands, workspace, workspace_bytes] {
+    return plan->Execute(plan->handle(), operands, workspace, workspace_bytes);
   });
 }
 
@@ -452,20 +595,16 @@ std::vector<Timing> CudnnBackend::Candidates(const ConvProblem& problem, int64_t
   std::vector<Timing> out = ConvBackend::Candidates(problem, batch);
   if (!engines_enabled_) return out;
   Status status = MakeDeviceCurrent();
-  Result<const ConvGraph*> graph =
-      status.ok() ? GetGraph(problem, batch, 0.0f) : Result<const ConvGraph*>(status);
-  Result<std::vector<EngineCandidate>> engines =
-      graph.ok() ? HeuristicCandidates(**graph)
-                 : Result<std::vector<EngineCandidate>>(graph.status());
+  Result<const std::vector<EngineCandidate>*> engines =
+      status.ok() ? GetEngineCandidates(problem, batch)
+                  : Result<const std::vector<EngineCandidate>*>(status);
   if (!engines.ok()) {
     spdlog::warn("cudnn backend: no engine configurations for {} at {}: {}", CanonicalKey(problem),
                  batch, engines.status().ToString());
     return out;
   }
-  for (const EngineCandidate& c : *engines) {
-    // Runtime-compiled engines take 0.4-1.1 s each to build and were never the fastest on the
-    // H100 (docs/h100.md, engine probe): left out to keep a cold benchmark short.
-    if (c.runtime_compiled) continue;
+  for (const EngineCandidate& c : **engines) {
+    if (!Measured(c)) continue;
     Timing t;
     t.algo = kEngineAlgo;
     t.engine_config = EngineConfigKey(c.config);

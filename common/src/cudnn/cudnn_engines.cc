@@ -274,6 +274,7 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
   UCUDNN_RETURN_IF_ERROR(ValidateBatch(batch));
   if (handle == nullptr) return InvalidArgument("handle: must not be null");
   std::unique_ptr<ConvGraph> g(new ConvGraph());
+  g->handle_ = handle;
   g->problem_ = p;
   g->batch_ = batch;
   g->beta_ = beta;
@@ -462,6 +463,7 @@ Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, cons
   if (handle == nullptr) return InvalidArgument("handle: must not be null");
   UCUDNN_RETURN_IF_ERROR(CheckEngineConfigVersion(config, static_cast<int32_t>(cudnnGetVersion())));
   std::unique_ptr<EnginePlan> plan(new EnginePlan());
+  plan->handle_ = handle;
   plan->op_ = graph.problem().op;
   plan->alignment_ = graph.alignment();
   UCUDNN_ASSIGN_OR_RETURN(plan->engine_, EngineByIndex(graph, config.engine));

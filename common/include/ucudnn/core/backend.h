@@ -61,6 +61,17 @@ class ConvBackend {
     }
     return out;
   }
+  // Gets ready, ahead of Candidates() and WorkspaceSize(), what they need for each of `batches`
+  // of `problem`, on up to `threads` threads where the backend can (cuDNN: the engine
+  // heuristics and an execution plan for every candidate, the host-side work that dominates a
+  // cold benchmark). Only a speed-up: without it the same work happens when those are called,
+  // one size at a time, with the same results. The default does nothing.
+  virtual void Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
+                       int threads) {
+    (void)problem;
+    (void)batches;
+    (void)threads;
+  }
   // Workspace bytes `algo` needs for `problem` at `batch`; kUnsupported when it cannot run it.
   virtual Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
                                        const Algorithm& algo) = 0;

@@ -111,6 +111,13 @@ class CudnnBackend final : public ConvBackend {
   // Legacy algorithms, then the engine configurations cuDNN's heuristics propose (modes instant
   // and fallback, filtered by the problem's math mode, runtime-compiled engines left out).
   std::vector<Timing> Candidates(const ConvProblem& problem, int64_t batch) override;
+  // The engine heuristics and an execution plan of every candidate for each size not prepared
+  // yet, sizes spread over up to `threads` threads, each with a cuDNN handle of its own (cuDNN is
+  // thread-safe across handles) on this backend's stream; the results go into the caches that
+  // Candidates(), WorkspaceSize() and the runs read. A plan runs on the handle it was built on.
+  // Only for a backend that owns its handle (a wrapped handle's stream may change between calls).
+  void Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
+               int threads) override;
   // Whether Candidates() includes engine configurations (default yes; the worker's
   // --no-engines turns them off, for a legacy-only comparison).
   void set_engines_enabled(bool enabled) { engines_enabled_ = enabled; }
@@ -129,6 +136,12 @@ class CudnnBackend final : public ConvBackend {
   Result<const ConvGraph*> GetGraph(const ConvProblem& problem, int64_t batch, float beta);
   Result<EnginePlan*> GetEnginePlan(const ConvProblem& problem, int64_t batch,
                                     const Algorithm& algorithm, float beta);
+  // The heuristics' candidates of `problem` at `batch` (cached).
+  Result<const std::vector<EngineCandidate>*> GetEngineCandidates(const ConvProblem& problem,
+                                                                  int64_t batch);
+  // At least `count` helper handles for Prepare(), created on this thread one after the other.
+  Status EnsureHelperHandles(size_t count);
+  void ClearEngineCaches();
   // One run of `algo` with alpha 1, beta 0, everything looked up beforehand.
   Result<std::function<Status()>> Resolve(const ConvProblem& problem, int64_t batch,
                                           const Algorithm& algo, const ConvOperands& operands,
@@ -147,8 +160,14 @@ class CudnnBackend final : public ConvBackend {
   std::unique_ptr<DescriptorCache> descriptors_;
   std::vector<cudaEvent_t> events_;  // reused by TimeRuns: start/stop pairs
   bool engines_enabled_ = true;
+  // Keys: CanonicalKey|batch|beta (graphs), that plus |config (plans, failures), CanonicalKey|batch
+  // (candidates).
   std::map<std::string, std::unique_ptr<ConvGraph>> graphs_;
   std::map<std::string, std::unique_ptr<EnginePlan>> engine_plans_;
+  std::map<std::string, Status> engine_plan_failures_;  // cuDNN's verdict, not asked again
+  std::map<std::string, std::vector<EngineCandidate>> engine_candidates_;
+  // Prepare()'s handles, bound to stream(); destroyed after the graphs and plans built on them.
+  std::vector<cudnnHandle_t> helper_handles_;
 };
 
 // The fingerprint of GPU `device_index` with the versions of the libraries actually loaded:

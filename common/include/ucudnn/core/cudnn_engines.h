@@ -55,6 +55,8 @@ class ConvGraph {
   static Result<std::unique_ptr<ConvGraph>> Build(cudnnHandle_t handle, const ConvProblem& problem,
                                                   int64_t batch, float beta = 0.0f);
   cudnnBackendDescriptor_t graph() const { return graph_.get(); }
+  // The handle the graph was built on: plans of the graph are built and run on it.
+  cudnnHandle_t handle() const { return handle_; }
   const ConvProblem& problem() const { return problem_; }
   int64_t batch() const { return batch_; }
   float beta() const { return beta_; }
@@ -62,6 +64,7 @@ class ConvGraph {
 
  private:
   ConvGraph() = default;
+  cudnnHandle_t handle_ = nullptr;
   ConvProblem problem_;
   int64_t batch_ = 0;
   float beta_ = 0;
@@ -103,6 +106,8 @@ class EnginePlan {
   static Result<std::unique_ptr<EnginePlan>> Build(cudnnHandle_t handle, const ConvGraph& graph,
                                                    const EngineConfig& config);
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // The handle the plan was built on (the graph's).
+  cudnnHandle_t handle() const { return handle_; }
   int64_t alignment() const { return alignment_; }
   ConvOp op() const { return op_; }
   cudnnBackendDescriptor_t plan() const { return plan_.get(); }
@@ -113,6 +118,7 @@ class EnginePlan {
 
  private:
   EnginePlan() = default;
+  cudnnHandle_t handle_ = nullptr;
   ConvOp op_ = ConvOp::kForward;
   int64_t alignment_ = 16;
   size_t workspace_bytes_ = 0;

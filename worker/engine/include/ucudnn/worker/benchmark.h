@@ -64,6 +64,11 @@ struct BenchmarkOptions {
   // (never a time, never replacing a measurement). Times and workspaces grow together with the
   // size, so such a configuration stays dominated; <= 0 disables it.
   double skip_factor = 2.0;
+  // Host threads that prepare the candidates of all micro-batch sizes at once before the timed
+  // runs (ConvBackend::Prepare: on cuDNN the heuristics and execution plans, 1-2 ms of host time
+  // per configuration, about 40 configurations per size, which otherwise leave the GPU idle for
+  // most of a cold benchmark). 1 prepares each size when it is reached, on the calling thread.
+  int prepare_threads = 8;
   // Seed of the operand data (FillRandom); inputs differ per tensor.
   uint64_t seed = 1;
   // When set and true, the benchmark stops before its next configuration and returns
