@@ -162,6 +162,9 @@ Result<Args> ParseArgs(int argc, char** argv) {
         return InvalidArgument("--prune-margin: a number (negative: no probe pruning), got '" + v +
                                "'");
       }
+    } else if (flag == "--prepare-threads") {
+      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 256));
+      a.options.prepare_threads = static_cast<int>(n);
     } else if (flag == "--device-time-only") {
       a.options.short_runs_device_time_only = true;
     } else if (flag == "--short-run-us") {

@@ -141,6 +141,12 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
                   "with at most their workspace (0: off)")
       ->envname("UCUDNN_WORKER_SKIP_FACTOR")
       ->capture_default_str();
+  app->add_option("--prepare-threads", o.prepare_threads,
+                  "host threads that build every micro-batch size's candidates (cuDNN heuristics "
+                  "and execution plans) before the timed runs; 1: one size at a time")
+      ->envname("UCUDNN_WORKER_PREPARE_THREADS")
+      ->capture_default_str()
+      ->group("Benchmark");
   app->add_option("--short-run-us", o.short_run_us,
                   "runs faster than this are timed in groups of back-to-back runs, as a "
                   "segment's micro-batches run; 0 times every run on its own")
@@ -253,6 +259,10 @@ Status ValidateOptions(const WorkerOptions& o) {
   if (!FiniteIn(o.skip_factor, 0, 1e6)) {
     return InvalidArgument("--skip-factor: must be in [0, 1e6], got " +
                            std::to_string(o.skip_factor));
+  }
+  if (o.prepare_threads < 1 || o.prepare_threads > 256) {
+    return InvalidArgument("--prepare-threads: must be in [1, 256], got " +
+                           std::to_string(o.prepare_threads));
   }
   if (!FiniteIn(o.short_run_us, 0, 1e6)) {
     return InvalidArgument("--short-run-us: must be in [0, 1000000], got " +

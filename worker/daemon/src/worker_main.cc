@@ -245,6 +245,7 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.short_runs_device_time_only = o.short_runs_device_time_only;
   b.prune_margin = o.prune_margin;
   b.skip_factor = o.skip_factor;
+  b.prepare_threads = o.prepare_threads;
   return b;
 }
 

@@ -41,6 +41,7 @@ struct WorkerOptions {
   // to compare the legacy algorithms alone fairly.
   double prune_margin = 0.10;
   double skip_factor = 2.0;
+  int prepare_threads = 8;  // BenchmarkOptions::prepare_threads
   // ---- Offline mode (no database) ----
   bool offline = false;
   std::string network;  // --network resnet50
