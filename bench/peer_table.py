@@ -9,7 +9,8 @@ at that network and precision), legacy cuDNN alone and ucudnn (both from the exa
 per_kernel result at that cap), PyTorch cudnn.benchmark at the cap and unlimited (the floor),
 and the ratios: PyTorch at the cap / ucudnn (>1: ucudnn faster), legacy / ucudnn, and ucudnn /
 the floor, and the largest workspace one of PyTorch's kernels took at the cap (which shows
-whether the cap bound it). A value that is missing says why (skipped for the budget, failed, timed out). Steps
+whether the cap bound it). PyTorch is capped by CUDNN_CONV_WSCAP_DBG (kind "torch") or by a GPU
+memory limit (kind "torch_mem", peer_bench.sh --peer-cap memory|both): each has its columns. A value that is missing says why (skipped for the budget, failed, timed out). Steps
 that were skipped are listed under the table.
 """
 import argparse
@@ -109,8 +110,9 @@ def build(entries, runs):
             _, legacy_plan_ms = example_times(load_output(runs, legacy_plan_entry), cap)
             torch_out = load_output(runs, torch_entry) or {}
             torch_ms = torch_out.get("step_ms_median")
-            torch_cap = ("memory" if torch_out.get("memory_headroom_mib") is not None
-                         else "wscap" if torch_out else None)
+            mem_entry = by_key.get(("torch_mem", network, dtype, layout, cap))
+            mem_out = load_output(runs, mem_entry) or {}
+            torch_mem_ms = mem_out.get("step_ms_median")
             row = {
                 "network": network, "dtype": dtype, "layout": layout, "cap_mib": cap,
                 "cold_plan_s": plan["seconds"] if plan and plan.get("status") == "ok" else None,
@@ -121,14 +123,19 @@ def build(entries, runs):
                 "ucudnn_over_floor": ratio(ucudnn_ms, floor_ms),
                 "ucudnn_legacy_only_ms": legacy_plan_ms,
                 "legacy_only_over_mixed": ratio(legacy_plan_ms, ucudnn_ms),
-                "torch_cap_mode": torch_cap,
                 "torch_max_workspace_mib": torch_out.get("max_kernel_workspace_mib"),
+                "torch_mem_ms": torch_mem_ms,
+                "torch_mem_over_ucudnn": ratio(torch_mem_ms, ucudnn_ms),
+                "torch_mem_max_workspace_mib": mem_out.get("max_kernel_workspace_mib"),
                 "missing": {},
             }
             for name, value, entry in (("cold_plan_s", row["cold_plan_s"], plan),
                                        ("ucudnn_ms", ucudnn_ms, example_entry),
                                        ("torch_ms", torch_ms, torch_entry),
-                                       ("torch_unlimited_ms", floor_ms, floor_entry)):
+                                       ("torch_unlimited_ms", floor_ms, floor_entry),
+                                       ("torch_mem_ms", torch_mem_ms, mem_entry)):
+                if name == "torch_mem_ms" and mem_entry is None:
+                    continue  # not asked for (--peer-cap wscap)
                 if value is None:
                     row["missing"][name] = why_missing(entry)
             rows.append(row)
@@ -143,11 +150,11 @@ def cell(value, fmt):
 def markdown(rows, skipped, budget_s):
     out = ["| network | precision | cap MiB | cold plan s | legacy cuDNN ms | ucudnn ms | "
            "PyTorch at cap ms | PyTorch unlimited ms | PyTorch/ucudnn | legacy/ucudnn | "
-           "ucudnn/floor | ucudnn legacy-only ms | legacy-only/mixed | PyTorch cap | "
-           "PyTorch max ws MiB |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+           "ucudnn/floor | ucudnn legacy-only ms | legacy-only/mixed | PyTorch max ws MiB | "
+           "PyTorch memory-capped ms | PyTorch memory-capped/ucudnn | its max ws MiB |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append("| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |"
+        out.append(("| {} | {} {} |" + " {} |" * 15)
                    .format(
             r["network"], r["dtype"], r["layout"], r["cap_mib"],
             cell(r["cold_plan_s"], "{:.1f}"), cell(r["legacy_ms"], "{:.2f}"),
@@ -155,7 +162,9 @@ def markdown(rows, skipped, budget_s):
             cell(r["torch_unlimited_ms"], "{:.2f}"), cell(r["torch_over_ucudnn"], "{:.2f}x"),
             cell(r["legacy_over_ucudnn"], "{:.2f}x"), cell(r["ucudnn_over_floor"], "{:.3f}"),
             cell(r["ucudnn_legacy_only_ms"], "{:.2f}"), cell(r["legacy_only_over_mixed"], "{:.3f}"),
-            r["torch_cap_mode"] or "n/a", cell(r["torch_max_workspace_mib"], "{:.0f}")))
+            cell(r["torch_max_workspace_mib"], "{:.0f}"), cell(r["torch_mem_ms"], "{:.2f}"),
+            cell(r["torch_mem_over_ucudnn"], "{:.2f}x"),
+            cell(r["torch_mem_max_workspace_mib"], "{:.0f}")))
     notes = []
     for r in rows:
         for name, why in sorted(r["missing"].items()):

@@ -8,7 +8,8 @@ Two ways to cap PyTorch's workspace, both recorded in the result:
   in the environment of this process, not after import). Measured on the H100 with PyTorch 2.11
   and cuDNN 9.19, it does not bind the graph-API engines PyTorch's benchmark mode picks.
 - --memory-headroom-mib X: the process may hold at most its tensors, the largest output one
-  kernel allocates, and X MiB more (torch.cuda.set_per_process_memory_fraction). PyTorch's
+  kernel allocates, and X MiB more (torch.cuda.set_per_process_memory_fraction; expandable
+  segments, so that the cap is not lost to fragmentation). PyTorch's
   benchmark mode drops the engines whose workspace it cannot allocate, so this is the cap a
   memory-bound PyTorch job really runs under (its workspace may still reuse memory that another
   layer's freed output left in the caching allocator).
@@ -67,6 +68,10 @@ def main():
                     help="cap the process's GPU memory at its tensors + the largest output + this")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    if args.memory_headroom_mib is not None:
+        # Before the first CUDA allocation: under a memory cap the default allocator's fixed
+        # segments fragment (an output that fits the free total fails to find one free block).
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if not torch.cuda.is_available():
         sys.exit("torch_peer.py: no CUDA device")
     torch.backends.cudnn.benchmark = True

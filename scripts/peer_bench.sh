@@ -9,8 +9,8 @@
 #   - PyTorch cudnn.benchmark (bench/torch_peer.py) at the cap, and once unlimited (the floor).
 #     The cap is CUDNN_CONV_WSCAP_DBG=<cap> (--peer-cap wscap, the default), or the process's GPU
 #     memory limited to its tensors + the largest output + <cap> (--peer-cap memory: PyTorch then
-#     drops the engines whose workspace it cannot allocate). Each PyTorch run also reports the
-#     largest workspace one of its kernels took.
+#     drops the engines whose workspace it cannot allocate), or both (two PyTorch runs per cap).
+#     Each PyTorch run also reports the largest workspace one of its kernels took.
 # ucudnn's processes get LD_LIBRARY_PATH = the torch venv's nvidia/cudnn/lib, so that both use the
 # same cuDNN. Everything is collected by bench/peer_table.py into $OUT/peer_bench.json and
 # $OUT/peer_bench.md (ms and ratios). The whole run keeps within --budget-s: a step that would
@@ -19,7 +19,7 @@
 #   bash scripts/peer_bench.sh [BUNDLE_DIR=.bundle] [--networks "resnet50 vgg16 alexnet densenet121"]
 #        [--precisions "fp32:nchw fp16:nhwc bf16:nhwc"] [--caps "64 256"] [--batch 256]
 #        [--budget-s 540] [--python /opt/torch/.venv/bin/python3] [--backend cudnn|cpu]
-#        [--peer-cap wscap|memory] [--no-legacy-plans] [--dry-run]
+#        [--peer-cap wscap|memory|both] [--no-legacy-plans] [--dry-run]
 # --no-legacy-plans leaves out the legacy-only ucudnn plans: with the worker's probe pruning on
 # (its default) the legacy algorithms that engine configurations dominate are not timed, so a plan
 # that excludes the engines is built from leftovers and says nothing.
@@ -78,7 +78,8 @@ for c in $caps; do positive_int "$c" || fail_usage "--caps: not a positive numbe
 positive_int "$batch" || fail_usage "--batch: not a positive integer: '$batch'"
 positive_int "$budget_s" || fail_usage "--budget-s: not a positive number of seconds: '$budget_s'"
 [[ "$backend" =~ ^(cudnn|cpu)$ ]] || fail_usage "--backend: cudnn or cpu, got '$backend'"
-[[ "$peer_cap" =~ ^(wscap|memory)$ ]] || fail_usage "--peer-cap: wscap or memory, got '$peer_cap'"
+[[ "$peer_cap" =~ ^(wscap|memory|both)$ ]] ||
+  fail_usage "--peer-cap: wscap, memory or both, got '$peer_cap'"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 results="${OUT:-$(pwd)/peer-results}"
@@ -171,17 +172,16 @@ for network in $networks; do
         ucudnn-example-train-step --backend "$backend" "${flags[@]}" \
         --server "${server_addr:-}" --limits-mib "$cap" --total-budget-mib 0 --steps 5 --json \
         --algorithms legacy
-      if [ "$peer_cap" = memory ]; then
-        peer_env=(env -u CUDNN_CONV_WSCAP_DBG)
-        peer_flags=(--memory-headroom-mib "$cap")
-      else
-        peer_env=(env CUDNN_CONV_WSCAP_DBG="$cap")
-        peer_flags=()
-      fi
-      step torch "$network" "$dtype" "$layout" "$cap" 180 30 "torch_${tag}_$cap.json" -- \
-        "${peer_env[@]}" "$python" "$here/../bench/torch_peer.py" \
-        --network "$network" --batch "$batch" --dtype "$dtype" --layout "$layout" \
-        "${peer_flags[@]}" --json "$runs/torch_${tag}_$cap.full.json"
+      [ "$peer_cap" = memory ] ||
+        step torch "$network" "$dtype" "$layout" "$cap" 180 30 "torch_${tag}_$cap.json" -- \
+          env CUDNN_CONV_WSCAP_DBG="$cap" "$python" "$here/../bench/torch_peer.py" \
+          --network "$network" --batch "$batch" --dtype "$dtype" --layout "$layout" \
+          --json "$runs/torch_${tag}_$cap.full.json"
+      [ "$peer_cap" = wscap ] ||
+        step torch_mem "$network" "$dtype" "$layout" "$cap" 180 30 "torch_mem_${tag}_$cap.json" -- \
+          env -u CUDNN_CONV_WSCAP_DBG "$python" "$here/../bench/torch_peer.py" \
+          --network "$network" --batch "$batch" --dtype "$dtype" --layout "$layout" \
+          --memory-headroom-mib "$cap" --json "$runs/torch_mem_${tag}_$cap.full.json"
     done
     step torch "$network" "$dtype" "$layout" null 180 30 "torch_${tag}_unlimited.json" -- \
       env -u CUDNN_CONV_WSCAP_DBG "$python" "$here/../bench/torch_peer.py" \

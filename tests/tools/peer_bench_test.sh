@@ -29,7 +29,7 @@ expect_usage_error "--batch: not a positive integer" --batch 2x
 expect_usage_error "--networks: not a network name: 'a;b'" --networks "resnet50 a;b"
 expect_usage_error "--networks: empty" --networks " "
 expect_usage_error "--backend: cudnn or cpu" --backend tpu
-expect_usage_error "--peer-cap: wscap or memory, got 'tight'" --peer-cap tight
+expect_usage_error "--peer-cap: wscap, memory or both, got 'tight'" --peer-cap tight
 expect_usage_error "unknown option --fast" --fast
 expect_usage_error "--caps: needs a value" --caps
 [ ! -e "$tmp/out" ] || fail "a usage error created the results directory"
@@ -51,10 +51,14 @@ grep -q '^step: torch alexnet fp32 nchw cap=256 .*CUDNN_CONV_WSCAP_DBG=256 .*tor
   <<<"$out" || fail "--dry-run: no capped PyTorch run: $out"
 grep -q '^step: torch vgg16 bf16 nhwc cap=null .*env -u CUDNN_CONV_WSCAP_DBG' <<<"$out" ||
   fail "--dry-run: no unlimited PyTorch run: $out"
-# --peer-cap memory: the capped PyTorch runs limit the process's memory instead.
+# --peer-cap memory: the capped PyTorch runs limit the process's memory instead; both: both runs.
 out="$(bash "$bench" --dry-run --networks alexnet --precisions fp32:nchw --caps 64 --peer-cap memory)"
-grep -q '^step: torch alexnet fp32 nchw cap=64 .*env -u CUDNN_CONV_WSCAP_DBG .*torch_peer.py .*--memory-headroom-mib 64' \
+grep -q '^step: torch_mem alexnet fp32 nchw cap=64 .*env -u CUDNN_CONV_WSCAP_DBG .*torch_peer.py .*--memory-headroom-mib 64' \
   <<<"$out" || fail "--peer-cap memory: no memory-capped PyTorch run: $out"
+grep -q '^step: torch alexnet fp32 nchw cap=64 .*CUDNN_CONV_WSCAP_DBG=64' <<<"$out" &&
+  fail "--peer-cap memory: a CUDNN_CONV_WSCAP_DBG run: $out"
+out="$(bash "$bench" --dry-run --networks alexnet --precisions fp32:nchw --caps 64 --peer-cap both)"
+[ "$(grep -c '^step: torch' <<<"$out")" -eq 3 ] || fail "--peer-cap both: wscap, memory, unlimited: $out"
 
 # The table from fake outputs: resnet50 fp32 at 64 MiB complete; at 256 MiB the example was
 # skipped for the budget and PyTorch failed.
@@ -64,6 +68,7 @@ cat >"$runs/manifest.jsonl" <<'JSON'
 {"kind": "plan", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": 64, "status": "ok", "seconds": 41.5, "file": "plan.txt", "reason": "exit 0"}
 {"kind": "example", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": 64, "status": "ok", "seconds": 30, "file": "example64.json", "reason": "exit 0"}
 {"kind": "torch", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": 64, "status": "ok", "seconds": 20, "file": "torch64.json", "reason": "exit 0"}
+{"kind": "torch_mem", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": 64, "status": "ok", "seconds": 20, "file": "torch_mem64.json", "reason": "exit 0"}
 {"kind": "example", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": 256, "status": "skipped", "seconds": 0, "file": "", "reason": "budget: 12s left, needs 40s"}
 {"kind": "torch", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": 256, "status": "failed", "seconds": 3, "file": "torch256.json", "reason": "exit 1"}
 {"kind": "torch", "network": "resnet50", "dtype": "fp32", "layout": "nchw", "cap_mib": null, "status": "ok", "seconds": 20, "file": "torch_unlimited.json", "reason": "exit 0"}
@@ -76,6 +81,7 @@ cat >"$runs/example64.json" <<'JSON'
 JSON
 printf 'cudnn log line\n{"step_ms_median": 69.4, "wscap_mib": "64", "memory_headroom_mib": null, "max_kernel_workspace_mib": 931.4}\n' >"$runs/torch64.json"
 echo '{"step_ms_median": 70.0, "wscap_mib": "unlimited"}' >"$runs/torch_unlimited.json"
+echo '{"step_ms_median": 81.62, "memory_headroom_mib": 64, "max_kernel_workspace_mib": 60.5}' >"$runs/torch_mem64.json"
 python3 "$table" --runs "$runs" --json "$tmp/t.json" --markdown "$tmp/t.md" --budget-s 300 ||
   fail "peer_table.py failed"
 python3 - "$tmp/t.json" <<'PY' || fail "peer_table.py's JSON"
@@ -89,17 +95,19 @@ assert abs(a["torch_over_ucudnn"] - 69.4 / 74.2) < 1e-12, a
 assert abs(a["legacy_over_ucudnn"] - 237.5 / 74.2) < 1e-12, a
 assert abs(a["ucudnn_over_floor"] - 74.2 / 70.0) < 1e-12, a
 assert a["cold_plan_s"] == 41.5 and a["missing"] == {}, a
-assert a["torch_cap_mode"] == "wscap" and a["torch_max_workspace_mib"] == 931.4, a
-assert b["torch_cap_mode"] is None and b["torch_max_workspace_mib"] is None, b
+assert a["torch_max_workspace_mib"] == 931.4 and a["torch_mem_max_workspace_mib"] == 60.5, a
+assert a["torch_mem_ms"] == 81.62 and abs(a["torch_mem_over_ucudnn"] - 81.62 / 74.2) < 1e-12, a
+assert b["torch_max_workspace_mib"] is None and b["torch_mem_ms"] is None, b
+assert "torch_mem_ms" not in b["missing"], b  # not asked for at 256 MiB
 assert b["ucudnn_ms"] is None and b["torch_ms"] is None and b["torch_unlimited_ms"] == 70.0, b
 assert b["missing"]["ucudnn_ms"].startswith("skipped: budget"), b
 assert b["missing"]["torch_ms"] == "failed (exit 1)", b
-assert len(doc["steps"]) == 6 and doc["budget_s"] == 300
+assert len(doc["steps"]) == 7 and doc["budget_s"] == 300
 PY
 md="$(cat "$tmp/t.md")"
-[[ "$md" == *"| resnet50 | fp32 nchw | 64 | 41.5 | 237.50 | 74.20 | 69.40 | 70.00 | 0.94x | 3.20x | 1.060 | n/a | n/a | wscap | 931 |"* ]] ||
+[[ "$md" == *"| resnet50 | fp32 nchw | 64 | 41.5 | 237.50 | 74.20 | 69.40 | 70.00 | 0.94x | 3.20x | 1.060 | n/a | n/a | 931 | 81.62 | 1.10x | 60 |"* ]] ||
   fail "markdown row at 64 MiB: $md"
-[[ "$md" == *"| resnet50 | fp32 nchw | 256 | 41.5 | n/a | n/a | n/a | 70.00 | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"* ]] ||
+[[ "$md" == *"| resnet50 | fp32 nchw | 256 | 41.5 | n/a | n/a | n/a | 70.00 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"* ]] ||
   fail "markdown row at 256 MiB: $md"
 [[ "$md" == *"Skipped to keep within the budget of 300 s:"*"- example resnet50 fp32 nchw 256 MiB: budget: 12s left, needs 40s"* ]] ||
   fail "markdown skipped list: $md"
