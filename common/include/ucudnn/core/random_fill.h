@@ -36,10 +36,12 @@ Status FillRandom(ConvBackend& backend, void* device_dst, size_t count, DataType
 // Benchmark operands, where only the time matters: element i is RandomValue(seed, i % period),
 // so only `period` elements are generated on the host and the rest are copied on the device
 // (doubling), which makes filling a multi-GiB tensor cost milliseconds instead of a minute of
-// host time. Non-zero and deterministic like FillRandom; the period (default 4 Mi elements,
-// 16 MiB of fp32) is far above any cache line, so no hardware can exploit the repetition.
-// Backends without CopyWithinDevice get FillRandom's data.
-inline constexpr size_t kRandomTilePeriod = size_t{1} << 22;
+// host time. Non-zero and deterministic like FillRandom. The period (default 256 Ki elements,
+// 1 MiB of fp32) is far above any cache line and caches match addresses, not values, so no
+// hardware can exploit the repetition; generating it costs the host 5-30 ms (4 Mi elements cost
+// 120-280 ms, two of them per benchmarked problem: most of a cold worker's operand time on the
+// H100, docs/engines.md). Backends without CopyWithinDevice get FillRandom's data.
+inline constexpr size_t kRandomTilePeriod = size_t{1} << 18;
 Status FillRandomTiled(ConvBackend& backend, void* device_dst, size_t count, DataType type,
                        uint64_t seed, size_t period = kRandomTilePeriod);
 
