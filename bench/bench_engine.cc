@@ -4,22 +4,15 @@
 //     algorithm) relative difference of the medians; target: median within 5%),
 //   - the median ratio of our times to the measured H100 tables in data/h100/*.csv for the same
 //     rows, when the shape is there.
-// Usage: ucudnn-bench-engine [--json] [--backend cudnn|cpu] [--device N] [--repeat N]
-//          [--batch B] [--layers resnet50_l3_3x3,alexnet_conv2] [--problem KEY]...
-//          (a --problem key's op is replaced by each of --ops)
-//          [--ops fwd,bwd_data,bwd_filter] [--dtype fp32|fp16] [--policy power_of_two]
-//          [--workspace-cap 2GiB] [--warmup N] [--min-runs N] [--max-runs N] [--budget-ms MS]
-//          [--short-run-us US] [--device-time-only] [--data-dir DIR] [--log-level info]
-// --short-run-us: configurations faster than this are timed in groups of back-to-back runs
-// (BenchmarkOptions::short_run_ms; default 50, 0 times every run on its own, for comparison).
-// --device-time-only: those groups timed as the device alone runs them
-// (BenchmarkOptions::short_runs_device_time_only), for comparison.
-// With --json the report is JSON on stdout and a short summary goes to stderr.
+// `ucudnn-bench-engine --help` lists the flags. With --json the report is JSON on stdout and a
+// short summary goes to stderr.
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "ucudnn/core/backend_factory.h"
@@ -98,96 +92,124 @@ std::vector<std::string> Split(const std::string& s) {
   return parts;
 }
 
-Result<Args> ParseArgs(int argc, char** argv) {
+// An option whose text one of the core's parsers reads (byte sizes, enum names); a parse error
+// is CLI11's, naming the flag.
+template <typename T>
+CLI::Option* AddParsed(CLI::App& app, const std::string& name, T& target,
+                       Result<T> (*parse)(std::string_view), const std::string& help) {
+  return app.add_option_function<std::string>(
+      name,
+      [name, &target, parse](const std::string& text) {
+        Result<T> value = parse(text);
+        if (!value.ok()) throw CLI::ValidationError(name, value.status().message());
+        target = *value;
+      },
+      help);
+}
+
+// The problems: which layers, ops, precision and mini-batch.
+void AddProblemFlags(CLI::App& app, Args& a) {
+  std::string known;
+  for (const auto& [name, problem] : KnownLayers()) known += (known.empty() ? "" : ", ") + name;
+  app.add_option("--layers", a.layers, "comma-separated layers to benchmark (" + known + ")")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--problem", a.problem_keys,
+                 "a problem's canonical key, benchmarked for each of --ops (repeatable)");
+  app.add_option_function<std::string>(
+         "--ops",
+         [&a](const std::string& text) {
+           a.ops.clear();
+           for (const std::string& op : Split(text)) {
+             Result<ConvOp> parsed = ParseConvOp(op);
+             if (!parsed.ok()) throw CLI::ValidationError("--ops", parsed.status().message());
+             a.ops.push_back(*parsed);
+           }
+         },
+         "comma-separated ops: fwd, bwd_data, bwd_filter")
+      ->default_str("fwd,bwd_data,bwd_filter");
+  AddParsed(app, "--dtype", a.dtype, &ParseDataType,
+            "fp32 (NCHW) or fp16 (NHWC, tensor cores, as mixed-precision training runs it)")
+      ->default_str("fp32");
+  app.add_option("--batch", a.batch, "mini-batch size (default: 256 on cudnn, 8 on cpu)")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch));
+  AddParsed(app, "--policy", a.policy, &ParseBatchPolicy,
+            "micro-batch sizes: power_of_two, all or undivided")
+      ->default_str("power_of_two");
+}
+
+// The benchmark engine's protocol (BenchmarkOptions).
+void AddProtocolFlags(CLI::App& app, BenchmarkOptions& o) {
+  AddParsed(app, "--workspace-cap", o.workspace_cap_bytes, &ParseByteSize,
+            "largest workspace measured (e.g. 2GiB, 512MiB)")
+      ->default_str(FormatBytes(o.workspace_cap_bytes));
+  app.add_option("--warmup", o.warmup_runs, "untimed runs per configuration")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--min-runs", o.min_runs, "timed runs per configuration, at least")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  app.add_option("--max-runs", o.max_runs,
+                 "timed runs per configuration, at most (raised to --min-runs)")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  app.add_option_function<int64_t>(
+         "--budget-ms", [&o](int64_t ms) { o.config_time_budget_ms = static_cast<double>(ms); },
+         "wall time per configuration for timed runs, milliseconds")
+      ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}))
+      ->default_str(std::to_string(std::llround(o.config_time_budget_ms)));
+  app.add_option("--prune-margin", o.prune_margin,
+                 "probe pruning: a configuration another of its size beats by more than this "
+                 "fraction with at most its workspace keeps its probe only (negative: off)")
+      ->capture_default_str();
+  app.add_option("--prepare-threads", o.prepare_threads,
+                 "host threads that build every micro-batch size's candidates before the timed "
+                 "runs (BenchmarkOptions::prepare_threads; 1: one size at a time)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option_function<int64_t>(
+         "--short-run-us", [&o](int64_t us) { o.short_run_ms = static_cast<double>(us) / 1000.0; },
+         "configurations faster than this are timed in groups of back-to-back runs "
+         "(BenchmarkOptions::short_run_ms; 0 times every run on its own, for comparison)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->default_str(std::to_string(std::llround(o.short_run_ms * 1000.0)));
+  app.add_flag("--device-time-only", o.short_runs_device_time_only,
+               "time those groups as the device alone runs them "
+               "(BenchmarkOptions::short_runs_device_time_only), for comparison");
+}
+
+// The parsed flags, or the exit status: 0 after --help, 2 for bad flags (CLI11's message).
+std::variant<Args, int> ParseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const auto value = [&]() -> Result<std::string> {
-      if (i + 1 >= argc) return InvalidArgument(flag + ": needs a value");
-      return std::string(argv[++i]);
-    };
-    const auto integer = [&](int64_t lo, int64_t hi) -> Result<int64_t> {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      try {
-        size_t used = 0;
-        const long long n = std::stoll(v, &used);
-        if (used == v.size() && n >= lo && n <= hi) return static_cast<int64_t>(n);
-      } catch (const std::exception&) {
-      }
-      return InvalidArgument(flag + ": must be an integer in [" + std::to_string(lo) + ", " +
-                             std::to_string(hi) + "], got '" + v + "'");
-    };
-    if (flag == "--json") {
-      a.json = true;
-    } else if (flag == "--backend") {
-      UCUDNN_ASSIGN_OR_RETURN(a.backend, value());
-    } else if (flag == "--device") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t d, integer(0, 1024));
-      a.device = static_cast<int>(d);
-    } else if (flag == "--repeat") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t r, integer(1, 100));
-      a.repeat = static_cast<int>(r);
-    } else if (flag == "--batch") {
-      UCUDNN_ASSIGN_OR_RETURN(a.batch, integer(1, kMaxBatch));
-    } else if (flag == "--layers") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      a.layers = Split(v);
-    } else if (flag == "--problem") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      a.problem_keys.push_back(v);
-    } else if (flag == "--ops") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      a.ops.clear();
-      for (const std::string& op : Split(v)) {
-        UCUDNN_ASSIGN_OR_RETURN(ConvOp parsed, ParseConvOp(op));
-        a.ops.push_back(parsed);
-      }
-    } else if (flag == "--dtype") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      UCUDNN_ASSIGN_OR_RETURN(a.dtype, ParseDataType(v));
-    } else if (flag == "--policy") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      UCUDNN_ASSIGN_OR_RETURN(a.policy, ParseBatchPolicy(v));
-    } else if (flag == "--workspace-cap") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      UCUDNN_ASSIGN_OR_RETURN(a.options.workspace_cap_bytes, ParseByteSize(v));
-    } else if (flag == "--warmup") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 1000));
-      a.options.warmup_runs = static_cast<int>(n);
-    } else if (flag == "--prune-margin") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string v, value());
-      try {
-        a.options.prune_margin = std::stod(v);
-      } catch (const std::exception&) {
-        return InvalidArgument("--prune-margin: a number (negative: no probe pruning), got '" + v +
-                               "'");
-      }
-    } else if (flag == "--prepare-threads") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 256));
-      a.options.prepare_threads = static_cast<int>(n);
-    } else if (flag == "--device-time-only") {
-      a.options.short_runs_device_time_only = true;
-    } else if (flag == "--short-run-us") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(0, 1'000'000));
-      a.options.short_run_ms = static_cast<double>(n) / 1000.0;
-    } else if (flag == "--min-runs") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 10000));
-      a.options.min_runs = static_cast<int>(n);
-    } else if (flag == "--max-runs") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 10000));
-      a.options.max_runs = static_cast<int>(n);
-    } else if (flag == "--budget-ms") {
-      UCUDNN_ASSIGN_OR_RETURN(int64_t n, integer(1, 3'600'000));
-      a.options.config_time_budget_ms = static_cast<double>(n);
-    } else if (flag == "--data-dir") {
-      UCUDNN_ASSIGN_OR_RETURN(a.data_dir, value());
-    } else if (flag == "--log-level") {
-      UCUDNN_ASSIGN_OR_RETURN(a.log_level, value());
-    } else if (flag == "--help" || flag == "-h") {
-      return InvalidArgument("help");
-    } else {
-      return InvalidArgument("unknown flag '" + flag + "'");
-    }
+  CLI::App app(
+      "ucudnn-bench-engine: benchmarks whole timing tables with the worker's engine and reports "
+      "the wall time per op, the agreement of repeated measurements and the ratio to the measured "
+      "H100 tables (data/h100). With --json the report is JSON on stdout, a summary on stderr.",
+      "ucudnn-bench-engine");
+  app.add_flag("--json", a.json, "print the report as JSON on stdout");
+  app.add_option("--backend", a.backend, "cudnn or cpu")
+      ->check(CLI::IsMember({"cudnn", "cpu"}))
+      ->capture_default_str();
+  app.add_option("--device", a.device, "GPU index")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--repeat", a.repeat,
+                 "measurements of each table (2: how well they agree), minutes apart")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  AddProblemFlags(app, a);
+  AddProtocolFlags(app, a.options);
+  app.add_option("--data-dir", a.data_dir,
+                 "the measured H100 tables to compare with (default: data/h100 here, else the "
+                 "source tree's)");
+  app.add_option("--log-level", a.log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember(
+          {"trace", "debug", "info", "warn", "warning", "error", "err", "critical", "off"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (a.options.max_runs < a.options.min_runs) a.options.max_runs = a.options.min_runs;
   if (a.batch == 0) a.batch = a.backend == "cpu" ? 8 : 256;
@@ -302,21 +324,231 @@ Json TableJson(const TimingTable& table) {
   return rows;
 }
 
-int Run(int argc, char** argv) {
-  Result<Args> parsed = ParseArgs(argc, argv);
-  if (!parsed.ok()) {
-    if (parsed.status().message() != "help") {
-      std::fprintf(stderr, "ucudnn-bench-engine: %s\n", parsed.status().message().c_str());
+// ---- measuring ---------------------------------------------------------------------------------
+
+struct Measurement {
+  std::string layer;
+  ConvProblem problem;
+  std::vector<double> wall_s;
+  std::vector<TimingTable> tables;
+};
+
+// Every problem with each op, measured `args.repeat` times. Repeats are the outer loop, so two
+// measurements of one table are minutes, not milliseconds, apart.
+Result<std::vector<Measurement>> MeasureAll(ConvBackend& backend,
+                                            const std::vector<NamedProblem>& problems,
+                                            const Args& args) {
+  std::vector<Measurement> measurements;
+  for (const NamedProblem& np : problems) {
+    for (ConvOp op : args.ops) {
+      ConvProblem p = np.problem;
+      p.op = op;
+      measurements.push_back({np.name, p, {}, {}});
     }
-    std::fprintf(stderr,
-                 "usage: ucudnn-bench-engine [--json] [--backend cudnn|cpu] [--device N] "
-                 "[--repeat N] [--batch B] [--layers a,b] [--problem KEY] [--ops fwd,...] "
-                 "[--dtype fp32|fp16] [--policy power_of_two|all|undivided] [--workspace-cap "
-                 "2GiB] [--warmup N] [--min-runs N] [--max-runs N] [--budget-ms MS] "
-                 "[--short-run-us US] [--device-time-only] [--data-dir DIR] [--log-level LEVEL]\n");
-    return 2;
   }
-  Args args = *parsed;
+  for (int r = 0; r < args.repeat; ++r) {
+    for (Measurement& m : measurements) {
+      const auto start = std::chrono::steady_clock::now();
+      Result<TimingTable> table =
+          BenchmarkProblem(backend, m.problem, args.batch, args.policy, args.options);
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!table.ok()) {
+        return table.status().WithContext(m.layer + " " + std::string(ToString(m.problem.op)));
+      }
+      m.wall_s.push_back(wall);
+      m.tables.push_back(std::move(*table));
+    }
+  }
+  return measurements;
+}
+
+// ---- the report --------------------------------------------------------------------------------
+
+// Relative differences between the first two measurements of the table, over the configurations
+// both measured with the full protocol (a configuration dominated at the probe keeps one sample:
+// it says "slower than another", not a time to repeat). Empty with one measurement.
+std::vector<double> RepeatDifferences(const Measurement& m) {
+  std::vector<double> diffs;
+  if (m.tables.size() < 2) return diffs;
+  using Key = std::tuple<int64_t, int, std::string>;
+  std::map<Key, double> first;
+  for (const Timing& t : m.tables[0].entries) {
+    if (t.status == TimingStatus::kOk && t.samples > 1) {
+      first[{t.micro_batch, t.algo, t.engine_config}] = t.time_ms;
+    }
+  }
+  for (const Timing& t : m.tables[1].entries) {
+    auto it = first.find({t.micro_batch, t.algo, t.engine_config});
+    if (t.status != TimingStatus::kOk || t.samples <= 1 || it == first.end()) continue;
+    diffs.push_back(std::abs(t.time_ms - it->second) / (0.5 * (t.time_ms + it->second)));
+  }
+  return diffs;
+}
+
+Json AgreementJson(const std::vector<double>& diffs) {
+  const auto within = std::count_if(diffs.begin(), diffs.end(), [](double d) { return d <= 0.05; });
+  return {{"pairs", diffs.size()},
+          {"median_rel_diff", NumberOrNull(Median(diffs))},
+          {"p90_rel_diff", NumberOrNull(Percentile(diffs, 0.9))},
+          {"max_rel_diff", NumberOrNull(Percentile(diffs, 1.0))},
+          {"within_5pct", within}};
+}
+
+// The first table against the measured H100 table, row by row (legacy algorithms only).
+struct ReferenceComparison {
+  std::string file;
+  bool found = false;  // the reference has rows of this problem
+  std::vector<double> ratios;
+  int workspace_mismatches = 0;
+};
+
+ReferenceComparison CompareWithReference(const Measurement& m, const DeviceFingerprint& fp,
+                                         const std::string& data_dir) {
+  ReferenceComparison c;
+  // The tables were measured with cuDNN on an H100: a CPU run has nothing to compare with.
+  if (fp.backend != "cudnn") return c;
+  const ReferenceRows ref = LoadReference(data_dir, m.problem, &c.file);
+  c.found = !ref.empty();
+  for (const Timing& t : m.tables.front().entries) {
+    if (t.status != TimingStatus::kOk || !t.engine_config.empty()) continue;  // legacy rows
+    auto it = ref.find({std::string(ToString(m.problem.op)), t.micro_batch, t.algo});
+    if (it == ref.end() || it->second.first <= 0) continue;
+    c.ratios.push_back(t.time_ms / it->second.first);
+    c.workspace_mismatches += t.workspace_bytes != it->second.second;
+  }
+  return c;
+}
+
+Json ReferenceJson(const ReferenceComparison& c) {
+  return {{"file", c.file},
+          {"rows_matched", c.ratios.size()},
+          {"median_ratio_ours_over_reference", NumberOrNull(Median(c.ratios))},
+          {"p10_ratio", NumberOrNull(Percentile(c.ratios, 0.1))},
+          {"p90_ratio", NumberOrNull(Percentile(c.ratios, 0.9))},
+          {"workspace_mismatches", c.workspace_mismatches}};
+}
+
+// What the summary gathers over every op.
+struct Totals {
+  std::vector<double> walls, first_walls, diffs, reference_ratios;
+};
+
+Json DeviceJson(const DeviceFingerprint& fp) {
+  return {{"key", fp.Key()},
+          {"name", fp.name},
+          {"cc", std::to_string(fp.cc_major) + "." + std::to_string(fp.cc_minor)},
+          {"cudnn_version", fp.cudnn_version},
+          {"cuda_runtime_version", fp.cuda_runtime_version}};
+}
+
+Json OptionsJson(const Args& args) {
+  const BenchmarkOptions& o = args.options;
+  return {{"mini_batch", args.batch},
+          {"policy", ToString(args.policy)},
+          {"repeat", args.repeat},
+          {"warmup_runs", o.warmup_runs},
+          {"min_runs", o.min_runs},
+          {"max_runs", o.max_runs},
+          {"target_relative_spread", o.target_relative_spread},
+          {"config_time_budget_ms", o.config_time_budget_ms},
+          {"workspace_cap_bytes", o.workspace_cap_bytes},
+          {"short_run_ms", o.short_run_ms},
+          {"short_runs_device_time_only", o.short_runs_device_time_only},
+          {"group_target_ms", o.group_target_ms},
+          {"max_group", o.max_group},
+          {"data_dir", args.data_dir}};
+}
+
+std::string Line(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string Line(const char* format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof(line), format, args);
+  va_end(args);
+  return line;
+}
+
+// One op's entry of the report; its row of the text summary goes to `summary`, its numbers to
+// `totals`.
+Json OpJson(const Measurement& m, const DeviceFingerprint& fp, const std::string& data_dir,
+            Totals& totals, std::string& summary) {
+  Json op_json;
+  op_json["layer"] = m.layer;
+  op_json["op"] = ToString(m.problem.op);
+  op_json["problem"] = CanonicalKey(m.problem);
+  op_json["wall_s"] = m.wall_s;
+  totals.walls.insert(totals.walls.end(), m.wall_s.begin(), m.wall_s.end());
+  totals.first_walls.push_back(m.wall_s.front());
+  const TimingTable& first = m.tables.front();
+  int ok = 0;
+  for (const Timing& t : first.entries) ok += t.status == TimingStatus::kOk;
+  op_json["entries"] = first.entries.size();
+  op_json["ok"] = ok;
+
+  const std::vector<double> diffs = RepeatDifferences(m);
+  if (m.tables.size() >= 2) op_json["agreement"] = AgreementJson(diffs);
+  totals.diffs.insert(totals.diffs.end(), diffs.begin(), diffs.end());
+
+  const ReferenceComparison ref = CompareWithReference(m, fp, data_dir);
+  const double ref_ratio = Median(ref.ratios);
+  if (std::isfinite(ref_ratio)) totals.reference_ratios.push_back(ref_ratio);
+  if (ref.found) op_json["reference"] = ReferenceJson(ref);
+
+  Json tables = Json::array();
+  for (const TimingTable& t : m.tables) tables.push_back(TableJson(t));
+  op_json["tables"] = tables;
+
+  summary += Line("%-18s %-10s %6d %6zu %10.3f %10.4f %10.3f %8zu\n", m.layer.c_str(),
+                  std::string(ToString(m.problem.op)).c_str(), ok, first.entries.size(),
+                  m.wall_s.front(), Median(diffs), ref_ratio, ref.ratios.size());
+  return op_json;
+}
+
+Json SummaryJson(const Totals& totals, std::string& summary) {
+  const double median_wall = Median(totals.walls);
+  const double median_agreement = Median(totals.diffs);
+  const double median_ratio = Median(totals.reference_ratios);
+  summary += Line(
+      "median wall per op %.3f s (target < 1 s); median repeat difference %.4f (target <= 0.05); "
+      "median ratio ours/reference %.3f\n",
+      median_wall, median_agreement, median_ratio);
+  return {{"median_wall_s_per_op", NumberOrNull(median_wall)},
+          {"median_wall_s_per_op_first_repeat", NumberOrNull(Median(totals.first_walls))},
+          {"target_wall_s_per_op", 1.0},
+          {"meets_wall_target", std::isfinite(median_wall) && median_wall < 1.0},
+          {"median_rel_diff_between_repeats", NumberOrNull(median_agreement)},
+          {"target_rel_diff", 0.05},
+          {"meets_agreement_target",
+           std::isfinite(median_agreement) ? Json(median_agreement <= 0.05) : Json(nullptr)},
+          {"median_ratio_ours_over_reference", NumberOrNull(median_ratio)}};
+}
+
+// The JSON report, and the text summary beside it.
+std::pair<Json, std::string> Report(const Args& args, const DeviceFingerprint& fp,
+                                    const std::vector<Measurement>& measurements) {
+  Json report;
+  report["benchmark"] = "engine";
+  report["backend"] = args.backend;
+  report["device"] = DeviceJson(fp);
+  report["options"] = OptionsJson(args);
+  std::string summary = Line("%-18s %-10s %6s %6s %10s %10s %10s %8s\n", "layer", "op", "ok",
+                             "total", "wall_s", "agree_med", "ref_ratio", "ref_rows");
+  Totals totals;
+  Json ops = Json::array();
+  for (const Measurement& m : measurements) {
+    ops.push_back(OpJson(m, fp, args.data_dir, totals, summary));
+  }
+  report["ops"] = ops;
+  report["summary"] = SummaryJson(totals, summary);
+  return {report, summary};
+}
+
+int Run(int argc, char** argv) {
+  std::variant<Args, int> parsed = ParseArgs(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  Args& args = std::get<Args>(parsed);
   // Logs go to stderr: stdout carries the JSON report.
   LogToStderr("ucudnn-bench-engine");
   spdlog::set_level(spdlog::level::from_str(args.log_level));
@@ -335,169 +567,13 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "ucudnn-bench-engine: %s\n", backend.status().ToString().c_str());
     return 1;
   }
-  ConvBackend& b = **backend;
-  const DeviceFingerprint& fp = b.fingerprint();
-
-  struct Measurement {
-    std::string layer;
-    ConvProblem problem;
-    std::vector<double> wall_s;
-    std::vector<TimingTable> tables;
-  };
-  std::vector<Measurement> measurements;
-  for (const NamedProblem& np : *problems) {
-    for (ConvOp op : args.ops) {
-      ConvProblem p = np.problem;
-      p.op = op;
-      measurements.push_back({np.name, p, {}, {}});
-    }
+  Result<std::vector<Measurement>> measurements = MeasureAll(**backend, *problems, args);
+  if (!measurements.ok()) {
+    std::fprintf(stderr, "ucudnn-bench-engine: %s\n", measurements.status().ToString().c_str());
+    return 1;
   }
-  // Repeats are the outer loop, so two measurements of one table are minutes, not
-  // milliseconds, apart.
-  for (int r = 0; r < args.repeat; ++r) {
-    for (Measurement& m : measurements) {
-      const auto start = std::chrono::steady_clock::now();
-      Result<TimingTable> table =
-          BenchmarkProblem(b, m.problem, args.batch, args.policy, args.options);
-      const double wall =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!table.ok()) {
-        std::fprintf(stderr, "ucudnn-bench-engine: %s %s: %s\n", m.layer.c_str(),
-                     std::string(ToString(m.problem.op)).c_str(),
-                     table.status().ToString().c_str());
-        return 1;
-      }
-      m.wall_s.push_back(wall);
-      m.tables.push_back(std::move(*table));
-    }
-  }
-
-  Json report;
-  report["benchmark"] = "engine";
-  report["backend"] = args.backend;
-  report["device"] = {{"key", fp.Key()},
-                      {"name", fp.name},
-                      {"cc", std::to_string(fp.cc_major) + "." + std::to_string(fp.cc_minor)},
-                      {"cudnn_version", fp.cudnn_version},
-                      {"cuda_runtime_version", fp.cuda_runtime_version}};
-  report["options"] = {{"mini_batch", args.batch},
-                       {"policy", ToString(args.policy)},
-                       {"repeat", args.repeat},
-                       {"warmup_runs", args.options.warmup_runs},
-                       {"min_runs", args.options.min_runs},
-                       {"max_runs", args.options.max_runs},
-                       {"target_relative_spread", args.options.target_relative_spread},
-                       {"config_time_budget_ms", args.options.config_time_budget_ms},
-                       {"workspace_cap_bytes", args.options.workspace_cap_bytes},
-                       {"short_run_ms", args.options.short_run_ms},
-                       {"short_runs_device_time_only", args.options.short_runs_device_time_only},
-                       {"group_target_ms", args.options.group_target_ms},
-                       {"max_group", args.options.max_group},
-                       {"data_dir", args.data_dir}};
-  Json ops = Json::array();
-  std::vector<double> all_walls, first_walls, agreement_medians, all_diffs, reference_ratios;
-  std::string summary;
-  char line[512];
-  std::snprintf(line, sizeof(line), "%-18s %-10s %6s %6s %10s %10s %10s %8s\n", "layer", "op", "ok",
-                "total", "wall_s", "agree_med", "ref_ratio", "ref_rows");
-  summary += line;
-  for (const Measurement& m : measurements) {
-    Json op_json;
-    op_json["layer"] = m.layer;
-    op_json["op"] = ToString(m.problem.op);
-    op_json["problem"] = CanonicalKey(m.problem);
-    op_json["wall_s"] = m.wall_s;
-    all_walls.insert(all_walls.end(), m.wall_s.begin(), m.wall_s.end());
-    first_walls.push_back(m.wall_s.front());
-    const TimingTable& first = m.tables.front();
-    int ok = 0;
-    for (const Timing& t : first.entries) ok += t.status == TimingStatus::kOk;
-    op_json["entries"] = first.entries.size();
-    op_json["ok"] = ok;
-
-    // Agreement between the first two measurements of the table, over the configurations both
-    // measured with the full protocol (a configuration dominated at the probe keeps one sample: it
-    // says "slower than another", not a time to repeat).
-    double agree_median = std::nan("");
-    if (m.tables.size() >= 2) {
-      using Key = std::tuple<int64_t, int, std::string>;
-      std::map<Key, double> a;
-      for (const Timing& t : m.tables[0].entries) {
-        if (t.status == TimingStatus::kOk && t.samples > 1) {
-          a[{t.micro_batch, t.algo, t.engine_config}] = t.time_ms;
-        }
-      }
-      std::vector<double> diffs;
-      for (const Timing& t : m.tables[1].entries) {
-        auto it = a.find({t.micro_batch, t.algo, t.engine_config});
-        if (t.status != TimingStatus::kOk || t.samples <= 1 || it == a.end()) continue;
-        diffs.push_back(std::abs(t.time_ms - it->second) / (0.5 * (t.time_ms + it->second)));
-      }
-      agree_median = Median(diffs);
-      if (std::isfinite(agree_median)) agreement_medians.push_back(agree_median);
-      all_diffs.insert(all_diffs.end(), diffs.begin(), diffs.end());
-      const auto within =
-          std::count_if(diffs.begin(), diffs.end(), [](double d) { return d <= 0.05; });
-      op_json["agreement"] = {{"pairs", diffs.size()},
-                              {"median_rel_diff", NumberOrNull(agree_median)},
-                              {"p90_rel_diff", NumberOrNull(Percentile(diffs, 0.9))},
-                              {"max_rel_diff", NumberOrNull(Percentile(diffs, 1.0))},
-                              {"within_5pct", within}};
-    }
-
-    // Against the measured H100 table, row by row.
-    std::string source;
-    // The tables were measured with cuDNN on an H100: a CPU run has nothing to compare with.
-    const ReferenceRows ref =
-        fp.backend == "cudnn" ? LoadReference(args.data_dir, m.problem, &source) : ReferenceRows{};
-    std::vector<double> ratios;
-    int workspace_mismatches = 0;
-    for (const Timing& t : first.entries) {
-      if (t.status != TimingStatus::kOk || !t.engine_config.empty()) continue;  // legacy rows
-      auto it = ref.find({std::string(ToString(m.problem.op)), t.micro_batch, t.algo});
-      if (it == ref.end() || it->second.first <= 0) continue;
-      ratios.push_back(t.time_ms / it->second.first);
-      workspace_mismatches += t.workspace_bytes != it->second.second;
-    }
-    const double ref_ratio = Median(ratios);
-    if (std::isfinite(ref_ratio)) reference_ratios.push_back(ref_ratio);
-    if (!ref.empty()) {
-      op_json["reference"] = {{"file", source},
-                              {"rows_matched", ratios.size()},
-                              {"median_ratio_ours_over_reference", NumberOrNull(ref_ratio)},
-                              {"p10_ratio", NumberOrNull(Percentile(ratios, 0.1))},
-                              {"p90_ratio", NumberOrNull(Percentile(ratios, 0.9))},
-                              {"workspace_mismatches", workspace_mismatches}};
-    }
-    Json tables = Json::array();
-    for (const TimingTable& t : m.tables) tables.push_back(TableJson(t));
-    op_json["tables"] = tables;
-    ops.push_back(op_json);
-
-    std::snprintf(line, sizeof(line), "%-18s %-10s %6d %6zu %10.3f %10.4f %10.3f %8zu\n",
-                  m.layer.c_str(), std::string(ToString(m.problem.op)).c_str(), ok,
-                  first.entries.size(), m.wall_s.front(), agree_median, ref_ratio, ratios.size());
-    summary += line;
-  }
-  report["ops"] = ops;
-  const double median_wall = Median(all_walls);
-  const double median_agreement = Median(all_diffs);
-  report["summary"] = {
-      {"median_wall_s_per_op", NumberOrNull(median_wall)},
-      {"median_wall_s_per_op_first_repeat", NumberOrNull(Median(first_walls))},
-      {"target_wall_s_per_op", 1.0},
-      {"meets_wall_target", std::isfinite(median_wall) && median_wall < 1.0},
-      {"median_rel_diff_between_repeats", NumberOrNull(median_agreement)},
-      {"target_rel_diff", 0.05},
-      {"meets_agreement_target",
-       std::isfinite(median_agreement) ? Json(median_agreement <= 0.05) : Json(nullptr)},
-      {"median_ratio_ours_over_reference", NumberOrNull(Median(reference_ratios))}};
-  std::snprintf(line, sizeof(line),
-                "median wall per op %.3f s (target < 1 s); median repeat difference %.4f (target "
-                "<= 0.05); median ratio ours/reference %.3f\n",
-                median_wall, median_agreement, Median(reference_ratios));
-  summary += line;
-
+  const DeviceFingerprint& fp = (*backend)->fingerprint();
+  const auto [report, summary] = Report(args, fp, *measurements);
   const std::string header = "device: " + fp.Key() + "\n";
   if (args.json) {
     std::cout << report.dump(2) << std::endl;

@@ -25,10 +25,8 @@
 // ResNet-152 has exactly ResNet-50's distinct shapes, so its tables are measured ones
 // (interpolated for policy `all`).
 //
-// Usage: ucudnn-bench-planner [--json] [--data DIR] [--repeat N] [--gap G] [--network NAME]
-// --gap: the ILP's relative gap (default IlpOptions'); --network: only that one (alexnet,
-// resnet50, resnet152, resnet152_perturbed); SPDLOG_LEVEL=debug shows the CBC log. Times are the
-// thread's CPU time (see "fields" in the JSON).
+// `ucudnn-bench-planner --help` lists the flags; SPDLOG_LEVEL=debug shows the CBC log. Times are
+// the thread's CPU time (see "fields" in the JSON).
 // Pin it to one core for the numbers the issue asks for: taskset -c 0 ucudnn-bench-planner --json
 #include <sys/resource.h>
 #include <time.h>
@@ -36,16 +34,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <spdlog/cfg/env.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/logging.h"
@@ -275,6 +275,65 @@ Status MeasureIlp(const std::vector<std::vector<IlpOption>>& options, int repeat
   return Status::Ok();
 }
 
+// A table for every distinct kernel (by canonical key), modelled on the measured ones.
+std::map<std::string, TimingTable> ModelTables(const std::vector<Kernel>& distinct,
+                                               const TimingTables& measured, Run* run) {
+  std::map<std::string, TimingTable> tables;
+  for (const Kernel& k : distinct) {
+    if (FindTimings(measured, k.problem) == nullptr) ++run->modelled;
+    TimingTable& t = tables[CanonicalKey(k.problem)] = ModelTable(k.problem, kMiniBatch, measured);
+    run->table_entries += t.entries.size();
+  }
+  return tables;
+}
+
+// PlanNetwork per_kernel (identical kernels solved once) and SolveKernelDp for every kernel.
+Status MeasureDp(const std::vector<Kernel>& kernels, const std::vector<const TimingTable*>& tables,
+                 int repeat, Run* run) {
+  PlanRequest request;
+  request.kernels = kernels;
+  request.policy = run->policy;
+  request.workspace_mode = WorkspaceMode::kPerKernel;
+  request.workspace_bytes = kPerKernelLimit;
+  NetworkPlan per_kernel;
+  Status status;
+  run->dp_ms = MedianMs(repeat, [&] {
+    Result<NetworkPlan> plan = PlanNetwork(request, tables);
+    if (!plan.ok()) {
+      status = plan.status();
+      return;
+    }
+    per_kernel = std::move(plan).value();
+  });
+  UCUDNN_RETURN_IF_ERROR(status);
+  run->per_kernel_total_ms = per_kernel.total_time_ms;
+  run->undivided_total_ms = per_kernel.total_undivided_ms;
+  run->dp_unshared_ms = MedianMs(repeat, [&] {
+    for (const TimingTable* table : tables) {
+      Result<KernelConfig> c = SolveKernelDp(*table, kMiniBatch, run->policy, kPerKernelLimit);
+      if (!c.ok()) status = c.status();
+    }
+  });
+  return status;
+}
+
+// The Pareto front of every distinct table, by canonical key.
+std::map<std::string, std::vector<KernelConfig>> MeasurePareto(
+    const std::map<std::string, TimingTable>& tables, int repeat, Run* run) {
+  std::map<std::string, std::vector<KernelConfig>> fronts;
+  run->pareto_ms = MedianMs(repeat, [&] {
+    fronts.clear();
+    for (const auto& [key, table] : tables) {
+      fronts[key] = ParetoFront(table, kMiniBatch, run->policy);
+    }
+  });
+  for (const auto& [key, front] : fronts) {
+    run->pareto_points += front.size();
+    run->pareto_max = std::max(run->pareto_max, front.size());
+  }
+  return fronts;
+}
+
 Result<Run> Measure(const std::string& network, BatchPolicy policy, const TimingTables& measured,
                     int repeat, const IlpOptions& ilp_options) {
   Run run;
@@ -284,58 +343,17 @@ Result<Run> Measure(const std::string& network, BatchPolicy policy, const Timing
   const std::vector<Kernel> distinct = UniqueKernels(kernels);
   run.kernels = kernels.size();
   run.distinct = distinct.size();
-  std::map<std::string, TimingTable> tables;
-  for (const Kernel& k : distinct) {
-    if (FindTimings(measured, k.problem) == nullptr) ++run.modelled;
-    TimingTable& t = tables[CanonicalKey(k.problem)] = ModelTable(k.problem, kMiniBatch, measured);
-    run.table_entries += t.entries.size();
-  }
+  const std::map<std::string, TimingTable> tables = ModelTables(distinct, measured, &run);
   std::vector<const TimingTable*> pointers;
-  for (const Kernel& k : kernels) pointers.push_back(&tables[CanonicalKey(k.problem)]);
-
-  PlanRequest request;
-  request.kernels = kernels;
-  request.policy = policy;
-  request.workspace_mode = WorkspaceMode::kPerKernel;
-  request.workspace_bytes = kPerKernelLimit;
-  NetworkPlan per_kernel;
-  Status status;
-  run.dp_ms = MedianMs(repeat, [&] {
-    Result<NetworkPlan> plan = PlanNetwork(request, pointers);
-    if (!plan.ok()) {
-      status = plan.status();
-      return;
-    }
-    per_kernel = std::move(plan).value();
-  });
-  UCUDNN_RETURN_IF_ERROR(status);
-  run.per_kernel_total_ms = per_kernel.total_time_ms;
-  run.undivided_total_ms = per_kernel.total_undivided_ms;
-  run.dp_unshared_ms = MedianMs(repeat, [&] {
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      Result<KernelConfig> c = SolveKernelDp(*pointers[i], kMiniBatch, policy, kPerKernelLimit);
-      if (!c.ok()) status = c.status();
-    }
-  });
-  UCUDNN_RETURN_IF_ERROR(status);
-
-  std::map<std::string, std::vector<KernelConfig>> fronts;
-  run.pareto_ms = MedianMs(repeat, [&] {
-    fronts.clear();
-    for (const Kernel& k : distinct) {
-      const std::string key = CanonicalKey(k.problem);
-      fronts[key] = ParetoFront(tables[key], kMiniBatch, policy);
-    }
-  });
-  for (const auto& [key, front] : fronts) {
-    run.pareto_points += front.size();
-    run.pareto_max = std::max(run.pareto_max, front.size());
-  }
+  for (const Kernel& k : kernels) pointers.push_back(&tables.at(CanonicalKey(k.problem)));
+  UCUDNN_RETURN_IF_ERROR(MeasureDp(kernels, pointers, repeat, &run));
+  const std::map<std::string, std::vector<KernelConfig>> fronts =
+      MeasurePareto(tables, repeat, &run);
 
   // Kernels without a usable timing have an empty front: left out, as PlanNetwork does.
   std::vector<std::vector<IlpOption>> options;
   for (const Kernel& k : kernels) {
-    const std::vector<KernelConfig>& front = fronts[CanonicalKey(k.problem)];
+    const std::vector<KernelConfig>& front = fronts.at(CanonicalKey(k.problem));
     if (front.empty()) {
       ++run.without_front;
       continue;
@@ -345,8 +363,12 @@ Result<Run> Measure(const std::string& network, BatchPolicy policy, const Timing
   if (options.empty()) return run;
   UCUDNN_RETURN_IF_ERROR(MeasureIlp(options, repeat, ilp_options, &run));
 
+  PlanRequest request;
+  request.kernels = kernels;
+  request.policy = policy;
   request.workspace_mode = WorkspaceMode::kTotalSum;
   request.workspace_bytes = run.ilp[1].budget_bytes;
+  Status status;
   run.plan_total_sum_ms = MedianMs(repeat, [&] {
     Result<NetworkPlan> plan = PlanNetwork(request, pointers, ilp_options);
     if (!plan.ok()) status = plan.status();
@@ -422,74 +444,83 @@ std::string OptionalMs(const std::optional<double>& ms) {
   return buffer;
 }
 
-std::string Json(const std::vector<Run>& runs, double peak_mb, int repeat,
-                 const IlpOptions& ilp_options) {
-  std::string out = "{\n  \"benchmark\": \"planner\",\n  \"mini_batch\": 256,\n";
-  char buffer[1024];
-  std::snprintf(buffer, sizeof(buffer),
-                "  \"per_kernel_limit_bytes\": %llu,\n  \"repeat\": %d,\n"
-                "  \"ilp_relative_gap\": %g,\n  \"ilp_time_limit_s\": %g,\n",
-                static_cast<unsigned long long>(kPerKernelLimit), repeat, ilp_options.relative_gap,
-                ilp_options.time_limit_s);
-  out += buffer;
-  out +=
-      "  \"fields\": {\n"
-      "    \"times\": \"this thread's CPU time (the benchmark is single-threaded, CBC too), so "
-      "that other load on a shared core does not count: milliseconds (solve_s: seconds), median "
-      "of `repeat` runs; solve_wall_s is the solver's own wall time of the last run\",\n"
-      "    \"dp_ms\": \"PlanNetwork per_kernel at per_kernel_limit_bytes: kernels with the same "
-      "problem, mini-batch and table solved once, as the server plans (null where every kernel "
-      "is distinct: see dp_unshared_ms)\",\n"
-      "    \"dp_unshared_ms\": \"SolveKernelDp for every kernel separately\",\n"
-      "    \"pareto_ms\": \"ParetoFront of every distinct table\",\n"
-      "    \"ilp\": \"SolveNetworkIlp over the kernels' fronts (kernels with identical fronts "
-      "share integer variables); gap = (objective - bound) / objective with the bound CBC and "
-      "the LP proved\",\n"
-      "    \"plan_total_sum_wall_ms\": \"PlanNetwork total_sum at the min+10% budget, end to "
-      "end\",\n"
-      "    \"ilp.runs\": \"solves timed; a solve ended by the time limit is not repeated\",\n"
-      "    \"resnet152_perturbed\": \"ResNet-152 with every kernel's timings perturbed on its "
-      "own: no two kernels share a table or a front; its ILP also at relative_gap 0.001, the "
-      "issue's target\"\n"
-      "  },\n";
-  out += "  \"runs\": [\n";
-  for (size_t r = 0; r < runs.size(); ++r) {
-    const Run& run = runs[r];
-    std::snprintf(buffer, sizeof(buffer),
-                  "    {\"network\": \"%s\", \"policy\": \"%s\", \"kernels\": %zu, "
-                  "\"distinct_kernels\": %zu, \"modelled_shapes\": %zu, \"table_entries\": %zu,\n"
-                  "     \"dp_ms\": %s, \"dp_unshared_ms\": %.3f, \"pareto_ms\": %.3f, "
-                  "\"pareto_points\": %zu, \"pareto_max_points\": %zu, "
-                  "\"kernels_without_front\": %zu,\n"
-                  "     \"per_kernel_plan_ms\": %.3f, \"undivided_ms\": %.3f, "
-                  "\"plan_total_sum_wall_ms\": %s,\n     \"ilp\": [\n",
-                  run.network.c_str(), std::string(ToString(run.policy)).c_str(), run.kernels,
-                  run.distinct, run.modelled, run.table_entries, OptionalMs(run.dp_ms).c_str(),
-                  run.dp_unshared_ms, run.pareto_ms, run.pareto_points, run.pareto_max,
-                  run.without_front, run.per_kernel_total_ms, run.undivided_total_ms,
-                  OptionalMs(run.plan_total_sum_ms).c_str());
-    out += buffer;
-    for (size_t i = 0; i < run.ilp.size(); ++i) {
-      const IlpRun& ilp = run.ilp[i];
-      const IlpReport& rep = ilp.solution.report;
-      std::snprintf(buffer, sizeof(buffer),
-                    "       {\"budget\": \"%s\", \"budget_bytes\": %llu, "
-                    "\"relative_gap\": %g, \"status\": \"%s\", \"solve_s\": %.4f, "
-                    "\"solve_wall_s\": %.4f, \"runs\": %d, \"gap\": %.3g, \"objective_ms\": %.3f, "
-                    "\"bound_ms\": %.3f, \"workspace_bytes\": %llu, \"variables\": %d, "
-                    "\"constraints\": %d}%s\n",
-                    ilp.budget_name.c_str(), static_cast<unsigned long long>(ilp.budget_bytes),
-                    ilp.relative_gap, rep.status.c_str(), ilp.solve_ms / 1000.0, rep.solve_seconds,
-                    ilp.runs, rep.gap, rep.objective_ms, rep.bound_ms,
-                    static_cast<unsigned long long>(ilp.solution.total_workspace_bytes),
-                    rep.variables, rep.constraints, i + 1 < run.ilp.size() ? "," : "");
-      out += buffer;
-    }
-    out += std::string("     ]}") + (r + 1 < runs.size() ? "," : "") + "\n";
-  }
-  std::snprintf(buffer, sizeof(buffer), "  ],\n  \"peak_rss_mb\": %.1f\n}\n", peak_mb);
-  out += buffer;
-  return out;
+using Json = nlohmann::ordered_json;
+
+Json OptionalJson(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+Json FieldsJson() {
+  return {
+      {"times",
+       "this thread's CPU time (the benchmark is single-threaded, CBC too), so that other load on "
+       "a shared core does not count: milliseconds (solve_s: seconds), median of `repeat` runs; "
+       "solve_wall_s is the solver's own wall time of the last run"},
+      {"dp_ms",
+       "PlanNetwork per_kernel at per_kernel_limit_bytes: kernels with the same problem, "
+       "mini-batch and table solved once, as the server plans (null where every kernel is "
+       "distinct: see dp_unshared_ms)"},
+      {"dp_unshared_ms", "SolveKernelDp for every kernel separately"},
+      {"pareto_ms", "ParetoFront of every distinct table"},
+      {"ilp",
+       "SolveNetworkIlp over the kernels' fronts (kernels with identical fronts share integer "
+       "variables); gap = (objective - bound) / objective with the bound CBC and the LP proved"},
+      {"plan_total_sum_wall_ms", "PlanNetwork total_sum at the min+10% budget, end to end"},
+      {"ilp.runs", "solves timed; a solve ended by the time limit is not repeated"},
+      {"resnet152_perturbed",
+       "ResNet-152 with every kernel's timings perturbed on its own: no two kernels share a table "
+       "or a front; its ILP also at relative_gap 0.001, the issue's target"}};
+}
+
+Json IlpJson(const IlpRun& ilp) {
+  const IlpReport& rep = ilp.solution.report;
+  return {{"budget", ilp.budget_name},
+          {"budget_bytes", ilp.budget_bytes},
+          {"relative_gap", ilp.relative_gap},
+          {"status", rep.status},
+          {"solve_s", ilp.solve_ms / 1000.0},
+          {"solve_wall_s", rep.solve_seconds},
+          {"runs", ilp.runs},
+          {"gap", rep.gap},
+          {"objective_ms", rep.objective_ms},
+          {"bound_ms", rep.bound_ms},
+          {"workspace_bytes", ilp.solution.total_workspace_bytes},
+          {"variables", rep.variables},
+          {"constraints", rep.constraints}};
+}
+
+Json RunJson(const Run& run) {
+  Json ilp = Json::array();
+  for (const IlpRun& i : run.ilp) ilp.push_back(IlpJson(i));
+  return {{"network", run.network},
+          {"policy", ToString(run.policy)},
+          {"kernels", run.kernels},
+          {"distinct_kernels", run.distinct},
+          {"modelled_shapes", run.modelled},
+          {"table_entries", run.table_entries},
+          {"dp_ms", OptionalJson(run.dp_ms)},
+          {"dp_unshared_ms", run.dp_unshared_ms},
+          {"pareto_ms", run.pareto_ms},
+          {"pareto_points", run.pareto_points},
+          {"pareto_max_points", run.pareto_max},
+          {"kernels_without_front", run.without_front},
+          {"per_kernel_plan_ms", run.per_kernel_total_ms},
+          {"undivided_ms", run.undivided_total_ms},
+          {"plan_total_sum_wall_ms", OptionalJson(run.plan_total_sum_ms)},
+          {"ilp", ilp}};
+}
+
+Json ReportJson(const std::vector<Run>& runs, double peak_mb, int repeat,
+                const IlpOptions& ilp_options) {
+  Json runs_json = Json::array();
+  for (const Run& run : runs) runs_json.push_back(RunJson(run));
+  return {{"benchmark", "planner"},
+          {"mini_batch", kMiniBatch},
+          {"per_kernel_limit_bytes", kPerKernelLimit},
+          {"repeat", repeat},
+          {"ilp_relative_gap", ilp_options.relative_gap},
+          {"ilp_time_limit_s", ilp_options.time_limit_s},
+          {"fields", FieldsJson()},
+          {"runs", runs_json},
+          {"peak_rss_mb", peak_mb}};
 }
 
 void PrintText(const std::vector<Run>& runs, double peak_mb) {
@@ -513,6 +544,48 @@ void PrintText(const std::vector<Run>& runs, double peak_mb) {
   std::printf("peak memory: %.1f MB\n", peak_mb);
 }
 
+struct Args {
+  bool json = false;
+  std::string data = std::string(UCUDNN_SOURCE_DIR) + "/data/h100";
+  int repeat = 5;
+  std::string only;  // one network, or all
+  IlpOptions ilp_options;
+};
+
+const char* const kNetworks[] = {"alexnet", "resnet50", "resnet152", "resnet152_perturbed"};
+
+// The parsed flags, or the exit status: 0 after --help, 2 for bad flags (CLI11's message).
+std::variant<Args, int> ParseArgs(int argc, char** argv) {
+  Args a;
+  CLI::App app(
+      "ucudnn-bench-planner: the planner's DP, Pareto fronts and network-wide ILP (CBC) on "
+      "AlexNet and ResNet-50/152 training at mini-batch 256, fp32 NCHW, with timing tables "
+      "modelled on the measured H100 tables. Times are this thread's CPU time, the median of "
+      "--repeat runs; pin it to one core: taskset -c 0 ucudnn-bench-planner --json",
+      "ucudnn-bench-planner");
+  app.footer("Environment: SPDLOG_LEVEL=debug shows the CBC log.");
+  app.add_flag("--json", a.json, "print the results as JSON on stdout");
+  app.add_option("--data", a.data,
+                 "directory of the measured H100 tables "
+                 "(h100-cudnn91400-resnet50-fp32-nchw.csv)")
+      ->capture_default_str();
+  app.add_option("--repeat", a.repeat, "runs per time (their median is reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--gap", a.ilp_options.relative_gap, "the ILP's relative gap")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  std::vector<std::string> networks(std::begin(kNetworks), std::end(kNetworks));
+  app.add_option("--network", a.only, "only this network (default: all)")
+      ->check(CLI::IsMember(networks));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return a;
+}
+
 }  // namespace
 }  // namespace ucudnn
 
@@ -520,43 +593,22 @@ int main(int argc, char** argv) {
   using namespace ucudnn;
   LogToStderr("ucudnn-bench-planner");  // stdout is for --json
   spdlog::cfg::load_env_levels();       // SPDLOG_LEVEL=debug shows the CBC log
-  bool json = false;
-  std::string data = std::string(UCUDNN_SOURCE_DIR) + "/data/h100";
-  int repeat = 5;
-  std::string only;  // one network, or all
-  IlpOptions ilp_options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json") {
-      json = true;
-    } else if (arg == "--data" && i + 1 < argc) {
-      data = argv[++i];
-    } else if (arg == "--gap" && i + 1 < argc) {
-      ilp_options.relative_gap = std::atof(argv[++i]);
-    } else if (arg == "--network" && i + 1 < argc) {
-      only = argv[++i];
-    } else if (arg == "--repeat" && i + 1 < argc) {
-      repeat = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--json] [--data DIR] [--repeat N] [--gap G] [--network NAME]\n",
-                   argv[0]);
-      return arg == "--help" || arg == "-h" ? 0 : 2;
-    }
-  }
+  std::variant<Args, int> parsed = ParseArgs(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  const Args& args = std::get<Args>(parsed);
   Result<TimingTables> measured =
-      ReadTimingCsvFile(data + "/h100-cudnn91400-resnet50-fp32-nchw.csv");
+      ReadTimingCsvFile(args.data + "/h100-cudnn91400-resnet50-fp32-nchw.csv");
   if (!measured.ok()) {
     std::fprintf(stderr, "%s\n", measured.status().ToString().c_str());
     return 1;
   }
   std::vector<Run> runs;
-  for (const char* network : {"alexnet", "resnet50", "resnet152", "resnet152_perturbed"}) {
-    if (!only.empty() && only != network) continue;
+  for (const char* network : kNetworks) {
+    if (!args.only.empty() && args.only != network) continue;
     for (BatchPolicy policy : {BatchPolicy::kAll, BatchPolicy::kPowerOfTwo}) {
       Result<Run> run = std::string(network) == "resnet152_perturbed"
-                            ? MeasurePerturbed(policy, *measured, repeat, ilp_options)
-                            : Measure(network, policy, *measured, repeat, ilp_options);
+                            ? MeasurePerturbed(policy, *measured, args.repeat, args.ilp_options)
+                            : Measure(network, policy, *measured, args.repeat, args.ilp_options);
       if (!run.ok()) {
         std::fprintf(stderr, "%s: %s\n", network, run.status().ToString().c_str());
         return 1;
@@ -565,8 +617,8 @@ int main(int argc, char** argv) {
     }
   }
   const double peak = PeakMemoryMb();
-  if (json) {
-    std::fputs(Json(runs, peak, repeat, ilp_options).c_str(), stdout);
+  if (args.json) {
+    std::printf("%s\n", ReportJson(runs, peak, args.repeat, args.ilp_options).dump(2).c_str());
   } else {
     PrintText(runs, peak);
   }

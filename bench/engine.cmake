@@ -1,12 +1,9 @@
 # ucudnn-bench-engine: how long the benchmark engine takes per op and how repeatable its tables
 # are (the worker issue's targets), compared with the measured H100 tables in data/h100/.
-if(NOT TARGET nlohmann_json::nlohmann_json)
-  message(STATUS "ucudnn: nlohmann_json not found, ucudnn-bench-engine not built")
-  return()
-endif()
 add_executable(ucudnn-bench-engine bench_engine.cc)
 target_link_libraries(ucudnn-bench-engine PRIVATE
-  ucudnn_bench_engine ucudnn_backends ucudnn_core nlohmann_json::nlohmann_json spdlog::spdlog)
+  ucudnn_bench_engine ucudnn_backends ucudnn_core CLI11::CLI11 nlohmann_json::nlohmann_json
+  spdlog::spdlog)
 target_compile_definitions(ucudnn-bench-engine PRIVATE UCUDNN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # Inside a bundle (scripts/bundle.sh) the binary finds its libraries in ../lib.
 set_target_properties(ucudnn-bench-engine PROPERTIES BUILD_RPATH "$ORIGIN/../lib")
@@ -16,6 +13,6 @@ set_target_properties(ucudnn-bench-engine PROPERTIES BUILD_RPATH "$ORIGIN/../lib
 if(TARGET ucudnn_cudnn)
   add_executable(ucudnn-engine-probe engine_probe.cc)
   target_link_libraries(ucudnn-engine-probe PRIVATE
-    ucudnn_cudnn ucudnn_core nlohmann_json::nlohmann_json spdlog::spdlog)
+    ucudnn_cudnn ucudnn_core CLI11::CLI11 nlohmann_json::nlohmann_json spdlog::spdlog)
   set_target_properties(ucudnn-engine-probe PROPERTIES BUILD_RPATH "$ORIGIN/../lib")
 endif()

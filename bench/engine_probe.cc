@@ -3,7 +3,8 @@
 // the heuristics' engine configurations (modes instant, B, fallback), the time to build each
 // execution plan, its workspace and median run time; the legacy algorithms' best; optionally the
 // exhaustive engine x knob space (capped) to compare the best found; and the host cost of one
-// call for the variant-pack strategies. JSON lines to --out, a summary table to stdout.
+// call for the variant-pack strategies. JSON lines to --out, a summary table to stdout;
+// `ucudnn-engine-probe --help` lists the flags.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
@@ -15,8 +16,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ucudnn/core/cudnn_backend.h"
@@ -97,26 +100,40 @@ Buffers MakeBuffers(CudnnBackend& backend, const ConvProblem& p, int64_t batch, 
   return b;
 }
 
+Status CudaOk(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return Status::Ok();
+  return Internal(std::string(what) + ": " + cudaGetErrorString(error));
+}
+
 // Median of `runs` runs (after one warm-up), each between a pair of events.
 Result<double> TimeEngine(CudnnBackend& backend, EnginePlan& plan, const Buffers& b, int runs) {
   cudnnHandle_t h = backend.handle();
   UCUDNN_RETURN_IF_ERROR(plan.Execute(h, b.o, b.ws->data(), b.ws->size()));
-  std::vector<cudaEvent_t> ev(2 * runs);
-  for (auto& e : ev) cudaEventCreate(&e);
+  std::vector<cudaEvent_t> ev(2 * runs, nullptr);
+  struct Destroy {
+    std::vector<cudaEvent_t>& events;
+    ~Destroy() {
+      // Nothing to do about a failure to free an event: the run's result is already decided.
+      for (cudaEvent_t e : events) {
+        if (e != nullptr) (void)cudaEventDestroy(e);
+      }
+    }
+  } destroy{ev};
+  for (auto& e : ev) UCUDNN_RETURN_IF_ERROR(CudaOk(cudaEventCreate(&e), "cudaEventCreate"));
   cudaStream_t s = backend.stream();
   for (int i = 0; i < runs; ++i) {
-    cudaEventRecord(ev[2 * i], s);
+    UCUDNN_RETURN_IF_ERROR(CudaOk(cudaEventRecord(ev[2 * i], s), "cudaEventRecord"));
     UCUDNN_RETURN_IF_ERROR(plan.Execute(h, b.o, b.ws->data(), b.ws->size()));
-    cudaEventRecord(ev[2 * i + 1], s);
+    UCUDNN_RETURN_IF_ERROR(CudaOk(cudaEventRecord(ev[2 * i + 1], s), "cudaEventRecord"));
   }
-  if (cudaEventSynchronize(ev.back()) != cudaSuccess) return Internal("event sync failed");
+  UCUDNN_RETURN_IF_ERROR(CudaOk(cudaEventSynchronize(ev.back()), "cudaEventSynchronize"));
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
     float ms = 0;
-    cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]);
+    UCUDNN_RETURN_IF_ERROR(
+        CudaOk(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime"));
     t.push_back(ms);
   }
-  for (auto& e : ev) cudaEventDestroy(e);
   std::sort(t.begin(), t.end());
   UCUDNN_RETURN_IF_ERROR(backend.Healthy());
   return t[t.size() / 2];
@@ -164,284 +181,400 @@ size_t OutputCount(const ConvProblem& p, int64_t batch) {
                                          : p.filter_elements();
 }
 
-int Main(int argc, char** argv) {
+// ---- what is probed ----------------------------------------------------------------------------
+
+const Shape kShapes[] = {
+    {"r50_conv1_7x7s2", 3, 224, 224, 64, 7, 7, 3, 2},
+    {"r50_3x3_64_56", 64, 56, 56, 64, 3, 3, 1, 1},
+    {"r50_1x1_256to64_56", 256, 56, 56, 64, 1, 1, 0, 1},
+    {"r50_3x3_256_14", 256, 14, 14, 256, 3, 3, 1, 1},
+    {"r50_1x1s2_512to1024_28", 512, 28, 28, 1024, 1, 1, 0, 2},
+    {"r50_3x3_512_7", 512, 7, 7, 512, 3, 3, 1, 1},
+};
+
+struct Precision {
+  const char* name;
+  DataType dt;
+  Layout layout;
+  MathMode math;
+};
+const Precision kPrecisions[] = {
+    {"fp32_nchw", DataType::kFloat32, Layout::kNCHW, MathMode::kDefault},
+    {"fp16_nhwc", DataType::kFloat16, Layout::kNHWC, MathMode::kTensorOp},
+    {"bf16_nhwc", DataType::kBFloat16, Layout::kNHWC, MathMode::kTensorOp},
+};
+
+const ConvOp kOps[] = {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter};
+constexpr size_t kWorkspaceCap = size_t{1} << 30;
+constexpr double kNone = 1e30;  // "no time": nothing ran
+
+struct Args {
   std::string out_path = "engine_probe.jsonl";
   bool exhaustive = false;
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--out" && i + 1 < argc) out_path = argv[++i];
-    if (a == "--exhaustive") exhaustive = true;
-    if (a == "--quick") quick = true;
+};
+
+// The parsed flags, or the exit status: 0 after --help, 2 for bad flags (CLI11's message).
+std::variant<Args, int> ParseArgs(int argc, char** argv) {
+  Args a;
+  CLI::App app(
+      "ucudnn-engine-probe: what cuDNN's graph API offers for real layer shapes on GPU 0, beside "
+      "the legacy algorithms: each heuristic engine configuration's build time, workspace, median "
+      "run time and error against the legacy result, and the host cost of one call. JSON lines "
+      "to --out, a summary table to stdout.",
+      "ucudnn-engine-probe");
+  app.add_option("--out", a.out_path, "file of JSON lines to write")->capture_default_str();
+  app.add_flag("--exhaustive", a.exhaustive,
+               "also time the exhaustive engine x knob space (capped) of the fp32 3x3 layer");
+  app.add_flag("--quick", a.quick, "fp32 only, batch 64 only");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  std::ofstream out(out_path);
-  auto backend = CudnnBackend::Create(0).value();
-  std::printf("cuDNN runtime %zu, GPU %s\n", cudnnGetVersion(),
-              backend->fingerprint().name.c_str());
-  const std::vector<Shape> shapes = {
-      {"r50_conv1_7x7s2", 3, 224, 224, 64, 7, 7, 3, 2},
-      {"r50_3x3_64_56", 64, 56, 56, 64, 3, 3, 1, 1},
-      {"r50_1x1_256to64_56", 256, 56, 56, 64, 1, 1, 0, 1},
-      {"r50_3x3_256_14", 256, 14, 14, 256, 3, 3, 1, 1},
-      {"r50_1x1s2_512to1024_28", 512, 28, 28, 1024, 1, 1, 0, 2},
-      {"r50_3x3_512_7", 512, 7, 7, 512, 3, 3, 1, 1},
-  };
-  struct Precision {
-    const char* name;
-    DataType dt;
-    Layout layout;
-    MathMode math;
-  };
-  const std::vector<Precision> precisions = {
-      {"fp32_nchw", DataType::kFloat32, Layout::kNCHW, MathMode::kDefault},
-      {"fp16_nhwc", DataType::kFloat16, Layout::kNHWC, MathMode::kTensorOp},
-      {"bf16_nhwc", DataType::kBFloat16, Layout::kNHWC, MathMode::kTensorOp},
-  };
-  const std::vector<int64_t> batches =
-      quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 256};
-  const ConvOp ops[] = {ConvOp::kForward, ConvOp::kBackwardData, ConvOp::kBackwardFilter};
-  const size_t kWs = size_t{1} << 30;
+  return a;
+}
+
+// ---- one problem -------------------------------------------------------------------------------
+
+// What one (shape, precision, op, batch) is probed in.
+struct Probe {
+  const Shape& shape;
+  const Precision& precision;
+  ConvProblem problem;
+  int64_t batch;
+  nlohmann::json Key() const {
+    return {{"shape", shape.name},
+            {"prec", precision.name},
+            {"op", std::string(ToString(problem.op))},
+            {"batch", batch}};
+  }
+};
+
+// The legacy algorithms' best times (all, and within 64 MiB) and the fastest one's output, the
+// numerical reference for the engines (null when no algorithm ran).
+struct LegacyResult {
+  double best = kNone, best_64mib = kNone;
+  std::unique_ptr<BackendBuffer> reference;
+};
+
+LegacyResult ProbeLegacy(CudnnBackend& backend, const Probe& probe, Buffers& b) {
+  const ConvProblem& p = probe.problem;
+  LegacyResult legacy;
+  int best_algo = -1;
+  for (const AlgorithmInfo& a : backend.Algorithms(p.op)) {
+    auto ws = backend.WorkspaceSize(p, probe.batch, a.id);
+    if (!ws.ok() || *ws > kWorkspaceCap) continue;
+    auto t = backend.TimeRuns(p, probe.batch, a.id, b.o, b.ws->data(), *ws, 1, 5);
+    if (!t.ok()) continue;
+    std::vector<double> v = *t;
+    std::sort(v.begin(), v.end());
+    const double med = v[v.size() / 2];
+    if (med < legacy.best) legacy.best = med, best_algo = a.id;
+    if (*ws <= (64u << 20)) legacy.best_64mib = std::min(legacy.best_64mib, med);
+  }
+  if (best_algo < 0) return legacy;
+  const size_t bytes = OutputCount(p, probe.batch) * ElementSize(p.data_type);
+  auto ws = backend.WorkspaceSize(p, probe.batch, best_algo).value();
+  CHECK_OK(backend.Run(p, probe.batch, best_algo, b.o, b.ws->data(), ws, 1.f, 0.f));
+  legacy.reference = backend.Allocate(bytes).value();
+  CHECK_OK(backend.CopyWithinDevice(legacy.reference->data(), OutputOf(p, b.o), bytes));
+  return legacy;
+}
+
+// The heuristics' candidates, each built, timed and compared with the legacy output.
+struct EngineResult {
+  double build_ms = 0, best = kNone, best_64mib = kNone, best_8mib = kNone;
+  std::string best_name;
+  int built = 0, failed = 0;
+  double worst_err = 0;
+};
+
+EngineResult ProbeEngines(CudnnBackend& backend, const Probe& probe, const ConvGraph& graph,
+                          const std::vector<EngineCandidate>& candidates, const Buffers& b,
+                          BackendBuffer* reference, std::ofstream& out) {
+  EngineResult r;
+  for (const EngineCandidate& c : candidates) {
+    const Clock::time_point start = Clock::now();
+    auto plan = EnginePlan::Build(backend.handle(), graph, c.config);
+    const double build_ms = MsSince(start);
+    r.build_ms += build_ms;
+    nlohmann::json j = probe.Key();
+    j["config"] = EngineConfigKey(c.config);
+    j["sources"] = c.sources;
+    j["tensor_core"] = c.tensor_core;
+    j["rtc"] = c.runtime_compiled;
+    j["build_ms"] = build_ms;
+    if (!plan.ok()) {
+      ++r.failed;
+      j["error"] = plan.status().ToString();
+      out << j.dump() << "\n";
+      continue;
+    }
+    ++r.built;
+    const size_t workspace = (*plan)->workspace_bytes();
+    j["workspace"] = workspace;
+    if (workspace > kWorkspaceCap) {
+      j["error"] = "workspace over probe cap";
+      out << j.dump() << "\n";
+      continue;
+    }
+    Result<double> ms = TimeEngine(backend, **plan, b, 5);
+    if (!ms.ok()) {
+      j["error"] = ms.status().ToString();
+      out << j.dump() << "\n";
+      continue;
+    }
+    j["ms"] = *ms;
+    if (reference != nullptr) {
+      const ConvProblem& p = probe.problem;
+      const double err = RelativeDiff(backend, OutputOf(p, b.o), reference->data(),
+                                      OutputCount(p, probe.batch), p.data_type);
+      j["rel_err_vs_legacy"] = err;
+      r.worst_err = std::max(r.worst_err, err);
+    }
+    if (*ms < r.best) r.best = *ms, r.best_name = EngineConfigKey(c.config) + "/" + c.sources;
+    if (workspace <= (64u << 20)) r.best_64mib = std::min(r.best_64mib, *ms);
+    if (workspace <= (8u << 20)) r.best_8mib = std::min(r.best_8mib, *ms);
+    out << j.dump() << "\n";
+  }
+  return r;
+}
+
+// The exhaustive engine x knob space (at most 24 per engine), to compare its best with the
+// heuristics' best.
+void ProbeExhaustive(CudnnBackend& backend, const Probe& probe, const ConvGraph& graph,
+                     const Buffers& b, double heuristic_best, std::ofstream& out) {
+  const Clock::time_point start = Clock::now();
+  auto all = ExhaustiveCandidates(graph, 24);
+  double best = kNone;
+  int built = 0, timed = 0;
+  std::string best_name;
+  if (all.ok()) {
+    for (const EngineCandidate& c : *all) {
+      auto plan = EnginePlan::Build(backend.handle(), graph, c.config);
+      if (!plan.ok() || (*plan)->workspace_bytes() > kWorkspaceCap) continue;
+      ++built;
+      auto t = TimeEngine(backend, **plan, b, 3);
+      if (!t.ok()) continue;
+      ++timed;
+      if (*t < best) best = *t, best_name = EngineConfigKey(c.config);
+    }
+  }
+  const size_t configs = all.ok() ? all->size() : 0;
+  std::printf(
+      "  exhaustive: %zu configs, %d built, %d timed, best %.4f ms (%s), %.1f s (heuristics' best "
+      "%.4f)\n",
+      configs, built, timed, best, best_name.c_str(), MsSince(start) / 1000, heuristic_best);
+  out << nlohmann::json({{"exhaustive", true},
+                         {"shape", probe.shape.name},
+                         {"op", std::string(ToString(probe.problem.op))},
+                         {"batch", probe.batch},
+                         {"configs", configs},
+                         {"built", built},
+                         {"timed", timed},
+                         {"best", best},
+                         {"best_config", best_name},
+                         {"seconds", MsSince(start) / 1000},
+                         {"heuristic_best", heuristic_best}})
+             .dump()
+      << "\n";
+}
+
+void PrintProbeHeader() {
   std::printf("%-24s %-10s %-10s %5s | %4s %7s %8s | %9s %9s %9s | %9s %9s | %s\n", "shape", "prec",
               "op", "batch", "cand", "heur_ms", "build_ms", "eng_best", "eng<=64M", "eng<=8M",
               "leg_best", "leg<=64M", "best engine");
-  for (const Precision& prec : precisions) {
-    for (const Shape& shape : shapes) {
-      for (ConvOp op : ops) {
+}
+
+// One (shape, precision, op, batch): the heuristics' engines beside the legacy algorithms, a row
+// of the table and JSON lines to `out`. Returns the graph for the exhaustive probe (null when
+// cuDNN could not build it), and the heuristics' best time.
+std::pair<std::unique_ptr<ConvGraph>, double> ProbeOne(CudnnBackend& backend, const Probe& probe,
+                                                       Buffers& b, std::ofstream& out) {
+  const Clock::time_point start = Clock::now();
+  auto graph = ConvGraph::Build(backend.handle(), probe.problem, probe.batch);
+  if (!graph.ok()) {
+    std::printf("graph %s: %s\n", probe.shape.name, graph.status().ToString().c_str());
+    return {nullptr, kNone};
+  }
+  auto candidates = HeuristicCandidates(**graph);
+  const double heuristics_ms = MsSince(start);
+  if (!candidates.ok()) {
+    std::printf("heuristics %s: %s\n", probe.shape.name, candidates.status().ToString().c_str());
+    return {nullptr, kNone};
+  }
+  const LegacyResult legacy = ProbeLegacy(backend, probe, b);
+  const EngineResult e =
+      ProbeEngines(backend, probe, **graph, *candidates, b, legacy.reference.get(), out);
+  std::printf(
+      "%-24s %-10s %-10s %5ld | %4zu %7.1f %8.1f | %9.4f %9.4f %9.4f | %9.4f %9.4f | %s (built "
+      "%d, failed %d, worst err %.1e)\n",
+      probe.shape.name, probe.precision.name, std::string(ToString(probe.problem.op)).c_str(),
+      static_cast<long>(probe.batch), candidates->size(), heuristics_ms, e.build_ms, e.best,
+      e.best_64mib, e.best_8mib, legacy.best, legacy.best_64mib, e.best_name.c_str(), e.built,
+      e.failed, e.worst_err);
+  std::fflush(stdout);
+  nlohmann::json summary = probe.Key();
+  summary.update(nlohmann::json{{"summary", true},
+                                {"candidates", candidates->size()},
+                                {"heur_ms", heuristics_ms},
+                                {"build_ms", e.build_ms},
+                                {"engine_best", e.best},
+                                {"engine_best_64MiB", e.best_64mib},
+                                {"engine_best_8MiB", e.best_8mib},
+                                {"legacy_best", legacy.best},
+                                {"legacy_best_64MiB", legacy.best_64mib},
+                                {"best_config", e.best_name},
+                                {"built", e.built},
+                                {"failed", e.failed},
+                                {"worst_rel_err", e.worst_err}});
+  out << summary.dump() << "\n";
+  return {std::move(*graph), e.best};
+}
+
+// ---- host cost of one call ---------------------------------------------------------------------
+
+constexpr int kHostCalls = 2000;
+
+// Microseconds per call of `call`, over kHostCalls calls, timed on the host (the device work
+// they queue is waited for after the clock stops).
+template <typename Call>
+double HostUsPerCall(CudnnBackend& backend, Call&& call) {
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < kHostCalls; ++i) call();
+  const double us = MsSince(start) * 1000 / kHostCalls;
+  CHECK_OK(backend.Synchronize());
+  return us;
+}
+
+void CheckCudnn(cudnnStatus_t status, const char* what) {
+  if (status != CUDNN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s: %s\n", what, cudnnGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+// A variant pack of x, y and w over `b`, with the statuses of filling it, of filling it again
+// once finalized (does cuDNN allow reuse?) and of executing the plan with it.
+struct ReusedPack {
+  BackendDescriptor pack;
+  void* pointers[3];
+  void* workspace;
+  int64_t uids[3] = {'x', 'y', 'w'};
+  cudnnStatus_t Fill() {
+    const cudnnStatus_t statuses[] = {
+        cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                 3, uids),
+        cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                 CUDNN_TYPE_VOID_PTR, 3, pointers),
+        cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
+                                 1, &workspace),
+        cudnnBackendFinalize(pack.get())};
+    for (cudnnStatus_t s : statuses) {
+      if (s != CUDNN_STATUS_SUCCESS) return s;
+    }
+    return CUDNN_STATUS_SUCCESS;
+  }
+};
+
+// Host microseconds per call of one engine plan: a plan's Execute as the backend calls it (a
+// variant pack made per call), refilling one finalized variant pack, executing with a finalized
+// pack alone (the floor), and the legacy call. -1 where the pack cannot be reused.
+void ProbeHostOverhead(CudnnBackend& backend, std::ofstream& out) {
+  const Shape tiny = {"tiny_1x1_64_7", 64, 7, 7, 64, 1, 1, 0, 1};
+  const ConvProblem p =
+      MakeProblem(tiny, ConvOp::kForward, DataType::kFloat32, Layout::kNCHW, MathMode::kDefault);
+  Buffers b = MakeBuffers(backend, p, 1, 64u << 20);
+  auto graph = ConvGraph::Build(backend.handle(), p, 1).value();
+  const std::vector<EngineCandidate> candidates = HeuristicCandidates(*graph).value();
+  for (const EngineCandidate& c : candidates) {
+    auto built = EnginePlan::Build(backend.handle(), *graph, c.config);
+    if (!built.ok()) continue;
+    EnginePlan& plan = **built;
+    const auto execute = [&] {
+      CHECK_OK(plan.Execute(backend.handle(), b.o, b.ws->data(), b.ws->size()));
+    };
+    execute();
+    CHECK_OK(backend.Synchronize());
+    const double per_create = HostUsPerCall(backend, execute);
+
+    ReusedPack vp{BackendDescriptor::Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR).value(),
+                  {const_cast<void*>(b.o.x), b.o.y, const_cast<void*>(b.o.w)},
+                  b.ws->data()};
+    const cudnnStatus_t first = vp.Fill();
+    const cudnnStatus_t again = vp.Fill();  // on a finalized descriptor
+    const cudnnStatus_t exec = cudnnBackendExecute(backend.handle(), plan.plan(), vp.pack.get());
+    const bool reusable = first == CUDNN_STATUS_SUCCESS && again == CUDNN_STATUS_SUCCESS &&
+                          exec == CUDNN_STATUS_SUCCESS;
+    CHECK_OK(backend.Synchronize());
+    const auto execute_pack = [&] {
+      CheckCudnn(cudnnBackendExecute(backend.handle(), plan.plan(), vp.pack.get()),
+                 "cudnnBackendExecute");
+    };
+    const double per_reuse = reusable ? HostUsPerCall(backend,
+                                                      [&] {
+                                                        CheckCudnn(vp.Fill(), "variant pack");
+                                                        execute_pack();
+                                                      })
+                                      : -1;
+    const double per_exec =
+        exec == CUDNN_STATUS_SUCCESS ? HostUsPerCall(backend, execute_pack) : -1;
+    const double per_legacy = HostUsPerCall(backend, [&] {
+      CHECK_OK(backend.Run(p, 1, 1, b.o, b.ws->data(), b.ws->size(), 1.f, 0.f));
+    });
+    std::printf(
+        "host us/call %s: create-per-call %.2f, refill-finalized %.2f (status first %d again %d "
+        "exec %d), execute-only %.2f, legacy %.2f\n",
+        EngineConfigKey(c.config).c_str(), per_create, per_reuse, first, again, exec, per_exec,
+        per_legacy);
+    out << nlohmann::json({{"host_overhead", true},
+                           {"config", EngineConfigKey(c.config)},
+                           {"create_per_call_us", per_create},
+                           {"refill_us", per_reuse},
+                           {"refill_status", {first, again, exec}},
+                           {"execute_only_us", per_exec},
+                           {"legacy_us", per_legacy}})
+               .dump()
+        << "\n";
+    return;
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::variant<Args, int> parsed = ParseArgs(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  const Args& args = std::get<Args>(parsed);
+  std::ofstream out(args.out_path);
+  if (!out) {
+    std::fprintf(stderr, "ucudnn-engine-probe: cannot write %s\n", args.out_path.c_str());
+    return 1;
+  }
+  auto backend = CudnnBackend::Create(0).value();
+  std::printf("cuDNN runtime %zu, GPU %s\n", cudnnGetVersion(),
+              backend->fingerprint().name.c_str());
+  const std::vector<int64_t> batches =
+      args.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 256};
+  PrintProbeHeader();
+  for (const Precision& prec : kPrecisions) {
+    for (const Shape& shape : kShapes) {
+      for (ConvOp op : kOps) {
         for (int64_t batch : batches) {
-          const ConvProblem p = MakeProblem(shape, op, prec.dt, prec.layout, prec.math);
-          Buffers b = MakeBuffers(*backend, p, batch, kWs);
-          Clock::time_point t0 = Clock::now();
-          auto graph = ConvGraph::Build(backend->handle(), p, batch);
-          if (!graph.ok()) {
-            std::printf("graph %s: %s\n", shape.name, graph.status().ToString().c_str());
-            continue;
-          }
-          auto cands = HeuristicCandidates(**graph);
-          const double heur_ms = MsSince(t0);
-          if (!cands.ok()) {
-            std::printf("heuristics %s: %s\n", shape.name, cands.status().ToString().c_str());
-            continue;
-          }
-          double build_total = 0, best = 1e30, best64 = 1e30, best8 = 1e30;
-          std::string best_name;
-          std::vector<unsigned char> ref;
-          // Legacy reference result and times.
-          double leg = 1e30, leg64 = 1e30;
-          int leg_algo = -1;
-          for (const AlgorithmInfo& a : backend->Algorithms(op)) {
-            auto ws = backend->WorkspaceSize(p, batch, a.id);
-            if (!ws.ok() || *ws > kWs) continue;
-            auto t = backend->TimeRuns(p, batch, a.id, b.o, b.ws->data(), *ws, 1, 5);
-            if (!t.ok()) continue;
-            std::vector<double> v = *t;
-            std::sort(v.begin(), v.end());
-            const double med = v[v.size() / 2];
-            if (med < leg) leg = med, leg_algo = a.id;
-            if (*ws <= (64u << 20)) leg64 = std::min(leg64, med);
-          }
-          // Legacy output as the numerical reference for the engines.
-          std::unique_ptr<BackendBuffer> refbuf;
-          const size_t oc = OutputCount(p, batch);
-          if (leg_algo >= 0) {
-            auto ws = backend->WorkspaceSize(p, batch, leg_algo).value();
-            CHECK_OK(backend->Run(p, batch, leg_algo, b.o, b.ws->data(), ws, 1.f, 0.f));
-            refbuf = backend->Allocate(oc * ElementSize(p.data_type)).value();
-            cudaMemcpy(refbuf->data(), OutputOf(p, b.o), oc * ElementSize(p.data_type),
-                       cudaMemcpyDeviceToDevice);
-          }
-          int built = 0, failed = 0;
-          double worst_err = 0;
-          for (const EngineCandidate& c : *cands) {
-            Clock::time_point tb = Clock::now();
-            auto plan = EnginePlan::Build(backend->handle(), **graph, c.config);
-            const double bms = MsSince(tb);
-            build_total += bms;
-            nlohmann::json j = {{"shape", shape.name},
-                                {"prec", prec.name},
-                                {"op", std::string(ToString(op))},
-                                {"batch", batch},
-                                {"config", EngineConfigKey(c.config)},
-                                {"sources", c.sources},
-                                {"tensor_core", c.tensor_core},
-                                {"rtc", c.runtime_compiled},
-                                {"build_ms", bms}};
-            if (!plan.ok()) {
-              ++failed;
-              j["error"] = plan.status().ToString();
-              out << j.dump() << "\n";
-              continue;
-            }
-            ++built;
-            j["workspace"] = (*plan)->workspace_bytes();
-            if ((*plan)->workspace_bytes() > kWs) {
-              j["error"] = "workspace over probe cap";
-              out << j.dump() << "\n";
-              continue;
-            }
-            auto t = TimeEngine(*backend, **plan, b, 5);
-            if (!t.ok()) {
-              j["error"] = t.status().ToString();
-              out << j.dump() << "\n";
-              continue;
-            }
-            j["ms"] = *t;
-            if (refbuf) {
-              const double err =
-                  RelativeDiff(*backend, OutputOf(p, b.o), refbuf->data(), oc, p.data_type);
-              j["rel_err_vs_legacy"] = err;
-              worst_err = std::max(worst_err, err);
-            }
-            if (*t < best) best = *t, best_name = EngineConfigKey(c.config) + "/" + c.sources;
-            if ((*plan)->workspace_bytes() <= (64u << 20)) best64 = std::min(best64, *t);
-            if ((*plan)->workspace_bytes() <= (8u << 20)) best8 = std::min(best8, *t);
-            out << j.dump() << "\n";
-          }
-          std::printf(
-              "%-24s %-10s %-10s %5ld | %4zu %7.1f %8.1f | %9.4f %9.4f %9.4f | %9.4f %9.4f | %s "
-              "(built %d, failed %d, worst err %.1e)\n",
-              shape.name, prec.name, std::string(ToString(op)).c_str(), static_cast<long>(batch),
-              cands->size(), heur_ms, build_total, best, best64, best8, leg, leg64,
-              best_name.c_str(), built, failed, worst_err);
-          std::fflush(stdout);
-          out << nlohmann::json({{"summary", true},
-                                 {"shape", shape.name},
-                                 {"prec", prec.name},
-                                 {"op", std::string(ToString(op))},
-                                 {"batch", batch},
-                                 {"candidates", cands->size()},
-                                 {"heur_ms", heur_ms},
-                                 {"build_ms", build_total},
-                                 {"engine_best", best},
-                                 {"engine_best_64MiB", best64},
-                                 {"engine_best_8MiB", best8},
-                                 {"legacy_best", leg},
-                                 {"legacy_best_64MiB", leg64},
-                                 {"best_config", best_name},
-                                 {"built", built},
-                                 {"failed", failed},
-                                 {"worst_rel_err", worst_err}})
-                     .dump()
-              << "\n";
-          // The exhaustive space for the first precision's 3x3 layer, batch 32 only.
-          if (exhaustive && prec.dt == DataType::kFloat32 && batch == batches.front() &&
-              std::string(shape.name) == "r50_3x3_256_14") {
-            Clock::time_point te = Clock::now();
-            auto all = ExhaustiveCandidates(**graph, 24);
-            double ebest = 1e30;
-            int eb = 0, et = 0;
-            std::string ename;
-            if (all.ok()) {
-              for (const EngineCandidate& c : *all) {
-                auto plan = EnginePlan::Build(backend->handle(), **graph, c.config);
-                if (!plan.ok() || (*plan)->workspace_bytes() > kWs) continue;
-                ++eb;
-                auto t = TimeEngine(*backend, **plan, b, 3);
-                if (!t.ok()) continue;
-                ++et;
-                if (*t < ebest) ebest = *t, ename = EngineConfigKey(c.config);
-              }
-            }
-            std::printf(
-                "  exhaustive: %zu configs, %d built, %d timed, best %.4f ms (%s), %.1f s "
-                "(heuristics' best %.4f)\n",
-                all.ok() ? all->size() : 0, eb, et, ebest, ename.c_str(), MsSince(te) / 1000, best);
-            out << nlohmann::json({{"exhaustive", true},
-                                   {"shape", shape.name},
-                                   {"op", std::string(ToString(op))},
-                                   {"batch", batch},
-                                   {"configs", all.ok() ? all->size() : 0},
-                                   {"built", eb},
-                                   {"timed", et},
-                                   {"best", ebest},
-                                   {"best_config", ename},
-                                   {"seconds", MsSince(te) / 1000},
-                                   {"heuristic_best", best}})
-                       .dump()
-                << "\n";
+          const Probe probe{shape, prec, MakeProblem(shape, op, prec.dt, prec.layout, prec.math),
+                            batch};
+          Buffers b = MakeBuffers(*backend, probe.problem, batch, kWorkspaceCap);
+          auto [graph, best] = ProbeOne(*backend, probe, b, out);
+          // The exhaustive space for the first precision's 3x3 layer, first batch only.
+          if (graph != nullptr && args.exhaustive && prec.dt == DataType::kFloat32 &&
+              batch == batches.front() && std::string(shape.name) == "r50_3x3_256_14") {
+            ProbeExhaustive(*backend, probe, *graph, b, best, out);
           }
         }
       }
     }
-    if (quick) break;
+    if (args.quick) break;
   }
-  // Host cost of one call: tiny problem, each call timed on the host over 2000 calls.
-  {
-    const Shape tiny = {"tiny_1x1_64_7", 64, 7, 7, 64, 1, 1, 0, 1};
-    const ConvProblem p =
-        MakeProblem(tiny, ConvOp::kForward, DataType::kFloat32, Layout::kNCHW, MathMode::kDefault);
-    Buffers b = MakeBuffers(*backend, p, 1, 64u << 20);
-    auto graph = ConvGraph::Build(backend->handle(), p, 1).value();
-    auto cands = HeuristicCandidates(*graph).value();
-    for (const EngineCandidate& c : cands) {
-      auto plan = EnginePlan::Build(backend->handle(), *graph, c.config);
-      if (!plan.ok()) continue;
-      const int n = 2000;
-      CHECK_OK((*plan)->Execute(backend->handle(), b.o, b.ws->data(), b.ws->size()));
-      CHECK_OK(backend->Synchronize());
-      Clock::time_point t = Clock::now();
-      for (int i = 0; i < n; ++i) {
-        CHECK_OK((*plan)->Execute(backend->handle(), b.o, b.ws->data(), b.ws->size()));
-      }
-      const double per_create = MsSince(t) * 1000 / n;
-      CHECK_OK(backend->Synchronize());
-      // Reuse: one variant pack, attributes set again after finalize.
-      BackendDescriptor vp =
-          BackendDescriptor::Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR).value();
-      void* ptrs[3] = {const_cast<void*>(b.o.x), b.o.y, const_cast<void*>(b.o.w)};
-      int64_t uids[3] = {'x', 'y', 'w'};
-      void* ws = b.ws->data();
-      auto fill = [&]() {
-        cudnnStatus_t s1 = cudnnBackendSetAttribute(vp.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                                    CUDNN_TYPE_INT64, 3, uids);
-        cudnnStatus_t s2 = cudnnBackendSetAttribute(vp.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                                    CUDNN_TYPE_VOID_PTR, 3, ptrs);
-        cudnnStatus_t s3 = cudnnBackendSetAttribute(vp.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                                    CUDNN_TYPE_VOID_PTR, 1, &ws);
-        cudnnStatus_t s4 = cudnnBackendFinalize(vp.get());
-        return std::max({(int)s1, (int)s2, (int)s3, (int)s4});
-      };
-      int first = fill();
-      int again = fill();  // on a finalized descriptor
-      int exec = (int)cudnnBackendExecute(backend->handle(), (*plan)->plan(), vp.get());
-      double per_reuse = -1;
-      if (first == 0 && again == 0 && exec == 0) {
-        t = Clock::now();
-        for (int i = 0; i < n; ++i) {
-          fill();
-          cudnnBackendExecute(backend->handle(), (*plan)->plan(), vp.get());
-        }
-        per_reuse = MsSince(t) * 1000 / n;
-      }
-      CHECK_OK(backend->Synchronize());
-      // Plain execute with a finalized pack (no refill): the floor.
-      t = Clock::now();
-      for (int i = 0; i < n; ++i) cudnnBackendExecute(backend->handle(), (*plan)->plan(), vp.get());
-      const double per_exec = MsSince(t) * 1000 / n;
-      CHECK_OK(backend->Synchronize());
-      // Legacy call for comparison.
-      t = Clock::now();
-      for (int i = 0; i < n; ++i) {
-        CHECK_OK(backend->Run(p, 1, 1, b.o, b.ws->data(), b.ws->size(), 1.f, 0.f));
-      }
-      const double per_legacy = MsSince(t) * 1000 / n;
-      CHECK_OK(backend->Synchronize());
-      std::printf(
-          "host us/call %s: create-per-call %.2f, refill-finalized %.2f (status first %d "
-          "again %d exec %d), execute-only %.2f, legacy %.2f\n",
-          EngineConfigKey(c.config).c_str(), per_create, per_reuse, first, again, exec, per_exec,
-          per_legacy);
-      out << nlohmann::json({{"host_overhead", true},
-                             {"config", EngineConfigKey(c.config)},
-                             {"create_per_call_us", per_create},
-                             {"refill_us", per_reuse},
-                             {"refill_status", {first, again, exec}},
-                             {"execute_only_us", per_exec},
-                             {"legacy_us", per_legacy}})
-                 .dump()
-          << "\n";
-      break;
-    }
-  }
+  ProbeHostOverhead(*backend, out);
   return 0;
 }
 

@@ -12,7 +12,7 @@ pkg_check_modules(PQXX REQUIRED IMPORTED_TARGET libpqxx)
 pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(httplib QUIET)
-find_package(nlohmann_json REQUIRED)  # the CLI's --json
+find_package(nlohmann_json REQUIRED)  # every JSON the binaries write
 
 # ---- CUDA + cuDNN (optional) ------------------------------------------------------------------
 if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)

@@ -7,20 +7,22 @@
 //       --offline-timings data/h100/h100-cudnn91400-resnet50-fp32-nchw.csv
 //   ucudnn-example-train-step --server planner:7000 --json
 //   ucudnn-example-train-step --backend cpu --network alexnet --batch 2 --measure
+//   ucudnn-example-train-step --help                           # every flag
 //
 // Plans come from --server (a planner server), or from a planner run inside this process over
 // --offline-timings files or over timings it measures itself (--measure). Without any of them
 // the library only falls back (the predicted time is then absent).
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "train_step_engine.h"
@@ -61,6 +63,7 @@ struct Options {
   std::string dtype, layout, math;  // as ParseNetworkPrecision reads them
   NetworkPrecision precision;
   std::string policy = "power_of_two";
+  BatchPolicy batch_policy = BatchPolicy::kPowerOfTwo;
   std::string algorithms = "all";  // the candidates plans may use: all, legacy, engines
   std::string server;
   std::vector<std::string> offline_timings;
@@ -75,117 +78,119 @@ struct Options {
   bool json = false;
 };
 
-const char kUsage[] = R"(usage: ucudnn-example-train-step [options]
-  --backend cudnn|cpu        convolution backend (default cudnn; cpu runs the library's session)
-  --network NAME             alexnet, resnet50, ... (default resnet50)
-  --batch N                  mini-batch (default 256)
-  --limits-mib A,B,...       per-kernel workspace limits in MiB (default 8,64,256)
-  --total-budget-mib N       total workspace budget in MiB, 0 for none (default 1024)
-  --total-mode MODE          total (= total_shared, default: kernels run one after another in
-                             one workspace) or total_sum (each kernel its own slice; ILP)
-  --dtype fp32|fp16|bf16     data type of the network's tensors (default fp32; compute fp32)
-  --layout nchw|nhwc         default nchw for fp32, nhwc for fp16 and bf16
-  --math MODE                default, tensor_op, tensor_op_allow_conversion, fma (default:
-                             default for fp32, tensor_op for fp16 and bf16)
-  --policy P                 undivided, power_of_two (default) or all
-  --algorithms A             candidates of the plans: all (default), legacy, engines
-  --server HOST:PORT         planner server to get plans from
-  --offline-timings FILE     timing CSV to plan from in this process (repeatable)
-  --measure                  measure every algorithm and micro-batch here, then plan from that
-  --measure-runs N           timed runs per measurement (default 3; warm-up: --measure-warmup)
-  --steps N                  timed steps per configuration (default 3; warm-up: --warmup, 1)
-  --plan-wait-s S            how long to wait for plans before timing (default 60)
-  --find-baseline            cuDNN baseline by cudnnFind (measured) instead of the heuristics
-  --per-kernel               also time each distinct kernel alone (cuDNN) and list the kernels
-  --json                     one JSON object on stdout instead of the table
-)";
+void AddNetworkFlags(CLI::App& app, Options& o) {
+  app.add_option("--backend", o.backend,
+                 "convolution backend: cudnn, or cpu (runs the library's session)")
+      ->check(CLI::IsMember({"cudnn", "cpu"}))
+      ->capture_default_str();
+  app.add_option("--network", o.network, "alexnet, resnet50, ...")->capture_default_str();
+  app.add_option("--batch", o.batch, "mini-batch")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch))
+      ->capture_default_str();
+  app.add_option("--dtype", o.dtype,
+                 "data type of the network's tensors: fp32 (default), fp16 or bf16; compute fp32");
+  app.add_option("--layout", o.layout, "nchw or nhwc (default nchw for fp32, nhwc for fp16, bf16)");
+  app.add_option("--math", o.math,
+                 "default, tensor_op, tensor_op_allow_conversion or fma (default: default for "
+                 "fp32, tensor_op for fp16 and bf16)");
+}
 
-Result<Options> ParseOptions(int argc, char** argv) {
-  Options o;
-  auto need = [&](int& i) -> Result<std::string> {
-    if (i + 1 >= argc) return InvalidArgument(std::string(argv[i]) + ": needs a value");
-    return std::string(argv[++i]);
-  };
-  auto to_int = [](const std::string& flag, const std::string& s) -> Result<int64_t> {
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end != '\0' || v < 0) {
-      return InvalidArgument(flag + ": expected a non-negative integer, got '" + s + "'");
-    }
-    return static_cast<int64_t>(v);
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (flag == "--json") {
-      o.json = true;
-    } else if (flag == "--measure") {
-      o.measure = true;
-    } else if (flag == "--find-baseline") {
-      o.find_baseline = true;
-    } else if (flag == "--per-kernel") {
-      o.per_kernel = true;
-    } else if (flag == "--backend") {
-      UCUDNN_ASSIGN_OR_RETURN(o.backend, need(i));
-    } else if (flag == "--network") {
-      UCUDNN_ASSIGN_OR_RETURN(o.network, need(i));
-    } else if (flag == "--server") {
-      UCUDNN_ASSIGN_OR_RETURN(o.server, need(i));
-    } else if (flag == "--policy") {
-      UCUDNN_ASSIGN_OR_RETURN(o.policy, need(i));
-    } else if (flag == "--algorithms") {
-      UCUDNN_ASSIGN_OR_RETURN(o.algorithms, need(i));
-      UCUDNN_RETURN_IF_ERROR(ParseAlgorithmSpace(o.algorithms).status());
-    } else if (flag == "--total-mode") {
-      UCUDNN_ASSIGN_OR_RETURN(o.total_mode, need(i));
-    } else if (flag == "--dtype") {
-      UCUDNN_ASSIGN_OR_RETURN(o.dtype, need(i));
-    } else if (flag == "--layout") {
-      UCUDNN_ASSIGN_OR_RETURN(o.layout, need(i));
-    } else if (flag == "--math") {
-      UCUDNN_ASSIGN_OR_RETURN(o.math, need(i));
-    } else if (flag == "--offline-timings") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string path, need(i));
-      o.offline_timings.push_back(path);
-    } else if (flag == "--limits-mib") {
-      UCUDNN_ASSIGN_OR_RETURN(std::string list, need(i));
-      o.limits_mib.clear();
-      std::stringstream in(list);
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        UCUDNN_ASSIGN_OR_RETURN(int64_t v, to_int(flag, item));
-        o.limits_mib.push_back(static_cast<uint64_t>(v));
-      }
-    } else {
-      UCUDNN_ASSIGN_OR_RETURN(std::string value, need(i));
-      UCUDNN_ASSIGN_OR_RETURN(int64_t v, to_int(flag, value));
-      if (flag == "--batch") {
-        o.batch = v;
-      } else if (flag == "--total-budget-mib") {
-        o.total_budget_mib = static_cast<uint64_t>(v);
-      } else if (flag == "--measure-runs") {
-        o.measure_runs = static_cast<int>(std::max<int64_t>(1, v));
-      } else if (flag == "--measure-warmup") {
-        o.measure_warmup = static_cast<int>(v);
-      } else if (flag == "--steps") {
-        o.steps = static_cast<int>(std::max<int64_t>(1, v));
-      } else if (flag == "--warmup") {
-        o.warmup = static_cast<int>(v);
-      } else if (flag == "--plan-wait-s") {
-        o.plan_wait_s = v;
-      } else {
-        return InvalidArgument("unknown option " + flag + "\n" + kUsage);
-      }
-    }
-  }
+// Workspace sizes in MiB up to 1 PiB: their byte counts stay far from overflowing.
+constexpr uint64_t kMaxMib = uint64_t{1} << 30;
+
+void AddWorkspaceFlags(CLI::App& app, Options& o) {
+  app.add_option("--limits-mib", o.limits_mib, "per-kernel workspace limits in MiB, A,B,...")
+      ->delimiter(',')
+      ->check(CLI::Range(uint64_t{0}, kMaxMib))
+      ->capture_default_str();
+  app.add_option("--total-budget-mib", o.total_budget_mib,
+                 "total workspace budget in MiB, 0 for none")
+      ->check(CLI::Range(uint64_t{0}, kMaxMib))
+      ->capture_default_str();
+  app.add_option("--total-mode", o.total_mode,
+                 "total (= total_shared: kernels run one after another in one workspace) or "
+                 "total_sum (each kernel its own slice; ILP)")
+      ->capture_default_str();
+  app.add_option("--policy", o.policy, "micro-batch sizes: undivided, power_of_two or all")
+      ->capture_default_str();
+  app.add_option("--algorithms", o.algorithms, "candidates of the plans: all, legacy, engines")
+      ->capture_default_str();
+}
+
+void AddPlanSourceFlags(CLI::App& app, Options& o) {
+  app.add_option("--server", o.server, "planner server (HOST:PORT) to get plans from");
+  app.add_option("--offline-timings", o.offline_timings,
+                 "timing CSV to plan from in this process (repeatable)");
+  app.add_flag("--measure", o.measure,
+               "measure every algorithm and micro-batch here, then plan from that");
+  app.add_option("--measure-runs", o.measure_runs, "timed runs per measurement (0 counts as 1)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  app.add_option("--measure-warmup", o.measure_warmup, "untimed runs per measurement")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app.add_option("--plan-wait-s", o.plan_wait_s, "how long to wait for plans before timing")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}))
+      ->capture_default_str();
+}
+
+void AddTimingFlags(CLI::App& app, Options& o) {
+  app.add_option("--steps", o.steps, "timed steps per configuration (0 counts as 1)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps per configuration")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app.add_flag("--find-baseline", o.find_baseline,
+               "cuDNN baseline by cudnnFind (measured) instead of the heuristics");
+  app.add_flag("--per-kernel", o.per_kernel,
+               "also time each distinct kernel alone (cuDNN) and list the kernels");
+  app.add_flag("--json", o.json, "one JSON object on stdout instead of the table");
+}
+
+// The flags' words the core reads (policy, candidates, total mode, precision).
+Status ParseWords(Options& o) {
+  Result<BatchPolicy> policy = ParseBatchPolicy(o.policy);
+  if (!policy.ok()) return InvalidArgument("--policy: " + policy.status().message());
+  o.batch_policy = *policy;
+  UCUDNN_RETURN_IF_ERROR(ParseAlgorithmSpace(o.algorithms).status());
   UCUDNN_ASSIGN_OR_RETURN(o.total_workspace_mode,
                           ParseWorkspaceModeChoice("--total-mode", o.total_mode));
   if (o.total_workspace_mode == WorkspaceMode::kPerKernel) {
     return InvalidArgument("--total-mode: expected total, total_shared or total_sum");
   }
   UCUDNN_ASSIGN_OR_RETURN(o.precision, ParseNetworkPrecision(o.dtype, o.layout, o.math));
+  return Status::Ok();
+}
+
+// The parsed flags, or the exit status: 0 after --help, 2 for bad flags.
+std::variant<Options, int> ParseOptions(int argc, char** argv) {
+  Options o;
+  CLI::App app(
+      "ucudnn-example-train-step: the convolutions of one training step of a network, timed "
+      "without the library and with it, for per-kernel workspace limits and one total budget, "
+      "beside the plan's predicted time. Plans come from --server, or from a planner in this "
+      "process over --offline-timings or over timings it measures (--measure); without any, the "
+      "library only falls back.",
+      "ucudnn-example-train-step");
+  app.footer(
+      "Environment: UCUDNN_LOG_LEVEL sets the library's log level (default info; the example's "
+      "own is warn).");
+  AddNetworkFlags(app, o);
+  AddWorkspaceFlags(app, o);
+  AddPlanSourceFlags(app, o);
+  AddTimingFlags(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  o.measure_runs = std::max(1, o.measure_runs);
+  o.steps = std::max(1, o.steps);
+  if (Status words = ParseWords(o); !words.ok()) {
+    std::fprintf(stderr, "%s\n", words.message().c_str());
+    return 2;
+  }
   return o;
 }
 
@@ -329,22 +334,9 @@ void Predict(const std::vector<Kernel>& step, ConfigResult* result) {
   if (complete && undivided_known) result->predicted_undivided_ms = undivided;
 }
 
-std::string JsonNumber(std::optional<double> v) {
-  if (!v) return "null";
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.4f", *v);
-  return buffer;
-}
+using Json = nlohmann::ordered_json;
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out + "\"";
-}
+Json NumberOrNull(std::optional<double> v) { return v ? Json(*v) : Json(nullptr); }
 
 std::optional<double> Lookup(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
@@ -371,68 +363,64 @@ std::string Segments(const KernelReport& k) {
   return text.empty() ? "-" : text;
 }
 
-std::string KernelJson(const KernelReport& k, const ConfigResult& r) {
+Json KernelJson(const KernelReport& k, const ConfigResult& r) {
   const std::string key = k.problem + "@" + std::to_string(k.mini_batch);
-  return "{\"name\": " + JsonString(k.name) +
-         ", \"state\": " + JsonString(std::string(ToString(k.state))) +
-         ", \"segments\": " + JsonString(Segments(k)) +
-         ", \"workspace_bytes\": " + std::to_string(k.plan_workspace_bytes) +
-         ", \"predicted_ms\": " + JsonNumber(k.predicted_ms) +
-         ", \"predicted_undivided_ms\": " + JsonNumber(k.undivided_ms) +
-         ", \"with_library_ms\": " + JsonNumber(Lookup(r.library.timing.kernel_ms, key)) +
-         ", \"without_library_ms\": " + JsonNumber(Lookup(r.baseline.kernel_ms, key)) + "}";
+  return {{"name", k.name},
+          {"state", ToString(k.state)},
+          {"segments", Segments(k)},
+          {"workspace_bytes", k.plan_workspace_bytes},
+          {"predicted_ms", k.predicted_ms},
+          {"predicted_undivided_ms", k.undivided_ms},
+          {"with_library_ms", NumberOrNull(Lookup(r.library.timing.kernel_ms, key))},
+          {"without_library_ms", NumberOrNull(Lookup(r.baseline.kernel_ms, key))}};
+}
+
+std::optional<double> Speedup(const ConfigResult& r) {
+  if (r.library.timing.ms_per_step <= 0) return std::nullopt;
+  return r.baseline.ms_per_step / r.library.timing.ms_per_step;
+}
+
+Json ResultJson(const ConfigResult& r, bool per_kernel) {
+  Json json = {{"workspace_mode", r.mode},
+               {"workspace_bytes", r.workspace_bytes},
+               {"without_library_ms", r.baseline.ms_per_step},
+               {"with_library_ms", r.library.timing.ms_per_step},
+               {"predicted_ms", NumberOrNull(r.predicted_ms)},
+               {"predicted_undivided_ms", NumberOrNull(r.predicted_undivided_ms)},
+               {"speedup", NumberOrNull(Speedup(r))},
+               {"planned_kernels", r.planned_kernels},
+               {"distinct_kernels", r.distinct_kernels},
+               {"planned_calls", r.library.stats.planned_calls},
+               {"fallback_calls", r.library.stats.fallback_calls}};
+  if (per_kernel) {
+    Json kernels = Json::array();
+    for (const KernelReport& k : r.library.kernels) kernels.push_back(KernelJson(k, r));
+    json["kernels"] = std::move(kernels);
+  }
+  return json;
 }
 
 void PrintJson(const Options& o, const DeviceFingerprint& device, size_t step_kernels,
                const std::string& plans_from, const std::vector<ConfigResult>& results) {
-  std::string out = "{\n";
-  out += "  \"network\": " + JsonString(o.network) + ",\n";
-  out += "  \"mini_batch\": " + std::to_string(o.batch) + ",\n";
-  out += "  \"dtype\": " + JsonString(std::string(ToString(o.precision.data_type))) + ",\n";
-  out += "  \"layout\": " + JsonString(std::string(ToString(o.precision.layout))) + ",\n";
-  out += "  \"math\": " + JsonString(std::string(ToString(o.precision.math))) + ",\n";
-  out += "  \"backend\": " + JsonString(o.backend) + ",\n";
-  out += "  \"device\": " + JsonString(device.name) + ",\n";
-  out += "  \"cudnn_version\": " + std::to_string(device.cudnn_version) + ",\n";
-  out += "  \"policy\": " + JsonString(o.policy) + ",\n";
-  out += "  \"algorithms\": " + JsonString(o.algorithms) + ",\n";
-  out += "  \"plans_from\": " + JsonString(plans_from) + ",\n";
-  out += "  \"kernels_per_step\": " + std::to_string(step_kernels) + ",\n";
-  out += "  \"baseline\": " +
-         JsonString(o.backend == "cpu" ? "workspace_rule"
-                    : o.find_baseline  ? "cudnn_find"
-                                       : "heuristic") +
-         ",\n";
-  out += "  \"results\": [\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const ConfigResult& r = results[i];
-    out += "    {\"workspace_mode\": " + JsonString(r.mode) +
-           ", \"workspace_bytes\": " + std::to_string(r.workspace_bytes) +
-           ", \"without_library_ms\": " + JsonNumber(r.baseline.ms_per_step) +
-           ", \"with_library_ms\": " + JsonNumber(r.library.timing.ms_per_step) +
-           ", \"predicted_ms\": " + JsonNumber(r.predicted_ms) +
-           ", \"predicted_undivided_ms\": " + JsonNumber(r.predicted_undivided_ms) +
-           ", \"speedup\": " +
-           JsonNumber(
-               r.library.timing.ms_per_step > 0
-                   ? std::optional<double>(r.baseline.ms_per_step / r.library.timing.ms_per_step)
-                   : std::nullopt) +
-           ", \"planned_kernels\": " + std::to_string(r.planned_kernels) +
-           ", \"distinct_kernels\": " + std::to_string(r.distinct_kernels) +
-           ", \"planned_calls\": " + std::to_string(r.library.stats.planned_calls) +
-           ", \"fallback_calls\": " + std::to_string(r.library.stats.fallback_calls);
-    if (o.per_kernel) {
-      out += ", \"kernels\": [";
-      for (size_t j = 0; j < r.library.kernels.size(); ++j) {
-        const KernelReport& k = r.library.kernels[j];
-        out += std::string(j > 0 ? ", " : "") + "\n      " + KernelJson(k, r);
-      }
-      out += "]";
-    }
-    out += std::string("}") + (i + 1 < results.size() ? ",\n" : "\n");
-  }
-  out += "  ]\n}\n";
-  std::fputs(out.c_str(), stdout);
+  Json results_json = Json::array();
+  for (const ConfigResult& r : results) results_json.push_back(ResultJson(r, o.per_kernel));
+  const Json report = {{"network", o.network},
+                       {"mini_batch", o.batch},
+                       {"dtype", ToString(o.precision.data_type)},
+                       {"layout", ToString(o.precision.layout)},
+                       {"math", ToString(o.precision.math)},
+                       {"backend", o.backend},
+                       {"device", device.name},
+                       {"cudnn_version", device.cudnn_version},
+                       {"policy", o.policy},
+                       {"algorithms", o.algorithms},
+                       {"plans_from", plans_from},
+                       {"kernels_per_step", step_kernels},
+                       {"baseline", o.backend == "cpu" ? "workspace_rule"
+                                    : o.find_baseline  ? "cudnn_find"
+                                                       : "heuristic"},
+                       {"results", std::move(results_json)}};
+  std::printf("%s\n", report.dump(2).c_str());
 }
 
 void PrintTable(const Options& o, const DeviceFingerprint& device, size_t step_kernels,
@@ -453,13 +441,11 @@ void PrintTable(const Options& o, const DeviceFingerprint& device, size_t step_k
   for (const ConfigResult& r : results) {
     const std::string label =
         (r.mode == "per_kernel" ? "per kernel " : r.mode + " ") + FormatBytes(r.workspace_bytes);
-    const double speedup = r.library.timing.ms_per_step > 0
-                               ? r.baseline.ms_per_step / r.library.timing.ms_per_step
-                               : 0;
+    char predicted[32] = "-";
+    if (r.predicted_ms) std::snprintf(predicted, sizeof(predicted), "%.4f", *r.predicted_ms);
     std::printf("%-24s %14.2f %14.2f %14s %8.2fx %4zu/%-4zu %11llu\n", label.c_str(),
-                r.baseline.ms_per_step, r.library.timing.ms_per_step,
-                r.predicted_ms ? JsonNumber(r.predicted_ms).c_str() : "-", speedup,
-                r.planned_kernels, r.distinct_kernels,
+                r.baseline.ms_per_step, r.library.timing.ms_per_step, predicted,
+                Speedup(r).value_or(0), r.planned_kernels, r.distinct_kernels,
                 static_cast<unsigned long long>(r.library.stats.fallback_calls));
   }
   if (!o.per_kernel) return;
@@ -493,136 +479,145 @@ std::vector<Kernel> TrainingOrder(const std::vector<Kernel>& network) {
   return step;
 }
 
-int Main(int argc, char** argv) {
-  LogToStderr("ucudnn-example-train-step");  // stdout is for the table or --json
-  spdlog::set_level(spdlog::level::warn);
-  Result<Options> parsed = ParseOptions(argc, argv);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "%s\n", parsed.status().message().c_str());
-    return 2;
-  }
-  const Options& o = *parsed;
-  Result<BatchPolicy> policy = ParseBatchPolicy(o.policy);
-  if (!policy.ok()) {
-    std::fprintf(stderr, "--policy: %s\n", policy.status().message().c_str());
-    return 2;
-  }
-  Result<std::vector<Kernel>> network = NetworkKernels(o.network, o.batch, o.precision);
-  if (!network.ok()) {
-    std::fprintf(stderr, "%s\n", network.status().ToString().c_str());
-    return 2;
-  }
-  const std::vector<Kernel> step = TrainingOrder(*network);
-
+Result<std::unique_ptr<StepEngine>> MakeEngine(const Options& o, const std::vector<Kernel>& step) {
   EngineOptions engine_options;
   engine_options.step = step;
   engine_options.warmup_steps = o.warmup;
   engine_options.timed_steps = o.steps;
   engine_options.find_baseline = o.find_baseline;
   engine_options.per_kernel = o.per_kernel;
-  Result<std::unique_ptr<StepEngine>> engine =
-      o.backend == "cpu" ? MakeCpuEngine(engine_options)
-      : o.backend == "cudnn"
-          ? MakeCudnnEngine(engine_options)
-          : Result<std::unique_ptr<StepEngine>>(InvalidArgument("--backend: cudnn or cpu"));
-  if (!engine.ok()) {
-    std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
-    return 1;
-  }
+  if (o.backend == "cpu") return MakeCpuEngine(engine_options);
+  return MakeCudnnEngine(engine_options);  // --backend is cudnn or cpu
+}
 
-  // Where plans come from.
-  std::string server = o.server;
-  std::string plans_from = server.empty() ? "none (fallback only)" : "server " + server;
+// Where plans come from: --server, or a planner in this process over the offline timings and
+// those measured here.
+struct PlanSource {
+  std::string server;
+  std::string description;
   std::unique_ptr<LocalPlanner> local;
-  if (server.empty() && (o.measure || !o.offline_timings.empty())) {
-    TimingTables tables;
-    for (const std::string& path : o.offline_timings) {
-      Result<TimingTables> file = ReadTimingCsvFile(path);
-      if (!file.ok()) {
-        std::fprintf(stderr, "%s\n", file.status().ToString().c_str());
-        return 1;
-      }
-      tables.merge(*file);
-    }
-    if (o.measure) {
-      uint64_t max_workspace = o.total_budget_mib << 20;
-      for (uint64_t l : o.limits_mib) max_workspace = std::max(max_workspace, l << 20);
-      Result<TimingTables> measured =
-          MeasureTimings(o, UniqueKernels(step), *policy, max_workspace);
-      if (!measured.ok()) {
-        std::fprintf(stderr, "measuring: %s\n", measured.status().ToString().c_str());
-        return 1;
-      }
-      tables.merge(*measured);
-    }
-    local = std::make_unique<LocalPlanner>(std::move(tables));
-    if (Status started = local->Start(); !started.ok()) {
-      std::fprintf(stderr, "%s\n", started.ToString().c_str());
-      return 1;
-    }
-    server = local->address();
-    plans_from = o.measure ? "timings measured here, planned in process"
-                           : "offline timings, planned in process";
-  }
+};
 
+Result<PlanSource> StartPlanSource(const Options& o, const std::vector<Kernel>& step) {
+  PlanSource source;
+  source.server = o.server;
+  source.description = o.server.empty() ? "none (fallback only)" : "server " + o.server;
+  if (!o.server.empty() || (!o.measure && o.offline_timings.empty())) return source;
+  TimingTables tables;
+  for (const std::string& path : o.offline_timings) {
+    UCUDNN_ASSIGN_OR_RETURN(TimingTables file, ReadTimingCsvFile(path));
+    tables.merge(file);
+  }
+  if (o.measure) {
+    uint64_t max_workspace = o.total_budget_mib << 20;
+    for (uint64_t l : o.limits_mib) max_workspace = std::max(max_workspace, l << 20);
+    Result<TimingTables> measured =
+        MeasureTimings(o, UniqueKernels(step), o.batch_policy, max_workspace);
+    if (!measured.ok()) return measured.status().WithContext("measuring");
+    tables.merge(*measured);
+  }
+  source.local = std::make_unique<LocalPlanner>(std::move(tables));
+  UCUDNN_RETURN_IF_ERROR(source.local->Start());
+  source.server = source.local->address();
+  source.description = o.measure ? "timings measured here, planned in process"
+                                 : "offline timings, planned in process";
+  return source;
+}
+
+// The workspace configurations to time: each per-kernel limit, then the total budget.
+std::vector<std::pair<ClientConfig::WorkspaceMode, uint64_t>> WorkspaceConfigs(const Options& o) {
   std::vector<std::pair<ClientConfig::WorkspaceMode, uint64_t>> configs;
-  for (uint64_t mib : o.limits_mib)
+  for (uint64_t mib : o.limits_mib) {
     configs.emplace_back(ClientConfig::WorkspaceMode::kPerKernel, mib << 20);
+  }
   if (o.total_budget_mib > 0) {
     configs.emplace_back(o.total_workspace_mode == WorkspaceMode::kTotalSum
                              ? ClientConfig::WorkspaceMode::kTotalSum
                              : ClientConfig::WorkspaceMode::kTotalShared,
                          o.total_budget_mib << 20);
   }
+  return configs;
+}
 
+ClientConfig LibraryConfig(const Options& o, const std::string& server,
+                           ClientConfig::WorkspaceMode mode, uint64_t bytes) {
+  ClientConfig config;
+  config.server = server;
+  config.workspace_mode = mode;
+  config.workspace_bytes = bytes;
+  config.algorithms = o.algorithms == "legacy"    ? ClientConfig::Algorithms::kLegacy
+                      : o.algorithms == "engines" ? ClientConfig::Algorithms::kEngines
+                                                  : ClientConfig::Algorithms::kAll;
+  config.policy = o.policy == "all"         ? ClientConfig::BatchPolicy::kAll
+                  : o.policy == "undivided" ? ClientConfig::BatchPolicy::kUndivided
+                                            : ClientConfig::BatchPolicy::kPowerOfTwo;
+  config.deadline_ms = 120000;  // local planning of a whole network can take seconds (ILP)
+  config.collect_quiet_ms = 1000;
+  return config;
+}
+
+// One workspace configuration timed without the library and with it, beside the prediction.
+Result<ConfigResult> TimeConfig(StepEngine& engine, const Options& o,
+                                const std::vector<Kernel>& step, const std::string& server,
+                                ClientConfig::WorkspaceMode mode, uint64_t bytes) {
+  ConfigResult r;
+  r.mode = std::string(ToString(mode));
+  r.workspace_bytes = bytes;
+  const std::string label = r.mode + " " + FormatBytes(bytes);
+  // Without the library, a total budget is one workspace the framework reuses for every call.
+  Result<StepTiming> baseline = engine.TimeWithoutLibrary(bytes);
+  if (!baseline.ok()) return baseline.status().WithContext(label + " without the library");
+  r.baseline = *baseline;
+  Result<LibraryRun> library =
+      engine.TimeWithLibrary(LibraryConfig(o, server, mode, bytes), o.plan_wait_s * 1000);
+  if (!library.ok()) return library.status().WithContext(label + " with the library");
+  r.library = std::move(*library);
+  // The drop-in handle sees descriptors, not names: label its kernels with the network's.
   std::map<std::string, std::string> names;
   for (const Kernel& k : step) names.emplace(KernelKey(k.problem, k.mini_batch), k.name);
-
-  std::vector<ConfigResult> results;
-  for (const auto& [mode, bytes] : configs) {
-    ConfigResult r;
-    r.mode = std::string(ToString(mode));
-    r.workspace_bytes = bytes;
-    // Without the library, a total budget is one workspace the framework reuses for every call.
-    Result<StepTiming> baseline = (*engine)->TimeWithoutLibrary(bytes);
-    if (!baseline.ok()) {
-      std::fprintf(stderr, "%s %s without the library: %s\n", r.mode.c_str(),
-                   FormatBytes(bytes).c_str(), baseline.status().ToString().c_str());
-      return 1;
-    }
-    r.baseline = *baseline;
-    ClientConfig config;
-    config.server = server;
-    config.workspace_mode = mode;
-    config.workspace_bytes = bytes;
-    config.algorithms = o.algorithms == "legacy"    ? ClientConfig::Algorithms::kLegacy
-                        : o.algorithms == "engines" ? ClientConfig::Algorithms::kEngines
-                                                    : ClientConfig::Algorithms::kAll;
-    config.policy = o.policy == "all"         ? ClientConfig::BatchPolicy::kAll
-                    : o.policy == "undivided" ? ClientConfig::BatchPolicy::kUndivided
-                                              : ClientConfig::BatchPolicy::kPowerOfTwo;
-    config.deadline_ms = 120000;  // local planning of a whole network can take seconds (ILP)
-    config.collect_quiet_ms = 1000;
-    Result<LibraryRun> library = (*engine)->TimeWithLibrary(config, o.plan_wait_s * 1000);
-    if (!library.ok()) {
-      std::fprintf(stderr, "%s %s with the library: %s\n", r.mode.c_str(),
-                   FormatBytes(bytes).c_str(), library.status().ToString().c_str());
-      return 1;
-    }
-    r.library = std::move(*library);
-    // The drop-in handle sees descriptors, not names: label its kernels with the network's.
-    for (KernelReport& k : r.library.kernels) {
-      auto it = names.find(k.problem + "@" + std::to_string(k.mini_batch));
-      if (it != names.end()) k.name = it->second;
-    }
-    Predict(step, &r);
-    results.push_back(std::move(r));
+  for (KernelReport& k : r.library.kernels) {
+    auto it = names.find(k.problem + "@" + std::to_string(k.mini_batch));
+    if (it != names.end()) k.name = it->second;
   }
+  Predict(step, &r);
+  return r;
+}
 
+int Main(int argc, char** argv) {
+  LogToStderr("ucudnn-example-train-step");  // stdout is for the table or --json
+  spdlog::set_level(spdlog::level::warn);
+  std::variant<Options, int> parsed = ParseOptions(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  const Options& o = std::get<Options>(parsed);
+  Result<std::vector<Kernel>> network = NetworkKernels(o.network, o.batch, o.precision);
+  if (!network.ok()) {
+    std::fprintf(stderr, "%s\n", network.status().ToString().c_str());
+    return 2;
+  }
+  const std::vector<Kernel> step = TrainingOrder(*network);
+  Result<std::unique_ptr<StepEngine>> engine = MakeEngine(o, step);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  Result<PlanSource> plans = StartPlanSource(o, step);
+  if (!plans.ok()) {
+    std::fprintf(stderr, "%s\n", plans.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<ConfigResult> results;
+  for (const auto& [mode, bytes] : WorkspaceConfigs(o)) {
+    Result<ConfigResult> result = TimeConfig(**engine, o, step, plans->server, mode, bytes);
+    if (!result.ok()) {
+      std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
+      return 1;
+    }
+    results.push_back(std::move(*result));
+  }
   if (o.json) {
-    PrintJson(o, (*engine)->fingerprint(), step.size(), plans_from, results);
+    PrintJson(o, (*engine)->fingerprint(), step.size(), plans->description, results);
   } else {
-    PrintTable(o, (*engine)->fingerprint(), step.size(), plans_from, results);
+    PrintTable(o, (*engine)->fingerprint(), step.size(), plans->description, results);
   }
   return 0;
 }

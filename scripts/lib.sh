@@ -7,7 +7,7 @@ UCUDNN_DEBIAN_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libpqxx-dev coinor-libcbc-dev libspdlog-dev libopenblas-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
   postgresql postgresql-contrib
   clang libclang-rt-14-dev
@@ -83,12 +83,18 @@ ucudnn_buf() {
   fi
 }
 
-# Configures (preset "default": Ninja, build/) and builds everything.
+# Configures build/ with a preset ("default": Ninja, RelWithDebInfo; "ci": the same with warnings
+# as errors) and builds everything. A build/ configured already is built as it is, its options
+# kept: a user's own configuration (generator, build type, warnings) keeps working.
 ucudnn_build() {
-  local root="$1"
+  local root="$1" preset="${2:-default}"
   cd "$root" || return 1
+  local werror='^CMAKE_COMPILE_WARNING_AS_ERROR:[A-Z]*=ON$'
   if [ ! -f build/CMakeCache.txt ]; then
-    cmake --preset default
+    cmake --preset "$preset"
+  elif [ "$preset" = ci ] && ! grep -Eq "$werror" build/CMakeCache.txt; then
+    ucudnn_log "build/ is configured already, without warnings as errors (CI configures a fresh" \
+      "build/ with 'cmake --preset ci'; run that to have them here too)"
   fi
   cmake --build build -j "$(nproc)"
 }

@@ -68,3 +68,15 @@ set_tests_properties(peer_bench_args_and_table PROPERTIES LABELS unit TIMEOUT 12
 add_test(NAME install_tree_components
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/install_tree_test.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(install_tree_components PROPERTIES LABELS unit TIMEOUT 300)
+
+# Every binary's --help lists every flag, with help text, and its environment variables: one test
+# per binary, against the lists in tools/help_test.py (a flag added without them fails).
+foreach(binary ucudnn ucudnn-worker ucudnn-bench-engine ucudnn-bench-planner ucudnn-engine-probe
+        ucudnn-example-train-step)
+  if(TARGET ${binary})
+    add_test(NAME help_${binary}
+             COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/help_test.py
+                     $<TARGET_FILE:${binary}>)
+    set_tests_properties(help_${binary} PROPERTIES LABELS unit TIMEOUT 120)
+  endif()
+endforeach()

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "ucudnn/core/text.h"
@@ -50,7 +51,132 @@ constexpr const char* kFooter =
     "problem measured, or stopped by a signal), 1 when the worker cannot run (no device,\n"
     "database schema refused), stopped with a GPU lost, or an offline run left problems\n"
     "unmeasured by failures (logged, and named in the file's header), 2 for bad flags.\n"
-    "Environment variables are read when the matching flag is absent.";
+    "Environment variables are read when the matching flag is absent. NVIDIA_TF32_OVERRIDE=0\n"
+    "(read by cuDNN) would make default-math fp32 timings strict fp32: the worker warns.";
+
+void AddDeviceFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
+  app.add_option("--database-url", o.database_url,
+                 "PostgreSQL URL or libpq connection string (add connect_timeout=N to bound "
+                 "connects to unreachable hosts)")
+      ->envname("UCUDNN_DATABASE_URL")
+      ->group("Database");
+
+  app.add_option("--backend", o.backend,
+                 "auto: cudnn when a GPU is visible, otherwise refuse; cudnn; cpu: the CPU "
+                 "reference backend (its timings are CPU timings, stored under a cpu fingerprint)")
+      ->envname("UCUDNN_WORKER_BACKEND")
+      ->check(CLI::IsMember({"auto", "cudnn", "cpu"}))
+      ->group("Devices");
+  app.add_option("--gpus", raw.gpus,
+                 "comma-separated GPU indices to benchmark on (default: every visible GPU)")
+      ->envname("UCUDNN_WORKER_GPUS")
+      ->group("Devices");
+}
+
+void AddQueueFlags(CLI::App& app, WorkerOptions& o) {
+  app.add_option("--lease-seconds", o.lease_seconds,
+                 "job lease; renewed every third of it while benchmarking. A killed worker's job "
+                 "is claimed again once its lease expired")
+      ->envname("UCUDNN_WORKER_LEASE_SECONDS")
+      ->group("Queue");
+  app.add_option("--heartbeat-seconds", o.heartbeat_seconds, "worker heartbeat period")
+      ->envname("UCUDNN_WORKER_HEARTBEAT_SECONDS")
+      ->group("Queue");
+  app.add_option("--poll-seconds", o.poll_seconds, "wait between claims while the queue is empty")
+      ->envname("UCUDNN_WORKER_POLL_SECONDS")
+      ->group("Queue");
+  app.add_option("--drain-seconds", o.drain_seconds,
+                 "on SIGTERM/SIGINT, how long the job in hand may still run before it is "
+                 "released to the queue")
+      ->envname("UCUDNN_WORKER_DRAIN_SECONDS")
+      ->group("Queue");
+  app.add_option("--max-attempts", o.max_attempts,
+                 "failed benchmark attempts after which a job is marked failed")
+      ->envname("UCUDNN_WORKER_MAX_ATTEMPTS")
+      ->group("Queue");
+  app.add_flag("--once", o.once,
+               "drain the queue for this worker's fingerprints, then exit 0 (no idle polling)")
+      ->group("Queue");
+  app.add_option("--worker-id-prefix", o.worker_id_prefix,
+                 "prefix of the worker ids (default host:pid); each benchmarking thread "
+                 "registers as PREFIX:gpuN, or PREFIX:cpu")
+      ->envname("UCUDNN_WORKER_ID_PREFIX")
+      ->group("Queue");
+}
+
+void AddMetricsFlags(CLI::App& app, WorkerOptions& o) {
+  app.add_option("--metrics-port", o.metrics_port,
+                 "serve Prometheus metrics (jobs, configurations measured, current job and its "
+                 "progress, last heartbeat) at http://HOST:PORT/metrics; 0 picks a free port "
+                 "(logged); -1: no endpoint")
+      ->envname("UCUDNN_WORKER_METRICS_PORT")
+      ->group("Metrics");
+  app.add_option("--metrics-host", o.metrics_host,
+                 "address the metrics endpoint listens on (0.0.0.0 for a Kubernetes probe)")
+      ->envname("UCUDNN_WORKER_METRICS_HOST")
+      ->group("Metrics");
+}
+
+void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
+  app.add_option("--workspace-cap", raw.workspace_cap,
+                 "largest workspace an algorithm may use on this worker; bigger ones are not "
+                 "measured, recorded failed with a \"worker limit:\" reason (e.g. 2GiB, 512MiB; "
+                 "default 2GiB)")
+      ->envname("UCUDNN_WORKER_WORKSPACE_CAP")
+      ->group("Benchmark");
+  app.add_option("--warmup-runs", o.warmup_runs, "untimed runs per configuration (at least 1)")
+      ->group("Benchmark");
+  app.add_option("--min-runs", o.min_runs, "timed runs per configuration, at least")
+      ->group("Benchmark");
+  app.add_option("--max-runs", o.max_runs, "timed runs per configuration, at most")
+      ->group("Benchmark");
+  app.add_option("--config-budget-ms", o.config_budget_ms,
+                 "wall time per configuration for timed runs")
+      ->group("Benchmark");
+  app.add_option("--prune-margin", o.prune_margin,
+                 "probe pruning: a configuration another of its size beats by more than this "
+                 "fraction with at most its workspace keeps its probe only (negative: off)")
+      ->envname("UCUDNN_WORKER_PRUNE_MARGIN")
+      ->capture_default_str();
+  app.add_option("--skip-factor", o.skip_factor,
+                 "not run at the next size: configurations this many times slower than another "
+                 "with at most their workspace (0: off)")
+      ->envname("UCUDNN_WORKER_SKIP_FACTOR")
+      ->capture_default_str();
+  app.add_option("--prepare-threads", o.prepare_threads,
+                 "host threads that build every micro-batch size's candidates (cuDNN heuristics "
+                 "and execution plans) before the timed runs; 1: one size at a time")
+      ->envname("UCUDNN_WORKER_PREPARE_THREADS")
+      ->capture_default_str()
+      ->group("Benchmark");
+  app.add_option("--short-run-us", o.short_run_us,
+                 "runs faster than this are timed in groups of back-to-back runs, as a "
+                 "segment's micro-batches run; 0 times every run on its own")
+      ->envname("UCUDNN_WORKER_SHORT_RUN_US")
+      ->capture_default_str()
+      ->group("Benchmark");
+  app.add_flag("--short-runs-device-time-only", o.short_runs_device_time_only,
+               "time those groups as the device alone runs them, queued before they start "
+               "(leaves out the host's cost of issuing each run, which a step pays)")
+      ->envname("UCUDNN_WORKER_SHORT_RUNS_DEVICE_TIME_ONLY")
+      ->group("Benchmark");
+}
+
+void AddOfflineFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
+  app.add_flag("--offline", o.offline,
+               "benchmark a network without a database and write a timing CSV")
+      ->group("Offline mode");
+  app.add_option("--network", o.network, "network whose convolutions to benchmark (resnet50, ...)")
+      ->group("Offline mode");
+  app.add_option("--batch", o.batch, "mini-batch size, the largest micro-batch measured")
+      ->group("Offline mode");
+  app.add_option("--policy", raw.policy, "micro-batch sizes: undivided, power_of_two or all")
+      ->group("Offline mode");
+  app.add_option("--dtype", raw.dtype, "data type of the network's convolutions: fp32, fp16, bf16")
+      ->group("Offline mode");
+  app.add_option("--layout", raw.layout, "tensor layout: nchw or nhwc")->group("Offline mode");
+  app.add_option("--output", o.output, "timing CSV to write")->group("Offline mode");
+}
 
 std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
   auto app = std::make_unique<CLI::App>(kDescription, "ucudnn-worker");
@@ -58,121 +184,11 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
   app->set_version_flag("--version", std::string("ucudnn-worker ") + UCUDNN_VERSION);
   app->get_formatter()->column_width(34);
   app->option_defaults()->always_capture_default();
-
-  app->add_option("--database-url", o.database_url,
-                  "PostgreSQL URL or libpq connection string (add connect_timeout=N to bound "
-                  "connects to unreachable hosts)")
-      ->envname("UCUDNN_DATABASE_URL")
-      ->group("Database");
-
-  app->add_option("--backend", o.backend,
-                  "auto: cudnn when a GPU is visible, otherwise refuse; cudnn; cpu: the CPU "
-                  "reference backend (its timings are CPU timings, stored under a cpu fingerprint)")
-      ->envname("UCUDNN_WORKER_BACKEND")
-      ->check(CLI::IsMember({"auto", "cudnn", "cpu"}))
-      ->group("Devices");
-  app->add_option("--gpus", raw.gpus,
-                  "comma-separated GPU indices to benchmark on (default: every visible GPU)")
-      ->envname("UCUDNN_WORKER_GPUS")
-      ->group("Devices");
-
-  app->add_option("--lease-seconds", o.lease_seconds,
-                  "job lease; renewed every third of it while benchmarking. A killed worker's job "
-                  "is claimed again once its lease expired")
-      ->envname("UCUDNN_WORKER_LEASE_SECONDS")
-      ->group("Queue");
-  app->add_option("--heartbeat-seconds", o.heartbeat_seconds, "worker heartbeat period")
-      ->envname("UCUDNN_WORKER_HEARTBEAT_SECONDS")
-      ->group("Queue");
-  app->add_option("--poll-seconds", o.poll_seconds, "wait between claims while the queue is empty")
-      ->envname("UCUDNN_WORKER_POLL_SECONDS")
-      ->group("Queue");
-  app->add_option("--drain-seconds", o.drain_seconds,
-                  "on SIGTERM/SIGINT, how long the job in hand may still run before it is "
-                  "released to the queue")
-      ->envname("UCUDNN_WORKER_DRAIN_SECONDS")
-      ->group("Queue");
-  app->add_option("--max-attempts", o.max_attempts,
-                  "failed benchmark attempts after which a job is marked failed")
-      ->envname("UCUDNN_WORKER_MAX_ATTEMPTS")
-      ->group("Queue");
-  app->add_flag("--once", o.once,
-                "drain the queue for this worker's fingerprints, then exit 0 (no idle polling)")
-      ->group("Queue");
-  app->add_option("--worker-id-prefix", o.worker_id_prefix,
-                  "prefix of the worker ids (default host:pid); each benchmarking thread "
-                  "registers as PREFIX:gpuN, or PREFIX:cpu")
-      ->envname("UCUDNN_WORKER_ID_PREFIX")
-      ->group("Queue");
-
-  app->add_option("--metrics-port", o.metrics_port,
-                  "serve Prometheus metrics (jobs, configurations measured, current job and its "
-                  "progress, last heartbeat) at http://HOST:PORT/metrics; 0 picks a free port "
-                  "(logged); -1: no endpoint")
-      ->envname("UCUDNN_WORKER_METRICS_PORT")
-      ->group("Metrics");
-  app->add_option("--metrics-host", o.metrics_host,
-                  "address the metrics endpoint listens on (0.0.0.0 for a Kubernetes probe)")
-      ->envname("UCUDNN_WORKER_METRICS_HOST")
-      ->group("Metrics");
-
-  app->add_option("--workspace-cap", raw.workspace_cap,
-                  "largest workspace an algorithm may use on this worker; bigger ones are not "
-                  "measured, recorded failed with a \"worker limit:\" reason (e.g. 2GiB, 512MiB; "
-                  "default 2GiB)")
-      ->envname("UCUDNN_WORKER_WORKSPACE_CAP")
-      ->group("Benchmark");
-  app->add_option("--warmup-runs", o.warmup_runs, "untimed runs per configuration (at least 1)")
-      ->group("Benchmark");
-  app->add_option("--min-runs", o.min_runs, "timed runs per configuration, at least")
-      ->group("Benchmark");
-  app->add_option("--max-runs", o.max_runs, "timed runs per configuration, at most")
-      ->group("Benchmark");
-  app->add_option("--config-budget-ms", o.config_budget_ms,
-                  "wall time per configuration for timed runs")
-      ->group("Benchmark");
-  app->add_option("--prune-margin", o.prune_margin,
-                  "probe pruning: a configuration another of its size beats by more than this "
-                  "fraction with at most its workspace keeps its probe only (negative: off)")
-      ->envname("UCUDNN_WORKER_PRUNE_MARGIN")
-      ->capture_default_str();
-  app->add_option("--skip-factor", o.skip_factor,
-                  "not run at the next size: configurations this many times slower than another "
-                  "with at most their workspace (0: off)")
-      ->envname("UCUDNN_WORKER_SKIP_FACTOR")
-      ->capture_default_str();
-  app->add_option("--prepare-threads", o.prepare_threads,
-                  "host threads that build every micro-batch size's candidates (cuDNN heuristics "
-                  "and execution plans) before the timed runs; 1: one size at a time")
-      ->envname("UCUDNN_WORKER_PREPARE_THREADS")
-      ->capture_default_str()
-      ->group("Benchmark");
-  app->add_option("--short-run-us", o.short_run_us,
-                  "runs faster than this are timed in groups of back-to-back runs, as a "
-                  "segment's micro-batches run; 0 times every run on its own")
-      ->envname("UCUDNN_WORKER_SHORT_RUN_US")
-      ->capture_default_str()
-      ->group("Benchmark");
-  app->add_flag("--short-runs-device-time-only", o.short_runs_device_time_only,
-                "time those groups as the device alone runs them, queued before they start "
-                "(leaves out the host's cost of issuing each run, which a step pays)")
-      ->envname("UCUDNN_WORKER_SHORT_RUNS_DEVICE_TIME_ONLY")
-      ->group("Benchmark");
-
-  app->add_flag("--offline", o.offline,
-                "benchmark a network without a database and write a timing CSV")
-      ->group("Offline mode");
-  app->add_option("--network", o.network, "network whose convolutions to benchmark (resnet50, ...)")
-      ->group("Offline mode");
-  app->add_option("--batch", o.batch, "mini-batch size, the largest micro-batch measured")
-      ->group("Offline mode");
-  app->add_option("--policy", raw.policy, "micro-batch sizes: undivided, power_of_two or all")
-      ->group("Offline mode");
-  app->add_option("--dtype", raw.dtype, "data type of the network's convolutions: fp32, fp16, bf16")
-      ->group("Offline mode");
-  app->add_option("--layout", raw.layout, "tensor layout: nchw or nhwc")->group("Offline mode");
-  app->add_option("--output", o.output, "timing CSV to write")->group("Offline mode");
-
+  AddDeviceFlags(*app, o, raw);
+  AddQueueFlags(*app, o);
+  AddMetricsFlags(*app, o);
+  AddBenchmarkFlags(*app, o, raw);
+  AddOfflineFlags(*app, o, raw);
   app->add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off")
       ->envname("UCUDNN_LOG_LEVEL")
       ->group("Logging");
@@ -214,76 +230,50 @@ Result<std::vector<int>> ParseGpuList(std::string_view text) {
   return gpus;
 }
 
-Status ValidateOptions(const WorkerOptions& o) {
-  if (o.backend != "auto" && o.backend != "cudnn" && o.backend != "cpu") {
-    return InvalidArgument("--backend: must be auto, cudnn or cpu, got '" + o.backend + "'");
+namespace {
+
+// A number flag's range, as its message writes it.
+struct Bound {
+  const char* flag;
+  double value;
+  double lo, hi;
+  const char* range;
+};
+
+std::string FormatNumber(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
+Status ValidateNumbers(const WorkerOptions& o) {
+  const Bound bounds[] = {
+      {"--lease-seconds", o.lease_seconds, 0.5, 86400, "[0.5, 86400]"},
+      {"--heartbeat-seconds", o.heartbeat_seconds, 0.1, 3600, "[0.1, 3600]"},
+      {"--poll-seconds", o.poll_seconds, 0.01, 3600, "[0.01, 3600]"},
+      {"--drain-seconds", o.drain_seconds, 0, 86400, "[0, 86400]"},
+      {"--max-attempts", double(o.max_attempts), 1, 1000, "[1, 1000]"},
+      {"--warmup-runs", double(o.warmup_runs), 1, 1000, "[1, 1000]"},
+      {"--min-runs", double(o.min_runs), 1, 10000, "[1, 10000]"},
+      {"--max-runs", double(o.max_runs), double(o.min_runs), 10000, "[--min-runs, 10000]"},
+      {"--prune-margin", o.prune_margin, -1, 100, "[-1, 100]"},
+      {"--skip-factor", o.skip_factor, 0, 1e6, "[0, 1e6]"},
+      {"--prepare-threads", double(o.prepare_threads), 1, 256, "[1, 256]"},
+      {"--short-run-us", o.short_run_us, 0, 1e6, "[0, 1000000]"},
+      {"--config-budget-ms", o.config_budget_ms, 0.001, 3.6e6, "[0.001, 3600000]"},
+      {"--metrics-port", double(o.metrics_port), -1, 65535, "[-1, 65535]"},
+  };
+  for (const Bound& b : bounds) {
+    if (!FiniteIn(b.value, b.lo, b.hi)) {
+      return InvalidArgument(std::string(b.flag) + ": must be in " + b.range + ", got " +
+                             FormatNumber(b.value));
+    }
   }
-  if (o.backend == "cpu" && !o.gpus.empty()) {
-    return InvalidArgument("--gpus: only with the cudnn backend, not with --backend cpu");
-  }
-  if (!FiniteIn(o.lease_seconds, 0.5, 86400)) {
-    return InvalidArgument("--lease-seconds: must be in [0.5, 86400], got " +
-                           std::to_string(o.lease_seconds));
-  }
-  if (!FiniteIn(o.heartbeat_seconds, 0.1, 3600)) {
-    return InvalidArgument("--heartbeat-seconds: must be in [0.1, 3600], got " +
-                           std::to_string(o.heartbeat_seconds));
-  }
-  if (!FiniteIn(o.poll_seconds, 0.01, 3600)) {
-    return InvalidArgument("--poll-seconds: must be in [0.01, 3600], got " +
-                           std::to_string(o.poll_seconds));
-  }
-  if (!FiniteIn(o.drain_seconds, 0, 86400)) {
-    return InvalidArgument("--drain-seconds: must be in [0, 86400], got " +
-                           std::to_string(o.drain_seconds));
-  }
-  if (o.max_attempts < 1 || o.max_attempts > 1000) {
-    return InvalidArgument("--max-attempts: must be in [1, 1000], got " +
-                           std::to_string(o.max_attempts));
-  }
-  if (o.warmup_runs < 1 || o.warmup_runs > 1000) {
-    return InvalidArgument("--warmup-runs: must be in [1, 1000], got " +
-                           std::to_string(o.warmup_runs));
-  }
-  if (o.min_runs < 1 || o.min_runs > 10000) {
-    return InvalidArgument("--min-runs: must be in [1, 10000], got " + std::to_string(o.min_runs));
-  }
-  if (o.max_runs < o.min_runs || o.max_runs > 10000) {
-    return InvalidArgument("--max-runs: must be in [--min-runs, 10000], got " +
-                           std::to_string(o.max_runs));
-  }
-  if (!FiniteIn(o.prune_margin, -1, 100)) {
-    return InvalidArgument("--prune-margin: must be in [-1, 100], got " +
-                           std::to_string(o.prune_margin));
-  }
-  if (!FiniteIn(o.skip_factor, 0, 1e6)) {
-    return InvalidArgument("--skip-factor: must be in [0, 1e6], got " +
-                           std::to_string(o.skip_factor));
-  }
-  if (o.prepare_threads < 1 || o.prepare_threads > 256) {
-    return InvalidArgument("--prepare-threads: must be in [1, 256], got " +
-                           std::to_string(o.prepare_threads));
-  }
-  if (!FiniteIn(o.short_run_us, 0, 1e6)) {
-    return InvalidArgument("--short-run-us: must be in [0, 1000000], got " +
-                           std::to_string(o.short_run_us));
-  }
-  if (!FiniteIn(o.config_budget_ms, 0.001, 3.6e6)) {
-    return InvalidArgument("--config-budget-ms: must be positive, got " +
-                           std::to_string(o.config_budget_ms));
-  }
-  if (o.metrics_port < -1 || o.metrics_port > 65535) {
-    return InvalidArgument("--metrics-port: must be in [-1, 65535], got " +
-                           std::to_string(o.metrics_port));
-  }
-  if (o.metrics_port >= 0 && o.metrics_host.empty()) {
-    return InvalidArgument("--metrics-host: must not be empty with --metrics-port");
-  }
-  if (!IsLogLevel(o.log_level)) {
-    return InvalidArgument(
-        "--log-level: must be trace, debug, info, warn, error, critical or off, got '" +
-        o.log_level + "'");
-  }
+  return Status::Ok();
+}
+
+// --network, --batch and --output with --offline only; the database without it.
+Status ValidateMode(const WorkerOptions& o) {
   if (o.offline) {
     if (o.network.empty()) return InvalidArgument("--network: required with --offline");
     if (o.batch < 1 || o.batch > kMaxBatch) {
@@ -292,16 +282,37 @@ Status ValidateOptions(const WorkerOptions& o) {
     }
     if (o.output.empty()) return InvalidArgument("--output: required with --offline");
     if (o.once) return InvalidArgument("--once: has no meaning with --offline");
-  } else {
-    if (o.database_url.empty()) {
-      return InvalidArgument(
-          "--database-url: required (or UCUDNN_DATABASE_URL), unless --offline is given");
-    }
-    if (!o.network.empty() || o.batch != 0 || !o.output.empty()) {
-      return InvalidArgument("--network/--batch/--output: only with --offline");
-    }
+    return Status::Ok();
+  }
+  if (o.database_url.empty()) {
+    return InvalidArgument(
+        "--database-url: required (or UCUDNN_DATABASE_URL), unless --offline is given");
+  }
+  if (!o.network.empty() || o.batch != 0 || !o.output.empty()) {
+    return InvalidArgument("--network/--batch/--output: only with --offline");
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateOptions(const WorkerOptions& o) {
+  if (o.backend != "auto" && o.backend != "cudnn" && o.backend != "cpu") {
+    return InvalidArgument("--backend: must be auto, cudnn or cpu, got '" + o.backend + "'");
+  }
+  if (o.backend == "cpu" && !o.gpus.empty()) {
+    return InvalidArgument("--gpus: only with the cudnn backend, not with --backend cpu");
+  }
+  UCUDNN_RETURN_IF_ERROR(ValidateNumbers(o));
+  if (o.metrics_port >= 0 && o.metrics_host.empty()) {
+    return InvalidArgument("--metrics-host: must not be empty with --metrics-port");
+  }
+  if (!IsLogLevel(o.log_level)) {
+    return InvalidArgument(
+        "--log-level: must be trace, debug, info, warn, error, critical or off, got '" +
+        o.log_level + "'");
+  }
+  return ValidateMode(o);
 }
 
 Result<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
