@@ -27,6 +27,9 @@ size_t AlignUp(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
+// PlanWorkspace(): the plan does not fit its slice of the library workspace.
+constexpr int64_t kRejectedPlan = -2;
+
 // The packed fallback cache holds the workspace size in the upper 48 bits.
 constexpr uint64_t kMaxPackedWorkspace = (uint64_t{1} << 48) - 1;
 
@@ -112,9 +115,10 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
       device_(backend.fingerprint()),
       mode_(ToCore(config.workspace_mode)),
       policy_(ToCore(config.policy)),
-      algorithms_(config.algorithms == ClientConfig::Algorithms::kLegacy    ? AlgorithmSpace::kLegacy
-                  : config.algorithms == ClientConfig::Algorithms::kEngines ? AlgorithmSpace::kEngines
-                                                                             : AlgorithmSpace::kAll),
+      algorithms_(config.algorithms == ClientConfig::Algorithms::kLegacy ? AlgorithmSpace::kLegacy
+                  : config.algorithms == ClientConfig::Algorithms::kEngines
+                      ? AlgorithmSpace::kEngines
+                      : AlgorithmSpace::kAll),
       table_(config.max_kernels),
       binder_(hooks.binder),
       contribution_backend_(std::move(hooks.contribution_backend)),
@@ -230,7 +234,15 @@ Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOpe
     UCUDNN_ASSIGN_OR_RETURN(const int algo, undivided.ChooseAlgorithm(workspace_bytes));
     return undivided.Run(algo, workspace, workspace_bytes);
   }
+  return Execute(*kernel, operands, workspace, workspace_bytes, alpha, beta, undivided);
+}
 
+Status Session::Execute(KernelState& kernel_state, const ConvOperands& operands, void* workspace,
+                        size_t workspace_bytes, float alpha, float beta,
+                        UndividedRunner& undivided) {
+  KernelState* kernel = &kernel_state;
+  const ConvProblem& problem = kernel->problem;
+  const int64_t batch = kernel->batch;
   const PlanEntry* plan = kernel->plan.load(std::memory_order_acquire);
   if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
     void* plan_workspace = workspace;
@@ -507,17 +519,30 @@ int64_t Session::PlannedWorkspace(const ConvProblem& problem, int64_t batch, uin
     untracked_calls_.fetch_add(1, std::memory_order_relaxed);
     return -1;
   }
-  const PlanEntry* plan = kernel->plan.load(std::memory_order_acquire);
-  if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
-    int64_t needed = plan->required_bytes.load(std::memory_order_acquire);
-    if (needed == PlanEntry::kUnverified) needed = Verify(*plan, problem);
-    if (needed >= 0 && !plan->library_workspace) return needed;
-    // Execute() rejects a slice smaller than the plan needs; so does this answer.
-    if (needed >= 0 && static_cast<uint64_t>(needed) <= plan->workspace_slice) return 0;
-    if (needed >= 0) kernel->rejected_calls.fetch_add(1, std::memory_order_relaxed);
-  }
-  kernel->fallback_calls.fetch_add(1, std::memory_order_relaxed);
+  return PlannedWorkspace(*kernel);
+}
+
+KernelState* Session::FindKernel(const ConvProblem& problem, int64_t batch, uint64_t limit) {
+  return config_.enabled ? FindOrRegister(problem, batch, limit) : nullptr;
+}
+
+int64_t Session::PlannedWorkspace(KernelState& kernel) {
+  const int64_t needed = PlanWorkspace(kernel);
+  if (needed >= 0) return needed;
+  if (needed == kRejectedPlan) kernel.rejected_calls.fetch_add(1, std::memory_order_relaxed);
+  kernel.fallback_calls.fetch_add(1, std::memory_order_relaxed);
   return -1;
+}
+
+int64_t Session::PlanWorkspace(KernelState& kernel) {
+  const PlanEntry* plan = kernel.plan.load(std::memory_order_acquire);
+  if (plan == nullptr || plan->failed.load(std::memory_order_relaxed)) return -1;
+  int64_t needed = plan->required_bytes.load(std::memory_order_acquire);
+  if (needed == PlanEntry::kUnverified) needed = Verify(*plan, kernel.problem);
+  if (needed < 0) return -1;
+  if (!plan->library_workspace) return needed;
+  // Execute() rejects a slice smaller than the plan needs; so does this answer.
+  return static_cast<uint64_t>(needed) <= plan->workspace_slice ? 0 : kRejectedPlan;
 }
 
 void Session::Prepare(const std::vector<Kernel>& kernels) {

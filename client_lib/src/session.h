@@ -130,6 +130,20 @@ class Session {
   // kernel's fallback call (passthrough when disabled, untracked beyond the table). Allocation-free
   // once the kernel is known.
   int64_t PlannedWorkspace(const ConvProblem& problem, int64_t batch, uint64_t limit);
+
+  // The same three for a kernel looked up once (the shape-level C API's kernel handles), so that
+  // a call costs no hash lookup. Kernel(): the kernel's entry, registered with `limit` at first
+  // sight; nullptr when disabled or the table is full (the caller then runs every call itself,
+  // counting it with CountUntracked()). Entries live as long as the session.
+  KernelState* FindKernel(const ConvProblem& problem, int64_t batch, uint64_t limit);
+  // PlannedWorkspace() of `kernel` (a fallback call counted when it answers -1).
+  int64_t PlannedWorkspace(KernelState& kernel);
+  // The workspace `kernel`'s plan needs from the caller now, counting nothing: negative when it
+  // has no plan that can run here.
+  int64_t PlanWorkspace(KernelState& kernel);
+  Status Execute(KernelState& kernel, const ConvOperands& operands, void* workspace,
+                 size_t workspace_bytes, float alpha, float beta, UndividedRunner& runner);
+  void CountUntracked() { untracked_calls_.fetch_add(1, std::memory_order_relaxed); }
   // Total modes: declares `kernels` (their problems and mini-batches) and plans the network of
   // every kernel declared so far now. Per-kernel mode: declares them with the configured limit.
   void Prepare(const std::vector<Kernel>& kernels);
