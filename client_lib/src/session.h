@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <span>
@@ -249,6 +250,10 @@ class Session {
   void RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending>& batch);
   void RunNetworkRequest(std::unique_lock<std::mutex>& lock);
   void SaveCache(std::unique_lock<std::mutex>& lock);
+  // Counts and sends `request` with the lock dropped (AskSource); nullopt when the session
+  // stopped meanwhile. `asked_epoch`: contribution_epoch_ when it was sent.
+  std::optional<Result<NetworkPlan>> SendRequest(std::unique_lock<std::mutex>& lock,
+                                                 const PlanRequest& request, uint64_t& asked_epoch);
   // GetPlan with exceptions turned into errors and the answer's size checked.
   Result<NetworkPlan> AskSource(const PlanRequest& request);
   // With mutex_ held from here on.

@@ -163,6 +163,18 @@ std::vector<Session::Pending> Session::TakeDueKernels(Clock::time_point now,
   return batch;
 }
 
+std::optional<Result<NetworkPlan>> Session::SendRequest(std::unique_lock<std::mutex>& lock,
+                                                        const PlanRequest& request,
+                                                        uint64_t& asked_epoch) {
+  plan_requests_.fetch_add(1, std::memory_order_relaxed);
+  asked_epoch = contribution_epoch_;
+  lock.unlock();
+  Result<NetworkPlan> answer = AskSource(request);
+  lock.lock();
+  if (stop_) return std::nullopt;
+  return answer;
+}
+
 Result<NetworkPlan> Session::AskSource(const PlanRequest& request) {
   Result<NetworkPlan> answer = [&]() -> Result<NetworkPlan> {
     try {
@@ -188,12 +200,10 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
     request.kernels.push_back(Kernel{p.kernel->problem, p.kernel->batch, p.kernel->name});
   }
 
-  plan_requests_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t asked_epoch = contribution_epoch_;
-  lock.unlock();
-  Result<NetworkPlan> answer = AskSource(request);
-  lock.lock();
-  if (stop_) return;
+  uint64_t asked_epoch = 0;
+  std::optional<Result<NetworkPlan>> sent = SendRequest(lock, request, asked_epoch);
+  if (!sent) return;
+  Result<NetworkPlan>& answer = *sent;
 
   if (!answer.ok()) {
     NoteRequestFailed(answer.status(), "plans");
@@ -364,12 +374,10 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
     request.kernels.resize(kMaxKernelsPerRequest);
   }
 
-  plan_requests_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t asked_epoch = contribution_epoch_;
-  lock.unlock();
-  Result<NetworkPlan> answer = AskSource(request);
-  lock.lock();
-  if (stop_) return;
+  uint64_t asked_epoch = 0;
+  std::optional<Result<NetworkPlan>> sent = SendRequest(lock, request, asked_epoch);
+  if (!sent) return;
+  Result<NetworkPlan>& answer = *sent;
 
   if (!answer.ok()) {
     NoteRequestFailed(answer.status(), "network plan");
