@@ -105,6 +105,7 @@ class Runtime:
 
 
 _NO_WORKSPACE = (None, None, 0)
+_SUCCESS = _lib.SUCCESS
 _MAX_WORKSPACES = 16
 _CHANNELS_LAST = torch.channels_last
 
@@ -136,13 +137,14 @@ class _Conv:
     of its three ops, resolved at the op's first call. Made once per signature (_ConvCache), so
     that a call reads no shape and builds no ctypes structure."""
 
-    __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
-                 "dilation", "groups", "memory_format", "out_size", "dims", "data_type",
-                 "layout", "math", "kernels")
+    __slots__ = ("runtime", "context", "run_kernel", "workspaces", "device", "index", "stride",
+                 "padding", "dilation", "groups", "memory_format", "out_size", "dims",
+                 "data_type", "layout", "math", "kernels")
 
     def __init__(self, runtime, context, x, weight, geometry, channels_last, math):
         self.runtime, self.context = runtime, context
         self.run_kernel = runtime.library.ShapeKernelRun
+        self.workspaces = runtime.workspaces
         self.device = x.device
         self.index = x.get_device() if x.is_cuda else -1
         self.stride, self.padding, self.dilation, self.groups = geometry
@@ -169,34 +171,41 @@ class _Conv:
     def run(self, op, a, b, out):
         """Runs `op` through the library into `out` (every operand dense in the signature's
         layout): True when its plan ran, False when the caller must run its own convolution."""
-        kernel = self.kernels[op]
-        if kernel is None:
-            kernel = self.kernels[op] = self.context.kernel(self.shape(op),
-                                                            self.runtime.workspace_limit)
+        kernel = self.kernels[op] or self._declare(op)
         index = self.index
-        if index < 0:
-            return self._call(kernel, a, b, out, None)
-        stream = _raw_stream(index)
-        if _current_device() == index:
-            return self._call(kernel, a, b, out, stream)
-        # cuDNN runs on the current device: the context's (the tensors') for the call.
-        with torch.cuda.device(index):
-            return self._call(kernel, a, b, out, stream)
-
-    def _call(self, kernel, a, b, out, stream):
-        key = (self.index, stream)
+        stream = None
+        if index >= 0:
+            stream = _raw_stream(index)
+            if _current_device() != index:
+                # cuDNN runs on the current device: the context's (the tensors') for the call.
+                with torch.cuda.device(index):
+                    return self.run(op, a, b, out)
         # Held until the call returns: another thread may replace the stream's workspace.
-        workspace = self.runtime.workspaces.get(key, _NO_WORKSPACE)
+        workspace = self.workspaces.get((index, stream), _NO_WORKSPACE)
         status = self.run_kernel(kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
                                  workspace[1], workspace[2])
-        if status == _lib.WORKSPACE_TOO_SMALL:  # rare: a kernel needs more than any before
+        if status == _SUCCESS:
+            return True
+        return self._retry(status, kernel, a, b, out, stream)
+
+    def _declare(self, op):
+        kernel = self.kernels[op] = self.context.kernel(self.shape(op),
+                                                        self.runtime.workspace_limit)
+        return kernel
+
+    def _retry(self, status, kernel, a, b, out, stream):
+        """run() past a call that did not run the plan: once more with a workspace grown to the
+        plan's need (rare: a kernel needs more than any before it on this stream)."""
+        if status == _lib.WORKSPACE_TOO_SMALL:
             needed = self.context.kernel_workspace_size(kernel)
-            workspace = self.runtime.grow_workspace(self.device, key, needed or 0)
+            workspace = self.runtime.grow_workspace(self.device, (self.index, stream),
+                                                    needed or 0)
             status = self.run_kernel(kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
                                      workspace[1], workspace[2])
-        if status == _lib.SUCCESS:
+        if status == _SUCCESS:
             return True
-        if status in (_lib.NO_PLAN, _lib.WORKSPACE_TOO_SMALL):  # the latter: the plan changed
+        # WORKSPACE_TOO_SMALL again: the plan changed meanwhile (not counted as a fallback).
+        if status in (_lib.NO_PLAN, _lib.WORKSPACE_TOO_SMALL):
             return False
         self.runtime.library.check("ucudnnShapeKernelRun", status)  # raises
         return False
