@@ -258,21 +258,29 @@ def run_one(args):
 LIBRARY_CALLS_PER_LAYER_STEP = 3  # forward, backward-data, backward-filter
 
 
+def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves"):
+    """Plans for `shapes` (ConvShapes, each kernel once) written into the local plan cache file
+    at `path` by `tool` (tests' ucudnn_test_write_plan_cache, CPU backend): micro-batched
+    (halves) or undivided (split "whole"), their segments cycling through the CPU algorithms
+    `algos`, for the per-kernel limit `limit`. The number of kernels."""
+    fields = [name for name, _ in type(shapes[0])._fields_] if shapes else []
+    lines = sorted({" ".join(str(getattr(shape, name)) for name in fields) for shape in shapes})
+    kernels_file = path + ".kernels"
+    with open(kernels_file, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    subprocess.run([tool, path, str(limit), kernels_file, algos, split], check=True,
+                   stdout=subprocess.DEVNULL)
+    return len(lines)
+
+
 def undivided_plan_cache(ut, model, sample, tool, directory):
     """Options that give `model`'s kernels undivided plans from a local plan cache written by
     `tool` (ucudnn_test_write_plan_cache), without a server."""
     ut.convert(model, server="", cache_path="off")
     shapes = [s for group in ut.kernels(model, sample).values() for s in group]
-    fields = ("op", "n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
-              "dilation_h", "dilation_w", "groups")
-    kernels_file = os.path.join(directory, "kernels.txt")
-    with open(kernels_file, "w") as f:
-        f.writelines(" ".join(str(getattr(shape, name)) for name in fields) + "\n"
-                     for shape in shapes)
     cache = os.path.join(directory, "plans.bin")
     limit = 64 << 20  # the adapter's per-kernel limit when none is configured
-    subprocess.run([tool, cache, str(limit), kernels_file, "1", "whole"], check=True,
-                   stdout=subprocess.DEVNULL)
+    write_plan_cache(tool, cache, shapes, limit, algos="1", split="whole")
     return {"server": "", "cache_path": cache, "policy": "undivided"}
 
 

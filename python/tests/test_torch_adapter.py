@@ -10,7 +10,7 @@ import io
 import itertools
 import os
 import socket
-import subprocess
+import sys
 import tempfile
 import unittest
 from unittest import mock
@@ -21,6 +21,9 @@ from torch import nn
 
 import ucudnn.torch as ut
 from ucudnn import _lib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_adapter  # noqa: E402  (bench/torch_adapter.py: the plan cache helper)
 
 TOOL = os.environ.get("UCUDNN_TEST_PLAN_CACHE_TOOL", "")
 LIMIT = 64 << 20  # the adapter's default per-kernel limit
@@ -34,18 +37,8 @@ def closed_port():
 
 
 def write_plan_cache(path, shapes, algos="1,2"):
-    """Plans for `shapes` (fp32 NCHW ConvShapes) into the cache file at `path`, their segments
-    cycling through the CPU algorithms `algos`."""
-    lines = sorted({" ".join(str(getattr(shape, f)) for f in (
-        "op", "n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
-        "dilation_h", "dilation_w", "groups")) for shape in shapes
-        if shape.data_type == _lib.FLOAT and shape.layout == _lib.NCHW})
-    kernels_file = path + ".kernels"
-    with open(kernels_file, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    subprocess.run([TOOL, path, str(LIMIT), kernels_file, algos], check=True,
-                   stdout=subprocess.DEVNULL)
-    return len(lines)
+    """Micro-batched plans for `shapes` into the cache file at `path` (torch_adapter's helper)."""
+    return torch_adapter.write_plan_cache(TOOL, path, shapes, LIMIT, algos)
 
 
 def planned(model, sample, directory, algos="1,2"):
@@ -217,6 +210,32 @@ class PlannedTest(unittest.TestCase):
         stats = ut.stats(converted)
         self.assertEqual(stats["planned_calls"], 5 * 8, stats)  # 3 fwd + 2 bwd-data + 3 bwd-filter
         self.assertEqual(stats["fallback_calls"], 0, stats)
+
+    def test_autocast_bfloat16_channels_last(self):
+        torch.manual_seed(15)
+        reference = nn.Conv2d(4, 8, 3, padding=1).to(memory_format=torch.channels_last)
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 4, 7, 7).to(memory_format=torch.channels_last)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            kernels = planned(model, x.clone().requires_grad_(True), self.dir.name)
+        self.assertEqual(kernels, 3, "bf16 NHWC forward, backward-data and backward-filter")
+        results = []
+        for module in (model, reference):
+            xg = x.clone().requires_grad_(True)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = module(xg)
+            (y.float() ** 2).sum().backward()
+            results.append((y, xg.grad, module.weight.grad, module.bias.grad))
+        (y, *grads), (y_ref, *grads_ref) = results
+        self.assertEqual(y.dtype, torch.bfloat16)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        # bf16 rounds to 8 bits: each side rounds its own sums (and the bias separately here).
+        for what, mine, theirs in zip(("y", "dx", "dw", "db"), [y] + grads, [y_ref] + grads_ref):
+            scale = max(1.0, theirs.float().abs().max().item())
+            error = (mine.float() - theirs.float()).abs().max().item()
+            self.assertLess(error, 3e-2 * scale, f"{what}: max error {error} (scale {scale})")
+        stats = ut.stats(model)
+        self.assertEqual((stats["planned_calls"], stats["fallback_calls"]), (3, 0), stats)
 
     def test_prepare_declares_the_step(self):
         torch.manual_seed(4)

@@ -8,8 +8,10 @@
 //
 //   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole]]
 //
-// KERNELS_FILE: one kernel a line, "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w
-// groups" with op 0 (forward), 1 (backward-data) or 2 (backward-filter); fp32 NCHW, default math.
+// KERNELS_FILE: one kernel a line, the fields of ucudnnConvShape_t (ucudnn_shape.h) in its order,
+// "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w groups [data_type layout math]",
+// with op 0 (forward), 1 (backward-data) or 2 (backward-filter); without the last three, fp32
+// NCHW, default math.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "plan_cache.h"
+#include "shape_problem.h"
 #include "ucudnn/core/cpu_backend.h"
 #include "ucudnn/core/plan.h"
 
@@ -86,18 +89,27 @@ int main(int argc, char** argv) {
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     std::istringstream fields(line);
+    ucudnnConvShape_t shape{};
     int op = 0;
-    int64_t batch = 0;
-    ConvProblem p;
-    if (!(fields >> op >> batch >> p.c >> p.h >> p.w >> p.k >> p.r >> p.s >> p.pad_h >> p.pad_w >>
-          p.stride_h >> p.stride_w >> p.dilation_h >> p.dilation_w >> p.groups) ||
-        op < 0 || op > 2) {
+    int data_type = UCUDNN_SHAPE_FLOAT;
+    int layout = UCUDNN_SHAPE_NCHW;
+    int math = UCUDNN_SHAPE_MATH_DEFAULT;
+    if (!(fields >> op >> shape.n >> shape.c >> shape.h >> shape.w >> shape.k >> shape.r >>
+          shape.s >> shape.pad_h >> shape.pad_w >> shape.stride_h >> shape.stride_w >>
+          shape.dilation_h >> shape.dilation_w >> shape.groups)) {
       return Fail("bad kernel line: '" + line + "'");
     }
-    p.op = static_cast<ucudnn::ConvOp>(op);
-    if (ucudnn::Status valid = ucudnn::Validate(p); !valid.ok()) {
-      return Fail("'" + line + "': " + valid.message());
+    if (fields >> data_type && !(fields >> layout >> math)) {
+      return Fail("bad kernel line: '" + line + "' (data_type needs layout and math after it)");
     }
+    shape.op = static_cast<ucudnnConvolutionOp_t>(op);
+    shape.data_type = static_cast<ucudnnShapeDataType_t>(data_type);
+    shape.layout = static_cast<ucudnnShapeLayout_t>(layout);
+    shape.math = static_cast<ucudnnShapeMath_t>(math);
+    const ucudnn::Result<ucudnn::client::ShapeKernel> kernel = ucudnn::client::ToShapeKernel(shape);
+    if (!kernel.ok()) return Fail("'" + line + "': " + kernel.status().message());
+    const ConvProblem& p = kernel->problem;
+    const int64_t batch = kernel->batch;
     ucudnn::KernelPlan plan;
     plan.kernel = ucudnn::Kernel{p, batch, ""};
     plan.status = ucudnn::KernelPlanStatus::kPlanned;
