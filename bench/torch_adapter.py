@@ -6,11 +6,18 @@ CUDNN_CONV_WSCAP_DBG at start, and time to the first fast step counts from a new
     torch_adapter.py run   --device cuda --mode native|ucudnn [--amp] [--channels-last] ...
         one configuration; its JSON (losses, step times, time to the first fast step, the
         library's counters, the adapter's host time) to --json-out or stdout.
+    torch_adapter.py overhead --device cpu|cuda [--plan-cache-tool TOOL | --option server=h:p]
+        the adapter's own host time per convolution call: one tiny Conv2d (the convolution itself
+        negligible), forward and backward (3 library calls: forward, backward-data,
+        backward-filter) in a loop, native PyTorch against the converted layer running an
+        undivided plan through the library, alternating rounds in one process; the overhead is
+        the median of the rounds' differences. Fails unless every converted call ran the plan.
     torch_adapter.py suite --server HOST:PORT --out DIR [--batch 256 --steps 20]
         every configuration, compared: fp32 and AMP fp16 channels-last, native vs ucudnn at a
         64 MiB cap (losses must agree), native with CUDNN_CONV_WSCAP_DBG=64, native uncapped,
-        ucudnn with undivided plans (the adapter's own overhead). DIR/torch_adapter.json; exit 1
-        when a run failed or losses disagree.
+        ucudnn with undivided plans, and the overhead run on the device: the adapter's overhead
+        per call times the ResNet-50 step's calls, against its step time (target < 1%).
+        DIR/torch_adapter.json; exit 1 when a run failed or losses disagree.
 
 scripts/gpu_torch.sh runs the suite from the bundle on the GPU machine with a warm database.
 """
@@ -56,6 +63,26 @@ def parse_args(argv):
                      help="ucudnn: wait this long for plans after prepare()")
     run.add_argument("--json-out", default="")
 
+    over = sub.add_parser("overhead", help="the adapter's host time per call, JSON out")
+    over.add_argument("--device", default="cpu", choices=("cuda", "cpu"))
+    over.add_argument("--batch", type=int, default=2)
+    over.add_argument("--channels", type=int, default=4)
+    over.add_argument("--image-size", type=int, default=4)
+    over.add_argument("--calls", type=int, default=1000, help="forward+backward steps a round")
+    over.add_argument("--rounds", type=int, default=9, help="rounds of each, alternating")
+    over.add_argument("--seed", type=int, default=0)
+    over.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                      help="ucudnn.torch.convert option, e.g. server=h:p (repeatable)")
+    over.add_argument("--prepare-wait-s", type=float, default=0.0,
+                      help="with a server: wait this long for the plans after prepare()")
+    over.add_argument("--plan-cache-tool", default="",
+                      help="instead of a server (CPU): undivided plans written into a local plan "
+                      "cache by this ucudnn_test_write_plan_cache")
+    over.add_argument("--adapter", default=os.path.join(REPO, "python"),
+                      help="the directory holding the ucudnn package (another version's, to "
+                      "compare; UCUDNN_LIBRARY names its library)")
+    over.add_argument("--json-out", default="")
+
     suite = sub.add_parser("suite", help="every configuration, compared")
     suite.add_argument("--server", required=True, help="planner HOST:PORT (warm database)")
     suite.add_argument("--out", required=True)
@@ -69,16 +96,17 @@ def parse_args(argv):
     suite.add_argument("--run-timeout-s", type=float, default=120.0,
                        help="per run, beyond its wait for plans")
     suite.add_argument("--python", default=sys.executable)
+    suite.add_argument("--plan-cache-tool", default="",
+                       help="the overhead run's plans from this tool instead of the server (CPU)")
     args = parser.parse_args(argv)
-    for name in ("batch", "steps", "image_size"):
-        if getattr(args, name) < 1:
+    for name in ("batch", "steps", "image_size", "channels", "calls", "rounds"):
+        if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.command == "run":
-        if args.steps < 2:
-            parser.error("--steps must be >= 2 (the first step is never a steady one)")
-        for option in args.option:
-            if "=" not in option:
-                parser.error(f"--option {option!r}: expected KEY=VALUE")
+    if args.command == "run" and args.steps < 2:
+        parser.error("--steps must be >= 2 (the first step is never a steady one)")
+    for option in getattr(args, "option", []):
+        if "=" not in option:
+            parser.error(f"--option {option!r}: expected KEY=VALUE")
     return args
 
 
@@ -169,8 +197,9 @@ def run_one(args):
         ut.convert(model, **options)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
             ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
-        # The adapter's own host time from here on: every call into it (the library's work on
-        # the stream included, which is issued asynchronously).
+        # The time in the adapter's library calls from here on (_Conv.run: kernel handle,
+        # stream, workspace, the C call with the library's cuDNN launches; issued
+        # asynchronously). Its overhead against PyTorch's own convolution: the overhead run.
         original_run = ut._Conv.run
 
         def timed_run(self, *a):
@@ -225,6 +254,132 @@ def run_one(args):
     return result
 
 
+# ---- the adapter's overhead per call ----------------------------------------------------------
+LIBRARY_CALLS_PER_LAYER_STEP = 3  # forward, backward-data, backward-filter
+
+
+def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves"):
+    """Plans for `shapes` (ConvShapes, each kernel once) written into the local plan cache file
+    at `path` by `tool` (tests' ucudnn_test_write_plan_cache, CPU backend): micro-batched
+    (halves) or undivided (split "whole"), their segments cycling through the CPU algorithms
+    `algos`, for the per-kernel limit `limit`. The number of kernels."""
+    fields = [name for name, _ in type(shapes[0])._fields_] if shapes else []
+    lines = sorted({" ".join(str(getattr(shape, name)) for name in fields) for shape in shapes})
+    kernels_file = path + ".kernels"
+    with open(kernels_file, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    subprocess.run([tool, path, str(limit), kernels_file, algos, split], check=True,
+                   stdout=subprocess.DEVNULL)
+    return len(lines)
+
+
+def undivided_plan_cache(ut, model, sample, tool, directory):
+    """Options that give `model`'s kernels undivided plans from a local plan cache written by
+    `tool` (ucudnn_test_write_plan_cache), without a server."""
+    ut.convert(model, server="", cache_path="off")
+    shapes = [s for group in ut.kernels(model, sample).values() for s in group]
+    cache = os.path.join(directory, "plans.bin")
+    limit = 64 << 20  # the adapter's per-kernel limit when none is configured
+    write_plan_cache(tool, cache, shapes, limit, algos="1", split="whole")
+    return {"server": "", "cache_path": cache, "policy": "undivided"}
+
+
+def overhead_one(args):
+    import copy
+    import gc
+    import tempfile
+
+    sys.path.insert(0, args.adapter)
+    import torch
+    from torch import nn
+    import ucudnn.torch as ut
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("torch_adapter.py: --device cuda but torch.cuda.is_available() is False")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # tiny tensors: no thread pool to wake, on either side
+    torch.manual_seed(args.seed)
+    # ResNet-50's convolutions have no bias; 1x1 keeps the convolution itself negligible.
+    native = nn.Conv2d(args.channels, args.channels, 1, bias=False).to(device)
+    converted = copy.deepcopy(native)
+    x = torch.randn(args.batch, args.channels, args.image_size, args.image_size, device=device,
+                    requires_grad=True)
+    grad = torch.randn(args.batch, args.channels, args.image_size, args.image_size, device=device)
+    options = dict(option.split("=", 1) for option in args.option)
+    directory = tempfile.TemporaryDirectory()
+    if args.plan_cache_tool:
+        options.update(undivided_plan_cache(ut, converted, x, args.plan_cache_tool,
+                                            directory.name))
+    ut.convert(converted, **options)
+    if not args.plan_cache_tool:
+        ut.prepare(converted, x, wait_ms=int(args.prepare_wait_s * 1000))
+
+    # On the CPU the whole step runs on this thread (autograd runs CPU backward passes on the
+    # caller's): its CPU time, which other processes on a shared machine do not inflate. On a
+    # GPU, backward runs on PyTorch's device threads: wall time, synchronized, while the host is
+    # the bottleneck (tiny kernels).
+    clock = time.thread_time if device.type == "cpu" else time.perf_counter
+
+    def time_round(model, calls):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = clock()
+        for _ in range(calls):
+            model(x).backward(grad)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return (clock() - start) / calls * 1e6
+
+    def check_planned(steps):
+        stats = ut.stats(converted)
+        if (stats["planned_calls"] != LIBRARY_CALLS_PER_LAYER_STEP * steps or
+                stats["fallback_calls"] != 0):
+            raise SystemExit(
+                "torch_adapter.py overhead: the library ran no plan for some of the layer's "
+                f"calls (stats {stats}); the measured case is a kernel with a plan (give the "
+                "server with policy=undivided, or --plan-cache-tool)")
+        return stats
+
+    warmup = max(10, args.calls // 10)
+    for model in (native, converted):
+        time_round(model, warmup)
+    check_planned(warmup)
+    native_us, converted_us, differences = [], [], []
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(args.rounds):
+            # Alternating which goes first, so that neither always runs on a warmer machine.
+            if i % 2 == 0:
+                native_us.append(time_round(native, args.calls))
+                converted_us.append(time_round(converted, args.calls))
+            else:
+                converted_us.append(time_round(converted, args.calls))
+                native_us.append(time_round(native, args.calls))
+            differences.append(converted_us[-1] - native_us[-1])
+    finally:
+        gc.enable()
+    stats = check_planned(warmup + args.rounds * args.calls)
+    directory.cleanup()
+    per_layer_step = statistics.median(differences)
+    return {
+        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "adapter": os.path.dirname(ut.__file__),
+        "library": ut._lib.load().path,
+        "clock": "thread CPU time" if device.type == "cpu" else "wall time",
+        "library_calls_per_layer_step": LIBRARY_CALLS_PER_LAYER_STEP,
+        "native_us_per_layer_step": statistics.median(native_us),
+        "converted_us_per_layer_step": statistics.median(converted_us),
+        "overhead_us_per_layer_step": per_layer_step,
+        "overhead_us_per_call": per_layer_step / LIBRARY_CALLS_PER_LAYER_STEP,
+        "rounds_us": {"native": native_us, "converted": converted_us},
+        "stats": stats,
+    }
+
+
 # ---- the suite -----------------------------------------------------------------------------------
 def suite_configs(args):
     """(name, run arguments, extra environment) of every configuration, in run order. The first
@@ -238,18 +393,23 @@ def suite_configs(args):
     wait = ["--prepare-wait-s", str(args.warm_wait_s), f"--option=server_wait_ms={wait_ms}",
             f"--option=deadline_ms={wait_ms + 30000}"]
     warmup_steps = ["--steps", "2"]
+    run = ["run"] + common
     configs = []
     for precision, flags in (("fp32", []), ("amp", ["--amp", "--channels-last"])):
         configs += [
             (f"{precision}_ucudnn_warmup",
-             common + flags + ["--mode", "ucudnn"] + cap + wait + warmup_steps, {}),
-            (f"{precision}_ucudnn_64mib", common + flags + ["--mode", "ucudnn"] + cap, {}),
-            (f"{precision}_native_benchmark", common + flags + ["--benchmark"], {}),
-            (f"{precision}_native_wscap64", common + flags + ["--benchmark"],
+             run + flags + ["--mode", "ucudnn"] + cap + wait + warmup_steps, {}),
+            (f"{precision}_ucudnn_64mib", run + flags + ["--mode", "ucudnn"] + cap, {}),
+            (f"{precision}_native_benchmark", run + flags + ["--benchmark"], {}),
+            (f"{precision}_native_wscap64", run + flags + ["--benchmark"],
              {"CUDNN_CONV_WSCAP_DBG": "64"}),
         ]
-    configs.append(("fp32_ucudnn_undivided", common + ["--mode", "ucudnn"] + cap +
-                    ["--option=policy=undivided"] + wait, {}))
+    undivided = ["--option=policy=undivided"]
+    configs.append(("fp32_ucudnn_undivided", run + ["--mode", "ucudnn"] + cap + undivided + wait,
+                    {}))
+    plans = (["--plan-cache-tool", args.plan_cache_tool] if args.plan_cache_tool else
+             [f"--option={server}", "--option=cache_path=off"] + undivided + wait)
+    configs.append(("overhead_undivided", ["overhead", "--device", args.device] + plans, {}))
     return configs
 
 
@@ -258,7 +418,8 @@ def run_config(args, name, run_args, env_extra, out_dir):
     json_path = os.path.join(out_dir, f"{name}.json")
     log_path = os.path.join(out_dir, f"{name}.log")
     env = dict(os.environ, **env_extra)
-    command = [args.python, os.path.abspath(__file__), "run", "--json-out", json_path] + run_args
+    command = ([args.python, os.path.abspath(__file__), run_args[0], "--json-out", json_path] +
+               run_args[1:])
     print(f"[torch_adapter] {name}: {' '.join(command)}", file=sys.stderr, flush=True)
     with open(log_path, "w") as log:
         try:
@@ -317,14 +478,27 @@ def compare(results):
         entry["speedup_vs_uncapped"] = native["median_step_ms"] / mine["median_step_ms"]
         report[precision] = entry
     undivided = results.get("fp32_ucudnn_undivided", {})
+    overhead = results.get("overhead_undivided", {})
     if "median_step_ms" in undivided:
-        report["adapter_overhead_undivided"] = {
+        step_ms = undivided["median_step_ms"]
+        calls = undivided["adapter_calls"] / max(1, len(undivided["losses"]))
+        entry = {
+            "step_ms": step_ms,
+            "calls_per_step": calls,
+            # Time in the adapter's library calls (_Conv.run) in the ResNet-50 step.
             "host_ms_per_step": undivided["adapter_host_ms_per_step"],
-            "step_ms": undivided["median_step_ms"],
-            "host_share_of_step": undivided["adapter_host_ms_per_step"] /
-            undivided["median_step_ms"],
-            "calls_per_step": undivided["adapter_calls"] / max(1, len(undivided["losses"])),
+            "host_share_of_step": undivided["adapter_host_ms_per_step"] / step_ms,
         }
+        if "overhead_us_per_call" in overhead:
+            # The adapter's whole overhead against PyTorch's convolution (the overhead run),
+            # at the step's number of calls.
+            per_step_ms = overhead["overhead_us_per_call"] * calls / 1e3
+            entry.update({
+                "overhead_us_per_call": overhead["overhead_us_per_call"],
+                "overhead_ms_per_step": per_step_ms,
+                "overhead_share_of_step": per_step_ms / step_ms,
+            })
+        report["adapter_overhead_undivided"] = entry
     return report, failures
 
 
@@ -347,7 +521,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "suite":
         return run_suite(args)
-    result = run_one(args)
+    result = run_one(args) if args.command == "run" else overhead_one(args)
     text = json.dumps(result, indent=2)
     if args.json_out:
         with open(args.json_out, "w") as f:

@@ -3,7 +3,8 @@
 # whole stack (PostgreSQL, planner server, cuDNN worker; scripts/stack_up.sh), then
 # bench/torch_adapter.py's suite: ResNet-50 at batch 256, fp32 and AMP fp16 channels-last, native
 # PyTorch against ucudnn.torch (losses agree), step times at a 64 MiB cap, against
-# CUDNN_CONV_WSCAP_DBG=64 and uncapped, the adapter's overhead on undivided plans, and the time to
+# CUDNN_CONV_WSCAP_DBG=64 and uncapped, the adapter's overhead per call against native (undivided
+# plans; bench/torch_adapter.py overhead) and its share of the step, and the time to
 # the first fast step. The first ucudnn run of each precision fills the empty database (the worker
 # benchmarks its kernels; a few minutes), so later runs see a warm one.
 #

@@ -6,6 +6,10 @@
 //
 // Hot path (a kernel already seen): one hash lookup in a lock-free table, one atomic load of the
 // plan pointer, relaxed counter increments; no allocation, no lock, no synchronisation.
+//
+// One class in four files: session.cc (construction, registration, waits, reports),
+// session_hot_path.cc (the calling threads), session_planner.cc (the plan fetcher: the planner
+// thread, publication, the local cache) and session_contribution.cc (contribution).
 #pragma once
 
 #include <array>
@@ -16,7 +20,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -130,6 +136,20 @@ class Session {
   // kernel's fallback call (passthrough when disabled, untracked beyond the table). Allocation-free
   // once the kernel is known.
   int64_t PlannedWorkspace(const ConvProblem& problem, int64_t batch, uint64_t limit);
+
+  // The same three for a kernel looked up once (the shape-level C API's kernel handles), so that
+  // a call costs no hash lookup. Kernel(): the kernel's entry, registered with `limit` at first
+  // sight; nullptr when disabled or the table is full (the caller then runs every call itself,
+  // counting it with CountUntracked()). Entries live as long as the session.
+  KernelState* FindKernel(const ConvProblem& problem, int64_t batch, uint64_t limit);
+  // PlannedWorkspace() of `kernel` (a fallback call counted when it answers -1).
+  int64_t PlannedWorkspace(KernelState& kernel);
+  // The workspace `kernel`'s plan needs from the caller now, counting nothing: negative when it
+  // has no plan that can run here.
+  int64_t PlanWorkspace(KernelState& kernel);
+  Status Execute(KernelState& kernel, const ConvOperands& operands, void* workspace,
+                 size_t workspace_bytes, float alpha, float beta, UndividedRunner& runner);
+  void CountUntracked() { untracked_calls_.fetch_add(1, std::memory_order_relaxed); }
   // Total modes: declares `kernels` (their problems and mini-batches) and plans the network of
   // every kernel declared so far now. Per-kernel mode: declares them with the configured limit.
   void Prepare(const std::vector<Kernel>& kernels);
@@ -183,12 +203,22 @@ class Session {
   Session(ConvBackend& backend, const ClientConfig& config, std::unique_ptr<PlanSource> source,
           SessionHooks hooks);
 
-  // The kernel's entry, registered (with `limit`) at first sight; nullptr when the table is full.
-  KernelState* FindOrRegister(const ConvProblem& problem, int64_t batch, uint64_t limit,
-                              std::string_view name = {});
+  // ---- session.cc: construction, registration, waits and reports.
+  // The constructor's phases: the gRPC planner at config.server (unless a source was given);
+  // contribution when its needs are met; the library workspace of the total modes (per kernel
+  // instead when there is none).
+  void ConnectPlanner();
+  void EnableContribution();
+  void AllocateLibraryWorkspace();
   // Rare path: first sight of a kernel. Takes the mutex; nullptr when the table is full.
   KernelState* Register(const ConvProblem& problem, int64_t batch, uint64_t hash, uint64_t limit,
                         std::string_view name);
+  bool AnyWaiting() const;
+
+  // ---- session_hot_path.cc: the calling threads.
+  // The kernel's entry, registered (with `limit`) at first sight; nullptr when the table is full.
+  KernelState* FindOrRegister(const ConvProblem& problem, int64_t batch, uint64_t limit,
+                              std::string_view name = {});
   // The workspace the plan needs here; fills the plan's verification cache.
   int64_t Verify(const PlanEntry& plan, const ConvProblem& problem);
   Result<int> FallbackAlgorithm(KernelState* kernel, size_t workspace_bytes,
@@ -196,7 +226,7 @@ class Session {
   // Rare path: `plan` failed while running after `completed` segments. Drops the plan (logged
   // once) and finishes the call undivided when that gives the right result: the whole batch again
   // when nothing was written yet or beta = 0 (the output is rewritten whole); otherwise the
-  // samples the plan did not reach, accumulated onto what it wrote (see session.cc).
+  // samples the plan did not reach, accumulated onto what it wrote (see session_hot_path.cc).
   Status RecoverFailedPlan(KernelState* kernel, const PlanEntry& plan, const Status& failure,
                            size_t completed, const ConvProblem& problem, int64_t batch,
                            const ConvOperands& operands, void* workspace, size_t workspace_bytes,
@@ -208,17 +238,42 @@ class Session {
                       float alpha, float beta);
   // The algorithm ids of `op`, kept so that choosing one allocates nothing.
   std::span<const int> AlgorithmIds(ConvOp op) const;
-  // GetPlan with exceptions turned into errors and the answer's size checked.
-  Result<NetworkPlan> AskSource(const PlanRequest& request);
 
-  // The planner thread: PlannerLoop(), restarted after anything it throws.
+  // ---- session_planner.cc: the plan fetcher (the planner thread).
+  // PlannerLoop(), restarted after anything it throws.
   void PlannerMain();
   void PlannerLoop();
+  // With mutex_ held: takes the due per-kernel requests of one limit out of pending_ (at most one
+  // request's worth); `wake` becomes the earliest time a kernel left there is due.
+  std::vector<Pending> TakeDueKernels(Clock::time_point now, Clock::time_point& wake);
   // Each returns with the lock held. They drop it around the call to the source.
   void RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending>& batch);
   void RunNetworkRequest(std::unique_lock<std::mutex>& lock);
   void SaveCache(std::unique_lock<std::mutex>& lock);
-  // With the mutex held.
+  // Counts and sends `request` with the lock dropped (AskSource); nullopt when the session
+  // stopped meanwhile. `asked_epoch`: contribution_epoch_ when it was sent.
+  std::optional<Result<NetworkPlan>> SendRequest(std::unique_lock<std::mutex>& lock,
+                                                 const PlanRequest& request, uint64_t& asked_epoch);
+  // GetPlan with exceptions turned into errors and the answer's size checked.
+  Result<NetworkPlan> AskSource(const PlanRequest& request);
+  // With mutex_ held from here on.
+  // The source's answer for one kernel of a per-kernel request (at `position`): published,
+  // waiting again, or infeasible.
+  void AcceptKernelPlan(Pending& pending, const KernelPlan& kernel_plan, size_t position,
+                        uint64_t limit, uint64_t asked_epoch);
+  // A failed request counted, warned about once until the source answers again (`what`: "plans",
+  // "network plan"); NoteRequestAnswered() ends the warning.
+  void NoteRequestFailed(const Status& failure, std::string_view what);
+  void NoteRequestAnswered();
+  // The network is asked for again after the backoff.
+  void RetryNetworkLater();
+  // Publishes the local cache's plan of exactly `request_kernels`, if it has one.
+  bool PublishCachedNetwork(const std::vector<KernelState*>& kernels,
+                            const std::vector<Kernel>& request_kernels);
+  // Publishes the source's network plan for `answered`, then settles what comes next: asked
+  // again at once (stale), cached (complete), or asked again later (timings missing).
+  void AcceptNetworkPlan(const std::vector<KernelState*>& answered, const NetworkPlan& answer,
+                         uint64_t asked_epoch, uint64_t generation);
   void Publish(KernelState* kernel, std::unique_ptr<PlanEntry> entry);
   void Unpublish(KernelState* kernel);
   std::unique_ptr<PlanEntry> MakeEntry(const KernelPlan& plan, uint64_t limit, bool from_cache);
@@ -233,11 +288,31 @@ class Session {
     return kernel->contributed_epoch > asked_epoch;
   }
   Clock::duration Backoff(int attempts);
-  bool AnyWaiting() const;
+  PlanRequest MakeRequest(uint64_t limit) const;
+
+  // ---- session_contribution.cc: Contribute()'s phases.
+  // A problem the server lacks timings for, with every micro-batch size of the policy that one
+  // of its kernels needs.
+  struct MissingProblem {
+    ConvProblem problem;
+    std::set<int64_t> sizes;
+  };
+  // What the server reported missing, less what this session already submitted. Takes mutex_.
+  std::vector<MissingProblem> MissingProblems() const;
+  // How many live workers serve this device (the server's answer); an error when it cannot say.
+  Result<int> LiveWorkersOfDevice();
+  // The backend contribution measures on, checked to be the job's device.
+  Result<std::unique_ptr<ConvBackend>> OpenContributionBackend();
+  // Benchmarks `missing` on `bench`, submits the timings that speak for the device and asks its
+  // kernels' plans again; whether anything was submitted.
+  bool ContributeProblem(ConvBackend& bench, const MissingProblem& missing,
+                         const std::string& measured_by);
   // With mutex_ held: after timings of `problem` were submitted, its kernels that lacked them
   // are asked for again at once.
   void AskAgainAfterContribution(const ConvProblem& problem);
-  PlanRequest MakeRequest(uint64_t limit) const;
+
+  // Slices of the library's workspace start on this boundary (cuDNN wants aligned workspaces).
+  static constexpr size_t kSliceAlignment = 256;
 
   ConvBackend& backend_;
   const ClientConfig config_;

@@ -1,6 +1,8 @@
 // The shape-level C API (ucudnn_shape.h): a Session over a ShapeBackend. A kernel without a usable
 // plan is not run here: the session's undivided runner is replaced by one that only records that
-// it was asked (DecliningRunner), and the caller is told to run its own convolution.
+// it was asked (DecliningRunner), and the caller is told to run its own convolution. Kernel
+// handles (ucudnnShapeGetKernel) hold the session's entry of their kernel, so that a call through
+// one (ucudnnShapeKernelRun) reads no shape and looks nothing up.
 #include "ucudnn/client/ucudnn_shape.h"
 
 #include <chrono>
@@ -8,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "c_stats.h"
@@ -18,14 +21,26 @@
 #include "shape_problem.h"
 #include "ucudnn/client/config.h"
 
+struct ucudnnShapeKernelImpl {
+  ucudnnShapeContextImpl* context = nullptr;
+  // The session's entry; null when the context has no session (disabled) or the session's table
+  // is full: every call then declines.
+  ucudnn::client::KernelState* state = nullptr;
+};
+
 struct ucudnnShapeContextImpl {
   ucudnn::ClientConfig config;
   // Destroyed after the session (declared first), which uses it.
   std::unique_ptr<ucudnn::client::ShapeBackend> backend;
   std::unique_ptr<ucudnn::client::Session> session;
   // The backend runs one call at a time (a cuDNN handle is not thread-safe, and its stream is
-  // bound per call); the framework may call from its autograd threads too.
+  // bound per call); the framework may call from its autograd threads too. Also guards `kernels`.
   std::mutex call_mutex;
+  // One handle per kernel of the session (at most its table's size), and the one of every kernel
+  // without an entry.
+  std::unordered_map<const ucudnn::client::KernelState*, std::unique_ptr<ucudnnShapeKernelImpl>>
+      kernels;
+  ucudnnShapeKernelImpl untracked{this, nullptr};
 };
 
 namespace {
@@ -93,6 +108,58 @@ ucudnn::Result<ucudnn::client::ShapeKernel> ReadShape(const ucudnnConvShape_t* s
   return ucudnn::client::ToShapeKernel(*shape);
 }
 
+// The checks every convolution entry makes of its pointers.
+ucudnnShapeStatus_t CheckOperands(const void* a, const void* b, const void* out,
+                                  const void* workspace, size_t workspace_bytes) {
+  if (a == nullptr || b == nullptr || out == nullptr) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "operands: a, b and out must not be NULL");
+  }
+  if (workspace == nullptr && workspace_bytes > 0) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "workspace: NULL with workspace_bytes > 0");
+  }
+  return UCUDNN_SHAPE_SUCCESS;
+}
+
+ucudnn::ConvOperands OperandsOf(ucudnn::ConvOp op, const void* a, const void* b, void* out) {
+  ucudnn::ConvOperands operands;
+  switch (op) {
+    case ucudnn::ConvOp::kForward:
+      operands.x = a;
+      operands.w = b;
+      operands.y = out;
+      break;
+    case ucudnn::ConvOp::kBackwardData:
+      operands.dy = a;
+      operands.w = b;
+      operands.dx = out;
+      break;
+    case ucudnn::ConvOp::kBackwardFilter:
+      operands.x = a;
+      operands.dy = b;
+      operands.dw = out;
+      break;
+  }
+  return operands;
+}
+
+// With the context's call mutex held: binds `stream`, then `execute(runner)` runs the kernel
+// through the session with a DecliningRunner for its undivided calls.
+template <typename Execute>
+ucudnnShapeStatus_t RunLocked(const char* function, ucudnnShapeContextImpl& context, void* stream,
+                              Execute&& execute) {
+  if (Status bound = context.backend->UseStream(stream); !bound.ok()) {
+    ucudnn::client::Log().error("{}: {}", function, bound.ToString());
+    return UCUDNN_SHAPE_EXECUTION_FAILED;
+  }
+  DecliningRunner own_convolution;
+  const Status status = execute(own_convolution);
+  if (!status.ok()) {
+    ucudnn::client::Log().error("{}: {}", function, status.ToString());
+    return FromStatus(status);
+  }
+  return own_convolution.declined() ? UCUDNN_SHAPE_NO_PLAN : UCUDNN_SHAPE_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -155,48 +222,89 @@ ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
                                            const void* b, void* out, void* stream, void* workspace,
                                            size_t workspace_bytes, float alpha, float beta) {
   if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
-  if (a == nullptr || b == nullptr || out == nullptr) {
-    return Fail(UCUDNN_SHAPE_BAD_PARAM, "operands: a, b and out must not be NULL");
-  }
-  if (workspace == nullptr && workspace_bytes > 0) {
-    return Fail(UCUDNN_SHAPE_BAD_PARAM, "workspace: NULL with workspace_bytes > 0");
+  if (ucudnnShapeStatus_t checked = CheckOperands(a, b, out, workspace, workspace_bytes);
+      checked != UCUDNN_SHAPE_SUCCESS) {
+    return checked;
   }
   return Guarded("ucudnnShapeConvolution", [&] {
     const auto kernel = ReadShape(shape);
     if (!kernel.ok()) return FromStatus(kernel.status());
     if (context->session == nullptr) return UCUDNN_SHAPE_NO_PLAN;
-    ucudnn::ConvOperands operands;
-    switch (kernel->problem.op) {
-      case ucudnn::ConvOp::kForward:
-        operands.x = a;
-        operands.w = b;
-        operands.y = out;
-        break;
-      case ucudnn::ConvOp::kBackwardData:
-        operands.dy = a;
-        operands.w = b;
-        operands.dx = out;
-        break;
-      case ucudnn::ConvOp::kBackwardFilter:
-        operands.x = a;
-        operands.dy = b;
-        operands.dw = out;
-        break;
-    }
+    const ucudnn::ConvOperands operands = OperandsOf(kernel->problem.op, a, b, out);
     std::lock_guard lock(context->call_mutex);
-    if (Status bound = context->backend->UseStream(stream); !bound.ok()) {
-      ucudnn::client::Log().error("ucudnnShapeConvolution: {}", bound.ToString());
-      return UCUDNN_SHAPE_EXECUTION_FAILED;
+    return RunLocked(
+        "ucudnnShapeConvolution", *context, stream, [&](DecliningRunner& own_convolution) {
+          return context->session->Execute(kernel->problem, kernel->batch, operands, workspace,
+                                           workspace_bytes, alpha, beta, &own_convolution);
+        });
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeGetKernel(ucudnnShapeContext_t context,
+                                         const ucudnnConvShape_t* shape, size_t limit,
+                                         ucudnnShapeKernel_t* kernel) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  if (kernel == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "kernel: must not be NULL");
+  *kernel = nullptr;
+  return Guarded("ucudnnShapeGetKernel", [&] {
+    const auto read = ReadShape(shape);
+    if (!read.ok()) return FromStatus(read.status());
+    std::lock_guard lock(context->call_mutex);
+    ucudnn::client::KernelState* state =
+        context->session == nullptr
+            ? nullptr
+            : context->session->FindKernel(read->problem, read->batch, LimitOf(*context, limit));
+    if (state == nullptr) {
+      *kernel = &context->untracked;
+      return UCUDNN_SHAPE_SUCCESS;
     }
-    DecliningRunner own_convolution;
-    const Status status =
-        context->session->Execute(kernel->problem, kernel->batch, operands, workspace,
-                                  workspace_bytes, alpha, beta, &own_convolution);
-    if (!status.ok()) {
-      ucudnn::client::Log().error("ucudnnShapeConvolution: {}", status.ToString());
-      return FromStatus(status);
+    std::unique_ptr<ucudnnShapeKernelImpl>& handle = context->kernels[state];
+    if (handle == nullptr) handle.reset(new ucudnnShapeKernelImpl{context, state});
+    *kernel = handle.get();
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeKernelWorkspaceSize(ucudnnShapeKernel_t kernel, size_t* bytes) {
+  if (kernel == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "kernel: must not be NULL");
+  if (bytes == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "bytes: must not be NULL");
+  *bytes = 0;
+  return Guarded("ucudnnShapeKernelWorkspaceSize", [&] {
+    if (kernel->state == nullptr) return UCUDNN_SHAPE_NO_PLAN;
+    std::lock_guard lock(kernel->context->call_mutex);
+    const int64_t needed = kernel->context->session->PlanWorkspace(*kernel->state);
+    if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
+    *bytes = static_cast<size_t>(needed);
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeKernelRun(ucudnnShapeKernel_t kernel, const void* a, const void* b,
+                                         void* out, void* stream, void* workspace,
+                                         size_t workspace_bytes) {
+  if (kernel == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "kernel: must not be NULL");
+  if (ucudnnShapeStatus_t checked = CheckOperands(a, b, out, workspace, workspace_bytes);
+      checked != UCUDNN_SHAPE_SUCCESS) {
+    return checked;
+  }
+  return Guarded("ucudnnShapeKernelRun", [&] {
+    ucudnnShapeContextImpl& context = *kernel->context;
+    if (kernel->state == nullptr) {
+      if (context.session != nullptr) context.session->CountUntracked();
+      return UCUDNN_SHAPE_NO_PLAN;
     }
-    return own_convolution.declined() ? UCUDNN_SHAPE_NO_PLAN : UCUDNN_SHAPE_SUCCESS;
+    ucudnn::client::KernelState& state = *kernel->state;
+    ucudnn::client::Session& session = *context.session;
+    const ucudnn::ConvOperands operands = OperandsOf(state.problem.op, a, b, out);
+    std::lock_guard lock(context.call_mutex);
+    const int64_t needed = session.PlannedWorkspace(state);
+    if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
+    if (static_cast<uint64_t>(needed) > workspace_bytes) return UCUDNN_SHAPE_WORKSPACE_TOO_SMALL;
+    return RunLocked("ucudnnShapeKernelRun", context, stream,
+                     [&](DecliningRunner& own_convolution) {
+                       return session.Execute(state, operands, workspace, workspace_bytes, 1.0f,
+                                              0.0f, own_convolution);
+                     });
   });
 }
 

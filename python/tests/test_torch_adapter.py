@@ -10,9 +10,10 @@ import io
 import itertools
 import os
 import socket
-import subprocess
+import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,9 @@ from torch import nn
 
 import ucudnn.torch as ut
 from ucudnn import _lib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_adapter  # noqa: E402  (bench/torch_adapter.py: the plan cache helper)
 
 TOOL = os.environ.get("UCUDNN_TEST_PLAN_CACHE_TOOL", "")
 LIMIT = 64 << 20  # the adapter's default per-kernel limit
@@ -33,18 +37,8 @@ def closed_port():
 
 
 def write_plan_cache(path, shapes, algos="1,2"):
-    """Plans for `shapes` (fp32 NCHW ConvShapes) into the cache file at `path`, their segments
-    cycling through the CPU algorithms `algos`."""
-    lines = sorted({" ".join(str(getattr(shape, f)) for f in (
-        "op", "n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
-        "dilation_h", "dilation_w", "groups")) for shape in shapes
-        if shape.data_type == _lib.FLOAT and shape.layout == _lib.NCHW})
-    kernels_file = path + ".kernels"
-    with open(kernels_file, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    subprocess.run([TOOL, path, str(LIMIT), kernels_file, algos], check=True,
-                   stdout=subprocess.DEVNULL)
-    return len(lines)
+    """Micro-batched plans for `shapes` into the cache file at `path` (torch_adapter's helper)."""
+    return torch_adapter.write_plan_cache(TOOL, path, shapes, LIMIT, algos)
 
 
 def planned(model, sample, directory, algos="1,2"):
@@ -217,6 +211,32 @@ class PlannedTest(unittest.TestCase):
         self.assertEqual(stats["planned_calls"], 5 * 8, stats)  # 3 fwd + 2 bwd-data + 3 bwd-filter
         self.assertEqual(stats["fallback_calls"], 0, stats)
 
+    def test_autocast_bfloat16_channels_last(self):
+        torch.manual_seed(15)
+        reference = nn.Conv2d(4, 8, 3, padding=1).to(memory_format=torch.channels_last)
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 4, 7, 7).to(memory_format=torch.channels_last)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            kernels = planned(model, x.clone().requires_grad_(True), self.dir.name)
+        self.assertEqual(kernels, 3, "bf16 NHWC forward, backward-data and backward-filter")
+        results = []
+        for module in (model, reference):
+            xg = x.clone().requires_grad_(True)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = module(xg)
+            (y.float() ** 2).sum().backward()
+            results.append((y, xg.grad, module.weight.grad, module.bias.grad))
+        (y, *grads), (y_ref, *grads_ref) = results
+        self.assertEqual(y.dtype, torch.bfloat16)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        # bf16 rounds to 8 bits: each side rounds its own sums (and the bias separately here).
+        for what, mine, theirs in zip(("y", "dx", "dw", "db"), [y] + grads, [y_ref] + grads_ref):
+            scale = max(1.0, theirs.float().abs().max().item())
+            error = (mine.float() - theirs.float()).abs().max().item()
+            self.assertLess(error, 3e-2 * scale, f"{what}: max error {error} (scale {scale})")
+        stats = ut.stats(model)
+        self.assertEqual((stats["planned_calls"], stats["fallback_calls"]), (3, 0), stats)
+
     def test_prepare_declares_the_step(self):
         torch.manual_seed(4)
         model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
@@ -227,6 +247,153 @@ class PlannedTest(unittest.TestCase):
         self.assertEqual(stats["kernels"], 5, stats)  # fwd x2, bwd-filter x2, bwd-data of layer 2
         self.assertEqual(stats["kernels_planned"], 5, stats)
         self.assertEqual(stats["planned_calls"], 0, "prepare runs nothing through the library")
+
+
+class KernelHandleTest(unittest.TestCase):
+    """The C API's hot path through ctypes: a kernel resolved once, then one call per convolution
+    (ucudnnShapeGetKernel, ucudnnShapeKernelRun, ucudnnShapeKernelWorkspaceSize)."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.lib = _lib.load()
+        # Forward of x 4x3x6x6, w 5x3x3x3, padding 1: planned as two halves, im2col algorithms
+        # (which need workspace).
+        self.shape = _lib.ConvShape(_lib.FORWARD, 4, 3, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1,
+                                    _lib.FLOAT, _lib.NCHW, _lib.MATH_DEFAULT)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def context(self, options):
+        return _lib.Context(self.lib, "cpu", "UCUDNN_SERVER=;" + options)
+
+    def run_kernel(self, kernel, x, w, y, workspace):
+        pointer = workspace.data_ptr() if workspace.numel() else None
+        return self.lib.ShapeKernelRun(kernel, x.data_ptr(), w.data_ptr(), y.data_ptr(), None,
+                                       pointer, workspace.numel())
+
+    def test_planned_kernel_asks_for_its_workspace_then_runs(self):
+        cache = os.path.join(self.dir.name, "plans.bin")
+        write_plan_cache(cache, [self.shape])
+        context = self.context(f"UCUDNN_CACHE_PATH={cache}")
+        kernel = context.kernel(self.shape)
+        self.assertEqual(context.kernel(self.shape), kernel, "one handle per kernel")
+        torch.manual_seed(11)
+        x, w = torch.randn(4, 3, 6, 6), torch.randn(5, 3, 3, 3)
+        y = torch.full((4, 5, 6, 6), float("nan"))
+        none = torch.empty(0, dtype=torch.uint8)
+        self.assertEqual(self.run_kernel(kernel, x, w, y, none), _lib.WORKSPACE_TOO_SMALL)
+        self.assertTrue(torch.isnan(y).all(), "nothing written")
+        stats = context.stats()
+        self.assertEqual((stats["planned_calls"], stats["fallback_calls"]), (0, 0), stats)
+        needed = context.kernel_workspace_size(kernel)
+        self.assertGreater(needed, 0)
+        self.assertEqual(context.stats()["fallback_calls"], 0, "the query counts nothing")
+        workspace = torch.empty(needed, dtype=torch.uint8)
+        self.assertEqual(self.run_kernel(kernel, x, w, y, workspace), _lib.SUCCESS)
+        assert_close(self, y, F.conv2d(x, w, padding=1), "y")
+        stats = context.stats()
+        self.assertEqual((stats["planned_calls"], stats["fallback_calls"]), (1, 0), stats)
+
+    def test_kernel_without_plan_declines_and_counts_a_fallback(self):
+        context = self.context("UCUDNN_CACHE_PATH=off")
+        kernel = context.kernel(self.shape)
+        self.assertIsNone(context.kernel_workspace_size(kernel))
+        x, w, y = torch.randn(4, 3, 6, 6), torch.randn(5, 3, 3, 3), torch.empty(4, 5, 6, 6)
+        self.assertEqual(self.run_kernel(kernel, x, w, y, torch.empty(0, dtype=torch.uint8)),
+                         _lib.NO_PLAN)
+        stats = context.stats()
+        self.assertEqual((stats["kernels"], stats["fallback_calls"]), (1, 1), stats)
+
+    def test_disabled_context_declines_without_counting(self):
+        x, w, y = torch.randn(4, 3, 6, 6), torch.randn(5, 3, 3, 3), torch.empty(4, 5, 6, 6)
+        disabled = self.context("UCUDNN_CACHE_PATH=off;UCUDNN_DISABLE=1")
+        kernel = disabled.kernel(self.shape)
+        self.assertEqual(self.run_kernel(kernel, x, w, y, torch.empty(0, dtype=torch.uint8)),
+                         _lib.NO_PLAN)
+        self.assertIsNone(disabled.kernel_workspace_size(kernel))
+        self.assertEqual(disabled.stats()["kernels"], 0)
+
+    def test_bad_arguments_are_named(self):
+        context = self.context("UCUDNN_CACHE_PATH=off")
+        bad = _lib.ConvShape(*[getattr(self.shape, name) for name, _ in _lib.ConvShape._fields_])
+        bad.groups = 2
+        with self.assertRaisesRegex(_lib.ShapeError, "BAD_PARAM: shape.groups: "):
+            context.kernel(bad)
+        self.assertEqual(self.lib.ShapeKernelRun(None, 1, 1, 1, None, None, 0), _lib.BAD_PARAM)
+        self.assertIn(b"kernel: must not be NULL", self.lib._last_error())
+        kernel = context.kernel(self.shape)
+        self.assertEqual(self.lib.ShapeKernelRun(kernel, 1, None, 1, None, None, 0),
+                         _lib.BAD_PARAM)
+        self.assertIn(b"operands", self.lib._last_error())
+        self.assertEqual(self.lib.ShapeKernelRun(kernel, 1, 1, 1, None, None, 8), _lib.BAD_PARAM)
+        self.assertIn(b"workspace: NULL", self.lib._last_error())
+
+
+class HotPathTest(unittest.TestCase):
+    """What the adapter does per call once a step has run: nothing but the library's call."""
+
+    def setUp(self):
+        self.assertTrue(TOOL and os.path.exists(TOOL), "UCUDNN_TEST_PLAN_CACHE_TOOL is not set")
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_kernels_and_workspace_are_resolved_once(self):
+        torch.manual_seed(12)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 6, 3, stride=2, padding=1))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        self.assertEqual(planned(model, x, self.dir.name), 5)
+        lookups, allocations = [], []
+        real_kernel, real_grow = _lib.Context.kernel, ut.Runtime.grow_workspace
+        with mock.patch.object(_lib.Context, "kernel", autospec=True,
+                               side_effect=lambda *a: lookups.append(a) or real_kernel(*a)), \
+                mock.patch.object(ut.Runtime, "grow_workspace", autospec=True,
+                                  side_effect=lambda *a: allocations.append(a) or real_grow(*a)), \
+                mock.patch.object(_lib, "ConvShape", wraps=_lib.ConvShape) as shapes:
+            assert_same_step(self, model, reference, x)
+            first = (len(lookups), shapes.call_count)
+            self.assertEqual(first, (6, 6), "each kernel resolved at its first call")
+            self.assertGreaterEqual(len(allocations), 1, "the im2col plans need workspace")
+            grown = len(allocations)
+            for _ in range(3):
+                assert_same_step(self, model, reference, x)
+            self.assertEqual((len(lookups), shapes.call_count), first, "no lookup after step 1")
+            self.assertEqual(len(allocations), grown, "the workspace is kept and reused")
+        stats = ut.stats(model)
+        # x needs its gradient in step(): layer 1's backward-data has no plan (PyTorch's).
+        self.assertEqual(stats["planned_calls"], 4 * 5, stats)
+        self.assertEqual(stats["fallback_calls"], 4 * 1, stats)
+
+    def test_no_grad_calls_need_no_autograd_node(self):
+        torch.manual_seed(13)
+        reference = nn.Conv2d(3, 4, 3, padding=1)
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        planned(model, x, self.dir.name)
+        with torch.no_grad():
+            y = model(x)
+        self.assertIsNone(y.grad_fn)
+        assert_close(self, y, reference(x).detach(), "y")
+        self.assertEqual(ut.stats(model)["planned_calls"], 1)
+
+    def test_double_backward_is_refused(self):
+        torch.manual_seed(14)
+        model = nn.Conv2d(3, 4, 3, padding=1)
+        x = torch.randn(4, 3, 9, 9, requires_grad=True)
+        planned(model, x, self.dir.name)
+        # First-order gradients with create_graph=True still come out right ...
+        (grad_x,) = torch.autograd.grad(model(x).pow(2).sum(), x, create_graph=True)
+        reference = nn.Conv2d(3, 4, 3, padding=1)
+        reference.load_state_dict(model.state_dict())
+        (expected,) = torch.autograd.grad(reference(x).pow(2).sum(), x)
+        assert_close(self, grad_x.detach(), expected, "dx")
+        # ... but they are not differentiable again through the library.
+        with self.assertRaisesRegex(RuntimeError, "once_differentiable"):
+            grad_x.sum().backward()
 
 
 class FallbackTest(unittest.TestCase):

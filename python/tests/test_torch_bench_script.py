@@ -46,7 +46,8 @@ class ArgumentsTest(unittest.TestCase):
         self.assertEqual(names, [
             "fp32_ucudnn_warmup", "fp32_ucudnn_64mib", "fp32_native_benchmark",
             "fp32_native_wscap64", "amp_ucudnn_warmup", "amp_ucudnn_64mib",
-            "amp_native_benchmark", "amp_native_wscap64", "fp32_ucudnn_undivided"])
+            "amp_native_benchmark", "amp_native_wscap64", "fp32_ucudnn_undivided",
+            "overhead_undivided"])
         env = {name: extra for name, _, extra in torch_adapter.suite_configs(args)}
         self.assertEqual(env["fp32_native_wscap64"], {"CUDNN_CONV_WSCAP_DBG": "64"})
 
@@ -76,6 +77,42 @@ class CompareTest(unittest.TestCase):
         self.assertTrue(any("losses differ" in f for f in failures))
 
 
+TOOL = os.environ.get("UCUDNN_TEST_PLAN_CACHE_TOOL", "")
+
+
+class OverheadTest(unittest.TestCase):
+    def overhead(self, *extra):
+        with tempfile.TemporaryDirectory() as out:
+            path = os.path.join(out, "overhead.json")
+            run = subprocess.run([sys.executable, SCRIPT, "overhead", "--calls", "20",
+                                  "--rounds", "3", "--json-out", path, *extra],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if run.returncode != 0:
+                return run, None
+            with open(path) as f:
+                return run, json.load(f)
+
+    def test_every_converted_call_runs_the_undivided_plan(self):
+        self.assertTrue(TOOL and os.path.exists(TOOL), "UCUDNN_TEST_PLAN_CACHE_TOOL is not set")
+        run, result = self.overhead("--plan-cache-tool", TOOL)
+        self.assertEqual(run.returncode, 0, run.stdout)
+        self.assertEqual(result["clock"], "thread CPU time")
+        self.assertEqual(len(result["rounds_us"]["native"]), 3)
+        self.assertEqual(len(result["rounds_us"]["converted"]), 3)
+        self.assertGreater(result["converted_us_per_layer_step"], 0)
+        self.assertAlmostEqual(result["overhead_us_per_call"] * 3,
+                               result["overhead_us_per_layer_step"])
+        # Warm-up (10 steps) and 3 rounds of 20, each step forward, backward-data and
+        # backward-filter: all planned.
+        self.assertEqual(result["stats"]["planned_calls"], 3 * (10 + 3 * 20))
+        self.assertEqual(result["stats"]["fallback_calls"], 0)
+
+    def test_without_plans_it_refuses_to_measure(self):
+        run, _ = self.overhead("--option=server=", "--option=cache_path=off")
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("the library ran no plan", run.stdout)
+
+
 class CpuRunTest(unittest.TestCase):
     def test_one_converted_run(self):
         with tempfile.TemporaryDirectory() as out:
@@ -100,12 +137,19 @@ class CpuRunTest(unittest.TestCase):
             rc = subprocess.run([sys.executable, SCRIPT, "suite", "--device", "cpu",
                                  "--server", f"127.0.0.1:{closed_port()}", "--out", out,
                                  "--batch", "2", "--steps", "2", "--image-size", "32",
-                                 "--warm-wait-s", "1"], stdout=subprocess.DEVNULL).returncode
+                                 "--warm-wait-s", "1", "--plan-cache-tool", TOOL],
+                                stdout=subprocess.DEVNULL).returncode
             with open(os.path.join(out, "torch_adapter.json")) as f:
                 summary = json.load(f)
         self.assertEqual(summary["failures"], [])
         self.assertEqual(rc, 0)
         self.assertEqual(set(summary["report"]), {"fp32", "amp", "adapter_overhead_undivided"})
+        # The overhead run's plans came from the tool: its per-call overhead, at ResNet-50's
+        # calls per step (53 convolutions, the first without backward-data).
+        overhead = summary["report"]["adapter_overhead_undivided"]
+        self.assertEqual(overhead["calls_per_step"], 53 * 3 - 1)
+        self.assertAlmostEqual(overhead["overhead_ms_per_step"],
+                               overhead["overhead_us_per_call"] * (53 * 3 - 1) / 1e3)
         # Nothing planned (the planner is down): every convolution is PyTorch's, losses equal.
         self.assertEqual(summary["report"]["fp32"]["loss_max_rel_diff"], 0.0)
         self.assertEqual(summary["runs"]["fp32_ucudnn_64mib"]["stats"]["planned_calls"], 0)

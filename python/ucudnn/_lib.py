@@ -1,5 +1,6 @@
 """The ctypes binding of libucudnn_client.so's shape-level C API (ucudnn_shape.h): no compiler and
-no PyTorch headers needed, one C call per convolution (see the README's design note)."""
+no PyTorch headers needed, one C call per convolution through a kernel handle resolved once
+(ucudnnShapeGetKernel, ucudnnShapeKernelRun; see the README's design note)."""
 
 import ctypes
 import os
@@ -13,6 +14,7 @@ UNAVAILABLE = 3
 EXECUTION_FAILED = 4
 ALLOC_FAILED = 5
 INTERNAL_ERROR = 6
+WORKSPACE_TOO_SMALL = 7
 _STATUS_NAMES = {
     SUCCESS: "SUCCESS",
     NO_PLAN: "NO_PLAN",
@@ -21,6 +23,7 @@ _STATUS_NAMES = {
     EXECUTION_FAILED: "EXECUTION_FAILED",
     ALLOC_FAILED: "ALLOC_FAILED",
     INTERNAL_ERROR: "INTERNAL_ERROR",
+    WORKSPACE_TOO_SMALL: "WORKSPACE_TOO_SMALL",
 }
 
 # ucudnnConvolutionOp_t, ucudnnShapeDataType_t, ucudnnShapeLayout_t, ucudnnShapeMath_t
@@ -113,6 +116,10 @@ class Library:
             "ucudnnShapePrepare": [void_p, shape_p, size_t, size_t],
             "ucudnnShapeWaitForPlans": [void_p, ctypes.c_int64],
             "ucudnnShapeGetStats": [void_p, ctypes.POINTER(Stats)],
+            "ucudnnShapeGetKernel": [void_p, shape_p, size_t, ctypes.POINTER(void_p)],
+            "ucudnnShapeKernelWorkspaceSize": [void_p, ctypes.POINTER(size_t)],
+            # The hot path: kernel, a, b, out, stream, workspace, workspace_bytes.
+            "ucudnnShapeKernelRun": [void_p] * 6 + [size_t],
         }
         for name, argtypes in signatures.items():
             function = getattr(lib, name)
@@ -186,6 +193,21 @@ class Context:
             self._lib.ShapeConvolution(self.handle, ctypes.byref(shape), a, b, out, stream,
                                        workspace, workspace_bytes, alpha, beta))
         return status == SUCCESS
+
+    def kernel(self, shape, limit=0):
+        """The kernel handle of `shape` (an int), declared at first sight with `limit`."""
+        handle = ctypes.c_void_p()
+        self._lib.check("ucudnnShapeGetKernel",
+                        self._lib.ShapeGetKernel(self.handle, ctypes.byref(shape), limit,
+                                                 ctypes.byref(handle)))
+        return handle.value
+
+    def kernel_workspace_size(self, kernel):
+        """Bytes the plan of `kernel` (a handle) needs from the caller now, or None: no plan."""
+        size = ctypes.c_size_t()
+        status = self._lib.check("ucudnnShapeKernelWorkspaceSize",
+                                 self._lib.ShapeKernelWorkspaceSize(kernel, ctypes.byref(size)))
+        return None if status == NO_PLAN else size.value
 
     def prepare(self, shapes, limit=0):
         array = (ConvShape * len(shapes))(*shapes)

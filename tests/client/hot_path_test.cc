@@ -202,6 +202,60 @@ class CountingRunner final : public client::UndividedRunner {
   int chosen = 0;
 };
 
+// The shape-level C API's path: a kernel looked up once, then its calls by its entry.
+TEST(HotPathTest, CallsThroughAKernelLookedUpOnceAllocateNothing) {
+  NullBackend backend;
+  auto session =
+      client::Session::Create(backend, ClientConfig{}, std::make_unique<InProcessSource>());
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  char workspace[64];
+  float data[1] = {1};
+  ConvOperands operands;
+  operands.x = operands.w = operands.y = data;
+  client::KernelState* kernel = session->FindKernel(p, 8, sizeof(workspace));
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(session->FindKernel(p, 8, 0), kernel) << "one entry per kernel";
+  ASSERT_TRUE(session->WaitForPlans(std::chrono::seconds(20)));
+  // The plan's need (32 bytes), answered without counting a call; then with counting.
+  EXPECT_EQ(session->PlanWorkspace(*kernel), 32);
+  EXPECT_EQ(session->PlannedWorkspace(*kernel), 32);
+  EXPECT_EQ(session->Stats().fallback_calls, 0u);
+  CountingRunner declining;
+  ASSERT_TRUE(
+      session->Execute(*kernel, operands, workspace, sizeof(workspace), 1, 0, declining).ok());
+
+  const size_t allocations = AllocationsDuring([&] {
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_EQ(session->PlannedWorkspace(*kernel), 32);
+      ASSERT_TRUE(
+          session->Execute(*kernel, operands, workspace, sizeof(workspace), 1, 0, declining).ok());
+    }
+  });
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(declining.chosen, 0) << "every call ran the plan";
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.planned_calls, 101u);
+  EXPECT_EQ(stats.fallback_calls, 0u);
+}
+
+TEST(HotPathTest, AKernelWithoutAPlanCountsOneFallbackPerCall) {
+  NullBackend backend;
+  ClientConfig config;  // no server
+  auto session = client::Session::Create(backend, config);
+  client::KernelState* kernel = session->FindKernel(SmallProblem(ConvOp::kForward), 8, 64);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_LT(session->PlanWorkspace(*kernel), 0);
+  EXPECT_EQ(session->Stats().fallback_calls, 0u) << "the query counts nothing";
+  EXPECT_EQ(session->PlannedWorkspace(*kernel), -1);
+  EXPECT_EQ(session->Stats().fallback_calls, 1u);
+
+  ClientConfig disabled;
+  disabled.enabled = false;
+  auto off = client::Session::Create(backend, disabled);
+  EXPECT_EQ(off->FindKernel(SmallProblem(ConvOp::kForward), 8, 64), nullptr);
+  EXPECT_EQ(off->Stats().kernels, 0u);
+}
+
 TEST(HotPathTest, AlternatingWorkspacesKeepTheirFallbackChoices) {
   NullBackend backend;
   ClientConfig config;  // no server: every call falls back

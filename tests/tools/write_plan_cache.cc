@@ -2,12 +2,16 @@
 // for the CPU backend of this machine, so that a client (the Python adapter's tests) runs real
 // micro-batched plans without a server. Each plan splits the mini-batch into halves (power-of-two
 // micro-batches), its segments cycling through ALGOS (default "1,2": the two im2col algorithms),
-// with the workspaces the backend reports.
+// with the workspaces the backend reports. SPLIT "whole" writes undivided plans instead (one
+// segment of the whole mini-batch, recorded for the undivided policy: the adapter's overhead
+// benchmark).
 //
-//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS]
+//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole]]
 //
-// KERNELS_FILE: one kernel a line, "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w
-// groups" with op 0 (forward), 1 (backward-data) or 2 (backward-filter); fp32 NCHW, default math.
+// KERNELS_FILE: one kernel a line, the fields of ucudnnConvShape_t (ucudnn_shape.h) in its order,
+// "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w groups [data_type layout math]",
+// with op 0 (forward), 1 (backward-data) or 2 (backward-filter); without the last three, fp32
+// NCHW, default math.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "plan_cache.h"
+#include "shape_problem.h"
 #include "ucudnn/core/cpu_backend.h"
 #include "ucudnn/core/plan.h"
 
@@ -53,7 +58,14 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4 && argc != 5) return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE [ALGOS]");
+  if (argc < 4 || argc > 6) {
+    return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole]]");
+  }
+  const std::string split = argc == 6 ? argv[5] : "halves";
+  if (split != "halves" && split != "whole") {
+    return Fail("SPLIT: expected 'halves' or 'whole', got '" + split + "'");
+  }
+  const bool whole = split == "whole";
   std::vector<int> algos;
   std::istringstream algo_list(argc == 5 ? argv[4] : "1,2");
   for (std::string algo; std::getline(algo_list, algo, ',');) {
@@ -64,6 +76,7 @@ int main(int argc, char** argv) {
     }
     algos.push_back(std::stoi(algo));
   }
+  if (algos.empty()) return Fail("ALGOS: expected at least one CPU algorithm id");
   const std::string out = argv[1];
   const uint64_t limit = std::stoull(argv[2]);
   std::ifstream lines(argv[3]);
@@ -76,25 +89,33 @@ int main(int argc, char** argv) {
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     std::istringstream fields(line);
+    ucudnnConvShape_t shape{};
     int op = 0;
-    int64_t batch = 0;
-    ConvProblem p;
-    if (!(fields >> op >> batch >> p.c >> p.h >> p.w >> p.k >> p.r >> p.s >> p.pad_h >> p.pad_w >>
-          p.stride_h >> p.stride_w >> p.dilation_h >> p.dilation_w >> p.groups) ||
-        op < 0 || op > 2) {
+    int data_type = UCUDNN_SHAPE_FLOAT;
+    int layout = UCUDNN_SHAPE_NCHW;
+    int math = UCUDNN_SHAPE_MATH_DEFAULT;
+    if (!(fields >> op >> shape.n >> shape.c >> shape.h >> shape.w >> shape.k >> shape.r >>
+          shape.s >> shape.pad_h >> shape.pad_w >> shape.stride_h >> shape.stride_w >>
+          shape.dilation_h >> shape.dilation_w >> shape.groups)) {
       return Fail("bad kernel line: '" + line + "'");
     }
-    p.op = static_cast<ucudnn::ConvOp>(op);
-    if (ucudnn::Status valid = ucudnn::Validate(p); !valid.ok()) {
-      return Fail("'" + line + "': " + valid.message());
+    if (fields >> data_type && !(fields >> layout >> math)) {
+      return Fail("bad kernel line: '" + line + "' (data_type needs layout and math after it)");
     }
+    shape.op = static_cast<ucudnnConvolutionOp_t>(op);
+    shape.data_type = static_cast<ucudnnShapeDataType_t>(data_type);
+    shape.layout = static_cast<ucudnnShapeLayout_t>(layout);
+    shape.math = static_cast<ucudnnShapeMath_t>(math);
+    const ucudnn::Result<ucudnn::client::ShapeKernel> kernel = ucudnn::client::ToShapeKernel(shape);
+    if (!kernel.ok()) return Fail("'" + line + "': " + kernel.status().message());
+    const ConvProblem& p = kernel->problem;
+    const int64_t batch = kernel->batch;
     ucudnn::KernelPlan plan;
     plan.kernel = ucudnn::Kernel{p, batch, ""};
     plan.status = ucudnn::KernelPlanStatus::kPlanned;
     int index = 0;
-    for (const int64_t micro : MicroBatches(batch)) {
-      const int algo =
-          index++ % 2 == 0 ? ucudnn::kCpuAlgoIm2colGemm : ucudnn::kCpuAlgoIm2colGemmPerSample;
+    for (const int64_t micro : whole ? std::vector<int64_t>{batch} : MicroBatches(batch)) {
+      const int algo = algos[index++ % algos.size()];
       ucudnn::Result<size_t> bytes = backend.WorkspaceSize(p, micro, algo);
       if (!bytes.ok()) return Fail("'" + line + "': " + bytes.status().ToString());
       plan.config.segments.push_back(ucudnn::Segment{micro, algo, 1.0, *bytes, {}});
@@ -105,7 +126,7 @@ int main(int argc, char** argv) {
     ucudnn::client::CacheRecord record;
     record.device = backend.fingerprint();
     record.plan.workspace_mode = ucudnn::WorkspaceMode::kPerKernel;
-    record.plan.policy = ucudnn::BatchPolicy::kPowerOfTwo;
+    record.plan.policy = whole ? ucudnn::BatchPolicy::kUndivided : ucudnn::BatchPolicy::kPowerOfTwo;
     record.plan.workspace_budget_bytes = limit;
     record.plan.total_time_ms = plan.config.time_ms;
     record.plan.complete = true;

@@ -10,6 +10,18 @@
  *           == UCUDNN_SHAPE_SUCCESS) { ... ran as the plan's micro-batches ... }
  *   else { ... run the framework's own convolution ... }
  *
+ * Per-call cost: a framework that calls the same kernels every step resolves each once
+ * (ucudnnShapeGetKernel) and runs it with one call (ucudnnShapeKernelRun), which reads no shape
+ * and looks nothing up:
+ *
+ *   ucudnnShapeKernel_t kernel;  ucudnnShapeGetKernel(ctx, &shape, 0, &kernel);     once
+ *   switch (ucudnnShapeKernelRun(kernel, x, w, y, stream, ws, ws_bytes)) {           every call
+ *     case UCUDNN_SHAPE_SUCCESS: break;                      ran as the plan's micro-batches
+ *     case UCUDNN_SHAPE_WORKSPACE_TOO_SMALL: ...             ucudnnShapeKernelWorkspaceSize, grow
+ * ws, call again default: ...                                           run the framework's own
+ * convolution
+ *   }
+ *
  * A kernel without a plan that can run now answers UCUDNN_SHAPE_NO_PLAN and writes nothing: the
  * caller runs its own convolution (the framework's choice stays in force until a plan arrives).
  * The first sight of a kernel asks the planner for it in the background; nothing here waits for
@@ -29,6 +41,9 @@ extern "C" {
 #endif
 
 typedef struct ucudnnShapeContextImpl* ucudnnShapeContext_t;
+/* A kernel of a context, resolved once (ucudnnShapeGetKernel); valid until the context is
+ * destroyed. */
+typedef struct ucudnnShapeKernelImpl* ucudnnShapeKernel_t;
 
 typedef enum {
   UCUDNN_SHAPE_SUCCESS = 0,
@@ -43,7 +58,10 @@ typedef enum {
    * a failed plan answers UCUDNN_SHAPE_NO_PLAN). */
   UCUDNN_SHAPE_EXECUTION_FAILED = 4,
   UCUDNN_SHAPE_ALLOC_FAILED = 5,
-  UCUDNN_SHAPE_INTERNAL_ERROR = 6
+  UCUDNN_SHAPE_INTERNAL_ERROR = 6,
+  /* ucudnnShapeKernelRun: the kernel's plan needs more workspace than was passed; nothing was
+   * written or counted. ucudnnShapeKernelWorkspaceSize says how much. */
+  UCUDNN_SHAPE_WORKSPACE_TOO_SMALL = 7
 } ucudnnShapeStatus_t;
 
 typedef enum {
@@ -103,6 +121,27 @@ ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
                                            const ucudnnConvShape_t* shape, const void* a,
                                            const void* b, void* out, void* stream, void* workspace,
                                            size_t workspace_bytes, float alpha, float beta);
+
+/* The kernel of `shape` (declared at first sight as by ucudnnShapeWorkspaceSize, with `limit`),
+ * for the calls below. Every call of one context for the same kernel answers the same handle. A
+ * kernel the context does not track (disabled, or beyond the most kernels it holds) gets a
+ * handle too: its runs answer UCUDNN_SHAPE_NO_PLAN. */
+ucudnnShapeStatus_t ucudnnShapeGetKernel(ucudnnShapeContext_t context,
+                                         const ucudnnConvShape_t* shape, size_t limit,
+                                         ucudnnShapeKernel_t* kernel);
+
+/* The workspace (bytes) the kernel's plan needs from the caller now, as ucudnnShapeWorkspaceSize
+ * but counting nothing; UCUDNN_SHAPE_NO_PLAN when it has none. */
+ucudnnShapeStatus_t ucudnnShapeKernelWorkspaceSize(ucudnnShapeKernel_t kernel, size_t* bytes);
+
+/* ucudnnShapeWorkspaceSize and ucudnnShapeConvolution (alpha = 1, beta = 0: out is written whole)
+ * in one call: runs the kernel's plan on `stream` with the caller's workspace when it needs at
+ * most `workspace_bytes`. UCUDNN_SHAPE_WORKSPACE_TOO_SMALL: it needs more (nothing written or
+ * counted; grow the workspace and call again). UCUDNN_SHAPE_NO_PLAN: run your own convolution
+ * (counted as a fallback call). */
+ucudnnShapeStatus_t ucudnnShapeKernelRun(ucudnnShapeKernel_t kernel, const void* a, const void* b,
+                                         void* out, void* stream, void* workspace,
+                                         size_t workspace_bytes);
 
 /* Declares `count` kernels up front and plans now (the total modes plan them together under one
  * budget), as ucudnnPrepareKernels. `limit` as in ucudnnShapeWorkspaceSize. */
