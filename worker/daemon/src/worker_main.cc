@@ -16,11 +16,11 @@
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
+#include "ucudnn/core/stop_signals.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/server/metrics_http.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/offline.h"
-#include "ucudnn/worker/signals.h"
 #include "ucudnn/worker/worker_metrics.h"
 
 namespace ucudnn::worker {
