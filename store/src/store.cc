@@ -15,6 +15,7 @@
 
 #include "store_impl.h"
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/enum_names.h"
 #include "values.h"
 
 namespace ucudnn::store {
@@ -333,7 +334,7 @@ Result<Timing> TimingFromRow(const pqxx::row& row) {
   t.spread_ms = row["spread_ms"].as<double>();
   t.samples = row["samples"].as<int>();
   t.workspace_bytes = static_cast<uint64_t>(row["workspace_bytes"].as<int64_t>());
-  UCUDNN_ASSIGN_OR_RETURN(t.status, internal::ParseTimingStatus(row["status"].as<std::string>()));
+  UCUDNN_ASSIGN_OR_RETURN(t.status, ParseTimingStatus(row["status"].as<std::string>()));
   t.error = row["error"].as<std::string>();
   return t;
 }
@@ -434,7 +435,7 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
     spread_ms.push_back(t.spread_ms);
     samples.push_back(t.samples);
     workspace.push_back(static_cast<int64_t>(t.workspace_bytes));
-    status.emplace_back(internal::TimingStatusName(t.status));
+    status.emplace_back(ToString(t.status));
     error.push_back(internal::CleanText(t.error, kMaxErrorBytes));
     engine_config.push_back(t.engine_config);
   }
@@ -957,7 +958,7 @@ Result<Job> Store::RetryJob(int64_t job_id) {
     const std::string id = "job " + std::to_string(job_id);
     if (locked.empty()) return NotFound(id + ": no such job");
     const std::string state = locked[0]["state"].as<std::string>();
-    if (state != "failed") {
+    if (state != ToString(JobState::kFailed)) {
       return FailedPrecondition(id + ": is " + state + "; only failed jobs can be retried");
     }
     pqxx::result live =
