@@ -52,10 +52,10 @@ TEST(FormatPlanTable, ShowsSegmentsBaselinesTotalsAndReasons) {
   KernelPlan planned;
   planned.kernel = MakeKernel("layer1.0.conv2/fwd");
   planned.status = KernelPlanStatus::kPlanned;
-  for (int i = 0; i < 4; ++i) planned.config.segments.push_back({64, 1, 0.25, 3ull << 20});
+  for (int i = 0; i < 4; ++i) planned.config.segments.push_back({64, 1, 0.25, 3ull << 20, {}});
   planned.config.time_ms = 1.0;
   planned.config.workspace_bytes = 3ull << 20;
-  planned.undivided = Segment{256, 0, 2.5, 0};
+  planned.undivided = Segment{256, 0, 2.5, 0, {}};
   KernelPlan missing;
   missing.kernel = MakeKernel("layer1.0.conv2/bwd_data");
   missing.status = KernelPlanStatus::kMissing;
@@ -107,7 +107,7 @@ TEST(FormatPlanTable, SaysNotApplicableWithoutABaselineAndComparesTheSameKernels
   with.status = KernelPlanStatus::kPlanned;
   with.config.segments = {{256, 1, 1.0, 0, {}}};
   with.config.time_ms = 1.0;
-  with.undivided = Segment{256, 0, 2.5, 0};
+  with.undivided = Segment{256, 0, 2.5, 0, {}};
   KernelPlan without = with;
   without.kernel = MakeKernel("b/fwd");
   without.config.time_ms = 3.0;
@@ -133,7 +133,7 @@ TEST(FormatPlanTable, SaysNotApplicableWithoutABaselineAndComparesTheSameKernels
   EXPECT_THAT(table, ::testing::Not(HasSubstr("Not planned")));
 
   // Every baseline present: the totals compare the same kernels.
-  plan.kernels[1].undivided = Segment{256, 0, 6.0, 0};
+  plan.kernels[1].undivided = Segment{256, 0, 6.0, 0, {}};
   plan.total_undivided_ms = 8.5;
   const std::string full = FormatPlanTable(plan);
   EXPECT_THAT(full, ::testing::ContainsRegex("total .*4\\.000 +8\\.500 +2\\.12x"));
