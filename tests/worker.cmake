@@ -1,10 +1,10 @@
-# The worker daemon. Unit tests of its pure logic (flags, signal glue), of the benchmark engine
+# The worker daemon. Unit tests of its pure logic (flags), of the benchmark engine
 # and the offline mode on a CPU backend playing a GPU in trouble (lost device, out of memory),
 # and integration tests against a throw-away PostgreSQL: the daemon in-process and the real
 # ucudnn-worker binary as a child process (SIGKILL, SIGTERM, SIGSTOP, --once). CPU backend and
 # tiny problems throughout.
 ucudnn_add_test(NAME ucudnn_worker_unit_tests
-  SOURCES worker/options_test.cc worker/signals_test.cc worker/benchmark_test.cc
+  SOURCES worker/options_test.cc worker/benchmark_test.cc
     worker/offline_test.cc worker/metrics_test.cc
   LIBS ucudnn_worker_lib ucudnn_backends)
 

@@ -1,5 +1,7 @@
-// The μ-cuDNN per-kernel dynamic program and the time/workspace Pareto front (dp.h), plus the
-// names of the plan and timing enums (plan.h, timing.h), which have no other home in the core.
+// The μ-cuDNN per-kernel dynamic program and the time/workspace Pareto front (dp.h), and the names
+// of the plan and timing enums (plan.h, timing.h; the problem's enums have theirs in problem.cc).
+// Canonical names are what keys, files, the database and the API hold; the "choice" parsers also
+// read what a person types (any case, '-' for '_', aliases).
 #include "ucudnn/core/dp.h"
 
 #include <algorithm>
@@ -8,97 +10,103 @@
 #include <limits>
 #include <string>
 
+#include "ucudnn/core/enum_names.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn {
 
-std::string_view ToString(BatchPolicy p) {
-  switch (p) {
-    case BatchPolicy::kUndivided:
-      return "undivided";
-    case BatchPolicy::kPowerOfTwo:
-      return "power_of_two";
-    case BatchPolicy::kAll:
-      return "all";
-  }
-  return "unknown";
+namespace {
+
+constexpr NameTable<BatchPolicy, 3> kBatchPolicyNames{{
+    {"undivided", BatchPolicy::kUndivided},
+    {"power_of_two", BatchPolicy::kPowerOfTwo},
+    {"all", BatchPolicy::kAll},
+}};
+constexpr NameTable<BatchPolicy, 1> kBatchPolicyAliases{{{"pow2", BatchPolicy::kPowerOfTwo}}};
+constexpr NameTable<WorkspaceMode, 3> kWorkspaceModeNames{{
+    {"per_kernel", WorkspaceMode::kPerKernel},
+    {"total_sum", WorkspaceMode::kTotalSum},
+    {"total_shared", WorkspaceMode::kTotalShared},
+}};
+// A total budget means the sequential model unless the sum model is named (plan.h says why).
+constexpr NameTable<WorkspaceMode, 2> kWorkspaceModeAliases{{
+    {"total", WorkspaceMode::kTotalShared},
+    {"shared", WorkspaceMode::kTotalShared},
+}};
+constexpr NameTable<AlgorithmSpace, 3> kAlgorithmSpaceNames{{
+    {"all", AlgorithmSpace::kAll},
+    {"legacy", AlgorithmSpace::kLegacy},
+    {"engines", AlgorithmSpace::kEngines},
+}};
+constexpr NameTable<AlgorithmSpace, 0> kNoAlgorithmSpaceAliases{};
+
+constexpr NameTable<TimingStatus, 3> kTimingStatusNames{{
+    {"ok", TimingStatus::kOk},
+    {"unsupported", TimingStatus::kUnsupported},
+    {"failed", TimingStatus::kFailed},
+}};
+
+// ParseName, but any case of a name is accepted.
+template <typename Enum, size_t N>
+Result<Enum> ParseNameIgnoringCase(std::string_view what, std::string_view text,
+                                   const NameTable<Enum, N>& names) {
+  if (std::optional<Enum> value = ValueNamed(Lowercase(text), names)) return *value;
+  return ParseName(what, text, names);
 }
 
-std::string_view ToString(WorkspaceMode m) {
-  switch (m) {
-    case WorkspaceMode::kPerKernel:
-      return "per_kernel";
-    case WorkspaceMode::kTotalSum:
-      return "total_sum";
-    case WorkspaceMode::kTotalShared:
-      return "total_shared";
-  }
-  return "unknown";
+// A canonical name or an alias, as a person types it; the error names `what` and lists
+// `expected`.
+template <typename Enum, size_t N, size_t M>
+Result<Enum> ParseChoice(std::string_view what, std::string_view text,
+                         const NameTable<Enum, N>& names, const NameTable<Enum, M>& aliases,
+                         std::string_view expected) {
+  const std::string choice = NormalizeChoice(text);
+  if (std::optional<Enum> value = ValueNamed(choice, names)) return *value;
+  if (std::optional<Enum> value = ValueNamed(choice, aliases)) return *value;
+  return InvalidArgument(std::string(what) + ": expected " + std::string(expected) + ", got '" +
+                         std::string(text) + "'");
 }
 
-std::string_view ToString(TimingStatus s) {
-  switch (s) {
-    case TimingStatus::kOk:
-      return "ok";
-    case TimingStatus::kUnsupported:
-      return "unsupported";
-    case TimingStatus::kFailed:
-      return "failed";
-  }
-  return "unknown";
+}  // namespace
+
+std::string NormalizeChoice(std::string_view text) {
+  std::string choice = Lowercase(Trim(text));
+  std::replace(choice.begin(), choice.end(), '-', '_');
+  return choice;
 }
+
+std::string_view ToString(BatchPolicy p) { return NameOf(p, kBatchPolicyNames); }
+std::string_view ToString(WorkspaceMode m) { return NameOf(m, kWorkspaceModeNames); }
+std::string_view ToString(AlgorithmSpace a) { return NameOf(a, kAlgorithmSpaceNames); }
+std::string_view ToString(TimingStatus s) { return NameOf(s, kTimingStatusNames); }
 
 Result<BatchPolicy> ParseBatchPolicy(std::string_view s) {
-  const std::string lower = Lowercase(s);
-  for (BatchPolicy p : {BatchPolicy::kUndivided, BatchPolicy::kPowerOfTwo, BatchPolicy::kAll}) {
-    if (lower == ToString(p)) return p;
-  }
-  return InvalidArgument("policy: expected undivided, power_of_two or all, got '" + std::string(s) +
-                         "'");
+  return ParseNameIgnoringCase("policy", s, kBatchPolicyNames);
+}
+Result<BatchPolicy> ParseBatchPolicyChoice(std::string_view what, std::string_view s) {
+  return ParseChoice(what, s, kBatchPolicyNames, kBatchPolicyAliases,
+                     ListNames(kBatchPolicyNames, " or "));
 }
 
 Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s) {
-  const std::string lower = Lowercase(s);
-  for (WorkspaceMode m :
-       {WorkspaceMode::kPerKernel, WorkspaceMode::kTotalSum, WorkspaceMode::kTotalShared}) {
-    if (lower == ToString(m)) return m;
-  }
-  return InvalidArgument("workspace_mode: expected per_kernel, total_sum or total_shared, got '" +
-                         std::string(s) + "'");
+  return ParseNameIgnoringCase("workspace_mode", s, kWorkspaceModeNames);
 }
-
-std::string_view ToString(AlgorithmSpace a) {
-  switch (a) {
-    case AlgorithmSpace::kAll:
-      return "all";
-    case AlgorithmSpace::kLegacy:
-      return "legacy";
-    case AlgorithmSpace::kEngines:
-      return "engines";
-  }
-  return "unknown";
+Result<WorkspaceMode> ParseWorkspaceModeChoice(std::string_view what, std::string_view s) {
+  return ParseChoice(what, s, kWorkspaceModeNames, kWorkspaceModeAliases,
+                     "per_kernel, total (= total_shared), total_shared or total_sum");
 }
 
 Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s) {
-  const std::string lower = Lowercase(s);
-  for (AlgorithmSpace a : {AlgorithmSpace::kAll, AlgorithmSpace::kLegacy, AlgorithmSpace::kEngines}) {
-    if (lower == ToString(a)) return a;
-  }
-  return InvalidArgument("algorithms: expected all, legacy or engines, got '" + std::string(s) +
-                         "'");
+  return ParseNameIgnoringCase("algorithms", s, kAlgorithmSpaceNames);
+}
+Result<AlgorithmSpace> ParseAlgorithmSpaceChoice(std::string_view what, std::string_view s) {
+  return ParseChoice(what, s, kAlgorithmSpaceNames, kNoAlgorithmSpaceAliases,
+                     ListNames(kAlgorithmSpaceNames, " or "));
 }
 
-Result<WorkspaceMode> ParseWorkspaceModeChoice(std::string_view what, std::string_view s) {
-  std::string name = Lowercase(Trim(s));
-  std::replace(name.begin(), name.end(), '-', '_');
-  if (name == "total" || name == "shared") return WorkspaceMode::kTotalShared;
-  Result<WorkspaceMode> mode = ParseWorkspaceMode(name);
-  if (mode.ok()) return mode;
-  return InvalidArgument(std::string(what) +
-                         ": expected per_kernel, total (= total_shared), total_shared or "
-                         "total_sum, got '" +
-                         std::string(s) + "'");
+Result<TimingStatus> ParseTimingStatus(std::string_view s) {
+  return ParseNameIgnoringCase("status", s, kTimingStatusNames);
 }
 
 std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "ucudnn/core/enum_names.h"
+
 namespace ucudnn {
 namespace {
 
@@ -46,59 +48,73 @@ Status CheckElements(std::string_view expression, std::string_view what,
   return Status::Ok();
 }
 
-template <typename Enum, size_t N>
-Result<Enum> ParseEnum(std::string_view what, std::string_view s,
-                       const std::array<std::pair<std::string_view, Enum>, N>& names) {
-  for (const auto& [name, value] : names) {
-    if (s == name) return value;
-  }
-  std::string expected;
-  for (const auto& entry : names) {
-    if (!expected.empty()) expected += ", ";
-    expected += entry.first;
-  }
-  return InvalidArgument(std::string(what) + ": unknown value " + Quoted(s) + " (expected one of " +
-                         expected + ")");
-}
-
-constexpr std::array<std::pair<std::string_view, ConvOp>, 3> kConvOpNames{{
+// The names of the problem's enums, in canonical keys, CSV files, the database and the CLI.
+constexpr NameTable<ConvOp, 3> kConvOpNames{{
     {"fwd", ConvOp::kForward},
     {"bwd_data", ConvOp::kBackwardData},
     {"bwd_filter", ConvOp::kBackwardFilter},
 }};
-constexpr std::array<std::pair<std::string_view, DataType>, 3> kDataTypeNames{{
+constexpr NameTable<DataType, 3> kDataTypeNames{{
     {"fp32", DataType::kFloat32},
     {"fp16", DataType::kFloat16},
     {"bf16", DataType::kBFloat16},
 }};
-constexpr std::array<std::pair<std::string_view, Layout>, 2> kLayoutNames{{
+constexpr NameTable<Layout, 2> kLayoutNames{{
     {"nchw", Layout::kNCHW},
     {"nhwc", Layout::kNHWC},
 }};
-constexpr std::array<std::pair<std::string_view, MathMode>, 4> kMathModeNames{{
+constexpr NameTable<MathMode, 4> kMathModeNames{{
     {"default", MathMode::kDefault},
     {"tensor_op", MathMode::kTensorOp},
     {"tensor_op_allow_conversion", MathMode::kTensorOpAllowConversion},
     {"fma", MathMode::kFma},
 }};
 
-template <typename Enum, size_t N>
-std::string_view EnumName(Enum value,
-                          const std::array<std::pair<std::string_view, Enum>, N>& names) {
-  for (const auto& [name, v] : names) {
-    if (v == value) return name;
-  }
-  return "invalid";
-}
-
-template <typename Enum, size_t N>
-Status CheckEnum(std::string_view field, Enum value,
-                 const std::array<std::pair<std::string_view, Enum>, N>& names) {
-  for (const auto& entry : names) {
-    if (entry.second == value) return Status::Ok();
-  }
+// A value of an enum field that has a name.
+template <typename Enum>
+Status CheckEnum(std::string_view field, Enum value) {
+  if (ToString(value) != kUnnamedEnumValue) return Status::Ok();
   return InvalidArgument(std::string(field) + ": unknown value " +
                          std::to_string(static_cast<int>(value)));
+}
+
+// A pad as large as the filter would only add outputs that see nothing but zeros. With the
+// filter itself invalid (`extent_known` false) only the sign of the pad can be judged.
+Status CheckPad(std::string_view field, int64_t pad, bool extent_known, int64_t extent,
+                std::string_view extent_name) {
+  if (!extent_known) {
+    return pad < 0
+               ? InvalidArgument(std::string(field) + ": must be >= 0, got " + std::to_string(pad))
+               : Status::Ok();
+  }
+  if (pad >= 0 && pad < extent) return Status::Ok();
+  return InvalidArgument(std::string(field) + ": must be in [0, " + std::to_string(extent - 1) +
+                         "] (below the dilated filter " + std::string(extent_name) + " " +
+                         std::to_string(extent) + "), got " + std::to_string(pad));
+}
+
+// groups in range, then dividing c and k where those are valid: the first failure only.
+Status CheckGroups(const ConvProblem& p, bool c_ok, bool k_ok) {
+  UCUDNN_RETURN_IF_ERROR(CheckRange("groups", p.groups, 1, kMaxChannels));
+  if (c_ok && p.c % p.groups != 0) {
+    return InvalidArgument("groups: must divide c (" + std::to_string(p.c) + "), got " +
+                           std::to_string(p.groups));
+  }
+  if (k_ok && p.k % p.groups != 0) {
+    return InvalidArgument("groups: must divide k (" + std::to_string(p.k) + "), got " +
+                           std::to_string(p.groups));
+  }
+  return Status::Ok();
+}
+
+// The output along `axis` ('h' or 'w') is positive: the padded input covers the dilated filter.
+// The bounds checked before keep the sum far from overflow (at most about 2^21).
+Status CheckOutputExtent(char axis, int64_t size, int64_t pad, int64_t extent) {
+  if (size + 2 * pad >= extent) return Status::Ok();
+  const std::string a(1, axis);
+  return InvalidArgument("out_" + a + ": must be positive, but " + a + " + 2 * pad_" + a + " (" +
+                         std::to_string(size + 2 * pad) + ") is smaller than the dilated filter " +
+                         (axis == 'h' ? "height" : "width") + " (" + std::to_string(extent) + ")");
 }
 
 // ---- Canonical key parsing -----------------------------------------------------------------
@@ -162,18 +178,17 @@ Status JoinFieldErrors(const std::vector<Status>& errors) {
 
 }  // namespace
 
-std::string_view ToString(ConvOp op) { return EnumName(op, kConvOpNames); }
-std::string_view ToString(DataType t) { return EnumName(t, kDataTypeNames); }
-std::string_view ToString(Layout l) { return EnumName(l, kLayoutNames); }
-std::string_view ToString(MathMode m) { return EnumName(m, kMathModeNames); }
-
-Result<ConvOp> ParseConvOp(std::string_view s) { return ParseEnum("op", s, kConvOpNames); }
+std::string_view ToString(ConvOp op) { return NameOf(op, kConvOpNames); }
+std::string_view ToString(DataType t) { return NameOf(t, kDataTypeNames); }
+std::string_view ToString(Layout l) { return NameOf(l, kLayoutNames); }
+std::string_view ToString(MathMode m) { return NameOf(m, kMathModeNames); }
+Result<ConvOp> ParseConvOp(std::string_view s) { return ParseName("op", s, kConvOpNames); }
 Result<DataType> ParseDataType(std::string_view s) {
-  return ParseEnum("data type", s, kDataTypeNames);
+  return ParseName("data type", s, kDataTypeNames);
 }
-Result<Layout> ParseLayout(std::string_view s) { return ParseEnum("layout", s, kLayoutNames); }
+Result<Layout> ParseLayout(std::string_view s) { return ParseName("layout", s, kLayoutNames); }
 Result<MathMode> ParseMathMode(std::string_view s) {
-  return ParseEnum("math mode", s, kMathModeNames);
+  return ParseName("math mode", s, kMathModeNames);
 }
 
 size_t ElementSize(DataType t) {
@@ -228,7 +243,7 @@ Status Validate(const ConvProblem& p) {
     if (!ok) errors.push_back(std::move(status));
     return ok;
   };
-  check(CheckEnum("op", p.op, kConvOpNames));
+  check(CheckEnum("op", p.op));
   const bool c_ok = check(CheckRange("c", p.c, 1, kMaxChannels));
   const bool h_ok = check(CheckRange("h", p.h, 1, kMaxSpatial));
   const bool w_ok = check(CheckRange("w", p.w, 1, kMaxSpatial));
@@ -240,56 +255,23 @@ Status Validate(const ConvProblem& p) {
   const bool dh_ok = check(CheckRange("dilation_h", p.dilation_h, 1, kMaxStrideOrDilation));
   const bool dw_ok = check(CheckRange("dilation_w", p.dilation_w, 1, kMaxStrideOrDilation));
 
-  // A pad as large as the filter would only add outputs that see nothing but zeros. With the
-  // filter itself invalid only the sign of the pad can be judged.
-  auto check_pad = [&](std::string_view field, int64_t pad, bool extent_known, int64_t extent,
-                       std::string_view extent_name) {
-    if (!extent_known) {
-      return check(pad < 0 ? InvalidArgument(std::string(field) + ": must be >= 0, got " +
-                                             std::to_string(pad))
-                           : Status::Ok());
-    }
-    if (pad >= 0 && pad < extent) return true;
-    return check(InvalidArgument(std::string(field) + ": must be in [0, " +
-                                 std::to_string(extent - 1) + "] (below the dilated filter " +
-                                 std::string(extent_name) + " " + std::to_string(extent) +
-                                 "), got " + std::to_string(pad)));
-  };
   const bool extent_h_ok = r_ok && dh_ok;
   const bool extent_w_ok = s_ok && dw_ok;
   const int64_t extent_h = extent_h_ok ? DilatedExtent(p.r, p.dilation_h) : 0;
   const int64_t extent_w = extent_w_ok ? DilatedExtent(p.s, p.dilation_w) : 0;
-  const bool pad_h_ok = check_pad("pad_h", p.pad_h, extent_h_ok, extent_h, "height");
-  const bool pad_w_ok = check_pad("pad_w", p.pad_w, extent_w_ok, extent_w, "width");
+  const bool pad_h_ok = check(CheckPad("pad_h", p.pad_h, extent_h_ok, extent_h, "height"));
+  const bool pad_w_ok = check(CheckPad("pad_w", p.pad_w, extent_w_ok, extent_w, "width"));
+  const bool groups_ok = check(CheckGroups(p, c_ok, k_ok));
 
-  bool groups_ok = check(CheckRange("groups", p.groups, 1, kMaxChannels));
-  if (groups_ok && c_ok && p.c % p.groups != 0) {
-    groups_ok = check(InvalidArgument("groups: must divide c (" + std::to_string(p.c) + "), got " +
-                                      std::to_string(p.groups)));
-  }
-  if (groups_ok && k_ok && p.k % p.groups != 0) {
-    groups_ok = check(InvalidArgument("groups: must divide k (" + std::to_string(p.k) + "), got " +
-                                      std::to_string(p.groups)));
-  }
+  check(CheckEnum("data_type", p.data_type));
+  check(CheckEnum("compute_type", p.compute_type));
+  check(CheckEnum("layout", p.layout));
+  check(CheckEnum("math", p.math));
 
-  check(CheckEnum("data_type", p.data_type, kDataTypeNames));
-  check(CheckEnum("compute_type", p.compute_type, kDataTypeNames));
-  check(CheckEnum("layout", p.layout, kLayoutNames));
-  check(CheckEnum("math", p.math, kMathModeNames));
-
-  // The bounds above keep these sums far from overflow (at most about 2^21).
-  bool out_h_ok = h_ok && extent_h_ok && pad_h_ok;
-  if (out_h_ok && p.h + 2 * p.pad_h < extent_h) {
-    out_h_ok = check(InvalidArgument(
-        "out_h: must be positive, but h + 2 * pad_h (" + std::to_string(p.h + 2 * p.pad_h) +
-        ") is smaller than the dilated filter height (" + std::to_string(extent_h) + ")"));
-  }
-  bool out_w_ok = w_ok && extent_w_ok && pad_w_ok;
-  if (out_w_ok && p.w + 2 * p.pad_w < extent_w) {
-    out_w_ok = check(InvalidArgument(
-        "out_w: must be positive, but w + 2 * pad_w (" + std::to_string(p.w + 2 * p.pad_w) +
-        ") is smaller than the dilated filter width (" + std::to_string(extent_w) + ")"));
-  }
+  const bool out_h_ok =
+      h_ok && extent_h_ok && pad_h_ok && check(CheckOutputExtent('h', p.h, p.pad_h, extent_h));
+  const bool out_w_ok =
+      w_ok && extent_w_ok && pad_w_ok && check(CheckOutputExtent('w', p.w, p.pad_w, extent_w));
 
   if (c_ok && h_ok && w_ok) {
     check(CheckElements("c * h * w", "input elements per sample", {p.c, p.h, p.w}));

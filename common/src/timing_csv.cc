@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ucudnn/core/engine_config.h"
+#include "ucudnn/core/networks.h"
 #include "ucudnn/core/text.h"
 
 namespace ucudnn {
@@ -99,19 +100,6 @@ Result<int64_t> ParseBatchColumn(std::string_view column, std::string_view text)
   return ParseInteger<int64_t>(column, text, 1, kMaxBatch);
 }
 
-Result<TimingStatus> ParseStatus(std::string_view text) {
-  const std::string lower = Lowercase(text);
-  for (TimingStatus s : {TimingStatus::kOk, TimingStatus::kUnsupported, TimingStatus::kFailed}) {
-    if (lower == ToString(s)) return s;
-  }
-  return InvalidArgument("status: expected ok, unsupported or failed, got '" + std::string(text) +
-                         "'");
-}
-
-MathMode DefaultMath(DataType dtype) {
-  return dtype == DataType::kFloat32 ? MathMode::kDefault : MathMode::kTensorOp;
-}
-
 // One data row -> (problem, timing, layer, n).
 struct Row {
   ConvProblem problem;
@@ -176,7 +164,7 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
   UCUDNN_ASSIGN_OR_RETURN(t.workspace_bytes,
                           ParseInteger<uint64_t>("workspace_bytes", *field(kWorkspaceBytes)));
   if (std::optional<std::string_view> status = field(kStatus)) {
-    UCUDNN_ASSIGN_OR_RETURN(t.status, ParseStatus(*status));
+    UCUDNN_ASSIGN_OR_RETURN(t.status, ParseTimingStatus(*status));
   }
   if (std::optional<std::string_view> spread = field(kSpreadMs)) {
     UCUDNN_ASSIGN_OR_RETURN(t.spread_ms, ParseMilliseconds("spread_ms", *spread));

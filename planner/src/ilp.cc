@@ -392,20 +392,25 @@ std::string Classify(double objective, double bound, double relative_gap, bool p
   return time_up ? "time_limit" : "stopped";
 }
 
-}  // namespace
+// Everything the phases of one solve share: the caller's input, the clock, and the model's
+// groups of identical kernels.
+struct Solve {
+  const std::vector<std::vector<IlpOption>>& options;
+  const uint64_t budget_bytes;
+  const IlpOptions& ilp_options;
+  const Clock::time_point start;
+  Clock::time_point deadline;
+  std::vector<ReducedOptions> reduced;  // per kernel
+  std::vector<Group> groups;
+  int columns = 0;
 
-std::vector<IlpOption> ToIlpOptions(const std::vector<KernelConfig>& front) {
-  std::vector<IlpOption> options;
-  options.reserve(front.size());
-  for (const KernelConfig& config : front) {
-    options.push_back(IlpOption{config.time_ms, config.workspace_bytes});
+  double remaining_seconds() const {
+    return std::chrono::duration<double>(deadline - Clock::now()).count();
   }
-  return options;
-}
+};
 
-Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& options,
-                                    uint64_t budget_bytes, const IlpOptions& ilp_options) {
-  const auto start = Clock::now();
+Status CheckIlpInput(const std::vector<std::vector<IlpOption>>& options,
+                     const IlpOptions& ilp_options) {
   if (!(ilp_options.time_limit_s > 0) || !std::isfinite(ilp_options.time_limit_s)) {
     return InvalidArgument("time_limit_s: must be positive and finite, got " +
                            std::to_string(ilp_options.time_limit_s));
@@ -424,135 +429,89 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
       }
     }
   }
-  // Limits beyond a day mean "no limit"; the cap keeps the time point arithmetic in range.
-  const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(std::min(ilp_options.time_limit_s, 86400.0)));
-  const auto remaining_seconds = [&] {
-    return std::chrono::duration<double>(deadline - Clock::now()).count();
-  };
+  return Status::Ok();
+}
 
-  std::vector<ReducedOptions> reduced;
-  reduced.reserve(options.size());
-  for (const auto& kernel_options : options) reduced.push_back(Reduce(kernel_options));
-  std::vector<Group> groups;
-  {
-    std::map<std::vector<std::pair<double, uint64_t>>, size_t> index;
-    for (size_t k = 0; k < reduced.size(); ++k) {
-      std::vector<std::pair<double, uint64_t>> key;
-      for (const IlpOption& o : reduced[k].options) key.emplace_back(o.time_ms, o.workspace_bytes);
-      auto [it, inserted] = index.try_emplace(std::move(key), groups.size());
-      if (inserted) groups.push_back(Group{reduced[k].options, {}, 0});
-      groups[it->second].members.push_back(static_cast<int>(k));
-    }
+// Kernels with identical reduced option lists, in order of first appearance, and their columns.
+void GroupIdenticalKernels(Solve* s) {
+  s->reduced.reserve(s->options.size());
+  for (const auto& kernel_options : s->options) s->reduced.push_back(Reduce(kernel_options));
+  std::map<std::vector<std::pair<double, uint64_t>>, size_t> index;
+  for (size_t k = 0; k < s->reduced.size(); ++k) {
+    std::vector<std::pair<double, uint64_t>> key;
+    for (const IlpOption& o : s->reduced[k].options) key.emplace_back(o.time_ms, o.workspace_bytes);
+    auto [it, inserted] = index.try_emplace(std::move(key), s->groups.size());
+    if (inserted) s->groups.push_back(Group{s->reduced[k].options, {}, 0});
+    s->groups[it->second].members.push_back(static_cast<int>(k));
   }
-  int columns = 0;
-  for (Group& group : groups) {
-    group.first_column = columns;
-    columns += static_cast<int>(group.options.size());
+  for (Group& group : s->groups) {
+    group.first_column = s->columns;
+    s->columns += static_cast<int>(group.options.size());
   }
-  const int rows = static_cast<int>(groups.size()) + 1;
+}
 
+IlpSolution EmptySolution(const Solve& s) {
   IlpSolution solution;
-  IlpReport& report = solution.report;
-  report.used = true;
-  report.variables = columns;
-  report.constraints = rows;
+  solution.report.used = true;
+  solution.report.variables = s.columns;
+  solution.report.constraints = static_cast<int>(s.groups.size()) + 1;
+  return solution;
+}
 
-  // Ends the solve with `counts`: the tie rules, the choice per kernel, the totals, and the
-  // status from the objective and `bound` as they are.
-  auto finish = [&](Counts counts, double bound, bool proof_valid, bool time_up) {
-    PreferSmallerWorkspace(groups, CountsTime(groups, counts), deadline, &counts);
-    solution.choice.assign(options.size(), -1);
-    for (size_t g = 0; g < groups.size(); ++g) {
-      // Tie rule 3: members in kernel order take the options by increasing workspace.
-      size_t member = 0;
-      for (size_t j = 0; j < groups[g].options.size(); ++j) {
-        for (int64_t c = 0; c < counts[g][j]; ++c, ++member) {
-          const int kernel = groups[g].members[member];
-          solution.choice[static_cast<size_t>(kernel)] =
-              reduced[static_cast<size_t>(kernel)].original[j];
-        }
+// Tie rule 3: the members of each group, in kernel order, take its options by increasing
+// workspace. The choice is an index into the caller's options of each kernel.
+std::vector<int> ChoicePerKernel(const Solve& s, const Counts& counts) {
+  std::vector<int> choice(s.options.size(), -1);
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    size_t member = 0;
+    for (size_t j = 0; j < s.groups[g].options.size(); ++j) {
+      for (int64_t c = 0; c < counts[g][j]; ++c, ++member) {
+        const int kernel = s.groups[g].members[member];
+        choice[static_cast<size_t>(kernel)] = s.reduced[static_cast<size_t>(kernel)].original[j];
       }
     }
-    // Totals in kernel order, so they do not depend on how kernels were grouped.
-    for (size_t k = 0; k < options.size(); ++k) {
-      const IlpOption& o = options[k][static_cast<size_t>(solution.choice[k])];
-      solution.total_time_ms += o.time_ms;
-      solution.total_workspace_bytes =
-          SaturatingAdd(solution.total_workspace_bytes, o.workspace_bytes);
-    }
-    report.objective_ms = solution.total_time_ms;
-    report.bound_ms = bound;
-    const double excess = report.objective_ms - report.bound_ms;
-    report.gap = report.objective_ms > 0 ? excess / report.objective_ms
-                 : excess == 0           ? 0.0
-                                         : std::numeric_limits<double>::infinity();
-    report.status =
-        Classify(report.objective_ms, bound, ilp_options.relative_gap, proof_valid, time_up);
-    report.solve_seconds = SecondsSince(start);
-    spdlog::debug(
-        "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound {:.6f} ms, "
-        "gap {:.3g}, {:.3f} s",
-        options.size(), groups.size(), columns, report.status, report.objective_ms, report.bound_ms,
-        report.gap, report.solve_seconds);
-    return solution;
-  };
-
-  const Counts smallest = UniformCounts(groups, false);
-  const uint64_t smallest_total = CountsWorkspace(groups, smallest);
-  if (smallest_total > budget_bytes) {
-    report.status = "infeasible";
-    report.solve_seconds = SecondsSince(start);
-    return solution;
   }
-  // No answer is faster than every kernel at its fastest option: the first bound.
-  double fastest_bound = 0;
-  for (const ReducedOptions& r : reduced) fastest_bound += r.options.back().time_ms;
-  const Counts fastest = UniformCounts(groups, true);
-  if (CountsWorkspace(groups, fastest) <= budget_bytes) {
-    return finish(fastest, fastest_bound, true, false);  // optimal without a search
-  }
+  return choice;
+}
 
-  SpdlogMessageHandler handler;
-  const double budget_units =
-      static_cast<double>(budget_bytes - smallest_total) * kBytesToModelUnits;
-
-  // The LP relaxation of the whole model: its bound, its reduced costs, and a rounded incumbent.
-  std::vector<int> all_columns(static_cast<size_t>(columns));
-  for (int c = 0; c < columns; ++c) all_columns[static_cast<size_t>(c)] = c;
-  OsiClpSolverInterface relaxation;
-  relaxation.passInMessageHandler(&handler);
-  LoadModel(groups, all_columns, budget_units, &relaxation);
-  // CLP's limit counts from here, in CPU time (CBC's below is wall time).
-  relaxation.getModelPtr()->setMaximumSeconds(std::max(0.0, remaining_seconds()));
-  relaxation.initialSolve();
-  if (!relaxation.isProvenOptimal()) {
-    if (!relaxation.isIterationLimitReached() && remaining_seconds() > 0) {
-      return Internal("CLP: the LP relaxation did not solve although a feasible point exists");
-    }
-    // Out of time before the LP's bound: the smallest workspaces, filled greedily while time is
-    // left (none, as a rule), against the fastest options' bound.
-    Counts incumbent = smallest;
-    FillLeftover(groups, budget_bytes, deadline, &incumbent);
-    return finish(std::move(incumbent), fastest_bound, true, true);
+// Ends the solve with `counts`: the tie rules, the choice per kernel, the totals, and the status
+// from the objective and `bound` as they are.
+IlpSolution Finish(const Solve& s, Counts counts, double bound, bool proof_valid, bool time_up) {
+  PreferSmallerWorkspace(s.groups, CountsTime(s.groups, counts), s.deadline, &counts);
+  IlpSolution solution = EmptySolution(s);
+  solution.choice = ChoicePerKernel(s, counts);
+  // Totals in kernel order, so they do not depend on how kernels were grouped.
+  for (size_t k = 0; k < s.options.size(); ++k) {
+    const IlpOption& o = s.options[k][static_cast<size_t>(solution.choice[k])];
+    solution.total_time_ms += o.time_ms;
+    solution.total_workspace_bytes =
+        SaturatingAdd(solution.total_workspace_bytes, o.workspace_bytes);
   }
-  const double lp_bound = std::max(fastest_bound, relaxation.getObjValue());
-  Counts incumbent = RoundLpSolution(groups, relaxation.getColSolution(), budget_bytes);
-  FillLeftover(groups, budget_bytes, deadline, &incumbent);
-  ImproveBySwaps(groups, budget_bytes, deadline, &incumbent);
-  const double incumbent_time = CountsTime(groups, incumbent);
-  if (Classify(incumbent_time, lp_bound, ilp_options.relative_gap, true, false) != "stopped") {
-    spdlog::debug("ilp: the rounded LP solution is within the gap: no search");
-    return finish(std::move(incumbent), lp_bound, true, false);
-  }
-  if (remaining_seconds() <= 0) return finish(std::move(incumbent), lp_bound, true, true);
+  IlpReport& report = solution.report;
+  report.objective_ms = solution.total_time_ms;
+  report.bound_ms = bound;
+  const double excess = report.objective_ms - report.bound_ms;
+  report.gap = report.objective_ms > 0 ? excess / report.objective_ms
+               : excess == 0           ? 0.0
+                                       : std::numeric_limits<double>::infinity();
+  report.status =
+      Classify(report.objective_ms, bound, s.ilp_options.relative_gap, proof_valid, time_up);
+  report.solve_seconds = SecondsSince(s.start);
+  spdlog::debug(
+      "ilp: {} kernels in {} groups, {} columns: {}, objective {:.6f} ms, bound {:.6f} ms, "
+      "gap {:.3g}, {:.3f} s",
+      s.options.size(), s.groups.size(), s.columns, report.status, report.objective_ms,
+      report.bound_ms, report.gap, report.solve_seconds);
+  return solution;
+}
 
-  // Reduced-cost elimination: a column at zero with reduced cost rc raises any solution that
-  // uses it to at least lp_bound + rc, so columns with rc above the incumbent's excess cannot
-  // improve on it and leave the model. The incumbent's own columns all stay (each of its
-  // columns' rc * count is part of that excess). Smaller node LPs make the search much faster.
-  // A bound of the reduced model is one of the full model up to the incumbent's time.
+// Reduced-cost elimination: a column at zero with reduced cost rc raises any solution that uses
+// it to at least lp_bound + rc, so columns with rc above the incumbent's excess cannot improve on
+// it and leave the model. The incumbent's own columns all stay (each of its columns' rc * count
+// is part of that excess). Smaller node LPs make the search much faster. A bound of the reduced
+// model is one of the full model up to the incumbent's time.
+std::vector<int> ColumnsThatCanImprove(const OsiClpSolverInterface& relaxation, int columns,
+                                       double incumbent_time, double lp_bound) {
   const double* reduced_cost = relaxation.getReducedCost();
   const double* lp_values = relaxation.getColSolution();
   const double excess = incumbent_time - lp_bound;
@@ -563,70 +522,174 @@ Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& o
       kept.push_back(c);
     }
   }
+  return kept;
+}
+
+// The branch and bound's answer, checked: its counts when they are exact and faster than the
+// incumbent's, else the incumbent's.
+struct SearchResult {
+  Counts counts;
+  bool rejected = false;  // CBC's solution failed the exact check
+  double cbc_objective = std::numeric_limits<double>::infinity();
+};
+
+SearchResult CheckedSearchResult(const Solve& s, const CbcModel& model,
+                                 const std::vector<int>& kept, const Counts& incumbent,
+                                 double incumbent_time) {
+  SearchResult result;
+  result.counts = incumbent;
+  const double* best = model.bestSolution();
+  if (best == nullptr) return result;
+  result.cbc_objective = model.getObjValue();
+  std::vector<double> full(static_cast<size_t>(s.columns), 0.0);
+  for (size_t i = 0; i < kept.size(); ++i) full[static_cast<size_t>(kept[i])] = best[i];
+  Counts found;
+  // CBC's tolerances should never let a solution past the budget by a byte, but check exactly.
+  if (!CountsFromColumns(s.groups, full.data(), &found) ||
+      CountsWorkspace(s.groups, found) > s.budget_bytes) {
+    result.rejected = true;
+    spdlog::debug("ilp: CBC's solution ({:.6f} ms) fails the exact check; keeping the incumbent",
+                  result.cbc_objective);
+  } else if (CountsTime(s.groups, found) < incumbent_time) {
+    result.counts = std::move(found);
+  }
+  return result;
+}
+
+// CBC's bound. A search that ran out of nodes (secondary status 0, or 1: the root itself was
+// pruned against the incumbent by cuts and reduced-cost fixing) proved its best solution optimal,
+// to its cutoff increment (which CBC raises above its 1e-5 default only where the objective is
+// provably a multiple of it): the bound is that solution's time. CBC reports it as
+// getBestPossibleObjValue() after a tree search, but after a proof at the root leaves the initial
+// LP value there. Otherwise (gap or time limit) the bound is getBestPossibleObjValue(), the least
+// bound of the open nodes.
+double SearchBound(const CbcModel& model, const SearchResult& result, double incumbent_time,
+                   double lp_bound) {
+  const int secondary = model.secondaryStatus();
+  const bool exhausted = model.isProvenOptimal() && (secondary == 0 || secondary == 1) &&
+                         model.bestSolution() != nullptr;
+  double bound = exhausted ? result.cbc_objective : model.getBestPossibleObjValue();
+  // CBC's bound holds for the reduced model; answers outside it are slower than the incumbent.
+  bound = std::min(bound, incumbent_time);
+  // After a rejected solution CBC pruned against that solution's time: nothing is proven
+  // beyond it.
+  if (result.rejected) bound = std::min(bound, result.cbc_objective);
+  return std::max(lp_bound, bound);
+}
+
+// CBC over the `kept` columns, started from the incumbent, until the gap or the deadline.
+IlpSolution BranchAndBound(const Solve& s, const std::vector<int>& kept, double budget_units,
+                           Counts incumbent, double lp_bound, SpdlogMessageHandler* handler) {
+  const double incumbent_time = CountsTime(s.groups, incumbent);
   OsiClpSolverInterface restricted;
-  restricted.passInMessageHandler(&handler);
-  LoadModel(groups, kept, budget_units, &restricted);
+  restricted.passInMessageHandler(handler);
+  LoadModel(s.groups, kept, budget_units, &restricted);
   for (int c = 0; c < static_cast<int>(kept.size()); ++c) restricted.setInteger(c);
 
   CbcModel model(restricted);  // copies the solver
-  model.passInMessageHandler(&handler);
-  model.setLogLevel(handler.logLevel());
+  model.passInMessageHandler(handler);
+  model.setLogLevel(handler->logLevel());
   model.setNumberThreads(0);  // deterministic: one thread
   model.setUseElapsedTime(true);
-  model.setAllowableFractionGap(ilp_options.relative_gap);
+  model.setAllowableFractionGap(s.ilp_options.relative_gap);
   model.setAllowableGap(kAllowableGapMs);
   model.initialSolve();
   {
-    const std::vector<double> full = CountsToColumns(groups, incumbent, columns);
+    const std::vector<double> full = CountsToColumns(s.groups, incumbent, s.columns);
     std::vector<double> start_columns(kept.size());
     for (size_t i = 0; i < kept.size(); ++i) start_columns[i] = full[static_cast<size_t>(kept[i])];
     model.setBestSolution(start_columns.data(), static_cast<int>(kept.size()), incumbent_time,
                           true);
   }
   spdlog::debug("ilp: LP bound {:.6f} ms, incumbent {:.6f} ms, {} of {} columns kept", lp_bound,
-                incumbent_time, kept.size(), columns);
-  const double cbc_seconds = remaining_seconds();
-  if (cbc_seconds <= 0) return finish(std::move(incumbent), lp_bound, true, true);
+                incumbent_time, kept.size(), s.columns);
+  const double cbc_seconds = s.remaining_seconds();
+  if (cbc_seconds <= 0) return Finish(s, std::move(incumbent), lp_bound, true, true);
   model.setMaximumSeconds(cbc_seconds);
   model.branchAndBound();
 
-  Counts counts = incumbent;
-  bool rejected = false;
-  double cbc_objective = std::numeric_limits<double>::infinity();
-  if (const double* best = model.bestSolution(); best != nullptr) {
-    cbc_objective = model.getObjValue();
-    std::vector<double> full(static_cast<size_t>(columns), 0.0);
-    for (size_t i = 0; i < kept.size(); ++i) full[static_cast<size_t>(kept[i])] = best[i];
-    Counts found;
-    // CBC's tolerances should never let a solution past the budget by a byte, but check exactly.
-    if (!CountsFromColumns(groups, full.data(), &found) ||
-        CountsWorkspace(groups, found) > budget_bytes) {
-      rejected = true;
-      spdlog::debug("ilp: CBC's solution ({:.6f} ms) fails the exact check; keeping the incumbent",
-                    cbc_objective);
-    } else if (CountsTime(groups, found) < incumbent_time) {
-      counts = std::move(found);
+  SearchResult result = CheckedSearchResult(s, model, kept, incumbent, incumbent_time);
+  const double bound = SearchBound(model, result, incumbent_time, lp_bound);
+  const bool time_up = model.isSecondsLimitReached() || s.remaining_seconds() <= 0;
+  return Finish(s, std::move(result.counts), bound, !result.rejected, time_up);
+}
+
+// The budget binds: the LP relaxation gives a bound and a rounded incumbent, improved locally;
+// CBC searches only when that incumbent is not within the gap.
+Result<IlpSolution> SolveWithRelaxation(const Solve& s, const Counts& smallest,
+                                        uint64_t smallest_total, double fastest_bound) {
+  SpdlogMessageHandler handler;
+  const double budget_units =
+      static_cast<double>(s.budget_bytes - smallest_total) * kBytesToModelUnits;
+  std::vector<int> all_columns(static_cast<size_t>(s.columns));
+  for (int c = 0; c < s.columns; ++c) all_columns[static_cast<size_t>(c)] = c;
+  OsiClpSolverInterface relaxation;
+  relaxation.passInMessageHandler(&handler);
+  LoadModel(s.groups, all_columns, budget_units, &relaxation);
+  // CLP's limit counts from here, in CPU time (CBC's is wall time).
+  relaxation.getModelPtr()->setMaximumSeconds(std::max(0.0, s.remaining_seconds()));
+  relaxation.initialSolve();
+  if (!relaxation.isProvenOptimal()) {
+    if (!relaxation.isIterationLimitReached() && s.remaining_seconds() > 0) {
+      return Internal("CLP: the LP relaxation did not solve although a feasible point exists");
     }
+    // Out of time before the LP's bound: the smallest workspaces, filled greedily while time is
+    // left (none, as a rule), against the fastest options' bound.
+    Counts incumbent = smallest;
+    FillLeftover(s.groups, s.budget_bytes, s.deadline, &incumbent);
+    return Finish(s, std::move(incumbent), fastest_bound, true, true);
   }
-  // CBC's bound. A search that ran out of nodes (secondary status 0, or 1: the root itself was
-  // pruned against the incumbent by cuts and reduced-cost fixing) proved its best solution
-  // optimal, to its cutoff increment (which CBC raises above its 1e-5 default only where the
-  // objective is provably a multiple of it): the bound is that solution's time. CBC reports it
-  // as getBestPossibleObjValue() after a tree search, but after a proof at the root leaves the
-  // initial LP value there. Otherwise (gap or time limit) the bound is getBestPossibleObjValue(),
-  // the least bound of the open nodes.
-  const int secondary = model.secondaryStatus();
-  const bool exhausted = model.isProvenOptimal() && (secondary == 0 || secondary == 1) &&
-                         model.bestSolution() != nullptr;
-  double bound = exhausted ? cbc_objective : model.getBestPossibleObjValue();
-  // CBC's bound holds for the reduced model; answers outside it are slower than the incumbent.
-  bound = std::min(bound, incumbent_time);
-  // After a rejected solution CBC pruned against that solution's time: nothing is proven
-  // beyond it.
-  if (rejected) bound = std::min(bound, cbc_objective);
-  bound = std::max(lp_bound, bound);
-  const bool time_up = model.isSecondsLimitReached() || remaining_seconds() <= 0;
-  return finish(std::move(counts), bound, !rejected, time_up);
+  const double lp_bound = std::max(fastest_bound, relaxation.getObjValue());
+  Counts incumbent = RoundLpSolution(s.groups, relaxation.getColSolution(), s.budget_bytes);
+  FillLeftover(s.groups, s.budget_bytes, s.deadline, &incumbent);
+  ImproveBySwaps(s.groups, s.budget_bytes, s.deadline, &incumbent);
+  const double incumbent_time = CountsTime(s.groups, incumbent);
+  if (Classify(incumbent_time, lp_bound, s.ilp_options.relative_gap, true, false) != "stopped") {
+    spdlog::debug("ilp: the rounded LP solution is within the gap: no search");
+    return Finish(s, std::move(incumbent), lp_bound, true, false);
+  }
+  if (s.remaining_seconds() <= 0) return Finish(s, std::move(incumbent), lp_bound, true, true);
+  const std::vector<int> kept =
+      ColumnsThatCanImprove(relaxation, s.columns, incumbent_time, lp_bound);
+  return BranchAndBound(s, kept, budget_units, std::move(incumbent), lp_bound, &handler);
+}
+
+}  // namespace
+
+std::vector<IlpOption> ToIlpOptions(const std::vector<KernelConfig>& front) {
+  std::vector<IlpOption> options;
+  options.reserve(front.size());
+  for (const KernelConfig& config : front) {
+    options.push_back(IlpOption{config.time_ms, config.workspace_bytes});
+  }
+  return options;
+}
+
+Result<IlpSolution> SolveNetworkIlp(const std::vector<std::vector<IlpOption>>& options,
+                                    uint64_t budget_bytes, const IlpOptions& ilp_options) {
+  Solve s{options, budget_bytes, ilp_options, Clock::now(), {}, {}, {}, 0};
+  UCUDNN_RETURN_IF_ERROR(CheckIlpInput(options, ilp_options));
+  // Limits beyond a day mean "no limit"; the cap keeps the time point arithmetic in range.
+  s.deadline = s.start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                             std::min(ilp_options.time_limit_s, 86400.0)));
+  GroupIdenticalKernels(&s);
+
+  const Counts smallest = UniformCounts(s.groups, false);
+  const uint64_t smallest_total = CountsWorkspace(s.groups, smallest);
+  if (smallest_total > budget_bytes) {
+    IlpSolution solution = EmptySolution(s);
+    solution.report.status = "infeasible";
+    solution.report.solve_seconds = SecondsSince(s.start);
+    return solution;
+  }
+  // No answer is faster than every kernel at its fastest option: the first bound.
+  double fastest_bound = 0;
+  for (const ReducedOptions& r : s.reduced) fastest_bound += r.options.back().time_ms;
+  const Counts fastest = UniformCounts(s.groups, true);
+  if (CountsWorkspace(s.groups, fastest) <= budget_bytes) {
+    return Finish(s, fastest, fastest_bound, true, false);  // optimal without a search
+  }
+  return SolveWithRelaxation(s, smallest, smallest_total, fastest_bound);
 }
 
 }  // namespace ucudnn

@@ -95,112 +95,136 @@ std::string FormatShape(const Kernel& kernel) {
   return out;
 }
 
-std::string FormatPlanTable(const NetworkPlan& plan, const AlgorithmNamer& names) {
-  std::string out;
+namespace {
+
+// How many kernels of a plan are in each state, and the planned kernels that have an undivided
+// baseline.
+struct KernelCounts {
   int planned = 0, missing = 0, infeasible = 0, without_baseline = 0;
+  double with_baseline_time = 0, with_baseline_undivided = 0;  // kernels with a baseline
+};
+
+KernelCounts CountKernels(const NetworkPlan& plan) {
+  KernelCounts counts;
   for (const KernelPlan& kp : plan.kernels) {
-    if (kp.status == KernelPlanStatus::kPlanned) ++planned;
-    if (kp.status == KernelPlanStatus::kMissing) ++missing;
-    if (kp.status == KernelPlanStatus::kInfeasible) ++infeasible;
-    if (kp.status == KernelPlanStatus::kPlanned && !kp.undivided) ++without_baseline;
+    if (kp.status == KernelPlanStatus::kMissing) ++counts.missing;
+    if (kp.status == KernelPlanStatus::kInfeasible) ++counts.infeasible;
+    if (kp.status != KernelPlanStatus::kPlanned) continue;
+    ++counts.planned;
+    if (!kp.undivided) {
+      ++counts.without_baseline;
+    } else {
+      counts.with_baseline_time += kp.config.time_ms;
+      counts.with_baseline_undivided += kp.undivided->time_ms;
+    }
   }
-  std::string limit;
+  return counts;
+}
+
+std::string WorkspaceLimitText(const NetworkPlan& plan) {
   switch (plan.workspace_mode) {
     case WorkspaceMode::kPerKernel:
-      limit = FormatBytes(plan.workspace_budget_bytes) + " per kernel";
-      break;
+      return FormatBytes(plan.workspace_budget_bytes) + " per kernel";
     case WorkspaceMode::kTotalSum:
-      limit = FormatBytes(plan.workspace_budget_bytes) +
-              " in total (each kernel owns its workspace; ILP)";
-      break;
+      return FormatBytes(plan.workspace_budget_bytes) +
+             " in total (each kernel owns its workspace; ILP)";
     case WorkspaceMode::kTotalShared:
-      limit = FormatBytes(plan.workspace_budget_bytes) +
-              " shared (kernels run one after another in one workspace)";
-      break;
+      return FormatBytes(plan.workspace_budget_bytes) +
+             " shared (kernels run one after another in one workspace)";
   }
-  std::string dtype;
-  if (!plan.kernels.empty()) {
-    const ConvProblem& first = plan.kernels.front().kernel.problem;
-    dtype = std::string(ToString(first.data_type)) + " " + std::string(ToString(first.layout));
-    for (const KernelPlan& kp : plan.kernels) {
-      if (kp.kernel.problem.data_type != first.data_type ||
-          kp.kernel.problem.layout != first.layout) {
-        dtype = "mixed types";
-        break;
-      }
-    }
-  }
-  out += "Plan: " + std::to_string(plan.kernels.size()) + " kernels (" + dtype + "), policy " +
-         std::string(ToString(plan.policy)) + ", workspace " + limit + "\n";
+  return "";
+}
 
-  double with_baseline_time = 0, with_baseline_undivided = 0;  // kernels with a baseline
-  std::vector<Row> rows;
-  rows.push_back({{"kernel", "shape", "segments", "ws MiB", "time ms", "undiv ms", "speedup"}});
+// "fp32 nchw" when every kernel has the first one's type and layout, else "mixed types".
+std::string PrecisionText(const NetworkPlan& plan) {
+  if (plan.kernels.empty()) return "";
+  const ConvProblem& first = plan.kernels.front().kernel.problem;
   for (const KernelPlan& kp : plan.kernels) {
-    Row row;
-    row.cells = {kp.kernel.name.empty() ? "-" : kp.kernel.name, FormatShape(kp.kernel)};
-    if (kp.status != KernelPlanStatus::kPlanned) {
-      row.cells.push_back(
-          std::string(kp.status == KernelPlanStatus::kMissing ? "MISSING: " : "INFEASIBLE: ") +
-          kp.reason);
-      row.overflow_last = true;
-      rows.push_back(std::move(row));
-      continue;
+    if (kp.kernel.problem.data_type != first.data_type ||
+        kp.kernel.problem.layout != first.layout) {
+      return "mixed types";
     }
-    row.cells.push_back(FormatSegments(kp.config.segments, kp.kernel.problem.op, names));
-    row.cells.push_back(Mib(kp.config.workspace_bytes));
-    row.cells.push_back(Printf("%.3f", kp.config.time_ms));
-    if (kp.undivided) {
-      row.cells.push_back(Printf("%.3f", kp.undivided->time_ms));
-      row.cells.push_back(
-          kp.config.time_ms > 0 ? Printf("%.2fx", kp.undivided->time_ms / kp.config.time_ms) : "-");
-      with_baseline_time += kp.config.time_ms;
-      with_baseline_undivided += kp.undivided->time_ms;
-    } else {
-      row.cells.push_back("n/a");
-      row.cells.push_back("n/a");
-    }
-    rows.push_back(std::move(row));
   }
+  return std::string(ToString(first.data_type)) + " " + std::string(ToString(first.layout));
+}
+
+Row KernelRow(const KernelPlan& kp, const AlgorithmNamer& names) {
+  Row row;
+  row.cells = {kp.kernel.name.empty() ? "-" : kp.kernel.name, FormatShape(kp.kernel)};
+  if (kp.status != KernelPlanStatus::kPlanned) {
+    row.cells.push_back(
+        std::string(kp.status == KernelPlanStatus::kMissing ? "MISSING: " : "INFEASIBLE: ") +
+        kp.reason);
+    row.overflow_last = true;
+    return row;
+  }
+  row.cells.push_back(FormatSegments(kp.config.segments, kp.kernel.problem.op, names));
+  row.cells.push_back(Mib(kp.config.workspace_bytes));
+  row.cells.push_back(Printf("%.3f", kp.config.time_ms));
+  if (kp.undivided) {
+    row.cells.push_back(Printf("%.3f", kp.undivided->time_ms));
+    row.cells.push_back(
+        kp.config.time_ms > 0 ? Printf("%.2fx", kp.undivided->time_ms / kp.config.time_ms) : "-");
+  } else {
+    row.cells.push_back("n/a");
+    row.cells.push_back("n/a");
+  }
+  return row;
+}
+
+Row TotalRow(const NetworkPlan& plan, const KernelCounts& counts) {
   std::string total_name = "total";
-  if (planned != static_cast<int>(plan.kernels.size())) {
-    total_name += " (" + std::to_string(planned) + " planned)";
+  if (counts.planned != static_cast<int>(plan.kernels.size())) {
+    total_name += " (" + std::to_string(counts.planned) + " planned)";
   }
   // The undivided total and the speedup compare the same kernels: with a baseline missing, the
   // plan has no undivided total (NetworkPlan::total_undivided_ms is 0), and the table says n/a.
   std::string total_undivided = "-", total_speedup = "-";
-  if (without_baseline > 0) {
+  if (counts.without_baseline > 0) {
     total_undivided = total_speedup = "n/a";
-  } else if (planned > 0) {
+  } else if (counts.planned > 0) {
     total_undivided = Printf("%.3f", plan.total_undivided_ms);
     if (plan.total_time_ms > 0) {
       total_speedup = Printf("%.2fx", plan.total_undivided_ms / plan.total_time_ms);
     }
   }
-  rows.push_back({{total_name, "",
-                   plan.workspace_mode == WorkspaceMode::kTotalShared ? "(largest workspace)" : "",
-                   Mib(plan.total_workspace_bytes), Printf("%.3f", plan.total_time_ms),
-                   total_undivided, total_speedup}});
-  out += FormatRows(rows, {true, true, true, false, false, false, false});
-  if (missing > 0 || infeasible > 0) {
-    out += "Not planned: " + std::to_string(missing) + " missing, " + std::to_string(infeasible) +
-           " infeasible (left out of the totals).\n";
+  return {{total_name, "",
+           plan.workspace_mode == WorkspaceMode::kTotalShared ? "(largest workspace)" : "",
+           Mib(plan.total_workspace_bytes), Printf("%.3f", plan.total_time_ms), total_undivided,
+           total_speedup}};
+}
+
+// What the totals leave out: kernels not planned, and planned ones without a baseline.
+std::string LeftOutNotes(const KernelCounts& counts) {
+  std::string out;
+  if (counts.missing > 0 || counts.infeasible > 0) {
+    out += "Not planned: " + std::to_string(counts.missing) + " missing, " +
+           std::to_string(counts.infeasible) + " infeasible (left out of the totals).\n";
   }
-  if (without_baseline > 0) {
-    out += std::to_string(without_baseline) + " of " + std::to_string(planned) +
+  if (counts.without_baseline > 0) {
+    out += std::to_string(counts.without_baseline) + " of " + std::to_string(counts.planned) +
            " planned kernels have no undivided configuration within the limit: undivided total "
            "and speedup n/a.";
-    if (planned > without_baseline) {
-      out += " The other " + std::to_string(planned - without_baseline) + ": " +
-             Printf("%.3f", with_baseline_time) + " ms planned vs " +
-             Printf("%.3f", with_baseline_undivided) + " ms undivided" +
-             (with_baseline_time > 0
-                  ? " (" + Printf("%.2fx", with_baseline_undivided / with_baseline_time) + ")"
-                  : std::string()) +
-             ".";
+    if (counts.planned > counts.without_baseline) {
+      out +=
+          " The other " + std::to_string(counts.planned - counts.without_baseline) + ": " +
+          Printf("%.3f", counts.with_baseline_time) + " ms planned vs " +
+          Printf("%.3f", counts.with_baseline_undivided) + " ms undivided" +
+          (counts.with_baseline_time > 0
+               ? " (" +
+                     Printf("%.2fx", counts.with_baseline_undivided / counts.with_baseline_time) +
+                     ")"
+               : std::string()) +
+          ".";
     }
     out += "\n";
   }
+  return out;
+}
+
+// What "undivided" compares with in this mode, and in kTotalSum the like-for-like baseline.
+std::string BaselineNotes(const NetworkPlan& plan) {
+  std::string out;
   switch (plan.workspace_mode) {
     case WorkspaceMode::kPerKernel:
       out +=
@@ -231,14 +255,33 @@ std::string FormatPlanTable(const NetworkPlan& plan, const AlgorithmNamer& names
       out += ".\n";
     }
   }
-  if (plan.ilp.used) {
-    out += "ILP (COIN-OR CBC): " + plan.ilp.status + ", objective " +
-           Printf("%.3f", plan.ilp.objective_ms) + " ms, bound " +
-           Printf("%.3f", plan.ilp.bound_ms) + " ms, gap " + Printf("%.4f", plan.ilp.gap * 100) +
-           "%, " + Printf("%.3f", plan.ilp.solve_seconds) + " s, " +
-           std::to_string(plan.ilp.variables) + " variables, " +
-           std::to_string(plan.ilp.constraints) + " constraints\n";
-  }
+  return out;
+}
+
+std::string IlpNote(const IlpReport& ilp) {
+  if (!ilp.used) return "";
+  return "ILP (COIN-OR CBC): " + ilp.status + ", objective " + Printf("%.3f", ilp.objective_ms) +
+         " ms, bound " + Printf("%.3f", ilp.bound_ms) + " ms, gap " +
+         Printf("%.4f", ilp.gap * 100) + "%, " + Printf("%.3f", ilp.solve_seconds) + " s, " +
+         std::to_string(ilp.variables) + " variables, " + std::to_string(ilp.constraints) +
+         " constraints\n";
+}
+
+}  // namespace
+
+std::string FormatPlanTable(const NetworkPlan& plan, const AlgorithmNamer& names) {
+  const KernelCounts counts = CountKernels(plan);
+  std::string out = "Plan: " + std::to_string(plan.kernels.size()) + " kernels (" +
+                    PrecisionText(plan) + "), policy " + std::string(ToString(plan.policy)) +
+                    ", workspace " + WorkspaceLimitText(plan) + "\n";
+  std::vector<Row> rows;
+  rows.push_back({{"kernel", "shape", "segments", "ws MiB", "time ms", "undiv ms", "speedup"}});
+  for (const KernelPlan& kp : plan.kernels) rows.push_back(KernelRow(kp, names));
+  rows.push_back(TotalRow(plan, counts));
+  out += FormatRows(rows, {true, true, true, false, false, false, false});
+  out += LeftOutNotes(counts);
+  out += BaselineNotes(plan);
+  out += IlpNote(plan.ilp);
   return out;
 }
 

@@ -82,8 +82,7 @@ KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
       if (InSpace(t, request.algorithms)) filtered.entries.push_back(t);
     }
   }
-  const TimingTable& table =
-      request.algorithms == AlgorithmSpace::kAll ? all_timings : filtered;
+  const TimingTable& table = request.algorithms == AlgorithmSpace::kAll ? all_timings : filtered;
   KernelResult result;
   const uint64_t limit = request.workspace_bytes;
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
@@ -126,6 +125,169 @@ KernelConfig NoSlowerThan(const std::vector<KernelConfig>& front, const KernelCo
   return best != nullptr && best->time_ms <= undivided.time_ms ? *best : undivided;
 }
 
+// The result of every distinct kernel, and for each kernel of the request the index of its result
+// (SIZE_MAX where it has no timings).
+struct DistinctResults {
+  std::vector<KernelResult> results;
+  std::vector<size_t> result_of;
+};
+
+// One computation per distinct (problem, mini-batch, table); each kernel's plan takes its status,
+// its configuration (except kTotalSum's, chosen later) and its baseline from it.
+DistinctResults SolveDistinctKernels(const PlanRequest& request,
+                                     const std::vector<const TimingTable*>& tables,
+                                     NetworkPlan* plan) {
+  std::map<std::tuple<std::string, int64_t, uintptr_t>, size_t> cache;
+  DistinctResults distinct;
+  distinct.result_of.assign(request.kernels.size(), SIZE_MAX);
+  for (size_t i = 0; i < request.kernels.size(); ++i) {
+    const Kernel& kernel = request.kernels[i];
+    KernelPlan& kp = plan->kernels[i];
+    kp.kernel = kernel;
+    if (tables[i] == nullptr) {
+      kp.status = KernelPlanStatus::kMissing;
+      kp.reason = "no timings for this problem on this device";
+      continue;
+    }
+    auto key = std::make_tuple(CanonicalKey(kernel.problem), kernel.mini_batch,
+                               reinterpret_cast<uintptr_t>(tables[i]));
+    auto [it, inserted] = cache.try_emplace(std::move(key), distinct.results.size());
+    if (inserted) distinct.results.push_back(SolveOne(request, kernel, *tables[i]));
+    distinct.result_of[i] = it->second;
+    const KernelResult& result = distinct.results[it->second];
+    kp.undivided = result.undivided;
+    if (!result.infeasible_reason.empty()) {
+      kp.status = KernelPlanStatus::kInfeasible;
+      kp.reason = result.infeasible_reason;
+    } else if (result.config) {
+      kp.status = KernelPlanStatus::kPlanned;
+      kp.config = *result.config;
+    }
+  }
+  return distinct;
+}
+
+// Why no choice fits a sum budget: the kernels' smallest workspaces already exceed it.
+std::string SumInfeasibleReason(const std::vector<std::vector<IlpOption>>& options,
+                                uint64_t budget_bytes) {
+  uint64_t smallest = 0;
+  for (const auto& kernel_options : options) {
+    uint64_t least = UINT64_MAX;
+    for (const IlpOption& o : kernel_options) least = std::min(least, o.workspace_bytes);
+    smallest = smallest > UINT64_MAX - least ? UINT64_MAX : smallest + least;
+  }
+  return "the smallest workspaces of the " + std::to_string(options.size()) +
+         " kernels that fit alone sum to " + FormatBytes(smallest) + ", more than the budget " +
+         FormatBytes(budget_bytes);
+}
+
+// The like-for-like baseline of kTotalSum: the same ILP over undivided options only
+// (NetworkPlan::undivided_sum_ms). A solve stopped by its gap or time limit may be slower than
+// the undivided answer; each kernel then takes its fastest front point within that answer's
+// workspace, which keeps the sum within the budget and every kernel no slower.
+Status CompareWithUndividedSum(const PlanRequest& request, const IlpOptions& ilp_options,
+                               const DistinctResults& distinct, const std::vector<size_t>& in_ilp,
+                               const IlpSolution& solution, std::vector<KernelConfig>* chosen,
+                               NetworkPlan* plan) {
+  std::vector<std::vector<IlpOption>> undivided_options;
+  for (size_t i : in_ilp) {
+    const std::vector<KernelConfig>& front =
+        distinct.results[distinct.result_of[i]].undivided_front;
+    if (front.empty()) return Status::Ok();  // no undivided option fits: no baseline
+    undivided_options.push_back(ToIlpOptions(front));
+  }
+  UCUDNN_ASSIGN_OR_RETURN(IlpSolution undivided,
+                          SolveNetworkIlp(undivided_options, request.workspace_bytes, ilp_options));
+  if (undivided.choice.empty()) return Status::Ok();
+  plan->undivided_sum_ms = undivided.total_time_ms;
+  if (undivided.total_time_ms >= solution.total_time_ms) return Status::Ok();
+  spdlog::info(
+      "plan: the ILP's answer ({:.6f} ms, {}) is slower than the undivided one within "
+      "the same budget ({:.6f} ms); each kernel takes its best point within the "
+      "undivided workspace instead",
+      solution.total_time_ms, solution.report.status, undivided.total_time_ms);
+  double total = 0;
+  for (size_t n = 0; n < in_ilp.size(); ++n) {
+    const KernelResult& result = distinct.results[distinct.result_of[in_ilp[n]]];
+    (*chosen)[n] = NoSlowerThan(result.front,
+                                result.undivided_front[static_cast<size_t>(undivided.choice[n])]);
+    total += (*chosen)[n].time_ms;
+  }
+  plan->ilp.objective_ms = total;
+  plan->ilp.gap = total > 0 ? (total - plan->ilp.bound_ms) / total : 0.0;
+  return Status::Ok();
+}
+
+// kTotalSum: one point of each feasible kernel's Pareto front, by the network-wide ILP.
+Status ChooseWithinSumBudget(const PlanRequest& request, const IlpOptions& ilp_options,
+                             const DistinctResults& distinct, NetworkPlan* plan) {
+  std::vector<size_t> in_ilp;  // kernels with a non-empty front
+  std::vector<std::vector<IlpOption>> options;
+  for (size_t i = 0; i < plan->kernels.size(); ++i) {
+    if (distinct.result_of[i] == SIZE_MAX ||
+        plan->kernels[i].status == KernelPlanStatus::kInfeasible) {
+      continue;
+    }
+    in_ilp.push_back(i);
+    options.push_back(ToIlpOptions(distinct.results[distinct.result_of[i]].front));
+  }
+  if (in_ilp.empty()) {
+    plan->ilp.used = true;
+    plan->ilp.status = "empty";  // nothing to choose: every kernel is missing or infeasible
+    return Status::Ok();
+  }
+  UCUDNN_ASSIGN_OR_RETURN(IlpSolution solution,
+                          SolveNetworkIlp(options, request.workspace_bytes, ilp_options));
+  plan->ilp = solution.report;
+  if (solution.choice.empty()) {
+    const std::string reason = SumInfeasibleReason(options, request.workspace_bytes);
+    for (size_t i : in_ilp) {
+      plan->kernels[i].status = KernelPlanStatus::kInfeasible;
+      plan->kernels[i].reason = reason;
+    }
+    return Status::Ok();
+  }
+  std::vector<KernelConfig> chosen;
+  for (size_t n = 0; n < in_ilp.size(); ++n) {
+    chosen.push_back(distinct.results[distinct.result_of[in_ilp[n]]]
+                         .front[static_cast<size_t>(solution.choice[n])]);
+  }
+  UCUDNN_RETURN_IF_ERROR(
+      CompareWithUndividedSum(request, ilp_options, distinct, in_ilp, solution, &chosen, plan));
+  for (size_t n = 0; n < in_ilp.size(); ++n) {
+    KernelPlan& kp = plan->kernels[in_ilp[n]];
+    kp.status = KernelPlanStatus::kPlanned;
+    kp.config = std::move(chosen[n]);
+  }
+  return Status::Ok();
+}
+
+// The plan's totals over its planned kernels, and whether every kernel is planned.
+void AddTotals(NetworkPlan* plan) {
+  plan->complete = true;
+  bool every_baseline = true;  // every planned kernel has an undivided baseline
+  for (const KernelPlan& kp : plan->kernels) {
+    if (kp.status != KernelPlanStatus::kPlanned) {
+      plan->complete = false;
+      continue;
+    }
+    plan->total_time_ms += kp.config.time_ms;
+    if (kp.undivided) {
+      plan->total_undivided_ms += kp.undivided->time_ms;
+    } else {
+      every_baseline = false;
+    }
+    if (plan->workspace_mode == WorkspaceMode::kTotalShared) {
+      plan->total_workspace_bytes =
+          std::max(plan->total_workspace_bytes, kp.config.workspace_bytes);
+    } else {
+      plan->total_workspace_bytes += kp.config.workspace_bytes;
+    }
+  }
+  // A sum over fewer kernels than total_time_ms would overstate or understate the speedup.
+  if (!every_baseline) plan->total_undivided_ms = 0;
+}
+
 }  // namespace
 
 Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
@@ -150,144 +312,18 @@ Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
   plan.policy = request.policy;
   plan.workspace_budget_bytes = request.workspace_bytes;
   plan.kernels.resize(request.kernels.size());
-
-  // One computation per distinct (problem, mini-batch, table).
-  std::map<std::tuple<std::string, int64_t, uintptr_t>, size_t> cache;
-  std::vector<KernelResult> results;
-  std::vector<size_t> result_of(request.kernels.size(), SIZE_MAX);
-  for (size_t i = 0; i < request.kernels.size(); ++i) {
-    const Kernel& kernel = request.kernels[i];
-    KernelPlan& kp = plan.kernels[i];
-    kp.kernel = kernel;
-    if (tables[i] == nullptr) {
-      kp.status = KernelPlanStatus::kMissing;
-      kp.reason = "no timings for this problem on this device";
-      continue;
-    }
-    auto key = std::make_tuple(CanonicalKey(kernel.problem), kernel.mini_batch,
-                               reinterpret_cast<uintptr_t>(tables[i]));
-    auto [it, inserted] = cache.try_emplace(std::move(key), results.size());
-    if (inserted) results.push_back(SolveOne(request, kernel, *tables[i]));
-    result_of[i] = it->second;
-    const KernelResult& result = results[it->second];
-    kp.undivided = result.undivided;
-    if (!result.infeasible_reason.empty()) {
-      kp.status = KernelPlanStatus::kInfeasible;
-      kp.reason = result.infeasible_reason;
-    } else if (result.config) {
-      kp.status = KernelPlanStatus::kPlanned;
-      kp.config = *result.config;
-    }
-  }
-
+  const DistinctResults distinct = SolveDistinctKernels(request, tables, &plan);
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
-    std::vector<size_t> in_ilp;  // kernels with a non-empty front
-    std::vector<std::vector<IlpOption>> options;
-    for (size_t i = 0; i < plan.kernels.size(); ++i) {
-      if (result_of[i] == SIZE_MAX || plan.kernels[i].status == KernelPlanStatus::kInfeasible) {
-        continue;
-      }
-      in_ilp.push_back(i);
-      options.push_back(ToIlpOptions(results[result_of[i]].front));
-    }
-    if (!in_ilp.empty()) {
-      UCUDNN_ASSIGN_OR_RETURN(IlpSolution solution,
-                              SolveNetworkIlp(options, request.workspace_bytes, ilp_options));
-      plan.ilp = solution.report;
-      if (solution.choice.empty()) {
-        uint64_t smallest = 0;
-        for (const auto& kernel_options : options) {
-          uint64_t least = UINT64_MAX;
-          for (const IlpOption& o : kernel_options) least = std::min(least, o.workspace_bytes);
-          smallest = smallest > UINT64_MAX - least ? UINT64_MAX : smallest + least;
-        }
-        const std::string reason = "the smallest workspaces of the " +
-                                   std::to_string(in_ilp.size()) +
-                                   " kernels that fit alone sum to " + FormatBytes(smallest) +
-                                   ", more than the budget " + FormatBytes(request.workspace_bytes);
-        for (size_t i : in_ilp) {
-          plan.kernels[i].status = KernelPlanStatus::kInfeasible;
-          plan.kernels[i].reason = reason;
-        }
-      } else {
-        std::vector<KernelConfig> chosen;
-        for (size_t n = 0; n < in_ilp.size(); ++n) {
-          chosen.push_back(
-              results[result_of[in_ilp[n]]].front[static_cast<size_t>(solution.choice[n])]);
-        }
-        // The like-for-like baseline: the same ILP over undivided options only.
-        std::vector<std::vector<IlpOption>> undivided_options;
-        for (size_t i : in_ilp) {
-          const std::vector<KernelConfig>& front = results[result_of[i]].undivided_front;
-          if (front.empty()) break;  // no undivided option fits: no baseline
-          undivided_options.push_back(ToIlpOptions(front));
-        }
-        if (undivided_options.size() == in_ilp.size()) {
-          UCUDNN_ASSIGN_OR_RETURN(
-              IlpSolution undivided,
-              SolveNetworkIlp(undivided_options, request.workspace_bytes, ilp_options));
-          if (!undivided.choice.empty()) {
-            plan.undivided_sum_ms = undivided.total_time_ms;
-            // A solve stopped by its gap or time limit may be slower than the undivided answer;
-            // each kernel then takes its fastest front point within that answer's workspace,
-            // which keeps the sum within the budget and every kernel no slower.
-            if (undivided.total_time_ms < solution.total_time_ms) {
-              spdlog::info(
-                  "plan: the ILP's answer ({:.6f} ms, {}) is slower than the undivided one within "
-                  "the same budget ({:.6f} ms); each kernel takes its best point within the "
-                  "undivided workspace instead",
-                  solution.total_time_ms, solution.report.status, undivided.total_time_ms);
-              double total = 0;
-              for (size_t n = 0; n < in_ilp.size(); ++n) {
-                const KernelResult& result = results[result_of[in_ilp[n]]];
-                chosen[n] = NoSlowerThan(
-                    result.front, result.undivided_front[static_cast<size_t>(undivided.choice[n])]);
-                total += chosen[n].time_ms;
-              }
-              plan.ilp.objective_ms = total;
-              plan.ilp.gap = total > 0 ? (total - plan.ilp.bound_ms) / total : 0.0;
-            }
-          }
-        }
-        for (size_t n = 0; n < in_ilp.size(); ++n) {
-          KernelPlan& kp = plan.kernels[in_ilp[n]];
-          kp.status = KernelPlanStatus::kPlanned;
-          kp.config = std::move(chosen[n]);
-        }
-      }
-    } else {
-      plan.ilp.used = true;
-      plan.ilp.status = "empty";  // nothing to choose: every kernel is missing or infeasible
-    }
+    UCUDNN_RETURN_IF_ERROR(ChooseWithinSumBudget(request, ilp_options, distinct, &plan));
   }
-
-  plan.complete = true;
-  bool every_baseline = true;  // every planned kernel has an undivided baseline
-  for (const KernelPlan& kp : plan.kernels) {
-    if (kp.status != KernelPlanStatus::kPlanned) {
-      plan.complete = false;
-      continue;
-    }
-    plan.total_time_ms += kp.config.time_ms;
-    if (kp.undivided) {
-      plan.total_undivided_ms += kp.undivided->time_ms;
-    } else {
-      every_baseline = false;
-    }
-    if (request.workspace_mode == WorkspaceMode::kTotalShared) {
-      plan.total_workspace_bytes = std::max(plan.total_workspace_bytes, kp.config.workspace_bytes);
-    } else {
-      plan.total_workspace_bytes += kp.config.workspace_bytes;
-    }
-  }
-  // A sum over fewer kernels than total_time_ms would overstate or understate the speedup.
-  if (!every_baseline) plan.total_undivided_ms = 0;
+  AddTotals(&plan);
   spdlog::debug(
       "plan: {} kernels ({} distinct), {} / {} at {}: {:.3f} ms (undivided {:.3f} ms), "
       "workspace {}{}",
-      plan.kernels.size(), results.size(), ToString(plan.workspace_mode), ToString(plan.policy),
-      FormatBytes(plan.workspace_budget_bytes), plan.total_time_ms, plan.total_undivided_ms,
-      FormatBytes(plan.total_workspace_bytes), plan.complete ? "" : ", incomplete");
+      plan.kernels.size(), distinct.results.size(), ToString(plan.workspace_mode),
+      ToString(plan.policy), FormatBytes(plan.workspace_budget_bytes), plan.total_time_ms,
+      plan.total_undivided_ms, FormatBytes(plan.total_workspace_bytes),
+      plan.complete ? "" : ", incomplete");
   return plan;
 }
 

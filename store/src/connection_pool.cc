@@ -107,7 +107,8 @@ ConnectionPool::Lease::~Lease() {
   if (pool_ != nullptr && conn_ != nullptr) pool_->Return(std::move(conn_), lost_);
 }
 
-ConnectionPool::ConnectionPool(Config config) : config_(std::move(config)) {}
+ConnectionPool::ConnectionPool(Config config)
+    : config_(std::move(config)), backoff_(config_.backoff_initial, config_.backoff_max) {}
 
 ConnectionPool::~ConnectionPool() = default;
 
@@ -139,18 +140,17 @@ Result<std::unique_ptr<pqxx::connection>> ConnectionPool::Connect() {
     auto conn = ConnectOrThrow(config_.url, config_.statement_timeout);
     if (config_.on_connect) config_.on_connect(*conn);
     std::lock_guard lock(mu_);
-    if (backoff_.count() > 0) spdlog::info("store: database reachable again, reconnected");
-    backoff_ = std::chrono::milliseconds(0);
+    if (backoff_.attempts() > 0) spdlog::info("store: database reachable again, reconnected");
+    backoff_.Reset();
     ++connects_;
     return conn;
   } catch (...) {
     MappedError mapped = MapCurrentException("connect");
     std::lock_guard lock(mu_);
-    backoff_ = backoff_.count() == 0 ? config_.backoff_initial
-                                     : std::min(backoff_ * 2, config_.backoff_max);
-    next_connect_ = Clock::now() + backoff_;
+    const std::chrono::milliseconds delay = backoff_.Next();
+    next_connect_ = Clock::now() + delay;
     last_connect_error_ = mapped.status.message();
-    spdlog::warn("store: {}; retrying in {} ms", mapped.status.message(), backoff_.count());
+    spdlog::warn("store: {}; retrying in {} ms", mapped.status.message(), delay.count());
     return Unavailable(mapped.status.message());
   }
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ucudnn/core/backoff.h"
 #include "ucudnn/core/status.h"
 #include "ucudnn/store/store.h"
 
@@ -75,7 +76,7 @@ class ConnectionPool {
   int64_t connects_ = 0;
   int64_t lost_ = 0;
   std::chrono::steady_clock::time_point next_connect_;  // back-off: no connect before this
-  std::chrono::milliseconds backoff_{0};
+  Backoff backoff_;  // guarded by mu_; counts the failed connects since the last success
   std::string last_connect_error_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "connection_pool.h"
 #include "errors.h"
+#include "ucudnn/core/backoff.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::store {
@@ -42,7 +43,7 @@ class Listener::Impl {
       // Registering the receiver issues LISTEN.
       receiver_ = std::make_unique<Receiver>(*conn_, &payloads_);
       if (reconnects_++ > 0) spdlog::info("store listener: reconnected, listening again");
-      backoff_ = std::chrono::milliseconds(0);
+      backoff_.Reset();
       return Status::Ok();
     } catch (...) {
       Disconnect();
@@ -62,10 +63,8 @@ class Listener::Impl {
       Status connected = Connect();
       if (!connected.ok()) {
         // Pace a caller that loops on errors, within the time it was willing to wait.
-        backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(50),
-                              std::chrono::milliseconds(2000));
         std::this_thread::sleep_for(
-            std::min(backoff_, std::max(timeout, std::chrono::milliseconds(0))));
+            std::min(backoff_.Next(), std::max(timeout, std::chrono::milliseconds(0))));
         return connected;
       }
     }
@@ -106,7 +105,7 @@ class Listener::Impl {
   std::unique_ptr<pqxx::connection> conn_;
   std::unique_ptr<Receiver> receiver_;
   std::vector<std::string> payloads_;
-  std::chrono::milliseconds backoff_{0};
+  Backoff backoff_{std::chrono::milliseconds(50), std::chrono::milliseconds(2000)};
   int reconnects_ = 0;
 };
 

@@ -15,6 +15,7 @@
 
 #include "store_impl.h"
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/enum_names.h"
 #include "values.h"
 
 namespace ucudnn::store {
@@ -333,7 +334,7 @@ Result<Timing> TimingFromRow(const pqxx::row& row) {
   t.spread_ms = row["spread_ms"].as<double>();
   t.samples = row["samples"].as<int>();
   t.workspace_bytes = static_cast<uint64_t>(row["workspace_bytes"].as<int64_t>());
-  UCUDNN_ASSIGN_OR_RETURN(t.status, internal::ParseTimingStatus(row["status"].as<std::string>()));
+  UCUDNN_ASSIGN_OR_RETURN(t.status, ParseTimingStatus(row["status"].as<std::string>()));
   t.error = row["error"].as<std::string>();
   return t;
 }
@@ -434,7 +435,7 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
     spread_ms.push_back(t.spread_ms);
     samples.push_back(t.samples);
     workspace.push_back(static_cast<int64_t>(t.workspace_bytes));
-    status.emplace_back(internal::TimingStatusName(t.status));
+    status.emplace_back(ToString(t.status));
     error.push_back(internal::CleanText(t.error, kMaxErrorBytes));
     engine_config.push_back(t.engine_config);
   }
@@ -710,6 +711,107 @@ Result<EnqueueResult> Store::EnqueueJob(const DeviceFingerprint& device, const C
   return std::move(results.front());
 }
 
+namespace {
+
+// The requests of one EnqueueJobs call for one distinct problem: the widest wins.
+struct MergedJob {
+  const ConvProblem* problem = nullptr;
+  int64_t max_micro_batch = 0;
+  int policy_rank = 0;  // array_position in kPolicyRank
+  BatchPolicy policy() const { return static_cast<BatchPolicy>(policy_rank - 1); }
+};
+
+// One entry per distinct problem, by problem hash: a map, so that the jobs are taken in hash
+// order and concurrent batches lock rows in the same order and cannot deadlock.
+Result<std::map<uint64_t, MergedJob>> MergeJobRequests(const std::vector<JobRequest>& jobs) {
+  std::map<uint64_t, MergedJob> merged;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const JobRequest& job = jobs[i];
+    const std::string where = jobs.size() == 1 ? "" : "jobs[" + std::to_string(i) + "]";
+    auto in = [&](const Status& s) { return where.empty() ? s : s.WithContext(where); };
+    UCUDNN_RETURN_IF_ERROR(in(ValidateProblem(job.problem)));
+    UCUDNN_RETURN_IF_ERROR(in(ValidateBatch(job.max_micro_batch).WithContext("max_micro_batch")));
+    if (ToString(job.policy) == kUnnamedEnumValue) {
+      return in(
+          InvalidArgument("policy: unknown value " + std::to_string(static_cast<int>(job.policy))));
+    }
+    MergedJob& m = merged[StableHash(job.problem)];
+    m.problem = &job.problem;
+    m.max_micro_batch = std::max(m.max_micro_batch, job.max_micro_batch);
+    m.policy_rank = std::max(m.policy_rank, static_cast<int>(job.policy) + 1);
+  }
+  return merged;
+}
+
+// The answer that needs no write, if any, given the newest job of the problem (`newest`, from
+// find_job_for_problem; it may be empty).
+Result<std::optional<EnqueueResult>> AnswerWithoutWriteTx(pqxx::transaction_base& tx,
+                                                          uint64_t device_hash,
+                                                          uint64_t problem_hash, const MergedJob& m,
+                                                          const pqxx::result& newest) {
+  // No live job, and the newest one failed a moment ago: answer it, enqueue nothing.
+  if (!newest.empty() && newest[0]["in_cooldown"].as<bool>()) {
+    return std::make_optional(EnqueueResult{newest[0]["id"].as<int64_t>(), JobState::kFailed, false,
+                                            false, newest[0]["error"].as<std::string>()});
+  }
+  // The common repeat: a live job that already covers the request needs no write.
+  if (!newest.empty()) {
+    UCUDNN_ASSIGN_OR_RETURN(JobState state, ParseJobState(newest[0]["state"].as<std::string>()));
+    if ((state == JobState::kQueued || state == JobState::kRunning) &&
+        newest[0]["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
+        newest[0]["policy_rank"].as<int>() >= m.policy_rank) {
+      return std::make_optional(
+          EnqueueResult{newest[0]["id"].as<int64_t>(), state, false, false, {}});
+    }
+  }
+  // No live job that covers it. If the timings are all there already, the caller's view was
+  // stale (a job finished since it read them, or they were imported): nothing to measure.
+  // Checked against the timings, not against finished jobs, so timings an operator deleted to
+  // have them measured again are measured again.
+  if (CoversJob(MeasuredMicroBatchesTx(tx, device_hash, problem_hash), m.policy(),
+                m.max_micro_batch)) {
+    const int64_t newest_id = newest.empty() ? 0 : newest[0]["id"].as<int64_t>();
+    return std::make_optional(EnqueueResult{newest_id, JobState::kDone, false, false, {}});
+  }
+  return std::optional<EnqueueResult>();
+}
+
+// Inserts the job, or widens the live one. A job that finishes between the insert and the
+// look-up leaves no live job: then again, up to three times.
+Result<EnqueueResult> InsertOrWidenJobTx(pqxx::transaction_base& tx, uint64_t device_hash,
+                                         uint64_t problem_hash, const MergedJob& m,
+                                         double cooldown_s) {
+  const std::string policy_name(ToString(m.policy()));
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    pqxx::result up = tx.exec_prepared("enqueue_job", ToDb(device_hash), ToDb(problem_hash),
+                                       m.max_micro_batch, policy_name);
+    if (!up.empty()) {
+      EnqueueResult result;
+      result.job_id = up[0]["id"].as<int64_t>();
+      UCUDNN_ASSIGN_OR_RETURN(result.state, ParseJobState(up[0]["state"].as<std::string>()));
+      result.created = up[0]["created"].as<bool>();
+      result.widened = !result.created;
+      return result;
+    }
+    pqxx::result found =
+        tx.exec_prepared("find_job_for_problem", ToDb(device_hash), ToDb(problem_hash), cooldown_s);
+    if (!found.empty()) {
+      const pqxx::row& row = found[0];
+      UCUDNN_ASSIGN_OR_RETURN(JobState state, ParseJobState(row["state"].as<std::string>()));
+      const bool live = state == JobState::kQueued || state == JobState::kRunning;
+      const bool covers = row["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
+                          row["policy_rank"].as<int>() >= m.policy_rank;
+      if (live || (state == JobState::kDone && covers)) {
+        return EnqueueResult{row["id"].as<int64_t>(), state, false, false, {}};
+      }
+    }
+  }
+  return Unavailable("enqueue job: the job of problem " + FormatHash(problem_hash) +
+                     " kept changing state; retry");
+}
+
+}  // namespace
+
 Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& device,
                                                       const std::vector<JobRequest>& jobs) {
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
@@ -717,102 +819,26 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
     return InvalidArgument("jobs: at most " + std::to_string(kMaxJobsPerEnqueue) +
                            " per call, got " + std::to_string(jobs.size()));
   }
-  // One entry per distinct problem (widest request wins), taken in hash order: concurrent
-  // batches then lock rows in the same order and cannot deadlock.
-  struct Merged {
-    const ConvProblem* problem = nullptr;
-    int64_t max_micro_batch = 0;
-    int policy_rank = 0;  // array_position in kPolicyRank
-    EnqueueResult result;
-  };
-  std::map<uint64_t, Merged> merged;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const JobRequest& job = jobs[i];
-    const std::string where = jobs.size() == 1 ? "" : "jobs[" + std::to_string(i) + "]";
-    auto in = [&](const Status& s) { return where.empty() ? s : s.WithContext(where); };
-    UCUDNN_RETURN_IF_ERROR(in(ValidateProblem(job.problem)));
-    UCUDNN_RETURN_IF_ERROR(in(ValidateBatch(job.max_micro_batch).WithContext("max_micro_batch")));
-    if (!ParseBatchPolicy(ToString(job.policy)).ok()) {
-      return in(
-          InvalidArgument("policy: unknown value " + std::to_string(static_cast<int>(job.policy))));
-    }
-    Merged& m = merged[StableHash(job.problem)];
-    m.problem = &job.problem;
-    m.max_micro_batch = std::max(m.max_micro_batch, job.max_micro_batch);
-    m.policy_rank = std::max(m.policy_rank, static_cast<int>(job.policy) + 1);
-  }
+  UCUDNN_ASSIGN_OR_RETURN(const auto merged, MergeJobRequests(jobs));
   const double cooldown_s = static_cast<double>(impl_->options.failed_job_cooldown.count());
   return impl_->Run(
       "enqueue jobs", [&](pqxx::connection& conn) -> Result<std::vector<EnqueueResult>> {
         pqxx::work tx(conn);
         UCUDNN_ASSIGN_OR_RETURN(uint64_t device_hash, UpsertDeviceTx(tx, device));
         int created = 0;
-        for (auto& [problem_hash, m] : merged) {
+        std::map<uint64_t, EnqueueResult> answers;
+        for (const auto& [problem_hash, m] : merged) {
           UCUDNN_RETURN_IF_ERROR(UpsertProblemTx(tx, *m.problem).status());
-          const std::string policy_name(ToString(static_cast<BatchPolicy>(m.policy_rank - 1)));
-          // No live job, and the newest one failed a moment ago: answer it, enqueue nothing.
           pqxx::result newest = tx.exec_prepared("find_job_for_problem", ToDb(device_hash),
                                                  ToDb(problem_hash), cooldown_s);
-          if (!newest.empty() && newest[0]["in_cooldown"].as<bool>()) {
-            m.result = EnqueueResult{newest[0]["id"].as<int64_t>(), JobState::kFailed, false, false,
-                                     newest[0]["error"].as<std::string>()};
-            continue;
+          UCUDNN_ASSIGN_OR_RETURN(std::optional<EnqueueResult> answer,
+                                  AnswerWithoutWriteTx(tx, device_hash, problem_hash, m, newest));
+          if (!answer) {
+            UCUDNN_ASSIGN_OR_RETURN(
+                answer, InsertOrWidenJobTx(tx, device_hash, problem_hash, m, cooldown_s));
           }
-          // The common repeat: a live job that already covers the request needs no write.
-          if (!newest.empty()) {
-            UCUDNN_ASSIGN_OR_RETURN(JobState state,
-                                    ParseJobState(newest[0]["state"].as<std::string>()));
-            if ((state == JobState::kQueued || state == JobState::kRunning) &&
-                newest[0]["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
-                newest[0]["policy_rank"].as<int>() >= m.policy_rank) {
-              m.result = EnqueueResult{newest[0]["id"].as<int64_t>(), state, false, false, {}};
-              continue;
-            }
-          }
-          // No live job that covers it. If the timings are all there already, the caller's view
-          // was stale (a job finished since it read them, or they were imported): nothing to
-          // measure. Checked against the timings, not against finished jobs, so timings an
-          // operator deleted to have them measured again are measured again.
-          if (CoversJob(MeasuredMicroBatchesTx(tx, device_hash, problem_hash),
-                        static_cast<BatchPolicy>(m.policy_rank - 1), m.max_micro_batch)) {
-            const int64_t newest_id = newest.empty() ? 0 : newest[0]["id"].as<int64_t>();
-            m.result = EnqueueResult{newest_id, JobState::kDone, false, false, {}};
-            continue;
-          }
-          bool answered = false;
-          // A job that finishes between the insert and the look-up leaves no live job; again.
-          for (int attempt = 0; attempt < 3 && !answered; ++attempt) {
-            pqxx::result up = tx.exec_prepared("enqueue_job", ToDb(device_hash), ToDb(problem_hash),
-                                               m.max_micro_batch, policy_name);
-            if (!up.empty()) {
-              m.result.job_id = up[0]["id"].as<int64_t>();
-              UCUDNN_ASSIGN_OR_RETURN(m.result.state,
-                                      ParseJobState(up[0]["state"].as<std::string>()));
-              m.result.created = up[0]["created"].as<bool>();
-              m.result.widened = !m.result.created;
-              created += m.result.created ? 1 : 0;
-              answered = true;
-              break;
-            }
-            pqxx::result found = tx.exec_prepared("find_job_for_problem", ToDb(device_hash),
-                                                  ToDb(problem_hash), cooldown_s);
-            if (!found.empty()) {
-              const pqxx::row& row = found[0];
-              UCUDNN_ASSIGN_OR_RETURN(JobState state,
-                                      ParseJobState(row["state"].as<std::string>()));
-              const bool live = state == JobState::kQueued || state == JobState::kRunning;
-              const bool covers = row["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
-                                  row["policy_rank"].as<int>() >= m.policy_rank;
-              if (live || (state == JobState::kDone && covers)) {
-                m.result = EnqueueResult{row["id"].as<int64_t>(), state, false, false, {}};
-                answered = true;
-              }
-            }
-          }
-          if (!answered) {
-            return Unavailable("enqueue job: the job of problem " + FormatHash(problem_hash) +
-                               " kept changing state; retry");
-          }
+          created += answer->created ? 1 : 0;
+          answers[problem_hash] = std::move(*answer);
         }
         tx.commit();
         if (created > 0) {
@@ -820,9 +846,7 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
         }
         std::vector<EnqueueResult> results;
         results.reserve(jobs.size());
-        for (const JobRequest& job : jobs) {
-          results.push_back(merged.at(StableHash(job.problem)).result);
-        }
+        for (const JobRequest& job : jobs) results.push_back(answers.at(StableHash(job.problem)));
         return results;
       });
 }
@@ -957,7 +981,7 @@ Result<Job> Store::RetryJob(int64_t job_id) {
     const std::string id = "job " + std::to_string(job_id);
     if (locked.empty()) return NotFound(id + ": no such job");
     const std::string state = locked[0]["state"].as<std::string>();
-    if (state != "failed") {
+    if (state != ToString(JobState::kFailed)) {
       return FailedPrecondition(id + ": is " + state + "; only failed jobs can be retried");
     }
     pqxx::result live =

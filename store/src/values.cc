@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "ucudnn/core/engine_config.h"
+#include "ucudnn/core/enum_names.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/store/store.h"
@@ -29,52 +30,28 @@ Result<uint64_t> ParseHash(std::string_view hex) {
   return value;
 }
 
-std::string_view ToString(JobState s) {
-  switch (s) {
-    case JobState::kQueued:
-      return "queued";
-    case JobState::kRunning:
-      return "running";
-    case JobState::kDone:
-      return "done";
-    case JobState::kFailed:
-      return "failed";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr NameTable<JobState, 4> kJobStateNames{{
+    {"queued", JobState::kQueued},
+    {"running", JobState::kRunning},
+    {"done", JobState::kDone},
+    {"failed", JobState::kFailed},
+}};
+
+}  // namespace
+
+std::string_view ToString(JobState s) { return NameOf(s, kJobStateNames); }
 
 Result<JobState> ParseJobState(std::string_view s) {
-  for (JobState state :
-       {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed}) {
-    if (s == ToString(state)) return state;
-  }
-  return InvalidArgument("state: must be one of queued, running, done, failed; got \"" +
+  if (std::optional<JobState> state = ValueNamed(s, kJobStateNames)) return *state;
+  return InvalidArgument("state: must be one of " + ListNames(kJobStateNames) + "; got \"" +
                          std::string(s) + "\"");
 }
 
 }  // namespace ucudnn::store
 
 namespace ucudnn::store::internal {
-
-std::string_view TimingStatusName(TimingStatus s) {
-  switch (s) {
-    case TimingStatus::kOk:
-      return "ok";
-    case TimingStatus::kUnsupported:
-      return "unsupported";
-    case TimingStatus::kFailed:
-      return "failed";
-  }
-  return "invalid";
-}
-
-Result<TimingStatus> ParseTimingStatus(std::string_view s) {
-  for (TimingStatus status :
-       {TimingStatus::kOk, TimingStatus::kUnsupported, TimingStatus::kFailed}) {
-    if (s == TimingStatusName(status)) return status;
-  }
-  return InvalidArgument("status: must be ok, unsupported or failed; got " + QuoteForError(s));
-}
 
 std::string IntArrayLiteral(const std::vector<int64_t>& values) {
   std::string out = "{";
@@ -180,7 +157,7 @@ Status ValidateTimings(const std::vector<Timing>& timings) {
       return InvalidArgument(Field(i, "workspace_bytes") + ": must be at most 2^63-1, got " +
                              std::to_string(t.workspace_bytes));
     }
-    if (TimingStatusName(t.status) == "invalid") {
+    if (ToString(t.status) == kUnnamedEnumValue) {
       return InvalidArgument(Field(i, "status") + ": unknown value " +
                              std::to_string(static_cast<int>(t.status)));
     }

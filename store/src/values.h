@@ -18,9 +18,6 @@ namespace ucudnn::store::internal {
 inline int64_t ToDb(uint64_t hash) { return std::bit_cast<int64_t>(hash); }
 inline uint64_t FromDb(int64_t value) { return std::bit_cast<uint64_t>(value); }
 
-std::string_view TimingStatusName(TimingStatus s);
-Result<TimingStatus> ParseTimingStatus(std::string_view s);
-
 // PostgreSQL array literals, passed as ONE bound parameter and cast in SQL ($3::int[]), so a
 // whole table of timings is written by one parameterised statement.
 std::string IntArrayLiteral(const std::vector<int64_t>& values);

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "plan_cache.h"
+#include "support/devices.h"
 #include "test_util.h"
 #include "ucudnn/core/fingerprint.h"
 
@@ -16,14 +17,8 @@ using client::PlanCache;
 using client::SerializeCache;
 
 DeviceFingerprint Device(const std::string& name = "test gpu") {
-  DeviceFingerprint f;
-  f.backend = "cudnn";
+  DeviceFingerprint f = test_support::H100();
   f.name = name;
-  f.cc_major = 9;
-  f.sm_count = 132;
-  f.memory_bytes = 80ull << 30;
-  f.cudnn_version = 91400;
-  f.cuda_runtime_version = 13000;
   return f;
 }
 

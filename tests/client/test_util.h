@@ -19,73 +19,25 @@
 #include <vector>
 
 #include "log.h"
+#include "support/operands.h"
+#include "support/problems.h"
 #include "ucudnn/core/backend.h"
 #include "ucudnn/core/problem.h"
-#include "ucudnn/core/random_fill.h"
 
 namespace ucudnn::testing {
 
 inline ConvProblem SmallProblem(ConvOp op, int64_t stride = 1) {
-  ConvProblem p;
-  p.op = op;
-  p.c = 3;
-  p.h = 9;
-  p.w = 9;
-  p.k = 4;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  p.stride_h = stride;
-  p.stride_w = stride;
-  return p;
+  return test_support::SquareConv(op, 3, 9, 4, 3, stride);
 }
 
 // Host tensors of one call, filled with deterministic non-zero data; `out` is the output
 // (y, dx or dw) with non-zero initial contents so that beta matters.
-struct Operands {
-  std::vector<float> x, w, dy, out;
-  ConvOperands Bind(ConvOp op) {
-    ConvOperands o;
-    switch (op) {
-      case ConvOp::kForward:
-        o.x = x.data();
-        o.w = w.data();
-        o.y = out.data();
-        break;
-      case ConvOp::kBackwardData:
-        o.dy = dy.data();
-        o.w = w.data();
-        o.dx = out.data();
-        break;
-      case ConvOp::kBackwardFilter:
-        o.x = x.data();
-        o.dy = dy.data();
-        o.dw = out.data();
-        break;
-    }
-    return o;
-  }
-};
-
-inline std::vector<float> RandomVector(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  GenerateRandom(v.data(), n, DataType::kFloat32, seed);
-  return v;
-}
+using Operands = test_support::HostOperands;
+using test_support::RandomVector;
 
 inline Operands MakeOperands(const ConvProblem& p, int64_t batch, uint64_t seed = 1) {
   EXPECT_TRUE(Validate(p).ok()) << Validate(p).ToString();
-  Operands o;
-  const size_t x_n = static_cast<size_t>(batch * p.input_elements_per_sample());
-  const size_t y_n = static_cast<size_t>(batch * p.output_elements_per_sample());
-  const size_t w_n = static_cast<size_t>(p.filter_elements());
-  o.x = RandomVector(x_n, seed);
-  o.w = RandomVector(w_n, seed + 1);
-  o.dy = RandomVector(y_n, seed + 2);
-  const size_t out_n = p.op == ConvOp::kForward ? y_n : p.op == ConvOp::kBackwardData ? x_n : w_n;
-  o.out = RandomVector(out_n, seed + 3);
-  return o;
+  return test_support::MakeOperands(p, batch, seed);
 }
 
 // ||a - b|| / ||b||.

@@ -12,11 +12,14 @@
 #include <vector>
 
 #include "core/test_problems.h"
+#include "support/devices.h"
 
 namespace ucudnn {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using test_support::H100;
+using test_support::Xeon;
 using testdata::AlexNetConv2BwdData;
 using testdata::GroupedDilatedBwdFilter;
 using testdata::RandomValidProblem;
@@ -24,29 +27,6 @@ using testdata::Resnet3x3;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-DeviceFingerprint H100() {
-  DeviceFingerprint f;
-  f.backend = "cudnn";
-  f.name = "NVIDIA H100 80GB HBM3";
-  f.cc_major = 9;
-  f.cc_minor = 0;
-  f.sm_count = 132;
-  f.memory_bytes = 85045854208ull;
-  f.cudnn_version = 91400;
-  f.cuda_runtime_version = 13000;
-  return f;
-}
-
-DeviceFingerprint Cpu() {
-  DeviceFingerprint f;
-  f.backend = "cpu";
-  f.name = "AMD EPYC 7B13";
-  f.sm_count = 16;
-  f.memory_bytes = 64ull << 30;
-  f.blas = "openblas 0.3.21";
-  return f;
-}
 
 Kernel MakeKernel(const ConvProblem& p, int64_t mini_batch, std::string name) {
   Kernel k;
@@ -306,7 +286,7 @@ TEST(ProtoConvProblem, InvalidFields) {
 // ---- DeviceFingerprint ------------------------------------------------------------------------
 
 TEST(ProtoFingerprint, RoundTrips) {
-  for (const DeviceFingerprint& f : {H100(), Cpu(), CpuFingerprint()}) {
+  for (const DeviceFingerprint& f : {H100(), Xeon(), CpuFingerprint()}) {
     const v1::DeviceFingerprint m = ToProto(f);
     EXPECT_EQ(m.backend(), f.backend);
     EXPECT_EQ(m.name(), f.name);
@@ -645,7 +625,7 @@ TEST(ProtoPlan, RoundTripsCompleteAndPartial) {
   partial.kernels.push_back(InfeasibleKernel());
   partial.complete = false;
   partial.ilp = IlpReport();
-  const v1::Plan pm = ToProto(partial, Cpu());
+  const v1::Plan pm = ToProto(partial, Xeon());
   EXPECT_EQ(pm.status(), v1::PLAN_STATUS_PARTIAL);
   // Through the wire format.
   v1::Plan wire;
@@ -771,7 +751,7 @@ TEST(ProtoPlanRequest, RoundTrips) {
 
 TEST(ProtoPlanRequest, DefaultsAndLimitsThatPass) {
   v1::GetPlanRequest m;
-  *m.mutable_device() = ToProto(Cpu());
+  *m.mutable_device() = ToProto(Xeon());
   v1::Kernel* k = m.add_kernels();
   k->set_mini_batch(32);
   v1::ConvProblem* p = k->mutable_problem();
@@ -949,7 +929,7 @@ TEST(ProtoPlanRequest, EveryInvalidFieldIsNamed) {
     ExpectInvalid(with(change), message);
   }
   // A valid cpu device needs no GPU fields.
-  Result<PlanRequest> cpu = with([](R& m) { *m.mutable_device() = ToProto(Cpu()); });
+  Result<PlanRequest> cpu = with([](R& m) { *m.mutable_device() = ToProto(Xeon()); });
   EXPECT_TRUE(cpu.ok()) << cpu.status().ToString();
 }
 

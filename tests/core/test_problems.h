@@ -7,24 +7,13 @@
 #include <numeric>
 #include <random>
 
+#include "support/problems.h"
 #include "ucudnn/core/problem.h"
 
 namespace ucudnn::testdata {
 
 // ResNet's 3x3 convolution at 56x56, the header's key example.
-inline ConvProblem Resnet3x3() {
-  ConvProblem p;
-  p.op = ConvOp::kForward;
-  p.c = 64;
-  p.h = 56;
-  p.w = 56;
-  p.k = 64;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
-}
+inline ConvProblem Resnet3x3() { return test_support::SquareConv(ConvOp::kForward, 64, 56, 64); }
 
 // AlexNet's conv2 as backward-data, fp16 data in NHWC on tensor cores.
 inline ConvProblem AlexNetConv2BwdData() {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cpu/conv_reference.h"
+#include "support/operands.h"
+#include "support/problems.h"
 #include "ucudnn/core/random_fill.h"
 
 // OpenBLAS's thread count, declared here like fingerprint.cc does (no cblas.h variant needed).
@@ -20,6 +22,7 @@ extern "C" int openblas_get_num_threads();
 namespace ucudnn {
 namespace {
 
+using test_support::RandomVector;
 using testing::RandomSmallProblem;
 using testing::ReferenceConv;
 using testing::RelativeL2;
@@ -29,22 +32,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kGuard = 12345.0f;  // written past the end of outputs to catch overruns
 constexpr size_t kGuardElements = 64;
 
-std::vector<float> Random(size_t count, uint64_t seed) {
-  std::vector<float> v(count);
-  GenerateRandom(v.data(), count, DataType::kFloat32, seed);
-  return v;
-}
-
-ConvProblem ResNetLikeProblem(ConvOp op) {
-  ConvProblem p;
-  p.op = op;
-  p.c = 8;
-  p.h = p.w = 9;
-  p.k = 12;
-  p.r = p.s = 3;
-  p.pad_h = p.pad_w = 1;
-  return p;
-}
+ConvProblem ResNetLikeProblem(ConvOp op) { return test_support::SquareConv(op, 8, 9, 12); }
 
 struct AlphaBeta {
   float alpha, beta;
@@ -59,48 +47,15 @@ void CheckAgainstReference(CpuBackend& backend, const ConvProblem& p, int64_t ba
   SCOPED_TRACE(CanonicalKey(p) + " batch=" + std::to_string(batch) +
                " algo=" + std::to_string(algo) + " alpha=" + std::to_string(ab.alpha) +
                " beta=" + std::to_string(ab.beta));
-  const testing::TensorSizes sizes = SizesOf(p, batch);
-  std::vector<float> a, b;
-  size_t out_count = 0;
-  ConvOperands ops;
-  switch (p.op) {
-    case ConvOp::kForward:
-      a = Random(sizes.x, seed);
-      b = Random(sizes.w, seed + 1);
-      out_count = sizes.y;
-      break;
-    case ConvOp::kBackwardData:
-      a = Random(sizes.y, seed);
-      b = Random(sizes.w, seed + 1);
-      out_count = sizes.x;
-      break;
-    case ConvOp::kBackwardFilter:
-      a = Random(sizes.x, seed);
-      b = Random(sizes.y, seed + 1);
-      out_count = sizes.w;
-      break;
-  }
+  const test_support::OpTensorSizes sizes = test_support::OpSizes(p, batch);
+  const std::vector<float> a = RandomVector(sizes.first_input, seed);
+  const std::vector<float> b = RandomVector(sizes.second_input, seed + 1);
+  const size_t out_count = sizes.output;
   std::vector<float> initial =
-      ab.beta == 0.0f ? std::vector<float>(out_count, kNaN) : Random(out_count, seed + 2);
+      ab.beta == 0.0f ? std::vector<float>(out_count, kNaN) : RandomVector(out_count, seed + 2);
   std::vector<float> out = initial;
   out.resize(out_count + kGuardElements, kGuard);
-  switch (p.op) {
-    case ConvOp::kForward:
-      ops.x = a.data();
-      ops.w = b.data();
-      ops.y = out.data();
-      break;
-    case ConvOp::kBackwardData:
-      ops.dy = a.data();
-      ops.w = b.data();
-      ops.dx = out.data();
-      break;
-    case ConvOp::kBackwardFilter:
-      ops.x = a.data();
-      ops.dy = b.data();
-      ops.dw = out.data();
-      break;
-  }
+  const ConvOperands ops = test_support::BindOperands(p.op, a.data(), b.data(), out.data());
 
   Result<size_t> ws_bytes = backend.WorkspaceSize(p, batch, algo);
   ASSERT_TRUE(ws_bytes.ok()) << ws_bytes.status().ToString();
@@ -417,7 +372,7 @@ TEST(CpuBackendTest, AllocateAndCopy) {
   ASSERT_TRUE(buf.ok());
   EXPECT_EQ((*buf)->size(), 1000u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*buf)->data()) % 64, 0u);
-  std::vector<float> host = Random(250, 3), back(250, 0.0f);
+  std::vector<float> host = RandomVector(250, 3), back(250, 0.0f);
   ASSERT_TRUE(backend.CopyToDevice((*buf)->data(), host.data(), 1000).ok());
   ASSERT_TRUE(backend.CopyToHost(back.data(), (*buf)->data(), 1000).ok());
   EXPECT_EQ(back, host);
@@ -431,7 +386,7 @@ TEST(CpuBackendTest, TimeRunsReturnsOneTimePerRunAndComputes) {
   CpuBackend backend;
   const ConvProblem p = ResNetLikeProblem(ConvOp::kForward);
   const testing::TensorSizes sizes = SizesOf(p, 2);
-  std::vector<float> x = Random(sizes.x, 1), w = Random(sizes.w, 2);
+  std::vector<float> x = RandomVector(sizes.x, 1), w = RandomVector(sizes.w, 2);
   std::vector<float> y(sizes.y, kNaN);
   ConvOperands ops;
   ops.x = x.data();

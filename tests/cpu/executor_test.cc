@@ -11,16 +11,17 @@
 #include <vector>
 
 #include "cpu/conv_reference.h"
+#include "support/operands.h"
 #include "ucudnn/core/cpu_backend.h"
-#include "ucudnn/core/random_fill.h"
 
 namespace ucudnn {
 namespace {
 
+using test_support::BindOperands;
+using test_support::RandomVector;
 using testing::RandomSmallProblem;
 using testing::ReferenceConv;
 using testing::RelativeL2;
-using testing::SizesOf;
 
 // Delegates to a CpuBackend and records every Run, to see what the executor issued.
 class RecordingBackend : public ConvBackend {
@@ -67,46 +68,13 @@ class RecordingBackend : public ConvBackend {
 struct OpData {
   std::vector<float> a, b, out;
 
-  ConvOperands Operands(ConvOp op) {
-    ConvOperands o;
-    switch (op) {
-      case ConvOp::kForward:
-        o.x = a.data();
-        o.w = b.data();
-        o.y = out.data();
-        break;
-      case ConvOp::kBackwardData:
-        o.dy = a.data();
-        o.w = b.data();
-        o.dx = out.data();
-        break;
-      case ConvOp::kBackwardFilter:
-        o.x = a.data();
-        o.dy = b.data();
-        o.dw = out.data();
-        break;
-    }
-    return o;
-  }
+  ConvOperands Operands(ConvOp op) { return BindOperands(op, a.data(), b.data(), out.data()); }
 };
 
-std::vector<float> Random(size_t count, uint64_t seed) {
-  std::vector<float> v(count);
-  GenerateRandom(v.data(), count, DataType::kFloat32, seed);
-  return v;
-}
-
 OpData MakeData(const ConvProblem& p, int64_t batch, uint64_t seed) {
-  const testing::TensorSizes s = SizesOf(p, batch);
-  switch (p.op) {
-    case ConvOp::kForward:
-      return {Random(s.x, seed), Random(s.w, seed + 1), Random(s.y, seed + 2)};
-    case ConvOp::kBackwardData:
-      return {Random(s.y, seed), Random(s.w, seed + 1), Random(s.x, seed + 2)};
-    case ConvOp::kBackwardFilter:
-      return {Random(s.x, seed), Random(s.y, seed + 1), Random(s.w, seed + 2)};
-  }
-  return {};
+  const test_support::OpTensorSizes s = test_support::OpSizes(p, batch);
+  return {RandomVector(s.first_input, seed), RandomVector(s.second_input, seed + 1),
+          RandomVector(s.output, seed + 2)};
 }
 
 std::vector<Segment> Segments(std::initializer_list<std::pair<int64_t, int>> sizes_and_algos) {

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/problems.h"
 #include "ucudnn/core/proto_convert.h"
 
 namespace ucudnn::e2e {
@@ -258,35 +259,16 @@ std::string Describe(const grpc::Status& status) {
 
 // ---- The tiny network -------------------------------------------------------------------------
 
-namespace {
-
-ConvProblem Conv(ConvOp op, int64_t c, int64_t hw, int64_t k, int64_t rs, int64_t stride) {
-  ConvProblem p;
-  p.op = op;
-  p.c = c;
-  p.h = hw;
-  p.w = hw;
-  p.k = k;
-  p.r = rs;
-  p.s = rs;
-  p.pad_h = rs / 2;
-  p.pad_w = rs / 2;
-  p.stride_h = stride;
-  p.stride_w = stride;
-  return p;
-}
-
-}  // namespace
-
 std::vector<Kernel> TinyNetwork(int variant) {
+  using test_support::SquareConv;
   const int64_t v = variant;
   std::vector<Kernel> kernels = {
-      {Conv(ConvOp::kForward, 3 + v, 12, 8, 3, 1), 8, "conv1/fwd"},
-      {Conv(ConvOp::kBackwardData, 8 + v, 8, 8, 3, 1), 8, "conv2/bwd_data"},
-      {Conv(ConvOp::kBackwardFilter, 8 + v, 8, 16, 1, 1), 8, "conv3/bwd_filter"},
-      {Conv(ConvOp::kForward, 8 + v, 8, 8, 3, 2), 8, "conv4/fwd"},
+      {SquareConv(ConvOp::kForward, 3 + v, 12, 8, 3, 1), 8, "conv1/fwd"},
+      {SquareConv(ConvOp::kBackwardData, 8 + v, 8, 8, 3, 1), 8, "conv2/bwd_data"},
+      {SquareConv(ConvOp::kBackwardFilter, 8 + v, 8, 16, 1, 1), 8, "conv3/bwd_filter"},
+      {SquareConv(ConvOp::kForward, 8 + v, 8, 8, 3, 2), 8, "conv4/fwd"},
       // conv1 again at a smaller mini-batch: the same problem, no second job.
-      {Conv(ConvOp::kForward, 3 + v, 12, 8, 3, 1), 4, "conv1/fwd/half"},
+      {SquareConv(ConvOp::kForward, 3 + v, 12, 8, 3, 1), 4, "conv1/fwd/half"},
   };
   return kernels;
 }

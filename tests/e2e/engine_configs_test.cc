@@ -14,7 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // A GPU device as a worker would report it (no GPU is touched: the server only stores and plans).
-using store::testing_util::H100;
+using test_support::H100;
 
 constexpr uint64_t kLimit = 1 << 20;  // the per-kernel workspace limit of the plan request
 

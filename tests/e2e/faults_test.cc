@@ -20,7 +20,8 @@
 #include "e2e/e2e_fixture.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "session.h"
-#include "ucudnn/core/random_fill.h"
+#include "support/operands.h"
+#include "support/problems.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::e2e {
@@ -29,6 +30,8 @@ namespace {
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
+using test_support::HostOperands;
+using test_support::MakeOperands;
 
 // Slack on top of a call's deadline before it counts as hung: gRPC delivers DEADLINE_EXCEEDED a
 // little after the deadline, on a loaded 2-core machine sometimes a lot after. Bounds a hang,
@@ -96,17 +99,7 @@ class FaultTest : public E2eTest {
 // of 36 configurations; the direct algorithm dominates), so the victim is surely killed in the
 // middle of it. The rescuer measures with the fast flags.
 Kernel SlowKernel() {
-  ConvProblem p;
-  p.op = ConvOp::kBackwardFilter;
-  p.c = 32;
-  p.h = 16;
-  p.w = 16;
-  p.k = 32;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return {p, 12, "slow/bwd_filter"};
+  return {test_support::SquareConv(ConvOp::kBackwardFilter, 32, 16, 32), 12, "slow/bwd_filter"};
 }
 
 TEST_F(FaultTest, WorkerKilledMidJobTheJobCompletesOnTheOtherWorker) {
@@ -354,49 +347,6 @@ TEST_F(FaultTest, PostgresRestartedUnderLoadNothingHangsAndEverythingRecovers) {
 
   for (auto& s : servers_) EXPECT_TRUE(s->process().Running()) << s->name();
   for (auto& w : workers_) EXPECT_TRUE(w->process().Running()) << w->worker_id();
-}
-
-// Host tensors of one kernel call, non-zero.
-struct HostOperands {
-  std::vector<float> x, w, dy, out;
-  ConvOperands Bind(ConvOp op) {
-    ConvOperands o;
-    switch (op) {
-      case ConvOp::kForward:
-        o.x = x.data();
-        o.w = w.data();
-        o.y = out.data();
-        break;
-      case ConvOp::kBackwardData:
-        o.dy = dy.data();
-        o.w = w.data();
-        o.dx = out.data();
-        break;
-      case ConvOp::kBackwardFilter:
-        o.x = x.data();
-        o.dy = dy.data();
-        o.dw = out.data();
-        break;
-    }
-    return o;
-  }
-};
-
-HostOperands MakeOperands(const ConvProblem& p, int64_t batch, uint64_t seed) {
-  HostOperands o;
-  auto random = [&](int64_t n, uint64_t s) {
-    std::vector<float> v(static_cast<size_t>(n));
-    GenerateRandom(v.data(), v.size(), DataType::kFloat32, s);
-    return v;
-  };
-  o.x = random(batch * p.input_elements_per_sample(), seed);
-  o.w = random(p.filter_elements(), seed + 1);
-  o.dy = random(batch * p.output_elements_per_sample(), seed + 2);
-  const int64_t out = p.op == ConvOp::kForward        ? batch * p.output_elements_per_sample()
-                      : p.op == ConvOp::kBackwardData ? batch * p.input_elements_per_sample()
-                                                      : p.filter_elements();
-  o.out.assign(static_cast<size_t>(out), 0.0f);
-  return o;
 }
 
 double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {

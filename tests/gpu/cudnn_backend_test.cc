@@ -9,6 +9,7 @@
 
 #include "cuda_check.h"
 #include "gpu/gpu_test_util.h"
+#include "support/devices.h"
 #include "ucudnn/core/algorithm_names.h"
 #include "ucudnn/core/cudnn_backend.h"
 #include "ucudnn/core/random_fill.h"
@@ -104,14 +105,7 @@ TEST(CudnnAlgorithmsTest, AllLegacyAlgorithmsAreListed) {
 }
 
 TEST(DistinctFingerprintsTest, OnePerGpuModel) {
-  DeviceFingerprint h100;
-  h100.backend = "cudnn";
-  h100.name = "NVIDIA H100 80GB HBM3";
-  h100.cc_major = 9;
-  h100.sm_count = 132;
-  h100.memory_bytes = uint64_t{85} << 30;
-  h100.cudnn_version = 91400;
-  h100.cuda_runtime_version = 13000;
+  const DeviceFingerprint h100 = test_support::H100();
   DeviceFingerprint a100 = h100;
   a100.name = "NVIDIA A100-SXM4-80GB";
   a100.cc_major = 8;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "planner/planner_testing.h"
+#include "support/problems.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/planner/planner.h"
 
@@ -32,16 +33,7 @@ struct Network {
 };
 
 ConvProblem ProblemNumber(int i) {
-  ConvProblem p;
-  p.c = 16 + i;
-  p.h = 14;
-  p.w = 14;
-  p.k = 32;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
+  return test_support::SquareConv(ConvOp::kForward, 16 + i, 14, 32);
 }
 
 // `count` kernels with random tables (RandomTable leaves some undivided entries unmeasured or

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "planner/planner_testing.h"
+#include "support/problems.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/planner/planner.h"
 
@@ -16,17 +17,7 @@ using testing_planner::PlanText;
 using testing_planner::RandomTable;
 
 ConvProblem Problem(int64_t c, int64_t k, ConvOp op = ConvOp::kForward) {
-  ConvProblem p;
-  p.op = op;
-  p.c = c;
-  p.h = 14;
-  p.w = 14;
-  p.k = k;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
+  return test_support::SquareConv(op, c, 14, k);
 }
 
 // `count` kernels with distinct problems, mini-batch 8, and a random table each.

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/problems.h"
 #include "ucudnn/core/timing_csv.h"
 
 namespace ucudnn {
@@ -58,14 +59,7 @@ TEST(TimingCsv, FindsTablesByProblem) {
   Result<TimingTables> tables = ParseTimingCsv(text);
   ASSERT_TRUE(tables.ok()) << tables.status().ToString();
   ASSERT_EQ(tables->size(), 2u);
-  ConvProblem p;
-  p.c = 64;
-  p.h = 56;
-  p.w = 56;
-  p.k = 64;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = p.pad_w = 1;
+  ConvProblem p = test_support::SquareConv(ConvOp::kForward, 64, 56, 64);
   const TimingTable* fwd = FindTimings(*tables, p);
   ASSERT_NE(fwd, nullptr);
   ASSERT_EQ(fwd->entries.size(), 2u);

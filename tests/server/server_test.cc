@@ -19,6 +19,7 @@
 #include <pqxx/pqxx>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "support/devices.h"
 #include "support/postgres_fixture.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/grpc_status.h"
@@ -36,22 +37,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using google::protobuf::util::MessageDifferencer;
+using test_support::H100;
 
 constexpr const char* kToken = "s3cret-token";
 constexpr int64_t kMiniBatch = 256;
-
-DeviceFingerprint H100() {
-  DeviceFingerprint f;
-  f.backend = "cudnn";
-  f.name = "NVIDIA H100 80GB HBM3";
-  f.cc_major = 9;
-  f.cc_minor = 0;
-  f.sm_count = 132;
-  f.memory_bytes = 85045379072ull;
-  f.cudnn_version = 91400;
-  f.cuda_runtime_version = 13000;
-  return f;
-}
 
 const TimingTables& H100Fp32Tables() {
   static const TimingTables tables = [] {

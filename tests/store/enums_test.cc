@@ -17,7 +17,7 @@
 namespace ucudnn::store {
 namespace {
 
-using testing_util::H100;
+using test_support::H100;
 using testing_util::SampleTimings;
 using testing_util::StoreTest;
 
@@ -190,13 +190,7 @@ TEST_F(EnumsTest, EveryJobState) {
 }
 
 TEST_F(EnumsTest, BothBackends) {
-  DeviceFingerprint cpu;
-  cpu.backend = "cpu";
-  cpu.name = "Test CPU";
-  cpu.sm_count = 4;
-  cpu.memory_bytes = 8ull << 30;
-  cpu.blas = "openblas 0.3.21 threads:1";
-  for (const DeviceFingerprint& device : {H100(), cpu}) {
+  for (const DeviceFingerprint& device : {H100(), test_support::Xeon()}) {
     auto id = store_->UpsertDevice(device);
     ASSERT_TRUE(id.ok()) << id.status().ToString();
     EXPECT_EQ(*id, device.Hash());

@@ -13,9 +13,9 @@ namespace ucudnn::store {
 namespace {
 
 using namespace std::chrono_literals;
+using test_support::H100;
 using testing_util::A100;
 using testing_util::Conv3x3;
-using testing_util::H100;
 using testing_util::SampleTimings;
 using testing_util::StoreTest;
 

@@ -13,8 +13,8 @@
 namespace ucudnn::store {
 namespace {
 
+using test_support::H100;
 using testing_util::Conv3x3;
-using testing_util::H100;
 
 class MigrationsTest : public test_support::PostgresTest {
  protected:
@@ -343,10 +343,10 @@ TEST_F(MigrationsTest, EscapedDeviceKeysMigrationMovesRowsAndKeepsPlainKeys) {
   DeviceFingerprint evil = H100();
   evil.name = "Evil;GPU=1";
   const std::string old_evil_key =
-      "v1;backend=cudnn;name=Evil_GPU_1;cc=9.0;sm=132;mem=85045379072;cudnn=91400;cuda=13000;"
+      "v1;backend=cudnn;name=Evil_GPU_1;cc=9.0;sm=132;mem=85045854208;cudnn=91400;cuda=13000;"
       "blas=";
   ASSERT_EQ(evil.Key(),
-            "v1;backend=cudnn;name=Evil%3BGPU%3D1;cc=9.0;sm=132;mem=85045379072;"
+            "v1;backend=cudnn;name=Evil%3BGPU%3D1;cc=9.0;sm=132;mem=85045854208;"
             "cudnn=91400;cuda=13000;blas=");
   const int64_t old_id = std::bit_cast<int64_t>(Fnv1a64(old_evil_key));
   const int64_t new_id = std::bit_cast<int64_t>(evil.Hash());
@@ -359,7 +359,7 @@ TEST_F(MigrationsTest, EscapedDeviceKeysMigrationMovesRowsAndKeepsPlainKeys) {
     const std::string device_columns =
         "INSERT INTO devices (id, fingerprint_key, backend, name, cc_major, cc_minor, sm_count, "
         "memory_bytes, cudnn_version, cuda_runtime_version) VALUES ($1, $2, 'cudnn', $3, 9, 0, "
-        "132, 85045379072, 91400, 13000)";
+        "132, 85045854208, 91400, 13000)";
     tx.exec_params(device_columns, old_id, old_evil_key, evil.name);
     tx.exec_params(device_columns, plain_id, H100().Key(), H100().name);
     tx.exec_params(

@@ -8,26 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/postgres_fixture.h"
+#include "support/problems.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::store::testing_util {
 
-inline DeviceFingerprint H100() {
-  DeviceFingerprint f;
-  f.backend = "cudnn";
-  f.name = "NVIDIA H100 80GB HBM3";
-  f.cc_major = 9;
-  f.cc_minor = 0;
-  f.sm_count = 132;
-  f.memory_bytes = 85045379072ull;
-  f.cudnn_version = 91400;
-  f.cuda_runtime_version = 13000;
-  return f;
-}
-
 inline DeviceFingerprint A100() {
-  DeviceFingerprint f = H100();
+  DeviceFingerprint f = test_support::H100();
   f.name = "NVIDIA A100-SXM4-40GB";
   f.cc_major = 8;
   f.sm_count = 108;
@@ -37,17 +26,7 @@ inline DeviceFingerprint A100() {
 
 // ResNet-style 3x3 convolution with `channels` in and out.
 inline ConvProblem Conv3x3(int64_t channels, ConvOp op = ConvOp::kForward) {
-  ConvProblem p;
-  p.op = op;
-  p.c = channels;
-  p.h = 14;
-  p.w = 14;
-  p.k = channels;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
+  return test_support::SquareConv(op, channels, 14, channels);
 }
 
 // Timings at micro-batches 1, 2, 4, ... up to `max_batch` for algorithms 0..algos-1, with

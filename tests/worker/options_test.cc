@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "support/devices.h"
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/fingerprint.h"
 #include "ucudnn/worker/offline.h"
@@ -224,21 +225,8 @@ TEST(GpuListTest, ParsesAndRejects) {
   }
 }
 
-DeviceFingerprint SomeGpu() {
-  DeviceFingerprint d;
-  d.backend = "cudnn";
-  d.name = "NVIDIA H100 80GB HBM3";
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.sm_count = 132;
-  d.memory_bytes = 84929347584ull;
-  d.cudnn_version = 91400;
-  d.cuda_runtime_version = 13000;
-  return d;
-}
-
 TEST(DeviceHeaderTest, RoundTripsGpuAndCpuFingerprints) {
-  for (const DeviceFingerprint& d : {SomeGpu(), CpuFingerprint()}) {
+  for (const DeviceFingerprint& d : {test_support::H100(), CpuFingerprint()}) {
     const std::string text =
         DeviceHeader(d, {"network: resnet50"}) + "layer,n,c\n# not a device line\n";
     auto parsed = ParseDeviceHeader(text);
@@ -251,7 +239,7 @@ TEST(DeviceHeaderTest, RoundTripsGpuAndCpuFingerprints) {
 TEST(DeviceHeaderTest, RejectsMissingContradictoryAndMalformedHeaders) {
   EXPECT_EQ(ParseDeviceHeader("layer,n\n1,2\n").status().code(), StatusCode::kNotFound);
 
-  const std::string good = DeviceHeader(SomeGpu(), {});
+  const std::string good = DeviceHeader(test_support::H100(), {});
   auto replace = [&](const std::string& from, const std::string& to) {
     std::string s = good;
     s.replace(s.find(from), from.size(), to);

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/problems.h"
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/problem.h"
@@ -34,32 +35,12 @@ namespace ucudnn::worker::testing {
 
 // A 3x3 convolution small enough that its table takes milliseconds on the CPU backend.
 inline ConvProblem TinyProblem(ConvOp op, int64_t channels) {
-  ConvProblem p;
-  p.op = op;
-  p.c = channels;
-  p.h = 8;
-  p.w = 8;
-  p.k = 4;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
+  return test_support::SquareConv(op, channels, 8, 4);
 }
 
 // A problem whose table takes a few seconds with SlowFlags() (the direct algorithm dominates).
 inline ConvProblem SlowProblem() {
-  ConvProblem p;
-  p.op = ConvOp::kBackwardFilter;
-  p.c = 32;
-  p.h = 16;
-  p.w = 16;
-  p.k = 32;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
+  return test_support::SquareConv(ConvOp::kBackwardFilter, 32, 16, 32);
 }
 inline constexpr int64_t kSlowMaxMicroBatch = 12;
 inline constexpr BatchPolicy kSlowPolicy = BatchPolicy::kAll;  // 12 sizes x 3 algorithms
@@ -101,11 +82,13 @@ class RenamedCpuBackend : public ConvBackend {
   }
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override { return inner_->Algorithms(op); }
-  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch, const Algorithm& algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch,
+                               const Algorithm& algo) override {
     return inner_->WorkspaceSize(p, batch, algo);
   }
-  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo, const ConvOperands& operands,
-             void* workspace, size_t workspace_bytes, float alpha, float beta) override {
+  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override {
     UCUDNN_RETURN_IF_ERROR(CountRuns(1));
     return inner_->Run(p, batch, algo, operands, workspace, workspace_bytes, alpha, beta);
   }
@@ -150,10 +133,11 @@ class RenamedCpuBackend : public ConvBackend {
     UCUDNN_RETURN_IF_ERROR(CountRuns(warmup + runs));
     return inner_->TimeRuns(p, batch, algo, operands, workspace, workspace_bytes, warmup, runs);
   }
-  Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch, const Algorithm& algo,
-                                            const ConvOperands& operands, void* workspace,
-                                            size_t workspace_bytes, int warmup, int samples,
-                                            int group, bool device_time_only) override {
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch,
+                                            const Algorithm& algo, const ConvOperands& operands,
+                                            void* workspace, size_t workspace_bytes, int warmup,
+                                            int samples, int group,
+                                            bool device_time_only) override {
     largest_group_ = std::max(largest_group_, group);
     return ConvBackend::TimeRunGroups(p, batch, algo, operands, workspace, workspace_bytes, warmup,
                                       samples, group, device_time_only);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 
+#include "ucudnn/core/backoff.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/units.h"
@@ -33,24 +34,9 @@ bool IsTransient(const Status& s) {
          s.code() == StatusCode::kResourceExhausted;
 }
 
-// Exponential back-off with +-20% jitter, so workers that lost the database together do not
-// reconnect in lock step.
-class Backoff {
- public:
-  Backoff(milliseconds initial, milliseconds max)
-      : initial_(initial), max_(max), next_(initial), rng_(std::random_device{}()) {}
-  milliseconds Next() {
-    const milliseconds base = next_;
-    next_ = std::min(max_, next_ * 2);
-    std::uniform_real_distribution<double> jitter(0.8, 1.2);
-    return milliseconds(std::max<int64_t>(1, static_cast<int64_t>(base.count() * jitter(rng_))));
-  }
-  void Reset() { next_ = initial_; }
-
- private:
-  milliseconds initial_, max_, next_;
-  std::mt19937_64 rng_;
-};
+// +-20% on every retry delay, so workers that lost the database together do not reconnect in
+// lock step.
+constexpr BackoffJitter kRetryJitter{0.8, 1.2};
 
 std::string Describe(const ConvProblem& p) {
   return std::string(ToString(p.op)) + " c=" + std::to_string(p.c) + " " + std::to_string(p.h) +
@@ -290,7 +276,8 @@ class LeaseKeeper {
  private:
   void Loop() {
     const milliseconds renew_every = std::max(milliseconds(100), d_.config_.lease / 3);
-    Backoff backoff(d_.config_.retry_initial, std::min(renew_every, d_.config_.retry_max));
+    Backoff backoff(d_.config_.retry_initial, std::min(renew_every, d_.config_.retry_max),
+                    kRetryJitter);
     Clock::time_point next_renew = Clock::now() + renew_every;
     std::unique_lock lock(d_.mu_);
     while (!finished_) {
@@ -361,7 +348,7 @@ void Daemon::Impl::RequestStop(bool immediate) {
 }
 
 Status Daemon::Impl::Register(Slot& slot) {
-  Backoff backoff(config_.retry_initial, config_.retry_max);
+  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
   bool warned = false;
   while (true) {
     const Status st = store_.RegisterWorker(slot.worker_id, config_.host, slot.fingerprint);
@@ -421,8 +408,8 @@ void Daemon::Impl::HeartbeatLoop() {
 }
 
 void Daemon::Impl::SlotLoop(Slot& slot) {
-  Backoff backoff(config_.retry_initial, config_.retry_max);
-  Backoff failure_backoff(milliseconds(1000), milliseconds(60000));
+  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff failure_backoff(milliseconds(1000), milliseconds(60000), kRetryJitter);
   int consecutive_failures = 0;
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
   std::mt19937_64 rng(std::random_device{}());
@@ -571,7 +558,7 @@ void Daemon::Impl::MarkLost(Slot& slot, const Status& status) {
 
 Daemon::Impl::Holder Daemon::Impl::CheckHolder(const Slot& slot, const store::Job& claimed,
                                                const TimingTable& table) {
-  Backoff backoff(config_.retry_initial, config_.retry_max);
+  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
   std::optional<store::Job> job;
   while (true) {
     Status st;
@@ -619,7 +606,7 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
      : t.status == TimingStatus::kUnsupported ? unsupported
                                               : failed)++;
   }
-  Backoff backoff(config_.retry_initial, config_.retry_max);
+  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
   bool uncertain = false;  // an earlier attempt may have committed before its reply was lost
   while (true) {
     // (The store keeps another worker's measurements over our worker-limit entries.)
@@ -679,7 +666,7 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
 
 Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, const Status& error,
                                          LeaseKeeper& keeper) {
-  Backoff backoff(config_.retry_initial, config_.retry_max);
+  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
   while (true) {
     auto state = keeper.Settle([&] {
       return store_.FailJob(job.id, slot.worker_id, error.ToString(), config_.max_attempts);
@@ -706,7 +693,7 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
 void Daemon::Impl::Release(Slot& slot, const store::Job& job) {
   // Shutting down or the device lost: try for a while; if the database stays away the lease
   // expiry returns the job.
-  Backoff backoff(config_.retry_initial, config_.retry_max);
+  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
   const Clock::time_point give_up = Clock::now() + std::min(config_.lease, milliseconds(10000));
   while (true) {
     const Status st = store_.ReleaseJob(job.id, slot.worker_id);

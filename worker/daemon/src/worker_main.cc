@@ -16,11 +16,11 @@
 #include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
+#include "ucudnn/core/stop_signals.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/server/metrics_http.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/offline.h"
-#include "ucudnn/worker/signals.h"
 #include "ucudnn/worker/worker_metrics.h"
 
 namespace ucudnn::worker {
@@ -309,6 +309,60 @@ Result<std::unique_ptr<server::MetricsHttpServer>> StartMetrics(const WorkerOpti
   return metrics;
 }
 
+// The daemon: metrics, the database, then claiming jobs until stopped (or --once is done).
+int RunDaemonMode(const WorkerOptions& options, std::vector<BenchmarkDevice> devices,
+                  StopControl& stop) {
+  // The metrics endpoint starts before the database is reachable, so that a probe sees the
+  // process alive while it waits; it shows zeros until the daemon exists.
+  StatsSource stats_source;
+  std::unique_ptr<server::MetricsHttpServer> metrics;
+  if (options.metrics_port >= 0) {
+    auto started = StartMetrics(options, stats_source);
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+  }
+
+  const DaemonConfig config = MakeDaemonConfig(options);
+  spdlog::info(
+      "ucudnn-worker {} starting: worker ids {}:<device>, lease {:.1f} s, heartbeat "
+      "{:.1f} s, drain {:.1f} s, max attempts {}, workspace cap {}{}",
+      UCUDNN_VERSION, config.id_prefix, options.lease_seconds, options.heartbeat_seconds,
+      options.drain_seconds, options.max_attempts, FormatBytes(options.workspace_cap_bytes),
+      options.once ? ", --once" : "");
+  auto store = OpenStore(options, static_cast<int>(devices.size()), stop);
+  if (!store.ok()) {
+    if (stop.WaitFor(milliseconds(0))) {
+      spdlog::info("stopped before the database was reachable; nothing was claimed");
+      return 0;
+    }
+    spdlog::error("opening the database: {}", store.status().ToString());
+    return 1;
+  }
+  if (const Status schema = CheckSchema(**store); !schema.ok()) {
+    spdlog::error("{}", schema.ToString());
+    return 1;
+  }
+
+  Daemon daemon(**store, std::move(devices), config);
+  // Detached again before the daemon goes (declared after it, so destroyed first).
+  const StatsSource::Attachment attached(stats_source, daemon);
+  stop.Attach(&daemon);
+  const Status result = daemon.Run();
+  stop.Attach(nullptr);
+  if (!result.ok()) {
+    if (result.code() == StatusCode::kDeviceLost) {
+      spdlog::critical("{}; exiting 1 for a supervisor to restart the worker", result.ToString());
+    } else {
+      spdlog::error("{}", result.ToString());
+    }
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int WorkerMain(int argc, char** argv) {
@@ -343,56 +397,7 @@ int WorkerMain(int argc, char** argv) {
   LogDevices(*devices);
   WarnAboutTf32Override(*devices);
   if (options.offline) return RunOfflineMode(options, *devices, stop);
-
-  // The metrics endpoint starts before the database is reachable, so that a probe sees the
-  // process alive while it waits; it shows zeros until the daemon exists.
-  StatsSource stats_source;
-  std::unique_ptr<server::MetricsHttpServer> metrics;
-  if (options.metrics_port >= 0) {
-    auto started = StartMetrics(options, stats_source);
-    if (!started.ok()) {
-      spdlog::error("{}", started.status().ToString());
-      return 1;
-    }
-    metrics = std::move(started).value();
-  }
-
-  const DaemonConfig config = MakeDaemonConfig(options);
-  spdlog::info(
-      "ucudnn-worker {} starting: worker ids {}:<device>, lease {:.1f} s, heartbeat "
-      "{:.1f} s, drain {:.1f} s, max attempts {}, workspace cap {}{}",
-      UCUDNN_VERSION, config.id_prefix, options.lease_seconds, options.heartbeat_seconds,
-      options.drain_seconds, options.max_attempts, FormatBytes(options.workspace_cap_bytes),
-      options.once ? ", --once" : "");
-  auto store = OpenStore(options, static_cast<int>(devices->size()), stop);
-  if (!store.ok()) {
-    if (stop.WaitFor(milliseconds(0))) {
-      spdlog::info("stopped before the database was reachable; nothing was claimed");
-      return 0;
-    }
-    spdlog::error("opening the database: {}", store.status().ToString());
-    return 1;
-  }
-  if (const Status schema = CheckSchema(**store); !schema.ok()) {
-    spdlog::error("{}", schema.ToString());
-    return 1;
-  }
-
-  Daemon daemon(**store, std::move(devices).value(), config);
-  // Detached again before the daemon goes (declared after it, so destroyed first).
-  const StatsSource::Attachment attached(stats_source, daemon);
-  stop.Attach(&daemon);
-  const Status result = daemon.Run();
-  stop.Attach(nullptr);
-  if (!result.ok()) {
-    if (result.code() == StatusCode::kDeviceLost) {
-      spdlog::critical("{}; exiting 1 for a supervisor to restart the worker", result.ToString());
-    } else {
-      spdlog::error("{}", result.ToString());
-    }
-    return 1;
-  }
-  return 0;
+  return RunDaemonMode(options, std::move(devices).value(), stop);
 }
 
 }  // namespace ucudnn::worker

@@ -14,9 +14,14 @@
 namespace ucudnn {
 
 // Which micro-batch sizes a kernel may be split into.
+// The names of this file's enums are in dp.cc. Parse* read the canonical names (the API,
+// the database, the plan key) in any case; Parse*Choice read what a person types (client
+// variables, flags): also trimmed, '-' for '_', and aliases. Their errors name `what`.
 enum class BatchPolicy { kUndivided = 0, kPowerOfTwo = 1, kAll = 2 };
 std::string_view ToString(BatchPolicy p);  // "undivided" "power_of_two" "all"
 Result<BatchPolicy> ParseBatchPolicy(std::string_view s);
+// Also "pow2" = "power_of_two".
+Result<BatchPolicy> ParseBatchPolicyChoice(std::string_view what, std::string_view s);
 
 // How the workspace limit applies.
 //   kPerKernel: every kernel gets at most `workspace_bytes` (μ-cuDNN's WR mode); DP per kernel.
@@ -29,11 +34,8 @@ Result<BatchPolicy> ParseBatchPolicy(std::string_view s);
 // model right. A framework that reuses one buffer for every kernel runs them one after another.
 enum class WorkspaceMode { kPerKernel = 0, kTotalSum = 1, kTotalShared = 2 };
 std::string_view ToString(WorkspaceMode m);  // "per_kernel" "total_sum" "total_shared"
-// The canonical names above only (the API, the database, the plan key).
 Result<WorkspaceMode> ParseWorkspaceMode(std::string_view s);
-// The names a user picks (client variable, CLI flags, example), case-insensitive, '-' for '_':
-// "per_kernel"; "total" = "total_shared" (the model of sequential execution, see above);
-// "total_sum"; "shared" = "total_shared". The error names `what` ("--mode: ...").
+// Also "total" = "total_shared" (the model of sequential execution, see above) and "shared".
 Result<WorkspaceMode> ParseWorkspaceModeChoice(std::string_view what, std::string_view s);
 
 // Which candidates the planner may choose from: both spaces (the default), or one of them (for
@@ -41,9 +43,11 @@ Result<WorkspaceMode> ParseWorkspaceModeChoice(std::string_view what, std::strin
 enum class AlgorithmSpace { kAll = 0, kLegacy = 1, kEngines = 2 };
 std::string_view ToString(AlgorithmSpace a);  // "all" "legacy" "engines"
 Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s);
+Result<AlgorithmSpace> ParseAlgorithmSpaceChoice(std::string_view what, std::string_view s);
 // Whether a measurement belongs to `space`.
 inline bool InSpace(const Timing& t, AlgorithmSpace space) {
-  return space == AlgorithmSpace::kAll || (space == AlgorithmSpace::kEngines) == !t.engine_config.empty();
+  return space == AlgorithmSpace::kAll ||
+         (space == AlgorithmSpace::kEngines) == !t.engine_config.empty();
 }
 
 struct PlanRequest {

@@ -20,7 +20,7 @@ enum class MathMode { kDefault = 0, kTensorOp = 1, kTensorOpAllowConversion = 2,
 
 // Short, stable names used in canonical keys, CSV files, the database and the CLI:
 // "fwd" "bwd_data" "bwd_filter"; "fp32" "fp16" "bf16"; "nchw" "nhwc"; "default" "tensor_op"
-// "tensor_op_allow_conversion" "fma".
+// "tensor_op_allow_conversion" "fma" (problem.cc). Parsing takes them exactly.
 std::string_view ToString(ConvOp op);
 std::string_view ToString(DataType t);
 std::string_view ToString(Layout l);

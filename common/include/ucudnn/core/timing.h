@@ -6,10 +6,13 @@
 #include <string_view>
 #include <vector>
 
+#include "ucudnn/core/status.h"
+
 namespace ucudnn {
 
 enum class TimingStatus { kOk = 0, kUnsupported = 1, kFailed = 2 };
-std::string_view ToString(TimingStatus s);  // "ok" "unsupported" "failed"
+std::string_view ToString(TimingStatus s);                   // "ok" "unsupported" "failed" (dp.cc)
+Result<TimingStatus> ParseTimingStatus(std::string_view s);  // any case
 
 // Which algorithm a measurement or a segment is, as a backend is asked to run it: a legacy
 // algorithm (`id`, cuDNN's enum value or the CPU backend's number, with `engine_config` empty),

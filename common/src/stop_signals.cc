@@ -1,4 +1,4 @@
-#include "ucudnn/worker/signals.h"
+#include "ucudnn/core/stop_signals.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-namespace ucudnn::worker {
+namespace ucudnn {
 namespace {
 
 std::atomic<int> g_write_fd{-1};
@@ -84,4 +84,4 @@ Result<std::unique_ptr<StopSignals>> StopSignals::Install(std::function<void(int
 StopSignals::StopSignals(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StopSignals::~StopSignals() = default;
 
-}  // namespace ucudnn::worker
+}  // namespace ucudnn

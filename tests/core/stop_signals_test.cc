@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "ucudnn/worker/signals.h"
+#include "ucudnn/core/stop_signals.h"
 
-namespace ucudnn::worker {
+namespace ucudnn {
 namespace {
 
 TEST(StopSignalsTest, DeliversEachSignalWithItsCount) {
@@ -46,4 +46,4 @@ TEST(StopSignalsTest, DeliversEachSignalWithItsCount) {
 }
 
 }  // namespace
-}  // namespace ucudnn::worker
+}  // namespace ucudnn

@@ -1,7 +1,8 @@
-// SIGTERM/SIGINT handling glue. The handler only counts the signal and wakes a watcher thread
-// through a pipe; the watcher calls the callback (which may lock, log, notify). A handler, not
-// sigwait: threads started before main (e.g. OpenBLAS's pool) do not block the signals, so only
-// a process-wide handler catches a signal whichever thread receives it.
+// SIGTERM/SIGINT to a callback, for a daemon's orderly stop (library ucudnn_stop_signals). The
+// handler only counts the signal and wakes a watcher thread through a pipe; the watcher calls the
+// callback (which may lock, log, notify). A handler, not sigwait: threads started before main
+// (e.g. OpenBLAS's pool) do not block the signals, so only a process-wide handler catches a
+// signal whichever thread receives it.
 #pragma once
 
 #include <functional>
@@ -9,7 +10,7 @@
 
 #include "ucudnn/core/status.h"
 
-namespace ucudnn::worker {
+namespace ucudnn {
 
 class StopSignals {
  public:
@@ -28,4 +29,4 @@ class StopSignals {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ucudnn::worker
+}  // namespace ucudnn

@@ -1,0 +1,17 @@
+#include "support/problems.h"
+
+namespace ucudnn::test_support {
+
+ConvProblem SquareConv(ConvOp op, int64_t c, int64_t hw, int64_t k, int64_t rs, int64_t stride) {
+  ConvProblem p;
+  p.op = op;
+  p.c = c;
+  p.h = p.w = hw;
+  p.k = k;
+  p.r = p.s = rs;
+  p.pad_h = p.pad_w = rs / 2;
+  p.stride_h = p.stride_w = stride;
+  return p;
+}
+
+}  // namespace ucudnn::test_support

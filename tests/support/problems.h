@@ -1,0 +1,15 @@
+// Convolution problems shared by the tests (library `ucudnn_test_support`).
+#pragma once
+
+#include <cstdint>
+
+#include "ucudnn/core/problem.h"
+
+namespace ucudnn::test_support {
+
+// A square `hw` x `hw` input with `c` channels, `k` filters of `rs` x `rs` padded by rs / 2 (the
+// output keeps the size at stride 1), fp32 NCHW: the shape most tests need.
+ConvProblem SquareConv(ConvOp op, int64_t c, int64_t hw, int64_t k, int64_t rs = 3,
+                       int64_t stride = 1);
+
+}  // namespace ucudnn::test_support
