@@ -150,10 +150,8 @@ void AddTimingFlags(CLI::App& app, Options& o) {
 
 // The flags' words the core reads (policy, candidates, total mode, precision).
 Status ParseWords(Options& o) {
-  Result<BatchPolicy> policy = ParseBatchPolicy(o.policy);
-  if (!policy.ok()) return InvalidArgument("--policy: " + policy.status().message());
-  o.batch_policy = *policy;
-  UCUDNN_RETURN_IF_ERROR(ParseAlgorithmSpace(o.algorithms).status());
+  UCUDNN_ASSIGN_OR_RETURN(o.batch_policy, ParseBatchPolicyChoice("--policy", o.policy));
+  UCUDNN_RETURN_IF_ERROR(ParseAlgorithmSpaceChoice("--algorithms", o.algorithms).status());
   UCUDNN_ASSIGN_OR_RETURN(o.total_workspace_mode,
                           ParseWorkspaceModeChoice("--total-mode", o.total_mode));
   if (o.total_workspace_mode == WorkspaceMode::kPerKernel) {

@@ -84,7 +84,7 @@ int RunGpus() {
 int RunCpuBench(const CpuBenchOptions& options) {
   auto kernels = ResolveKernels(options.net);
   if (!kernels.ok()) return Fail(kernels.status());
-  auto policy = ParseBatchPolicy(options.policy);
+  auto policy = ParseBatchPolicyChoice("--policy", options.policy);
   if (!policy.ok()) return Fail(policy.status());
   auto limit = ParseByteSize(options.workspace);
   if (!limit.ok()) return Fail(limit.status());

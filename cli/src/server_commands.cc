@@ -82,10 +82,11 @@ Result<v1::GetPlanRequest> BuildRequest(const ServerOptions& server, const PlanO
   PlanRequest request;
   UCUDNN_ASSIGN_OR_RETURN(request.kernels, ResolveKernels(options.net));
   UCUDNN_ASSIGN_OR_RETURN(request.device, ResolveDevice(server, options));
-  UCUDNN_ASSIGN_OR_RETURN(request.policy, ParseBatchPolicy(options.policy));
+  UCUDNN_ASSIGN_OR_RETURN(request.policy, ParseBatchPolicyChoice("--policy", options.policy));
   UCUDNN_ASSIGN_OR_RETURN(request.workspace_bytes, ParseByteSize(options.workspace));
   UCUDNN_ASSIGN_OR_RETURN(request.workspace_mode, ParseWorkspaceModeChoice("--mode", options.mode));
-  UCUDNN_ASSIGN_OR_RETURN(request.algorithms, ParseAlgorithmSpace(options.algorithms));
+  UCUDNN_ASSIGN_OR_RETURN(request.algorithms,
+                          ParseAlgorithmSpaceChoice("--algorithms", options.algorithms));
   UCUDNN_ASSIGN_OR_RETURN(int64_t wait_ms, ParseDurationMs(options.wait));
   if (wait_ms > 600000 * 3) return InvalidArgument("--wait: at most 30m");
   return ToProto(request, static_cast<uint32_t>(std::min<int64_t>(wait_ms, 600000)));

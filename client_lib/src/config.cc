@@ -53,27 +53,11 @@ void Warn(std::vector<std::string>* warnings, std::string message) {
 }  // namespace
 
 std::string_view ToString(ClientConfig::BatchPolicy policy) {
-  switch (policy) {
-    case ClientConfig::BatchPolicy::kUndivided:
-      return "undivided";
-    case ClientConfig::BatchPolicy::kPowerOfTwo:
-      return "power_of_two";
-    case ClientConfig::BatchPolicy::kAll:
-      return "all";
-  }
-  return "?";
+  return ucudnn::ToString(client::ToCore(policy));
 }
 
 std::string_view ToString(ClientConfig::WorkspaceMode mode) {
-  switch (mode) {
-    case ClientConfig::WorkspaceMode::kPerKernel:
-      return "per_kernel";
-    case ClientConfig::WorkspaceMode::kTotalSum:
-      return "total_sum";
-    case ClientConfig::WorkspaceMode::kTotalShared:
-      return "total_shared";
-  }
-  return "?";
+  return ucudnn::ToString(client::ToCore(mode));
 }
 
 namespace client {
@@ -105,16 +89,11 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
     if (!config->ca_file.empty()) config->tls = true;
   }
   if (auto v = get("UCUDNN_POLICY")) {
-    const std::string s = Lowercase(Trim(*v));
-    if (s == "undivided") {
-      config->policy = ClientConfig::BatchPolicy::kUndivided;
-    } else if (s == "power_of_two" || s == "power-of-two" || s == "pow2") {
-      config->policy = ClientConfig::BatchPolicy::kPowerOfTwo;
-    } else if (s == "all") {
-      config->policy = ClientConfig::BatchPolicy::kAll;
+    Result<BatchPolicy> policy = ParseBatchPolicyChoice("UCUDNN_POLICY", *v);
+    if (policy.ok()) {
+      config->policy = FromCore(*policy);
     } else {
-      Warn(warnings,
-           "UCUDNN_POLICY: expected undivided, power_of_two or all, got '" + *v + "'; ignored");
+      Warn(warnings, policy.status().message() + "; ignored");
     }
   }
   if (auto v = get("UCUDNN_WORKSPACE_MODE")) {
@@ -126,16 +105,11 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
     }
   }
   if (auto v = get("UCUDNN_ALGORITHMS")) {
-    const std::string s = Lowercase(Trim(*v));
-    if (s == "all") {
-      config->algorithms = ClientConfig::Algorithms::kAll;
-    } else if (s == "legacy") {
-      config->algorithms = ClientConfig::Algorithms::kLegacy;
-    } else if (s == "engines") {
-      config->algorithms = ClientConfig::Algorithms::kEngines;
+    Result<AlgorithmSpace> space = ParseAlgorithmSpaceChoice("UCUDNN_ALGORITHMS", *v);
+    if (space.ok()) {
+      config->algorithms = FromCore(*space);
     } else {
-      Warn(warnings,
-           "UCUDNN_ALGORITHMS: expected all, legacy or engines, got '" + *v + "'; ignored");
+      Warn(warnings, space.status().message() + "; ignored");
     }
   }
   if (auto v = get("UCUDNN_WORKSPACE_BYTES")) {

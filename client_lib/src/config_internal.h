@@ -57,6 +57,30 @@ inline WorkspaceMode ToCore(ClientConfig::WorkspaceMode mode) {
   return WorkspaceMode::kPerKernel;
 }
 
+inline ClientConfig::BatchPolicy FromCore(BatchPolicy policy) {
+  switch (policy) {
+    case BatchPolicy::kUndivided:
+      return ClientConfig::BatchPolicy::kUndivided;
+    case BatchPolicy::kAll:
+      return ClientConfig::BatchPolicy::kAll;
+    case BatchPolicy::kPowerOfTwo:
+      break;
+  }
+  return ClientConfig::BatchPolicy::kPowerOfTwo;
+}
+
+inline ClientConfig::Algorithms FromCore(AlgorithmSpace space) {
+  switch (space) {
+    case AlgorithmSpace::kLegacy:
+      return ClientConfig::Algorithms::kLegacy;
+    case AlgorithmSpace::kEngines:
+      return ClientConfig::Algorithms::kEngines;
+    case AlgorithmSpace::kAll:
+      break;
+  }
+  return ClientConfig::Algorithms::kAll;
+}
+
 inline ClientConfig::WorkspaceMode FromCore(WorkspaceMode mode) {
   switch (mode) {
     case WorkspaceMode::kTotalSum:

@@ -11,6 +11,8 @@
 
 #include "log.h"
 #include "session.h"
+
+#include "ucudnn/core/backoff.h"
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/units.h"
 
@@ -44,14 +46,11 @@ void Session::Publish(KernelState* kernel, std::unique_ptr<PlanEntry> entry) {
 }
 
 Session::Clock::duration Session::Backoff(int attempts) {
-  const int64_t initial = std::max<int64_t>(1, config_.retry_initial_ms);
-  const int64_t cap = std::max(initial, config_.retry_max_ms);
-  int64_t delay = initial;
-  for (int i = 0; i < attempts && delay < cap; ++i) delay *= 2;
-  delay = std::min(delay, cap);
+  const std::chrono::milliseconds initial(std::max<int64_t>(1, config_.retry_initial_ms));
+  const std::chrono::milliseconds cap(std::max<int64_t>(initial.count(), config_.retry_max_ms));
   // Up to 20% less, so that the jobs of a cluster that lost the server do not retry in step.
-  std::uniform_int_distribution<int64_t> jitter(0, delay / 5);
-  return std::chrono::milliseconds(delay - jitter(jitter_));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  return Jittered(BackoffDelay(initial, cap, attempts), {0.8, 1.0}, unit(jitter_));
 }
 
 PlanRequest Session::MakeRequest(uint64_t limit) const {

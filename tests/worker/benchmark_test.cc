@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -130,6 +132,60 @@ TEST(BenchmarkPrepareTest, EverySizeIsPreparedOnceBeforeAnyRun) {
 
   options.prepare_threads = 0;
   EXPECT_THAT(Validate(options).message(), HasSubstr("prepare_threads"));
+}
+
+// Scripted times (ms) per algorithm and micro-batch b: 0 "fast" needs workspace, 1 "saturated"
+// (b: its time per sample never falls) and 2 "improving" (1.5 sqrt(b)) need none.
+class ScriptedTimesBackend : public RenamedCpuBackend {
+ public:
+  ScriptedTimesBackend() : RenamedCpuBackend("scripted") {}
+  std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
+    return {{0, "fast"}, {1, "saturated"}, {2, "improving"}};
+  }
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, const Algorithm& algo) override {
+    return algo.id == 0 ? size_t{1} << 20 : 0;
+  }
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t b, const Algorithm& algo,
+                                            const ConvOperands&, void*, size_t, int, int samples,
+                                            int, bool) override {
+    ++runs[{algo.id, b}];
+    const double x = static_cast<double>(b);
+    const double ms = algo.id == 0 ? 0.01 + 0.001 * x : algo.id == 1 ? x : 1.5 * std::sqrt(x);
+    return std::vector<double>(static_cast<size_t>(samples), ms);
+  }
+  std::map<std::pair<int, int64_t>, int> runs;  // (algorithm, micro-batch) -> calls
+};
+
+TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsGrowing) {
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  const std::vector<int64_t> sizes = {1, 2, 4, 8};
+  BenchmarkOptions options = CountableOptions();
+  options.prune_margin = 0.10;  // probes on, as a worker runs
+  options.skip_factor = 2.0;
+  ScriptedTimesBackend backend;
+  auto table = BenchmarkMicroBatches(backend, p, sizes, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  for (const Timing& t : table->entries) {
+    SCOPED_TRACE("algo " + std::to_string(t.algo) + " b=" + std::to_string(t.micro_batch));
+    if (t.algo == 1 && t.micro_batch > 2) {
+      // At 2 its time per sample was that at 1, and the fastest was over 2x faster: larger
+      // micro-batches of it are worth no more than micro-batches of 2.
+      EXPECT_EQ(t.status, TimingStatus::kFailed);
+      EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
+      EXPECT_THAT(t.error, HasSubstr("time per sample stopped falling"));
+      EXPECT_EQ(backend.runs.count({1, t.micro_batch}), 0u);
+    } else {
+      // Measured: the fastest, the one that still gains from larger micro-batches (although
+      // slow), and the saturated one until its saturation showed.
+      EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+    }
+  }
+  // skip_factor 0 measures everything (complete tables).
+  options.skip_factor = 0;
+  ScriptedTimesBackend complete;
+  auto full = BenchmarkMicroBatches(complete, p, sizes, options);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  for (const Timing& t : full->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
 }
 
 TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {

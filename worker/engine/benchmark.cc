@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -125,6 +127,10 @@ std::string FormatRatio(double r) {
   std::snprintf(text, sizeof(text), "%.2g", r);
   return text;
 }
+
+// Per-sample time at a micro-batch at least this fraction of that at half the size (or less):
+// the configuration no longer gains from larger micro-batches (see SkipReason).
+constexpr double kSaturatedPerSampleRatio = 0.95;
 
 std::string WorkerLimit(const std::string& reason) {
   return std::string(kWorkerLimitError) + reason;
@@ -249,6 +255,394 @@ Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& pr
                                progress);
 }
 
+namespace {
+
+// Why configuration `t` is not run at larger sizes (BenchmarkOptions::skip_factor), or "":
+// `better` beat it by more than skip_factor with at most its workspace, or it is saturated.
+// `history` holds its probes at smaller sizes (size -> ms), `probe_ms` its probe at this one,
+// `fastest_ms` the size's fastest probe.
+std::string SkipReason(const Timing& t, double probe_ms, const std::map<int64_t, double>& history,
+                       const Timing* better, double fastest_ms, double skip_factor) {
+  if (better != nullptr) {
+    return "not measured: at micro-batch " + std::to_string(better->micro_batch) + " " +
+           AlgorithmText(AlgorithmOf(*better)) + " was more than " + FormatRatio(skip_factor) +
+           "x faster with at most its workspace";
+  }
+  // Saturated and slow: its time per sample no longer falls with the micro-batch (against its
+  // probe at half the size or less), and the size's fastest is more than skip_factor faster.
+  // A larger micro-batch of it is then worth no more than several of this size, which a plan
+  // can use instead; only the workspace-starved plans that would use it at all lose nothing.
+  if (probe_ms <= skip_factor * fastest_ms) return "";
+  const auto before = history.upper_bound(t.micro_batch / 2);
+  if (before == history.begin()) return "";
+  const auto [size, ms] = *std::prev(before);
+  const double per_sample_now = probe_ms / static_cast<double>(t.micro_batch);
+  const double per_sample_before = ms / static_cast<double>(size);
+  if (per_sample_now < kSaturatedPerSampleRatio * per_sample_before) return "";
+  return "not measured: its time per sample stopped falling (" + FormatRatio(ms) + " ms at " +
+         std::to_string(size) + ", " + FormatRatio(probe_ms) + " ms at " +
+         std::to_string(t.micro_batch) + ") while the fastest at " + std::to_string(t.micro_batch) +
+         " was more than " + FormatRatio(skip_factor) + "x faster: micro-batches of " +
+         std::to_string(t.micro_batch) + " do as well";
+}
+
+// One BenchmarkMicroBatches call, in the order it runs: candidates, operands, workspace, then
+// each micro-batch size's probes and measurements.
+class TableBenchmark {
+ public:
+  TableBenchmark(ConvBackend& backend, const ConvProblem& problem,
+                 const std::vector<int64_t>& sizes, const BenchmarkOptions& options,
+                 const BenchmarkProgressFn& progress)
+      : backend_(backend),
+        problem_(problem),
+        sizes_(sizes),
+        options_(options),
+        progress_(progress),
+        key_(CanonicalKey(problem)) {}
+
+  Result<TimingTable> Run() {
+    const Clock::time_point start = Clock::now();
+    Clock::time_point phase = Clock::now();
+    if (options_.prepare_threads > 1) {
+      backend_.Prepare(problem_, sizes_, options_.prepare_threads);
+      prepare_ms_ = MsSince(phase);
+    }
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(QueryCandidates());
+    query_ms_ = MsSince(phase);
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(AllocateOperands());
+    UCUDNN_RETURN_IF_ERROR(AllocateWorkspace());
+    operands_ms_ = MsSince(phase);
+    probe_ms_.assign(table_.entries.size(), -1.0);
+    for (size_t first = 0; first < table_.entries.size();) {
+      size_t last = first;
+      while (last < table_.entries.size() &&
+             table_.entries[last].micro_batch == table_.entries[first].micro_batch) {
+        ++last;
+      }
+      phase = Clock::now();
+      if (options_.prune_margin >= 0) {
+        UCUDNN_RETURN_IF_ERROR(ProbeSize(first, last));
+        DecideSkipsAtLargerSizes(first, last);
+      }
+      probe_total_ms_ += MsSince(phase);
+      phase = Clock::now();
+      UCUDNN_RETURN_IF_ERROR(MeasureSize(first, last));
+      measure_ms_ += MsSince(phase);
+      first = last;
+    }
+    // A device lost during the last configuration shows here at the latest: a table is
+    // returned only when the device was sound after it was measured.
+    UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend_, "the last configuration").WithContext(key_));
+    LogSummary(MsSince(start));
+    return std::move(table_);
+  }
+
+ private:
+  bool AnyRunnable() const {
+    return std::find(runnable_.begin(), runnable_.end(), true) != runnable_.end();
+  }
+
+  // 1. The candidates of every micro-batch size (legacy algorithms, then the engine
+  // configurations cuDNN proposes for that size) and their workspaces; those that cannot run
+  // are settled here.
+  Status QueryCandidates() {
+    Status first_query_failure;
+    for (int64_t size : sizes_) {
+      for (Timing& t : backend_.Candidates(problem_, size)) {
+        t.micro_batch = size;
+        Result<size_t> ws = backend_.WorkspaceSize(problem_, size, AlgorithmOf(t));
+        bool ok = false;
+        if (!ws.ok()) {
+          if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key_);
+          t.status = ws.status().code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
+                                                                    : TimingStatus::kFailed;
+          t.error = ws.status().ToString();
+          if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
+            first_query_failure = ws.status();
+          }
+        } else if (*ws > options_.workspace_cap_bytes) {
+          // This worker's limit, not cuDNN's verdict: kFailed with a reason that says so, never
+          // kUnsupported (see kWorkerLimitError).
+          t.workspace_bytes = *ws;
+          t.status = TimingStatus::kFailed;
+          t.error = WorkerLimit("workspace " + FormatBytes(*ws) + " over this worker's cap " +
+                                FormatBytes(options_.workspace_cap_bytes) +
+                                " (--workspace-cap); not measured, cuDNN did not decline it");
+        } else {
+          t.workspace_bytes = *ws;
+          ok = true;
+        }
+        table_.entries.push_back(std::move(t));
+        runnable_.push_back(ok);
+      }
+    }
+    if (table_.entries.empty()) {
+      return InvalidArgument("nothing to measure: the backend has no algorithm for " + key_);
+    }
+    if (!first_query_failure.ok()) {
+      UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, first_query_failure).WithContext(key_));
+    }
+    return Status::Ok();
+  }
+
+  // 2. Operands once, at the largest micro-batch that can be allocated: when the largest does
+  // not fit in this device's free memory, the next smaller size is tried, and only the
+  // micro-batches above the one allocated are recorded as failed (this worker's limit).
+  // Operands that fit nowhere, even at the smallest size, fail the whole call.
+  Status AllocateOperands() {
+    if (!AnyRunnable()) return Status::Ok();
+    std::set<int64_t, std::greater<>> candidates;  // micro-batches with a runnable configuration
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      if (runnable_[i]) candidates.insert(table_.entries[i].micro_batch);
+    }
+    int64_t allocated = 0;
+    Status oom;
+    for (int64_t batch : candidates) {
+      Result<Operands> made = MakeOperands(backend_, problem_, batch, options_.seed);
+      if (made.ok()) {
+        operands_ = std::move(made).value();
+        allocated = batch;
+        break;
+      }
+      if (made.status().code() != StatusCode::kResourceExhausted) {
+        return made.status().WithContext(key_ + ": operands of micro-batch " +
+                                         std::to_string(batch));
+      }
+      spdlog::warn("benchmark {}: operands of micro-batch {} ({}) do not fit on {}: {}", key_,
+                   batch, FormatBytes(OperandBytes(problem_, batch)), backend_.fingerprint().name,
+                   made.status().ToString());
+      oom = made.status();
+    }
+    if (allocated == 0) {
+      const int64_t smallest = *candidates.rbegin();
+      return oom.WithContext(key_ + ": operands of the smallest micro-batch " +
+                             std::to_string(smallest) + " (" +
+                             FormatBytes(OperandBytes(problem_, smallest)) + ")");
+    }
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      Timing& t = table_.entries[i];
+      if (!runnable_[i] || t.micro_batch <= allocated) continue;
+      runnable_[i] = false;
+      t.status = TimingStatus::kFailed;
+      t.error = WorkerLimit("operands of micro-batch " + std::to_string(t.micro_batch) + " (" +
+                            FormatBytes(OperandBytes(problem_, t.micro_batch)) +
+                            ") could not be allocated on this worker; measured up to micro-batch " +
+                            std::to_string(allocated) + ": " + oom.ToString());
+    }
+    return Status::Ok();
+  }
+
+  // 3. One workspace for all configurations, at the largest size needed. When it cannot be
+  // had, the configurations needing it fail (this worker's limit) and the next smaller size is
+  // tried.
+  Status AllocateWorkspace() {
+    uint64_t largest = 0;
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      if (runnable_[i]) largest = std::max(largest, table_.entries[i].workspace_bytes);
+    }
+    while (AnyRunnable()) {
+      Result<std::unique_ptr<BackendBuffer>> buffer = backend_.Allocate(largest);
+      if (buffer.ok()) {
+        workspace_ = std::move(*buffer);
+        return Status::Ok();
+      }
+      const bool oom = buffer.status().code() == StatusCode::kResourceExhausted;
+      if (!oom) UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, buffer.status()).WithContext(key_));
+      uint64_t next = 0;
+      for (size_t i = 0; i < table_.entries.size(); ++i) {
+        if (!runnable_[i]) continue;
+        Timing& t = table_.entries[i];
+        if (t.workspace_bytes >= largest) {
+          runnable_[i] = false;
+          t.status = TimingStatus::kFailed;
+          t.error = oom ? WorkerLimit("workspace " + FormatBytes(t.workspace_bytes) +
+                                      " could not be allocated on this worker: " +
+                                      buffer.status().ToString())
+                        : buffer.status().ToString();
+        } else {
+          next = std::max<uint64_t>(next, t.workspace_bytes);
+        }
+      }
+      largest = next;
+    }
+    return Status::Ok();
+  }
+
+  void* WorkspaceOf(const Timing& t) const {
+    return t.workspace_bytes > 0 ? workspace_->data() : nullptr;
+  }
+
+  // A failed run: recorded, or the end of the benchmark when the device is gone.
+  Status FailRun(size_t i, const Status& failure) {
+    Timing& t = table_.entries[i];
+    UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, failure)
+                               .WithContext(key_ + " micro-batch " + std::to_string(t.micro_batch) +
+                                            " algo " + AlgorithmText(AlgorithmOf(t))));
+    RecordRunFailure(t, failure);
+    runnable_[i] = false;
+    return Status::Ok();
+  }
+
+  // 4a. One probe (a warm-up unless it ran at a smaller size, one timed run) of every runnable
+  // configuration of the size [first, last), except those the size before ruled out.
+  Status ProbeSize(size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (!runnable_[i]) continue;
+      if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
+      Timing& t = table_.entries[i];
+      const std::string id = AlgorithmText(AlgorithmOf(t));
+      // Ruled out at a smaller size: recorded as this worker's choice, never as a time.
+      if (auto skip = skip_larger_.find(id); skip != skip_larger_.end()) {
+        t.status = TimingStatus::kFailed;
+        t.error = WorkerLimit(skip->second);
+        runnable_[i] = false;
+        ++skipped_;
+        continue;
+      }
+      // A configuration that already ran at a smaller size has its kernels loaded: its probe
+      // needs no warm-up of its own.
+      const int warmup = probe_history_.count(id) > 0 ? 0 : 1;
+      Result<std::vector<double>> probe =
+          backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
+                                 WorkspaceOf(t), t.workspace_bytes, warmup, 1, 1, false);
+      if (probe.ok()) {
+        probe_ms_[i] = probe->front();
+      } else {
+        UCUDNN_RETURN_IF_ERROR(FailRun(i, probe.status()));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // 4b. What the size's probes say of the larger sizes (options.skip_factor): a configuration
+  // beaten by more than the factor by one needing at most its workspace, or one whose time per
+  // sample stopped falling while the size's fastest beats it by more than the factor, is not run
+  // at any larger size (times and workspaces grow together with the size: it stays behind).
+  void DecideSkipsAtLargerSizes(size_t first, size_t last) {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (size_t i = first; i < last; ++i) {
+      if (probe_ms_[i] >= 0) fastest = std::min(fastest, probe_ms_[i]);
+    }
+    for (size_t i = first; i < last; ++i) {
+      if (probe_ms_[i] < 0) continue;
+      const Timing& t = table_.entries[i];
+      std::map<int64_t, double>& history = probe_history_[AlgorithmText(AlgorithmOf(t))];
+      if (options_.skip_factor > 0) {
+        const Timing* better = nullptr;
+        for (size_t j = first; j < last && better == nullptr; ++j) {
+          if (j != i && probe_ms_[j] >= 0 &&
+              table_.entries[j].workspace_bytes <= t.workspace_bytes &&
+              probe_ms_[j] * options_.skip_factor < probe_ms_[i]) {
+            better = &table_.entries[j];
+          }
+        }
+        std::string why =
+            SkipReason(t, probe_ms_[i], history, better, fastest, options_.skip_factor);
+        if (!why.empty()) skip_larger_[AlgorithmText(AlgorithmOf(t))] = std::move(why);
+      }
+      history[t.micro_batch] = probe_ms_[i];
+    }
+  }
+
+  // 4c. The full protocol (Measure) for the configurations of the size that may be on its
+  // time/workspace Pareto front. One the probes show dominated (another needs at most its
+  // workspace and runs faster by more than prune_margin) keeps its probe as its one sample: the
+  // planner would never choose it over the one that dominates it (most of the engine
+  // configurations cuDNN proposes are such).
+  Status MeasureSize(size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
+      Timing& t = table_.entries[i];
+      int group = 1;
+      const bool dominated = runnable_[i] && Dominated(i, first, last);
+      if (runnable_[i] && dominated) {
+        t.time_ms = probe_ms_[i];
+        t.spread_ms = 0;
+        t.samples = 1;
+        t.status = TimingStatus::kOk;
+        ++pruned_;
+      } else if (runnable_[i]) {
+        Result<Measurement> measured =
+            Measure(backend_, problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
+                    WorkspaceOf(t), t.workspace_bytes, options_);
+        if (measured.ok()) {
+          const SampleSummary s = Summarize(measured->samples);
+          t.time_ms = s.median_ms;
+          t.spread_ms = s.spread_ms;
+          t.samples = static_cast<int>(measured->samples.size());
+          t.status = TimingStatus::kOk;
+          group = measured->group;
+        } else {
+          UCUDNN_RETURN_IF_ERROR(FailRun(i, measured.status()));
+        }
+      }
+      ++counts_[static_cast<int>(t.status)];
+      worker_limited_ += IsWorkerLimit(t) ? 1 : 0;
+      spdlog::debug(
+          "benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs{}) ws={} {}", key_,
+          t.micro_batch, AlgorithmText(AlgorithmOf(t)), ToString(t.status), t.time_ms, t.spread_ms,
+          t.samples, group, dominated ? ", dominated" : "", t.workspace_bytes, t.error);
+      if (progress_) {
+        progress_({static_cast<int64_t>(i) + 1, static_cast<int64_t>(table_.entries.size()), &t});
+      }
+    }
+    return Status::Ok();
+  }
+
+  bool Dominated(size_t i, size_t first, size_t last) const {
+    if (probe_ms_[i] < 0) return false;
+    for (size_t j = first; j < last; ++j) {
+      if (j != i && runnable_[j] && probe_ms_[j] >= 0 &&
+          table_.entries[j].workspace_bytes <= table_.entries[i].workspace_bytes &&
+          probe_ms_[j] * (1.0 + options_.prune_margin) < probe_ms_[i]) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void LogSummary(double total_ms) const {
+    spdlog::info(
+        "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
+        "{} unsupported, {} failed ({} of them this worker's limits, {} not run after the size "
+        "before), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands {:.0f} "
+        "ms, probes {:.0f} ms, measurements {:.0f} ms)",
+        key_, backend_.fingerprint().name, backend_.fingerprint().backend, table_.entries.size(),
+        counts_[static_cast<int>(TimingStatus::kOk)], pruned_,
+        counts_[static_cast<int>(TimingStatus::kUnsupported)],
+        counts_[static_cast<int>(TimingStatus::kFailed)], worker_limited_, skipped_,
+        total_ms / 1000.0, prepare_ms_, options_.prepare_threads, query_ms_, operands_ms_,
+        probe_total_ms_, measure_ms_);
+  }
+
+  ConvBackend& backend_;
+  const ConvProblem& problem_;
+  const std::vector<int64_t>& sizes_;
+  const BenchmarkOptions& options_;
+  const BenchmarkProgressFn& progress_;
+  const std::string key_;
+
+  TimingTable table_;
+  std::vector<bool> runnable_;
+  Operands operands_;
+  std::unique_ptr<BackendBuffer> workspace_;
+  std::vector<double> probe_ms_;
+  // configuration -> its probes at the sizes measured so far (size -> ms); also tells which
+  // configurations ran before and need no warm-up.
+  std::map<std::string, std::map<int64_t, double>> probe_history_;
+  std::map<std::string, std::string> skip_larger_;  // configuration -> why
+  int counts_[3] = {0, 0, 0};
+  int worker_limited_ = 0;
+  int pruned_ = 0;
+  int skipped_ = 0;
+  // Where a cold benchmark's time goes, for the summary line.
+  double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, probe_total_ms_ = 0, measure_ms_ = 0;
+};
+
+}  // namespace
+
 Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProblem& problem,
                                           const std::vector<int64_t>& sizes,
                                           const BenchmarkOptions& options,
@@ -262,290 +656,8 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
     }
   }
   UCUDNN_RETURN_IF_ERROR(Validate(options).WithContext("options"));
-  const Clock::time_point start = Clock::now();
-  const std::string key = CanonicalKey(problem);
   if (sizes.empty()) return InvalidArgument("nothing to measure: no micro-batch sizes");
-
-  // Where a cold benchmark's time goes, for the summary line.
-  double prepare_ms = 0, query_ms = 0, operands_ms = 0, probe_ms_total = 0, measure_ms = 0;
-  Clock::time_point phase = Clock::now();
-  if (options.prepare_threads > 1) {
-    backend.Prepare(problem, sizes, options.prepare_threads);
-    prepare_ms = MsSince(phase);
-    phase = Clock::now();
-  }
-
-  // 1. The candidates of every micro-batch size (legacy algorithms, then the engine
-  // configurations cuDNN proposes for that size) and their workspaces; those that cannot run are
-  // settled here.
-  TimingTable table;
-  std::vector<bool> runnable;
-  Status first_query_failure;
-  for (int64_t size : sizes) {
-    for (Timing& t : backend.Candidates(problem, size)) {
-      t.micro_batch = size;
-      Result<size_t> ws = backend.WorkspaceSize(problem, size, AlgorithmOf(t));
-      bool ok = false;
-      if (!ws.ok()) {
-        if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key);
-        t.status = ws.status().code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
-                                                                  : TimingStatus::kFailed;
-        t.error = ws.status().ToString();
-        if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
-          first_query_failure = ws.status();
-        }
-      } else if (*ws > options.workspace_cap_bytes) {
-        // This worker's limit, not cuDNN's verdict: kFailed with a reason that says so, never
-        // kUnsupported (see kWorkerLimitError).
-        t.workspace_bytes = *ws;
-        t.status = TimingStatus::kFailed;
-        t.error = WorkerLimit("workspace " + FormatBytes(*ws) + " over this worker's cap " +
-                              FormatBytes(options.workspace_cap_bytes) +
-                              " (--workspace-cap); not measured, cuDNN did not decline it");
-      } else {
-        t.workspace_bytes = *ws;
-        ok = true;
-      }
-      table.entries.push_back(std::move(t));
-      runnable.push_back(ok);
-    }
-  }
-  if (table.entries.empty()) {
-    return InvalidArgument("nothing to measure: the backend has no algorithm for " + key);
-  }
-  if (!first_query_failure.ok()) {
-    UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, first_query_failure).WithContext(key));
-  }
-  query_ms = MsSince(phase);
-  phase = Clock::now();
-  const auto any_runnable = [&runnable] {
-    return std::find(runnable.begin(), runnable.end(), true) != runnable.end();
-  };
-
-  // 2. Operands once, at the largest micro-batch that can be allocated: when the largest does not
-  // fit in this device's free memory, the next smaller size is tried, and only the micro-batches
-  // above the one allocated are recorded as failed (this worker's limit). Operands that fit
-  // nowhere, even at the smallest size, fail the whole call.
-  Operands operands;
-  if (any_runnable()) {
-    std::set<int64_t, std::greater<>> candidates;  // micro-batches with a runnable configuration
-    for (size_t i = 0; i < table.entries.size(); ++i) {
-      if (runnable[i]) candidates.insert(table.entries[i].micro_batch);
-    }
-    int64_t allocated = 0;
-    Status oom;
-    for (int64_t batch : candidates) {
-      Result<Operands> made = MakeOperands(backend, problem, batch, options.seed);
-      if (made.ok()) {
-        operands = std::move(made).value();
-        allocated = batch;
-        break;
-      }
-      if (made.status().code() != StatusCode::kResourceExhausted) {
-        return made.status().WithContext(key + ": operands of micro-batch " +
-                                         std::to_string(batch));
-      }
-      spdlog::warn("benchmark {}: operands of micro-batch {} ({}) do not fit on {}: {}", key, batch,
-                   FormatBytes(OperandBytes(problem, batch)), backend.fingerprint().name,
-                   made.status().ToString());
-      oom = made.status();
-    }
-    if (allocated == 0) {
-      const int64_t smallest = *candidates.rbegin();
-      return oom.WithContext(key + ": operands of the smallest micro-batch " +
-                             std::to_string(smallest) + " (" +
-                             FormatBytes(OperandBytes(problem, smallest)) + ")");
-    }
-    for (size_t i = 0; i < table.entries.size(); ++i) {
-      Timing& t = table.entries[i];
-      if (!runnable[i] || t.micro_batch <= allocated) continue;
-      runnable[i] = false;
-      t.status = TimingStatus::kFailed;
-      t.error = WorkerLimit("operands of micro-batch " + std::to_string(t.micro_batch) + " (" +
-                            FormatBytes(OperandBytes(problem, t.micro_batch)) +
-                            ") could not be allocated on this worker; measured up to micro-batch " +
-                            std::to_string(allocated) + ": " + oom.ToString());
-    }
-  }
-
-  // 3. One workspace for all configurations, at the largest size needed. When it cannot be had,
-  // the configurations needing it fail (this worker's limit) and the next smaller size is tried.
-  std::unique_ptr<BackendBuffer> workspace;
-  uint64_t largest_workspace = 0;
-  for (size_t i = 0; i < table.entries.size(); ++i) {
-    if (runnable[i])
-      largest_workspace = std::max(largest_workspace, table.entries[i].workspace_bytes);
-  }
-  while (any_runnable()) {
-    Result<std::unique_ptr<BackendBuffer>> buffer = backend.Allocate(largest_workspace);
-    if (buffer.ok()) {
-      workspace = std::move(*buffer);
-      break;
-    }
-    const bool oom = buffer.status().code() == StatusCode::kResourceExhausted;
-    if (!oom) UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, buffer.status()).WithContext(key));
-    uint64_t next = 0;
-    for (size_t i = 0; i < table.entries.size(); ++i) {
-      if (!runnable[i]) continue;
-      Timing& t = table.entries[i];
-      if (t.workspace_bytes >= largest_workspace) {
-        runnable[i] = false;
-        t.status = TimingStatus::kFailed;
-        t.error = oom ? WorkerLimit(
-                            "workspace " + FormatBytes(t.workspace_bytes) +
-                            " could not be allocated on this worker: " + buffer.status().ToString())
-                      : buffer.status().ToString();
-      } else {
-        next = std::max<uint64_t>(next, t.workspace_bytes);
-      }
-    }
-    largest_workspace = next;
-  }
-
-  operands_ms = MsSince(phase);
-
-  // 4. Timed runs, smallest micro-batch first, one size at a time in two passes: a probe (one
-  // warm-up, one timed run) of every runnable configuration of the size, then the full protocol
-  // (Measure) for those that may be on the size's time/workspace Pareto front. A configuration
-  // the probes show dominated (another needs at most its workspace and runs faster by more than
-  // prune_margin) keeps its probe as its one sample: the planner would never choose it over the
-  // one that dominates it, so more runs would only cost time (most of the engine
-  // configurations cuDNN proposes are such).
-  const int64_t total = static_cast<int64_t>(table.entries.size());
-  int counts[3] = {0, 0, 0};
-  int worker_limited = 0;
-  int pruned = 0;
-  int skipped = 0;
-  const size_t n = table.entries.size();
-  std::vector<double> probe_ms(n, -1.0);
-  std::set<std::string> warmed;                   // configurations that ran at a smaller size
-  std::map<std::string, std::string> far_behind;  // configuration -> why it is skipped
-  const auto workspace_of = [&](const Timing& t) {
-    return t.workspace_bytes > 0 ? workspace->data() : nullptr;
-  };
-  const auto fail_run = [&](size_t i, const Status& failure) -> Status {
-    Timing& t = table.entries[i];
-    UCUDNN_RETURN_IF_ERROR(CheckDevice(backend, failure)
-                               .WithContext(key + " micro-batch " + std::to_string(t.micro_batch) +
-                                            " algo " + AlgorithmText(AlgorithmOf(t))));
-    RecordRunFailure(t, failure);
-    runnable[i] = false;
-    return Status::Ok();
-  };
-  for (size_t first = 0; first < n;) {
-    size_t last = first;
-    while (last < n && table.entries[last].micro_batch == table.entries[first].micro_batch) ++last;
-    phase = Clock::now();
-    if (options.prune_margin >= 0) {
-      for (size_t i = first; i < last; ++i) {
-        if (!runnable[i]) continue;
-        if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
-        Timing& t = table.entries[i];
-        const std::string id = AlgorithmText(AlgorithmOf(t));
-        // Dominated by far at the previous size by one that needed at most its workspace there:
-        // not run at this size either (recorded as this worker's choice, never as a time).
-        if (auto far = far_behind.find(id); far != far_behind.end()) {
-          t.status = TimingStatus::kFailed;
-          t.error = WorkerLimit(far->second);
-          runnable[i] = false;
-          ++skipped;
-          continue;
-        }
-        // A configuration that already ran at a smaller size has its kernels loaded: its probe
-        // needs no warm-up of its own.
-        const int warmup = warmed.count(id) > 0 ? 0 : 1;
-        Result<std::vector<double>> probe =
-            backend.TimeRunGroups(problem, t.micro_batch, AlgorithmOf(t), operands.view,
-                                  workspace_of(t), t.workspace_bytes, warmup, 1, 1, false);
-        if (probe.ok()) {
-          probe_ms[i] = probe->front();
-          warmed.insert(id);
-        } else {
-          UCUDNN_RETURN_IF_ERROR(fail_run(i, probe.status()));
-        }
-      }
-      // What this size's probes say of the next size: a configuration beaten by more than
-      // options.skip_factor by one needing at most its workspace is not run there.
-      far_behind.clear();
-      if (options.skip_factor > 0) {
-        for (size_t i = first; i < last; ++i) {
-          if (probe_ms[i] < 0) continue;
-          for (size_t j = first; j < last; ++j) {
-            if (j == i || probe_ms[j] < 0) continue;
-            const Timing& better = table.entries[j];
-            if (better.workspace_bytes <= table.entries[i].workspace_bytes &&
-                probe_ms[j] * options.skip_factor < probe_ms[i]) {
-              far_behind[AlgorithmText(AlgorithmOf(table.entries[i]))] =
-                  "not measured: at micro-batch " + std::to_string(better.micro_batch) + " " +
-                  AlgorithmText(AlgorithmOf(better)) + " was more than " +
-                  FormatRatio(options.skip_factor) + "x faster with at most its workspace";
-              break;
-            }
-          }
-        }
-      }
-    }
-    probe_ms_total += MsSince(phase);
-    phase = Clock::now();
-    for (size_t i = first; i < last; ++i) {
-      if (Cancelled(options)) return Unavailable("benchmark cancelled: " + key);
-      Timing& t = table.entries[i];
-      int group = 1;
-      bool dominated = false;
-      if (runnable[i] && probe_ms[i] >= 0) {
-        for (size_t j = first; j < last && !dominated; ++j) {
-          dominated = j != i && runnable[j] && probe_ms[j] >= 0 &&
-                      table.entries[j].workspace_bytes <= t.workspace_bytes &&
-                      probe_ms[j] * (1.0 + options.prune_margin) < probe_ms[i];
-        }
-      }
-      if (runnable[i] && dominated) {
-        t.time_ms = probe_ms[i];
-        t.spread_ms = 0;
-        t.samples = 1;
-        t.status = TimingStatus::kOk;
-        ++pruned;
-      } else if (runnable[i]) {
-        Result<Measurement> measured =
-            Measure(backend, problem, t.micro_batch, AlgorithmOf(t), operands.view, workspace_of(t),
-                    t.workspace_bytes, options);
-        if (measured.ok()) {
-          const SampleSummary s = Summarize(measured->samples);
-          t.time_ms = s.median_ms;
-          t.spread_ms = s.spread_ms;
-          t.samples = static_cast<int>(measured->samples.size());
-          t.status = TimingStatus::kOk;
-          group = measured->group;
-        } else {
-          UCUDNN_RETURN_IF_ERROR(fail_run(i, measured.status()));
-        }
-      }
-      ++counts[static_cast<int>(t.status)];
-      worker_limited += IsWorkerLimit(t) ? 1 : 0;
-      spdlog::debug(
-          "benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs{}) ws={} {}", key,
-          t.micro_batch, AlgorithmText(AlgorithmOf(t)), ToString(t.status), t.time_ms, t.spread_ms,
-          t.samples, group, dominated ? ", dominated" : "", t.workspace_bytes, t.error);
-      if (progress) progress({static_cast<int64_t>(i) + 1, total, &t});
-    }
-    measure_ms += MsSince(phase);
-    first = last;
-  }
-  // A device lost during the last configuration shows here at the latest: a table is returned
-  // only when the device was sound after it was measured.
-  UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend, "the last configuration").WithContext(key));
-  spdlog::info(
-      "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
-      "{} unsupported, {} failed ({} of them this worker's limits, {} far behind at the size "
-      "before), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands {:.0f} ms, "
-      "probes {:.0f} ms, measurements {:.0f} ms)",
-      key, backend.fingerprint().name, backend.fingerprint().backend, total,
-      counts[static_cast<int>(TimingStatus::kOk)], pruned,
-      counts[static_cast<int>(TimingStatus::kUnsupported)],
-      counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, skipped,
-      MsSince(start) / 1000.0, prepare_ms, options.prepare_threads, query_ms, operands_ms,
-      probe_ms_total, measure_ms);
-  return table;
+  return TableBenchmark(backend, problem, sizes, options, progress).Run();
 }
 
 }  // namespace ucudnn

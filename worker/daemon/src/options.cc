@@ -341,9 +341,7 @@ Result<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
     if (!cap.ok()) return InvalidArgument("--workspace-cap: " + cap.status().message());
     o.workspace_cap_bytes = *cap;
   }
-  auto policy = ParseBatchPolicy(raw.policy);
-  if (!policy.ok()) return InvalidArgument("--policy: " + policy.status().message());
-  o.policy = *policy;
+  UCUDNN_ASSIGN_OR_RETURN(o.policy, ParseBatchPolicyChoice("--policy", raw.policy));
   auto dtype = ParseDataType(raw.dtype);
   if (!dtype.ok()) return InvalidArgument("--dtype: " + dtype.status().message());
   o.dtype = *dtype;
