@@ -134,23 +134,28 @@ TEST(BenchmarkPrepareTest, EverySizeIsPreparedOnceBeforeAnyRun) {
   EXPECT_THAT(Validate(options).message(), HasSubstr("prepare_threads"));
 }
 
-// Scripted times (ms) per algorithm and micro-batch b: 0 "fast" needs workspace, 1 "saturated"
-// (b: its time per sample never falls) and 2 "improving" (1.5 sqrt(b)) need none.
+// Scripted times (ms) per algorithm and micro-batch b: 0 "fast" (1 MiB of workspace);
+// 1 "saturated" (10 b: its time per sample never falls) and 2 "improving" (15 sqrt(b)), no
+// workspace; 3 "saturated_short" (0.5 b, runs under the 10 ms the saturation rule looks at;
+// 512 KiB, so that it does not rule 1 and 2 out as faster with at most their workspace).
 class ScriptedTimesBackend : public RenamedCpuBackend {
  public:
   ScriptedTimesBackend() : RenamedCpuBackend("scripted") {}
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
-    return {{0, "fast"}, {1, "saturated"}, {2, "improving"}};
+    return {{0, "fast"}, {1, "saturated"}, {2, "improving"}, {3, "saturated_short"}};
   }
   Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, const Algorithm& algo) override {
-    return algo.id == 0 ? size_t{1} << 20 : 0;
+    return algo.id == 0 ? size_t{1} << 20 : algo.id == 3 ? size_t{1} << 19 : 0;
   }
   Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t b, const Algorithm& algo,
                                             const ConvOperands&, void*, size_t, int, int samples,
                                             int, bool) override {
     ++runs[{algo.id, b}];
     const double x = static_cast<double>(b);
-    const double ms = algo.id == 0 ? 0.01 + 0.001 * x : algo.id == 1 ? x : 1.5 * std::sqrt(x);
+    const double ms = algo.id == 0   ? 0.01 + 0.001 * x
+                      : algo.id == 1 ? 10 * x
+                      : algo.id == 2 ? 15 * std::sqrt(x)
+                                     : 0.5 * x;
     return std::vector<double>(static_cast<size_t>(samples), ms);
   }
   std::map<std::pair<int, int64_t>, int> runs;  // (algorithm, micro-batch) -> calls
@@ -176,7 +181,8 @@ TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsG
       EXPECT_EQ(backend.runs.count({1, t.micro_batch}), 0u);
     } else {
       // Measured: the fastest, the one that still gains from larger micro-batches (although
-      // slow), and the saturated one until its saturation showed.
+      // slow), the saturated one until its saturation showed, and the saturated one whose runs
+      // are short.
       EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
     }
   }

@@ -129,8 +129,13 @@ std::string FormatRatio(double r) {
 }
 
 // Per-sample time at a micro-batch at least this fraction of that at half the size (or less):
-// the configuration no longer gains from larger micro-batches (see SkipReason).
+// the configuration no longer gains from larger micro-batches (see SaturationReason).
 constexpr double kSaturatedPerSampleRatio = 0.95;
+// ... and only runs at least this long are skipped so: those are what a cold benchmark spends
+// its time on (VGG-16's fp16 backward-filter probes on the H100), while the probes of single
+// runs of short ones are too noisy to tell saturation. Without this bound the rule also skipped
+// ResNet-50 fp16 configurations that later sizes would have used: the step came out 5% slower.
+constexpr double kSaturatedMinRunMs = 10.0;
 
 std::string WorkerLimit(const std::string& reason) {
   return std::string(kWorkerLimitError) + reason;
@@ -257,22 +262,15 @@ Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& pr
 
 namespace {
 
-// Why configuration `t` is not run at larger sizes (BenchmarkOptions::skip_factor), or "":
-// `better` beat it by more than skip_factor with at most its workspace, or it is saturated.
-// `history` holds its probes at smaller sizes (size -> ms), `probe_ms` its probe at this one,
-// `fastest_ms` the size's fastest probe.
-std::string SkipReason(const Timing& t, double probe_ms, const std::map<int64_t, double>& history,
-                       const Timing* better, double fastest_ms, double skip_factor) {
-  if (better != nullptr) {
-    return "not measured: at micro-batch " + std::to_string(better->micro_batch) + " " +
-           AlgorithmText(AlgorithmOf(*better)) + " was more than " + FormatRatio(skip_factor) +
-           "x faster with at most its workspace";
-  }
-  // Saturated and slow: its time per sample no longer falls with the micro-batch (against its
-  // probe at half the size or less), and the size's fastest is more than skip_factor faster.
-  // A larger micro-batch of it is then worth no more than several of this size, which a plan
-  // can use instead; only the workspace-starved plans that would use it at all lose nothing.
-  if (probe_ms <= skip_factor * fastest_ms) return "";
+// Why configuration `t`, probed at `probe_ms`, is not run at any larger size, or "": saturated,
+// slow and long. Its time per sample no longer falls with the micro-batch (against its probe at
+// half the size or less, from `history`: size -> ms), the size's fastest (`fastest_ms`) is more
+// than skip_factor faster, and a run takes at least kSaturatedMinRunMs. A larger micro-batch of it
+// is then worth no more than several of this size, which a plan can use instead.
+std::string SaturationReason(const Timing& t, double probe_ms,
+                             const std::map<int64_t, double>& history, double fastest_ms,
+                             double skip_factor) {
+  if (probe_ms < kSaturatedMinRunMs || probe_ms <= skip_factor * fastest_ms) return "";
   const auto before = history.upper_bound(t.micro_batch / 2);
   if (before == history.begin()) return "";
   const auto [size, ms] = *std::prev(before);
@@ -324,7 +322,7 @@ class TableBenchmark {
       phase = Clock::now();
       if (options_.prune_margin >= 0) {
         UCUDNN_RETURN_IF_ERROR(ProbeSize(first, last));
-        DecideSkipsAtLargerSizes(first, last);
+        DecideSkips(first, last);
       }
       probe_total_ms_ += MsSince(phase);
       phase = Clock::now();
@@ -494,9 +492,9 @@ class TableBenchmark {
       Timing& t = table_.entries[i];
       const std::string id = AlgorithmText(AlgorithmOf(t));
       // Ruled out at a smaller size: recorded as this worker's choice, never as a time.
-      if (auto skip = skip_larger_.find(id); skip != skip_larger_.end()) {
+      if (const std::string* why = RuledOut(id); why != nullptr) {
         t.status = TimingStatus::kFailed;
-        t.error = WorkerLimit(skip->second);
+        t.error = WorkerLimit(*why);
         runnable_[i] = false;
         ++skipped_;
         continue;
@@ -516,11 +514,19 @@ class TableBenchmark {
     return Status::Ok();
   }
 
+  // Why a smaller size ruled configuration `id` out at this one, or nullptr.
+  const std::string* RuledOut(const std::string& id) const {
+    if (auto it = skip_next_.find(id); it != skip_next_.end()) return &it->second;
+    if (auto it = skip_larger_.find(id); it != skip_larger_.end()) return &it->second;
+    return nullptr;
+  }
+
   // 4b. What the size's probes say of the larger sizes (options.skip_factor): a configuration
-  // beaten by more than the factor by one needing at most its workspace, or one whose time per
-  // sample stopped falling while the size's fastest beats it by more than the factor, is not run
-  // at any larger size (times and workspaces grow together with the size: it stays behind).
-  void DecideSkipsAtLargerSizes(size_t first, size_t last) {
+  // beaten by more than the factor by one needing at most its workspace is not run at the next
+  // size (where it may still catch up: engines with large tiles trail at small sizes), one that
+  // is saturated (SaturationReason) at no larger size.
+  void DecideSkips(size_t first, size_t last) {
+    skip_next_.clear();
     double fastest = std::numeric_limits<double>::infinity();
     for (size_t i = first; i < last; ++i) {
       if (probe_ms_[i] >= 0) fastest = std::min(fastest, probe_ms_[i]);
@@ -528,19 +534,23 @@ class TableBenchmark {
     for (size_t i = first; i < last; ++i) {
       if (probe_ms_[i] < 0) continue;
       const Timing& t = table_.entries[i];
-      std::map<int64_t, double>& history = probe_history_[AlgorithmText(AlgorithmOf(t))];
+      const std::string id = AlgorithmText(AlgorithmOf(t));
+      std::map<int64_t, double>& history = probe_history_[id];
       if (options_.skip_factor > 0) {
-        const Timing* better = nullptr;
-        for (size_t j = first; j < last && better == nullptr; ++j) {
-          if (j != i && probe_ms_[j] >= 0 &&
-              table_.entries[j].workspace_bytes <= t.workspace_bytes &&
+        for (size_t j = first; j < last; ++j) {
+          const Timing& better = table_.entries[j];
+          if (j != i && probe_ms_[j] >= 0 && better.workspace_bytes <= t.workspace_bytes &&
               probe_ms_[j] * options_.skip_factor < probe_ms_[i]) {
-            better = &table_.entries[j];
+            skip_next_[id] = "not measured: at micro-batch " + std::to_string(better.micro_batch) +
+                             " " + AlgorithmText(AlgorithmOf(better)) + " was more than " +
+                             FormatRatio(options_.skip_factor) +
+                             "x faster with at most its workspace";
+            break;
           }
         }
-        std::string why =
-            SkipReason(t, probe_ms_[i], history, better, fastest, options_.skip_factor);
-        if (!why.empty()) skip_larger_[AlgorithmText(AlgorithmOf(t))] = std::move(why);
+        std::string saturated =
+            SaturationReason(t, probe_ms_[i], history, fastest, options_.skip_factor);
+        if (!saturated.empty()) skip_larger_[id] = std::move(saturated);
       }
       history[t.micro_batch] = probe_ms_[i];
     }
@@ -632,7 +642,8 @@ class TableBenchmark {
   // configuration -> its probes at the sizes measured so far (size -> ms); also tells which
   // configurations ran before and need no warm-up.
   std::map<std::string, std::map<int64_t, double>> probe_history_;
-  std::map<std::string, std::string> skip_larger_;  // configuration -> why
+  std::map<std::string, std::string> skip_next_;    // configuration -> why, for the next size
+  std::map<std::string, std::string> skip_larger_;  // ... for every larger size
   int counts_[3] = {0, 0, 0};
   int worker_limited_ = 0;
   int pruned_ = 0;

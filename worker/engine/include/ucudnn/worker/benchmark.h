@@ -59,14 +59,14 @@ struct BenchmarkOptions {
   // protocol).
   double prune_margin = 0.10;
   // Skipping across sizes (with the probes on): a configuration whose probe at one micro-batch
-  // size is more than skip_factor times slower than another's that needs at most its workspace,
-  // or more than skip_factor times slower than the size's fastest while its time per sample no
-  // longer falls (against its probe at half the size or less: micro-batches of this size then do
-  // as well as larger ones), is not run at the larger sizes; it is recorded kFailed with a
-  // kWorkerLimitError reason that says so (never a time, never replacing a measurement). Times
-  // and workspaces grow together with the size, so such a configuration stays behind. On the
-  // H100, VGG-16's fp16 backward-filter problems spent 14-33 s each probing slow legacy
-  // algorithms at every size before the second rule. <= 0 disables both (complete tables).
+  // size is more than skip_factor times slower than another's that needs at most its workspace is
+  // not run at the next size; one whose run takes 10 ms or more, more than skip_factor times
+  // slower than the size's fastest, while its time per sample no longer falls (against its probe
+  // at half the size or less: micro-batches of this size then do as well as larger ones), is not
+  // run at any larger size. Either is recorded kFailed with a kWorkerLimitError reason that says
+  // so (never a time, never replacing a measurement). On the H100, VGG-16's fp16 backward-filter
+  // problems spent 14-33 s each probing slow legacy algorithms at every size before the second
+  // rule. <= 0 disables both (complete tables).
   double skip_factor = 2.0;
   // Host threads that prepare the candidates of all micro-batch sizes at once before the timed
   // runs (ConvBackend::Prepare: on cuDNN the heuristics and execution plans, 1-2 ms of host time
