@@ -114,9 +114,10 @@ const std::vector<FlagSpec>& Specs() {
        "", StringFlag(&ServerConfig::token_file), nullptr},
       {"anonymous-role", "UCUDNN_ANONYMOUS_ROLE", "ROLE",
        "what callers without a token may do: none (every call needs a token), read (catalog and "
-       "read-only plans, nothing written), plan (also enqueue benchmarks for known devices) or "
-       "open (also register unknown devices by planning for them, as before roles existed)",
-       "open",
+       "plans from the stored timings; nothing they send creates a row), plan (also enqueue "
+       "benchmarks for known devices) or open (also register unknown devices by planning for "
+       "them, as before roles existed; a closed network only)",
+       "read",
        [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
          if (auto parsed = ParseAnonymousRole(v); !parsed.ok()) {
            return InvalidArgument(std::string(where) + ": must be none, read, plan or open, got " +

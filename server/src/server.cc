@@ -103,7 +103,10 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
         "register devices; set plan or read where others can reach this port");
   }
   if (!server->auth_->has_tokens()) {
-    spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call");
+    spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call{}",
+                 MayEnqueue(anonymous.role) && anonymous.allowed
+                     ? ""
+                     : ", and no plan request enqueues a benchmark (--token-file)");
   }
   server->planner_service_ =
       std::make_unique<PlannerServiceImpl>(server->coordinator_.get(), server->metrics_.get(),

@@ -23,7 +23,7 @@ struct ServerConfig {
   std::vector<std::string> plan_tokens;    // --token-file lines "plan TOKEN"
   std::vector<std::string> submit_tokens;  // --token-file lines "submit TOKEN"
   std::vector<std::string> read_tokens;    // --token-file lines "read TOKEN"
-  std::string anonymous_role = "open";     // callers without a token: none, read, plan or open
+  std::string anonymous_role = "read";     // callers without a token: none, read, plan or open
   std::string tls_cert;
   std::string tls_key;
   std::string log_level = "info";
