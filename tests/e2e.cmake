@@ -9,6 +9,7 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/faults_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/bad_input_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/load_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/bounded_load_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/operator_cli_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/engine_configs_test.cc

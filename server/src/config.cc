@@ -197,8 +197,12 @@ const std::vector<FlagSpec>& Specs() {
        nullptr},
       {"max-waiting-calls", "UCUDNN_MAX_WAITING_CALLS", "N",
        "plan calls (GetPlan, StreamPlan, ExplainPlan) computing or waiting for benchmarks at once "
-       "(one thread each); more are refused with RESOURCE_EXHAUSTED",
+       "(a waiting call holds no thread); more are refused with RESOURCE_EXHAUSTED",
        "1024", IntFlag(&ServerConfig::max_blocking_calls, 1, 65536), nullptr},
+      {"planner-threads", "UCUDNN_PLANNER_THREADS", "N",
+       "threads that do the work of every call (database reads and writes, planning); the "
+       "server's thread count does not grow with the calls in flight",
+       "8", IntFlag(&ServerConfig::planner_threads, 1, 1024), nullptr},
       {"timings-cache-entries", "UCUDNN_TIMINGS_CACHE_ENTRIES", "N",
        "timing tables kept in process, invalidated by the database's notifications; 0 disables",
        "8192", IntFlag(&ServerConfig::timings_cache_entries, 0, 1 << 24), nullptr},

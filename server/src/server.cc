@@ -16,12 +16,16 @@
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/server_metrics.h"
 #include "ucudnn/server/services.h"
+#include "ucudnn/server/thread_pool.h"
 #include "ucudnn/server/timing_watcher.h"
 #include "ucudnn/server/timings_cache.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::server {
 namespace {
+
+// Threads of gRPC's synchronous server (reflection only).
+constexpr int kSyncServerThreads = 4;
 
 Result<std::string> ReadFile(const std::string& path, std::string_view flag) {
   std::ifstream in(path, std::ios::binary);
@@ -108,14 +112,15 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
                      ? ""
                      : ", and no plan request enqueues a benchmark (--token-file)");
   }
-  server->planner_service_ =
-      std::make_unique<PlannerServiceImpl>(server->coordinator_.get(), server->metrics_.get(),
-                                           server->auth_.get(), config.max_blocking_calls);
+  server->pool_ = std::make_unique<ThreadPool>(config.planner_threads, "ucudnn-calls");
+  server->planner_service_ = std::make_unique<PlannerServiceImpl>(
+      server->coordinator_.get(), server->metrics_.get(), server->auth_.get(), server->pool_.get(),
+      config.max_blocking_calls);
   server->catalog_service_ = std::make_unique<CatalogServiceImpl>(
-      server->store_.get(), server->coordinator_.get(), server->metrics_.get(),
-      server->planner_service_->runner(), server->auth_.get());
+      server->store_.get(), server->coordinator_.get(), server->metrics_.get(), server->pool_.get(),
+      server->planner_service_->limiter(), server->auth_.get());
   server->timing_service_ = std::make_unique<TimingServiceImpl>(
-      server->store_.get(), server->auth_.get(), server->metrics_.get());
+      server->store_.get(), server->auth_.get(), server->metrics_.get(), server->pool_.get());
 
   UCUDNN_ASSIGN_OR_RETURN(auto credentials, MakeCredentials(config));
   // gRPC's built-in health service does not use the generated health messages, so nothing would
@@ -129,6 +134,11 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(config.listen, credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  // The services are callback services on the pool above; only reflection is synchronous, and
+  // its threads are bounded here (calls beyond it are RESOURCE_EXHAUSTED).
+  grpc::ResourceQuota quota("ucudnn-server");
+  quota.SetMaxThreads(kSyncServerThreads);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(server->planner_service_.get());
   builder.RegisterService(server->catalog_service_.get());
   builder.RegisterService(server->timing_service_.get());
@@ -252,6 +262,7 @@ void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
   if (coordinator_) coordinator_->StopWaiting();
   if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now() + grace);
   if (planner_service_) planner_service_->Drain();
+  if (pool_) pool_->Stop();
   if (health_thread_.joinable()) health_thread_.join();
   if (watcher_) watcher_->Stop();
   if (metrics_http_) metrics_http_->Stop();
