@@ -22,6 +22,7 @@
 #include <absl/synchronization/mutex.h>
 #include <arpa/inet.h>
 #include <google/protobuf/arena.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -38,6 +39,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -78,6 +81,8 @@ struct Options {
   bool json = false;
   // --load
   int load_calls = 0;  // 0: the latency benchmark
+  std::string load_network = "resnet50";
+  int load_batch = 256;
   uint32_t max_wait_ms = 8000;
   int connections = 32;
   int slow_metrics_clients = 8;
@@ -109,6 +114,12 @@ std::optional<int> ParseOptions(int argc, char** argv, Options& options) {
                  "instead of the latency benchmark: this many concurrent GetPlan calls that wait "
                  "for benchmarks that never come")
       ->check(CLI::Range(1, 100000));
+  app.add_option("--network", options.load_network,
+                 "network of the --load calls (an embedded name or a CSV file)")
+      ->capture_default_str();
+  app.add_option("--batch", options.load_batch, "mini-batch of the --load calls")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   app.add_option("--max-wait-ms", options.max_wait_ms, "max_wait_ms of each --load call")
       ->check(CLI::Range(0, 600000))
       ->capture_default_str();
@@ -510,11 +521,12 @@ class ServerChild {
   int metrics_port_ = 0;
 };
 
-// Threads and resident memory of a process, from /proc/PID/status.
+// Threads, resident memory and CPU time of a process, from /proc/PID/status and /proc/PID/stat.
 struct ProcessUsage {
   int threads = 0;
   double rss_mb = 0;
   double peak_rss_mb = 0;  // VmHWM: the most it ever held
+  double cpu_seconds = 0;  // user + system
 };
 
 ProcessUsage ReadUsage(pid_t pid) {
@@ -527,7 +539,23 @@ ProcessUsage ReadUsage(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) usage.rss_mb = value() / 1024;
     if (line.rfind("VmHWM:", 0) == 0) usage.peak_rss_mb = value() / 1024;
   }
+  // Fields 14 and 15 of stat, after the command name in parentheses.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::atof(field.c_str());
+  }
+  usage.cpu_seconds = ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
   return usage;
+}
+
+// The machine's 1-minute load average: timings taken on a busy machine say so.
+double LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
 }
 
 // Samples a process's usage every 10 ms on its own thread, keeping the most threads seen.
@@ -609,21 +637,28 @@ double ScrapeMetricsMs(int port) {
 
 struct LoadCall {
   grpc::ClientContext context;
-  v1::GetPlanResponse response;
+  grpc::ByteBuffer answer;
+  v1::GetPlanResponse response;  // parsed from `answer` once every call is answered
   grpc::Status status;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::GetPlanResponse>> reader;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> reader;
   Clock::time_point started;
   double answer_ms = 0;
 };
 
 // Starts every call, then waits for every answer; each call's answer time is measured from its
-// own start.
+// own start to its bytes' arrival. The answers are parsed afterwards: one client parsing a
+// thousand plans one after another would otherwise delay the later answers' times (separate
+// training processes parse theirs side by side).
 std::vector<std::unique_ptr<LoadCall>> RunLoadCalls(int port, const v1::GetPlanRequest& request,
                                                     const Options& options) {
-  std::vector<std::unique_ptr<v1::PlannerService::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
   for (int c = 0; c < options.connections; ++c) {
-    stubs.push_back(v1::PlannerService::NewStub(NewChannel(port, c)));
+    auto channel = NewChannel(port, c);
+    // Connected before the clock starts: the server's answers are measured, not handshakes.
+    channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
+  const std::string bytes = request.SerializeAsString();
   grpc::CompletionQueue queue;
   std::vector<std::unique_ptr<LoadCall>> calls;
   for (int i = 0; i < options.load_calls; ++i) {
@@ -632,10 +667,13 @@ std::vector<std::unique_ptr<LoadCall>> RunLoadCalls(int port, const v1::GetPlanR
                                std::chrono::milliseconds(options.max_wait_ms) +
                                std::chrono::seconds(60));
     call->context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    grpc::Slice slice(bytes);
+    const grpc::ByteBuffer body(&slice, 1);
     call->started = Clock::now();
-    call->reader = stubs[static_cast<size_t>(i % options.connections)]->AsyncGetPlan(
-        &call->context, request, &queue);
-    call->reader->Finish(&call->response, &call->status, call.get());
+    call->reader = stubs[static_cast<size_t>(i % options.connections)]->PrepareUnaryCall(
+        &call->context, "/ucudnn.v1.PlannerService/GetPlan", body, &queue);
+    call->reader->StartCall();
+    call->reader->Finish(&call->answer, &call->status, call.get());
     calls.push_back(std::move(call));
   }
   for (size_t answered = 0; answered < calls.size(); ++answered) {
@@ -651,6 +689,14 @@ std::vector<std::unique_ptr<LoadCall>> RunLoadCalls(int port, const v1::GetPlanR
   bool ok = false;
   while (queue.Next(&tag, &ok)) {
   }
+  for (auto& call : calls) {
+    grpc::Slice slice;
+    if (call->status.ok() && (!call->answer.DumpToSingleSlice(&slice).ok() ||
+                              !call->response.ParseFromArray(slice.begin(),
+                                                             static_cast<int>(slice.size())))) {
+      call->status = grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable GetPlanResponse");
+    }
+  }
   return calls;
 }
 
@@ -660,6 +706,7 @@ json SummariseLoad(const std::vector<std::unique_ptr<LoadCall>>& calls, const Op
   std::map<std::string, int> errors;
   int late = 0;
   int partial = 0;
+  size_t response_bytes = 0;
   for (const auto& call : calls) {
     if (!call->status.ok()) {
       ++errors[std::to_string(static_cast<int>(call->status.error_code())) + " " +
@@ -668,6 +715,7 @@ json SummariseLoad(const std::vector<std::unique_ptr<LoadCall>>& calls, const Op
     }
     answer_ms.push_back(call->answer_ms);
     waited_ms.push_back(call->response.waited_ms());
+    response_bytes = std::max(response_bytes, call->answer.Length());
     if (call->answer_ms > options.max_wait_ms + 100.0) ++late;
     if (call->response.plan().status() == v1::PLAN_STATUS_PARTIAL) ++partial;
   }
@@ -676,6 +724,7 @@ json SummariseLoad(const std::vector<std::unique_ptr<LoadCall>>& calls, const Op
   int error_count = 0;
   for (const auto& [what, n] : errors) error_count += n;
   return {{"answered_ok", answer_ms.size()},
+          {"response_bytes", response_bytes},
           {"partial_plans", partial},
           {"errors", error_count},
           {"errors_by_status", errors},
@@ -698,9 +747,12 @@ int RunLoadBenchmark(const std::string& url, const Options& options) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
     return 1;
   }
-  auto kernels = ResNet50();
-  if (!kernels.ok()) return 1;
-  // Nobody measured ResNet-50 in this database and no worker runs: every call enqueues (the
+  auto kernels = NetworkKernels(options.load_network, options.load_batch);
+  if (!kernels.ok()) {
+    std::fprintf(stderr, "--network: %s\n", kernels.status().ToString().c_str());
+    return 1;
+  }
+  // Nobody measured the network in this database and no worker runs: every call enqueues (the
   // first creates the jobs), then waits its whole max_wait_ms.
   const v1::GetPlanRequest request = RequestFor(*kernels, options.max_wait_ms);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server settles
@@ -722,6 +774,8 @@ int RunLoadBenchmark(const std::string& url, const Options& options) {
 
   json out = SummariseLoad(calls, options);
   out.update({{"benchmark", "server_load"},
+              {"network", options.load_network},
+              {"batch", options.load_batch},
               {"calls", options.load_calls},
               {"connections", options.connections},
               {"max_wait_ms", options.max_wait_ms},
@@ -731,6 +785,8 @@ int RunLoadBenchmark(const std::string& url, const Options& options) {
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"server_threads", {{"idle", idle.threads}, {"peak", peak_threads}}},
               {"server_rss_mb", {{"idle", idle.rss_mb}, {"peak", after.peak_rss_mb}}},
+              {"server_cpu_seconds", after.cpu_seconds - idle.cpu_seconds},
+              {"load_average_1m", LoadAverage()},
               {"slow_metrics_clients", slow.connected()},
               {"metrics_scrape_ms", scrape_ms < 0 ? json(nullptr) : json(scrape_ms)}});
   if (options.json) {

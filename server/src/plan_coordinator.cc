@@ -299,7 +299,10 @@ struct PlanCoordinator::Planning {
   bool waiting = false;
   Clock::time_point wait_start;
   Clock::time_point wait_until;
-  std::unique_ptr<TimingSubscription> subscription;
+  std::unique_ptr<TimingSubscription> subscription;  // to the problems it waits for
+  size_t waiting_for = 0;                             // how many
+  WakeReason woken;                                   // what arrived since the last round
+  bool rechecked = false;                             // a round re-read the timings
 };
 
 namespace {
@@ -474,7 +477,9 @@ Status PlanCoordinator::EnqueueMissing(Planning& p) {
   p.wait_start = now;
   // Subscribed first, then re-read (RecheckTimings): whatever lands after that read wakes the
   // wait.
-  if (watcher_ != nullptr) p.subscription = watcher_->Subscribe(p.device_hash, MissingHashes(p));
+  const std::vector<uint64_t> missing = MissingHashes(p);
+  p.waiting_for = missing.size();
+  if (watcher_ != nullptr) p.subscription = watcher_->Subscribe(p.device_hash, missing);
   return Status::Ok();
 }
 
@@ -513,22 +518,37 @@ void PlanCoordinator::RefreshJobStates(Planning& p) {
   // request read it a moment ago.
   for (auto& slot : p.slots) {
     if (slot.covered || slot.job_id == 0 || Failed(slot.job_state)) continue;
-    auto recent = recent_jobs_.Get(slot.job_id, Clock::now());
-    if (!recent) {
-      auto job = store_->GetJob(slot.job_id);
-      if (!job.ok()) continue;
-      recent = RecentJobs::Job{job->id, JobStateName(job->state), job->error};
-      recent_jobs_.Put(*recent, Clock::now());
+    auto [recent, read_again] = recent_jobs_.GetOrClaim(slot.job_id, Clock::now());
+    if (read_again) {
+      if (auto job = store_->GetJob(slot.job_id); job.ok()) {
+        recent = RecentJobs::Job{job->id, JobStateName(job->state), job->error};
+        recent_jobs_.Put(*recent, Clock::now());
+      }
     }
+    if (!recent) continue;
     slot.job_state = recent->state;
     if (Failed(slot.job_state)) slot.job_error = recent->error;
   }
 }
 
 Status PlanCoordinator::RecheckTimings(Planning& p) {
-  // What woke this round is covered by the read below.
-  if (p.subscription) p.subscription->TakeWakeReason();
-  UCUDNN_RETURN_IF_ERROR(LoadTables(p.request.device, p.device_hash, p.slots, true));
+  // What woke this round (Plan's WaitUntil, or PlanAsync's wake-up) is covered by the read below.
+  if (p.subscription) {
+    WakeReason more = p.subscription->TakeWakeReason();
+    p.woken.reset |= more.reset;
+    p.woken.landed.insert(p.woken.landed.end(), more.landed.begin(), more.landed.end());
+  }
+  // Nothing landed for these problems, and the notifications kept arriving all along (a lost
+  // connection would have been a reset): the timings read last round are still current. The
+  // first round reads in any case (the subscription came after the enqueue's read).
+  const bool unchanged = p.rechecked && p.woken.landed.empty() && !p.woken.reset &&
+                         watcher_ != nullptr && watcher_->connected() &&
+                         timings_cache_ != nullptr && timings_cache_->live();
+  p.woken = WakeReason();
+  p.rechecked = true;
+  if (!unchanged) {
+    UCUDNN_RETURN_IF_ERROR(LoadTables(p.request.device, p.device_hash, p.slots, true));
+  }
   UpdateCoverage(p);
   RefreshJobStates(p);
   const std::vector<uint64_t> missing = MissingHashes(p);
@@ -536,7 +556,9 @@ Status PlanCoordinator::RecheckTimings(Planning& p) {
                             !(p.call.cancelled && p.call.cancelled()) &&
                             Clock::now() < p.wait_until;
   if (keep_waiting) {
-    if (p.subscription) p.subscription->SetProblems(missing);
+    // Missing problems only ever land, so a count that did not change is the same set.
+    if (p.subscription && missing.size() != p.waiting_for) p.subscription->SetProblems(missing);
+    p.waiting_for = missing.size();
     return Status::Ok();
   }
   p.waiting = false;
@@ -676,7 +698,7 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
     UCUDNN_ASSIGN_OR_RETURN(const auto wake_at, Advance(p));
     if (!wake_at) return std::move(p.outcome);
     if (p.subscription) {
-      p.subscription->WaitUntil(*wake_at);
+      p.woken = p.subscription->WaitUntil(*wake_at);
     } else {
       std::this_thread::sleep_until(*wake_at);
     }

@@ -55,8 +55,9 @@ ThreadPool::TimerId ThreadPool::PostAt(Clock::time_point when, Task task) {
   const bool earliest = timed_.empty() || when < timed_.begin()->first.first;
   timed_.emplace(std::make_pair(when, id), std::move(task));
   timed_at_.emplace(id, when);
-  // Threads asleep until a later time must wake to wait for this one instead.
-  if (earliest) cv_.notify_all();
+  // A thread asleep until a later time wakes to wait for this one instead (one is enough: a
+  // thread that finds more due work than it takes wakes another, see Next).
+  if (earliest) cv_.notify_one();
   return id;
 }
 
@@ -83,16 +84,22 @@ size_t ThreadPool::queued() const {
 ThreadPool::Task ThreadPool::Next() {
   std::unique_lock lock(mu_);
   while (true) {
+    Task task;
+    const bool due =
+        !timed_.empty() && (stopping_ || timed_.begin()->first.first <= Clock::now());
     if (!ready_.empty()) {
-      Task task = std::move(ready_.front());
+      task = std::move(ready_.front());
       ready_.pop_front();
-      return task;
-    }
-    if (!timed_.empty() && (stopping_ || timed_.begin()->first.first <= Clock::now())) {
+    } else if (due) {
       auto entry = timed_.begin();
-      Task task = std::move(entry->second);
+      task = std::move(entry->second);
       timed_at_.erase(entry->first.second);
       timed_.erase(entry);
+    }
+    if (task) {
+      // More work left: another thread takes it (wakes are passed on one at a time rather than
+      // every thread woken for every task).
+      if (!ready_.empty() || due) cv_.notify_one();
       return task;
     }
     if (stopping_) {

@@ -88,8 +88,11 @@ TEST_F(BoundedLoadTest, WaitingCallsHoldNoThreadAndAnswerWithinTheirMaxWait) {
   std::vector<std::unique_ptr<v1::PlannerService::Stub>> planners;
   std::vector<std::unique_ptr<v1::CatalogService::Stub>> catalogs;
   for (int c = 0; c < 8; ++c) {
-    planners.push_back(server->Planner());
-    catalogs.push_back(server->Catalog());
+    const auto channel = server->NewChannel();
+    // Connected before the clock starts: answers are measured, not handshakes.
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + seconds(10)));
+    planners.push_back(v1::PlannerService::NewStub(channel));
+    catalogs.push_back(v1::CatalogService::NewStub(channel));
   }
   // Connected and settled before the idle count.
   {

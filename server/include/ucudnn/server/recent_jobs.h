@@ -64,6 +64,22 @@ class RecentJobs {
     if (!entry || !Fresh(entry->at, now)) return std::nullopt;
     return entry->job;
   }
+
+  // What is known of a job, and whether the caller is to read it again: when absent, or older
+  // than the TTL. An old entry then counts as fresh for the other callers until that read is
+  // Put (stale while revalidating), so a burst of requests whose entries expire together reads
+  // each job once, not once per request.
+  struct Lookup {
+    std::optional<Job> job;
+    bool read_again = false;
+  };
+  Lookup GetOrClaim(int64_t job_id, Clock::time_point now) {
+    const auto entry = jobs_.Get(job_id);
+    if (!entry) return {std::nullopt, true};
+    if (Fresh(entry->at, now)) return {entry->job, false};
+    Put(entry->job, now);
+    return {entry->job, true};
+  }
   void Put(const Job& job, Clock::time_point now) {
     jobs_.Put(job.id, std::make_shared<const JobEntry>(JobEntry{job, now}));
   }
