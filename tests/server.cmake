@@ -9,8 +9,8 @@ endif()
 ucudnn_add_test(NAME ucudnn_server_unit_tests
   SOURCES server/config_test.cc server/auth_test.cc server/metrics_test.cc
           server/caches_test.cc server/watcher_test.cc server/thread_pool_test.cc
-          server/metrics_http_test.cc
-  LIBS ucudnn_server_lib ${UCUDNN_SERVER_TEST_HTTPLIB}
+          server/metrics_http_test.cc server/request_validation_test.cc
+  LIBS ucudnn_server_lib ucudnn_proto_convert ${UCUDNN_SERVER_TEST_HTTPLIB}
   LABELS unit)
 if(TARGET ucudnn_test_postgres)
   ucudnn_add_test(NAME ucudnn_server_tests

@@ -11,6 +11,7 @@
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/planner/planner.h"
 #include "ucudnn/server/plan_key.h"
+#include "ucudnn/server/request_validation.h"
 
 namespace ucudnn::server {
 namespace {
@@ -300,9 +301,9 @@ struct PlanCoordinator::Planning {
   Clock::time_point wait_start;
   Clock::time_point wait_until;
   std::unique_ptr<TimingSubscription> subscription;  // to the problems it waits for
-  size_t waiting_for = 0;                             // how many
-  WakeReason woken;                                   // what arrived since the last round
-  bool rechecked = false;                             // a round re-read the timings
+  size_t waiting_for = 0;                            // how many
+  WakeReason woken;                                  // what arrived since the last round
+  bool rechecked = false;                            // a round re-read the timings
 };
 
 namespace {
@@ -385,20 +386,8 @@ bool PlanCoordinator::ServeCachedPlan(Planning& p) {
 }
 
 Status PlanCoordinator::Prepare(Planning& p) {
-  const v1::GetPlanRequest& message = *p.call.request;
-  // The count first: a request over the configured bound is refused before anything is parsed.
-  if (message.kernels_size() > options_.max_kernels) {
-    return InvalidArgument(FieldPath(p.call.field_path, "kernels") + ": at most " +
-                           std::to_string(options_.max_kernels) + " kernels per request, got " +
-                           std::to_string(message.kernels_size()));
-  }
-  UCUDNN_ASSIGN_OR_RETURN(p.request, FromProto(message, p.call.field_path));
-  // Valid for the message (uint64), but no database column holds it.
-  if (p.request.device.memory_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return InvalidArgument(FieldPath(p.call.field_path, "device.memory_bytes") +
-                           ": must be at most 2^63-1, got " +
-                           std::to_string(p.request.device.memory_bytes));
-  }
+  UCUDNN_ASSIGN_OR_RETURN(
+      p.request, ValidatePlanRequest(*p.call.request, p.call.field_path, options_.max_kernels));
   // The configured ILP limit is part of the content (mode total_sum): a replica configured
   // otherwise computes, and caches, its own plan. A deadline may shorten the limit of one solve
   // (Solve); such a plan is not cached.

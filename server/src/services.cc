@@ -14,14 +14,10 @@
 #include "ucudnn/core/text.h"
 #include "ucudnn/planner/plan_table.h"
 #include "ucudnn/server/grpc_status.h"
+#include "ucudnn/server/request_validation.h"
 
 namespace ucudnn::server {
 namespace {
-
-constexpr int kDefaultJobLimit = 100;
-constexpr int kMaxJobLimit = 10000;
-constexpr int kMaxTimingsPerSubmit = 100000;
-constexpr size_t kMaxMeasuredByBytes = 128;
 
 Status TooManyCalls() { return ResourceExhausted("too many plan requests in flight; retry later"); }
 
@@ -58,22 +54,6 @@ std::string_view AuthorizationOf(const grpc::ServerContextBase& context) {
   const auto it = metadata.find("authorization");
   if (it == metadata.end()) return {};
   return std::string_view(it->second.data(), it->second.size());
-}
-
-// Reads a required message field into `out`, or records its errors under `field`.
-template <typename T, typename Message>
-void ReadField(bool present, const Message& message, std::string_view field, FieldErrors& errors,
-               T& out) {
-  if (!present) {
-    errors.AddField(field, "required");
-    return;
-  }
-  auto parsed = FromProto(message);
-  if (parsed.ok()) {
-    out = std::move(parsed).value();
-  } else {
-    errors.Add(field, parsed.status());
-  }
 }
 
 // The caller's role from its bearer token, or the anonymous role; a refusal (a wrong token, or
@@ -453,20 +433,8 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::ListJobs(grpc::CallbackServerConte
   return RunOnPool(context, *pool_, *metrics_, "ListJobs", [=, this] {
     return Guarded("ListJobs", [&]() -> Status {
       UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "ListJobs").status());
-      FieldErrors errors;
-      const std::string& state = request->state();
-      if (!state.empty() && state != "expired" && !store::ParseJobState(state).ok()) {
-        errors.AddField("state", "must be one of queued, running, expired, done, failed, got " +
-                                     QuoteForError(state));
-      }
-      int limit = request->limit();
-      if (limit < 0 || limit > kMaxJobLimit) {
-        errors.AddField("limit", "must be in [0, " + std::to_string(kMaxJobLimit) + "], got " +
-                                     std::to_string(limit));
-      }
-      UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
-      if (limit == 0) limit = kDefaultJobLimit;
-      UCUDNN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs(state, limit));
+      UCUDNN_ASSIGN_OR_RETURN(const JobListing listing, ValidateListJobs(*request));
+      UCUDNN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs(listing.state, listing.limit));
       UCUDNN_ASSIGN_OR_RETURN(const int64_t depth, store_->QueueDepth());
       for (const auto& job : jobs) *response->add_jobs() = ToProto(job);
       response->set_queue_depth(depth);
@@ -481,20 +449,15 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::GetTimings(grpc::CallbackServerCon
   return RunOnPool(context, *pool_, *metrics_, "GetTimings", [=, this] {
     return Guarded("GetTimings", [&]() -> Status {
       UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "GetTimings").status());
-      FieldErrors errors;
-      DeviceFingerprint device;
-      ConvProblem problem;
-      ReadField(request->has_device(), request->device(), "device", errors, device);
-      ReadField(request->has_problem(), request->problem(), "problem", errors, problem);
-      UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
-      UCUDNN_ASSIGN_OR_RETURN(auto records, store_->GetTimingRecords(device, problem));
+      UCUDNN_ASSIGN_OR_RETURN(const TimingsQuery query, ValidateGetTimings(*request));
+      UCUDNN_ASSIGN_OR_RETURN(auto records, store_->GetTimingRecords(query.device, query.problem));
       for (const auto& record : records) {
         v1::Timing* m = response->add_timings();
         *m = ToProto(record.timing);
         m->set_measured_by(record.measured_by);
         m->set_measured_at(record.measured_at);
       }
-      response->set_problem_hash(HashHex(StableHash(problem)));
+      response->set_problem_hash(HashHex(StableHash(query.problem)));
       return Status::Ok();
     });
   });
@@ -506,25 +469,16 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::GetParetoFront(
   return RunOnPool(context, *pool_, *metrics_, "GetParetoFront", [=, this] {
     return Guarded("GetParetoFront", [&]() -> Status {
       UCUDNN_RETURN_IF_ERROR(Identify(*auth_, *metrics_, *context, "GetParetoFront").status());
-      FieldErrors errors;
-      DeviceFingerprint device;
-      Kernel kernel;
-      ReadField(request->has_device(), request->device(), "device", errors, device);
-      ReadField(request->has_kernel(), request->kernel(), "kernel", errors, kernel);
-      BatchPolicy policy = BatchPolicy::kPowerOfTwo;
-      if (auto parsed = FromProto(request->policy()); parsed.ok()) {
-        policy = *parsed;
-      } else {
-        errors.Add(parsed.status());
-      }
-      UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
-      UCUDNN_ASSIGN_OR_RETURN(auto timings, coordinator_->LoadTimings(device, kernel.problem));
+      UCUDNN_ASSIGN_OR_RETURN(const ParetoQuery query, ValidateGetParetoFront(*request));
+      UCUDNN_ASSIGN_OR_RETURN(auto timings,
+                              coordinator_->LoadTimings(query.device, query.kernel.problem));
       if (timings->table.entries.empty()) {
-        return NotFound("no timings for problem " + HashHex(StableHash(kernel.problem)) +
-                        " on device " + HashHex(device.Hash()) +
+        return NotFound("no timings for problem " + HashHex(StableHash(query.kernel.problem)) +
+                        " on device " + HashHex(query.device.Hash()) +
                         " (GetPlan enqueues a benchmark for it)");
       }
-      for (const auto& config : ParetoFront(timings->table, kernel.mini_batch, policy)) {
+      for (const auto& config :
+           ParetoFront(timings->table, query.kernel.mini_batch, query.policy)) {
         v1::ParetoPoint* point = response->add_points();
         point->set_time_ms(config.time_ms);
         point->set_workspace_bytes(config.workspace_bytes);
@@ -573,11 +527,8 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::RetryJob(grpc::CallbackServerConte
       return Denied(*metrics_, *context, "RetryJob", caller->role, "retry jobs (role admin)");
     }
     return Guarded("RetryJob", [&]() -> Status {
-      if (request->job_id() < 1) {
-        return InvalidArgument("job_id: must be positive, got " +
-                               std::to_string(request->job_id()));
-      }
-      UCUDNN_ASSIGN_OR_RETURN(const store::Job job, store_->RetryJob(request->job_id()));
+      UCUDNN_ASSIGN_OR_RETURN(const int64_t job_id, ValidateRetryJob(*request));
+      UCUDNN_ASSIGN_OR_RETURN(const store::Job job, store_->RetryJob(job_id));
       spdlog::info("RetryJob: job {} re-queued at the request of {}", job.id, context->peer());
       *response->mutable_job() = ToProto(job);
       return Status::Ok();
@@ -596,22 +547,9 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::CancelJobs(grpc::CallbackServerCon
       return Denied(*metrics_, *context, "CancelJobs", caller->role, "cancel jobs (role admin)");
     }
     return Guarded("CancelJobs", [&]() -> Status {
-      if (request->all_queued() == (request->job_id() != 0)) {
-        return InvalidArgument("job_id, all_queued: give exactly one (job_id " +
-                               std::to_string(request->job_id()) + ", all_queued " +
-                               (request->all_queued() ? "true" : "false") + ")");
-      }
-      if (request->job_id() < 0) {
-        return InvalidArgument("job_id: must be positive, got " +
-                               std::to_string(request->job_id()));
-      }
-      std::optional<uint64_t> device;
-      if (!request->device_hash().empty()) {
-        if (!request->all_queued()) return InvalidArgument("device_hash: only with all_queued");
-        UCUDNN_ASSIGN_OR_RETURN(device, ParseHashHex(request->device_hash(), "device_hash"));
-      }
+      UCUDNN_ASSIGN_OR_RETURN(const JobCancellation cancel, ValidateCancelJobs(*request));
       UCUDNN_ASSIGN_OR_RETURN(const auto cancelled,
-                              store_->CancelQueuedJobs(request->job_id(), device));
+                              store_->CancelQueuedJobs(cancel.job_id, cancel.device_hash));
       spdlog::info("CancelJobs: {} queued job(s) cancelled at the request of {}", cancelled.size(),
                    context->peer());
       for (const store::Job& job : cancelled) *response->add_cancelled() = ToProto(job);
@@ -621,43 +559,6 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::CancelJobs(grpc::CallbackServerCon
 }
 
 // ---- TimingService -----------------------------------------------------------------------------
-
-Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& request) {
-  ValidatedSubmission out;
-  FieldErrors errors;
-  ReadField(request.has_device(), request.device(), "device", errors, out.device);
-  ReadField(request.has_problem(), request.problem(), "problem", errors, out.problem);
-  const int count = request.timings_size();
-  if (count < 1 || count > kMaxTimingsPerSubmit) {
-    errors.AddField("timings", "must hold 1 to " + std::to_string(kMaxTimingsPerSubmit) +
-                                   " timings, got " + std::to_string(count));
-  } else {
-    out.timings.reserve(static_cast<size_t>(count));
-    std::set<std::tuple<int64_t, int, std::string>> seen;
-    for (int i = 0; i < count; ++i) {
-      const std::string field = "timings[" + std::to_string(i) + "]";
-      auto timing = FromProto(request.timings(i));
-      if (!timing.ok()) {
-        errors.Add(field, timing.status());
-        continue;
-      }
-      if (!seen.emplace(timing->micro_batch, timing->algo, timing->engine_config).second) {
-        errors.AddField(field, "duplicate (micro_batch " + std::to_string(timing->micro_batch) +
-                                   ", algo " + AlgorithmText(AlgorithmOf(*timing)) + ")");
-        continue;
-      }
-      out.timings.push_back(std::move(timing).value());
-    }
-  }
-  if (request.measured_by().size() > kMaxMeasuredByBytes) {
-    errors.AddField("measured_by", "at most " + std::to_string(kMaxMeasuredByBytes) +
-                                       " bytes, got " +
-                                       std::to_string(request.measured_by().size()));
-  }
-  UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
-  out.measured_by = request.measured_by().empty() ? "api" : request.measured_by();
-  return out;
-}
 
 grpc::ServerUnaryReactor* TimingServiceImpl::SubmitTimings(grpc::CallbackServerContext* context,
                                                            const v1::SubmitTimingsRequest* request,

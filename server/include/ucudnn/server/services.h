@@ -13,6 +13,7 @@
 
 #include "ucudnn/server/auth.h"
 #include "ucudnn/server/plan_coordinator.h"
+#include "ucudnn/server/request_validation.h"
 #include "ucudnn/server/server_metrics.h"
 #include "ucudnn/server/thread_pool.h"
 #include "ucudnn/store/store.h"
@@ -168,15 +169,5 @@ class TimingServiceImpl final : public v1::TimingService::CallbackService {
   ServerMetrics* metrics_;
   ThreadPool* pool_;
 };
-
-// Validates a SubmitTimingsRequest into the store's input, naming every invalid field at once
-// ("2 invalid fields: problem.c: ...; timings[3].time_ms: ..."). Pure; exposed for tests.
-struct ValidatedSubmission {
-  DeviceFingerprint device;
-  ConvProblem problem;
-  std::vector<Timing> timings;
-  std::string measured_by;
-};
-Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& request);
 
 }  // namespace ucudnn::server
