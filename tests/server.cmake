@@ -12,6 +12,8 @@ ucudnn_add_test(NAME ucudnn_server_unit_tests
           server/metrics_http_test.cc server/request_validation_test.cc
   LIBS ucudnn_server_lib ucudnn_proto_convert ${UCUDNN_SERVER_TEST_HTTPLIB}
   LABELS unit)
+# The configuration test runs `ucudnn-server --help`.
+add_dependencies(ucudnn_server_unit_tests ucudnn-server)
 if(TARGET ucudnn_test_postgres)
   ucudnn_add_test(NAME ucudnn_server_tests
     SOURCES server/server_test.cc

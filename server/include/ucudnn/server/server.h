@@ -64,6 +64,12 @@ class PlannerServer {
 
  private:
   PlannerServer();
+  // Start's phases: the store (migrated, or its schema checked), the caches, coordinator and
+  // services, the gRPC port, the metrics endpoint.
+  Status OpenDatabase(const ServerConfig& config, bool* schema_behind);
+  Status MakeServices(const ServerConfig& config);
+  Status Listen(const ServerConfig& config);
+  Status StartMetricsEndpoint(const ServerConfig& config);
   void HealthLoop(std::chrono::milliseconds interval);
   void SetServing(bool serving);
 
