@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/test_problems.h"
 #include "ucudnn/core/proto_convert.h"
 
 namespace ucudnn::server {
@@ -20,18 +21,7 @@ DeviceFingerprint Cpu() {
   return device;
 }
 
-ConvProblem Problem() {
-  ConvProblem p;
-  p.c = 3;
-  p.h = 12;
-  p.w = 12;
-  p.k = 8;
-  p.r = 3;
-  p.s = 3;
-  p.pad_h = 1;
-  p.pad_w = 1;
-  return p;
-}
+ConvProblem Problem() { return testdata::Resnet3x3(); }
 
 v1::GetPlanRequest PlanRequestWith(int kernels) {
   PlanRequest request;
