@@ -40,9 +40,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -691,9 +691,9 @@ std::vector<std::unique_ptr<LoadCall>> RunLoadCalls(int port, const v1::GetPlanR
   }
   for (auto& call : calls) {
     grpc::Slice slice;
-    if (call->status.ok() && (!call->answer.DumpToSingleSlice(&slice).ok() ||
-                              !call->response.ParseFromArray(slice.begin(),
-                                                             static_cast<int>(slice.size())))) {
+    if (call->status.ok() &&
+        (!call->answer.DumpToSingleSlice(&slice).ok() ||
+         !call->response.ParseFromArray(slice.begin(), static_cast<int>(slice.size())))) {
       call->status = grpc::Status(grpc::StatusCode::DATA_LOSS, "unreadable GetPlanResponse");
     }
   }

@@ -85,8 +85,7 @@ ThreadPool::Task ThreadPool::Next() {
   std::unique_lock lock(mu_);
   while (true) {
     Task task;
-    const bool due =
-        !timed_.empty() && (stopping_ || timed_.begin()->first.first <= Clock::now());
+    const bool due = !timed_.empty() && (stopping_ || timed_.begin()->first.first <= Clock::now());
     if (!ready_.empty()) {
       task = std::move(ready_.front());
       ready_.pop_front();
