@@ -7,11 +7,39 @@ proto=$here/../proto
 encode() { protoc --proto_path="$proto" --encode="ucudnn.v1.$1" ucudnn/v1/ucudnn.proto <"$2"; }
 rm -rf "$here/corpus"
 mkdir -p "$here/corpus/plan_request_fuzzer" "$here/corpus/plan_decode_fuzzer" \
-  "$here/corpus/plan_cache_fuzzer"
+  "$here/corpus/plan_cache_fuzzer" "$here/corpus/rpc_request_fuzzer"
 for seed in request_valid request_gpu_total request_invalid; do
   encode GetPlanRequest "$here/seeds/$seed.txtpb" >"$here/corpus/plan_request_fuzzer/$seed"
 done
 encode Timing "$here/seeds/timing.txtpb" >"$here/corpus/plan_request_fuzzer/timing"
+# rpc_request_fuzzer: byte 0 is the method (the order of kMethods in rpc_request_fuzzer.cc),
+# byte 1 the length of the authorization value that follows, then the request.
+rpc() {  # METHOD_INDEX TYPE NAME AUTHORIZATION < text-format request
+  local out=$here/corpus/rpc_request_fuzzer/$3
+  printf "\\$(printf %03o "$1")\\$(printf %03o "${#4}")%s" "$4" >"$out"
+  protoc --proto_path="$proto" --encode="ucudnn.v1.$2" ucudnn/v1/ucudnn.proto >>"$out"
+}
+for seed in request_valid request_gpu_total request_invalid; do
+  rpc 0 GetPlanRequest "get_plan_$seed" "" <"$here/seeds/$seed.txtpb"
+done
+{ echo "request {"; cat "$here/seeds/request_valid.txtpb"; echo "}"; } |
+  rpc 1 StreamPlanRequest stream_plan "Bearer plan-token"
+rpc 2 ListDevicesRequest list_devices "" </dev/null
+rpc 3 ListWorkersRequest list_workers "bearer read-token" <"$here/seeds/rpc_list_workers.txtpb"
+rpc 4 ListJobsRequest list_jobs "" <"$here/seeds/rpc_list_jobs.txtpb"
+rpc 4 ListJobsRequest list_jobs_invalid "Basic x" <"$here/seeds/rpc_list_jobs_invalid.txtpb"
+rpc 5 GetTimingsRequest get_timings "" <"$here/seeds/rpc_get_timings.txtpb"
+rpc 6 GetParetoFrontRequest get_pareto_front "" <"$here/seeds/rpc_get_pareto_front.txtpb"
+{ echo "request {"; cat "$here/seeds/request_gpu_total.txtpb"; echo "}"; } |
+  rpc 7 ExplainPlanRequest explain_plan ""
+rpc 8 RetryJobRequest retry_job "Bearer admin-token" <"$here/seeds/rpc_retry_job.txtpb"
+rpc 8 RetryJobRequest retry_job_invalid "" <"$here/seeds/rpc_retry_job_invalid.txtpb"
+rpc 9 CancelJobsRequest cancel_jobs "Bearer admin-token" <"$here/seeds/rpc_cancel_jobs.txtpb"
+rpc 9 CancelJobsRequest cancel_jobs_invalid "" <"$here/seeds/rpc_cancel_jobs_invalid.txtpb"
+rpc 10 SubmitTimingsRequest submit_timings "Bearer submit-token" \
+  <"$here/seeds/rpc_submit_timings.txtpb"
+rpc 10 SubmitTimingsRequest submit_timings_invalid "" \
+  <"$here/seeds/rpc_submit_timings_invalid.txtpb"
 for seed in plan_complete plan_partial; do
   encode GetPlanResponse "$here/seeds/$seed.txtpb" >"$here/corpus/plan_decode_fuzzer/$seed"
 done

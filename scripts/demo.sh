@@ -191,8 +191,11 @@ done
 ucudnn_log "planning $network (mini-batch $batch, $workspace per kernel${precision[*]:+, ${precision[*]}})" \
   "on the $backend device;"
 ucudnn_log "the worker benchmarks what is missing first (progress below)"
-"$bin/ucudnn" plan --server "127.0.0.1:$grpc_port" --backend "$backend" --network "$network" \
-  --batch "$batch" "${precision[@]}" --workspace "$workspace" --wait 1800
+# With the token (from the environment, not the command line): a caller without one gets plans
+# from what is measured but may not enqueue benchmarks.
+UCUDNN_TOKEN="$(cat "$run_dir/token")" "$bin/ucudnn" plan --server "127.0.0.1:$grpc_port" \
+  --backend "$backend" --network "$network" --batch "$batch" "${precision[@]}" \
+  --workspace "$workspace" --wait 1800
 
 cat <<EOF
 
@@ -200,11 +203,13 @@ The services keep running:
   server    127.0.0.1:$grpc_port   log $run_dir/server.log   metrics http://127.0.0.1:$metrics_port/metrics
   worker    ($backend)           log $run_dir/worker.log
   postgres  127.0.0.1:$pg_port   data $pgdata   url $db_url
-  token     $run_dir/token   (bearer token for TimingService.SubmitTimings)
+  token     $run_dir/token   (bearer token, role admin: enqueueing benchmarks, submitting timings)
 
-Query them:
+Query them (a plan without the token is made from what is measured; with it, missing benchmarks
+are queued):
   $bin/ucudnn devices --server 127.0.0.1:$grpc_port
   $bin/ucudnn jobs --server 127.0.0.1:$grpc_port
+  export UCUDNN_TOKEN="\$(cat $run_dir/token)"
   $bin/ucudnn plan --server 127.0.0.1:$grpc_port --backend $backend --network $network --batch $batch --workspace 256MiB --total
 EOF
 # buf curl calls the server through reflection, as grpcurl would (Debian 12 has no grpcurl).

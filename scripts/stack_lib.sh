@@ -3,8 +3,9 @@
 # measure it there (h100_stack.sh, peer_bench.sh): a PostgreSQL of its own, the planner server and
 # one worker. Sourced; the caller sets `bundle` (a directory), `results` (a directory) and
 # `backend` (cudnn, or cpu for a smoke test without a GPU), then calls stack_start. Afterwards
-# `server_addr` is the server's host:port, `work` a scratch directory whose *.log files end up in
-# $results/logs.txt, and an EXIT trap stops everything. (SC2154: the caller's variables.)
+# `server_addr` is the server's host:port, UCUDNN_TOKEN (exported) a token it accepts, `work` a
+# scratch directory whose *.log files end up in $results/logs.txt, and an EXIT trap stops
+# everything. (SC2154: the caller's variables.)
 
 log() { echo "[stack $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
 now() { date +%s.%N; }
@@ -61,8 +62,15 @@ stack_start() {
   as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U ucudnn ucudnn
   ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
 
+  # Callers without a token may not enqueue benchmarks: the clients of this shell (`ucudnn plan`,
+  # the examples, the PyTorch adapter) send this one (role admin) from UCUDNN_TOKEN; the server
+  # reads it from its file, never from a command line.
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+  chmod 600 "$work/token"
+  UCUDNN_TOKEN="$(cat "$work/token")"
+  export UCUDNN_TOKEN
   ucudnn-server --listen "$server_addr" --database-url "$db_url" --metrics-listen "" \
-    --no-migrate >"$work/server.log" 2>&1 &
+    --token-file "$work/token" --no-migrate >"$work/server.log" 2>&1 &
   stack_pids+=($!)
   ucudnn-worker --backend "$backend" --database-url "$db_url" >"$work/worker.log" 2>&1 &
   stack_pids+=($!)

@@ -3,7 +3,8 @@
 # folder, the planner server on 127.0.0.1:$grpc_port and a worker on $backend, and stops them when
 # the calling script exits (their last log lines go to $results/logs.txt).
 # Needs from the caller: bundle (its bin/env.sh sourced), results, backend (cudnn or cpu), log().
-# Sets: work, pg_bin, pg_port, grpc_port, db_url, pids, as_pg_user, as_pg(), cleanup().
+# Sets: work, pg_bin, pg_port, grpc_port, db_url, pids, as_pg_user, as_pg(), cleanup(), and
+# exports UCUDNN_TOKEN (a token the server accepts).
 # shellcheck shell=bash disable=SC2154  # bundle, results and backend are the caller's
 work="$(mktemp -d /tmp/ucudnn-stack.XXXXXX)"
 chmod 755 "$work"
@@ -48,8 +49,15 @@ as_pg "$pg_bin/pg_ctl" -D "$work/pgdata" -l "$work/pgdata/postgres.log" -w \
 as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U ucudnn ucudnn
 ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
 
+# Callers without a token may not enqueue benchmarks: the clients of the calling script (the
+# PyTorch adapter, `ucudnn plan`) send this one (role admin) from UCUDNN_TOKEN; the server reads it
+# from its file, never from a command line.
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+chmod 600 "$work/token"
+UCUDNN_TOKEN="$(cat "$work/token")"
+export UCUDNN_TOKEN
 ucudnn-server --listen "127.0.0.1:$grpc_port" --database-url "$db_url" --metrics-listen "" \
-  --no-migrate >"$work/server.log" 2>&1 &
+  --token-file "$work/token" --no-migrate >"$work/server.log" 2>&1 &
 pids+=($!)
 ucudnn-worker --backend "$backend" --database-url "$db_url" >"$work/worker.log" 2>&1 &
 pids+=($!)

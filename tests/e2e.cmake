@@ -9,6 +9,7 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/faults_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/bad_input_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/load_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/bounded_load_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/operator_cli_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/engine_configs_test.cc
@@ -30,7 +31,7 @@ add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker ucudnn)
 # Each ctest test builds (a no-op when up to date) and runs one target for a bounded time over the
 # committed seed corpus; without clang it skips (exit code 77).
 set(UCUDNN_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs in the test suite")
-set(ucudnn_fuzz_targets plan_request_fuzzer plan_decode_fuzzer plan_cache_fuzzer)
+set(ucudnn_fuzz_targets plan_request_fuzzer plan_decode_fuzzer plan_cache_fuzzer rpc_request_fuzzer)
 # Builds the fuzzers ahead of the tests (ninja ucudnn_fuzzers); the tests build them otherwise.
 add_custom_target(ucudnn_fuzzers
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/e2e/run_fuzz.sh --build-only ${PROJECT_SOURCE_DIR}

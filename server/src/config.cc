@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <CLI/CLI.hpp>
+
 #include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/server/auth.h"
@@ -114,9 +116,10 @@ const std::vector<FlagSpec>& Specs() {
        "", StringFlag(&ServerConfig::token_file), nullptr},
       {"anonymous-role", "UCUDNN_ANONYMOUS_ROLE", "ROLE",
        "what callers without a token may do: none (every call needs a token), read (catalog and "
-       "read-only plans, nothing written), plan (also enqueue benchmarks for known devices) or "
-       "open (also register unknown devices by planning for them, as before roles existed)",
-       "open",
+       "plans from the stored timings; nothing they send creates a row), plan (also enqueue "
+       "benchmarks for known devices) or open (also register unknown devices by planning for "
+       "them, as before roles existed; a closed network only)",
+       "read",
        [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
          if (auto parsed = ParseAnonymousRole(v); !parsed.ok()) {
            return InvalidArgument(std::string(where) + ": must be none, read, plan or open, got " +
@@ -196,8 +199,12 @@ const std::vector<FlagSpec>& Specs() {
        nullptr},
       {"max-waiting-calls", "UCUDNN_MAX_WAITING_CALLS", "N",
        "plan calls (GetPlan, StreamPlan, ExplainPlan) computing or waiting for benchmarks at once "
-       "(one thread each); more are refused with RESOURCE_EXHAUSTED",
+       "(a waiting call holds no thread); more are refused with RESOURCE_EXHAUSTED",
        "1024", IntFlag(&ServerConfig::max_blocking_calls, 1, 65536), nullptr},
+      {"planner-threads", "UCUDNN_PLANNER_THREADS", "N",
+       "threads that do the work of every call (database reads and writes, planning); the "
+       "server's thread count does not grow with the calls in flight",
+       "8", IntFlag(&ServerConfig::planner_threads, 1, 1024), nullptr},
       {"timings-cache-entries", "UCUDNN_TIMINGS_CACHE_ENTRIES", "N",
        "timing tables kept in process, invalidated by the database's notifications; 0 disables",
        "8192", IntFlag(&ServerConfig::timings_cache_entries, 0, 1 << 24), nullptr},
@@ -230,13 +237,6 @@ const std::vector<FlagSpec>& Specs() {
   return specs;
 }
 
-const FlagSpec* FindSpec(std::string_view name) {
-  for (const auto& spec : Specs()) {
-    if (spec.name == name) return &spec;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 EnvLookup ProcessEnv() {
@@ -247,10 +247,55 @@ EnvLookup ProcessEnv() {
   };
 }
 
+namespace {
+
+// The flags on a CLI11 app, each applying its value to `config` through its spec (validated,
+// errors naming the flag). With `show_env`, each option also names its variable (for --help;
+// parsing applies the variables itself, from the EnvLookup, so it stays pure).
+void AddFlags(CLI::App& app, ServerConfig& config, bool show_env) {
+  // A flag given twice: the last one counts, as with most command-line tools.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const FlagSpec& spec : Specs()) {
+    const std::string flag = "--" + std::string(spec.name);
+    std::string help(spec.help);
+    if (!spec.default_text.empty()) help += " (default: " + std::string(spec.default_text) + ")";
+    auto apply = [&config, &spec, flag](std::string_view value) {
+      if (Status status = spec.apply(config, value, flag); !status.ok()) {
+        throw CLI::ValidationError(status.message());
+      }
+    };
+    CLI::Option* option = nullptr;
+    if (spec.metavar.empty()) {
+      option = app.add_flag_callback(
+                      flag, [apply] { apply(""); }, help)
+                   ->disable_flag_override();
+    } else if (spec.name == "tokens") {
+      // Every --tokens counts, and together they replace the variable's tokens.
+      option = app.add_option_function<std::vector<std::string>>(
+                      flag,
+                      [&config, apply](const std::vector<std::string>& values) {
+                        config.tokens.clear();
+                        for (const auto& value : values) apply(value);
+                      },
+                      help)
+                   ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+                   ->allow_extra_args(false);
+    } else {
+      option = app.add_option_function<std::string>(
+          flag, [apply](const std::string& value) { apply(value); }, help);
+    }
+    if (!spec.metavar.empty()) option->type_name(std::string(spec.metavar));
+    if (show_env && !spec.env.empty()) option->envname(std::string(spec.env));
+  }
+}
+
+}  // namespace
+
 Result<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
                                            const EnvLookup& env) {
   ParsedCommandLine parsed;
   ServerConfig& config = parsed.config;
+  // The variables first, so that a flag wins over its variable.
   for (const auto& spec : Specs()) {
     if (spec.env.empty() || !env) continue;
     const auto value = env(std::string(spec.env));
@@ -258,46 +303,38 @@ Result<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
     const auto& apply = spec.apply_env ? spec.apply_env : spec.apply;
     UCUDNN_RETURN_IF_ERROR(apply(config, *value, spec.env));
   }
-  // Tokens given on the command line replace those of the environment, like every other flag.
-  bool tokens_from_flag = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      parsed.action = ParsedCommandLine::Action::kHelp;
-      return parsed;
-    }
-    if (arg == "--version") {
-      parsed.action = ParsedCommandLine::Action::kVersion;
-      return parsed;
-    }
-    if (arg.substr(0, 2) != "--") {
-      return InvalidArgument("unexpected argument '" + std::string(arg) + "' (see --help)");
-    }
-    arg.remove_prefix(2);
-    std::optional<std::string_view> inline_value;
-    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    const FlagSpec* spec = FindSpec(arg);
-    const std::string where = "--" + std::string(arg);
-    if (spec == nullptr) return InvalidArgument("unknown flag " + where + " (see --help)");
-    std::string_view value;
-    if (spec->metavar.empty()) {
-      if (inline_value) return InvalidArgument(where + ": takes no value");
-    } else if (inline_value) {
-      value = *inline_value;
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
+  CLI::App app;
+  AddFlags(app, config, /*show_env=*/false);
+  bool version = false;
+  app.add_flag("--version", version, "print the version");
+  // CLI11 takes the arguments in reverse order. It reads "--flag=" as a flag without its value
+  // (and takes the next argument); "--metrics-listen=" sets an empty value (no endpoint).
+  std::vector<std::string> reversed;
+  for (auto arg = args.rbegin(); arg != args.rend(); ++arg) {
+    if (arg->size() > 3 && arg->starts_with("--") && arg->ends_with('=') &&
+        arg->find('=') == arg->size() - 1) {
+      reversed.emplace_back();
+      reversed.push_back(arg->substr(0, arg->size() - 1));
     } else {
-      return InvalidArgument(where + ": needs a value (" + std::string(spec->metavar) + ")");
+      reversed.push_back(*arg);
     }
-    if (spec->name == "tokens" && !tokens_from_flag) {
-      config.tokens.clear();
-      tokens_from_flag = true;
-    }
-    UCUDNN_RETURN_IF_ERROR(spec->apply(config, value, where));
   }
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    parsed.action = ParsedCommandLine::Action::kHelp;
+    return parsed;
+  } catch (const CLI::ParseError& e) {
+    // CLI11 names a switch given a value without its dashes ("no-migrate was given a disallowed
+    // flag override"); every other message names the flag as typed.
+    std::string message = e.what();
+    constexpr std::string_view kOverride = " was given a disallowed flag override";
+    if (const size_t at = message.find(kOverride); at != std::string::npos) {
+      message = "--" + message.substr(0, at) + ": takes no value";
+    }
+    return InvalidArgument(message + " (see --help)");
+  }
+  if (version) parsed.action = ParsedCommandLine::Action::kVersion;
   return parsed;
 }
 
@@ -344,51 +381,20 @@ std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& con
   return delay;
 }
 
-namespace {
-
-// Wraps `text` at word boundaries to lines of at most `width` bytes, each starting with `indent`.
-std::string Wrap(std::string_view text, std::string_view indent, size_t width) {
-  std::string out;
-  std::string line(indent);
-  while (!text.empty()) {
-    const size_t space = text.find(' ');
-    const std::string_view word = text.substr(0, space);
-    if (line.size() > indent.size() && line.size() + 1 + word.size() > width) {
-      out += line + "\n";
-      line = std::string(indent);
-    }
-    if (line.size() > indent.size()) line += ' ';
-    line += word;
-    if (space == std::string_view::npos) break;
-    text.remove_prefix(space + 1);
-  }
-  return out + line + "\n";
-}
-
-}  // namespace
-
 std::string HelpText(std::string_view program) {
-  std::string out;
-  out += "Usage: " + std::string(program) + " [flags]\n\n";
-  out +=
-      "The ucudnn planner server: plans micro-batched cuDNN convolutions from the timings in\n"
-      "PostgreSQL, enqueues benchmarks for missing ones, and serves ucudnn.v1.PlannerService,\n"
-      "CatalogService and TimingService, grpc.health.v1 and server reflection. Stateless: run\n"
-      "as many replicas on one database as you like.\n\n"
-      "Every flag can also be set by its environment variable; a flag wins over its variable.\n\n"
-      "Flags:\n";
-  for (const auto& spec : Specs()) {
-    std::string head = "  --" + std::string(spec.name);
-    if (!spec.metavar.empty()) head += " " + std::string(spec.metavar);
-    std::string help(spec.help);
-    if (!spec.default_text.empty()) help += " (default: " + std::string(spec.default_text) + ")";
-    out += head + "\n" + Wrap(help, "      ", 92);
-    if (!spec.env.empty()) out += "      env: " + std::string(spec.env) + "\n";
-  }
-  out +=
-      "  --help\n      print this text\n"
-      "  --version\n      print the version\n";
-  return out;
+  CLI::App app(
+      "The ucudnn planner server: plans micro-batched cuDNN convolutions from the timings in "
+      "PostgreSQL, enqueues benchmarks for missing ones, and serves ucudnn.v1.PlannerService, "
+      "CatalogService and TimingService, grpc.health.v1 and server reflection. Stateless: run "
+      "as many replicas on one database as you like.\n\nEvery flag can also be set by its "
+      "environment variable (Env); a flag wins over its variable.",
+      std::string(program));
+  ServerConfig unused;
+  AddFlags(app, unused, /*show_env=*/true);
+  app.set_help_flag("-h,--help", "print this text");
+  bool version = false;
+  app.add_flag("--version", version, "print the version");
+  return app.help();
 }
 
 }  // namespace ucudnn::server

@@ -11,12 +11,18 @@
 #include "ucudnn/core/proto_convert.h"
 #include "ucudnn/planner/planner.h"
 #include "ucudnn/server/plan_key.h"
+#include "ucudnn/server/request_validation.h"
 
 namespace ucudnn::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// Jobs remembered by RecentJobs (each entry is a few dozen bytes).
+constexpr size_t kRecentJobs = 65536;
+// Partial plans remembered for identical requests (PartialKeyOf).
+constexpr size_t kPartialPlans = 256;
 
 // A deadline further away than this is "no deadline" (gRPC's infinite future).
 constexpr auto kNoDeadline = std::chrono::hours(24 * 365);
@@ -154,7 +160,9 @@ PlanCoordinator::PlanCoordinator(store::Store* store, TimingWatcher* watcher,
       metrics_(metrics),
       options_(options),
       plan_lru_(options.plan_cache_entries),
-      memo_(options.plan_cache_entries) {}
+      memo_(options.plan_cache_entries),
+      partial_lru_(kPartialPlans),
+      recent_jobs_(options.recent_jobs_ttl, kRecentJobs) {}
 
 void PlanCoordinator::StopWaiting() {
   stopping_ = true;
@@ -273,219 +281,319 @@ std::shared_ptr<const std::string> PlanCoordinator::LastKnownPlan(std::string_vi
   return cached->bytes;
 }
 
-Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
-  const v1::GetPlanRequest& message = *call.request;
-  // The count first: a request over the configured bound is refused before anything is parsed.
-  if (message.kernels_size() > options_.max_kernels) {
-    return InvalidArgument(FieldPath(call.field_path, "kernels") + ": at most " +
-                           std::to_string(options_.max_kernels) + " kernels per request, got " +
-                           std::to_string(message.kernels_size()));
+// One plan request between its phases.
+struct PlanCoordinator::Planning {
+  explicit Planning(const PlanCall& plan_call) : call(plan_call) {}
+
+  PlanCall call;
+  Clock::time_point received;  // max_wait_ms counts from here
+  PlanRequest request;
+  uint64_t device_hash = 0;
+  std::vector<ProblemSlot> slots;      // distinct problems, in first-seen order
+  std::vector<size_t> slot_of_kernel;  // request.kernels[k] is slots[slot_of_kernel[k]]
+  int total = 0;
+  int ready = 0;  // slots covered
+  bool prepared = false;
+  bool done = false;  // `outcome` is the answer
+  PlanOutcome outcome;
+  // While waiting for benchmarks.
+  bool waiting = false;
+  Clock::time_point wait_start;
+  Clock::time_point wait_until;
+  std::unique_ptr<TimingSubscription> subscription;  // to the problems it waits for
+  size_t waiting_for = 0;                            // how many
+  WakeReason woken;                                  // what arrived since the last round
+  bool rechecked = false;                            // a round re-read the timings
+};
+
+namespace {
+
+// Problems whose job failed for good wait for no one: nothing will measure them.
+bool Failed(const std::string& job_state) { return job_state == "failed"; }
+
+}  // namespace
+
+void PlanCoordinator::GroupDistinctProblems(Planning& p) {
+  std::unordered_map<uint64_t, size_t> index;
+  p.slot_of_kernel.resize(p.request.kernels.size());
+  for (size_t k = 0; k < p.request.kernels.size(); ++k) {
+    const Kernel& kernel = p.request.kernels[k];
+    const uint64_t hash = StableHash(kernel.problem);
+    auto [it, inserted] = index.emplace(hash, p.slots.size());
+    if (inserted) {
+      ProblemSlot slot;
+      slot.problem = kernel.problem;
+      slot.hash = hash;
+      p.slots.push_back(std::move(slot));
+    }
+    ProblemSlot& slot = p.slots[it->second];
+    slot.max_mini_batch = std::max(slot.max_mini_batch, kernel.mini_batch);
+    p.slot_of_kernel[k] = it->second;
   }
-  UCUDNN_ASSIGN_OR_RETURN(PlanRequest request, FromProto(message, call.field_path));
-  // Valid for the message (uint64), but no database column holds it.
-  if (request.device.memory_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return InvalidArgument(FieldPath(call.field_path, "device.memory_bytes") +
-                           ": must be at most 2^63-1, got " +
-                           std::to_string(request.device.memory_bytes));
+  p.total = static_cast<int>(p.slots.size());
+}
+
+int PlanCoordinator::UpdateCoverage(Planning& p) {
+  int ready = 0;
+  for (auto& slot : p.slots) {
+    slot.covered = TableCovers(*slot.timings, p.request.policy, slot.max_mini_batch);
+    ready += slot.covered ? 1 : 0;
   }
+  if (ready != p.ready && p.call.on_progress) p.call.on_progress(ready, p.total);
+  p.ready = ready;
+  return ready;
+}
+
+std::string PlanCoordinator::ContentTextOf(const Planning& p) const {
+  std::vector<std::optional<uint64_t>> digests(p.request.kernels.size());
+  for (size_t k = 0; k < p.request.kernels.size(); ++k) {
+    const ProblemSlot& slot = p.slots[p.slot_of_kernel[k]];
+    if (slot.covered) digests[k] = slot.timings->digest;
+  }
+  return PlanContentText(p.request, digests);
+}
+
+PlanCoordinator::ContentKey PlanCoordinator::KeyOf(const Planning& p) const {
+  const std::string text = ContentTextOf(p);
+  return ContentKey{Fnv1a64(text), PlanContentCheck(text)};
+}
+
+std::string PlanCoordinator::PartialPlanKey(const Planning& p) {
+  // The request (its bytes as they came, when there are: cheaper than its canonical text), then
+  // what each problem has: its timings, and when missing, what its job does.
+  std::string key = p.call.raw_request.empty() ? CanonicalPlanRequest(p.request)
+                                               : std::string(p.call.raw_request);
+  for (const auto& slot : p.slots) {
+    key += '|';
+    key += std::to_string(slot.timings->digest);
+    if (slot.covered) continue;
+    key += ' ' + std::to_string(slot.job_id) + ' ' + slot.job_state + ' ' + slot.job_error;
+  }
+  return key;
+}
+
+bool PlanCoordinator::ServeCachedPlan(Planning& p) {
+  if (!p.call.use_plan_cache) return false;
+  const ContentKey key = KeyOf(p);
+  bool from_database = false;
+  p.outcome.plan_bytes = LookupCachedPlan(key, p.request, &from_database);
+  if (!p.outcome.plan_bytes) return false;
+  p.outcome.from_cache = true;
+  if (metrics_) metrics_->RecordPlanCacheHit(from_database ? "database" : "memory");
+  Remember(p.call.raw_request, p.device_hash, p.slots, key);
+  p.done = true;
+  return true;
+}
+
+Status PlanCoordinator::Prepare(Planning& p) {
+  UCUDNN_ASSIGN_OR_RETURN(
+      p.request, ValidatePlanRequest(*p.call.request, p.call.field_path, options_.max_kernels));
   // The configured ILP limit is part of the content (mode total_sum): a replica configured
   // otherwise computes, and caches, its own plan. A deadline may shorten the limit of one solve
-  // below; such a plan is not cached.
-  request.ilp_time_limit_s = std::chrono::duration<double>(options_.ilp_time_limit).count();
-  const milliseconds max_wait(message.max_wait_ms());
-  const uint64_t device_hash = request.device.Hash();
+  // (Solve); such a plan is not cached.
+  p.request.ilp_time_limit_s = std::chrono::duration<double>(options_.ilp_time_limit).count();
+  p.device_hash = p.request.device.Hash();
+  GroupDistinctProblems(p);
 
-  // Distinct problems, in first-seen order.
-  std::vector<ProblemSlot> slots;
-  std::vector<size_t> slot_of_kernel(request.kernels.size());
-  {
-    std::unordered_map<uint64_t, size_t> index;
-    for (size_t k = 0; k < request.kernels.size(); ++k) {
-      const Kernel& kernel = request.kernels[k];
-      const uint64_t hash = StableHash(kernel.problem);
-      auto [it, inserted] = index.emplace(hash, slots.size());
-      if (inserted) {
-        ProblemSlot slot;
-        slot.problem = kernel.problem;
-        slot.hash = hash;
-        slots.push_back(std::move(slot));
-      }
-      ProblemSlot& slot = slots[it->second];
-      slot.max_mini_batch = std::max(slot.max_mini_batch, kernel.mini_batch);
-      slot_of_kernel[k] = it->second;
-    }
-  }
-  const int total = static_cast<int>(slots.size());
-
-  if (Status loaded = LoadTables(request.device, device_hash, slots, false); !loaded.ok()) {
+  if (Status loaded = LoadTables(p.request.device, p.device_hash, p.slots, false); !loaded.ok()) {
     // A database outage need not stop jobs whose plans this process already answered.
-    if (loaded.code() == StatusCode::kUnavailable) {
-      if (auto last = LastKnownPlan(call.raw_request)) {
-        spdlog::debug("database unavailable; answering a plan from the in-process cache");
-        if (metrics_) metrics_->RecordPlanCacheHit("memory_database_down");
-        PlanOutcome outcome;
-        outcome.plan_bytes = std::move(last);
-        outcome.from_cache = true;
-        return outcome;
-      }
-    }
-    return loaded;
+    if (loaded.code() != StatusCode::kUnavailable) return loaded;
+    auto last = LastKnownPlan(p.call.raw_request);
+    if (!last) return loaded;
+    spdlog::debug("database unavailable; answering a plan from the in-process cache");
+    if (metrics_) metrics_->RecordPlanCacheHit("memory_database_down");
+    p.outcome.plan_bytes = std::move(last);
+    p.outcome.from_cache = true;
+    p.done = true;
+    return Status::Ok();
   }
-  auto update_coverage = [&] {
-    int ready = 0;
-    for (auto& slot : slots) {
-      slot.covered = TableCovers(*slot.timings, request.policy, slot.max_mini_batch);
-      ready += slot.covered ? 1 : 0;
-    }
-    return ready;
-  };
-  auto content_key = [&] {
-    std::vector<std::optional<uint64_t>> digests(request.kernels.size());
-    for (size_t k = 0; k < request.kernels.size(); ++k) {
-      const ProblemSlot& slot = slots[slot_of_kernel[k]];
-      if (slot.covered) digests[k] = slot.timings->digest;
-    }
-    const std::string text = PlanContentText(request, digests);
-    return ContentKey{Fnv1a64(text), PlanContentCheck(text)};
-  };
-  // A cached plan for the current timings, from this process or the shared database cache.
-  auto try_cache = [&](PlanOutcome& outcome) {
-    if (!call.use_plan_cache) return false;
-    const ContentKey key = content_key();
-    bool from_database = false;
-    outcome.plan_bytes = LookupCachedPlan(key, request, &from_database);
-    if (!outcome.plan_bytes) return false;
-    outcome.from_cache = true;
-    if (metrics_) metrics_->RecordPlanCacheHit(from_database ? "database" : "memory");
-    Remember(call.raw_request, device_hash, slots, key);
-    return true;
-  };
+  p.ready = -1;  // the first count is always reported
+  UpdateCoverage(p);
+  if (p.ready == p.total && ServeCachedPlan(p)) return Status::Ok();
+  if (p.call.use_plan_cache && metrics_) metrics_->RecordPlanCacheMiss();
+  return Status::Ok();
+}
 
-  PlanOutcome outcome;
-  int ready = update_coverage();
-  if (call.on_progress) call.on_progress(ready, total);
-  if (ready == total && try_cache(outcome)) return outcome;
-  if (call.use_plan_cache && metrics_) metrics_->RecordPlanCacheMiss();
-
-  // Problems whose job failed for good wait for no one: nothing will measure them.
-  auto failed = [](const ProblemSlot& slot) { return slot.job_state == "failed"; };
-  bool enqueue = call.enqueue_and_wait && call.may_write && ready < total;
-  if (enqueue && !call.may_register_device) {
-    UCUDNN_ASSIGN_OR_RETURN(enqueue, store_->DeviceExists(device_hash));
+Status PlanCoordinator::EnqueueMissing(Planning& p) {
+  bool enqueue = p.call.enqueue_and_wait && p.call.may_write && p.ready < p.total;
+  if (enqueue && !p.call.may_register_device) {
+    UCUDNN_ASSIGN_OR_RETURN(enqueue, store_->DeviceExists(p.device_hash));
     if (!enqueue) {
       spdlog::debug(
-          "device {} is not registered and the caller may not register it: planned "
-          "read-only",
-          HashHex(device_hash));
+          "device {} is not registered and the caller may not register it: planned read-only",
+          HashHex(p.device_hash));
     }
   }
-  if (enqueue) {
-    // Every missing problem in one transaction.
-    std::vector<store::JobRequest> wanted;
-    std::vector<ProblemSlot*> wanted_slots;
-    for (auto& slot : slots) {
-      if (slot.covered) continue;
-      wanted.push_back({slot.problem, slot.max_mini_batch, request.policy});
-      wanted_slots.push_back(&slot);
-    }
-    UCUDNN_ASSIGN_OR_RETURN(auto enqueued, store_->EnqueueJobs(request.device, wanted));
-    if (enqueued.size() != wanted.size()) return Internal("enqueue answered the wrong count");
-    int created = 0;
-    int failed_jobs = 0;
-    for (size_t i = 0; i < enqueued.size(); ++i) {
-      ProblemSlot& slot = *wanted_slots[i];
-      slot.job_id = enqueued[i].job_id;
-      slot.job_state = JobStateName(enqueued[i].state);
-      slot.job_error = enqueued[i].error;
-      created += enqueued[i].created ? 1 : 0;
-      failed_jobs += failed(slot) ? 1 : 0;
-    }
-    if (metrics_) metrics_->RecordJobsEnqueued(created);
-    if (created > 0) {
-      spdlog::info("enqueued {} benchmark job(s) for device {}", created, HashHex(device_hash));
-    }
-    if (failed_jobs > 0) {
-      spdlog::info("{} missing problem(s) of device {} have failed jobs in their cool-down",
-                   failed_jobs, HashHex(device_hash));
-    }
+  if (!enqueue) return Status::Ok();
+  std::vector<ProblemSlot*> wanted;
+  std::vector<RecentJobs::Key> keys;
+  for (auto& slot : p.slots) {
+    if (slot.covered) continue;
+    wanted.push_back(&slot);
+    keys.push_back({p.device_hash, slot.hash, p.request.policy, slot.max_mini_batch});
+  }
+  // What the same request enqueued a moment ago is still queued (a burst asks the database once).
+  auto jobs = recent_jobs_.Enqueued(keys, Clock::now());
+  int created = 0;
+  if (!jobs) {
+    UCUDNN_ASSIGN_OR_RETURN(jobs, EnqueueJobs(p.request.device, wanted, keys, &created));
+  }
+  int failed_jobs = 0;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    ProblemSlot& slot = *wanted[i];
+    slot.job_id = (*jobs)[i].id;
+    slot.job_state = (*jobs)[i].state;
+    slot.job_error = (*jobs)[i].error;
+    failed_jobs += Failed(slot.job_state) ? 1 : 0;
+  }
+  if (created > 0) {
+    spdlog::info("enqueued {} benchmark job(s) for device {}", created, HashHex(p.device_hash));
+  }
+  if (failed_jobs > 0) {
+    spdlog::info("{} missing problem(s) of device {} have failed jobs in their cool-down",
+                 failed_jobs, HashHex(p.device_hash));
+  }
+  // The wait counts from the call's arrival: the time spent reaching the database is part of it.
+  const auto now = Clock::now();
+  p.wait_until = p.received + milliseconds(p.call.request->max_wait_ms());
+  if (p.ready + failed_jobs == p.total) p.wait_until = now;
+  if (const auto remaining = Remaining(p.call.deadline)) {
+    p.wait_until =
+        std::min(p.wait_until, now + (*remaining - std::min(*remaining, AnswerMargin(*remaining))));
+  }
+  if (p.wait_until <= now) return Status::Ok();
+  p.waiting = true;
+  p.wait_start = now;
+  // Subscribed first, then re-read (RecheckTimings): whatever lands after that read wakes the
+  // wait.
+  const std::vector<uint64_t> missing = MissingHashes(p);
+  p.waiting_for = missing.size();
+  if (watcher_ != nullptr) p.subscription = watcher_->Subscribe(p.device_hash, missing);
+  return Status::Ok();
+}
 
-    milliseconds budget = max_wait;
-    if (ready + failed_jobs == total) budget = milliseconds(0);
-    if (const auto remaining = Remaining(call.deadline)) {
-      budget = std::min(budget, *remaining - std::min(*remaining, AnswerMargin(*remaining)));
-    }
-    if (budget > milliseconds(0)) {
-      const auto start = Clock::now();
-      const auto wait_until = start + budget;
-      auto missing_hashes = [&] {
-        std::vector<uint64_t> hashes;
-        for (const auto& slot : slots) {
-          if (!slot.covered && !failed(slot)) hashes.push_back(slot.hash);
-        }
-        return hashes;
-      };
-      std::unique_ptr<TimingSubscription> subscription;
-      if (watcher_ != nullptr) subscription = watcher_->Subscribe(device_hash, missing_hashes());
-      // Subscribed first, then re-read: whatever lands after this read wakes the wait below.
-      while (true) {
-        UCUDNN_RETURN_IF_ERROR(LoadTables(request.device, device_hash, slots, true));
-        const int now_ready = update_coverage();
-        if (now_ready != ready && call.on_progress) call.on_progress(now_ready, total);
-        ready = now_ready;
-        if (ready == total || missing_hashes().empty()) break;
-        if (stopping_.load() || (call.cancelled && call.cancelled())) break;
-        const auto now = Clock::now();
-        if (now >= wait_until) break;
-        const auto wake_at = std::min(wait_until, now + options_.recheck_interval);
-        if (subscription) {
-          subscription->SetProblems(missing_hashes());
-          subscription->WaitUntil(wake_at);
-        } else {
-          std::this_thread::sleep_until(wake_at);
-        }
-      }
-      outcome.waited_ms = static_cast<uint32_t>(
-          std::chrono::duration_cast<milliseconds>(Clock::now() - start).count());
-      if (ready == total) {
-        if (try_cache(outcome)) return outcome;
-      } else {
-        // The states read at enqueue time may have moved on (queued -> running).
-        for (auto& slot : slots) {
-          if (slot.covered || slot.job_id == 0 || failed(slot)) continue;
-          if (auto job = store_->GetJob(slot.job_id); job.ok()) {
-            slot.job_state = JobStateName(job->state);
-            if (failed(slot)) slot.job_error = job->error;
-          }
-        }
-      }
-    }
+Result<std::vector<RecentJobs::Job>> PlanCoordinator::EnqueueJobs(
+    const DeviceFingerprint& device, const std::vector<ProblemSlot*>& slots,
+    const std::vector<RecentJobs::Key>& keys, int* created) {
+  // Every missing problem in one transaction.
+  std::vector<store::JobRequest> wanted;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    wanted.push_back({slots[i]->problem, keys[i].max_micro_batch, keys[i].policy});
   }
+  UCUDNN_ASSIGN_OR_RETURN(auto enqueued, store_->EnqueueJobs(device, wanted));
+  if (enqueued.size() != wanted.size()) return Internal("enqueue answered the wrong count");
+  std::vector<RecentJobs::Job> jobs;
+  const auto now = Clock::now();
+  for (size_t i = 0; i < enqueued.size(); ++i) {
+    jobs.push_back({enqueued[i].job_id, JobStateName(enqueued[i].state), enqueued[i].error});
+    recent_jobs_.PutEnqueued(keys[i], jobs.back(), now);
+    *created += enqueued[i].created ? 1 : 0;
+  }
+  if (metrics_) metrics_->RecordJobsEnqueued(*created);
+  return jobs;
+}
 
-  // Plan from what is there; missing problems get no table.
-  std::vector<const TimingTable*> tables(request.kernels.size());
-  for (size_t k = 0; k < request.kernels.size(); ++k) {
-    const ProblemSlot& slot = slots[slot_of_kernel[k]];
-    tables[k] = slot.covered ? &slot.timings->table : nullptr;
+std::vector<uint64_t> PlanCoordinator::MissingHashes(const Planning& p) {
+  std::vector<uint64_t> hashes;
+  for (const auto& slot : p.slots) {
+    if (!slot.covered && !Failed(slot.job_state)) hashes.push_back(slot.hash);
   }
-  const ContentKey key = content_key();
-  bool ilp_limit_cut = false;
-  PlanRequest solve = request;
-  if (const auto remaining = Remaining(call.deadline)) {
+  return hashes;
+}
+
+void PlanCoordinator::RefreshJobStates(Planning& p) {
+  // A job may have moved on since it was enqueued (queued -> running, or failed: then nothing
+  // will measure its problem and the request stops waiting for it). Read again, unless another
+  // request read it a moment ago.
+  for (auto& slot : p.slots) {
+    if (slot.covered || slot.job_id == 0 || Failed(slot.job_state)) continue;
+    auto [recent, read_again] = recent_jobs_.GetOrClaim(slot.job_id, Clock::now());
+    if (read_again) {
+      if (auto job = store_->GetJob(slot.job_id); job.ok()) {
+        recent = RecentJobs::Job{job->id, JobStateName(job->state), job->error};
+        recent_jobs_.Put(*recent, Clock::now());
+      }
+    }
+    if (!recent) continue;
+    slot.job_state = recent->state;
+    if (Failed(slot.job_state)) slot.job_error = recent->error;
+  }
+}
+
+Status PlanCoordinator::RecheckTimings(Planning& p) {
+  // What woke this round (Plan's WaitUntil, or PlanAsync's wake-up) is covered by the read below.
+  if (p.subscription) {
+    WakeReason more = p.subscription->TakeWakeReason();
+    p.woken.reset |= more.reset;
+    p.woken.landed.insert(p.woken.landed.end(), more.landed.begin(), more.landed.end());
+  }
+  // Nothing landed for these problems, and the notifications kept arriving all along (a lost
+  // connection would have been a reset): the timings read last round are still current. The
+  // first round reads in any case (the subscription came after the enqueue's read).
+  const bool unchanged = p.rechecked && p.woken.landed.empty() && !p.woken.reset &&
+                         watcher_ != nullptr && watcher_->connected() &&
+                         timings_cache_ != nullptr && timings_cache_->live();
+  p.woken = WakeReason();
+  p.rechecked = true;
+  if (!unchanged) {
+    UCUDNN_RETURN_IF_ERROR(LoadTables(p.request.device, p.device_hash, p.slots, true));
+  }
+  UpdateCoverage(p);
+  RefreshJobStates(p);
+  const std::vector<uint64_t> missing = MissingHashes(p);
+  const bool keep_waiting = p.ready < p.total && !missing.empty() && !stopping_.load() &&
+                            !(p.call.cancelled && p.call.cancelled()) &&
+                            Clock::now() < p.wait_until;
+  if (keep_waiting) {
+    // Missing problems only ever land, so a count that did not change is the same set.
+    if (p.subscription && missing.size() != p.waiting_for) p.subscription->SetProblems(missing);
+    p.waiting_for = missing.size();
+    return Status::Ok();
+  }
+  p.waiting = false;
+  p.subscription.reset();
+  p.outcome.waited_ms = static_cast<uint32_t>(
+      std::chrono::duration_cast<milliseconds>(Clock::now() - p.wait_start).count());
+  if (p.ready == p.total) ServeCachedPlan(p);
+  return Status::Ok();
+}
+
+double PlanCoordinator::IlpTimeLimit(const Planning& p, bool* cut) {
+  *cut = false;
+  double limit = p.request.ilp_time_limit_s;
+  if (const auto remaining = Remaining(p.call.deadline)) {
     const double allowed =
         std::chrono::duration<double>(*remaining - AnswerMargin(*remaining)).count();
-    if (allowed < solve.ilp_time_limit_s) {
-      solve.ilp_time_limit_s = std::max(0.01, allowed);
-      ilp_limit_cut = true;
+    if (allowed < limit) {
+      limit = std::max(0.01, allowed);
+      *cut = true;
     }
   }
+  return limit;
+}
+
+Result<NetworkPlan> PlanCoordinator::Solve(const Planning& p, double ilp_time_limit_s) {
+  // Missing problems get no table.
+  std::vector<const TimingTable*> tables(p.request.kernels.size());
+  for (size_t k = 0; k < p.request.kernels.size(); ++k) {
+    const ProblemSlot& slot = p.slots[p.slot_of_kernel[k]];
+    tables[k] = slot.covered ? &slot.timings->table : nullptr;
+  }
+  PlanRequest solve = p.request;
+  solve.ilp_time_limit_s = ilp_time_limit_s;
   const auto plan_start = Clock::now();
   UCUDNN_ASSIGN_OR_RETURN(NetworkPlan network_plan, PlanNetwork(solve, tables));
   const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
   if (metrics_) metrics_->RecordPlanComputed(network_plan.complete, plan_seconds);
+  return network_plan;
+}
 
-  v1::Plan plan = ToProto(network_plan, request.device);
+Result<std::shared_ptr<const std::string>> PlanCoordinator::Encode(const Planning& p,
+                                                                   const NetworkPlan& network_plan,
+                                                                   const ContentKey& key) {
+  v1::Plan plan = ToProto(network_plan, p.request.device);
   plan.set_plan_hash(HashHex(key.hash));
-  for (const auto& slot : slots) {
+  for (const auto& slot : p.slots) {
     if (slot.covered) continue;
     v1::MissingProblem* missing = plan.add_missing();
     *missing->mutable_problem() = ToProto(slot.problem);
@@ -493,37 +601,153 @@ Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
     missing->set_max_micro_batch(slot.max_mini_batch);
     missing->set_job_id(slot.job_id);
     missing->set_job_state(slot.job_state);
-    if (failed(slot)) missing->set_error(slot.job_error);
+    if (Failed(slot.job_state)) missing->set_error(slot.job_error);
   }
   // A kernel without a full table says what exactly is missing, and why when its job failed.
-  for (size_t k = 0; k < request.kernels.size(); ++k) {
-    const ProblemSlot& slot = slots[slot_of_kernel[k]];
+  for (size_t k = 0; k < p.request.kernels.size(); ++k) {
+    const ProblemSlot& slot = p.slots[p.slot_of_kernel[k]];
     if (slot.covered) continue;
     v1::KernelPlan* kernel = plan.mutable_kernels(static_cast<int>(k));
     if (kernel->status() != v1::KERNEL_PLAN_STATUS_MISSING) continue;
-    kernel->set_reason(MissingReason(*slot.timings, request.policy, slot.max_mini_batch,
+    kernel->set_reason(MissingReason(*slot.timings, p.request.policy, slot.max_mini_batch,
                                      slot.job_id, slot.job_state, slot.job_error));
   }
   auto bytes = std::make_shared<std::string>();
   if (!plan.SerializeToString(bytes.get())) return Internal("cannot serialise the plan");
+  return std::shared_ptr<const std::string>(std::move(bytes));
+}
 
+void PlanCoordinator::CachePlan(const Planning& p, const NetworkPlan& network_plan,
+                                const ContentKey& key, bool ilp_limit_cut,
+                                const std::shared_ptr<const std::string>& bytes) {
   // Only complete plans are cached, and not those whose ILP stopped at a limit shortened by this
   // call's deadline (status "time_limit"): another caller with more time would get a better
   // plan. "optimal" and "gap_limit" (stopped at the requested gap) are finished solves.
   const bool ilp_cut_short =
       network_plan.ilp.used && network_plan.ilp.status == "time_limit" && ilp_limit_cut;
-  if (call.use_plan_cache && network_plan.complete && !ilp_cut_short) {
-    if (!call.may_write) {
-      // Read-only callers fill only the in-process caches.
-    } else if (Status put = store_->PutCachedPlan(key.hash, request.device, *bytes); !put.ok()) {
-      spdlog::warn("plan cache write failed: {}", put.ToString());
-    }
-    plan_lru_.Put(key.hash, std::make_shared<const CachedPlan>(CachedPlan{key.check, bytes}));
-    Remember(call.raw_request, device_hash, slots, key);
+  if (!p.call.use_plan_cache || !network_plan.complete || ilp_cut_short) return;
+  if (!p.call.may_write) {
+    // Read-only callers fill only the in-process caches.
+  } else if (Status put = store_->PutCachedPlan(key.hash, p.request.device, *bytes); !put.ok()) {
+    spdlog::warn("plan cache write failed: {}", put.ToString());
   }
-  outcome.plan_bytes = std::move(bytes);
-  outcome.network_plan = std::move(network_plan);
-  return outcome;
+  plan_lru_.Put(key.hash, std::make_shared<const CachedPlan>(CachedPlan{key.check, bytes}));
+  Remember(p.call.raw_request, p.device_hash, p.slots, key);
+}
+
+Status PlanCoordinator::SolveEncodeCache(Planning& p) {
+  bool ilp_limit_cut = false;
+  const double ilp_time_limit_s = IlpTimeLimit(p, &ilp_limit_cut);
+  // Identical requests that end their wait together (a training job's processes) get the same
+  // partial plan: it is made once. Not for ExplainPlan (it needs the NetworkPlan).
+  std::string partial_key;
+  if (p.call.use_plan_cache && p.ready < p.total && !ilp_limit_cut) {
+    partial_key = PartialPlanKey(p);
+    const auto cached = partial_lru_.Get(std::hash<std::string>{}(partial_key));
+    if (cached && cached->key == partial_key) {
+      p.outcome.plan_bytes = cached->bytes;
+      p.done = true;
+      return Status::Ok();
+    }
+  }
+  const ContentKey key = KeyOf(p);
+  UCUDNN_ASSIGN_OR_RETURN(NetworkPlan network_plan, Solve(p, ilp_time_limit_s));
+  UCUDNN_ASSIGN_OR_RETURN(auto bytes, Encode(p, network_plan, key));
+  CachePlan(p, network_plan, key, ilp_limit_cut, bytes);
+  if (!partial_key.empty() && !network_plan.complete) {
+    const size_t hash = std::hash<std::string>{}(partial_key);
+    partial_lru_.Put(
+        hash, std::make_shared<const PartialPlan>(PartialPlan{std::move(partial_key), bytes}));
+  }
+  p.outcome.plan_bytes = std::move(bytes);
+  p.outcome.network_plan = std::move(network_plan);
+  p.done = true;
+  return Status::Ok();
+}
+
+Result<PlanCoordinator::WakeAt> PlanCoordinator::Advance(Planning& p) {
+  if (!p.prepared) {
+    p.prepared = true;
+    UCUDNN_RETURN_IF_ERROR(Prepare(p));
+    if (p.done) return WakeAt();
+    UCUDNN_RETURN_IF_ERROR(EnqueueMissing(p));
+  }
+  if (p.waiting) {
+    UCUDNN_RETURN_IF_ERROR(RecheckTimings(p));
+    if (p.waiting) return WakeAt(std::min(p.wait_until, Clock::now() + options_.recheck_interval));
+  }
+  if (!p.done) UCUDNN_RETURN_IF_ERROR(SolveEncodeCache(p));
+  return WakeAt();
+}
+
+Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
+  Planning p(call);
+  p.received = call.received.value_or(Clock::now());
+  while (true) {
+    UCUDNN_ASSIGN_OR_RETURN(const auto wake_at, Advance(p));
+    if (!wake_at) return std::move(p.outcome);
+    if (p.subscription) {
+      p.woken = p.subscription->WaitUntil(*wake_at);
+    } else {
+      std::this_thread::sleep_until(*wake_at);
+    }
+  }
+}
+
+// A PlanAsync call: its planning, where it answers, and which wake-up may resume it. While it
+// waits, its timed task (PostAt) owns it; the notification callback only refers to it.
+struct PlanCoordinator::AsyncPlanning {
+  AsyncPlanning(const PlanCall& call, ThreadPool* thread_pool, PlanDone on_done)
+      : planning(call), pool(thread_pool), done(std::move(on_done)) {}
+  Planning planning;
+  ThreadPool* pool;
+  PlanDone done;
+  std::atomic<uint64_t> armed{0};  // the ticket of the wake-up awaited; 0 while running
+  uint64_t tickets = 0;
+  std::atomic<ThreadPool::TimerId> timer{0};
+};
+
+void PlanCoordinator::PlanAsync(const PlanCall& call, ThreadPool* pool, PlanDone done) {
+  auto task = std::make_shared<AsyncPlanning>(call, pool, std::move(done));
+  task->planning.received = call.received.value_or(Clock::now());
+  pool->Post([this, task] { Continue(task); });
+}
+
+void PlanCoordinator::Continue(const std::shared_ptr<AsyncPlanning>& task) {
+  Result<WakeAt> wake_at = WakeAt();
+  try {
+    wake_at = Advance(task->planning);
+  } catch (const std::exception& e) {  // std::bad_alloc, or a bug: the call still answers
+    spdlog::error("plan request: unexpected exception: {}", e.what());
+    wake_at = Internal("internal error");
+  }
+  if (!wake_at.ok()) {
+    task->done(wake_at.status());
+  } else if (!wake_at->has_value()) {
+    task->done(std::move(task->planning.outcome));
+  } else {
+    Arm(task, **wake_at);
+  }
+}
+
+void PlanCoordinator::Arm(const std::shared_ptr<AsyncPlanning>& task, Clock::time_point wake_at) {
+  const uint64_t ticket = ++task->tickets;
+  task->armed = ticket;
+  task->timer = task->pool->PostAt(wake_at, [this, task, ticket] { Wake(task, ticket); });
+  if (task->planning.subscription) {
+    task->planning.subscription->OnWake([this, weak = std::weak_ptr(task), ticket] {
+      if (auto woken = weak.lock()) Wake(woken, ticket);
+    });
+  }
+}
+
+void PlanCoordinator::Wake(const std::shared_ptr<AsyncPlanning>& task, uint64_t ticket) {
+  // The first of the timer and the notification resumes the call; the other finds no ticket.
+  uint64_t expected = ticket;
+  if (!task->armed.compare_exchange_strong(expected, 0)) return;
+  // Before the next round can arm a timer of its own: frees the call now, not at its wake time.
+  task->pool->Cancel(task->timer.load());
+  task->pool->Post([this, task] { Continue(task); });
 }
 
 }  // namespace ucudnn::server

@@ -16,12 +16,16 @@
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/server_metrics.h"
 #include "ucudnn/server/services.h"
+#include "ucudnn/server/thread_pool.h"
 #include "ucudnn/server/timing_watcher.h"
 #include "ucudnn/server/timings_cache.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::server {
 namespace {
+
+// Threads of gRPC's synchronous server (reflection only).
+constexpr int kSyncServerThreads = 4;
 
 Result<std::string> ReadFile(const std::string& path, std::string_view flag) {
   std::ifstream in(path, std::ios::binary);
@@ -54,47 +58,60 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   if (schema_behind != nullptr) *schema_behind = false;
   UCUDNN_RETURN_IF_ERROR(ValidateConfig(config));
   std::unique_ptr<PlannerServer> server(new PlannerServer());
+  UCUDNN_RETURN_IF_ERROR(server->OpenDatabase(config, schema_behind));
+  UCUDNN_RETURN_IF_ERROR(server->MakeServices(config));
+  UCUDNN_RETURN_IF_ERROR(server->Listen(config));
+  UCUDNN_RETURN_IF_ERROR(server->StartMetricsEndpoint(config));
+  const auto interval = std::chrono::milliseconds(config.health_interval_ms);
+  server->plan_cache_max_rows_ = config.plan_cache_max_rows;
+  server->plan_cache_evict_interval_ =
+      std::chrono::milliseconds(config.plan_cache_evict_interval_ms);
+  server->health_thread_ =
+      std::thread([self = server.get(), interval] { self->HealthLoop(interval); });
+  return server;
+}
 
+Status PlannerServer::OpenDatabase(const ServerConfig& config, bool* schema_behind) {
   store::StoreOptions store_options;
   store_options.url = config.database_url;
   store_options.pool_size = config.db_pool_size;
   store_options.failed_job_cooldown = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::milliseconds(config.failed_job_cooldown_ms));
-  UCUDNN_ASSIGN_OR_RETURN(server->store_, store::Store::Open(store_options));
+  UCUDNN_ASSIGN_OR_RETURN(store_, store::Store::Open(store_options));
   if (config.auto_migrate) {
-    UCUDNN_ASSIGN_OR_RETURN(auto migration, server->store_->Migrate());
+    UCUDNN_ASSIGN_OR_RETURN(auto migration, store_->Migrate());
     if (!migration.applied.empty()) {
       spdlog::info("database migrated from schema {} to {}", migration.from_version,
                    migration.to_version);
     }
   } else {
-    UCUDNN_ASSIGN_OR_RETURN(const int version, server->store_->SchemaVersion());
-    if (schema_behind != nullptr) {
-      *schema_behind = version < store::Store::LatestSchemaVersion();
-    }
+    UCUDNN_ASSIGN_OR_RETURN(const int version, store_->SchemaVersion());
+    if (schema_behind != nullptr) *schema_behind = version < store::Store::LatestSchemaVersion();
     UCUDNN_RETURN_IF_ERROR(store::CheckSchemaVersion(version));
   }
-  server->database_healthy_ = true;
+  database_healthy_ = true;
+  return Status::Ok();
+}
 
-  server->metrics_ = std::make_unique<ServerMetrics>();
-  server->timings_cache_ =
+Status PlannerServer::MakeServices(const ServerConfig& config) {
+  metrics_ = std::make_unique<ServerMetrics>();
+  timings_cache_ =
       std::make_unique<TimingsCache>(static_cast<size_t>(config.timings_cache_entries),
                                      std::chrono::milliseconds(config.timings_cache_ttl_ms));
-  server->watcher_ = std::make_unique<TimingWatcher>(ListenerSourceFactory(config.database_url),
-                                                     server->timings_cache_.get());
-  server->watcher_->Start();
+  watcher_ = std::make_unique<TimingWatcher>(ListenerSourceFactory(config.database_url),
+                                             timings_cache_.get());
+  watcher_->Start();
 
   PlanCoordinatorOptions coordinator_options;
   coordinator_options.max_kernels = config.max_kernels;
   coordinator_options.plan_cache_entries = static_cast<size_t>(config.plan_cache_entries);
   coordinator_options.ilp_time_limit = std::chrono::milliseconds(config.ilp_time_limit_ms);
   coordinator_options.recheck_interval = std::chrono::milliseconds(config.recheck_interval_ms);
-  server->coordinator_ = std::make_unique<PlanCoordinator>(
-      server->store_.get(), server->watcher_.get(), server->timings_cache_.get(),
-      server->metrics_.get(), coordinator_options);
+  coordinator_ = std::make_unique<PlanCoordinator>(
+      store_.get(), watcher_.get(), timings_cache_.get(), metrics_.get(), coordinator_options);
   UCUDNN_ASSIGN_OR_RETURN(const AnonymousAccess anonymous,
                           ParseAnonymousRole(config.anonymous_role));
-  server->auth_ = std::make_unique<TokenAuthenticator>(
+  auth_ = std::make_unique<TokenAuthenticator>(
       RoleTokens{config.tokens, config.plan_tokens, config.submit_tokens, config.read_tokens},
       anonymous);
   if (anonymous.allowed && anonymous.registers_devices) {
@@ -102,18 +119,24 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
         "--anonymous-role open: callers without a token may enqueue benchmarks and "
         "register devices; set plan or read where others can reach this port");
   }
-  if (!server->auth_->has_tokens()) {
-    spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call");
+  if (!auth_->has_tokens()) {
+    spdlog::warn("no bearer tokens configured: TimingService.SubmitTimings refuses every call{}",
+                 MayEnqueue(anonymous.role) && anonymous.allowed
+                     ? ""
+                     : ", and no plan request enqueues a benchmark (--token-file)");
   }
-  server->planner_service_ =
-      std::make_unique<PlannerServiceImpl>(server->coordinator_.get(), server->metrics_.get(),
-                                           server->auth_.get(), config.max_blocking_calls);
-  server->catalog_service_ = std::make_unique<CatalogServiceImpl>(
-      server->store_.get(), server->coordinator_.get(), server->metrics_.get(),
-      server->planner_service_->runner(), server->auth_.get());
-  server->timing_service_ = std::make_unique<TimingServiceImpl>(
-      server->store_.get(), server->auth_.get(), server->metrics_.get());
+  pool_ = std::make_unique<ThreadPool>(config.planner_threads, "ucudnn-calls");
+  planner_service_ = std::make_unique<PlannerServiceImpl>(
+      coordinator_.get(), metrics_.get(), auth_.get(), pool_.get(), config.max_blocking_calls);
+  catalog_service_ =
+      std::make_unique<CatalogServiceImpl>(store_.get(), coordinator_.get(), metrics_.get(),
+                                           pool_.get(), planner_service_->limiter(), auth_.get());
+  timing_service_ =
+      std::make_unique<TimingServiceImpl>(store_.get(), auth_.get(), metrics_.get(), pool_.get());
+  return Status::Ok();
+}
 
+Status PlannerServer::Listen(const ServerConfig& config) {
   UCUDNN_ASSIGN_OR_RETURN(auto credentials, MakeCredentials(config));
   // gRPC's built-in health service does not use the generated health messages, so nothing would
   // link them in; naming the descriptor does, and reflection can then describe the service.
@@ -124,50 +147,47 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   // gRPC sets SO_REUSEPORT by default: a second server on the same address would then share the
   // port with the first instead of failing. Two servers on one address are a mistake.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(config.listen, credentials, &server->port_);
+  builder.AddListeningPort(config.listen, credentials, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
-  builder.RegisterService(server->planner_service_.get());
-  builder.RegisterService(server->catalog_service_.get());
-  builder.RegisterService(server->timing_service_.get());
+  // The services are callback services on the pool; only reflection is synchronous, and its
+  // threads are bounded here (calls beyond it are RESOURCE_EXHAUSTED).
+  grpc::ResourceQuota quota("ucudnn-server");
+  quota.SetMaxThreads(kSyncServerThreads);
+  builder.SetResourceQuota(quota);
+  builder.RegisterService(planner_service_.get());
+  builder.RegisterService(catalog_service_.get());
+  builder.RegisterService(timing_service_.get());
   RouteProtobufLogsToSpdlog();
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory(metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  server->grpc_server_ = builder.BuildAndStart();
-  if (!server->grpc_server_ || server->port_ == 0) {
-    server->watcher_->Stop();
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || port_ == 0) {
+    watcher_->Stop();
     // Not kUnavailable: a taken address is not waited for like a database (see main).
     return FailedPrecondition("cannot listen on " + config.listen +
                               " (address in use by another process, or not local)");
   }
-  server->SetServing(true);
-  spdlog::info(
-      "ucudnn-server listening on {} ({}), database {}",
-      config.listen.substr(0, config.listen.rfind(':') + 1) + std::to_string(server->port_),
-      config.tls_cert.empty() ? "plaintext" : "TLS",
-      store::RedactConnectionString(config.database_url));
+  SetServing(true);
+  spdlog::info("ucudnn-server listening on {} ({}), database {}",
+               config.listen.substr(0, config.listen.rfind(':') + 1) + std::to_string(port_),
+               config.tls_cert.empty() ? "plaintext" : "TLS",
+               store::RedactConnectionString(config.database_url));
+  return Status::Ok();
+}
 
-  if (!config.metrics_listen.empty()) {
-    PlannerServer* self = server.get();
-    auto http =
-        MetricsHttpServer::Start(config.metrics_listen, [self] { return self->ScrapeMetrics(); });
-    if (!http.ok()) {
-      server->Shutdown(std::chrono::milliseconds(0));
-      return http.status();
-    }
-    server->metrics_http_ = std::move(http).value();
-    spdlog::info("metrics at http://{}/metrics",
-                 config.metrics_listen.substr(0, config.metrics_listen.rfind(':') + 1) +
-                     std::to_string(server->metrics_http_->port()));
+Status PlannerServer::StartMetricsEndpoint(const ServerConfig& config) {
+  if (config.metrics_listen.empty()) return Status::Ok();
+  auto http = MetricsHttpServer::Start(config.metrics_listen, [this] { return ScrapeMetrics(); });
+  if (!http.ok()) {
+    Shutdown(std::chrono::milliseconds(0));
+    return http.status();
   }
-
-  const auto interval = std::chrono::milliseconds(config.health_interval_ms);
-  server->plan_cache_max_rows_ = config.plan_cache_max_rows;
-  server->plan_cache_evict_interval_ =
-      std::chrono::milliseconds(config.plan_cache_evict_interval_ms);
-  server->health_thread_ =
-      std::thread([self = server.get(), interval] { self->HealthLoop(interval); });
-  return server;
+  metrics_http_ = std::move(http).value();
+  spdlog::info("metrics at http://{}/metrics",
+               config.metrics_listen.substr(0, config.metrics_listen.rfind(':') + 1) +
+                   std::to_string(metrics_http_->port()));
+  return Status::Ok();
 }
 
 int PlannerServer::metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
@@ -249,6 +269,7 @@ void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
   if (coordinator_) coordinator_->StopWaiting();
   if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now() + grace);
   if (planner_service_) planner_service_->Drain();
+  if (pool_) pool_->Stop();
   if (health_thread_.joinable()) health_thread_.join();
   if (watcher_) watcher_->Stop();
   if (metrics_http_) metrics_http_->Stop();

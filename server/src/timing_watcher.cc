@@ -53,27 +53,49 @@ WakeReason TimingSubscription::WaitUntil(std::chrono::steady_clock::time_point u
   return reason;
 }
 
+WakeReason TimingSubscription::TakeWakeReason() {
+  return WaitUntil(std::chrono::steady_clock::time_point::min());
+}
+
+void TimingSubscription::OnWake(std::function<void()> wake) {
+  {
+    std::lock_guard lock(mu_);
+    if (!reset_ && landed_.empty()) {
+      wake_ = std::move(wake);
+      return;
+    }
+    wake_ = nullptr;
+  }
+  wake();
+}
+
 void TimingSubscription::SetProblems(const std::vector<uint64_t>& problem_hashes) {
   std::lock_guard lock(mu_);
   problems_ = std::set<uint64_t>(problem_hashes.begin(), problem_hashes.end());
 }
 
-void TimingSubscription::Deliver(const store::TimingsNotification& n) {
-  if (n.device_hash != device_hash_) return;
+std::function<void()> TimingSubscription::Deliver(const store::TimingsNotification& n) {
+  if (n.device_hash != device_hash_) return nullptr;
+  std::function<void()> wake;
   {
     std::lock_guard lock(mu_);
-    if (!problems_.count(n.problem_hash)) return;
+    if (!problems_.count(n.problem_hash)) return nullptr;
     landed_.push_back(n.problem_hash);
+    wake.swap(wake_);
   }
   cv_.notify_all();
+  return wake;
 }
 
-void TimingSubscription::DeliverReset() {
+std::function<void()> TimingSubscription::DeliverReset() {
+  std::function<void()> wake;
   {
     std::lock_guard lock(mu_);
     reset_ = true;
+    wake.swap(wake_);
   }
   cv_.notify_all();
+  return wake;
 }
 
 // ---- TimingWatcher -----------------------------------------------------------------------------
@@ -137,15 +159,28 @@ void TimingWatcher::Dispatch(const std::vector<store::TimingsNotification>& noti
     if (cache_ != nullptr) cache_->Invalidate({n.device_hash, n.problem_hash});
   }
   notifications_ += notifications.size();
-  std::lock_guard lock(mu_);
-  for (TimingSubscription* subscription : subscriptions_) {
-    for (const auto& n : notifications) subscription->Deliver(n);
+  std::vector<std::function<void()>> wakes;
+  {
+    std::lock_guard lock(mu_);
+    for (TimingSubscription* subscription : subscriptions_) {
+      for (const auto& n : notifications) {
+        if (auto wake = subscription->Deliver(n)) wakes.push_back(std::move(wake));
+      }
+    }
   }
+  // Outside the lock: a woken call may end, and its subscription unregister, right away.
+  for (auto& wake : wakes) wake();
 }
 
 void TimingWatcher::Reset() {
-  std::lock_guard lock(mu_);
-  for (TimingSubscription* subscription : subscriptions_) subscription->DeliverReset();
+  std::vector<std::function<void()>> wakes;
+  {
+    std::lock_guard lock(mu_);
+    for (TimingSubscription* subscription : subscriptions_) {
+      if (auto wake = subscription->DeliverReset()) wakes.push_back(std::move(wake));
+    }
+  }
+  for (auto& wake : wakes) wake();
 }
 
 void TimingWatcher::Run() {

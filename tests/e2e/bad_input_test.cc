@@ -124,6 +124,7 @@ class BadInputTest : public E2eTest {
     planner_ = server_->Planner();
     catalog_ = server_->Catalog();
     timings_ = server_->Timings();
+    anonymous_timings_ = server_->Timings("");
     // Some content, so that "nothing written" is checked against a non-empty database.
     v1::SubmitTimingsResponse stored;
     ASSERT_TRUE(Submit(ValidSubmission(), &stored).ok());
@@ -160,8 +161,8 @@ class BadInputTest : public E2eTest {
   grpc::Status Submit(const v1::SubmitTimingsRequest& request, v1::SubmitTimingsResponse* response,
                       bool with_token = true) {
     auto context = ContextWithDeadline(seconds(10));
-    if (with_token) context->AddMetadata("authorization", std::string("Bearer ") + kToken);
-    return timings_->SubmitTimings(context.get(), request, response);
+    return (with_token ? timings_ : anonymous_timings_)
+        ->SubmitTimings(context.get(), request, response);
   }
 
   grpc::Status GetPlan(const v1::GetPlanRequest& request) {
@@ -473,6 +474,7 @@ class BadInputTest : public E2eTest {
   std::unique_ptr<v1::PlannerService::Stub> planner_;
   std::unique_ptr<v1::CatalogService::Stub> catalog_;
   std::unique_ptr<v1::TimingService::Stub> timings_;
+  std::unique_ptr<v1::TimingService::Stub> anonymous_timings_;
 };
 
 TEST_F(BadInputTest, EveryMalformedFieldIsInvalidArgumentNamingItAndWritesNothing) {

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/bearer_channel.h"
 #include "support/problems.h"
 #include "ucudnn/core/proto_convert.h"
 
@@ -175,23 +176,23 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::string& d
   return server;
 }
 
-std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
+std::shared_ptr<grpc::Channel> ServerProcess::NewChannel(const std::string& token) const {
   grpc::ChannelArguments args;
   // A fresh connection per channel: tests that kill a server must not share sub-channels.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  return test_support::ChannelWithToken(address(), token, args);
 }
 
-std::unique_ptr<v1::PlannerService::Stub> ServerProcess::Planner() const {
-  return v1::PlannerService::NewStub(NewChannel());
+std::unique_ptr<v1::PlannerService::Stub> ServerProcess::Planner(const std::string& token) const {
+  return v1::PlannerService::NewStub(NewChannel(token));
 }
-std::unique_ptr<v1::CatalogService::Stub> ServerProcess::Catalog() const {
-  return v1::CatalogService::NewStub(NewChannel());
+std::unique_ptr<v1::CatalogService::Stub> ServerProcess::Catalog(const std::string& token) const {
+  return v1::CatalogService::NewStub(NewChannel(token));
 }
-std::unique_ptr<v1::TimingService::Stub> ServerProcess::Timings() const {
-  return v1::TimingService::NewStub(NewChannel());
+std::unique_ptr<v1::TimingService::Stub> ServerProcess::Timings(const std::string& token) const {
+  return v1::TimingService::NewStub(NewChannel(token));
 }
 
 // ---- WorkerProcess ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ namespace ucudnn::e2e {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// The bearer token the test servers accept for SubmitTimings.
+// The bearer token (role admin) the test servers accept.
 inline constexpr const char* kToken = "e2e-token";
 
 // A child process in its own process group, stdout and stderr in a log file. The destructor
@@ -85,10 +85,12 @@ class ServerProcess {
   ChildProcess& process() { return *process_; }
   const std::string& name() const { return name_; }
 
-  std::shared_ptr<grpc::Channel> NewChannel() const;
-  std::unique_ptr<v1::PlannerService::Stub> Planner() const;
-  std::unique_ptr<v1::CatalogService::Stub> Catalog() const;
-  std::unique_ptr<v1::TimingService::Stub> Timings() const;
+  // Calls carry `token` (the admin token kToken by default; none when empty) unless they set
+  // their own authorization metadata: callers without a token may not enqueue benchmarks.
+  std::shared_ptr<grpc::Channel> NewChannel(const std::string& token = kToken) const;
+  std::unique_ptr<v1::PlannerService::Stub> Planner(const std::string& token = kToken) const;
+  std::unique_ptr<v1::CatalogService::Stub> Catalog(const std::string& token = kToken) const;
+  std::unique_ptr<v1::TimingService::Stub> Timings(const std::string& token = kToken) const;
 
  private:
   std::unique_ptr<ChildProcess> process_;

@@ -377,6 +377,7 @@ TEST_F(FaultTest, ServerKilledWhileAClientRunsStepsContinueOnTheFallback) {
   CpuBackend backend;
   ClientConfig config;
   config.server = server->address();
+  config.token = kToken;  // it asks for benchmarks
   config.cache_path = "";
   config.deadline_ms = 1000;
   config.retry_initial_ms = 20;

@@ -216,7 +216,7 @@ TEST_F(LoadTest, AThousandConcurrentPlanRequestsMakeOneJobPerProblem) {
 }
 
 // The same 1,000 calls, each willing to wait 4 s for the benchmarks, while no worker runs: they
-// wait side by side on the two replicas (one thread each, below --max-waiting-calls), each its
+// wait side by side on the two replicas (holding no thread, below --max-waiting-calls), each its
 // whole budget, and answer with the partial plan; still one job per problem. The servers re-read
 // the database for the missing timings every second (--recheck-interval, its production default)
 // while they wait.

@@ -56,7 +56,8 @@ TEST_F(OperatorCliTest, CommandsReadTheClusterAndFailuresNameTheStatus) {
     out << "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups\n"
            "stem,3,10,10,8,3,3,1,1,1,1,1,1,1\n";
   }
-  const std::vector<std::string> at = {"--server", server->address()};
+  // The token: a caller without one may not enqueue the benchmarks the plan below waits for.
+  const std::vector<std::string> at = {"--server", server->address(), "--token", kToken};
   auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
     args.insert(args.end(), more.begin(), more.end());
     return args;
@@ -96,7 +97,7 @@ TEST_F(OperatorCliTest, CommandsReadTheClusterAndFailuresNameTheStatus) {
   EXPECT_THAT(jobs.output, HasSubstr("queue depth: 0"));
   EXPECT_THAT(jobs.output, Not(HasSubstr("failed")));
 
-  CliRun retry = RunCli(with({"jobs", "--retry", "987654", "--token", kToken}, at));
+  CliRun retry = RunCli(with({"jobs", "--retry", "987654"}, at));
   EXPECT_NE(retry.exit_code, 0) << retry.output;
   EXPECT_THAT(retry.output, HasSubstr("NOT_FOUND"));
   EXPECT_THAT(retry.output, HasSubstr("job 987654"));
@@ -256,7 +257,7 @@ TEST_F(OperatorCliTest, PlansANetworkInBf16ChannelsLastOnTheCpuWorker) {
   const std::vector<std::string> args = {
       "plan",    "--server", server->address(), "--device", "0",       "--network", net,
       "--batch", "4",        "--workspace",     "1MiB",     "--dtype", "bf16",      "--layout",
-      "nhwc",    "--mode",   "total",           "--wait",   "2m"};
+      "nhwc",    "--mode",   "total",           "--wait",   "2m",      "--token",   kToken};
   CliRun plan = RunCli(args);
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_THAT(plan.output, HasSubstr("Plan: 6 kernels (bf16 nhwc)"));

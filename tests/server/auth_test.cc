@@ -41,9 +41,13 @@ TEST(AuthTest, BearerTokensGiveTheirRole) {
 }
 
 TEST(AuthTest, AnonymousAccessIsConfigurable) {
+  // The default: read, and register nothing.
+  EXPECT_EQ(TokenAuthenticator({"t"}).Identify("")->role, Role::kRead);
+  EXPECT_FALSE(TokenAuthenticator({"t"}).Identify("")->may_register_devices);
   // As before roles existed: plan, and register devices by planning for them.
-  EXPECT_EQ(TokenAuthenticator({"t"}).Identify("")->role, Role::kPlan);
-  EXPECT_TRUE(TokenAuthenticator({"t"}).Identify("")->may_register_devices);
+  const TokenAuthenticator open(RoleTokens{{"t"}, {}, {}, {}}, *ParseAnonymousRole("open"));
+  EXPECT_EQ(open.Identify("")->role, Role::kPlan);
+  EXPECT_TRUE(open.Identify("")->may_register_devices);
   const TokenAuthenticator plan(RoleTokens{{"t"}, {"p"}, {}, {}}, *ParseAnonymousRole("plan"));
   EXPECT_EQ(plan.Identify("")->role, Role::kPlan);
   EXPECT_FALSE(plan.Identify("")->may_register_devices);

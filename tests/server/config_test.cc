@@ -1,8 +1,11 @@
 #include "ucudnn/server/config.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -54,6 +57,15 @@ TEST(ConfigTest, EnvironmentThenFlagsWin) {
   EXPECT_EQ(c.max_message_bytes, 4 << 20);
   EXPECT_EQ(c.ilp_time_limit_ms, 2500);
   EXPECT_TRUE(ValidateConfig(c).ok());
+  // "--flag=" gives the empty value; "--flag value" and "--flag=value" the value.
+  auto empty = ParseCommandLine({"--metrics-listen=", "--start-timeout", "5s"}, FakeEnv({}));
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(empty->config.metrics_listen, "");
+  EXPECT_EQ(empty->config.start_timeout_ms, 5000);
+  // Every --tokens counts.
+  auto tokens = ParseCommandLine({"--tokens", "a", "--tokens=b,c"}, FakeEnv({}));
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(tokens->config.tokens, (std::vector<std::string>{"a", "b", "c"}));
 }
 
 TEST(ConfigTest, AutoMigrateVariable) {
@@ -108,6 +120,83 @@ TEST(ConfigTest, HelpAndVersion) {
         "--no-migrate", "UCUDNN_AUTO_MIGRATE", "--db-pool-size", "--max-kernels"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
   }
+}
+
+// Every flag of the server, with its variable (the README's configuration reference).
+constexpr std::pair<const char*, const char*> kFlags[] = {
+    {"--listen", "UCUDNN_LISTEN"},
+    {"--database-url", "UCUDNN_DATABASE_URL"},
+    {"--tokens", "UCUDNN_TOKENS"},
+    {"--token-file", "UCUDNN_TOKEN_FILE"},
+    {"--anonymous-role", "UCUDNN_ANONYMOUS_ROLE"},
+    {"--tls-cert", "UCUDNN_TLS_CERT"},
+    {"--tls-key", "UCUDNN_TLS_KEY"},
+    {"--log-level", "UCUDNN_LOG_LEVEL"},
+    {"--metrics-listen", "UCUDNN_METRICS_LISTEN"},
+    {"--no-migrate", "UCUDNN_AUTO_MIGRATE"},
+    {"--db-pool-size", "UCUDNN_DB_POOL_SIZE"},
+    {"--max-kernels", "UCUDNN_MAX_KERNELS"},
+    {"--max-message-bytes", "UCUDNN_MAX_MESSAGE_BYTES"},
+    {"--plan-cache-entries", "UCUDNN_PLAN_CACHE_ENTRIES"},
+    {"--plan-cache-max-rows", "UCUDNN_PLAN_CACHE_MAX_ROWS"},
+    {"--plan-cache-evict-interval", "UCUDNN_PLAN_CACHE_EVICT_INTERVAL"},
+    {"--failed-job-cooldown", "UCUDNN_FAILED_JOB_COOLDOWN"},
+    {"--max-waiting-calls", "UCUDNN_MAX_WAITING_CALLS"},
+    {"--planner-threads", "UCUDNN_PLANNER_THREADS"},
+    {"--timings-cache-entries", "UCUDNN_TIMINGS_CACHE_ENTRIES"},
+    {"--timings-cache-ttl", "UCUDNN_TIMINGS_CACHE_TTL"},
+    {"--ilp-time-limit", "UCUDNN_ILP_TIME_LIMIT"},
+    {"--start-timeout", "UCUDNN_START_TIMEOUT"},
+    {"--schema-wait", "UCUDNN_SCHEMA_WAIT"},
+    {"--shutdown-grace", "UCUDNN_SHUTDOWN_GRACE"},
+    {"--health-interval", "UCUDNN_HEALTH_INTERVAL"},
+    {"--recheck-interval", "UCUDNN_RECHECK_INTERVAL"},
+};
+
+// The line of `help` that introduces `flag` ("  --listen HOST:PORT (Env:UCUDNN_LISTEN)").
+std::string FlagLine(const std::string& help, const std::string& flag) {
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find(flag);
+    if (at != std::string::npos && at == line.find_first_not_of(' ') &&
+        (line.size() == at + flag.size() || line[at + flag.size()] == ' ')) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// `ucudnn-server --help`, the binary itself: every flag, each with its variable, and every
+// flag it lists is one of these (a new flag gets its variable and a line in the README).
+TEST(ConfigTest, HelpOfTheBinaryListsEveryFlagWithItsVariable) {
+  const std::string command = std::string(UCUDNN_BINARY_DIR) + "/bin/ucudnn-server --help";
+  std::string help;
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+    ASSERT_NE(pipe, nullptr) << command;
+    char buffer[4096];
+    for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe.get())) > 0;) help.append(buffer, n);
+  }
+  EXPECT_EQ(help, HelpText("ucudnn-server"));
+  for (const auto& [flag, env] : kFlags) {
+    const std::string line = FlagLine(help, flag);
+    ASSERT_FALSE(line.empty()) << flag << " is not in --help:\n" << help;
+    EXPECT_NE(line.find(std::string("(Env:") + env + ")"), std::string::npos) << line;
+  }
+  std::istringstream lines(help);
+  int listed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  --", 0) != 0 || line.rfind("  --help", 0) == 0 ||
+        line.rfind("  --version", 0) == 0) {
+      continue;
+    }
+    ++listed;
+  }
+  EXPECT_EQ(listed, static_cast<int>(std::size(kFlags))) << help;
+  // deploy/validate.py reads these defaults from --help.
+  EXPECT_NE(FlagLine(help, "--start-timeout").find("--start-timeout"), std::string::npos);
+  EXPECT_NE(help.find("(default: 60s)"), std::string::npos);
+  EXPECT_NE(help.find("(default: 5m)"), std::string::npos);
 }
 
 TEST(ConfigTest, TlsNeedsCertAndKey) {

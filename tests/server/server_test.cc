@@ -19,6 +19,7 @@
 #include <pqxx/pqxx>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "support/bearer_channel.h"
 #include "support/devices.h"
 #include "support/postgres_fixture.h"
 #include "ucudnn/core/dp.h"
@@ -109,13 +110,17 @@ std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout =
   return context;
 }
 
-// A running server with clients of every service.
+// A running server with clients of every service. Their calls carry the admin token (servers
+// refuse writes to callers without one) unless they set their own; the anonymous_ stubs send none.
 struct TestServer {
   std::unique_ptr<PlannerServer> server;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::PlannerService::Stub> planner;
   std::unique_ptr<v1::CatalogService::Stub> catalog;
   std::unique_ptr<v1::TimingService::Stub> timings;
+  std::unique_ptr<v1::PlannerService::Stub> anonymous_planner;
+  std::unique_ptr<v1::CatalogService::Stub> anonymous_catalog;
+  std::unique_ptr<v1::TimingService::Stub> anonymous_timings;
 
   Result<v1::GetPlanResponse> GetPlan(const v1::GetPlanRequest& request,
                                       std::chrono::milliseconds timeout = 60s) {
@@ -126,17 +131,19 @@ struct TestServer {
     return response;
   }
 
+  // Without a token when `token` is empty.
   grpc::Status Submit(const ConvProblem& problem, const std::vector<Timing>& measured,
                       const std::string& token = kToken) {
     auto context = Context();
     if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+    v1::TimingService::Stub& stub = token.empty() ? *anonymous_timings : *timings;
     v1::SubmitTimingsRequest request;
     *request.mutable_device() = ToProto(H100());
     *request.mutable_problem() = ToProto(problem);
     for (const auto& t : measured) *request.add_timings() = ToProto(t);
     request.set_measured_by("test-submitter");
     v1::SubmitTimingsResponse response;
-    return timings->SubmitTimings(context.get(), request, &response);
+    return stub.SubmitTimings(context.get(), request, &response);
   }
 
   std::vector<v1::Job> Jobs() {
@@ -165,11 +172,15 @@ TestServer Launch(const ServerConfig& config) {
   EXPECT_TRUE(started.ok()) << started.status().ToString();
   if (!started.ok()) return t;
   t.server = std::move(started).value();
-  t.channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(t.server->port()),
-                                  grpc::InsecureChannelCredentials());
+  const std::string target = "127.0.0.1:" + std::to_string(t.server->port());
+  t.channel = test_support::ChannelWithToken(target, kToken);
   t.planner = v1::PlannerService::NewStub(t.channel);
   t.catalog = v1::CatalogService::NewStub(t.channel);
   t.timings = v1::TimingService::NewStub(t.channel);
+  const auto anonymous = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  t.anonymous_planner = v1::PlannerService::NewStub(anonymous);
+  t.anonymous_catalog = v1::CatalogService::NewStub(anonymous);
+  t.anonymous_timings = v1::TimingService::NewStub(anonymous);
   return t;
 }
 
@@ -771,7 +782,7 @@ TEST_F(ServerTest, FailedJobIsReportedWithItsErrorUntilRetried) {
   v1::RetryJobResponse retried;
   {
     auto context = Context();
-    EXPECT_EQ(t.catalog->RetryJob(context.get(), retry, &retried).error_code(),
+    EXPECT_EQ(t.anonymous_catalog->RetryJob(context.get(), retry, &retried).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
   }
   {
@@ -1398,11 +1409,12 @@ std::unique_ptr<grpc::ClientContext> ContextAs(const std::string& token) {
   return context;
 }
 
+// Without a token when `token` is empty.
 grpc::Status GetPlanAs(TestServer& t, const v1::GetPlanRequest& request, const std::string& token,
                        v1::GetPlanResponse* response = nullptr) {
   v1::GetPlanResponse ignored;
-  return t.planner->GetPlan(ContextAs(token).get(), request,
-                            response != nullptr ? response : &ignored);
+  auto& stub = token.empty() ? *t.anonymous_planner : *t.planner;
+  return stub.GetPlan(ContextAs(token).get(), request, response != nullptr ? response : &ignored);
 }
 
 // Rows of every table a caller's request could create.
@@ -1489,7 +1501,7 @@ TEST_F(ServerTest, EachRoleMayDoWhatItsRoleAllows) {
               grpc::StatusCode::NOT_FOUND);
     // Reads are open.
     v1::ListDevicesResponse devices;
-    EXPECT_TRUE(t.catalog->ListDevices(ContextAs("").get(), {}, &devices).ok());
+    EXPECT_TRUE(t.anonymous_catalog->ListDevices(ContextAs("").get(), {}, &devices).ok());
     // A wrong token is refused even where no token would do.
     EXPECT_EQ(GetPlanAs(t, missing, "wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
@@ -1497,15 +1509,15 @@ TEST_F(ServerTest, EachRoleMayDoWhatItsRoleAllows) {
     TestServer t = Launch(RoleConfig(url(), "none"));
     ASSERT_TRUE(t.server);
     v1::ListDevicesResponse devices;
-    EXPECT_EQ(t.catalog->ListDevices(ContextAs("").get(), {}, &devices).error_code(),
+    EXPECT_EQ(t.anonymous_catalog->ListDevices(ContextAs("").get(), {}, &devices).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_TRUE(t.catalog->ListDevices(ContextAs(kSubmitToken).get(), {}, &devices).ok());
     EXPECT_EQ(GetPlanAs(t, missing, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_TRUE(GetPlanAs(t, missing, kPlanToken).ok());
   }
-  // The default (no --anonymous-role) is "open", as before roles existed: callers without a token
-  // may enqueue, for unknown devices too.
-  EXPECT_EQ(BaseConfig(url()).anonymous_role, "open");
+  // The default (no --anonymous-role) is "read": a caller without a token gets a plan from what
+  // is stored, and nothing it sends creates a row, for a known device or an unknown one.
+  EXPECT_EQ(BaseConfig(url()).anonymous_role, "read");
   {
     TestServer t = Launch(BaseConfig(url()));
     ASSERT_TRUE(t.server);
@@ -1513,9 +1525,27 @@ TEST_F(ServerTest, EachRoleMayDoWhatItsRoleAllows) {
     device.name = "a GPU no worker registered yet";
     v1::GetPlanRequest request = PlanRequestFor({ResNet50Kernels()[0]});
     *request.mutable_device() = ToProto(device);
-    const int64_t before = jobs();
+    // The seeded (known) device, a problem nobody measured (a backward kernel but the one
+    // submitted above).
+    v1::GetPlanRequest unmeasured;
+    for (const Kernel& kernel : ResNet50Kernels()) {
+      if (kernel.problem.op != ConvOp::kForward &&
+          !(kernel.problem == ResNet50Kernels()[1].problem)) {
+        unmeasured = PlanRequestFor({kernel});
+        break;
+      }
+    }
+    ASSERT_EQ(unmeasured.kernels_size(), 1);
+    const int64_t before = CallerWrittenRows(url());
     ASSERT_TRUE(GetPlanAs(t, request, "").ok());
-    EXPECT_EQ(jobs(), before + 1);
+    v1::GetPlanResponse partial;
+    ASSERT_TRUE(GetPlanAs(t, unmeasured, "", &partial).ok());
+    EXPECT_EQ(partial.plan().status(), v1::PLAN_STATUS_PARTIAL);
+    EXPECT_EQ(partial.plan().missing(0).job_id(), 0);
+    EXPECT_EQ(CallerWrittenRows(url()), before);
+    // The same calls with a token enqueue (the test channel's admin token).
+    ASSERT_TRUE(GetPlanAs(t, request, kToken).ok());
+    EXPECT_GT(CallerWrittenRows(url()), before);
   }
 }
 

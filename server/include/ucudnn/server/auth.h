@@ -31,13 +31,14 @@ inline bool MayRegisterDevices(Role r) { return r == Role::kSubmit || r == Role:
 inline bool MaySubmitTimings(Role r) { return r == Role::kSubmit || r == Role::kAdmin; }
 inline bool MayRetryJobs(Role r) { return r == Role::kAdmin; }
 
-// What a caller without a token is: "none" (every call needs a token), "read", "plan", or
-// "open" (plan, and register devices by planning for them: the behaviour before roles existed,
-// the default for compatibility; a deployment that exposes the port sets "plan" or "read").
+// What a caller without a token is: "none" (every call needs a token), "read" (the default:
+// nothing it sends creates a row), "plan" (may enqueue for known devices), or "open" (plan, and
+// register devices by planning for them: the behaviour before roles existed, for a closed
+// network only).
 struct AnonymousAccess {
   bool allowed = true;
-  Role role = Role::kPlan;
-  bool registers_devices = true;
+  Role role = Role::kRead;
+  bool registers_devices = false;
 };
 Result<AnonymousAccess> ParseAnonymousRole(std::string_view text);
 
@@ -59,7 +60,7 @@ class TokenAuthenticator {
  public:
   // Empty tokens are ignored.
   TokenAuthenticator(RoleTokens tokens, AnonymousAccess anonymous);
-  // Admin tokens only, anonymous callers "open" (the configuration before roles existed).
+  // Admin tokens only, anonymous callers "read".
   explicit TokenAuthenticator(std::vector<std::string> admin_tokens);
 
   // `authorization` is the value of the "authorization" metadata entry, empty when absent.

@@ -23,7 +23,7 @@ struct ServerConfig {
   std::vector<std::string> plan_tokens;    // --token-file lines "plan TOKEN"
   std::vector<std::string> submit_tokens;  // --token-file lines "submit TOKEN"
   std::vector<std::string> read_tokens;    // --token-file lines "read TOKEN"
-  std::string anonymous_role = "open";     // callers without a token: none, read, plan or open
+  std::string anonymous_role = "read";     // callers without a token: none, read, plan or open
   std::string tls_cert;
   std::string tls_key;
   std::string log_level = "info";
@@ -36,7 +36,8 @@ struct ServerConfig {
   int64_t plan_cache_max_rows = 10000;  // database plan cache rows per device; 0: unbounded
   int64_t plan_cache_evict_interval_ms = 60000;
   int64_t failed_job_cooldown_ms = 3600000;  // a failed job blocks re-enqueueing this long
-  int max_blocking_calls = 1024;             // GetPlan calls planning or waiting at once
+  int max_blocking_calls = 1024;             // plan calls planning or waiting at once
+  int planner_threads = 8;                   // threads that do every call's work
   int timings_cache_entries = 8192;          // (device, problem) timing tables kept in process
   int64_t timings_cache_ttl_ms = 300000;
   int64_t ilp_time_limit_ms = 10000;

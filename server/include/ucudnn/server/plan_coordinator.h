@@ -18,7 +18,9 @@
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/status.h"
 #include "ucudnn/server/lru_cache.h"
+#include "ucudnn/server/recent_jobs.h"
 #include "ucudnn/server/server_metrics.h"
+#include "ucudnn/server/thread_pool.h"
 #include "ucudnn/server/timing_watcher.h"
 #include "ucudnn/server/timings_cache.h"
 #include "ucudnn/store/store.h"
@@ -33,6 +35,8 @@ struct PlanCoordinatorOptions {
   // While waiting for benchmarks, re-read this often even without a notification (a notification
   // can be lost while the listener reconnects).
   std::chrono::milliseconds recheck_interval{1000};
+  // How long a job's enqueue or state read answers the same question of other requests.
+  std::chrono::milliseconds recent_jobs_ttl{500};
 };
 
 // One plan request as the services hand it over.
@@ -62,6 +66,8 @@ struct PlanCall {
   std::function<void(int ready, int total)> on_progress;
   // Whether the client went away (stop waiting).
   std::function<bool()> cancelled;
+  // When the call arrived: max_wait_ms counts from here (absent: when planning starts).
+  std::optional<std::chrono::steady_clock::time_point> received;
 };
 
 struct PlanOutcome {
@@ -82,7 +88,13 @@ class PlanCoordinator {
   PlanCoordinator(store::Store* store, TimingWatcher* watcher, TimingsCache* timings_cache,
                   ServerMetrics* metrics, PlanCoordinatorOptions options);
 
+  // Plans on the calling thread, waiting on it for benchmarks (ExplainPlan, tests).
   Result<PlanOutcome> Plan(const PlanCall& call);
+  // The same phases on `pool`'s threads; waiting for benchmarks holds no thread (a timed task
+  // and a notification callback do). `done` runs exactly once, on a pool thread. What `call`
+  // points to (request, raw bytes, callbacks' captures) must stay valid until then.
+  using PlanDone = std::function<void(Result<PlanOutcome>)>;
+  void PlanAsync(const PlanCall& call, ThreadPool* pool, PlanDone done);
 
   // The fast path of a repeated GetPlan: the serialised plan when exactly these request bytes
   // were answered with a complete plan before and none of the timing tables behind it changed
@@ -99,15 +111,66 @@ class PlanCoordinator {
   void StopWaiting();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct ProblemSlot;
-  Status LoadTables(const DeviceFingerprint& device, uint64_t device_hash,
-                    std::vector<ProblemSlot>& slots, bool only_missing);
+  struct Planning;       // one request between its phases
+  struct AsyncPlanning;  // ... and PlanAsync's continuation
   // The plan-cache key of a request planned from given tables, and the independent check hash
   // an in-process entry must also match (plan_key.h).
   struct ContentKey {
     uint64_t hash = 0;
     uint64_t check = 0;
   };
+
+  // The phases, in order. Prepare: validate, group the distinct problems, read their timings,
+  // answer from a plan cache when complete. EnqueueMissing: jobs for what is missing, and the
+  // wait for them begins. RecheckTimings (each wake-up): re-read what is missing and the states
+  // of its jobs; the wait ends when it all landed, nothing is left to wait for (the jobs left
+  // failed), or the time is up. Then Solve within the
+  // deadline, Encode, and cache (SolveEncodeCache).
+  Status Prepare(Planning& p);
+  void GroupDistinctProblems(Planning& p);
+  Status EnqueueMissing(Planning& p);
+  // store::EnqueueJobs for the problems of `slots` (keys[i] says at which sizes), remembered in
+  // recent_jobs_; counts the jobs created.
+  Result<std::vector<RecentJobs::Job>> EnqueueJobs(const DeviceFingerprint& device,
+                                                   const std::vector<ProblemSlot*>& slots,
+                                                   const std::vector<RecentJobs::Key>& keys,
+                                                   int* created);
+  Status RecheckTimings(Planning& p);
+  void RefreshJobStates(Planning& p);
+  // The ILP's time limit: the configured one, unless the call's deadline leaves less (`cut`).
+  static double IlpTimeLimit(const Planning& p, bool* cut);
+  Result<NetworkPlan> Solve(const Planning& p, double ilp_time_limit_s);
+  Result<std::shared_ptr<const std::string>> Encode(const Planning& p,
+                                                    const NetworkPlan& network_plan,
+                                                    const ContentKey& key);
+  void CachePlan(const Planning& p, const NetworkPlan& network_plan, const ContentKey& key,
+                 bool ilp_limit_cut, const std::shared_ptr<const std::string>& bytes);
+  Status SolveEncodeCache(Planning& p);
+  // Runs the phases until the request waits for benchmarks (returns when to re-check at the
+  // latest) or has its answer (nullopt).
+  using WakeAt = std::optional<Clock::time_point>;
+  Result<WakeAt> Advance(Planning& p);
+
+  // Covered problems counted again (reports progress when the count changed).
+  int UpdateCoverage(Planning& p);
+  std::string ContentTextOf(const Planning& p) const;
+  ContentKey KeyOf(const Planning& p) const;
+  // Everything a partial plan depends on: the request, and what each problem has (timings, job).
+  static std::string PartialPlanKey(const Planning& p);
+  // A cached plan for the current timings, from this process or the shared database cache.
+  bool ServeCachedPlan(Planning& p);
+  static std::vector<uint64_t> MissingHashes(const Planning& p);
+
+  // PlanAsync: run the next phases; wait (Arm) until a notification or the re-check time wakes
+  // the call (Wake), whichever comes first.
+  void Continue(const std::shared_ptr<AsyncPlanning>& task);
+  void Arm(const std::shared_ptr<AsyncPlanning>& task, Clock::time_point wake_at);
+  void Wake(const std::shared_ptr<AsyncPlanning>& task, uint64_t ticket);
+
+  Status LoadTables(const DeviceFingerprint& device, uint64_t device_hash,
+                    std::vector<ProblemSlot>& slots, bool only_missing);
   std::shared_ptr<const std::string> LookupCachedPlan(const ContentKey& key,
                                                       const PlanRequest& request,
                                                       bool* from_database);
@@ -139,6 +202,13 @@ class PlanCoordinator {
   PlanCoordinatorOptions options_;
   LruCache<uint64_t, CachedPlan> plan_lru_;  // content key -> serialised plan
   LruCache<uint64_t, RequestMemo> memo_;     // hash of request bytes -> memo
+  // A partial plan by the hash of its PartialPlanKey (compared in full: in-process only).
+  struct PartialPlan {
+    std::string key;
+    std::shared_ptr<const std::string> bytes;
+  };
+  LruCache<size_t, PartialPlan> partial_lru_;
+  RecentJobs recent_jobs_;
   std::atomic<bool> stopping_{false};
 };
 

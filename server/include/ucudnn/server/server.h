@@ -32,6 +32,7 @@ class PlannerServiceImpl;
 class CatalogServiceImpl;
 class TimingServiceImpl;
 class MetricsHttpServer;
+class ThreadPool;
 
 class PlannerServer {
  public:
@@ -63,6 +64,12 @@ class PlannerServer {
 
  private:
   PlannerServer();
+  // Start's phases: the store (migrated, or its schema checked), the caches, coordinator and
+  // services, the gRPC port, the metrics endpoint.
+  Status OpenDatabase(const ServerConfig& config, bool* schema_behind);
+  Status MakeServices(const ServerConfig& config);
+  Status Listen(const ServerConfig& config);
+  Status StartMetricsEndpoint(const ServerConfig& config);
   void HealthLoop(std::chrono::milliseconds interval);
   void SetServing(bool serving);
 
@@ -75,6 +82,8 @@ class PlannerServer {
   std::unique_ptr<PlannerServiceImpl> planner_service_;
   std::unique_ptr<CatalogServiceImpl> catalog_service_;
   std::unique_ptr<TimingServiceImpl> timing_service_;
+  // Runs every call's work; declared after what its tasks use, so it stops (and joins) first.
+  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   int port_ = 0;

@@ -13,53 +13,50 @@
 
 #include "ucudnn/server/auth.h"
 #include "ucudnn/server/plan_coordinator.h"
+#include "ucudnn/server/request_validation.h"
 #include "ucudnn/server/server_metrics.h"
+#include "ucudnn/server/thread_pool.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
 namespace ucudnn::server {
 
-// Runs blocking work (waiting for benchmarks, planning) off gRPC's callback threads, one thread
-// per call: such calls spend nearly all their time asleep on a notification. It also admits the
-// synchronous planning calls (StreamPlan, ExplainPlan) that block gRPC's own threads, so all
-// planning calls together stay within one bound and a flood is refused, not queued on threads.
-class BlockingCallRunner {
+// Bounds the plan calls (GetPlan, StreamPlan, ExplainPlan) in flight, computing or waiting for
+// benchmarks, so a flood is refused (RESOURCE_EXHAUSTED) rather than queued without end.
+class CallLimiter {
  public:
-  explicit BlockingCallRunner(int max_in_flight) : max_in_flight_(max_in_flight) {}
-  ~BlockingCallRunner() { Drain(); }
-  BlockingCallRunner(const BlockingCallRunner&) = delete;
-  BlockingCallRunner& operator=(const BlockingCallRunner&) = delete;
+  explicit CallLimiter(int max_in_flight) : max_in_flight_(max_in_flight) {}
+  ~CallLimiter() { Drain(); }
+  CallLimiter(const CallLimiter&) = delete;
+  CallLimiter& operator=(const CallLimiter&) = delete;
 
-  // One admitted call running on the caller's thread; releases its place when destroyed.
+  // One admitted call; releases its place when destroyed.
   class Ticket {
    public:
     Ticket() = default;
-    explicit Ticket(BlockingCallRunner* runner) : runner_(runner) {}
-    Ticket(Ticket&& other) noexcept : runner_(std::exchange(other.runner_, nullptr)) {}
+    explicit Ticket(CallLimiter* limiter) : limiter_(limiter) {}
+    Ticket(Ticket&& other) noexcept : limiter_(std::exchange(other.limiter_, nullptr)) {}
     Ticket& operator=(Ticket&& other) noexcept {
       if (this != &other) {
         Release();
-        runner_ = std::exchange(other.runner_, nullptr);
+        limiter_ = std::exchange(other.limiter_, nullptr);
       }
       return *this;
     }
     ~Ticket() { Release(); }
-    explicit operator bool() const { return runner_ != nullptr; }
+    explicit operator bool() const { return limiter_ != nullptr; }
+    void Release();
 
    private:
-    void Release();
-    BlockingCallRunner* runner_ = nullptr;
+    CallLimiter* limiter_ = nullptr;
   };
 
-  // False (and nothing runs) when max_in_flight calls are running already.
-  bool TryRun(std::function<void()> work);
-  // An empty ticket when max_in_flight calls are running already.
+  // An empty ticket when max_in_flight calls are admitted already.
   Ticket TryAdmit();
-  // Waits until every started call has finished and every ticket is released.
+  // Waits until every ticket is released.
   void Drain();
 
  private:
-  bool Acquire();
   void Release();
 
   const int max_in_flight_;
@@ -68,34 +65,40 @@ class BlockingCallRunner {
   int in_flight_ = 0;
 };
 
-// GetPlan is a raw callback method: a repeated request is answered on gRPC's own thread from the
-// request memo with the cached plan's bytes, without parsing the request or serialising the plan
-// (PlanCoordinator::TryServeFromMemo); everything else runs on a BlockingCallRunner thread.
-// StreamPlan is an ordinary synchronous method, admitted by the same runner (RESOURCE_EXHAUSTED
-// beyond its bound).
+// Every method is a callback (asynchronous) method whose work runs on one fixed ThreadPool, so
+// the server's threads do not grow with the calls in flight. GetPlan is raw: a repeated request
+// is answered on gRPC's own thread from the request memo with the cached plan's bytes, without
+// parsing the request or serialising the plan (PlanCoordinator::TryServeFromMemo); other
+// GetPlan and StreamPlan calls plan through PlanCoordinator::PlanAsync, which waits for
+// benchmarks without holding a thread. StreamPlan writes its progress as it comes.
 class PlannerServiceImpl final
-    : public v1::PlannerService::WithRawCallbackMethod_GetPlan<v1::PlannerService::Service> {
+    : public v1::PlannerService::WithRawCallbackMethod_GetPlan<
+          v1::PlannerService::WithCallbackMethod_StreamPlan<v1::PlannerService::Service>> {
  public:
   PlannerServiceImpl(PlanCoordinator* coordinator, ServerMetrics* metrics,
-                     const TokenAuthenticator* auth, int max_blocking_calls)
-      : coordinator_(coordinator), metrics_(metrics), auth_(auth), runner_(max_blocking_calls) {}
+                     const TokenAuthenticator* auth, ThreadPool* pool, int max_plan_calls)
+      : coordinator_(coordinator),
+        metrics_(metrics),
+        auth_(auth),
+        pool_(pool),
+        limiter_(max_plan_calls) {}
 
   grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
-  grpc::Status StreamPlan(grpc::ServerContext* context, const v1::StreamPlanRequest* request,
-                          grpc::ServerWriter<v1::StreamPlanResponse>* writer) override;
-  // Waits for GetPlan calls still running on their own threads, and for admitted StreamPlan and
-  // ExplainPlan calls (shutdown).
-  void Drain() { runner_.Drain(); }
+  grpc::ServerWriteReactor<v1::StreamPlanResponse>* StreamPlan(
+      grpc::CallbackServerContext* context, const v1::StreamPlanRequest* request) override;
+  // Waits for every admitted plan call (GetPlan, StreamPlan, ExplainPlan) to end (shutdown).
+  void Drain() { limiter_.Drain(); }
   // The bound shared with CatalogService.ExplainPlan.
-  BlockingCallRunner* runner() { return &runner_; }
+  CallLimiter* limiter() { return &limiter_; }
 
  private:
   PlanCoordinator* coordinator_;
   ServerMetrics* metrics_;
   const TokenAuthenticator* auth_;
-  BlockingCallRunner runner_;
+  ThreadPool* pool_;
+  CallLimiter limiter_;
 };
 
 // A GetPlanResponse as a ByteBuffer around already serialised plan bytes, which the buffer keeps
@@ -103,62 +106,68 @@ class PlannerServiceImpl final
 grpc::ByteBuffer GetPlanResponseBuffer(std::shared_ptr<const std::string> plan_bytes,
                                        bool from_cache, uint32_t waited_ms);
 
-// ExplainPlan plans, so it is admitted by the planner's BlockingCallRunner; RetryJob and
-// CancelJobs write, so they need a bearer token like TimingService.
-class CatalogServiceImpl final : public v1::CatalogService::Service {
+// ExplainPlan plans, so it is admitted by the planner's CallLimiter; RetryJob and CancelJobs
+// write, so they need a bearer token like TimingService.
+class CatalogServiceImpl final : public v1::CatalogService::CallbackService {
  public:
   CatalogServiceImpl(store::Store* store, PlanCoordinator* coordinator, ServerMetrics* metrics,
-                     BlockingCallRunner* runner, const TokenAuthenticator* auth)
-      : store_(store), coordinator_(coordinator), metrics_(metrics), runner_(runner), auth_(auth) {}
+                     ThreadPool* pool, CallLimiter* limiter, const TokenAuthenticator* auth)
+      : store_(store),
+        coordinator_(coordinator),
+        metrics_(metrics),
+        pool_(pool),
+        limiter_(limiter),
+        auth_(auth) {}
 
-  grpc::Status ListDevices(grpc::ServerContext* context, const v1::ListDevicesRequest* request,
-                           v1::ListDevicesResponse* response) override;
-  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
-                           v1::ListWorkersResponse* response) override;
-  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
-                        v1::ListJobsResponse* response) override;
-  grpc::Status GetTimings(grpc::ServerContext* context, const v1::GetTimingsRequest* request,
-                          v1::GetTimingsResponse* response) override;
-  grpc::Status GetParetoFront(grpc::ServerContext* context,
-                              const v1::GetParetoFrontRequest* request,
-                              v1::GetParetoFrontResponse* response) override;
-  grpc::Status ExplainPlan(grpc::ServerContext* context, const v1::ExplainPlanRequest* request,
-                           v1::ExplainPlanResponse* response) override;
-  grpc::Status RetryJob(grpc::ServerContext* context, const v1::RetryJobRequest* request,
-                        v1::RetryJobResponse* response) override;
-  grpc::Status CancelJobs(grpc::ServerContext* context, const v1::CancelJobsRequest* request,
-                          v1::CancelJobsResponse* response) override;
+  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* context,
+                                        const v1::ListDevicesRequest* request,
+                                        v1::ListDevicesResponse* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* GetTimings(grpc::CallbackServerContext* context,
+                                       const v1::GetTimingsRequest* request,
+                                       v1::GetTimingsResponse* response) override;
+  grpc::ServerUnaryReactor* GetParetoFront(grpc::CallbackServerContext* context,
+                                           const v1::GetParetoFrontRequest* request,
+                                           v1::GetParetoFrontResponse* response) override;
+  grpc::ServerUnaryReactor* ExplainPlan(grpc::CallbackServerContext* context,
+                                        const v1::ExplainPlanRequest* request,
+                                        v1::ExplainPlanResponse* response) override;
+  grpc::ServerUnaryReactor* RetryJob(grpc::CallbackServerContext* context,
+                                     const v1::RetryJobRequest* request,
+                                     v1::RetryJobResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJobs(grpc::CallbackServerContext* context,
+                                       const v1::CancelJobsRequest* request,
+                                       v1::CancelJobsResponse* response) override;
 
  private:
   store::Store* store_;
   PlanCoordinator* coordinator_;
   ServerMetrics* metrics_;
-  BlockingCallRunner* runner_;
+  ThreadPool* pool_;
+  CallLimiter* limiter_;
   const TokenAuthenticator* auth_;
 };
 
-class TimingServiceImpl final : public v1::TimingService::Service {
+class TimingServiceImpl final : public v1::TimingService::CallbackService {
  public:
-  TimingServiceImpl(store::Store* store, const TokenAuthenticator* auth, ServerMetrics* metrics)
-      : store_(store), auth_(auth), metrics_(metrics) {}
+  TimingServiceImpl(store::Store* store, const TokenAuthenticator* auth, ServerMetrics* metrics,
+                    ThreadPool* pool)
+      : store_(store), auth_(auth), metrics_(metrics), pool_(pool) {}
 
-  grpc::Status SubmitTimings(grpc::ServerContext* context, const v1::SubmitTimingsRequest* request,
-                             v1::SubmitTimingsResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitTimings(grpc::CallbackServerContext* context,
+                                          const v1::SubmitTimingsRequest* request,
+                                          v1::SubmitTimingsResponse* response) override;
 
  private:
   store::Store* store_;
   const TokenAuthenticator* auth_;
   ServerMetrics* metrics_;
+  ThreadPool* pool_;
 };
-
-// Validates a SubmitTimingsRequest into the store's input, naming every invalid field at once
-// ("2 invalid fields: problem.c: ...; timings[3].time_ms: ..."). Pure; exposed for tests.
-struct ValidatedSubmission {
-  DeviceFingerprint device;
-  ConvProblem problem;
-  std::vector<Timing> timings;
-  std::string measured_by;
-};
-Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& request);
 
 }  // namespace ucudnn::server

@@ -53,6 +53,13 @@ class TimingSubscription {
   // Blocks until something arrived for this subscription or `until` passed (then an empty
   // reason). Notifications that arrived since the previous call are returned at once.
   WakeReason WaitUntil(std::chrono::steady_clock::time_point until);
+  // The non-blocking way to wait: `wake` runs once, when something arrives for this subscription
+  // (on the watcher's thread, holding none of its locks: keep it short), or at once on this
+  // thread when something arrived since the last TakeWakeReason or WaitUntil. A later call
+  // replaces a `wake` that has not run.
+  void OnWake(std::function<void()> wake);
+  // What arrived since the last TakeWakeReason or WaitUntil, without waiting.
+  WakeReason TakeWakeReason();
   // Narrows the interest to `problem_hashes` (as problems land).
   void SetProblems(const std::vector<uint64_t>& problem_hashes);
 
@@ -60,8 +67,9 @@ class TimingSubscription {
   friend class TimingWatcher;
   TimingSubscription(TimingWatcher* watcher, uint64_t device_hash,
                      const std::vector<uint64_t>& problem_hashes);
-  void Deliver(const store::TimingsNotification& n);
-  void DeliverReset();
+  // Record what arrived; return the OnWake callback to run (after the watcher's lock is let go).
+  std::function<void()> Deliver(const store::TimingsNotification& n);
+  std::function<void()> DeliverReset();
 
   TimingWatcher* watcher_;
   const uint64_t device_hash_;
@@ -70,6 +78,7 @@ class TimingSubscription {
   std::set<uint64_t> problems_;
   std::vector<uint64_t> landed_;
   bool reset_ = false;
+  std::function<void()> wake_;
 };
 
 class TimingWatcher {
