@@ -1,5 +1,7 @@
 #include "ucudnn/server/config.h"
 
+#include "ucudnn/core/backoff.h"
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -364,7 +366,7 @@ Status LoadTokenFile(ServerConfig& config) {
 std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& config,
                                                          const Status& failure, bool schema_behind,
                                                          std::chrono::milliseconds elapsed,
-                                                         std::chrono::milliseconds previous_delay) {
+                                                         int64_t attempt) {
   using std::chrono::milliseconds;
   int64_t limit_ms = 0;
   if (schema_behind) {
@@ -374,9 +376,7 @@ std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& con
   } else {
     return std::nullopt;
   }
-  const milliseconds delay = previous_delay.count() <= 0
-                                 ? milliseconds(250)
-                                 : std::min(previous_delay * 2, milliseconds(5000));
+  const milliseconds delay = BackoffDelay(milliseconds(250), milliseconds(5000), attempt);
   if (elapsed + delay >= milliseconds(limit_ms)) return std::nullopt;
   return delay;
 }

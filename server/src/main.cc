@@ -1,18 +1,16 @@
 // ucudnn-server: the planner server. All logic is in ucudnn_server_lib; this file parses the
 // command line, sets up logging and signals, and runs the server until SIGTERM/SIGINT.
-#include <poll.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
-#include <csignal>
-#include <cstdio>
-#include <thread>
-
 #include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+
 #include "ucudnn/core/logging.h"
+#include "ucudnn/core/stop_signals.h"
 #include "ucudnn/server/config.h"
 #include "ucudnn/server/server.h"
 
@@ -20,38 +18,20 @@ namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
-// SIGTERM/SIGINT reach the signal thread through this pipe. A handler, not only a blocked mask
-// and sigwait: libraries start threads before main() (OpenBLAS's pool), and a process-directed
-// signal delivered to one of those would otherwise kill the process without a shutdown.
-int signal_pipe[2] = {-1, -1};
-
-extern "C" void OnTerminationSignal(int signal) {
-  const unsigned char byte = static_cast<unsigned char>(signal);
-  [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);
-}
+// What SIGTERM/SIGINT (StopSignals' watcher thread) tells main: a signal came, and the server to
+// shut down once there is one.
+struct StopState {
+  std::mutex mu;
+  std::condition_variable cv;
+  int signal = 0;
+  ucudnn::server::PlannerServer* server = nullptr;
+  std::chrono::milliseconds grace{0};
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace ucudnn::server;
-  if (pipe(signal_pipe) != 0) {
-    std::perror("ucudnn-server: pipe");
-    return 1;
-  }
-  struct sigaction action = {};
-  action.sa_handler = OnTerminationSignal;
-  action.sa_flags = SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  // The threads started from here on keep the signals blocked, so system calls in them are not
-  // interrupted; whichever thread still accepts them (main's, or a library's) runs the handler.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
   const std::vector<std::string> args(argv + 1, argv + argc);
   auto parsed = ParseCommandLine(args, ProcessEnv());
   if (!parsed.ok()) {
@@ -81,24 +61,45 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  StopState stop;
+  stop.grace = std::chrono::milliseconds(config.shutdown_grace_ms);
+  auto signals = ucudnn::StopSignals::Install([&stop](int signal, int) {
+    PlannerServer* server = nullptr;
+    {
+      std::lock_guard lock(stop.mu);
+      stop.signal = signal;
+      server = stop.server;
+    }
+    stop.cv.notify_all();
+    if (server == nullptr) return;
+    spdlog::info("received {}, shutting down (grace {} ms)",
+                 signal == SIGTERM ? "SIGTERM" : "SIGINT", stop.grace.count());
+    server->Shutdown(stop.grace);
+  });
+  if (!signals.ok()) {
+    std::fprintf(stderr, "ucudnn-server: %s\n", signals.status().message().c_str());
+    return 1;
+  }
+
   // A database that is not up yet (a fresh deployment, a restart), or whose schema a migration
   // job has not brought up to date yet, is waited for, not fatal.
   const auto first_try = std::chrono::steady_clock::now();
-  auto retry_delay = std::chrono::milliseconds(0);
+  int64_t retries = 0;
   bool schema_behind = false;
   auto server = PlannerServer::Start(config, &schema_behind);
   while (!server.ok()) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - first_try);
-    const auto delay =
-        StartRetryDelay(config, server.status(), schema_behind, elapsed, retry_delay);
+    const auto delay = StartRetryDelay(config, server.status(), schema_behind, elapsed, retries++);
     if (!delay) break;
-    retry_delay = *delay;
+    const std::chrono::milliseconds retry_delay = *delay;
     spdlog::warn("{}; retrying in {} ms", server.status().ToString(), retry_delay.count());
-    pollfd signal_fd = {signal_pipe[0], POLLIN, 0};
-    if (poll(&signal_fd, 1, static_cast<int>(retry_delay.count())) > 0) {
-      spdlog::info("signal received while starting; exiting");
-      return 1;
+    {
+      std::unique_lock lock(stop.mu);
+      if (stop.cv.wait_for(lock, retry_delay, [&] { return stop.signal != 0; })) {
+        spdlog::info("signal received while starting; exiting");
+        return 1;
+      }
     }
     server = PlannerServer::Start(config, &schema_behind);
   }
@@ -106,15 +107,23 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;
   }
-  std::thread signal_thread([&] {
-    unsigned char signal = 0;
-    while (read(signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
-    }
-    spdlog::info("received {}, shutting down (grace {} ms)",
-                 signal == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_ms);
-    (*server)->Shutdown(std::chrono::milliseconds(config.shutdown_grace_ms));
-  });
+  int pending = 0;  // a signal that came before the watcher could see the server
+  {
+    std::lock_guard lock(stop.mu);
+    stop.server = server->get();
+    pending = stop.signal;
+  }
+  if (pending != 0) {
+    spdlog::info("received {}, shutting down", pending == SIGTERM ? "SIGTERM" : "SIGINT");
+    (*server)->Shutdown(stop.grace);
+  }
   (*server)->Wait();
-  signal_thread.join();
+  {
+    // The watcher may still hold the pointer while Shutdown returns; stop it before the server
+    // goes away.
+    std::lock_guard lock(stop.mu);
+    stop.server = nullptr;
+  }
+  signals->reset();
   return 0;
 }

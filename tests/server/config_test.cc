@@ -230,29 +230,22 @@ TEST(ConfigTest, StartRetriesAnUnreachableDatabaseAndAnOlderSchemaEachUpToItsOwn
   EXPECT_EQ(config.schema_wait_ms, 120000);
   const Status unreachable = Unavailable("database: connection refused");
   const Status older = FailedPrecondition("database schema version 0 is older than this binary's");
-  // The delay starts at 250 ms and doubles up to 5 s.
-  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(0), milliseconds(0)),
-            milliseconds(250));
-  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(300), milliseconds(250)),
-            milliseconds(500));
-  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(30000), milliseconds(4000)),
-            milliseconds(5000));
+  // The delay starts at 250 ms and doubles with each retry (attempt 0, 1, ...) up to 5 s.
+  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(0), 0), milliseconds(250));
+  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(300), 1), milliseconds(500));
+  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(30000), 5), milliseconds(5000));
   // Each kind of wait ends at its own limit: the database's at 10 s, the schema's at 2 min.
-  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(9900), milliseconds(250)),
-            std::nullopt);
-  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(60000), milliseconds(5000)),
-            milliseconds(5000));
-  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(119000), milliseconds(5000)),
-            std::nullopt);
+  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(9900), 1), std::nullopt);
+  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(60000), 6), milliseconds(5000));
+  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(119000), 6), std::nullopt);
   // Anything else is final at once: an address in use, a schema too new, bad TLS files.
   EXPECT_EQ(StartRetryDelay(config, FailedPrecondition("cannot listen on 127.0.0.1:50051"), false,
-                            milliseconds(0), milliseconds(0)),
+                            milliseconds(0), 0),
             std::nullopt);
   // --schema-wait 0 gives up on an older schema at once.
   auto no_wait = ParseCommandLine({"--schema-wait", "0"}, FakeEnv({}));
   ASSERT_TRUE(no_wait.ok());
-  EXPECT_EQ(StartRetryDelay(no_wait->config, older, true, milliseconds(0), milliseconds(0)),
-            std::nullopt);
+  EXPECT_EQ(StartRetryDelay(no_wait->config, older, true, milliseconds(0), 0), std::nullopt);
   EXPECT_EQ(ParseCommandLine({"--schema-wait", "forever"}, FakeEnv({})).status().code(),
             StatusCode::kInvalidArgument);
 }

@@ -73,12 +73,12 @@ Status LoadTokenFile(ServerConfig& config);
 // Whether main retries a failed PlannerServer::Start, and after how long: nullopt to give up.
 // An unreachable database (kUnavailable) is retried until --start-timeout, a schema older than
 // this binary's (`schema_behind`) until --schema-wait, both counted from the first attempt
-// (`elapsed` ago); the delay doubles from 250 ms (`previous_delay` 0 on the first retry) up to 5 s.
-// Anything else (bad TLS files, an address in use, a schema too new) is final.
+// (`elapsed` ago); the delay of retry `attempt` (0 for the first) is BackoffDelay from 250 ms up
+// to 5 s. Anything else (bad TLS files, an address in use, a schema too new) is final.
 std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& config,
                                                          const Status& failure, bool schema_behind,
                                                          std::chrono::milliseconds elapsed,
-                                                         std::chrono::milliseconds previous_delay);
+                                                         int64_t attempt);
 
 // --help: every flag with its variable and default.
 std::string HelpText(std::string_view program);
