@@ -26,13 +26,13 @@
 #include <variant>
 #include <vector>
 
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/units.h"
-#include "ucudnn/worker/benchmark.h"
+#include "ucudnn/engine/benchmark.h"
 
 namespace ucudnn {
 namespace {

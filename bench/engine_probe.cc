@@ -22,8 +22,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "ucudnn/core/cudnn_backend.h"
-#include "ucudnn/core/cudnn_engines.h"
+#include "ucudnn/backends/cudnn_backend.h"
+#include "ucudnn/backends/cudnn_engines.h"
 #include "ucudnn/core/random_fill.h"
 #include "ucudnn/core/units.h"
 

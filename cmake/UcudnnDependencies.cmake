@@ -11,7 +11,18 @@ find_package(CLI11 CONFIG REQUIRED)
 pkg_check_modules(PQXX REQUIRED IMPORTED_TARGET libpqxx)
 pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# cpp-httplib: the HTTP client of the tests and of ucudnn-bench-server, which scrape /metrics (the
+# metrics endpoint itself is ours, server/include/ucudnn/server/metrics_http.h). Debian ships a
+# compiled library with a pkg-config file but no CMake package, so without httplib::httplib it
+# comes through pkg-config; its compile definitions (OpenSSL/zlib/brotli support) change class
+# layouts, so they must come along. Link ${UCUDNN_HTTPLIB_TARGET}.
 find_package(httplib QUIET)
+if(TARGET httplib::httplib)
+  set(UCUDNN_HTTPLIB_TARGET httplib::httplib)
+else()
+  pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
+  set(UCUDNN_HTTPLIB_TARGET PkgConfig::CPP_HTTPLIB)
+endif()
 find_package(nlohmann_json REQUIRED)  # every JSON the binaries write
 
 # ---- CUDA + cuDNN (optional) ------------------------------------------------------------------

@@ -500,7 +500,7 @@ def check_secrets(deploy_dir, objects, services):
 
 
 # ---- monitoring -----------------------------------------------------------------------------------
-METRIC_SOURCES = ("server/src/server_metrics.cc", "worker/daemon/src/worker_metrics.cc")
+METRIC_SOURCES = ("server/src/server_metrics.cc", "worker/src/worker_metrics.cc")
 
 
 def exported_metrics(repo):

@@ -26,15 +26,15 @@
 #include <vector>
 
 #include "train_step_engine.h"
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
-#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/random_fill.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/planner/planner.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
 namespace ucudnn::example {

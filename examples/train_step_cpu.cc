@@ -6,7 +6,7 @@
 
 #include "session.h"
 #include "train_step_engine.h"
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/random_fill.h"
 

@@ -11,8 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "train_step_engine.h"
+#include "ucudnn/backends/cudnn_backend.h"
 #include "ucudnn/client/handle.h"
-#include "ucudnn/core/cudnn_backend.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/random_fill.h"
 

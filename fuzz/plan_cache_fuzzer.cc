@@ -1,4 +1,4 @@
-// The client library's local plan cache parser (client_lib/src/plan_cache.h), fed arbitrary file
+// The client library's local plan cache parser (client/src/plan_cache.h), fed arbitrary file
 // contents. Half of the inputs are taken as the payload and framed with a valid header, size and
 // checksum, so the fuzzer reaches the record decoding past the checksum. Rejections are
 // INVALID_ARGUMENT (FAILED_PRECONDITION for a record of a newer schema); accepted files serialise

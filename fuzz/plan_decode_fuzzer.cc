@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "fuzz_check.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ucudnn;        // NOLINT(google-build-using-namespace)

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "fuzz_check.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 namespace ucudnn::fuzz {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "fuzz_check.h"
 #include "ucudnn/core/dp.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/auth.h"
 #include "ucudnn/server/plan_key.h"
 #include "ucudnn/server/request_validation.h"

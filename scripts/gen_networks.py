@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes networks/*.csv: every convolution layer of the built-in networks, in network order.
 
-The CSV files are the source of truth that the binaries embed (common/src/networks.cc parses
+The CSV files are the source of truth that the binaries embed (core/src/networks.cc parses
 them); this script only documents how they were derived from the architectures' definitions
 (torchvision's models, input 3x224x224), and regenerates them: `scripts/gen_networks.py`.
 Columns: layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups

@@ -1,6 +1,7 @@
 # The client library (issue 6). CPU tests against a fake PlannerService on loopback; the GPU test
 # (label gpu) skips visibly without a GPU.
-set(ucudnn_client_test_libs ucudnn_client_core ucudnn_core ucudnn_proto_convert gRPC::grpc++)
+set(ucudnn_client_test_libs ucudnn::client_core ucudnn::backend_cpu ucudnn::core ucudnn::proto
+    gRPC::grpc++)
 ucudnn_add_test(NAME ucudnn_client_tests
   SOURCES
     client/config_test.cc
@@ -12,7 +13,7 @@ ucudnn_add_test(NAME ucudnn_client_tests
     client/shape_problem_test.cc
   LIBS ${ucudnn_client_test_libs}
   TIMEOUT 120)
-target_include_directories(ucudnn_client_tests PRIVATE ${PROJECT_SOURCE_DIR}/client_lib/src)
+target_include_directories(ucudnn_client_tests PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
 
 # Its own binary: it replaces the global operator new to count allocations.
 ucudnn_add_test(NAME ucudnn_client_hot_path_tests
@@ -20,15 +21,15 @@ ucudnn_add_test(NAME ucudnn_client_hot_path_tests
   LIBS ${ucudnn_client_test_libs}
   TIMEOUT 60)
 target_include_directories(ucudnn_client_hot_path_tests PRIVATE
-  ${PROJECT_SOURCE_DIR}/client_lib/src)
+  ${PROJECT_SOURCE_DIR}/client/src)
 
 if(UCUDNN_ENABLE_CUDNN)
   ucudnn_add_test(NAME ucudnn_client_gpu_tests
     SOURCES client/cudnn_handle_test.cc client/c_api_compiles.c
-    LIBS ucudnn_client_cudnn ucudnn_backends ucudnn_proto_convert gRPC::grpc++
+    LIBS ucudnn::client_cudnn ucudnn::backends ucudnn::proto gRPC::grpc++
     LABELS gpu
     TIMEOUT 600)
-  target_include_directories(ucudnn_client_gpu_tests PRIVATE ${PROJECT_SOURCE_DIR}/client_lib/src)
+  target_include_directories(ucudnn_client_gpu_tests PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
 endif()
 
 # The installed package: find_package(ucudnn) (shared and static) and pkg-config consumers.

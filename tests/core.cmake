@@ -1,7 +1,8 @@
 # Unit tests of the core model: convolution problems, device fingerprints, proto conversion, enum
-# names, and the shared process helpers (back-off, stop signals).
+# and algorithm names (checked against the CPU backend's own list), and the shared process helpers
+# (back-off, stop signals).
 ucudnn_add_test(NAME ucudnn_core_tests
   SOURCES core/problem_test.cc core/fingerprint_test.cc core/proto_convert_test.cc
           core/algorithm_names_test.cc core/engine_config_test.cc core/enum_names_test.cc
           core/backoff_test.cc core/stop_signals_test.cc
-  LIBS ucudnn_core ucudnn_proto_convert ucudnn_stop_signals)
+  LIBS ucudnn::core ucudnn::proto ucudnn::stop_signals ucudnn::backend_cpu)

@@ -6,4 +6,4 @@ ucudnn_add_test(NAME ucudnn_cpu_tests
     ${CMAKE_CURRENT_SOURCE_DIR}/cpu/executor_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/cpu/random_fill_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/cpu/backend_factory_test.cc
-  LIBS ucudnn_core ucudnn_backends)
+  LIBS ucudnn::core ucudnn::backends)

@@ -14,12 +14,12 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/engine_configs_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/readme_recipes_test.cc
-  LIBS ucudnn_test_postgres ucudnn_client_core ucudnn_store ucudnn_proto_convert ucudnn_core
-       ucudnn_proto gRPC::grpc++ PkgConfig::PQXX Threads::Threads nlohmann_json::nlohmann_json
+  LIBS ucudnn::test_postgres ucudnn::client_core ucudnn::backend_cpu ucudnn::store ucudnn::proto
+       ucudnn::core gRPC::grpc++ PkgConfig::PQXX Threads::Threads nlohmann_json::nlohmann_json
   LABELS e2e
   TIMEOUT 180)
 # The client library's session (the training client of the fault tests) is an internal header.
-target_include_directories(ucudnn_e2e_tests PRIVATE ${PROJECT_SOURCE_DIR}/client_lib/src)
+target_include_directories(ucudnn_e2e_tests PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
 # The tests start these binaries.
 add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker ucudnn)
 

@@ -9,10 +9,10 @@ set(UCUDNN_GPU_TEST_SOURCES
   gpu/engine_test.cc
   gpu/backend_factory_test.cc
 )
-set(UCUDNN_GPU_TEST_LIBS ucudnn_bench_engine ucudnn_backends ucudnn_core)
+set(UCUDNN_GPU_TEST_LIBS ucudnn::engine ucudnn::backends ucudnn::core)
 if(UCUDNN_ENABLE_CUDNN)
   list(APPEND UCUDNN_GPU_TEST_SOURCES gpu/cudnn_backend_test.cc)
-  list(APPEND UCUDNN_GPU_TEST_LIBS ucudnn_cudnn)
+  list(APPEND UCUDNN_GPU_TEST_LIBS ucudnn::cudnn)
 endif()
 ucudnn_add_test(NAME ucudnn_gpu_tests
   SOURCES ${UCUDNN_GPU_TEST_SOURCES}
@@ -21,7 +21,7 @@ ucudnn_add_test(NAME ucudnn_gpu_tests
   TIMEOUT 600)
 if(UCUDNN_ENABLE_CUDNN)
   # cuda_check.h is internal to the backend; its tests reach it directly.
-  target_include_directories(ucudnn_gpu_tests PRIVATE ${PROJECT_SOURCE_DIR}/common/src/cudnn)
+  target_include_directories(ucudnn_gpu_tests PRIVATE ${PROJECT_SOURCE_DIR}/backends/src/cudnn)
 endif()
 # Inside a bundle (scripts/bundle.sh) the binary finds its libraries in ../lib.
 set_target_properties(ucudnn_gpu_tests PROPERTIES BUILD_RPATH "$ORIGIN/../lib")

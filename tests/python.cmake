@@ -3,9 +3,10 @@
 # earlier on the PATH, pyenv's say, has no torch). Planned kernels come from a plan cache file
 # written by ucudnn_test_write_plan_cache. UCUDNN_SYSTEM_PYTHON3 is found in tools.cmake.
 add_executable(ucudnn_test_write_plan_cache tools/write_plan_cache.cc)
-target_link_libraries(ucudnn_test_write_plan_cache PRIVATE ucudnn_client_core ucudnn_core)
+target_link_libraries(ucudnn_test_write_plan_cache PRIVATE ucudnn::client_core ucudnn::backend_cpu
+                      ucudnn::core)
 target_include_directories(ucudnn_test_write_plan_cache PRIVATE
-  ${PROJECT_SOURCE_DIR}/client_lib/src)
+  ${PROJECT_SOURCE_DIR}/client/src)
 
 foreach(python_suite test_torch_adapter test_torch_bench_script)
   add_test(NAME python_${python_suite}

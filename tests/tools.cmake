@@ -17,7 +17,7 @@ endforeach()
 # The cpu-bench table (pure formatting).
 ucudnn_add_test(NAME ucudnn_cli_tests
   SOURCES tools/bench_table_test.cc tools/explain_table_test.cc tools/curve_test.cc
-  LIBS ucudnn_cli_table)
+  LIBS ucudnn::cli_table)
 
 # deploy/validate.py runs under Debian's /usr/bin/python3, where scripts/lib.sh installs PyYAML,
 # jsonschema, the Kubernetes models and docker-compose's schema (a python3 earlier on the PATH,

@@ -6,11 +6,11 @@
 ucudnn_add_test(NAME ucudnn_worker_unit_tests
   SOURCES worker/options_test.cc worker/benchmark_test.cc
     worker/offline_test.cc worker/metrics_test.cc
-  LIBS ucudnn_worker_lib ucudnn_backends)
+  LIBS ucudnn::worker ucudnn::backends)
 
 ucudnn_add_test(NAME ucudnn_worker_tests
   SOURCES worker/daemon_test.cc worker/process_test.cc
-  LIBS ucudnn_worker_lib ucudnn_backends ucudnn_test_postgres ${UCUDNN_SERVER_TEST_HTTPLIB}
+  LIBS ucudnn::worker ucudnn::backends ucudnn::test_postgres ${UCUDNN_HTTPLIB_TARGET}
        PkgConfig::PQXX
   LABELS integration
   TIMEOUT 300)

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ucudnn/core/grpc_status.h"
+#include "ucudnn/proto/grpc_status.h"
 
 namespace ucudnn::cli {
 

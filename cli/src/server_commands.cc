@@ -13,11 +13,11 @@
 #include "explain_table.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "progress.h"
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/fingerprint.h"
-#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/planner/plan_table.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
 namespace ucudnn::cli {

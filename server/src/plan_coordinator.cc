@@ -8,8 +8,8 @@
 #include <spdlog/spdlog.h>
 
 #include "ucudnn/core/dp.h"
-#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/planner/planner.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/plan_key.h"
 #include "ucudnn/server/request_validation.h"
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "ucudnn/core/problem.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 namespace ucudnn::server {
 namespace {

@@ -5,8 +5,8 @@
 #include <tuple>
 
 #include "ucudnn/core/engine_config.h"
-#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/text.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::server {

@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "grpc/health/v1/health.pb.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/auth.h"
 #include "ucudnn/server/malformed_requests.h"
 #include "ucudnn/server/metrics_http.h"

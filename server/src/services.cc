@@ -10,9 +10,9 @@
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/engine_config.h"
-#include "ucudnn/core/proto_convert.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/planner/plan_table.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/grpc_status.h"
 #include "ucudnn/server/request_validation.h"
 

@@ -11,9 +11,9 @@
 
 #include "fake_planner.h"
 #include "test_util.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/client/handle.h"
 #include "ucudnn/client/ucudnn_c.h"
-#include "ucudnn/core/backend_factory.h"
 
 extern "C" cudnnStatus_t ucudnn_test_c_api_roundtrip(cudnnHandle_t cudnn, uint64_t* kernels);
 

@@ -20,7 +20,7 @@
 #include "ucudnn/client/config.h"
 #include "ucudnn/core/backend.h"
 #include "ucudnn/core/dp.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
 namespace ucudnn::testing {

@@ -12,7 +12,7 @@
 #include "fake_planner.h"
 #include "session.h"
 #include "test_util.h"
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 
 namespace ucudnn::testing {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 
 namespace ucudnn {
 namespace {

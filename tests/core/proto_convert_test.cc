@@ -1,4 +1,4 @@
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/util/message_differencer.h>

@@ -1,4 +1,4 @@
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 
 #include <gtest/gtest.h>
 

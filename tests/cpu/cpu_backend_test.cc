@@ -1,4 +1,4 @@
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 
 #include <gtest/gtest.h>
 

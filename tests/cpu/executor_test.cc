@@ -12,7 +12,7 @@
 
 #include "cpu/conv_reference.h"
 #include "support/operands.h"
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 
 namespace ucudnn {
 namespace {

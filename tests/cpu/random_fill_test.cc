@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 
 namespace ucudnn {
 namespace {

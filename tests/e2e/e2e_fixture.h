@@ -12,9 +12,9 @@
 
 #include "e2e/e2e_util.h"
 #include "support/postgres_fixture.h"
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/dp.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 namespace ucudnn::e2e {
 

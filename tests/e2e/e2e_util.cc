@@ -16,7 +16,7 @@
 
 #include "support/bearer_channel.h"
 #include "support/problems.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 namespace ucudnn::e2e {
 

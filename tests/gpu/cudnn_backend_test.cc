@@ -10,8 +10,8 @@
 #include "cuda_check.h"
 #include "gpu/gpu_test_util.h"
 #include "support/devices.h"
+#include "ucudnn/backends/cudnn_backend.h"
 #include "ucudnn/core/algorithm_names.h"
-#include "ucudnn/core/cudnn_backend.h"
 #include "ucudnn/core/random_fill.h"
 
 namespace ucudnn::gputest {

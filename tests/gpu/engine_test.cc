@@ -11,10 +11,10 @@
 #include <utility>
 
 #include "gpu/gpu_test_util.h"
-#include "ucudnn/core/backend_factory.h"
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/backend_factory.h"
+#include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/dp.h"
-#include "ucudnn/worker/benchmark.h"
+#include "ucudnn/engine/benchmark.h"
 
 namespace ucudnn::gputest {
 namespace {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <mutex>
 
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/random_fill.h"
 
 namespace ucudnn::gputest {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/backend.h"
-#include "ucudnn/core/backend_factory.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/status.h"
 
@@ -81,8 +81,7 @@ std::vector<float>& Written(HostTensors& t, ConvOp op);
 // `initial` (when beta != 0) or NaN everywhere, so an element the backend skips shows up.
 Result<std::vector<float>> RunAlgorithm(ConvBackend& backend, const ConvProblem& p, int64_t batch,
                                         const Algorithm& algo, const HostTensors& host,
-                                        float alpha = 1.0f,
-                                        float beta = 0.0f);
+                                        float alpha = 1.0f, float beta = 0.0f);
 
 // || a - ref ||_2 / || ref ||_2 in double; infinity on size mismatch, NaN if a has NaN.
 double RelativeL2(const std::vector<float>& a, const std::vector<float>& ref);

@@ -17,7 +17,7 @@
 namespace ucudnn {
 namespace {
 
-// The tables are embedded at build time (common/cmake/embed_networks.cmake): every file of
+// The tables are embedded at build time (core/cmake/embed_networks.cmake): every file of
 // networks/ is a built-in network under its name, byte for byte (the generator must neither
 // drop a file nor alter its text), and parses.
 TEST(Networks, EveryRepositoryTableIsEmbeddedVerbatim) {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/lru_cache.h"
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/plan_key.h"

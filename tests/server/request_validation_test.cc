@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/test_problems.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 
 namespace ucudnn::server {
 namespace {

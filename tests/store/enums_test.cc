@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "store_test_util.h"
-#include "ucudnn/core/proto_convert.h"
+#include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.pb.h"
 
 namespace ucudnn::store {

@@ -201,7 +201,7 @@ def make_tree(source, root):
     os.makedirs(os.path.join(root, "scripts"))
     shutil.copy(os.path.join(source, "scripts", "bundle.sh"), os.path.join(root, "scripts"))
     shutil.copy(os.path.join(source, "scripts", "demo.sh"), os.path.join(root, "scripts"))
-    for metrics in ("server/src/server_metrics.cc", "worker/daemon/src/worker_metrics.cc"):
+    for metrics in ("server/src/server_metrics.cc", "worker/src/worker_metrics.cc"):
         os.makedirs(os.path.dirname(os.path.join(root, metrics)), exist_ok=True)
         shutil.copy(os.path.join(source, metrics), os.path.join(root, metrics))
     for f in (".gitignore", ".dockerignore"):

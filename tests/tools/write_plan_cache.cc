@@ -1,4 +1,4 @@
-// Test helper: writes a local plan cache file (client_lib/src/plan_cache.h) with per-kernel plans
+// Test helper: writes a local plan cache file (client/src/plan_cache.h) with per-kernel plans
 // for the CPU backend of this machine, so that a client (the Python adapter's tests) runs real
 // micro-batched plans without a server. Each plan splits the mini-batch into halves (power-of-two
 // micro-batches), its segments cycling through ALGOS (default "1,2": the two im2col algorithms),
@@ -23,7 +23,7 @@
 
 #include "plan_cache.h"
 #include "shape_problem.h"
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/plan.h"
 
 namespace {

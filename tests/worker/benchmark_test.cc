@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "ucudnn/core/cpu_backend.h"
+#include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/dp.h"
-#include "ucudnn/worker/benchmark.h"
+#include "ucudnn/engine/benchmark.h"
 #include "worker/worker_test_util.h"
 
 namespace ucudnn::worker {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "support/devices.h"
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/fingerprint.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/options.h"

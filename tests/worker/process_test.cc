@@ -14,7 +14,7 @@
 #include <httplib.h>
 
 #include "support/postgres_fixture.h"
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/daemon.h"
 #include "worker/worker_test_util.h"
@@ -309,10 +309,10 @@ TEST_F(WorkerProcessTest, MetricsEndpointShowsTheJobInHandAndItsProgress) {
   const int64_t id = EnqueueSlowJob();
   const int64_t total =
       static_cast<int64_t>(ExpectedTimings(*cpu_, SlowProblem(), kSlowMaxMicroBatch, kSlowPolicy));
-  ChildWorker child(ChildFlags({"--metrics-port", "0", "--warmup-runs", "1", "--min-runs", "3",
-                                "--max-runs", "3", "--config-budget-ms", "5000",
-                                "--prune-margin", "-1"}),
-                    LogPath("child"));
+  ChildWorker child(
+      ChildFlags({"--metrics-port", "0", "--warmup-runs", "1", "--min-runs", "3", "--max-runs", "3",
+                  "--config-budget-ms", "5000", "--prune-margin", "-1"}),
+      LogPath("child"));
   ASSERT_TRUE(child.started());
   int port = 0;
   ASSERT_TRUE(WaitUntil([&] {

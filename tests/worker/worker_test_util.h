@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "support/problems.h"
-#include "ucudnn/core/backend_factory.h"
+#include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/problem.h"
-#include "ucudnn/worker/benchmark.h"
+#include "ucudnn/engine/benchmark.h"
 #include "ucudnn/worker/daemon.h"
 
 extern char** environ;

@@ -1,12 +1,12 @@
 // How the server answers a Status. The code mapping itself is the project's one mapping,
-// ucudnn/core/grpc_status.h (shared with the client library and the CLI); this header adds what
+// ucudnn/proto/grpc_status.h (shared with the client library and the CLI); this header adds what
 // only the server needs on top of it.
 #pragma once
 
 #include <grpcpp/support/status.h>
 
-#include "ucudnn/core/grpc_status.h"
 #include "ucudnn/core/status.h"
+#include "ucudnn/proto/grpc_status.h"
 
 namespace ucudnn::server {
 

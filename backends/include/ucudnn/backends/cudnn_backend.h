@@ -1,0 +1,187 @@
+// The cuDNN backend: the legacy cuDNN convolution functions behind the ConvBackend interface.
+// Available only in builds with UCUDNN_ENABLE_CUDNN (library ucudnn_cudnn); other code reaches
+// it by name through backend_factory.h. The client library uses it directly, wrapping the
+// training job's own cuDNN handle.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucudnn/backends/cudnn_engines.h"
+#include "ucudnn/core/backend.h"
+#include "ucudnn/core/fingerprint.h"
+#include "ucudnn/core/status.h"
+
+namespace ucudnn {
+
+// The cuDNN descriptors of one problem at one batch size: input-shaped (x or dx), output-shaped
+// (y or dy), filter (w or dw) and convolution. Built and checked once (the output shape cuDNN
+// computes must equal the model's), destroyed with the object. Shared by CudnnBackend's cache
+// and the client library's bound plans.
+struct CudnnDescriptors {
+  // kUnsupported when the legacy API cannot describe the problem (bf16 compute, more than 2^31
+  // elements per tensor); kInvalidArgument for an invalid problem or batch.
+  static Result<std::unique_ptr<CudnnDescriptors>> Build(const ConvProblem& problem, int64_t batch);
+  CudnnDescriptors() = default;
+  CudnnDescriptors(const CudnnDescriptors&) = delete;
+  CudnnDescriptors& operator=(const CudnnDescriptors&) = delete;
+  ~CudnnDescriptors();
+
+  cudnnTensorDescriptor_t x = nullptr;
+  cudnnTensorDescriptor_t y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+// One convolution of `op` with algorithm `algo` (cuDNN's enum value for that op) over `d` on
+// `handle`'s stream: alpha and beta as cuDNN takes them. The operands are not checked (the
+// caller's job, once); a failure names the cuDNN call and status (gpu::CodeFor's code).
+Status RunCudnnConvolution(cudnnHandle_t handle, ConvOp op, const CudnnDescriptors& d, int algo,
+                           const ConvOperands& operands, void* workspace, size_t workspace_bytes,
+                           float alpha, float beta);
+
+// Not thread-safe: use one CudnnBackend per thread (the worker runs one thread per GPU). All
+// work is issued on stream(); Synchronize() and the copies wait for that stream only.
+class CudnnBackend final : public ConvBackend {
+ public:
+  // Owns a new cuDNN handle bound to a new non-blocking stream on GPU `device_index`; makes that
+  // device current on the calling thread (and again before each call that issues work).
+  static Result<std::unique_ptr<CudnnBackend>> Create(int device_index);
+  // Wraps a handle the caller owns and keeps alive for the backend's lifetime; the backend
+  // never destroys it nor changes its stream or the current device. Work goes to whatever stream
+  // the handle is bound to at each call. The handle's device is taken to be the current one.
+  static Result<std::unique_ptr<CudnnBackend>> Wrap(cudnnHandle_t handle);
+
+  ~CudnnBackend() override;
+  CudnnBackend(const CudnnBackend&) = delete;
+  CudnnBackend& operator=(const CudnnBackend&) = delete;
+
+  cudnnHandle_t handle() const { return handle_; }
+  // The stream the handle issues work on (cudnnGetStream; nullptr is the legacy default stream).
+  cudaStream_t stream() const;
+  int device_index() const { return device_index_; }
+  bool owns_handle() const { return owns_handle_; }
+
+  const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
+  // Forward: the 8 cudnnConvolutionFwdAlgo_t values; backward-data: the 6
+  // cudnnConvolutionBwdDataAlgo_t; backward-filter: the 7 cudnnConvolutionBwdFilterAlgo_t. The
+  // id is cuDNN's enum value, the name its suffix ("IMPLICIT_PRECOMP_GEMM", "ALGO_1", "FFT").
+  std::vector<AlgorithmInfo> Algorithms(ConvOp op) const override;
+  // kUnsupported with cuDNN's reason when cuDNN declines `algo` for this problem (or when the
+  // legacy API cannot describe it, e.g. bf16 compute or more than 2^31 elements per tensor).
+  Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
+                               const Algorithm& algo) override;
+  Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override;
+  Status Synchronize() override;
+  // Device memory from cudaMalloc, freed when the buffer is destroyed.
+  Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override;
+  // Ordered after the work already issued on stream(); they return when the copy is done.
+  Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes) override;
+  Status CopyToHost(void* host_dst, const void* device_src, size_t bytes) override;
+  Status CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) override;
+  // CUDA events around each run, all runs issued back to back before one wait.
+  Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
+                                       const Algorithm& algo, const ConvOperands& operands,
+                                       void* workspace, size_t workspace_bytes, int warmup,
+                                       int runs) override;
+  // With group > 1: CUDA events around each group of runs issued back to back. With
+  // device_time_only, the groups are queued behind a host function that holds the stream until
+  // they are all issued (at most 100 ms), so the device runs them back to back and the events
+  // measure device time only. group == 1 is TimeRuns().
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& problem, int64_t batch,
+                                            const Algorithm& algo, const ConvOperands& operands,
+                                            void* workspace, size_t workspace_bytes, int warmup,
+                                            int samples, int group,
+                                            bool device_time_only = false) override;
+  // cudaGetLastError() for a sticky error, then a wait for the device (an owned handle) or for
+  // the handle's stream (a wrapped one), whose error is classified by gpu::CodeFor: kDeviceLost
+  // for a sticky error.
+  Status Healthy() override;
+
+  // Legacy algorithms, then the engine configurations cuDNN's heuristics propose (modes instant
+  // and fallback, filtered by the problem's math mode, runtime-compiled engines left out).
+  std::vector<Timing> Candidates(const ConvProblem& problem, int64_t batch) override;
+  // The engine heuristics and an execution plan of every candidate for each size not prepared
+  // yet, sizes spread over up to `threads` threads, each with a cuDNN handle of its own (cuDNN is
+  // thread-safe across handles) on this backend's stream; the results go into the caches that
+  // Candidates(), WorkspaceSize() and the runs read. A plan runs on the handle it was built on.
+  // Only for a backend that owns its handle (a wrapped handle's stream may change between calls).
+  void Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
+               int threads) override;
+  // Whether Candidates() includes engine configurations (default yes; the worker's
+  // --no-engines turns them off, for a legacy-only comparison).
+  void set_engines_enabled(bool enabled) { engines_enabled_ = enabled; }
+
+  // Descriptor sets currently cached (one per (problem shape, batch)); for tests.
+  size_t cached_descriptor_sets() const;
+
+ private:
+  class DescriptorCache;
+
+  CudnnBackend();
+  Status MakeDeviceCurrent() const;
+  Result<const CudnnDescriptors*> GetDescriptors(const ConvProblem& problem, int64_t batch);
+  Status EnsureEvents(size_t count);
+  static Status CheckEngineScalars(float alpha, float beta);
+  Result<const ConvGraph*> GetGraph(const ConvProblem& problem, int64_t batch, float beta);
+  Result<EnginePlan*> GetEnginePlan(const ConvProblem& problem, int64_t batch,
+                                    const Algorithm& algorithm, float beta);
+  // The heuristics' candidates of `problem` at `batch` (cached).
+  Result<const std::vector<EngineCandidate>*> GetEngineCandidates(const ConvProblem& problem,
+                                                                  int64_t batch);
+  // At least `count` helper handles for Prepare(), created on this thread one after the other.
+  Status EnsureHelperHandles(size_t count);
+  void ClearEngineCaches();
+  // One run of `algo` with alpha 1, beta 0, everything looked up beforehand.
+  Result<std::function<Status()>> Resolve(const ConvProblem& problem, int64_t batch,
+                                          const Algorithm& algo, const ConvOperands& operands,
+                                          void* workspace, size_t workspace_bytes);
+
+  // Bounds on the engine caches; past them the caches start again (a worker measures one problem
+  // at a time, a client binds its plans once).
+  static constexpr size_t kMaxCachedGraphs = 512;
+  static constexpr size_t kMaxCachedEnginePlans = 4096;
+
+  cudnnHandle_t handle_ = nullptr;
+  cudaStream_t own_stream_ = nullptr;
+  bool owns_handle_ = false;
+  int device_index_ = 0;
+  DeviceFingerprint fingerprint_;
+  std::unique_ptr<DescriptorCache> descriptors_;
+  std::vector<cudaEvent_t> events_;  // reused by TimeRuns: start/stop pairs
+  bool engines_enabled_ = true;
+  // Keys: CanonicalKey|batch|beta (graphs), that plus |config (plans, failures), CanonicalKey|batch
+  // (candidates).
+  std::map<std::string, std::unique_ptr<ConvGraph>> graphs_;
+  std::map<std::string, std::unique_ptr<EnginePlan>> engine_plans_;
+  std::map<std::string, Status> engine_plan_failures_;  // cuDNN's verdict, not asked again
+  std::map<std::string, std::vector<EngineCandidate>> engine_candidates_;
+  // Prepare()'s handles, bound to stream(); destroyed after the graphs and plans built on them.
+  std::vector<cudnnHandle_t> helper_handles_;
+};
+
+// The fingerprint of GPU `device_index` with the versions of the libraries actually loaded:
+// cudnnGetVersion() and cudaRuntimeGetVersion() at run time, not the headers' versions.
+Result<DeviceFingerprint> GpuFingerprint(int device_index);
+
+// Every visible GPU with its fingerprint.
+struct GpuDevice {
+  int index = 0;
+  DeviceFingerprint fingerprint;
+};
+Result<std::vector<GpuDevice>> ListGpus();
+// One fingerprint per distinct GPU model (equal fingerprints share timings), in device order:
+// a node with two H100s and one A100 yields two.
+std::vector<DeviceFingerprint> DistinctFingerprints(const std::vector<GpuDevice>& gpus);
+
+}  // namespace ucudnn

@@ -1,0 +1,21 @@
+// backend_factory.h for builds without the cuDNN backend: only "cpu".
+#include <string>
+
+#include "ucudnn/backends/backend_factory.h"
+#include "ucudnn/backends/cpu_backend.h"
+
+namespace ucudnn {
+
+Result<std::unique_ptr<ConvBackend>> MakeBackend(std::string_view name, int /*device_index*/) {
+  // The CPU backend has one device; device_index selects a GPU and does not apply to it.
+  if (name == "cpu") return std::unique_ptr<ConvBackend>(std::make_unique<CpuBackend>());
+  if (name == "cudnn") return Unavailable("cudnn backend: this build has no cuDNN backend");
+  return InvalidArgument("backend: unknown backend '" + std::string(name) +
+                         "' (expected 'cpu' or 'cudnn')");
+}
+
+int GpuCount() { return 0; }
+
+bool BuildHasCudnn() { return false; }
+
+}  // namespace ucudnn

@@ -1,0 +1,674 @@
+#include "ucudnn/engine/benchmark.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/random_fill.h"
+#include "ucudnn/core/units.h"
+
+namespace ucudnn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double Quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+double RelativeSpread(const std::vector<double>& samples) {
+  const SampleSummary s = Summarize(samples);
+  return s.median_ms > 0 ? s.spread_ms / s.median_ms : 0.0;
+}
+
+bool Cancelled(const BenchmarkOptions& options) {
+  return options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed);
+}
+
+// Bytes of the three operand tensors of `p` at micro-batch `batch`.
+uint64_t OperandBytes(const ConvProblem& p, int64_t batch) {
+  const uint64_t elements = static_cast<uint64_t>(batch * p.input_elements_per_sample()) +
+                            static_cast<uint64_t>(batch * p.output_elements_per_sample()) +
+                            static_cast<uint64_t>(p.filter_elements());
+  return elements * ElementSize(p.data_type);
+}
+
+// The operands of one problem at one micro-batch; smaller micro-batches use their start.
+struct Operands {
+  std::unique_ptr<BackendBuffer> input;   // x or dx: c x h x w per sample
+  std::unique_ptr<BackendBuffer> output;  // y or dy: k x out_h x out_w per sample
+  std::unique_ptr<BackendBuffer> filter;  // w or dw
+  ConvOperands view;
+};
+
+Result<Operands> MakeOperands(ConvBackend& backend, const ConvProblem& p, int64_t batch,
+                              uint64_t seed) {
+  const size_t elem = ElementSize(p.data_type);
+  const size_t input_count = static_cast<size_t>(batch * p.input_elements_per_sample());
+  const size_t output_count = static_cast<size_t>(batch * p.output_elements_per_sample());
+  const size_t filter_count = static_cast<size_t>(p.filter_elements());
+  Operands o;
+  UCUDNN_ASSIGN_OR_RETURN(o.input, backend.Allocate(input_count * elem));
+  UCUDNN_ASSIGN_OR_RETURN(o.output, backend.Allocate(output_count * elem));
+  UCUDNN_ASSIGN_OR_RETURN(o.filter, backend.Allocate(filter_count * elem));
+  // Only what the op reads gets data; with beta = 0 the written tensor is not read.
+  switch (p.op) {
+    case ConvOp::kForward:
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.input->data(), input_count, p.data_type, seed));
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.filter->data(), filter_count, p.data_type, seed + 1));
+      o.view.x = o.input->data();
+      o.view.w = o.filter->data();
+      o.view.y = o.output->data();
+      break;
+    case ConvOp::kBackwardData:
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.output->data(), output_count, p.data_type, seed + 2));
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.filter->data(), filter_count, p.data_type, seed + 1));
+      o.view.dy = o.output->data();
+      o.view.w = o.filter->data();
+      o.view.dx = o.input->data();
+      break;
+    case ConvOp::kBackwardFilter:
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.input->data(), input_count, p.data_type, seed));
+      UCUDNN_RETURN_IF_ERROR(
+          FillRandomTiled(backend, o.output->data(), output_count, p.data_type, seed + 2));
+      o.view.x = o.input->data();
+      o.view.dy = o.output->data();
+      o.view.dw = o.filter->data();
+      break;
+  }
+  UCUDNN_RETURN_IF_ERROR(backend.Synchronize());
+  return o;
+}
+
+// After `failure` (of a query, an allocation or a run): OK when the device is still usable, so the
+// failure belongs to the configuration; otherwise the error that ends the whole benchmark,
+// kDeviceLost when the device is gone. Without this, a sticky CUDA error (illegal address, launch
+// failure, uncorrectable ECC error) would record every later configuration as failed and the
+// table would look like a measurement.
+Status EnsureHealthy(ConvBackend& backend, const std::string& after) {
+  const Status health = backend.Healthy();
+  if (health.ok()) return Status::Ok();
+  return Status(health.code(),
+                "device unusable: " + health.message() + " (noticed after " + after + ")");
+}
+
+Status CheckDevice(ConvBackend& backend, const Status& failure) {
+  if (failure.code() == StatusCode::kDeviceLost) return failure;
+  return EnsureHealthy(backend, failure.ToString());
+}
+
+std::string FormatRatio(double r) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2g", r);
+  return text;
+}
+
+// Per-sample time at a micro-batch at least this fraction of that at half the size (or less):
+// the configuration no longer gains from larger micro-batches (see SaturationReason).
+constexpr double kSaturatedPerSampleRatio = 0.95;
+// ... and only runs at least this long are skipped so: those are what a cold benchmark spends
+// its time on (VGG-16's fp16 backward-filter probes on the H100), while the probes of single
+// runs of short ones are too noisy to tell saturation. Without this bound the rule also skipped
+// ResNet-50 fp16 configurations that later sizes would have used: the step came out 5% slower.
+constexpr double kSaturatedMinRunMs = 10.0;
+
+std::string WorkerLimit(const std::string& reason) {
+  return std::string(kWorkerLimitError) + reason;
+}
+
+// Failed runs say what failed; cuDNN declining at run time is the same as declining at the query.
+void RecordRunFailure(Timing& t, const Status& status) {
+  t.status = status.code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
+                                                       : TimingStatus::kFailed;
+  t.error = status.ToString();
+}
+
+struct Measurement {
+  std::vector<double> samples;
+  int group = 1;  // runs per sample
+};
+
+// Samples of one configuration; see BenchmarkOptions for the policy.
+Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, int64_t batch,
+                            const Algorithm& algo, const ConvOperands& operands, void* workspace,
+                            size_t workspace_bytes, const BenchmarkOptions& options) {
+  const Clock::time_point start = Clock::now();
+  const auto time_groups = [&](int warmup, int samples, int group) {
+    return backend.TimeRunGroups(problem, batch, algo, operands, workspace, workspace_bytes, warmup,
+                                 samples, group, options.short_runs_device_time_only);
+  };
+  const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+
+  // One probe run, after one warm-up (Validate guarantees warmup_runs >= 1), tells how slow the
+  // configuration is before committing to many runs.
+  UCUDNN_ASSIGN_OR_RETURN(std::vector<double> probe, time_groups(1, 1, 1));
+  int warmup_left = options.warmup_runs - 1;
+  const double probe_ms = std::max(probe[0], 1e-6);
+  const double budget = options.config_time_budget_ms;
+  Measurement m;
+  if (probe_ms * (warmup_left + options.min_runs) > budget) {
+    // Too slow for the full protocol: skip the remaining warm-ups (the probe ran after one) and
+    // take what the budget allows, at least the probe itself.
+    const int affordable = std::clamp(static_cast<int>(budget / probe_ms), 1, options.min_runs);
+    append(m.samples, probe);
+    const int more = affordable - 1;
+    if (more > 0) {
+      UCUDNN_ASSIGN_OR_RETURN(std::vector<double> extra, time_groups(0, more, 1));
+      append(m.samples, extra);
+    }
+    return m;
+  }
+  if (probe_ms < options.short_run_ms) {
+    const double wanted = std::ceil(options.group_target_ms / probe_ms);
+    m.group = static_cast<int>(std::min<double>(options.max_group, std::max(2.0, wanted)));
+  }
+  if (warmup_left > 0) {
+    --warmup_left;  // the probe was one more warm-up
+  } else if (m.group == 1) {
+    append(m.samples, probe);  // it ran after the warm-ups: a sample like the others
+  }
+  // (A grouped configuration drops its probe: one run per clock pair is what grouping avoids.)
+  const int first_batch = options.min_runs - static_cast<int>(m.samples.size());
+  if (first_batch > 0) {
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> first,
+                            time_groups(warmup_left, first_batch, m.group));
+    append(m.samples, first);
+  }
+  while (RelativeSpread(m.samples) > options.target_relative_spread &&
+         static_cast<int>(m.samples.size()) < options.max_runs && MsSince(start) < budget) {
+    const int chunk =
+        std::min(options.min_runs, options.max_runs - static_cast<int>(m.samples.size()));
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> extra, time_groups(0, chunk, m.group));
+    append(m.samples, extra);
+  }
+  return m;
+}
+
+}  // namespace
+
+SampleSummary Summarize(std::vector<double> samples) {
+  if (samples.empty()) return {};
+  std::sort(samples.begin(), samples.end());
+  return {Quantile(samples, 0.5), Quantile(samples, 0.75) - Quantile(samples, 0.25)};
+}
+
+Status Validate(const BenchmarkOptions& o) {
+  if (o.warmup_runs < 1 || o.warmup_runs > 1000) {
+    return InvalidArgument("warmup_runs: must be in [1, 1000], got " +
+                           std::to_string(o.warmup_runs));
+  }
+  if (o.min_runs < 1 || o.min_runs > 10000) {
+    return InvalidArgument("min_runs: must be in [1, 10000], got " + std::to_string(o.min_runs));
+  }
+  if (o.max_runs < o.min_runs || o.max_runs > 10000) {
+    return InvalidArgument("max_runs: must be in [min_runs, 10000], got " +
+                           std::to_string(o.max_runs));
+  }
+  if (!(o.target_relative_spread >= 0)) {
+    return InvalidArgument("target_relative_spread: must be >= 0");
+  }
+  if (!(o.config_time_budget_ms > 0)) {
+    return InvalidArgument("config_time_budget_ms: must be positive");
+  }
+  if (!(o.short_run_ms >= 0)) return InvalidArgument("short_run_ms: must be >= 0");
+  if (std::isnan(o.prune_margin)) return InvalidArgument("prune_margin: must be a number");
+  if (std::isnan(o.skip_factor)) return InvalidArgument("skip_factor: must be a number");
+  if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
+  if (o.prepare_threads < 1 || o.prepare_threads > 256) {
+    return InvalidArgument("prepare_threads: must be in [1, 256], got " +
+                           std::to_string(o.prepare_threads));
+  }
+  if (o.max_group < 1 || o.max_group > 1024) {
+    return InvalidArgument("max_group: must be in [1, 1024], got " + std::to_string(o.max_group));
+  }
+  return Status::Ok();
+}
+
+Result<TimingTable> BenchmarkProblem(ConvBackend& backend, const ConvProblem& problem,
+                                     int64_t max_micro_batch, BatchPolicy policy,
+                                     const BenchmarkOptions& options,
+                                     const BenchmarkProgressFn& progress) {
+  UCUDNN_RETURN_IF_ERROR(ValidateBatch(max_micro_batch).WithContext("max_micro_batch"));
+  return BenchmarkMicroBatches(backend, problem, MicroBatchSizes(policy, max_micro_batch), options,
+                               progress);
+}
+
+namespace {
+
+// Why configuration `t`, probed at `probe_ms`, is not run at any larger size, or "": saturated,
+// slow and long. Its time per sample no longer falls with the micro-batch (against its probe at
+// half the size or less, from `history`: size -> ms), the size's fastest (`fastest_ms`) is more
+// than skip_factor faster, and a run takes at least kSaturatedMinRunMs. A larger micro-batch of it
+// is then worth no more than several of this size, which a plan can use instead.
+std::string SaturationReason(const Timing& t, double probe_ms,
+                             const std::map<int64_t, double>& history, double fastest_ms,
+                             double skip_factor) {
+  if (probe_ms < kSaturatedMinRunMs || probe_ms <= skip_factor * fastest_ms) return "";
+  const auto before = history.upper_bound(t.micro_batch / 2);
+  if (before == history.begin()) return "";
+  const auto [size, ms] = *std::prev(before);
+  const double per_sample_now = probe_ms / static_cast<double>(t.micro_batch);
+  const double per_sample_before = ms / static_cast<double>(size);
+  if (per_sample_now < kSaturatedPerSampleRatio * per_sample_before) return "";
+  return "not measured: its time per sample stopped falling (" + FormatRatio(ms) + " ms at " +
+         std::to_string(size) + ", " + FormatRatio(probe_ms) + " ms at " +
+         std::to_string(t.micro_batch) + ") while the fastest at " + std::to_string(t.micro_batch) +
+         " was more than " + FormatRatio(skip_factor) + "x faster: micro-batches of " +
+         std::to_string(t.micro_batch) + " do as well";
+}
+
+// One BenchmarkMicroBatches call, in the order it runs: candidates, operands, workspace, then
+// each micro-batch size's probes and measurements.
+class TableBenchmark {
+ public:
+  TableBenchmark(ConvBackend& backend, const ConvProblem& problem,
+                 const std::vector<int64_t>& sizes, const BenchmarkOptions& options,
+                 const BenchmarkProgressFn& progress)
+      : backend_(backend),
+        problem_(problem),
+        sizes_(sizes),
+        options_(options),
+        progress_(progress),
+        key_(CanonicalKey(problem)) {}
+
+  Result<TimingTable> Run() {
+    const Clock::time_point start = Clock::now();
+    Clock::time_point phase = Clock::now();
+    if (options_.prepare_threads > 1) {
+      backend_.Prepare(problem_, sizes_, options_.prepare_threads);
+      prepare_ms_ = MsSince(phase);
+    }
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(QueryCandidates());
+    query_ms_ = MsSince(phase);
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(AllocateOperands());
+    UCUDNN_RETURN_IF_ERROR(AllocateWorkspace());
+    operands_ms_ = MsSince(phase);
+    probe_ms_.assign(table_.entries.size(), -1.0);
+    for (size_t first = 0; first < table_.entries.size();) {
+      size_t last = first;
+      while (last < table_.entries.size() &&
+             table_.entries[last].micro_batch == table_.entries[first].micro_batch) {
+        ++last;
+      }
+      phase = Clock::now();
+      if (options_.prune_margin >= 0) {
+        UCUDNN_RETURN_IF_ERROR(ProbeSize(first, last));
+        DecideSkips(first, last);
+      }
+      probe_total_ms_ += MsSince(phase);
+      phase = Clock::now();
+      UCUDNN_RETURN_IF_ERROR(MeasureSize(first, last));
+      measure_ms_ += MsSince(phase);
+      first = last;
+    }
+    // A device lost during the last configuration shows here at the latest: a table is
+    // returned only when the device was sound after it was measured.
+    UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend_, "the last configuration").WithContext(key_));
+    LogSummary(MsSince(start));
+    return std::move(table_);
+  }
+
+ private:
+  bool AnyRunnable() const {
+    return std::find(runnable_.begin(), runnable_.end(), true) != runnable_.end();
+  }
+
+  // 1. The candidates of every micro-batch size (legacy algorithms, then the engine
+  // configurations cuDNN proposes for that size) and their workspaces; those that cannot run
+  // are settled here.
+  Status QueryCandidates() {
+    Status first_query_failure;
+    for (int64_t size : sizes_) {
+      for (Timing& t : backend_.Candidates(problem_, size)) {
+        t.micro_batch = size;
+        Result<size_t> ws = backend_.WorkspaceSize(problem_, size, AlgorithmOf(t));
+        bool ok = false;
+        if (!ws.ok()) {
+          if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key_);
+          t.status = ws.status().code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
+                                                                    : TimingStatus::kFailed;
+          t.error = ws.status().ToString();
+          if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
+            first_query_failure = ws.status();
+          }
+        } else if (*ws > options_.workspace_cap_bytes) {
+          // This worker's limit, not cuDNN's verdict: kFailed with a reason that says so, never
+          // kUnsupported (see kWorkerLimitError).
+          t.workspace_bytes = *ws;
+          t.status = TimingStatus::kFailed;
+          t.error = WorkerLimit("workspace " + FormatBytes(*ws) + " over this worker's cap " +
+                                FormatBytes(options_.workspace_cap_bytes) +
+                                " (--workspace-cap); not measured, cuDNN did not decline it");
+        } else {
+          t.workspace_bytes = *ws;
+          ok = true;
+        }
+        table_.entries.push_back(std::move(t));
+        runnable_.push_back(ok);
+      }
+    }
+    if (table_.entries.empty()) {
+      return InvalidArgument("nothing to measure: the backend has no algorithm for " + key_);
+    }
+    if (!first_query_failure.ok()) {
+      UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, first_query_failure).WithContext(key_));
+    }
+    return Status::Ok();
+  }
+
+  // 2. Operands once, at the largest micro-batch that can be allocated: when the largest does
+  // not fit in this device's free memory, the next smaller size is tried, and only the
+  // micro-batches above the one allocated are recorded as failed (this worker's limit).
+  // Operands that fit nowhere, even at the smallest size, fail the whole call.
+  Status AllocateOperands() {
+    if (!AnyRunnable()) return Status::Ok();
+    std::set<int64_t, std::greater<>> candidates;  // micro-batches with a runnable configuration
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      if (runnable_[i]) candidates.insert(table_.entries[i].micro_batch);
+    }
+    int64_t allocated = 0;
+    Status oom;
+    for (int64_t batch : candidates) {
+      Result<Operands> made = MakeOperands(backend_, problem_, batch, options_.seed);
+      if (made.ok()) {
+        operands_ = std::move(made).value();
+        allocated = batch;
+        break;
+      }
+      if (made.status().code() != StatusCode::kResourceExhausted) {
+        return made.status().WithContext(key_ + ": operands of micro-batch " +
+                                         std::to_string(batch));
+      }
+      spdlog::warn("benchmark {}: operands of micro-batch {} ({}) do not fit on {}: {}", key_,
+                   batch, FormatBytes(OperandBytes(problem_, batch)), backend_.fingerprint().name,
+                   made.status().ToString());
+      oom = made.status();
+    }
+    if (allocated == 0) {
+      const int64_t smallest = *candidates.rbegin();
+      return oom.WithContext(key_ + ": operands of the smallest micro-batch " +
+                             std::to_string(smallest) + " (" +
+                             FormatBytes(OperandBytes(problem_, smallest)) + ")");
+    }
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      Timing& t = table_.entries[i];
+      if (!runnable_[i] || t.micro_batch <= allocated) continue;
+      runnable_[i] = false;
+      t.status = TimingStatus::kFailed;
+      t.error = WorkerLimit("operands of micro-batch " + std::to_string(t.micro_batch) + " (" +
+                            FormatBytes(OperandBytes(problem_, t.micro_batch)) +
+                            ") could not be allocated on this worker; measured up to micro-batch " +
+                            std::to_string(allocated) + ": " + oom.ToString());
+    }
+    return Status::Ok();
+  }
+
+  // 3. One workspace for all configurations, at the largest size needed. When it cannot be
+  // had, the configurations needing it fail (this worker's limit) and the next smaller size is
+  // tried.
+  Status AllocateWorkspace() {
+    uint64_t largest = 0;
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      if (runnable_[i]) largest = std::max(largest, table_.entries[i].workspace_bytes);
+    }
+    while (AnyRunnable()) {
+      Result<std::unique_ptr<BackendBuffer>> buffer = backend_.Allocate(largest);
+      if (buffer.ok()) {
+        workspace_ = std::move(*buffer);
+        return Status::Ok();
+      }
+      const bool oom = buffer.status().code() == StatusCode::kResourceExhausted;
+      if (!oom) UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, buffer.status()).WithContext(key_));
+      uint64_t next = 0;
+      for (size_t i = 0; i < table_.entries.size(); ++i) {
+        if (!runnable_[i]) continue;
+        Timing& t = table_.entries[i];
+        if (t.workspace_bytes >= largest) {
+          runnable_[i] = false;
+          t.status = TimingStatus::kFailed;
+          t.error = oom ? WorkerLimit("workspace " + FormatBytes(t.workspace_bytes) +
+                                      " could not be allocated on this worker: " +
+                                      buffer.status().ToString())
+                        : buffer.status().ToString();
+        } else {
+          next = std::max<uint64_t>(next, t.workspace_bytes);
+        }
+      }
+      largest = next;
+    }
+    return Status::Ok();
+  }
+
+  void* WorkspaceOf(const Timing& t) const {
+    return t.workspace_bytes > 0 ? workspace_->data() : nullptr;
+  }
+
+  // A failed run: recorded, or the end of the benchmark when the device is gone.
+  Status FailRun(size_t i, const Status& failure) {
+    Timing& t = table_.entries[i];
+    UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, failure)
+                               .WithContext(key_ + " micro-batch " + std::to_string(t.micro_batch) +
+                                            " algo " + AlgorithmText(AlgorithmOf(t))));
+    RecordRunFailure(t, failure);
+    runnable_[i] = false;
+    return Status::Ok();
+  }
+
+  // 4a. One probe (a warm-up unless it ran at a smaller size, one timed run) of every runnable
+  // configuration of the size [first, last), except those the size before ruled out.
+  Status ProbeSize(size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (!runnable_[i]) continue;
+      if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
+      Timing& t = table_.entries[i];
+      const std::string id = AlgorithmText(AlgorithmOf(t));
+      // Ruled out at a smaller size: recorded as this worker's choice, never as a time.
+      if (const std::string* why = RuledOut(id); why != nullptr) {
+        t.status = TimingStatus::kFailed;
+        t.error = WorkerLimit(*why);
+        runnable_[i] = false;
+        ++skipped_;
+        continue;
+      }
+      // A configuration that already ran at a smaller size has its kernels loaded: its probe
+      // needs no warm-up of its own.
+      const int warmup = probe_history_.count(id) > 0 ? 0 : 1;
+      Result<std::vector<double>> probe =
+          backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
+                                 WorkspaceOf(t), t.workspace_bytes, warmup, 1, 1, false);
+      if (probe.ok()) {
+        probe_ms_[i] = probe->front();
+      } else {
+        UCUDNN_RETURN_IF_ERROR(FailRun(i, probe.status()));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Why a smaller size ruled configuration `id` out at this one, or nullptr.
+  const std::string* RuledOut(const std::string& id) const {
+    if (auto it = skip_next_.find(id); it != skip_next_.end()) return &it->second;
+    if (auto it = skip_larger_.find(id); it != skip_larger_.end()) return &it->second;
+    return nullptr;
+  }
+
+  // 4b. What the size's probes say of the larger sizes (options.skip_factor): a configuration
+  // beaten by more than the factor by one needing at most its workspace is not run at the next
+  // size (where it may still catch up: engines with large tiles trail at small sizes), one that
+  // is saturated (SaturationReason) at no larger size.
+  void DecideSkips(size_t first, size_t last) {
+    skip_next_.clear();
+    double fastest = std::numeric_limits<double>::infinity();
+    for (size_t i = first; i < last; ++i) {
+      if (probe_ms_[i] >= 0) fastest = std::min(fastest, probe_ms_[i]);
+    }
+    for (size_t i = first; i < last; ++i) {
+      if (probe_ms_[i] < 0) continue;
+      const Timing& t = table_.entries[i];
+      const std::string id = AlgorithmText(AlgorithmOf(t));
+      std::map<int64_t, double>& history = probe_history_[id];
+      if (options_.skip_factor > 0) {
+        for (size_t j = first; j < last; ++j) {
+          const Timing& better = table_.entries[j];
+          if (j != i && probe_ms_[j] >= 0 && better.workspace_bytes <= t.workspace_bytes &&
+              probe_ms_[j] * options_.skip_factor < probe_ms_[i]) {
+            skip_next_[id] = "not measured: at micro-batch " + std::to_string(better.micro_batch) +
+                             " " + AlgorithmText(AlgorithmOf(better)) + " was more than " +
+                             FormatRatio(options_.skip_factor) +
+                             "x faster with at most its workspace";
+            break;
+          }
+        }
+        std::string saturated =
+            SaturationReason(t, probe_ms_[i], history, fastest, options_.skip_factor);
+        if (!saturated.empty()) skip_larger_[id] = std::move(saturated);
+      }
+      history[t.micro_batch] = probe_ms_[i];
+    }
+  }
+
+  // 4c. The full protocol (Measure) for the configurations of the size that may be on its
+  // time/workspace Pareto front. One the probes show dominated (another needs at most its
+  // workspace and runs faster by more than prune_margin) keeps its probe as its one sample: the
+  // planner would never choose it over the one that dominates it (most of the engine
+  // configurations cuDNN proposes are such).
+  Status MeasureSize(size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
+      Timing& t = table_.entries[i];
+      int group = 1;
+      const bool dominated = runnable_[i] && Dominated(i, first, last);
+      if (runnable_[i] && dominated) {
+        t.time_ms = probe_ms_[i];
+        t.spread_ms = 0;
+        t.samples = 1;
+        t.status = TimingStatus::kOk;
+        ++pruned_;
+      } else if (runnable_[i]) {
+        Result<Measurement> measured =
+            Measure(backend_, problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
+                    WorkspaceOf(t), t.workspace_bytes, options_);
+        if (measured.ok()) {
+          const SampleSummary s = Summarize(measured->samples);
+          t.time_ms = s.median_ms;
+          t.spread_ms = s.spread_ms;
+          t.samples = static_cast<int>(measured->samples.size());
+          t.status = TimingStatus::kOk;
+          group = measured->group;
+        } else {
+          UCUDNN_RETURN_IF_ERROR(FailRun(i, measured.status()));
+        }
+      }
+      ++counts_[static_cast<int>(t.status)];
+      worker_limited_ += IsWorkerLimit(t) ? 1 : 0;
+      spdlog::debug(
+          "benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs{}) ws={} {}", key_,
+          t.micro_batch, AlgorithmText(AlgorithmOf(t)), ToString(t.status), t.time_ms, t.spread_ms,
+          t.samples, group, dominated ? ", dominated" : "", t.workspace_bytes, t.error);
+      if (progress_) {
+        progress_({static_cast<int64_t>(i) + 1, static_cast<int64_t>(table_.entries.size()), &t});
+      }
+    }
+    return Status::Ok();
+  }
+
+  bool Dominated(size_t i, size_t first, size_t last) const {
+    if (probe_ms_[i] < 0) return false;
+    for (size_t j = first; j < last; ++j) {
+      if (j != i && runnable_[j] && probe_ms_[j] >= 0 &&
+          table_.entries[j].workspace_bytes <= table_.entries[i].workspace_bytes &&
+          probe_ms_[j] * (1.0 + options_.prune_margin) < probe_ms_[i]) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void LogSummary(double total_ms) const {
+    spdlog::info(
+        "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
+        "{} unsupported, {} failed ({} of them this worker's limits, {} not run after the size "
+        "before), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands {:.0f} "
+        "ms, probes {:.0f} ms, measurements {:.0f} ms)",
+        key_, backend_.fingerprint().name, backend_.fingerprint().backend, table_.entries.size(),
+        counts_[static_cast<int>(TimingStatus::kOk)], pruned_,
+        counts_[static_cast<int>(TimingStatus::kUnsupported)],
+        counts_[static_cast<int>(TimingStatus::kFailed)], worker_limited_, skipped_,
+        total_ms / 1000.0, prepare_ms_, options_.prepare_threads, query_ms_, operands_ms_,
+        probe_total_ms_, measure_ms_);
+  }
+
+  ConvBackend& backend_;
+  const ConvProblem& problem_;
+  const std::vector<int64_t>& sizes_;
+  const BenchmarkOptions& options_;
+  const BenchmarkProgressFn& progress_;
+  const std::string key_;
+
+  TimingTable table_;
+  std::vector<bool> runnable_;
+  Operands operands_;
+  std::unique_ptr<BackendBuffer> workspace_;
+  std::vector<double> probe_ms_;
+  // configuration -> its probes at the sizes measured so far (size -> ms); also tells which
+  // configurations ran before and need no warm-up.
+  std::map<std::string, std::map<int64_t, double>> probe_history_;
+  std::map<std::string, std::string> skip_next_;    // configuration -> why, for the next size
+  std::map<std::string, std::string> skip_larger_;  // ... for every larger size
+  int counts_[3] = {0, 0, 0};
+  int worker_limited_ = 0;
+  int pruned_ = 0;
+  int skipped_ = 0;
+  // Where a cold benchmark's time goes, for the summary line.
+  double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, probe_total_ms_ = 0, measure_ms_ = 0;
+};
+
+}  // namespace
+
+Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProblem& problem,
+                                          const std::vector<int64_t>& sizes,
+                                          const BenchmarkOptions& options,
+                                          const BenchmarkProgressFn& progress) {
+  UCUDNN_RETURN_IF_ERROR(Validate(problem).WithContext("problem"));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    UCUDNN_RETURN_IF_ERROR(ValidateBatch(sizes[i]).WithContext("micro-batch size"));
+    if (i > 0 && sizes[i] <= sizes[i - 1]) {
+      return InvalidArgument("micro-batch sizes: must be strictly increasing, got " +
+                             std::to_string(sizes[i - 1]) + " then " + std::to_string(sizes[i]));
+    }
+  }
+  UCUDNN_RETURN_IF_ERROR(Validate(options).WithContext("options"));
+  if (sizes.empty()) return InvalidArgument("nothing to measure: no micro-batch sizes");
+  return TableBenchmark(backend, problem, sizes, options, progress).Run();
+}
+
+}  // namespace ucudnn

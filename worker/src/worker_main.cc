@@ -1,0 +1,403 @@
+#include "ucudnn/worker/worker_main.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "ucudnn/backends/backend_factory.h"
+#include "ucudnn/core/logging.h"
+#include "ucudnn/core/networks.h"
+#include "ucudnn/core/stop_signals.h"
+#include "ucudnn/core/units.h"
+#include "ucudnn/server/metrics_http.h"
+#include "ucudnn/store/store.h"
+#include "ucudnn/worker/offline.h"
+#include "ucudnn/worker/worker_metrics.h"
+
+namespace ucudnn::worker {
+namespace {
+
+using std::chrono::milliseconds;
+
+milliseconds Millis(double seconds) {
+  return milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
+
+// Where signals meet whatever runs at the moment: the store connection loop, the daemon or the
+// offline benchmark.
+class StopControl {
+ public:
+  void OnSignal(int signal_number, int count) {
+    const char* name = signal_number == SIGTERM  ? "SIGTERM"
+                       : signal_number == SIGINT ? "SIGINT"
+                                                 : "signal";
+    if (count == 1) {
+      spdlog::info(
+          "{}: stopping; no new jobs, the job in hand finishes within the drain time "
+          "or is released",
+          name);
+    } else {
+      spdlog::info("{} again: releasing the job in hand now", name);
+    }
+    std::lock_guard lock(mu_);
+    signals_ = count;
+    cancel_ = true;
+    if (daemon_ != nullptr) daemon_->RequestStop(/*immediate=*/count > 1);
+    cv_.notify_all();
+  }
+  void Attach(Daemon* daemon) {
+    std::lock_guard lock(mu_);
+    daemon_ = daemon;
+    if (daemon_ != nullptr && signals_ > 0) daemon_->RequestStop(signals_ > 1);
+  }
+  // Sleeps, returning true early when a signal came.
+  bool WaitFor(milliseconds duration) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, duration, [&] { return signals_ > 0; });
+  }
+  const std::atomic<bool>* cancel_flag() const { return &cancel_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int signals_ = 0;
+  Daemon* daemon_ = nullptr;
+  std::atomic<bool> cancel_{false};
+};
+
+void LogDevices(const std::vector<BenchmarkDevice>& devices) {
+  std::map<uint64_t, std::vector<std::string>> by_fingerprint;
+  for (const auto& d : devices) {
+    const DeviceFingerprint& f = d.backend->fingerprint();
+    spdlog::info("[{}] {} backend on {} (fingerprint {}: {})", d.slot, f.backend, f.name,
+                 store::FormatHash(f.Hash()), f.Key());
+    by_fingerprint[f.Hash()].push_back(d.slot);
+  }
+  spdlog::info("{} benchmarking thread(s), {} distinct device fingerprint(s)", devices.size(),
+               by_fingerprint.size());
+}
+
+Result<std::unique_ptr<store::Store>> OpenStore(const WorkerOptions& options, int threads,
+                                                StopControl& stop) {
+  store::StoreOptions store_options;
+  store_options.url = options.database_url;
+  // Per thread: its claims and completions plus its lease renewer; plus the heartbeat.
+  store_options.pool_size = std::min(256, 2 * threads + 2);
+  milliseconds backoff(500);
+  bool warned = false;
+  while (true) {
+    auto store = store::Store::Open(store_options);
+    if (store.ok()) {
+      if (warned) spdlog::info("database reachable");
+      return store;
+    }
+    if (store.status().code() != StatusCode::kUnavailable) return store.status();
+    if (!warned) {
+      spdlog::warn("database unavailable, retrying until it is up: {}", store.status().ToString());
+      warned = true;
+    } else {
+      spdlog::debug("database still unavailable: {}", store.status().ToString());
+    }
+    if (stop.WaitFor(backoff)) return Unavailable("stopped before the database was reachable");
+    backoff = std::min(milliseconds(10000), backoff * 2);
+  }
+}
+
+// A database older than this worker is waited for (the server migrates it; registration is
+// retried). A newer one is refused, as the server and the CLI refuse it: this worker would
+// write rows a schema it does not know may read otherwise.
+Status CheckSchema(store::Store& store) {
+  auto version = store.SchemaVersion();
+  if (!version.ok()) return Status::Ok();  // registration reports what matters
+  const int latest = store::Store::LatestSchemaVersion();
+  if (*version > latest) return store::CheckSchemaVersion(*version);
+  if (*version < latest) {
+    spdlog::warn(
+        "database schema is at version {}, this worker was built for {}: run `ucudnn "
+        "migrate` (or start the server, which migrates); registration is retried",
+        *version, latest);
+  }
+  return Status::Ok();
+}
+
+int RunOfflineMode(const WorkerOptions& options, std::vector<BenchmarkDevice>& devices,
+                   StopControl& stop) {
+  auto kernels = NetworkKernels(options.network, options.batch, options.dtype, options.layout);
+  if (!kernels.ok()) {
+    spdlog::error("--network: {}", kernels.status().message());
+    return 2;
+  }
+  OfflineRequest request;
+  request.kernels = UniqueKernels(*kernels);
+  request.policy = options.policy;
+  request.benchmark = MakeBenchmarkOptions(options);
+  request.output = options.output;
+  request.notes.push_back("network: " + options.network +
+                          "; batch: " + std::to_string(options.batch) +
+                          "; dtype: " + std::string(ToString(options.dtype)) +
+                          "; layout: " + std::string(ToString(options.layout)));
+  spdlog::info("offline: {} kernels of {} at batch {} ({}), writing {}", request.kernels.size(),
+               options.network, options.batch, ToString(options.policy), options.output);
+  auto summary = RunOffline(devices, request, stop.cancel_flag());
+  if (!summary.ok()) {
+    if (stop.cancel_flag()->load()) {
+      // A signal is a clean stop (--help): nothing was measured, so nothing was written.
+      spdlog::info("offline: {}", summary.status().message());
+      return 0;
+    }
+    spdlog::error("offline benchmark: {}", summary.status().ToString());
+    return 1;
+  }
+  spdlog::info("offline: wrote {} ({} problems, {} timings, {} ok) in {:.1f} s for device {}",
+               options.output, summary->problems, summary->timings, summary->ok, summary->seconds,
+               store::FormatHash(summary->device.Hash()));
+  if (summary->complete()) return 0;
+  for (const std::string& failure : summary->failed) {
+    spdlog::error("offline: not measured, failed: {}", failure);
+  }
+  if (!summary->not_measured.empty()) {
+    spdlog::warn("offline: {} problem(s) not started{}", summary->not_measured.size(),
+                 summary->cancelled ? " (stopped by a signal)" : " (no device left)");
+  }
+  if (!summary->failed.empty() || !summary->lost_devices.empty()) {
+    spdlog::error("offline: {} of the network's problems failed; {} holds the others",
+                  summary->failed.size(), options.output);
+    return 1;
+  }
+  return 0;  // stopped by a signal: a clean stop, with what was measured written
+}
+
+// NVIDIA_TF32_OVERRIDE=0 makes cuDNN run fp32 convolutions of default math without TF32 in this
+// process. Its timings are stored under the same fingerprint and problem key (math=default) as
+// those of workers running cuDNN's real default, which uses TF32 on compute capability 8.0 and
+// newer, so they would describe another computation. Strict fp32 has its own math mode (fma).
+void WarnAboutTf32Override(const std::vector<BenchmarkDevice>& devices) {
+  const char* value = std::getenv("NVIDIA_TF32_OVERRIDE");
+  if (value == nullptr) return;
+  bool gpu = false;
+  for (const auto& d : devices) gpu = gpu || d.backend->fingerprint().backend != "cpu";
+  if (!gpu) return;
+  if (std::string_view(value) == "0") {
+    spdlog::warn(
+        "NVIDIA_TF32_OVERRIDE=0 is set: fp32 convolutions with default math run without TF32 "
+        "here, so this worker's default-math fp32 timings describe strict fp32, not cuDNN's "
+        "default (TF32 on compute capability 8.0 and newer), yet they are stored under the same "
+        "problem key as other workers'. Unset it for a benchmarking worker; strict fp32 is the "
+        "'fma' math mode");
+  } else {
+    spdlog::info("NVIDIA_TF32_OVERRIDE={} is set (only 0 changes cuDNN's math)", value);
+  }
+}
+
+}  // namespace
+
+Result<std::vector<BenchmarkDevice>> MakeBenchmarkDevices(const WorkerOptions& options) {
+  std::vector<BenchmarkDevice> devices;
+  if (options.backend == "cpu") {
+    UCUDNN_ASSIGN_OR_RETURN(auto backend, MakeBackend("cpu"));
+    spdlog::info(
+        "backend: cpu (the CPU reference backend; its timings are stored under a cpu "
+        "fingerprint and never serve a GPU)");
+    devices.push_back({"cpu", std::move(backend)});
+    return devices;
+  }
+  const int count = GpuCount();
+  if (count == 0) {
+    const std::string why =
+        BuildHasCudnn() ? "no GPU is visible" : "this build has no cuDNN backend";
+    return Unavailable("--backend " + options.backend + ": " + why +
+                       "; pass --backend cpu to benchmark on the CPU instead");
+  }
+  std::vector<int> gpus = options.gpus;
+  if (gpus.empty()) {
+    for (int i = 0; i < count; ++i) gpus.push_back(i);
+  }
+  for (int gpu : gpus) {
+    if (gpu >= count) {
+      return InvalidArgument("--gpus: GPU " + std::to_string(gpu) + " does not exist (" +
+                             std::to_string(count) + " visible)");
+    }
+    auto backend = MakeBackend("cudnn", gpu);
+    if (!backend.ok()) return backend.status().WithContext("GPU " + std::to_string(gpu));
+    devices.push_back({"gpu" + std::to_string(gpu), std::move(backend).value()});
+  }
+  spdlog::info("backend: cudnn on {} GPU(s)", devices.size());
+  return devices;
+}
+
+BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
+  BenchmarkOptions b;
+  b.warmup_runs = o.warmup_runs;
+  b.min_runs = o.min_runs;
+  b.max_runs = o.max_runs;
+  b.workspace_cap_bytes = o.workspace_cap_bytes;
+  b.config_time_budget_ms = o.config_budget_ms;
+  b.short_run_ms = o.short_run_us / 1000.0;
+  b.short_runs_device_time_only = o.short_runs_device_time_only;
+  b.prune_margin = o.prune_margin;
+  b.skip_factor = o.skip_factor;
+  b.prepare_threads = o.prepare_threads;
+  return b;
+}
+
+DaemonConfig MakeDaemonConfig(const WorkerOptions& o) {
+  DaemonConfig c;
+  c.host = HostName();
+  c.id_prefix = o.worker_id_prefix.empty() ? DefaultWorkerIdPrefix() : o.worker_id_prefix;
+  c.lease = Millis(o.lease_seconds);
+  c.heartbeat = Millis(o.heartbeat_seconds);
+  c.poll = Millis(o.poll_seconds);
+  c.drain = Millis(o.drain_seconds);
+  c.max_attempts = o.max_attempts;
+  c.once = o.once;
+  c.benchmark = MakeBenchmarkOptions(o);
+  // Retry no slower than a third of the lease, so a short outage does not cost the lease.
+  c.retry_max = std::max(c.retry_initial, std::min(milliseconds(5000), c.lease / 3));
+  return c;
+}
+
+namespace {
+
+// The daemon the metrics endpoint reads, once there is one.
+class StatsSource {
+ public:
+  DaemonStats Get() const {
+    std::lock_guard lock(mu_);
+    return daemon_ != nullptr ? daemon_->stats() : DaemonStats{};
+  }
+  // Attaches `daemon` for its scope: the endpoint never reads a destroyed daemon.
+  class Attachment {
+   public:
+    Attachment(StatsSource& source, const Daemon& daemon) : source_(source) {
+      std::lock_guard lock(source_.mu_);
+      source_.daemon_ = &daemon;
+    }
+    ~Attachment() {
+      std::lock_guard lock(source_.mu_);
+      source_.daemon_ = nullptr;
+    }
+    Attachment(const Attachment&) = delete;
+    Attachment& operator=(const Attachment&) = delete;
+
+   private:
+    StatsSource& source_;
+  };
+
+ private:
+  mutable std::mutex mu_;
+  const Daemon* daemon_ = nullptr;
+};
+
+Result<std::unique_ptr<server::MetricsHttpServer>> StartMetrics(const WorkerOptions& options,
+                                                                const StatsSource& source) {
+  const bool ipv6 = options.metrics_host.find(':') != std::string::npos;
+  const std::string host = ipv6 ? "[" + options.metrics_host + "]" : options.metrics_host;
+  UCUDNN_ASSIGN_OR_RETURN(
+      auto metrics,
+      server::MetricsHttpServer::Start(host + ":" + std::to_string(options.metrics_port),
+                                       [&source] { return RenderWorkerMetrics(source.Get()); }));
+  spdlog::info("metrics at http://{}:{}/metrics", host, metrics->port());
+  return metrics;
+}
+
+// The daemon: metrics, the database, then claiming jobs until stopped (or --once is done).
+int RunDaemonMode(const WorkerOptions& options, std::vector<BenchmarkDevice> devices,
+                  StopControl& stop) {
+  // The metrics endpoint starts before the database is reachable, so that a probe sees the
+  // process alive while it waits; it shows zeros until the daemon exists.
+  StatsSource stats_source;
+  std::unique_ptr<server::MetricsHttpServer> metrics;
+  if (options.metrics_port >= 0) {
+    auto started = StartMetrics(options, stats_source);
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+  }
+
+  const DaemonConfig config = MakeDaemonConfig(options);
+  spdlog::info(
+      "ucudnn-worker {} starting: worker ids {}:<device>, lease {:.1f} s, heartbeat "
+      "{:.1f} s, drain {:.1f} s, max attempts {}, workspace cap {}{}",
+      UCUDNN_VERSION, config.id_prefix, options.lease_seconds, options.heartbeat_seconds,
+      options.drain_seconds, options.max_attempts, FormatBytes(options.workspace_cap_bytes),
+      options.once ? ", --once" : "");
+  auto store = OpenStore(options, static_cast<int>(devices.size()), stop);
+  if (!store.ok()) {
+    if (stop.WaitFor(milliseconds(0))) {
+      spdlog::info("stopped before the database was reachable; nothing was claimed");
+      return 0;
+    }
+    spdlog::error("opening the database: {}", store.status().ToString());
+    return 1;
+  }
+  if (const Status schema = CheckSchema(**store); !schema.ok()) {
+    spdlog::error("{}", schema.ToString());
+    return 1;
+  }
+
+  Daemon daemon(**store, std::move(devices), config);
+  // Detached again before the daemon goes (declared after it, so destroyed first).
+  const StatsSource::Attachment attached(stats_source, daemon);
+  stop.Attach(&daemon);
+  const Status result = daemon.Run();
+  stop.Attach(nullptr);
+  if (!result.ok()) {
+    if (result.code() == StatusCode::kDeviceLost) {
+      spdlog::critical("{}; exiting 1 for a supervisor to restart the worker", result.ToString());
+    } else {
+      spdlog::error("{}", result.ToString());
+    }
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int WorkerMain(int argc, char** argv) {
+  auto command_line = ParseCommandLine(argc, argv);
+  if (!command_line.ok()) {
+    std::fprintf(stderr, "ucudnn-worker: %s\nRun 'ucudnn-worker --help' for the flags.\n",
+                 command_line.status().message().c_str());
+    return 2;
+  }
+  if (command_line->help) {
+    std::fputs(command_line->help_text.c_str(), stdout);
+    return 0;
+  }
+  const WorkerOptions& options = command_line->options;
+  // Logs go to stderr; stdout stays for --help.
+  LogToStderr("ucudnn-worker");
+  spdlog::set_level(spdlog::level::from_str(options.log_level));
+
+  StopControl stop;
+  auto signals = StopSignals::Install(
+      [&stop](int signal_number, int count) { stop.OnSignal(signal_number, count); });
+  if (!signals.ok()) {
+    spdlog::error("{}", signals.status().ToString());
+    return 1;
+  }
+
+  auto devices = MakeBenchmarkDevices(options);
+  if (!devices.ok()) {
+    spdlog::error("{}", devices.status().message());
+    return devices.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  LogDevices(*devices);
+  WarnAboutTf32Override(*devices);
+  if (options.offline) return RunOfflineMode(options, *devices, stop);
+  return RunDaemonMode(options, std::move(devices).value(), stop);
+}
+
+}  // namespace ucudnn::worker
