@@ -4,8 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "ucudnn/store/import.h"
 #include "ucudnn/store/store.h"
-#include "ucudnn/worker/import.h"
 
 namespace ucudnn::cli {
 
@@ -40,7 +40,7 @@ int RunMigrate(const std::string& database_url) {
 int RunImport(const std::string& database_url, const std::string& file) {
   auto db = OpenStore(database_url);
   if (!db.ok()) return Fail(db.status());
-  auto imported = ImportTimingsFile(**db, file);
+  auto imported = store::ImportTimingsFile(**db, file);
   if (!imported.ok()) return Fail(imported.status());
   std::printf("imported %lld timings from %s\n", static_cast<long long>(*imported), file.c_str());
   return 0;

@@ -19,7 +19,6 @@
 #include "ucudnn/engine/benchmark.h"
 #include "ucudnn/planner/planner.h"
 #include "ucudnn/proto/proto_convert.h"
-#include "ucudnn/worker/offline.h"
 
 namespace ucudnn::cli {
 
@@ -122,8 +121,7 @@ int RunCpuBench(const CpuBenchOptions& options) {
     auto csv = WriteTimingCsv(files);
     if (!csv.ok()) return Fail(csv.status());
     std::ofstream out(options.output_csv);
-    out << worker::DeviceHeader(backend.fingerprint(), {"cpu-bench " + options.net.network})
-        << *csv;
+    out << DeviceHeader(backend.fingerprint(), {"cpu-bench " + options.net.network}) << *csv;
     if (!out) return Fail(Internal("cannot write " + options.output_csv));
     std::printf("timings written to %s (load them with `ucudnn import`)\n",
                 options.output_csv.c_str());

@@ -1,7 +1,9 @@
-// Timing CSV files: the measured data parses, writing reads back equal, errors name the line.
+// Timing CSV files: the measured data parses, writing reads back equal, errors name the line; the
+// device header lines round-trip and their mistakes are named.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/devices.h"
 #include "support/problems.h"
 #include "ucudnn/core/timing_csv.h"
 
@@ -213,6 +215,46 @@ TEST(TimingCsv, ErrorsNameTheLineAndColumn) {
   Result<TimingTables> missing = ReadTimingCsvFile("/nonexistent/timings.csv");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/timings.csv"));
+}
+
+TEST(DeviceHeaderTest, RoundTripsGpuAndCpuFingerprints) {
+  for (const DeviceFingerprint& d : {test_support::H100(), CpuFingerprint()}) {
+    const std::string text =
+        DeviceHeader(d, {"network: resnet50"}) + "layer,n,c\n# not a device line\n";
+    auto parsed = ParseDeviceHeader(text);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(*parsed, d);
+    EXPECT_EQ(parsed->Hash(), d.Hash());
+  }
+}
+
+TEST(DeviceHeaderTest, RejectsMissingContradictoryAndMalformedHeaders) {
+  EXPECT_EQ(ParseDeviceHeader("layer,n\n1,2\n").status().code(), StatusCode::kNotFound);
+
+  const std::string good = DeviceHeader(test_support::H100(), {});
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  struct Case {
+    std::string text;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {replace("# device.sm_count: 132", "# device.sm_count: many"), "device.sm_count"},
+      {replace("# device.cc: 9.0", "# device.cc: 9"), "device.cc"},
+      {replace("# device.cudnn_version: 91400\n", ""), "device.cudnn_version"},
+      {replace("# device.name: NVIDIA H100", "# device.name: NVIDIA A100"), "device.key"},
+      {replace("# device.backend: cudnn", "# device.backend: tpu"), "backend"},
+      {good + "# device.name: twice\n", "device.name"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseDeviceHeader(c.text);
+    ASSERT_FALSE(parsed.ok()) << c.field;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.field));
+  }
 }
 
 }  // namespace

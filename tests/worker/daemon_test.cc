@@ -15,9 +15,9 @@
 
 #include "support/postgres_fixture.h"
 #include "ucudnn/core/timing_csv.h"
+#include "ucudnn/store/import.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/daemon.h"
-#include "ucudnn/worker/import.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/worker_main.h"
 #include "worker/worker_test_util.h"
@@ -572,7 +572,7 @@ TEST_F(WorkerDaemonTest, OfflineCsvRoundTripsThroughImport) {
   EXPECT_EQ(imported->problems, 3);
   EXPECT_EQ(imported->rows, summary->timings);
   // Again, through the name the CLI calls: the rows are replaced, not added.
-  auto again = ucudnn::ImportTimingsFile(*store_, path);
+  auto again = store::ImportTimingsFile(*store_, path);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, summary->timings);
 

@@ -1,4 +1,4 @@
-// The worker's flags and environment variables, and the offline CSV's device header: pure logic.
+// The worker's flags and environment variables: pure logic.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -6,10 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "support/devices.h"
 #include "ucudnn/backends/backend_factory.h"
-#include "ucudnn/core/fingerprint.h"
-#include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/options.h"
 #include "ucudnn/worker/worker_main.h"
 
@@ -222,46 +219,6 @@ TEST(GpuListTest, ParsesAndRejects) {
   EXPECT_EQ(*gpus, (std::vector<int>{0, 2, 3}));
   for (const char* bad : {"", "1,", "a", "-1", "1,1", "1.5"}) {
     EXPECT_FALSE(ParseGpuList(bad).ok()) << bad;
-  }
-}
-
-TEST(DeviceHeaderTest, RoundTripsGpuAndCpuFingerprints) {
-  for (const DeviceFingerprint& d : {test_support::H100(), CpuFingerprint()}) {
-    const std::string text =
-        DeviceHeader(d, {"network: resnet50"}) + "layer,n,c\n# not a device line\n";
-    auto parsed = ParseDeviceHeader(text);
-    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-    EXPECT_EQ(*parsed, d);
-    EXPECT_EQ(parsed->Hash(), d.Hash());
-  }
-}
-
-TEST(DeviceHeaderTest, RejectsMissingContradictoryAndMalformedHeaders) {
-  EXPECT_EQ(ParseDeviceHeader("layer,n\n1,2\n").status().code(), StatusCode::kNotFound);
-
-  const std::string good = DeviceHeader(test_support::H100(), {});
-  auto replace = [&](const std::string& from, const std::string& to) {
-    std::string s = good;
-    s.replace(s.find(from), from.size(), to);
-    return s;
-  };
-  struct Case {
-    std::string text;
-    std::string field;
-  };
-  const std::vector<Case> cases = {
-      {replace("# device.sm_count: 132", "# device.sm_count: many"), "device.sm_count"},
-      {replace("# device.cc: 9.0", "# device.cc: 9"), "device.cc"},
-      {replace("# device.cudnn_version: 91400\n", ""), "device.cudnn_version"},
-      {replace("# device.name: NVIDIA H100", "# device.name: NVIDIA A100"), "device.key"},
-      {replace("# device.backend: cudnn", "# device.backend: tpu"), "backend"},
-      {good + "# device.name: twice\n", "device.name"},
-  };
-  for (const Case& c : cases) {
-    auto parsed = ParseDeviceHeader(c.text);
-    ASSERT_FALSE(parsed.ok()) << c.field;
-    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << c.field;
-    EXPECT_THAT(parsed.status().message(), HasSubstr(c.field));
   }
 }
 

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-#include <type_traits>
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/text.h"
@@ -31,14 +30,6 @@ std::string LayerName(const Kernel& kernel) {
   return name.empty() ? "kernel" : name;
 }
 
-std::string OneLine(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return out;
-}
-
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   const std::string temporary = path + ".tmp";
   {
@@ -56,94 +47,6 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
   }
   return Status::Ok();
 }
-
-}  // namespace
-
-std::string DeviceHeader(const DeviceFingerprint& d, const std::vector<std::string>& notes) {
-  std::string h = "# ucudnn timings written by ucudnn-worker --offline\n";
-  h += "# device.backend: " + OneLine(d.backend) + "\n";
-  h += "# device.name: " + OneLine(d.name) + "\n";
-  h += "# device.cc: " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + "\n";
-  h += "# device.sm_count: " + std::to_string(d.sm_count) + "\n";
-  h += "# device.memory_bytes: " + std::to_string(d.memory_bytes) + "\n";
-  h += "# device.cudnn_version: " + std::to_string(d.cudnn_version) + "\n";
-  h += "# device.cuda_runtime_version: " + std::to_string(d.cuda_runtime_version) + "\n";
-  h += "# device.blas: " + OneLine(d.blas) + "\n";
-  h += "# device.key: " + OneLine(d.Key()) + "\n";
-  h += "# device.hash: " + store::FormatHash(d.Hash()) + "\n";
-  for (const std::string& note : notes) h += "# " + OneLine(note) + "\n";
-  return h;
-}
-
-Result<DeviceFingerprint> ParseDeviceHeader(std::string_view text) {
-  std::map<std::string, std::string> fields;
-  size_t pos = 0;
-  int line_number = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    constexpr std::string_view kPrefix = "# device.";
-    if (line.substr(0, kPrefix.size()) != kPrefix) continue;
-    line.remove_prefix(kPrefix.size());
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) {
-      return InvalidArgument("line " + std::to_string(line_number) +
-                             ": device header line without ':'");
-    }
-    std::string key(line.substr(0, colon));
-    std::string_view value = line.substr(colon + 1);
-    if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-    if (!fields.emplace(key, std::string(value)).second) {
-      return InvalidArgument("line " + std::to_string(line_number) + ": device." + key +
-                             " given twice");
-    }
-  }
-  if (fields.empty()) return NotFound("no '# device.*' header lines");
-
-  DeviceFingerprint d;
-  auto get = [&](const std::string& key, std::string* out) -> Status {
-    auto it = fields.find(key);
-    if (it == fields.end()) return InvalidArgument("device." + key + ": missing from the header");
-    *out = it->second;
-    return Status::Ok();
-  };
-  auto get_int = [&](const std::string& key, auto* out) -> Status {
-    std::string text_value;
-    UCUDNN_RETURN_IF_ERROR(get(key, &text_value));
-    UCUDNN_ASSIGN_OR_RETURN(
-        *out, ParseInteger<std::remove_pointer_t<decltype(out)>>("device." + key, text_value));
-    return Status::Ok();
-  };
-  UCUDNN_RETURN_IF_ERROR(get("backend", &d.backend));
-  UCUDNN_RETURN_IF_ERROR(get("name", &d.name));
-  std::string cc;
-  UCUDNN_RETURN_IF_ERROR(get("cc", &cc));
-  const size_t dot = cc.find('.');
-  auto major = ParseInteger<int>("device.cc", std::string_view(cc).substr(0, dot));
-  auto minor = ParseInteger<int>("device.cc", std::string_view(cc).substr(dot + 1));
-  if (dot == std::string::npos || !major.ok() || !minor.ok()) {
-    return InvalidArgument("device.cc: expected MAJOR.MINOR, got '" + cc + "'");
-  }
-  d.cc_major = *major;
-  d.cc_minor = *minor;
-  UCUDNN_RETURN_IF_ERROR(get_int("sm_count", &d.sm_count));
-  UCUDNN_RETURN_IF_ERROR(get_int("memory_bytes", &d.memory_bytes));
-  UCUDNN_RETURN_IF_ERROR(get_int("cudnn_version", &d.cudnn_version));
-  UCUDNN_RETURN_IF_ERROR(get_int("cuda_runtime_version", &d.cuda_runtime_version));
-  UCUDNN_RETURN_IF_ERROR(get("blas", &d.blas));
-  UCUDNN_RETURN_IF_ERROR(Validate(d).WithContext("device header"));
-  if (auto it = fields.find("key"); it != fields.end() && it->second != d.Key()) {
-    return InvalidArgument("device.key: '" + it->second + "' does not match the fields ('" +
-                           d.Key() + "')");
-  }
-  return d;
-}
-
-namespace {
 
 Status CheckOfflineRequest(const std::vector<BenchmarkDevice>& devices,
                            const OfflineRequest& request) {

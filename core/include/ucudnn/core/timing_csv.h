@@ -1,5 +1,5 @@
 // Timing tables as CSV files: the format of the measured H100 data (data/h100/README.md) and of
-// the worker's offline mode.
+// the worker's offline mode, with the device it was measured on in '#' header lines (at the end).
 //
 // Required columns (any order, matched by header name):
 //   layer,n,c,h,w,k,r,s,pad,stride,dtype,layout,op,micro_batch,algo,time_ms,workspace_bytes
@@ -20,7 +20,9 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "ucudnn/core/fingerprint.h"
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/status.h"
 #include "ucudnn/core/timing.h"
@@ -58,5 +60,26 @@ Result<std::string> WriteTimingCsv(const TimingTables& tables);
 
 // The table of `problem`, or nullptr.
 const TimingTable* FindTimings(const TimingTables& tables, const ConvProblem& problem);
+
+// The device a file's timings were measured on travels in its '#' header lines, which the CSV
+// reader skips (the worker's offline mode and `ucudnn cpu-bench` write them, `ucudnn import`
+// reads them):
+//   # ucudnn timings written by ucudnn-worker --offline
+//   # device.backend: cudnn
+//   # device.name: NVIDIA H100 80GB HBM3
+//   # device.cc: 9.0
+//   # device.sm_count: 132
+//   # device.memory_bytes: 84929347584
+//   # device.cudnn_version: 91400
+//   # device.cuda_runtime_version: 13000
+//   # device.blas:
+//   # device.key: v1;backend=cudnn;...   (checked when read)
+//   # device.hash: 0123456789abcdef
+//   # <free-form notes: network, batch, policy, time>
+// The header lines (each ending in '\n') that carry `device`, then `notes`.
+std::string DeviceHeader(const DeviceFingerprint& device, const std::vector<std::string>& notes);
+// The fingerprint from a file's "# device.*" lines: kNotFound when it has none, kInvalidArgument
+// when they are malformed, incomplete, fail Validate(), or contradict "# device.key".
+Result<DeviceFingerprint> ParseDeviceHeader(std::string_view csv_text);
 
 }  // namespace ucudnn

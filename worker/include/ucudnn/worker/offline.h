@@ -1,20 +1,6 @@
 // Offline mode: benchmark a list of kernels without any database and write a timing CSV (the
-// timing_csv.h format) whose '#' header lines carry the device fingerprint. import.h loads such
-// a file into a store.
-//
-// Header lines of a file written here (the CSV reader skips '#' lines):
-//   # ucudnn timings written by ucudnn-worker --offline
-//   # device.backend: cudnn
-//   # device.name: NVIDIA H100 80GB HBM3
-//   # device.cc: 9.0
-//   # device.sm_count: 132
-//   # device.memory_bytes: 84929347584
-//   # device.cudnn_version: 91400
-//   # device.cuda_runtime_version: 13000
-//   # device.blas:
-//   # device.key: v1;backend=cudnn;...   (checked on import)
-//   # device.hash: 0123456789abcdef
-//   # <free-form notes: network, batch, policy, time>
+// timing_csv.h format) whose '#' header lines carry the device fingerprint (DeviceHeader, also in
+// timing_csv.h). ucudnn/store/import.h loads such a file into a store.
 #pragma once
 
 #include <atomic>
@@ -69,11 +55,5 @@ struct OfflineSummary {
 Result<OfflineSummary> RunOffline(std::vector<BenchmarkDevice>& devices,
                                   const OfflineRequest& request,
                                   const std::atomic<bool>* cancel = nullptr);
-
-// The header lines (each ending in '\n') that carry `device`, then `notes`.
-std::string DeviceHeader(const DeviceFingerprint& device, const std::vector<std::string>& notes);
-// The fingerprint from a file's "# device.*" lines: kNotFound when it has none, kInvalidArgument
-// when they are malformed, incomplete, fail Validate(), or contradict "# device.key".
-Result<DeviceFingerprint> ParseDeviceHeader(std::string_view csv_text);
 
 }  // namespace ucudnn::worker

@@ -10,7 +10,7 @@
 #include "ucudnn/core/status.h"
 #include "ucudnn/store/store.h"
 
-namespace ucudnn::worker {
+namespace ucudnn::store {
 
 struct ImportSummary {
   DeviceFingerprint device;
@@ -24,20 +24,16 @@ struct ImportSummary {
 // Loads a timing CSV into `store` in one transaction (Store::ImportTimings), measured_by
 // "import:<file name>"; importing a file again replaces its rows, except that a row at the
 // measuring worker's limits never replaces a measurement (the store keeps it). The device
-// comes from the file's "# device.*" header (offline.h) unless `device` is given (for files without
-// one, such as the measured H100 tables); a header that disagrees with a given device is
-// kInvalidArgument. Errors: kNotFound (no file), kInvalidArgument (bad CSV or header, the message
-// names the line or field), and the store's errors (kUnavailable when the database is away).
+// comes from the file's "# device.*" header (ParseDeviceHeader, timing_csv.h) unless `device` is
+// given (for files without one, such as the measured H100 tables); a header that disagrees with a
+// given device is kInvalidArgument. Errors: kNotFound (no file), kInvalidArgument (bad CSV or
+// header, the message names the line or field), and the store's errors (kUnavailable when the
+// database is away).
 Result<ImportSummary> ImportTimingsFileWithSummary(
-    store::Store& store, const std::string& path,
+    Store& store, const std::string& path,
     const std::optional<DeviceFingerprint>& device = std::nullopt);
 
 // The same, answering the number of timing rows written.
-Result<int64_t> ImportTimingsFile(store::Store& store, const std::string& path);
+Result<int64_t> ImportTimingsFile(Store& store, const std::string& path);
 
-}  // namespace ucudnn::worker
-
-namespace ucudnn {
-// The CLI and other tools call it as ucudnn::ImportTimingsFile.
-using worker::ImportTimingsFile;
-}  // namespace ucudnn
+}  // namespace ucudnn::store

@@ -1,4 +1,4 @@
-#include "ucudnn/worker/import.h"
+#include "ucudnn/store/import.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,12 +7,10 @@
 #include <sstream>
 
 #include "ucudnn/core/timing_csv.h"
-#include "ucudnn/engine/benchmark.h"
-#include "ucudnn/worker/offline.h"
 
-namespace ucudnn::worker {
+namespace ucudnn::store {
 
-Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const std::string& path,
+Result<ImportSummary> ImportTimingsFileWithSummary(Store& store, const std::string& path,
                                                    const std::optional<DeviceFingerprint>& device) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open timing file " + path);
@@ -42,7 +40,7 @@ Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const st
   auto tables = ParseTimingCsv(text);
   if (!tables.ok()) return tables.status().WithContext(path);
   if (tables->empty()) return InvalidArgument(path + ": no timings in the file");
-  std::vector<store::ProblemTimings> problems;
+  std::vector<ProblemTimings> problems;
   problems.reserve(tables->size());
   int64_t total = 0;
   for (auto& [key, entry] : *tables) {
@@ -50,8 +48,8 @@ Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const st
     problems.push_back({entry.problem, std::move(entry.table.entries)});
   }
   std::string measured_by = "import:" + std::filesystem::path(path).filename().string();
-  if (measured_by.size() > store::kMaxMeasuredByBytes) {
-    measured_by.resize(store::kMaxMeasuredByBytes);
+  if (measured_by.size() > kMaxMeasuredByBytes) {
+    measured_by.resize(kMaxMeasuredByBytes);
   }
   // A file's worker-limit rows (an offline worker's cap or memory) do not replace what is
   // measured in the database already: the store keeps those, and counts what it wrote.
@@ -61,14 +59,14 @@ Result<ImportSummary> ImportTimingsFileWithSummary(store::Store& store, const st
   spdlog::info(
       "imported {}: {} problems, {} timing rows for device {} ({}); {} worker-limit rows left "
       "out over measurements already stored",
-      path, summary.problems, summary.rows, summary.device.name,
-      store::FormatHash(summary.device.Hash()), summary.kept_stored);
+      path, summary.problems, summary.rows, summary.device.name, FormatHash(summary.device.Hash()),
+      summary.kept_stored);
   return summary;
 }
 
-Result<int64_t> ImportTimingsFile(store::Store& store, const std::string& path) {
+Result<int64_t> ImportTimingsFile(Store& store, const std::string& path) {
   UCUDNN_ASSIGN_OR_RETURN(ImportSummary summary, ImportTimingsFileWithSummary(store, path));
   return summary.rows;
 }
 
-}  // namespace ucudnn::worker
+}  // namespace ucudnn::store
