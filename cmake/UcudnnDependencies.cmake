@@ -44,8 +44,8 @@ if(UCUDNN_ENABLE_CUDNN AND NOT UCUDNN_CUDNN_FOUND)
 endif()
 if(UCUDNN_ENABLE_CUDNN)
   add_library(ucudnn_cudnn_sdk INTERFACE)
-  # cuDNN 9 marks its legacy convolution API deprecated; we use it on purpose (DESIGN.md), so the
-  # warning is silenced for that one header by including it as a system header.
+  # cuDNN 9 marks its legacy convolution API deprecated; we use it on purpose (docs/design.md,
+  # "Backends"), so the warning is silenced for that one header by including it as a system header.
   target_include_directories(ucudnn_cudnn_sdk SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
   target_link_libraries(ucudnn_cudnn_sdk INTERFACE ${CUDNN_LIBRARY} CUDA::cudart)
   message(STATUS "ucudnn: cuDNN backend ON (${CUDNN_LIBRARY})")

@@ -1,4 +1,4 @@
--- ucudnn schema 1: devices, convolution problems and their measured timings (DESIGN.md,
+-- ucudnn schema 1: devices, convolution problems and their measured timings (docs/design.md,
 -- "Data model"). 64-bit hashes are stored as BIGINT by bit-cast of the uint64.
 
 CREATE TABLE devices (

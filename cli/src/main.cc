@@ -1,5 +1,5 @@
 // `ucudnn`: operator and developer commands. Thin: flags are parsed here, the work is done in
-// ucudnn_cli_lib.
+// ucudnn::cli (ucudnn_cli_lib).
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 

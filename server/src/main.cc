@@ -1,4 +1,4 @@
-// ucudnn-server: the planner server. All logic is in ucudnn_server_lib; this file parses the
+// ucudnn-server: the planner server. All logic is in ucudnn::server; this file parses the
 // command line, sets up logging and signals, and runs the server until SIGTERM/SIGINT.
 #include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>

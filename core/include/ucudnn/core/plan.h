@@ -1,5 +1,5 @@
 // A network plan: what the planner answers, in plain C++ (proto conversion lives in
-// ucudnn_proto_convert). Plans are pure functions of (timings, request).
+// ucudnn::proto, proto/). Plans are pure functions of (timings, request).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// The convolution problem model: one kernel of a network, batch size excluded (DESIGN.md).
+// The convolution problem model: one kernel of a network, batch size excluded (docs/design.md,
+// "Data model"; the key's format: docs/problem-key.md).
 // A problem's canonical key and stable hash identify it in the database on every machine.
 #pragma once
 

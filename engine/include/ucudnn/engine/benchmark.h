@@ -1,6 +1,6 @@
 // The benchmark engine: one problem's timing table (every algorithm at every micro-batch size of
-// a policy) measured on any ConvBackend, the way DESIGN.md asks: non-zero data, warm-up, device
-// clock, median of several runs.
+// a policy) measured on any ConvBackend, the way docs/design.md ("The benchmark engine") says:
+// non-zero data, warm-up, device clock, median of several runs.
 #pragma once
 
 #include <atomic>

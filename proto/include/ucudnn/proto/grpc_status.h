@@ -1,5 +1,5 @@
 // The one mapping between our Status codes and gRPC's, used at every service edge (server,
-// client library, CLI). Part of ucudnn_proto_convert: training binaries' core stays gRPC-free.
+// client library, CLI). Part of ucudnn::proto, not of the core: the core stays gRPC-free.
 #pragma once
 
 #include <grpcpp/support/status.h>

@@ -1,4 +1,4 @@
-// Conversions between the core types and the ucudnn.v1 messages (library ucudnn_proto_convert).
+// Conversions between the core types and the ucudnn.v1 messages (library ucudnn::proto).
 //
 // ToProto() writes every field explicitly (no UNSPECIFIED, no 0-for-default).
 // FromProto() is where input from the network enters the core: it applies the defaults that

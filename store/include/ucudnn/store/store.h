@@ -1,5 +1,5 @@
 // The benchmark store: devices, problems, timings, benchmark jobs, workers and the plan cache in
-// PostgreSQL (DESIGN.md, "Data model"). The only face of the store library: no libpqxx type
+// PostgreSQL (docs/design.md, "Data model"). The only face of the store library: no libpqxx type
 // appears here, so the server, the worker daemon and the CLI include this header without pqxx.
 //
 // Errors are values. Every call catches libpqxx's exceptions and answers a Status:
