@@ -52,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/devices.h"
 #include "support/postgres_fixture.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
@@ -139,19 +140,6 @@ std::optional<int> ParseOptions(int argc, char** argv, Options& options) {
     return app.exit(e);
   }
   return std::nullopt;
-}
-
-DeviceFingerprint H100() {
-  DeviceFingerprint f;
-  f.backend = "cudnn";
-  f.name = "NVIDIA H100 80GB HBM3";
-  f.cc_major = 9;
-  f.cc_minor = 0;
-  f.sm_count = 132;
-  f.memory_bytes = 85045379072ull;
-  f.cudnn_version = 91400;
-  f.cuda_runtime_version = 13000;
-  return f;
 }
 
 // ---- Statistics --------------------------------------------------------------------------------
@@ -313,7 +301,7 @@ Status SeedTimings(const std::string& url, const std::string& csv) {
   UCUDNN_RETURN_IF_ERROR(store->Migrate().status());
   std::vector<store::ProblemTimings> problems;
   for (const auto& [key, t] : tables) problems.push_back({t.problem, t.table.entries});
-  return store->ImportTimings(H100(), problems, "import:bench").status();
+  return store->ImportTimings(test_support::H100(), problems, "import:bench").status();
 }
 
 // ResNet-50 at mini-batch 256 on the H100 with a 64 MiB workspace per kernel.
@@ -321,7 +309,7 @@ Result<std::vector<Kernel>> ResNet50() { return NetworkKernels("resnet50", 256);
 
 v1::GetPlanRequest RequestFor(const std::vector<Kernel>& kernels, uint32_t max_wait_ms = 0) {
   PlanRequest plan_request;
-  plan_request.device = H100();
+  plan_request.device = test_support::H100();
   plan_request.kernels = kernels;
   plan_request.workspace_bytes = 64ull << 20;
   v1::GetPlanRequest request = ToProto(plan_request);

@@ -5,7 +5,7 @@
 if(UCUDNN_BUILD_TESTS)
   add_executable(ucudnn-bench-server bench_server.cc)
   target_link_libraries(ucudnn-bench-server PRIVATE ucudnn::server ucudnn::proto
-                        ucudnn::test_postgres spdlog::spdlog absl::synchronization CLI11::CLI11
+                        ucudnn::test_postgres ucudnn::test_support spdlog::spdlog absl::synchronization CLI11::CLI11
                         nlohmann_json::nlohmann_json ${UCUDNN_HTTPLIB_TARGET})
   target_compile_definitions(ucudnn-bench-server PRIVATE UCUDNN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 endif()
