@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/problems.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/timing.h"
@@ -50,15 +51,7 @@ inline TimingTable RandomTable(std::mt19937_64& rng, int64_t max_batch, int algo
   return table;
 }
 
-// A successful timing: micro-batch b, algorithm `algo`, `time` ms, `ws` bytes of workspace.
-inline Timing MakeTiming(int64_t b, int algo, double time, uint64_t ws) {
-  Timing t;
-  t.micro_batch = b;
-  t.algo = algo;
-  t.time_ms = time;
-  t.workspace_bytes = ws;
-  return t;
-}
+using test_support::MakeTiming;
 
 struct BruteConfig {
   double time_ms = 0;

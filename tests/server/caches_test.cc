@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/problems.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/lru_cache.h"
 #include "ucudnn/server/plan_coordinator.h"
@@ -11,14 +12,7 @@
 namespace ucudnn::server {
 namespace {
 
-Timing MakeTiming(int64_t micro_batch, int algo, double time_ms, uint64_t workspace_bytes = 0) {
-  Timing t;
-  t.micro_batch = micro_batch;
-  t.algo = algo;
-  t.time_ms = time_ms;
-  t.workspace_bytes = workspace_bytes;
-  return t;
-}
+using test_support::MakeTiming;
 
 TEST(LruCacheTest, EvictsLeastRecentlyUsed) {
   LruCache<int, std::string> cache(2);

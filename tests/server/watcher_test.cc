@@ -4,17 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "support/problems.h"
+
 namespace ucudnn::server {
 namespace {
 
-Timing MakeTiming(int64_t micro_batch, int algo, double time_ms, uint64_t workspace_bytes = 0) {
-  Timing t;
-  t.micro_batch = micro_batch;
-  t.algo = algo;
-  t.time_ms = time_ms;
-  t.workspace_bytes = workspace_bytes;
-  return t;
-}
+using test_support::MakeTiming;
 
 using namespace std::chrono_literals;
 

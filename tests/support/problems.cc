@@ -14,4 +14,13 @@ ConvProblem SquareConv(ConvOp op, int64_t c, int64_t hw, int64_t k, int64_t rs, 
   return p;
 }
 
+Timing MakeTiming(int64_t micro_batch, int algo, double time_ms, uint64_t workspace_bytes) {
+  Timing t;
+  t.micro_batch = micro_batch;
+  t.algo = algo;
+  t.time_ms = time_ms;
+  t.workspace_bytes = workspace_bytes;
+  return t;
+}
+
 }  // namespace ucudnn::test_support

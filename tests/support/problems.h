@@ -1,9 +1,10 @@
-// Convolution problems shared by the tests (library `ucudnn_test_support`).
+// Convolution problems and timings shared by the tests (library `ucudnn::test_support`).
 #pragma once
 
 #include <cstdint>
 
 #include "ucudnn/core/problem.h"
+#include "ucudnn/core/timing.h"
 
 namespace ucudnn::test_support {
 
@@ -11,5 +12,8 @@ namespace ucudnn::test_support {
 // output keeps the size at stride 1), fp32 NCHW: the shape most tests need.
 ConvProblem SquareConv(ConvOp op, int64_t c, int64_t hw, int64_t k, int64_t rs = 3,
                        int64_t stride = 1);
+
+// A successful (kOk) timing of legacy algorithm `algo` at `micro_batch`.
+Timing MakeTiming(int64_t micro_batch, int algo, double time_ms, uint64_t workspace_bytes = 0);
 
 }  // namespace ucudnn::test_support
