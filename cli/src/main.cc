@@ -30,7 +30,11 @@ void AddServerFlags(CLI::App* cmd, ServerOptions* server) {
   cmd->add_option("--tls-ca", server->tls_ca_file,
                   "Use TLS, verifying the server with this CA file")
       ->envname("UCUDNN_TLS_CA");
-  cmd->add_option("--token", server->token, "Bearer token (for writes)")->envname("UCUDNN_TOKEN");
+  cmd->add_option("--token", server->token,
+                  "Bearer token: its role (read, plan, submit, admin) decides what the server "
+                  "lets the call do; without one, the server's anonymous role (read by default: "
+                  "reads, and plans from stored timings)")
+      ->envname("UCUDNN_TOKEN");
   cmd->add_option("--deadline-ms", server->deadline_ms, "Deadline of each call, milliseconds")
       ->capture_default_str();
 }
