@@ -686,31 +686,26 @@ Result<std::unique_ptr<BackendBuffer>> CpuBackend::Allocate(size_t bytes) {
   return std::unique_ptr<BackendBuffer>(new HostBuffer(data, bytes));
 }
 
-Status CpuBackend::CopyToDevice(void* device_dst, const void* host_src, size_t bytes) {
+// Host and "device" memory are the same on this backend: every copy is a checked memcpy.
+static Status HostCopy(const char* what, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::Ok();
-  if (device_dst == nullptr || host_src == nullptr) {
-    return InvalidArgument("CopyToDevice: null pointer for a non-empty copy");
+  if (dst == nullptr || src == nullptr) {
+    return InvalidArgument(std::string(what) + ": null pointer for a non-empty copy");
   }
-  std::memcpy(device_dst, host_src, bytes);
+  std::memcpy(dst, src, bytes);
   return Status::Ok();
+}
+
+Status CpuBackend::CopyToDevice(void* device_dst, const void* host_src, size_t bytes) {
+  return HostCopy("CopyToDevice", device_dst, host_src, bytes);
 }
 
 Status CpuBackend::CopyWithinDevice(void* device_dst, const void* device_src, size_t bytes) {
-  if (bytes == 0) return Status::Ok();
-  if (device_dst == nullptr || device_src == nullptr) {
-    return InvalidArgument("CopyWithinDevice: null pointer for a non-empty copy");
-  }
-  std::memcpy(device_dst, device_src, bytes);
-  return Status::Ok();
+  return HostCopy("CopyWithinDevice", device_dst, device_src, bytes);
 }
 
 Status CpuBackend::CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
-  if (bytes == 0) return Status::Ok();
-  if (host_dst == nullptr || device_src == nullptr) {
-    return InvalidArgument("CopyToHost: null pointer for a non-empty copy");
-  }
-  std::memcpy(host_dst, device_src, bytes);
-  return Status::Ok();
+  return HostCopy("CopyToHost", host_dst, device_src, bytes);
 }
 
 Result<std::vector<double>> CpuBackend::TimeRuns(const ConvProblem& problem, int64_t batch,

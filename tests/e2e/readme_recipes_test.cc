@@ -89,9 +89,9 @@ class ReadmeRecipesTest : public E2eTest {
                      const std::string& metrics) {
     std::string script = ReplaceAll(block, "127.0.0.1:50051", server);
     script = ReplaceAll(script, "127.0.0.1:9464", metrics);
-    const std::string prologue = "set -euxo pipefail\ncd '" + home_.string() +
-                                 "'\nexport PATH=\"$PWD/shim:$PATH\" BUF='" + buf_.string() +
-                                 "' S='" + server + "'\n" +
+    const std::string prologue =
+        "set -euxo pipefail\ncd '" + home_.string() + "'\nexport PATH=\"$PWD/shim:$PATH\" BUF='" +
+        buf_.string() + "' S='" + server + "'\n" +
         // `ucudnn plan` exits 3 while the plan is incomplete (README), which it is here: the
         // worker measures nothing. Every other failure stops the block.
         "ucudnn() { local rc=0; command ucudnn \"$@\" || rc=$?; "
@@ -159,7 +159,8 @@ TEST_F(ReadmeRecipesTest, OperatorRecipesRunAgainstALiveCluster) {
   const ScriptRun cli_run = RunBlock(cli, server->address(), metrics);
   EXPECT_EQ(cli_run.exit_code, 0) << cli_run.output;
   EXPECT_THAT(cli_run.output, HasSubstr("SERVING"));
-  EXPECT_THAT(cli_run.output, HasSubstr("features.0/fwd"));  // the plan table names alexnet's kernels
+  EXPECT_THAT(cli_run.output,
+              HasSubstr("features.0/fwd"));  // the plan table names alexnet's kernels
   EXPECT_THAT(cli_run.output, HasSubstr("cancelled"));
 
   const std::string grpcurl = ShellBlockAfter(readme_, "With grpcurl");

@@ -159,3 +159,22 @@ inline Status CheckCall(cudnnStatus_t status, const char* call, const char* file
 #define UCUDNN_GPU_STATUS(call) ::ucudnn::gpu::CheckCall((call), #call, __FILE__, __LINE__)
 // Returns the failure from the enclosing function (which returns Status or Result<T>).
 #define UCUDNN_GPU_CHECK(call) UCUDNN_RETURN_IF_ERROR(UCUDNN_GPU_STATUS(call))
+
+namespace ucudnn::gpu {
+
+// OK when `device_index` names a visible GPU; InvalidArgument for a negative index, Unavailable
+// for one past the last visible GPU.
+inline Status CheckDeviceIndex(int device_index) {
+  if (device_index < 0) {
+    return InvalidArgument("device_index: must be >= 0, got " + std::to_string(device_index));
+  }
+  int count = 0;
+  UCUDNN_GPU_CHECK(cudaGetDeviceCount(&count));
+  if (device_index >= count) {
+    return Unavailable("GPU " + std::to_string(device_index) + " does not exist (" +
+                       std::to_string(count) + " visible)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ucudnn::gpu

@@ -9,15 +9,7 @@
 namespace ucudnn {
 
 Result<DeviceFingerprint> GpuFingerprint(int device_index) {
-  if (device_index < 0) {
-    return InvalidArgument("device_index: must be >= 0, got " + std::to_string(device_index));
-  }
-  int count = 0;
-  UCUDNN_GPU_CHECK(cudaGetDeviceCount(&count));
-  if (device_index >= count) {
-    return Unavailable("GPU " + std::to_string(device_index) + " does not exist (" +
-                       std::to_string(count) + " visible)");
-  }
+  UCUDNN_RETURN_IF_ERROR(gpu::CheckDeviceIndex(device_index));
   cudaDeviceProp props{};
   UCUDNN_GPU_CHECK(cudaGetDeviceProperties(&props, device_index));
   DeviceFingerprint f;
