@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The PyTorch adapter on a GPU machine (issue 12), from a bundle, with PyTorch 2.x in a venv: the
-# whole stack (PostgreSQL, planner server, cuDNN worker; scripts/stack_up.sh), then
+# whole stack (PostgreSQL, planner server, cuDNN worker; scripts/stack_lib.sh), then
 # bench/torch_adapter.py's suite: ResNet-50 at batch 256, fp32 and AMP fp16 channels-last, native
 # PyTorch against ucudnn.torch (losses agree), step times at a 64 MiB cap, against
 # CUDNN_CONV_WSCAP_DBG=64 and uncapped, the adapter's overhead per call against native (undivided
@@ -45,6 +45,9 @@ done
 results="${OUT:-$(pwd)/torch-results}"
 mkdir -p "$results"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/stack_lib.sh
+. "$root/scripts/stack_lib.sh"
+# After stack_lib.sh: its steps log through this one.
 log() { echo "[gpu_torch $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -84,13 +87,12 @@ PY
   fi
 fi
 
-# shellcheck source=scripts/stack_up.sh
-. "$root/scripts/stack_up.sh"
-ucudnn health --server "127.0.0.1:$grpc_port" >/dev/null 2>&1 || die "the planner server did not start"
+stack_start || die "the stack did not start"
+ucudnn health --server "$server_addr" >/dev/null 2>&1 || die "the planner server did not start"
 log "torch $("$python" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
 
 # The suite keeps within what is left of 9 minutes of wall time.
-"$python" "$root/bench/torch_adapter.py" suite --server "127.0.0.1:$grpc_port" --out "$results" \
+"$python" "$root/bench/torch_adapter.py" suite --server "$server_addr" --out "$results" \
   --device "$device" --batch "$batch" --steps "$steps" --image-size "$image_size" 2>&1 |
   tee -a "$results/stack.log"
 rc=${PIPESTATUS[0]}

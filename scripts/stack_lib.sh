@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154
 # The stack on a GPU machine from a bundle (scripts/bundle.sh --with-postgres), for the scripts that
-# measure it there (h100_stack.sh, peer_bench.sh): a PostgreSQL of its own, the planner server and
-# one worker. Sourced; the caller sets `bundle` (a directory), `results` (a directory) and
+# measure it there (h100_stack.sh, peer_bench.sh, gpu_torch.sh): a PostgreSQL of its own, the
+# planner server and one worker. Sourced; the caller sets `bundle` (a directory), `results` (a directory) and
 # `backend` (cudnn, or cpu for a smoke test without a GPU), then calls stack_start. Afterwards
 # `server_addr` is the server's host:port, UCUDNN_TOKEN (exported) a token it accepts, `work` a
 # scratch directory whose *.log files end up in $results/logs.txt, and an EXIT trap stops
