@@ -54,6 +54,7 @@
 
 #include "support/devices.h"
 #include "support/postgres_fixture.h"
+#include "support/process_usage.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/timing_csv.h"
@@ -67,6 +68,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 using namespace ucudnn;
+using test_support::ProcessUsage;
+using test_support::ReadProcessUsage;
 
 // The bearer token (role admin) of the benchmarked servers: a caller without one may not write
 // the plan cache or enqueue benchmarks.
@@ -509,37 +512,6 @@ class ServerChild {
   int metrics_port_ = 0;
 };
 
-// Threads, resident memory and CPU time of a process, from /proc/PID/status and /proc/PID/stat.
-struct ProcessUsage {
-  int threads = 0;
-  double rss_mb = 0;
-  double peak_rss_mb = 0;  // VmHWM: the most it ever held
-  double cpu_seconds = 0;  // user + system
-};
-
-ProcessUsage ReadUsage(pid_t pid) {
-  ProcessUsage usage;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto value = [&] { return std::atof(line.c_str() + line.find(':') + 1); };
-    if (line.rfind("Threads:", 0) == 0) usage.threads = static_cast<int>(value());
-    if (line.rfind("VmRSS:", 0) == 0) usage.rss_mb = value() / 1024;
-    if (line.rfind("VmHWM:", 0) == 0) usage.peak_rss_mb = value() / 1024;
-  }
-  // Fields 14 and 15 of stat, after the command name in parentheses.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i >= 14) ticks += std::atof(field.c_str());
-  }
-  usage.cpu_seconds = ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-  return usage;
-}
-
 // The machine's 1-minute load average: timings taken on a busy machine say so.
 double LoadAverage() {
   double load[1] = {0};
@@ -552,7 +524,7 @@ class UsageSampler {
   explicit UsageSampler(pid_t pid)
       : pid_(pid), thread_([this] {
           while (!stop_.load()) {
-            const int threads = ReadUsage(pid_).threads;
+            const int threads = ReadProcessUsage(pid_).threads;
             peak_threads_ = std::max(peak_threads_.load(), threads);
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
           }
@@ -744,7 +716,7 @@ int RunLoadBenchmark(const std::string& url, const Options& options) {
   // first creates the jobs), then waits its whole max_wait_ms.
   const v1::GetPlanRequest request = RequestFor(*kernels, options.max_wait_ms);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server settles
-  const ProcessUsage idle = ReadUsage((*server)->pid());
+  const ProcessUsage idle = ReadProcessUsage((*server)->pid());
   UsageSampler sampler((*server)->pid());
   SlowHttpClients slow((*server)->metrics_port(), options.slow_metrics_clients);
   double scrape_ms = 0;
@@ -758,7 +730,7 @@ int RunLoadBenchmark(const std::string& url, const Options& options) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   scraper.join();
   const int peak_threads = sampler.Stop();
-  const ProcessUsage after = ReadUsage((*server)->pid());
+  const ProcessUsage after = ReadProcessUsage((*server)->pid());
 
   json out = SummariseLoad(calls, options);
   out.update({{"benchmark", "server_load"},

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "e2e/e2e_fixture.h"
+#include "support/process_usage.h"
 
 namespace ucudnn::e2e {
 namespace {
@@ -29,14 +29,7 @@ constexpr int kThreadAllowance = 16;
 // The promise: a waiting call answers within its max_wait_ms plus this.
 constexpr double kAnswerSlackMs = 100;
 
-int ThreadsOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
-}
+int ThreadsOf(pid_t pid) { return test_support::ReadProcessUsage(pid).threads; }
 
 // The most threads `pid` had while it was sampled (every 5 ms, on a thread of its own).
 class ThreadSampler {

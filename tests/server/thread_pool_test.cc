@@ -1,14 +1,16 @@
 #include "ucudnn/server/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <future>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "support/process_usage.h"
 
 namespace ucudnn::server {
 namespace {
@@ -16,14 +18,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int ThreadsOfThisProcess() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
-}
+int ThreadsOfThisProcess() { return test_support::ReadProcessUsage(getpid()).threads; }
 
 TEST(ThreadPoolTest, OneThreadRunsTasksInTheOrderPosted) {
   ThreadPool pool(1, "test-pool");
