@@ -60,6 +60,7 @@
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/server.h"
+#include "ucudnn/store/import.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
@@ -299,12 +300,9 @@ Result<std::unique_ptr<server::PlannerServer>> StartServer(const std::string& ur
 
 // Writes the timing tables of `csv` into the database at `url` for the H100.
 Status SeedTimings(const std::string& url, const std::string& csv) {
-  UCUDNN_ASSIGN_OR_RETURN(auto tables, ReadTimingCsvFile(csv));
   UCUDNN_ASSIGN_OR_RETURN(auto store, store::Store::Open(url));
   UCUDNN_RETURN_IF_ERROR(store->Migrate().status());
-  std::vector<store::ProblemTimings> problems;
-  for (const auto& [key, t] : tables) problems.push_back({t.problem, t.table.entries});
-  return store->ImportTimings(test_support::H100(), problems, "import:bench").status();
+  return store::ImportTimingsFileWithSummary(*store, csv, test_support::H100()).status();
 }
 
 // ResNet-50 at mini-batch 256 on the H100 with a 64 MiB workspace per kernel.

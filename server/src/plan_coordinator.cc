@@ -63,6 +63,9 @@ std::string Truncated(std::string_view text, size_t max_bytes) {
   return std::string(text.substr(0, end)) + "...";
 }
 
+// Problems whose job failed for good wait for no one: nothing will measure them.
+bool Failed(std::string_view job_state) { return job_state == "failed"; }
+
 // Why a kernel is missing: which micro-batch sizes lack timings, and the state of the job that
 // measures them (its error when it failed). At most a few hundred bytes plus 1 KiB of error,
 // well within the 4 KiB a plan's reason may hold.
@@ -92,7 +95,7 @@ std::string MissingReason(const CachedTimings& timings, BatchPolicy policy, int6
   }
   if (job_id > 0) {
     const std::string id = std::to_string(job_id);
-    if (job_state == "failed") {
+    if (Failed(job_state)) {
       reason += "; benchmark job " + id + " failed: " + Truncated(job_error, 1024) +
                 " (`ucudnn jobs --retry " + id + "` re-queues it)";
     } else {
@@ -283,7 +286,8 @@ std::shared_ptr<const std::string> PlanCoordinator::LastKnownPlan(std::string_vi
 
 // One plan request between its phases.
 struct PlanCoordinator::Planning {
-  explicit Planning(const PlanCall& plan_call) : call(plan_call) {}
+  explicit Planning(const PlanCall& plan_call)
+      : call(plan_call), received(plan_call.received.value_or(Clock::now())) {}
 
   PlanCall call;
   Clock::time_point received;  // max_wait_ms counts from here
@@ -291,8 +295,7 @@ struct PlanCoordinator::Planning {
   uint64_t device_hash = 0;
   std::vector<ProblemSlot> slots;      // distinct problems, in first-seen order
   std::vector<size_t> slot_of_kernel;  // request.kernels[k] is slots[slot_of_kernel[k]]
-  int total = 0;
-  int ready = 0;  // slots covered
+  int ready = 0;                       // slots covered
   bool prepared = false;
   bool done = false;  // `outcome` is the answer
   PlanOutcome outcome;
@@ -304,14 +307,9 @@ struct PlanCoordinator::Planning {
   size_t waiting_for = 0;                            // how many
   WakeReason woken;                                  // what arrived since the last round
   bool rechecked = false;                            // a round re-read the timings
+
+  int total() const { return static_cast<int>(slots.size()); }
 };
-
-namespace {
-
-// Problems whose job failed for good wait for no one: nothing will measure them.
-bool Failed(const std::string& job_state) { return job_state == "failed"; }
-
-}  // namespace
 
 void PlanCoordinator::GroupDistinctProblems(Planning& p) {
   std::unordered_map<uint64_t, size_t> index;
@@ -330,18 +328,16 @@ void PlanCoordinator::GroupDistinctProblems(Planning& p) {
     slot.max_mini_batch = std::max(slot.max_mini_batch, kernel.mini_batch);
     p.slot_of_kernel[k] = it->second;
   }
-  p.total = static_cast<int>(p.slots.size());
 }
 
-int PlanCoordinator::UpdateCoverage(Planning& p) {
+void PlanCoordinator::UpdateCoverage(Planning& p) {
   int ready = 0;
   for (auto& slot : p.slots) {
     slot.covered = TableCovers(*slot.timings, p.request.policy, slot.max_mini_batch);
     ready += slot.covered ? 1 : 0;
   }
-  if (ready != p.ready && p.call.on_progress) p.call.on_progress(ready, p.total);
+  if (ready != p.ready && p.call.on_progress) p.call.on_progress(ready, p.total());
   p.ready = ready;
-  return ready;
 }
 
 std::string PlanCoordinator::ContentTextOf(const Planning& p) const {
@@ -409,13 +405,13 @@ Status PlanCoordinator::Prepare(Planning& p) {
   }
   p.ready = -1;  // the first count is always reported
   UpdateCoverage(p);
-  if (p.ready == p.total && ServeCachedPlan(p)) return Status::Ok();
+  if (p.ready == p.total() && ServeCachedPlan(p)) return Status::Ok();
   if (p.call.use_plan_cache && metrics_) metrics_->RecordPlanCacheMiss();
   return Status::Ok();
 }
 
 Status PlanCoordinator::EnqueueMissing(Planning& p) {
-  bool enqueue = p.call.enqueue_and_wait && p.call.may_write && p.ready < p.total;
+  bool enqueue = p.call.enqueue_and_wait && p.call.may_write && p.ready < p.total();
   if (enqueue && !p.call.may_register_device) {
     UCUDNN_ASSIGN_OR_RETURN(enqueue, store_->DeviceExists(p.device_hash));
     if (!enqueue) {
@@ -456,7 +452,7 @@ Status PlanCoordinator::EnqueueMissing(Planning& p) {
   // The wait counts from the call's arrival: the time spent reaching the database is part of it.
   const auto now = Clock::now();
   p.wait_until = p.received + milliseconds(p.call.request->max_wait_ms());
-  if (p.ready + failed_jobs == p.total) p.wait_until = now;
+  if (p.ready + failed_jobs == p.total()) p.wait_until = now;
   if (const auto remaining = Remaining(p.call.deadline)) {
     p.wait_until =
         std::min(p.wait_until, now + (*remaining - std::min(*remaining, AnswerMargin(*remaining))));
@@ -541,7 +537,7 @@ Status PlanCoordinator::RecheckTimings(Planning& p) {
   UpdateCoverage(p);
   RefreshJobStates(p);
   const std::vector<uint64_t> missing = MissingHashes(p);
-  const bool keep_waiting = p.ready < p.total && !missing.empty() && !stopping_.load() &&
+  const bool keep_waiting = p.ready < p.total() && !missing.empty() && !stopping_.load() &&
                             !(p.call.cancelled && p.call.cancelled()) &&
                             Clock::now() < p.wait_until;
   if (keep_waiting) {
@@ -554,7 +550,7 @@ Status PlanCoordinator::RecheckTimings(Planning& p) {
   p.subscription.reset();
   p.outcome.waited_ms = static_cast<uint32_t>(
       std::chrono::duration_cast<milliseconds>(Clock::now() - p.wait_start).count());
-  if (p.ready == p.total) ServeCachedPlan(p);
+  if (p.ready == p.total()) ServeCachedPlan(p);
   return Status::Ok();
 }
 
@@ -641,9 +637,11 @@ Status PlanCoordinator::SolveEncodeCache(Planning& p) {
   // Identical requests that end their wait together (a training job's processes) get the same
   // partial plan: it is made once. Not for ExplainPlan (it needs the NetworkPlan).
   std::string partial_key;
-  if (p.call.use_plan_cache && p.ready < p.total && !ilp_limit_cut) {
+  size_t partial_hash = 0;
+  if (p.call.use_plan_cache && p.ready < p.total() && !ilp_limit_cut) {
     partial_key = PartialPlanKey(p);
-    const auto cached = partial_lru_.Get(std::hash<std::string>{}(partial_key));
+    partial_hash = std::hash<std::string>{}(partial_key);
+    const auto cached = partial_lru_.Get(partial_hash);
     if (cached && cached->key == partial_key) {
       p.outcome.plan_bytes = cached->bytes;
       p.done = true;
@@ -655,9 +653,8 @@ Status PlanCoordinator::SolveEncodeCache(Planning& p) {
   UCUDNN_ASSIGN_OR_RETURN(auto bytes, Encode(p, network_plan, key));
   CachePlan(p, network_plan, key, ilp_limit_cut, bytes);
   if (!partial_key.empty() && !network_plan.complete) {
-    const size_t hash = std::hash<std::string>{}(partial_key);
-    partial_lru_.Put(
-        hash, std::make_shared<const PartialPlan>(PartialPlan{std::move(partial_key), bytes}));
+    partial_lru_.Put(partial_hash, std::make_shared<const PartialPlan>(
+                                       PartialPlan{std::move(partial_key), bytes}));
   }
   p.outcome.plan_bytes = std::move(bytes);
   p.outcome.network_plan = std::move(network_plan);
@@ -682,7 +679,6 @@ Result<PlanCoordinator::WakeAt> PlanCoordinator::Advance(Planning& p) {
 
 Result<PlanOutcome> PlanCoordinator::Plan(const PlanCall& call) {
   Planning p(call);
-  p.received = call.received.value_or(Clock::now());
   while (true) {
     UCUDNN_ASSIGN_OR_RETURN(const auto wake_at, Advance(p));
     if (!wake_at) return std::move(p.outcome);
@@ -709,7 +705,6 @@ struct PlanCoordinator::AsyncPlanning {
 
 void PlanCoordinator::PlanAsync(const PlanCall& call, ThreadPool* pool, PlanDone done) {
   auto task = std::make_shared<AsyncPlanning>(call, pool, std::move(done));
-  task->planning.received = call.received.value_or(Clock::now());
   pool->Post([this, task] { Continue(task); });
 }
 

@@ -137,10 +137,10 @@ void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
   registry_.ReplaceGauge(kDeviceJobs, std::move(samples));
 }
 
-RpcTimer::~RpcTimer() {
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  metrics_.RecordRpc(method_, code_, seconds);
+void ServerMetrics::RecordRpcSince(std::string_view method, grpc::StatusCode code,
+                                   std::chrono::steady_clock::time_point start) {
+  RecordRpc(method, code,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace ucudnn::server

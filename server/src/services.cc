@@ -3,13 +3,10 @@
 #include <deque>
 #include <exception>
 #include <optional>
-#include <set>
-#include <tuple>
 
 #include <spdlog/spdlog.h>
 
 #include "ucudnn/core/dp.h"
-#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/planner/plan_table.h"
 #include "ucudnn/proto/proto_convert.h"
@@ -94,9 +91,7 @@ constexpr size_t kMaxQueuedCalls = 4096;
 void FinishRecorded(grpc::ServerUnaryReactor* reactor, ServerMetrics& metrics,
                     std::string_view method, std::chrono::steady_clock::time_point start,
                     const grpc::Status& status) {
-  metrics.RecordRpc(
-      method, status.error_code(),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  metrics.RecordRpcSince(method, status.error_code(), start);
   reactor->Finish(status);
 }
 
@@ -190,13 +185,14 @@ grpc::ServerUnaryReactor* PlannerServiceImpl::GetPlan(grpc::CallbackServerContex
     return reactor;
   }
   const std::string_view raw(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  auto call = std::make_shared<GetPlanCall>();
+  std::shared_ptr<GetPlanCall> call;
   try {
     if (auto plan = coordinator_->TryServeFromMemo(raw)) {
       *response = GetPlanResponseBuffer(std::move(plan), /*from_cache=*/true, 0);
       finish(grpc::Status::OK);
       return reactor;
     }
+    call = std::make_shared<GetPlanCall>();
     call->raw_request = std::string(raw);
   } catch (const std::exception& e) {  // std::bad_alloc: nothing else throws here
     spdlog::error("GetPlan: unexpected exception: {}", e.what());
@@ -329,9 +325,7 @@ class StreamPlanReactor final : public grpc::ServerWriteReactor<v1::StreamPlanRe
         status = ToGrpcStatus(Unavailable("client went away before the plan was sent"));
       }
     }
-    metrics_->RecordRpc(
-        "StreamPlan", status.error_code(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    metrics_->RecordRpcSince("StreamPlan", status.error_code(), start_);
     Finish(status);
   }
 

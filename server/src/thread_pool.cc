@@ -23,7 +23,6 @@ ThreadPool::ThreadPool(int threads, std::string name) {
   if (threads < 1) threads = 1;
   name.resize(std::min<size_t>(name.size(), 15));  // the kernel's limit for thread names
   alive_ = threads;
-  threads_count_ = threads;
   for (int i = 0; i < threads; ++i) {
     threads_.emplace_back([this] { Run(); });
     pthread_setname_np(threads_.back().native_handle(), name.c_str());

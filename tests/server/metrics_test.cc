@@ -106,19 +106,19 @@ TEST(ServerMetricsTest, RecordsRpcsCacheAndScrapeGauges) {
   }
 }
 
-TEST(ServerMetricsTest, RpcTimerRecordsInternalWhenNotFinished) {
+TEST(ServerMetricsTest, RecordRpcSinceCountsTheCodeAndTheTimeSinceTheStart) {
   ServerMetrics metrics;
-  { RpcTimer timer(metrics, "ListJobs"); }
-  {
-    RpcTimer timer(metrics, "ListJobs");
-    timer.Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "x"));
-  }
-  EXPECT_EQ(metrics.registry().Value("ucudnn_rpc_requests_total",
-                                     {{"method", "ListJobs"}, {"code", "INTERNAL"}}),
-            1);
+  metrics.RecordRpcSince("ListJobs", grpc::StatusCode::NOT_FOUND,
+                         std::chrono::steady_clock::now() - std::chrono::seconds(30));
   EXPECT_EQ(metrics.registry().Value("ucudnn_rpc_requests_total",
                                      {{"method", "ListJobs"}, {"code", "NOT_FOUND"}}),
             1);
+  // Timed from the start: over 30 s, in the 60 s bucket and not in the 10 s one.
+  const std::string text = metrics.Render();
+  const std::string bucket =
+      "ucudnn_rpc_duration_seconds_bucket{method=\"ListJobs\",code=\"NOT_FOUND\",le=";
+  EXPECT_NE(text.find(bucket + "\"10\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(bucket + "\"60\"} 1\n"), std::string::npos) << text;
 }
 
 TEST(ServerMetricsTest, DeviceLabelsAreCapped) {

@@ -154,7 +154,7 @@ class PlanCoordinator {
   Result<WakeAt> Advance(Planning& p);
 
   // Covered problems counted again (reports progress when the count changed).
-  int UpdateCoverage(Planning& p);
+  void UpdateCoverage(Planning& p);
   std::string ContentTextOf(const Planning& p) const;
   ContentKey KeyOf(const Planning& p) const;
   // Everything a partial plan depends on: the request, and what each problem has (timings, job).

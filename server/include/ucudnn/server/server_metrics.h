@@ -46,6 +46,9 @@ class ServerMetrics {
 
   // One finished RPC: counts and latency by method and gRPC code.
   void RecordRpc(std::string_view method, grpc::StatusCode code, double seconds);
+  // The same, timed from `start` to now.
+  void RecordRpcSince(std::string_view method, grpc::StatusCode code,
+                      std::chrono::steady_clock::time_point start);
   // tier: "memory" (in-process LRU), "database", or "memory_database_down" (the in-process plan
   // last answered to the same request bytes, served while the database is unreachable).
   void RecordPlanCacheHit(std::string_view tier);
@@ -64,29 +67,6 @@ class ServerMetrics {
 
  private:
   MetricsRegistry registry_;
-};
-
-// Times one RPC and records it when destroyed, with the code given to Finish (INTERNAL if the
-// handler forgot, so a missing call shows up in the metrics instead of vanishing).
-class RpcTimer {
- public:
-  RpcTimer(ServerMetrics& metrics, std::string_view method)
-      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
-  ~RpcTimer();
-  RpcTimer(const RpcTimer&) = delete;
-  RpcTimer& operator=(const RpcTimer&) = delete;
-
-  // Returns `status`, so a handler can `return timer.Finish(status);`.
-  const grpc::Status& Finish(const grpc::Status& status) {
-    code_ = status.error_code();
-    return status;
-  }
-
- private:
-  ServerMetrics& metrics_;
-  std::string_view method_;
-  std::chrono::steady_clock::time_point start_;
-  grpc::StatusCode code_ = grpc::StatusCode::INTERNAL;
 };
 
 }  // namespace ucudnn::server

@@ -42,7 +42,6 @@ class ThreadPool {
   // threads. Idempotent.
   void Stop();
 
-  int threads() const { return threads_count_; }
   // Tasks waiting for a thread, timed ones that are due included (for admission and metrics).
   size_t queued() const;
 
@@ -58,8 +57,7 @@ class ThreadPool {
   std::unordered_map<TimerId, Clock::time_point> timed_at_;
   TimerId next_id_ = 1;
   bool stopping_ = false;
-  int alive_ = 0;
-  int threads_count_ = 0;  // threads that have not left Run()
+  int alive_ = 0;  // threads that have not left Run()
   std::vector<std::thread> threads_;
 };
 
