@@ -354,9 +354,7 @@ class TableBenchmark {
         bool ok = false;
         if (!ws.ok()) {
           if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key_);
-          t.status = ws.status().code() == StatusCode::kUnsupported ? TimingStatus::kUnsupported
-                                                                    : TimingStatus::kFailed;
-          t.error = ws.status().ToString();
+          RecordRunFailure(t, ws.status());
           if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
             first_query_failure = ws.status();
           }

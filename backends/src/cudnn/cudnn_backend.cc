@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -125,6 +126,19 @@ class DeviceBuffer final : public BackendBuffer {
   void* data_;
   size_t size_;
 };
+
+// The keys of the engine caches, one format for the lazy path and Prepare: candidates by problem
+// and micro-batch size; graphs by that and beta (0 or 1: the graphs differ in it); plans by their
+// graph and the configuration.
+std::string SizeKey(const std::string& problem_key, int64_t batch) {
+  return problem_key + "|" + std::to_string(batch);
+}
+std::string GraphKey(const std::string& size_key, float beta) {
+  return size_key + (beta == 0.0f ? "|0" : "|1");
+}
+std::string PlanKey(const std::string& graph_key, std::string_view engine_config) {
+  return graph_key + "|" + std::string(engine_config);
+}
 
 }  // namespace
 
@@ -393,8 +407,7 @@ Status CudnnBackend::CheckEngineScalars(float alpha, float beta) {
 
 Result<const ConvGraph*> CudnnBackend::GetGraph(const ConvProblem& problem, int64_t batch,
                                                 float beta) {
-  const std::string key =
-      CanonicalKey(problem) + "|" + std::to_string(batch) + "|" + (beta == 0.0f ? "0" : "1");
+  const std::string key = GraphKey(SizeKey(CanonicalKey(problem), batch), beta);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return static_cast<const ConvGraph*>(it->second.get());
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
@@ -408,8 +421,8 @@ Result<const ConvGraph*> CudnnBackend::GetGraph(const ConvProblem& problem, int6
 
 Result<EnginePlan*> CudnnBackend::GetEnginePlan(const ConvProblem& problem, int64_t batch,
                                                 const Algorithm& algorithm, float beta) {
-  std::string key = CanonicalKey(problem) + "|" + std::to_string(batch) + "|" +
-                    (beta == 0.0f ? "0" : "1") + "|" + std::string(algorithm.engine_config);
+  std::string key =
+      PlanKey(GraphKey(SizeKey(CanonicalKey(problem), batch), beta), algorithm.engine_config);
   auto it = engine_plans_.find(key);
   if (it != engine_plans_.end()) return it->second.get();
   if (auto failed = engine_plan_failures_.find(key); failed != engine_plan_failures_.end()) {
@@ -439,7 +452,7 @@ void CudnnBackend::ClearEngineCaches() {
 
 Result<const std::vector<EngineCandidate>*> CudnnBackend::GetEngineCandidates(
     const ConvProblem& problem, int64_t batch) {
-  const std::string key = CanonicalKey(problem) + "|" + std::to_string(batch);
+  const std::string key = SizeKey(CanonicalKey(problem), batch);
   auto it = engine_candidates_.find(key);
   if (it != engine_candidates_.end()) return &it->second;
   UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, 0.0f));
@@ -508,7 +521,7 @@ void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t
   const std::string problem_key = CanonicalKey(problem);
   std::vector<PreparedSize> sizes;
   for (int64_t batch : batches) {
-    if (engine_candidates_.count(problem_key + "|" + std::to_string(batch)) > 0) continue;
+    if (engine_candidates_.count(SizeKey(problem_key, batch)) > 0) continue;
     if (!ValidateBatch(batch).ok()) continue;  // the lazy path reports it
     sizes.emplace_back().batch = batch;
   }
@@ -551,10 +564,11 @@ void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t
                     p.batch, p.status.ToString());
       continue;
     }
-    const std::string size_key = problem_key + "|" + std::to_string(p.batch);
-    graphs_.insert_or_assign(size_key + "|0", std::move(p.graph));
+    const std::string size_key = SizeKey(problem_key, p.batch);
+    const std::string graph_key = GraphKey(size_key, 0.0f);  // PrepareSize builds beta = 0 graphs
+    graphs_.insert_or_assign(graph_key, std::move(p.graph));
     for (auto& [config_key, plan] : p.plans) {
-      std::string key = size_key + "|0|" + config_key;
+      std::string key = PlanKey(graph_key, config_key);
       if (plan.ok()) {
         engine_plans_.insert_or_assign(std::move(key), std::move(*plan));
       } else {
