@@ -37,6 +37,8 @@ bool IsTransient(const Status& s) {
 // +-20% on every retry delay, so workers that lost the database together do not reconnect in
 // lock step.
 constexpr BackoffJitter kRetryJitter{0.8, 1.2};
+// Idle workers poll the queue within 10% of --poll, so that they do not query in step.
+constexpr BackoffJitter kPollJitter{0.9, 1.1};
 
 std::string Describe(const ConvProblem& p) {
   return std::string(ToString(p.op)) + " c=" + std::to_string(p.c) + " " + std::to_string(p.h) +
@@ -176,6 +178,11 @@ class Daemon::Impl {
 
  private:
   friend class LeaseKeeper;
+
+  // The back-off of a loop that retries the database.
+  Backoff RetryBackoff() const {
+    return Backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  }
 
   // Sleeps `duration` or until a stop request (then true).
   bool SleepOrStop(milliseconds duration) {
@@ -348,7 +355,7 @@ void Daemon::Impl::RequestStop(bool immediate) {
 }
 
 Status Daemon::Impl::Register(Slot& slot) {
-  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff backoff = RetryBackoff();
   bool warned = false;
   while (true) {
     const Status st = store_.RegisterWorker(slot.worker_id, config_.host, slot.fingerprint);
@@ -408,10 +415,10 @@ void Daemon::Impl::HeartbeatLoop() {
 }
 
 void Daemon::Impl::SlotLoop(Slot& slot) {
-  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff backoff = RetryBackoff();
   Backoff failure_backoff(milliseconds(1000), milliseconds(60000), kRetryJitter);
   int consecutive_failures = 0;
-  std::uniform_real_distribution<double> jitter(0.9, 1.1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::mt19937_64 rng(std::random_device{}());
   while (!stop_requested()) {
     auto claimed =
@@ -442,8 +449,7 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
                      store::FormatHash(slot.device_hash));
         return;
       }
-      const auto wait = milliseconds(static_cast<int64_t>(config_.poll.count() * jitter(rng)));
-      if (SleepOrStop(std::max(milliseconds(1), wait))) return;
+      if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
       continue;
     }
     ++claimed_;
@@ -558,7 +564,7 @@ void Daemon::Impl::MarkLost(Slot& slot, const Status& status) {
 
 Daemon::Impl::Holder Daemon::Impl::CheckHolder(const Slot& slot, const store::Job& claimed,
                                                const TimingTable& table) {
-  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff backoff = RetryBackoff();
   std::optional<store::Job> job;
   while (true) {
     Status st;
@@ -606,7 +612,7 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
      : t.status == TimingStatus::kUnsupported ? unsupported
                                               : failed)++;
   }
-  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff backoff = RetryBackoff();
   bool uncertain = false;  // an earlier attempt may have committed before its reply was lost
   while (true) {
     // (The store keeps another worker's measurements over our worker-limit entries.)
@@ -666,7 +672,7 @@ Daemon::Impl::Outcome Daemon::Impl::Complete(Slot& slot, const store::Job& job,
 
 Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, const Status& error,
                                          LeaseKeeper& keeper) {
-  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff backoff = RetryBackoff();
   while (true) {
     auto state = keeper.Settle([&] {
       return store_.FailJob(job.id, slot.worker_id, error.ToString(), config_.max_attempts);
@@ -693,7 +699,7 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
 void Daemon::Impl::Release(Slot& slot, const store::Job& job) {
   // Shutting down or the device lost: try for a while; if the database stays away the lease
   // expiry returns the job.
-  Backoff backoff(config_.retry_initial, config_.retry_max, kRetryJitter);
+  Backoff backoff = RetryBackoff();
   const Clock::time_point give_up = Clock::now() + std::min(config_.lease, milliseconds(10000));
   while (true) {
     const Status st = store_.ReleaseJob(job.id, slot.worker_id);
