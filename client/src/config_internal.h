@@ -57,6 +57,18 @@ inline WorkspaceMode ToCore(ClientConfig::WorkspaceMode mode) {
   return WorkspaceMode::kPerKernel;
 }
 
+inline AlgorithmSpace ToCore(ClientConfig::Algorithms algorithms) {
+  switch (algorithms) {
+    case ClientConfig::Algorithms::kLegacy:
+      return AlgorithmSpace::kLegacy;
+    case ClientConfig::Algorithms::kEngines:
+      return AlgorithmSpace::kEngines;
+    case ClientConfig::Algorithms::kAll:
+      break;
+  }
+  return AlgorithmSpace::kAll;
+}
+
 inline ClientConfig::BatchPolicy FromCore(BatchPolicy policy) {
   switch (policy) {
     case BatchPolicy::kUndivided:

@@ -37,10 +37,7 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
       device_(backend.fingerprint()),
       mode_(ToCore(config.workspace_mode)),
       policy_(ToCore(config.policy)),
-      algorithms_(config.algorithms == ClientConfig::Algorithms::kLegacy ? AlgorithmSpace::kLegacy
-                  : config.algorithms == ClientConfig::Algorithms::kEngines
-                      ? AlgorithmSpace::kEngines
-                      : AlgorithmSpace::kAll),
+      algorithms_(ToCore(config.algorithms)),
       table_(config.max_kernels),
       binder_(hooks.binder),
       contribution_backend_(std::move(hooks.contribution_backend)),

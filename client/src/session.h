@@ -267,6 +267,8 @@ class Session {
   void NoteRequestAnswered();
   // The network is asked for again after the backoff.
   void RetryNetworkLater();
+  // The network is asked for again at once, its backoff reset.
+  void AskNetworkAgainNow();
   // Publishes the local cache's plan of exactly `request_kernels`, if it has one.
   bool PublishCachedNetwork(const std::vector<KernelState*>& kernels,
                             const std::vector<Kernel>& request_kernels);

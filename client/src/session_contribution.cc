@@ -205,10 +205,7 @@ void Session::AskAgainAfterContribution(const ConvProblem& problem) {
   }
   if (any && mode_ != WorkspaceMode::kPerKernel) {
     // The same network again, at once: no need to wait for the collection to settle.
-    prepared_ = true;
-    network_retry_ = true;
-    network_due_ = now;
-    network_attempts_ = 0;
+    AskNetworkAgainNow();
   }
   work_cv_.notify_one();
 }

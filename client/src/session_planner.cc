@@ -288,6 +288,13 @@ void Session::RetryNetworkLater() {
   network_retry_ = true;
 }
 
+void Session::AskNetworkAgainNow() {
+  prepared_ = true;
+  network_retry_ = true;
+  network_due_ = Clock::now();
+  network_attempts_ = 0;
+}
+
 void Session::Unpublish(KernelState* kernel) {
   // The entry stays alive in plans_: a caller may still be running it.
   kernel->plan.store(nullptr, std::memory_order_release);
@@ -428,10 +435,7 @@ void Session::AcceptNetworkPlan(const std::vector<KernelState*>& answered,
   planned_generation_ = generation;
   if (stale) {
     // Timings contributed while this request was in flight: the same network again, at once.
-    prepared_ = true;
-    network_retry_ = true;
-    network_due_ = Clock::now();
-    network_attempts_ = 0;
+    AskNetworkAgainNow();
   } else if (answer.complete) {
     network_retry_ = false;
     network_attempts_ = 0;
