@@ -500,19 +500,33 @@ std::vector<uint64_t> PlanCoordinator::MissingHashes(const Planning& p) {
 void PlanCoordinator::RefreshJobStates(Planning& p) {
   // A job may have moved on since it was enqueued (queued -> running, or failed: then nothing
   // will measure its problem and the request stops waiting for it). Read again, unless another
-  // request read it a moment ago.
-  for (auto& slot : p.slots) {
+  // request read it a moment ago. The jobs to read again are read in one query.
+  std::vector<std::optional<RecentJobs::Job>> known(p.slots.size());
+  std::vector<bool> refreshed(p.slots.size(), false);
+  std::vector<int64_t> to_read;
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    const ProblemSlot& slot = p.slots[i];
     if (slot.covered || slot.job_id == 0 || Failed(slot.job_state)) continue;
+    refreshed[i] = true;
     auto [recent, read_again] = recent_jobs_.GetOrClaim(slot.job_id, Clock::now());
-    if (read_again) {
-      if (auto job = store_->GetJob(slot.job_id); job.ok()) {
-        recent = RecentJobs::Job{job->id, JobStateName(job->state), job->error};
-        recent_jobs_.Put(*recent, Clock::now());
-      }
+    known[i] = std::move(recent);
+    if (read_again) to_read.push_back(slot.job_id);
+  }
+  std::unordered_map<int64_t, RecentJobs::Job> read;
+  if (auto jobs = store_->GetJobs(to_read); jobs.ok()) {
+    for (const store::Job& job : *jobs) {
+      RecentJobs::Job recent{job.id, JobStateName(job.state), job.error};
+      recent_jobs_.Put(recent, Clock::now());
+      read.emplace(job.id, std::move(recent));
     }
-    if (!recent) continue;
-    slot.job_state = recent->state;
-    if (Failed(slot.job_state)) slot.job_error = recent->error;
+  }
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    if (!refreshed[i]) continue;
+    ProblemSlot& slot = p.slots[i];
+    if (auto it = read.find(slot.job_id); it != read.end()) known[i] = it->second;
+    if (!known[i]) continue;
+    slot.job_state = known[i]->state;
+    if (Failed(slot.job_state)) slot.job_error = known[i]->error;
   }
 }
 

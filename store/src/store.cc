@@ -200,6 +200,9 @@ const std::vector<Statement>& Statements() {
        "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1"},
       {"get_job", "SELECT " + JobColumns() +
                       " FROM jobs j JOIN problems p ON p.id = j.problem_id WHERE j.id = $1"},
+      {"get_jobs", "SELECT " + JobColumns() +
+                       " FROM jobs j JOIN problems p ON p.id = j.problem_id "
+                       "WHERE j.id = ANY($1::bigint[]) ORDER BY j.id"},
       // $1: one job id, or 0 for all; $2: one device, or NULL for all.
       {"cancel_queued_jobs",
        "DELETE FROM jobs j USING problems p WHERE p.id = j.problem_id AND j.state = 'queued' "
@@ -971,6 +974,21 @@ Result<Job> Store::GetJob(int64_t job_id) {
     pqxx::result rows = tx.exec_prepared("get_job", job_id);
     if (rows.empty()) return NotFound("job " + std::to_string(job_id) + ": no such job");
     return JobFromRow(rows[0]);
+  });
+}
+
+Result<std::vector<Job>> Store::GetJobs(const std::vector<int64_t>& job_ids) {
+  if (job_ids.empty()) return std::vector<Job>{};
+  return impl_->Run("get jobs", [&](pqxx::connection& conn) -> Result<std::vector<Job>> {
+    pqxx::nontransaction tx(conn);
+    pqxx::result rows = tx.exec_prepared("get_jobs", internal::IntArrayLiteral(job_ids));
+    std::vector<Job> jobs;
+    jobs.reserve(rows.size());
+    for (const pqxx::row& row : rows) {
+      UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(row));
+      jobs.push_back(std::move(job));
+    }
+    return jobs;
   });
 }
 

@@ -217,6 +217,26 @@ TEST_F(JobsTest, ClaimsOnlyJobsOfItsOwnDevice) {
   EXPECT_EQ(a100->state, JobState::kQueued);
 }
 
+TEST_F(JobsTest, GetJobsReadsTheExistingJobsOfManyIdsInOneCall) {
+  const int64_t a100_job = Enqueue(Conv3x3(64), A100());
+  const int64_t h100_job = Enqueue(Conv3x3(128), H100());
+  ASSERT_TRUE(store_->ClaimJob(H100().Hash(), "worker-a", 60s).ok());
+  auto jobs = store_->GetJobs({h100_job, 987654321, a100_job});
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);  // the unknown id is left out
+  for (const Job& job : *jobs) {
+    auto one = store_->GetJob(job.id);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(job.state, one->state);
+    EXPECT_EQ(job.max_micro_batch, one->max_micro_batch);
+  }
+  EXPECT_EQ((*jobs)[0].id, std::min(a100_job, h100_job));
+  EXPECT_EQ((*jobs)[1].id, std::max(a100_job, h100_job));
+  auto none = store_->GetJobs({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST_F(JobsTest, ClaimNeedsARegisteredWorker) {
   Enqueue(Conv3x3(64));
   auto claimed = store_->ClaimJob(H100().Hash(), "stranger", 60s);

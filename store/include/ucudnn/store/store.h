@@ -309,6 +309,8 @@ class Store {
   Status ReleaseJob(int64_t job_id, const std::string& worker_id);
   // One job; kNotFound when unknown.
   Result<Job> GetJob(int64_t job_id);
+  // The jobs of `job_ids` that exist, by id; one query for all.
+  Result<std::vector<Job>> GetJobs(const std::vector<int64_t>& job_ids);
   // Operators: puts a failed job back in the queue with its attempts reset (its last error
   // stays until it completes or fails again) and returns it. kNotFound for an unknown job,
   // kFailedPrecondition when it is not failed or another job of its problem is live already.
