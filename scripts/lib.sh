@@ -18,8 +18,10 @@ UCUDNN_DEBIAN_PACKAGES=(
   patchelf shellcheck
   # The README's operator recipes (tests/e2e/readme_recipes_test.cc runs them).
   jq curl
-  # python/ucudnn's PyTorch adapter and its tests (CPU PyTorch 1.13 under /usr/bin/python3).
-  python3-torch
+  # python/ucudnn's PyTorch adapter and its tests (CPU PyTorch 1.13 under /usr/bin/python3),
+  # its pip install into a venv (tests/tools/python_package_test.sh), and the real-model
+  # benchmark's CPU smoke test (bench/torch_models.py: torchvision's models).
+  python3-torch python3-torchvision python3-venv python3-pip python3-setuptools
 )
 
 # Tools installed from Debian only when their command is missing: a machine may have them from

@@ -61,6 +61,16 @@ stack_start() {
     { log "postgres did not start"; cat "$work/pgdata/postgres.log"; return 1; }
   as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U ucudnn ucudnn
   ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
+  stack_db_url="$db_url"
+  # A warm database from an earlier machine (stack_dump's file): timings, so that plans come
+  # without benchmarking again. Data only, into the schema just migrated.
+  if [ -n "${warm_db:-}" ] && [ -f "$warm_db" ]; then
+    if gzip -dc "$warm_db" | "$pg_bin/psql" -q -v ON_ERROR_STOP=1 "$db_url" >"$work/restore.log" 2>&1; then
+      log "warm database restored from $warm_db"
+    else
+      log "warm database $warm_db not restored (see restore.log); starting cold"
+    fi
+  fi
 
   # Callers without a token may not enqueue benchmarks: the clients of this shell (`ucudnn plan`,
   # the examples, the PyTorch adapter) send this one (role admin) from UCUDNN_TOKEN; the server
@@ -75,4 +85,11 @@ stack_start() {
   ucudnn-worker --backend "$backend" --database-url "$db_url" >"$work/worker.log" 2>&1 &
   stack_pids+=($!)
   for _ in $(seq 1 50); do ucudnn health --server "$server_addr" >/dev/null 2>&1 && break; sleep 0.2; done
+}
+
+# Writes the database's data (schema_migrations left out: the restoring side migrates first) to
+# the gzip file $1, for a later machine's stack_start (warm_db=FILE).
+stack_dump() {
+  "$pg_bin/pg_dump" --data-only --exclude-table=schema_migrations "$stack_db_url" | gzip -6 >"$1" &&
+    log "database dumped to $1 ($(du -h "$1" | cut -f1))"
 }

@@ -8,7 +8,7 @@ target_link_libraries(ucudnn_test_write_plan_cache PRIVATE ucudnn::client_core u
 target_include_directories(ucudnn_test_write_plan_cache PRIVATE
   ${PROJECT_SOURCE_DIR}/client/src)
 
-foreach(python_suite test_torch_adapter test_torch_bench_script)
+foreach(python_suite test_torch_adapter test_torch_bench_script test_torch_models_script)
   add_test(NAME python_${python_suite}
            COMMAND ${UCUDNN_SYSTEM_PYTHON3} -m unittest -v ${python_suite}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/python/tests)
@@ -18,3 +18,10 @@ foreach(python_suite test_torch_adapter test_torch_bench_script)
     ENVIRONMENT
       "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;UCUDNN_LIBRARY=$<TARGET_FILE:ucudnn_client>;UCUDNN_TEST_PLAN_CACHE_TOOL=$<TARGET_FILE:ucudnn_test_write_plan_cache>;UCUDNN_LOG_LEVEL=warn;OMP_NUM_THREADS=1")
 endforeach()
+
+# The package as a user installs it: pip install into a venv, the library from cmake --install
+# through the system loader, ucudnn-doctor (tests/tools/python_package_test.sh).
+add_test(NAME python_package_install
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/tools/python_package_test.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR} ${UCUDNN_SYSTEM_PYTHON3})
+set_tests_properties(python_package_install PROPERTIES LABELS unit TIMEOUT 300)

@@ -121,6 +121,49 @@ class OptionsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "workspace_limit"):
             ut.convert(nn.Conv2d(1, 1, 1), workspace_limit=-1)
 
+    def test_bad_values_raise_naming_the_option(self):
+        conv = nn.Conv2d(1, 1, 1)
+        for config, pattern in (
+                ({"workspace_bytes": "64XB"}, "workspace_bytes='64XB' is not a size"),
+                ({"workspace_bytes": -1}, "workspace_bytes must be >= 0"),
+                ({"workspace_bytes": "2TiB"}, "over 1 TiB"),
+                ({"policy": "bogus"}, "policy='bogus' is not one of undivided"),
+                ({"workspace_mode": "sum"}, "workspace_mode='sum'"),
+                ({"algorithms": "cudnn"}, "algorithms='cudnn'"),
+                ({"deadline_ms": "soon"}, "deadline_ms must be an int in"),
+                ({"deadline_ms": 0}, "deadline_ms must be an int in"),
+                ({"server_wait_ms": 600001}, "server_wait_ms must be an int in"),
+                ({"tls": "maybe"}, "option 'tls' must be a bool"),
+                ({"server": "a;UCUDNN_TOKEN=x"}, "must not contain ';'"),
+                ({"framework": "torch\x1b[31m"}, "framework must be 1 to 128 printable"),
+                ({"framework": "x" * 129}, "framework must be 1 to 128 printable")):
+            with self.subTest(config=config), self.assertRaisesRegex(ValueError, pattern):
+                ut.convert(conv, **config)
+        self.assertIs(type(conv), nn.Conv2d, "a refused convert() changes nothing")
+
+    def test_good_values_are_passed_as_the_library_reads_them(self):
+        runtime = ut.convert(nn.Conv2d(1, 1, 1), workspace_bytes="64MiB", policy="all",
+                             tls=False, deadline_ms=500, framework="torch-x/benchmark",
+                             cache_path="off", server="")._ucudnn_runtime
+        self.assertIn("UCUDNN_WORKSPACE_BYTES=67108864", runtime.options)
+        self.assertIn("UCUDNN_POLICY=all", runtime.options)
+        self.assertIn("UCUDNN_TLS=0", runtime.options)
+        self.assertIn("UCUDNN_FRAMEWORK=torch-x/benchmark", runtime.options)
+        self.assertEqual(ut.parse_bytes("1.5KiB"), 1536)
+        self.assertEqual(ut.parse_bytes(4096), 4096)
+
+    def test_framework_identity_names_version_and_benchmark_mode(self):
+        saved = torch.backends.cudnn.benchmark
+        try:
+            torch.backends.cudnn.benchmark = True
+            self.assertEqual(ut.framework_identity(), f"torch-{torch.__version__}/benchmark")
+            torch.backends.cudnn.benchmark = False
+            self.assertTrue(ut.framework_identity().endswith("/heuristic"))
+        finally:
+            torch.backends.cudnn.benchmark = saved
+        runtime = ut.convert(nn.Conv2d(1, 1, 1), cache_path="off", server="")._ucudnn_runtime
+        self.assertIn(f"UCUDNN_FRAMEWORK={ut.framework_identity()}", runtime.options)
+
     def test_bad_shape_is_named_by_the_library(self):
         context = _lib.Context(_lib.load(), "cpu", "UCUDNN_CACHE_PATH=off")
         shape = _lib.ConvShape(0, 2, 0, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)  # c = 0
@@ -340,31 +383,38 @@ class HotPathTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def test_kernels_and_workspace_are_resolved_once(self):
+    def test_kernels_are_resolved_once_and_workspace_taken_per_call(self):
         torch.manual_seed(12)
         reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
                                   nn.Conv2d(4, 6, 3, stride=2, padding=1))
         model = copy.deepcopy(reference)
         x = torch.randn(4, 3, 9, 9)
         self.assertEqual(planned(model, x, self.dir.name), 5)
-        lookups, allocations = [], []
-        real_kernel, real_grow = _lib.Context.kernel, ut.Runtime.grow_workspace
+        lookups, sizes = [], []
+        real_kernel = _lib.Context.kernel
+        real_size = _lib.Context.kernel_workspace_size
         with mock.patch.object(_lib.Context, "kernel", autospec=True,
                                side_effect=lambda *a: lookups.append(a) or real_kernel(*a)), \
-                mock.patch.object(ut.Runtime, "grow_workspace", autospec=True,
-                                  side_effect=lambda *a: allocations.append(a) or real_grow(*a)), \
+                mock.patch.object(_lib.Context, "kernel_workspace_size", autospec=True,
+                                  side_effect=lambda *a: sizes.append(a) or real_size(*a)), \
                 mock.patch.object(_lib, "ConvShape", wraps=_lib.ConvShape) as shapes:
             assert_same_step(self, model, reference, x)
             first = (len(lookups), shapes.call_count)
             self.assertEqual(first, (6, 6), "each kernel resolved at its first call")
-            self.assertGreaterEqual(len(allocations), 1, "the im2col plans need workspace")
-            grown = len(allocations)
+            self.assertGreaterEqual(len(sizes), 1, "the im2col plans need workspace")
+            asked = len(sizes)
             for _ in range(3):
                 assert_same_step(self, model, reference, x)
             self.assertEqual((len(lookups), shapes.call_count), first, "no lookup after step 1")
-            self.assertEqual(len(allocations), grown, "the workspace is kept and reused")
+            self.assertEqual(len(sizes), asked, "a plan's workspace size is asked once")
+        # The workspace is PyTorch's for the call: nothing of it is held between calls.
+        runtime = model[0]._ucudnn_runtime
+        self.assertFalse(hasattr(runtime, "workspaces"))
+        convs = [c for m in (model[0], model[2]) for c in m._ucudnn_convs.values()]
+        self.assertTrue(any(b > 0 for c in convs for b in c.workspace_bytes))
         stats = ut.stats(model)
-        # x needs its gradient in step(): layer 1's backward-data has no plan (PyTorch's).
+        # x needs its gradient in step(): layer 1's backward-data has no plan (PyTorch's),
+        # asked of the library once and then routed there directly, counted all the same.
         self.assertEqual(stats["planned_calls"], 4 * 5, stats)
         self.assertEqual(stats["fallback_calls"], 4 * 1, stats)
 
@@ -468,6 +518,65 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(y.dtype, torch.bfloat16)
         self.assertLess((y.float() - y_ref.float()).abs().max().item(), 1e-2)
 
+
+class RouteTest(unittest.TestCase):
+    """A kernel the library declines is routed to PyTorch's own without asking it again at every
+    call, and asked again later (plans arrive in the background)."""
+
+    def test_declined_layer_takes_the_unconverted_path_then_asks_again(self):
+        torch.manual_seed(21)
+        reference = nn.Conv2d(3, 4, 3, padding=1)
+        model = ut.convert(copy.deepcopy(reference), server="", cache_path="off")
+        x = torch.randn(2, 3, 6, 6)
+        assert_same_step(self, model, reference, x)
+        calls = ut.stats(model)["fallback_calls"]
+        library_calls = model._ucudnn_runtime.library
+        with mock.patch.object(ut._Conv, "run", autospec=True,
+                               side_effect=AssertionError("asked the library")):
+            assert_same_step(self, model, reference, x)  # routed: the library is not called
+        self.assertEqual(ut.stats(model)["fallback_calls"], calls + 3, "still counted")
+        conv = next(iter(model._ucudnn_convs.values()))
+        conv.recheck = [0.0, 0.0, 0.0]  # time to ask again
+        assert_same_step(self, model, reference, x)
+        self.assertEqual(ut.stats(model)["fallback_calls"], calls + 6)
+        self.assertIs(model._ucudnn_runtime.library, library_calls)
+
+    def test_custom_ops_only_where_torch_has_them(self):
+        has = hasattr(torch.library, "register_fake") and hasattr(torch.library,
+                                                                  "register_autograd")
+        self.assertEqual(ut.custom_ops_available(), has)
+
+
+class CheckpointTest(unittest.TestCase):
+    def test_checkpoint_holds_no_token_or_server_and_loads_working(self):
+        torch.manual_seed(11)
+        original = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1))
+        secret = "s3cr3t-token-value"
+        converted = ut.convert(copy.deepcopy(original), server=f"127.0.0.1:{closed_port()}",
+                               token=secret, cache_path="off", policy="all", deadline_ms=200)
+        buffer = io.BytesIO()
+        torch.save(converted, buffer)
+        self.assertNotIn(secret.encode(), buffer.getvalue())
+        self.assertNotIn(b"127.0.0.1", buffer.getvalue())
+        buffer.seek(0)
+        with mock.patch.dict(os.environ, {"UCUDNN_SERVER": ""}):
+            loaded = torch.load(buffer)
+            x = torch.randn(2, 3, 6, 6)
+            assert_close(self, loaded(x), original(x), "loaded")
+        runtime = loaded[0]._ucudnn_runtime
+        self.assertNotIn("TOKEN", runtime.options)
+        self.assertIn("UCUDNN_POLICY=all", runtime.options, "other options are kept")
+
+    def test_unconvert_restores_plain_conv2d(self):
+        torch.manual_seed(12)
+        original = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1))
+        model = ut.unconvert(ut.convert(copy.deepcopy(original), server="", cache_path="off"))
+        for module in model.modules():
+            self.assertNotIn(type(module), (ut.UcudnnConv2d,))
+            self.assertFalse([k for k in vars(module) if k.startswith("_ucudnn")])
+        x = torch.randn(2, 3, 6, 6)
+        assert_close(self, model(x), original(x), "unconverted")
+        self.assertEqual(list(model.state_dict()), list(original.state_dict()))
 
 class StateDictTest(unittest.TestCase):
     def test_round_trip(self):

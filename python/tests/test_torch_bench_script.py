@@ -127,10 +127,13 @@ class CpuRunTest(unittest.TestCase):
         self.assertTrue(all(loss == loss and loss > 0 for loss in result["losses"]))
         # ResNet-50: 53 convolutions; the first has no backward-data. Repeated blocks share
         # kernels (68 distinct at this size).
-        self.assertEqual(result["adapter_calls"], 2 * (53 * 3 - 1))
+        calls = 2 * (53 * 3 - 1)
         self.assertEqual(result["stats"]["kernels"], 68)
-        # No server: every call ran PyTorch's convolution, counted as the library's fallback.
-        self.assertEqual(result["stats"]["fallback_calls"], result["adapter_calls"])
+        # No server: every call ran PyTorch's convolution, counted as a fallback, whether it
+        # asked the library (adapter_calls) or was routed there directly (no plan, known).
+        self.assertEqual(result["stats"]["fallback_calls"], calls)
+        self.assertLessEqual(result["adapter_calls"], calls)
+        self.assertGreaterEqual(result["adapter_calls"], 68, "each kernel asked at least once")
 
     def test_suite_with_the_planner_down(self):
         with tempfile.TemporaryDirectory() as out:

@@ -81,9 +81,26 @@ def _candidates():
     yield os.path.join(here, "..", "..", ".bundle", "lib", _LIBRARY_NAME)
 
 
+def _from_system_loader():
+    """The path the system loader resolves libucudnn_client.so to (after `cmake --install`, its
+    lib directory on LD_LIBRARY_PATH or in ld.so.conf), or None."""
+    try:
+        library = ctypes.CDLL(_LIBRARY_NAME)
+    except OSError:
+        return None
+    del library  # stays loaded: the path is read from the process's mappings
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if path.endswith(_LIBRARY_NAME) or f"/{_LIBRARY_NAME}." in path:
+                return path
+    return _LIBRARY_NAME  # loadable by name, though its path is not visible
+
+
 def find_library():
     """The path of libucudnn_client.so: $UCUDNN_LIBRARY when set (it must exist), else
-    $UCUDNN_BUNDLE/lib, beside the package, the source tree's build/lib or .bundle/lib."""
+    $UCUDNN_BUNDLE/lib, beside the package, the source tree's build/lib or .bundle/lib, else
+    wherever the system loader finds it (after `cmake --install`)."""
     explicit = os.environ.get("UCUDNN_LIBRARY")
     if explicit:
         if not os.path.isfile(explicit):
@@ -95,9 +112,15 @@ def find_library():
         if os.path.isfile(path):
             return path
         tried.append(path)
+    system = _from_system_loader()
+    if system:
+        return system
+    tried.append("the system loader")
     raise LibraryNotFound(
         f"{_LIBRARY_NAME} not found (tried {', '.join(tried)}); build it "
-        "(cmake --preset default && cmake --build build) or set UCUDNN_LIBRARY to its path")
+        "(cmake --preset default && cmake --build build), install it (cmake --install build "
+        "--component client, with its lib directory on the loader's path), or set "
+        "UCUDNN_LIBRARY to its path")
 
 
 class Library:

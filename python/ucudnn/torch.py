@@ -1,20 +1,37 @@
-"""PyTorch adapter: a model's Conv2d layers run through ucudnn plans.
+"""PyTorch adapter: a model's Conv2d layers run through ucudnn plans where they are faster.
 
     import ucudnn.torch
     model = ucudnn.torch.convert(model, server="planner:50051", workspace_bytes="64MiB")
-    ucudnn.torch.prepare(model, sample_input)      # optional: declare every kernel up front
+    ucudnn.torch.prepare(model, sample_input, wait_ms=60000)   # declare and plan every kernel
     loss = loss_fn(model(x), y); loss.backward()   # convolutions run as planned micro-batches
 
 convert() swaps each torch.nn.Conv2d for a UcudnnConv2d in place (same parameters, buffers and
-state_dict keys: a converted model saves and loads like the original). Its forward, backward-data
-and backward-filter call the client library's shape-level C API on PyTorch's current CUDA stream
-(or, for CPU tensors, on the library's CPU backend), with the workspace a plan asks for taken from
-PyTorch's caching allocator. A kernel without a plan runs PyTorch's own convolution, so a step
-never fails or waits because the planner is away.
+state_dict keys: a converted model saves and loads like the original; unconvert() undoes it).
+Its forward, backward-data and backward-filter call the client library's shape-level C API on
+PyTorch's current CUDA stream (or, for CPU tensors, on the library's CPU backend), with the
+workspace a plan asks for taken from PyTorch's caching allocator for the call and given back
+after it.
+
+PyTorch's own convolution is a candidate of every plan: prepare() measures PyTorch's time for the
+kernels the cluster has no such measurement of, submits it (needs a token), and the planner
+chooses ucudnn's configuration only where it is faster by more than the measurements' noise.
+A kernel whose plan chose the framework, or that has no plan (yet, or the server is away), runs
+PyTorch's own convolution through the same path an unconverted layer takes, so a converted model
+is never slower than the original beyond that noise, and a step never fails or waits for the
+planner.
+
+Under torch.compile (PyTorch 2.4 and later: torch.library custom ops) a converted layer is one op
+of the graph, ucudnn::conv2d, with a fake (meta) implementation and its autograd, so compiling
+breaks no graph; older PyTorch keeps the eager path.
 
 Configuration is the C++ library's: the UCUDNN_* environment, overridden by keyword arguments
-(server="h:p" is UCUDNN_SERVER, workspace_mode="total" is UCUDNN_WORKSPACE_MODE, ...).
+(server="h:p" is UCUDNN_SERVER, workspace_mode="total" is UCUDNN_WORKSPACE_MODE, ...), validated
+when convert() is called.
 """
+
+import re
+import time
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -22,46 +39,127 @@ from torch import nn
 
 from . import _lib
 
-__all__ = ["UcudnnConv2d", "convert", "kernels", "prepare", "stats", "wait_for_plans", "CONFIG_KEYS"]
+__all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
+           "wait_for_plans", "compare_kernels", "framework_identity", "CONFIG_KEYS"]
 
 # Keyword arguments of convert() and the variables they set (ClientConfig's names).
 CONFIG_KEYS = ("server", "token", "tls", "ca_file", "policy", "workspace_mode", "workspace_bytes",
-               "cache_path", "deadline_ms", "server_wait_ms", "contribute", "log_level",
-               "disable")
+               "algorithms", "cache_path", "deadline_ms", "server_wait_ms", "contribute",
+               "log_level", "disable", "framework")
+# Options that a checkpoint (torch.save of a converted model) does not carry: a bearer token is a
+# secret, and a server and CA file belong to the cluster that loads it, not the one that saved it.
+# A loaded model takes them from the loading process's UCUDNN_* environment.
+_NOT_PICKLED = ("token", "server", "ca_file", "tls")
 
 _DATA_TYPES = {torch.float32: _lib.FLOAT, torch.float16: _lib.HALF, torch.bfloat16: _lib.BFLOAT16}
+_TORCH_DTYPES = {value: key for key, value in _DATA_TYPES.items()}
+
+# ---- options -------------------------------------------------------------------------------------
+_CHOICES = {
+    "policy": ("undivided", "power_of_two", "all"),
+    "workspace_mode": ("per_kernel", "total", "total_shared", "total_sum"),
+    "log_level": ("trace", "debug", "info", "warn", "warning", "error", "critical", "off"),
+    "algorithms": ("all", "legacy", "engines"),
+}
+_BOOLEANS = ("tls", "contribute", "disable")
+# The library's ranges (client/src/config.cc).
+_MILLISECONDS = {"deadline_ms": (1, 3600000), "server_wait_ms": (0, 600000)}
+_MAX_WORKSPACE_BYTES = 1 << 40
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B|[KMGT])?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KIB": 1 << 10, "KB": 1000, "M": 1 << 20,
+               "MIB": 1 << 20, "MB": 1000**2, "G": 1 << 30, "GIB": 1 << 30, "GB": 1000**3,
+               "T": 1 << 40, "TIB": 1 << 40, "TB": 1000**4}
+
+
+def parse_bytes(value, what="workspace_bytes"):
+    """64 * 2**20 from 64 * 2**20, "64MiB", "64M" or "67108864"; ValueError naming `what`."""
+    if isinstance(value, bool):
+        raise ValueError(f"ucudnn.torch: {what} must be a byte count, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"ucudnn.torch: {what} must be >= 0, got {value}")
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"ucudnn.torch: {what}={value!r} is not a size (e.g. 67108864, "
+                         "'64MiB', '1GiB')")
+    unit = (match.group(2) or "").upper()
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _check_option(key, value):
+    """The option's text as the library reads it; ValueError naming what is wrong."""
+    if key in _BOOLEANS:
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if str(value).lower() in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+            return str(value)
+        raise ValueError(f"ucudnn.torch: option '{key}' must be a bool, got {value!r}")
+    text = str(value)
+    if ";" in text or "\n" in text or "\r" in text:
+        raise ValueError(f"ucudnn.torch: option '{key}' must not contain ';' or a line break")
+    if key in _CHOICES and text.lower() not in _CHOICES[key]:
+        raise ValueError(f"ucudnn.torch: {key}={value!r} is not one of "
+                         f"{', '.join(_CHOICES[key])}")
+    if key == "workspace_bytes":
+        size = parse_bytes(value)
+        if size > _MAX_WORKSPACE_BYTES:
+            raise ValueError(f"ucudnn.torch: workspace_bytes={value!r} is over 1 TiB")
+        return str(size)
+    if key in _MILLISECONDS:
+        low, high = _MILLISECONDS[key]
+        try:
+            milliseconds = int(text)
+        except ValueError:
+            milliseconds = low - 1
+        if not low <= milliseconds <= high:
+            raise ValueError(f"ucudnn.torch: {key} must be an int in [{low}, {high}], got "
+                             f"{value!r}")
+    if key == "framework" and (not text or len(text) > 128 or
+                               any(not " " <= ch <= "~" for ch in text)):
+        raise ValueError(f"ucudnn.torch: framework must be 1 to 128 printable ASCII characters, "
+                         f"got {value!r}")
+    return text
 
 
 def _options(config):
-    """'UCUDNN_X=v;...' from keyword arguments; a clear error for an unknown one."""
+    """'UCUDNN_X=v;...' from keyword arguments; a clear error for an unknown or bad one."""
     entries = []
     for key, value in sorted(config.items()):
         if key not in CONFIG_KEYS:
             raise TypeError(f"ucudnn.torch: unknown option '{key}' (known: {', '.join(CONFIG_KEYS)})")
-        if isinstance(value, bool):
-            value = "1" if value else "0"
-        value = str(value)
-        if ";" in value or "\n" in value:
-            raise ValueError(f"ucudnn.torch: option '{key}' must not contain ';' or a newline")
-        entries.append(f"UCUDNN_{key.upper()}={value}")
+        entries.append(f"UCUDNN_{key.upper()}={_check_option(key, value)}")
     return ";".join(entries)
 
 
-class Runtime:
-    """The contexts of one convert() call: one per device, made at its first convolution; and the
-    workspace plans run in, one per device and stream, grown to the largest a plan asked for."""
+def framework_identity():
+    """This process's PyTorch as the planner knows it: its version and whether cuDNN benchmarks
+    (what it chooses depends on it). Timings of PyTorch's own convolution are shared by every job
+    with the same identity on the same device (the device fingerprint holds the cuDNN version)."""
+    mode = "benchmark" if torch.backends.cudnn.benchmark else "heuristic"
+    if torch.backends.cudnn.deterministic:
+        mode += "-deterministic"
+    return f"torch-{torch.__version__}/{mode}"
 
-    def __init__(self, options, workspace_limit=0):
-        self.options = options
+
+# ---- the runtime of one convert() call -------------------------------------------------------------
+class Runtime:
+    """The contexts of one convert() call: one per device, made at its first convolution."""
+
+    def __init__(self, config, workspace_limit=0):
+        self.config = dict(config)
+        self.options = _options(self.config)
         self.workspace_limit = workspace_limit
         self.library = _lib.load()
         self._contexts = {}
-        # (device index, stream) -> (tensor, address, bytes). A tensor of PyTorch's caching
-        # allocator, allocated on its stream and used only there, so that reusing it is ordered
-        # like any other tensor of that stream.
-        self.workspaces = {}
         # prepare(): convolutions are recorded, not run through the library.
         self.recording = None
+        # Calls that ran PyTorch's own convolution without asking the library (the route was
+        # known): [no plan, framework chosen]. stats() adds them to the library's counters.
+        self.skipped = [0, 0]
+        # Kernels (shape tuples) that run the framework by this process's own measurement, when
+        # the cluster could not take it (no token or server): not shared, but never slower.
+        self.local_framework = set()
 
     def context(self, device):
         key = (device.type, device.index)
@@ -80,34 +178,32 @@ class Runtime:
     def contexts(self):
         return list(self._contexts.values())
 
-    def grow_workspace(self, device, key, needed):
-        """The workspace of `key` with at least `needed` bytes."""
-        current = self.workspaces.get(key, _NO_WORKSPACE)
-        if current[2] >= needed:
-            return current
-        if len(self.workspaces) >= _MAX_WORKSPACES:  # streams come and go: forget old ones
-            self.workspaces.clear()
-        tensor = torch.empty(needed, dtype=torch.uint8, device=device)
-        grown = (tensor, tensor.data_ptr(), needed)
-        self.workspaces[key] = grown
-        return grown
-
     # A converted model copied shares its runtime (the library's sessions are per process), and
-    # one pickled whole (torch.save(model)) gets a new runtime with the same options when loaded.
+    # one pickled whole (torch.save(model)) gets a new runtime when loaded, without the options
+    # that belong to the saving process's cluster (_NOT_PICKLED).
     def __deepcopy__(self, memo):
         return self
 
     def __getstate__(self):
-        return {"options": self.options, "workspace_limit": self.workspace_limit}
+        kept = {k: v for k, v in self.config.items() if k not in _NOT_PICKLED}
+        return {"config": kept, "workspace_limit": self.workspace_limit}
 
     def __setstate__(self, state):
-        self.__init__(state["options"], state["workspace_limit"])
+        self.__init__(state.get("config", {}), state["workspace_limit"])
 
 
-_NO_WORKSPACE = (None, None, 0)
 _SUCCESS = _lib.SUCCESS
-_MAX_WORKSPACES = 16
+_FRAMEWORK_STATUS = getattr(_lib, "FRAMEWORK", None)
 _CHANNELS_LAST = torch.channels_last
+_NO_GRAD = (False, False)
+
+# Routes of one op of one signature, as last learnt from the library.
+_ROUTE_ASK = 0        # unknown: call the library
+_ROUTE_PLAN = 1       # ucudnn's plan runs
+_ROUTE_NO_PLAN = 2    # no plan now: PyTorch's own, ask again after _RECHECK_NO_PLAN_S
+_ROUTE_FRAMEWORK = 3  # the plan chose PyTorch's own: ask again after _RECHECK_FRAMEWORK_S
+_RECHECK_NO_PLAN_S = 0.25  # plans arrive in the background: pick them up soon
+_RECHECK_FRAMEWORK_S = 5.0  # re-planned only when timings change
 
 # What the hot path asks PyTorch, through the cheapest call each version has: these run per
 # convolution call, and the public wrappers cost microseconds (torch.cuda.current_stream makes a
@@ -118,6 +214,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or (
     lambda: torch.cuda.current_device())
+_monotonic = time.monotonic
 
 
 def _is_channels_last(t):
@@ -131,23 +228,27 @@ def _math_mode(dtype, is_cuda, allow_tf32):
     return _lib.MATH_FMA if is_cuda and not allow_tf32 else _lib.MATH_DEFAULT
 
 
+def _shape_key(shape):
+    return tuple(getattr(shape, name) for name, _ in _lib.ConvShape._fields_)
+
+
 class _Conv:
     """One convolution of one module at one input signature (shape, dtype, device, layout, math):
-    its geometry (padding already symmetric), output size, and the library's kernel handle of each
-    of its three ops, resolved at the op's first call. Made once per signature (_ConvCache), so
-    that a call reads no shape and builds no ctypes structure."""
+    its geometry (padding already symmetric), output size, and per op the library's kernel
+    handle, the route last learnt and the workspace its plan needs. Made once per signature
+    (_ConvCache), so that a call reads no shape and builds no ctypes structure."""
 
-    __slots__ = ("runtime", "context", "run_kernel", "workspaces", "device", "index", "stride",
-                 "padding", "dilation", "groups", "memory_format", "out_size", "dims",
-                 "data_type", "layout", "math", "kernels")
+    __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
+                 "dilation", "groups", "memory_format", "out_size", "dims", "data_type", "layout",
+                 "math", "kernels", "routes", "recheck", "workspace_bytes", "channels_last")
 
     def __init__(self, runtime, context, x, weight, geometry, channels_last, math):
         self.runtime, self.context = runtime, context
         self.run_kernel = runtime.library.ShapeKernelRun
-        self.workspaces = runtime.workspaces
         self.device = x.device
         self.index = x.get_device() if x.is_cuda else -1
         self.stride, self.padding, self.dilation, self.groups = geometry
+        self.channels_last = channels_last
         self.memory_format = _CHANNELS_LAST if channels_last else torch.contiguous_format
         self.layout = _lib.NHWC if channels_last else _lib.NCHW
         self.data_type = _DATA_TYPES[x.dtype]
@@ -155,12 +256,11 @@ class _Conv:
         n, c, h, w = x.shape
         k, _, r, s = weight.shape
         self.dims = (n, c, h, w, k, r, s)
-        sizes = [n, k]
-        for i, extent in enumerate((h, w)):
-            span = self.dilation[i] * ((r, s)[i] - 1) + 1
-            sizes.append((extent + 2 * self.padding[i] - span) // self.stride[i] + 1)
-        self.out_size = sizes
+        self.out_size = _output_size(self.dims, self.stride, self.padding, self.dilation)
         self.kernels = [None, None, None]  # by op
+        self.routes = [_ROUTE_ASK, _ROUTE_ASK, _ROUTE_ASK]
+        self.recheck = [0.0, 0.0, 0.0]
+        self.workspace_bytes = [0, 0, 0]
 
     def shape(self, op):
         """The ucudnnConvShape_t of `op`."""
@@ -168,44 +268,83 @@ class _Conv:
                               self.stride[1], self.dilation[0], self.dilation[1], self.groups,
                               self.data_type, self.layout, self.math)
 
+    def framework_now(self, op):
+        """True when `op` runs PyTorch's own convolution without asking the library now."""
+        route = self.routes[op]
+        if route < _ROUTE_NO_PLAN:
+            return False
+        if _monotonic() >= self.recheck[op]:
+            self.routes[op] = _ROUTE_ASK
+            return False
+        self.runtime.skipped[route - _ROUTE_NO_PLAN] += 1
+        return True
+
+    def all_framework(self, need_x, need_w):
+        """True when every op of this call runs PyTorch's own now (each counted as such)."""
+        routes, now = self.routes, _monotonic()
+        ops = (_lib.FORWARD,) + ((_lib.BACKWARD_DATA,) if need_x else ()) + (
+            (_lib.BACKWARD_FILTER,) if need_w else ())
+        for op in ops:
+            if routes[op] < _ROUTE_NO_PLAN or now >= self.recheck[op]:
+                return False
+        skipped = self.runtime.skipped
+        for op in ops:
+            skipped[routes[op] - _ROUTE_NO_PLAN] += 1
+        return True
+
     def run(self, op, a, b, out):
         """Runs `op` through the library into `out` (every operand dense in the signature's
-        layout): True when its plan ran, False when the caller must run its own convolution."""
+        layout): True when its plan ran, False when the caller must run PyTorch's own."""
         kernel = self.kernels[op] or self._declare(op)
         index = self.index
         stream = None
         if index >= 0:
-            stream = _raw_stream(index)
             if _current_device() != index:
                 # cuDNN runs on the current device: the context's (the tensors') for the call.
                 with torch.cuda.device(index):
                     return self.run(op, a, b, out)
-        # Held until the call returns: another thread may replace the stream's workspace.
-        workspace = self.workspaces.get((index, stream), _NO_WORKSPACE)
+            stream = _raw_stream(index)
+        needed = self.workspace_bytes[op]
+        # From PyTorch's caching allocator for this call, on its stream: a large workspace late
+        # in the backward pass never sits in memory at the step's peak.
+        workspace = torch.empty(needed, dtype=torch.uint8, device=self.device) if needed else None
         status = self.run_kernel(kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
-                                 workspace[1], workspace[2])
+                                 workspace.data_ptr() if needed else None, needed)
         if status == _SUCCESS:
+            self.routes[op] = _ROUTE_PLAN
             return True
-        return self._retry(status, kernel, a, b, out, stream)
+        return self._not_run(op, status, kernel, a, b, out, stream)
 
     def _declare(self, op):
-        kernel = self.kernels[op] = self.context.kernel(self.shape(op),
-                                                        self.runtime.workspace_limit)
+        shape = self.shape(op)
+        kernel = self.kernels[op] = self.context.kernel(shape, self.runtime.workspace_limit)
+        if self.runtime.local_framework and _shape_key(shape) in self.runtime.local_framework:
+            self._route(op, _ROUTE_FRAMEWORK)
         return kernel
 
-    def _retry(self, status, kernel, a, b, out, stream):
-        """run() past a call that did not run the plan: once more with a workspace grown to the
-        plan's need (rare: a kernel needs more than any before it on this stream)."""
+    def _route(self, op, route):
+        self.routes[op] = route
+        delay = _RECHECK_FRAMEWORK_S if route == _ROUTE_FRAMEWORK else _RECHECK_NO_PLAN_S
+        self.recheck[op] = _monotonic() + delay
+
+    def _not_run(self, op, status, kernel, a, b, out, stream):
+        """run() past a call that did not run the plan: once more with the workspace the plan
+        needs (its first call, or a plan that changed), else the route to PyTorch's own."""
         if status == _lib.WORKSPACE_TOO_SMALL:
-            needed = self.context.kernel_workspace_size(kernel)
-            workspace = self.runtime.grow_workspace(self.device, (self.index, stream),
-                                                    needed or 0)
+            needed = self.context.kernel_workspace_size(kernel) or 0
+            self.workspace_bytes[op] = needed
+            workspace = torch.empty(needed, dtype=torch.uint8, device=self.device)
             status = self.run_kernel(kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
-                                     workspace[1], workspace[2])
-        if status == _SUCCESS:
-            return True
+                                     workspace.data_ptr(), needed)
+            if status == _SUCCESS:
+                self.routes[op] = _ROUTE_PLAN
+                return True
+        if status == _FRAMEWORK_STATUS:
+            self._route(op, _ROUTE_FRAMEWORK)
+            return False
         # WORKSPACE_TOO_SMALL again: the plan changed meanwhile (not counted as a fallback).
         if status in (_lib.NO_PLAN, _lib.WORKSPACE_TOO_SMALL):
+            self._route(op, _ROUTE_NO_PLAN)
             return False
         self.runtime.library.check("ucudnnShapeKernelRun", status)  # raises
         return False
@@ -221,6 +360,15 @@ class _Conv:
         recorded.extend(self.shape(op) for op in ops)
 
 
+def _output_size(dims, stride, padding, dilation):
+    n, _, h, w, k, r, s = dims
+    sizes = [n, k]
+    for i, extent in enumerate((h, w)):
+        span = dilation[i] * ((r, s)[i] - 1) + 1
+        sizes.append((extent + 2 * padding[i] - span) // stride[i] + 1)
+    return sizes
+
+
 class _ConvCache(dict):
     """A module's _Conv per input signature. Neither copied nor pickled (its kernel handles belong
     to this process's contexts): a copy starts empty."""
@@ -231,62 +379,42 @@ class _ConvCache(dict):
         return (_ConvCache, ())
 
 
-class _Conv2dFunction(torch.autograd.Function):
-    """conv2d; forward, backward-data and backward-filter through the library, the bias added and
-    its gradient summed here; PyTorch's own convolution for an op the library declines."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, conv):
-        ctx.conv = conv
-        ctx.save_for_backward(x, weight)
-        return _forward(x, weight, bias, conv)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        if torch.is_grad_enabled():  # backward(create_graph=True): these are not differentiable
-            return _once_differentiable_backward(ctx, grad_y)
-        return _backward(ctx, grad_y)
-
-
-def _forward(x, weight, bias, conv):
-    if conv.layout == _lib.NCHW:
-        y = x.new_empty(conv.out_size)  # the cheapest allocation call
-    else:
-        y = torch.empty(conv.out_size, dtype=x.dtype, device=conv.device,
-                        memory_format=_CHANNELS_LAST)
-    if not conv.run(_lib.FORWARD, x, weight, y):
-        return F.conv2d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
-    if bias is not None:
-        y.add_(bias.view(1, -1, 1, 1))
-    return y
+# ---- the three ops -----------------------------------------------------------------------------
+def _forward(x, weight, conv):
+    """y = conv(x, weight) without bias: the plan's, or PyTorch's own."""
+    if not conv.framework_now(_lib.FORWARD):
+        if conv.layout == _lib.NCHW:
+            y = x.new_empty(conv.out_size)  # the cheapest allocation call
+        else:
+            y = torch.empty(conv.out_size, dtype=x.dtype, device=conv.device,
+                            memory_format=_CHANNELS_LAST)
+        if conv.run(_lib.FORWARD, x, weight, y):
+            return y
+    y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
+    # Same strides as the plan's output (and the fake op's under torch.compile).
+    return y if y.is_contiguous(memory_format=conv.memory_format) else y.contiguous(
+        memory_format=conv.memory_format)
 
 
-def _backward(ctx, grad_y):
-    x, weight = ctx.saved_tensors
-    conv = ctx.conv
-    need_x, need_w, need_b, _ = ctx.needs_input_grad
+def _backward(conv, x, weight, grad_y, need_x, need_w):
+    """(grad_x, grad_w), each None when not needed: the plans', PyTorch's own for the rest."""
     grad_y = grad_y.contiguous(memory_format=conv.memory_format)
-    grad_x = grad_w = grad_b = None
-    if need_x:
+    grad_x = grad_w = None
+    if need_x and not conv.framework_now(_lib.BACKWARD_DATA):
         grad_x = torch.empty_like(x)  # x is dense in the signature's layout: so is this
         if not conv.run(_lib.BACKWARD_DATA, grad_y, weight, grad_x):
             grad_x = None
-    if need_w:
+    if need_w and not conv.framework_now(_lib.BACKWARD_FILTER):
         grad_w = torch.empty_like(weight)
         if not conv.run(_lib.BACKWARD_FILTER, x, grad_y, grad_w):
             grad_w = None
-    if need_b:
-        grad_b = grad_y.sum((0, 2, 3))
     own_x = need_x and grad_x is None
     own_w = need_w and grad_w is None
     if own_x or own_w:
         fallback_x, fallback_w = _torch_backward(conv, x, weight, grad_y, own_x, own_w)
         grad_x = fallback_x if own_x else grad_x
         grad_w = fallback_w if own_w else grad_w
-    return grad_x, grad_w, grad_b, None
-
-
-_once_differentiable_backward = torch.autograd.function.once_differentiable(_backward)
+    return grad_x, grad_w
 
 
 def _torch_backward(conv, x, weight, grad_y, need_x, need_w):
@@ -304,6 +432,33 @@ def _torch_backward(conv, x, weight, grad_y, need_x, need_w):
         grad_w = torch.nn.grad.conv2d_weight(x, weight.shape, grad_y, conv.stride, conv.padding,
                                              conv.dilation, conv.groups)
     return grad_x, grad_w
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    """conv2d without bias (the bias is added by PyTorch outside): forward, backward-data and
+    backward-filter through the library, PyTorch's own for an op the library declines."""
+
+    @staticmethod
+    def forward(ctx, x, weight, conv):
+        ctx.conv = conv
+        ctx.save_for_backward(x, weight)
+        return _forward(x, weight, conv)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        if torch.is_grad_enabled():  # backward(create_graph=True): these are not differentiable
+            return _once_differentiable_backward(ctx, grad_y)
+        return _function_backward(ctx, grad_y)
+
+
+def _function_backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    need_x, need_w, _ = ctx.needs_input_grad
+    grad_x, grad_w = _backward(ctx.conv, x, weight, grad_y, need_x, need_w)
+    return grad_x, grad_w, None
+
+
+_once_differentiable_backward = torch.autograd.function.once_differentiable(_function_backward)
 
 
 if hasattr(torch, "get_autocast_dtype"):  # PyTorch >= 2.4: one API for every device type
@@ -329,6 +484,129 @@ def _same_padding(kernel, dilation):
     return tuple(symmetric), extra
 
 
+# ---- torch.compile: the layer as a custom op (PyTorch >= 2.4) -------------------------------------
+# Converted modules by key, for the custom op's implementation to find its module's signature
+# cache (an op's arguments are tensors and numbers).
+_MODULES = weakref.WeakValueDictionary()
+_next_key = [0]
+
+
+def _module_key(module):
+    key = _next_key[0] = _next_key[0] + 1
+    _MODULES[key] = module
+    return key
+
+
+_custom_ops = None  # the namespace torch.ops.ucudnn once registered, else None
+
+
+def _register_custom_ops():
+    """ucudnn::conv2d and ucudnn::conv2d_backward with fake implementations and autograd; None
+    where this PyTorch has no torch.library.register_fake / register_autograd (before 2.4)."""
+    library = torch.library
+    if not (hasattr(library, "register_fake") and hasattr(library, "register_autograd")):
+        return None
+    lib = library.Library("ucudnn", "FRAGMENT")
+    geometry = "int[2] stride, int[2] padding, int[2] dilation, int groups, int key"
+    lib.define(f"conv2d(Tensor x, Tensor weight, {geometry}) -> Tensor")
+    lib.define(f"conv2d_backward(Tensor grad_y, Tensor x, Tensor weight, {geometry}, "
+               "bool need_x, bool need_w) -> (Tensor, Tensor)")
+
+    def conv_of(x, weight, stride, padding, dilation, groups, key):
+        module = _MODULES.get(key)
+        if module is None:
+            return None
+        return module._ucudnn_conv_of(x, weight, tuple(padding))
+
+    def conv2d(x, weight, stride, padding, dilation, groups, key):
+        conv = conv_of(x, weight, stride, padding, dilation, groups, key)
+        if conv is None:
+            memory_format = _op_memory_format(x, weight)
+            y = F.conv2d(x, weight, None, stride, padding, dilation, groups)
+            return y.contiguous(memory_format=memory_format)
+        return _forward(x.contiguous(memory_format=conv.memory_format),
+                        weight.contiguous(memory_format=conv.memory_format), conv)
+
+    def conv2d_backward(grad_y, x, weight, stride, padding, dilation, groups, key, need_x,
+                        need_w):
+        conv = conv_of(x, weight, stride, padding, dilation, groups, key)
+        memory_format = _op_memory_format(x, weight)
+        x = x.contiguous(memory_format=memory_format)
+        weight = weight.contiguous(memory_format=memory_format)
+        if conv is None:
+            grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
+                grad_y, x, weight, None, stride, padding, dilation, False, [0, 0], groups,
+                [need_x, need_w, False])
+        else:
+            grad_x, grad_w = _backward(conv, x, weight, grad_y, need_x, need_w)
+        return (_or_empty(grad_x, x, memory_format), _or_empty(grad_w, weight, memory_format))
+
+    for device in ("CPU", "CUDA"):
+        lib.impl("conv2d", conv2d, device)
+        lib.impl("conv2d_backward", conv2d_backward, device)
+
+    @library.register_fake("ucudnn::conv2d", lib=lib)
+    def conv2d_fake(x, weight, stride, padding, dilation, groups, key):
+        n, c, h, w = x.shape
+        k, _, r, s = weight.shape
+        size = _output_size((n, c, h, w, k, r, s), stride, padding, dilation)
+        return x.new_empty(size).contiguous(memory_format=_op_memory_format(x, weight))
+
+    @library.register_fake("ucudnn::conv2d_backward", lib=lib)
+    def conv2d_backward_fake(grad_y, x, weight, stride, padding, dilation, groups, key, need_x,
+                             need_w):
+        memory_format = _op_memory_format(x, weight)
+        grad_x = torch.empty_like(x, memory_format=memory_format) if need_x else x.new_empty(0)
+        grad_w = (torch.empty_like(weight, memory_format=memory_format) if need_w else
+                  weight.new_empty(0))
+        return grad_x, grad_w
+
+    def setup_context(ctx, inputs, output):
+        x, weight, stride, padding, dilation, groups, key = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.geometry = (stride, padding, dilation, groups, key)
+
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[:2]
+        grad_x, grad_w = torch.ops.ucudnn.conv2d_backward(grad_y, x, weight, *ctx.geometry,
+                                                          need_x, need_w)
+        return (grad_x if need_x else None, grad_w if need_w else None, None, None, None, None,
+                None)
+
+    library.register_autograd("ucudnn::conv2d", backward, setup_context=setup_context, lib=lib)
+    _register_custom_ops.lib = lib  # the registrations live as long as the library object
+    return torch.ops.ucudnn
+
+
+def _op_memory_format(x, weight):
+    """The layout the op's outputs take: PyTorch's cuDNN convolution's rule (channels-last when
+    either operand is), which the fake implementation must predict."""
+    return _CHANNELS_LAST if (_is_channels_last(x) or _is_channels_last(weight)) else (
+        torch.contiguous_format)
+
+
+def _or_empty(tensor, like, memory_format):
+    if tensor is None:
+        return like.new_empty(0)
+    return tensor.contiguous(memory_format=memory_format)
+
+
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
+def custom_ops_available():
+    """Whether converted layers are custom ops under torch.compile (PyTorch >= 2.4)."""
+    global _custom_ops
+    if _custom_ops is None:
+        try:
+            _custom_ops = _register_custom_ops() or False
+        except RuntimeError:  # registered already by another copy of this module
+            _custom_ops = torch.ops.ucudnn
+    return bool(_custom_ops)
+
+
+# ---- the module ----------------------------------------------------------------------------------
 class UcudnnConv2d(nn.Conv2d):
     """A torch.nn.Conv2d whose convolution runs through ucudnn. Made by convert() from an existing
     Conv2d (its class is swapped in place), so parameters and state_dict keys are the same. Its
@@ -366,37 +644,50 @@ class UcudnnConv2d(nn.Conv2d):
             # autocast dtype.
             input, weight = input.to(cast), weight.to(cast)
             bias = bias.to(cast) if bias is not None else None
-        # As PyTorch's cuDNN convolution chooses: channels-last when either operand is.
-        channels_last = _is_channels_last(input) or _is_channels_last(weight)
-        allow_tf32 = _allow_tf32()
-        signature = (input.shape, input.dtype, input.get_device() if is_cuda else -1,
-                     weight.shape, weight.dtype, channels_last, allow_tf32, padding)
-        convs = self._ucudnn_convs
-        conv = convs.get(signature)
-        if conv is None:
-            if len(convs) >= _ConvCache.MAX_SIGNATURES:
-                convs.clear()
-            conv = convs[signature] = self._ucudnn_make_conv(input, weight, padding,
-                                                              channels_last, allow_tf32)
+        if _is_compiling():
+            if custom_ops_available():
+                y = torch.ops.ucudnn.conv2d(input, weight, list(self.stride), list(padding),
+                                            list(self.dilation), self.groups,
+                                            self._ucudnn_key)
+                return y if bias is None else y + bias.view(1, -1, 1, 1)
+            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+        conv = self._ucudnn_conv_of(input, weight, padding)
         runtime = self._ucudnn_runtime
         if conv is not None and runtime.recording is not None:
             grad = torch.is_grad_enabled()
             conv.record(grad and input.requires_grad, grad and weight.requires_grad)
         if conv is None or runtime.recording is not None:
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
-        if channels_last:
-            input = input.contiguous(memory_format=_CHANNELS_LAST)
-            weight = weight.contiguous(memory_format=_CHANNELS_LAST)
-        else:
-            input, weight = input.contiguous(), weight.contiguous()
-        if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad or (
-                bias is not None and bias.requires_grad)):
-            return _Conv2dFunction.apply(input, weight, bias, conv)
-        return _forward(input, weight, bias, conv)  # nothing to differentiate: no autograd node
+        grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
+        need_x = grad and input.requires_grad
+        need_w = grad and weight.requires_grad
+        if conv.all_framework(need_x, need_w):
+            # Every op of the step runs PyTorch's own now: the unconverted layer's path, exactly.
+            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+        memory_format = conv.memory_format
+        input = input.contiguous(memory_format=memory_format)
+        weight = weight.contiguous(memory_format=memory_format)
+        y = _Conv2dFunction.apply(input, weight, conv) if grad else _forward(input, weight, conv)
+        # In place: the op's output is not saved for its backward.
+        return y if bias is None else y.add_(bias.view(1, -1, 1, 1))
+
+    def _ucudnn_conv_of(self, input, weight, padding):
+        """The _Conv of the call's signature, made at its first sight; None when the library has
+        no words for it (a dtype it does not plan, operands of two dtypes, no context)."""
+        channels_last = _is_channels_last(input) or _is_channels_last(weight)
+        allow_tf32 = _allow_tf32()
+        signature = (input.shape, input.dtype, input.device, weight.shape, weight.dtype,
+                     channels_last, allow_tf32, padding)
+        convs = self._ucudnn_convs
+        conv = convs.get(signature, False)
+        if conv is False:
+            if len(convs) >= _ConvCache.MAX_SIGNATURES:
+                convs.clear()
+            conv = convs[signature] = self._ucudnn_make_conv(input, weight, padding,
+                                                              channels_last, allow_tf32)
+        return conv
 
     def _ucudnn_make_conv(self, input, weight, padding, channels_last, allow_tf32):
-        """The _Conv of a new signature, or None when the library has no words for it (a
-        dtype it does not plan, operands of two dtypes, a device without a context)."""
         data_type = _DATA_TYPES.get(input.dtype)
         if data_type is None or weight.dtype != input.dtype:
             return None
@@ -408,26 +699,47 @@ class UcudnnConv2d(nn.Conv2d):
         math = _math_mode(input.dtype, input.is_cuda, allow_tf32)
         return _Conv(runtime, context, input, weight, geometry, channels_last, math)
 
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "_ucudnn_runtime" in state:  # unpickled: a key of this process
+            self._ucudnn_key = _module_key(self)
+
 
 def convert(model, workspace_limit=0, **config):
     """Runs every torch.nn.Conv2d of `model` (the model itself included) through ucudnn; the
     model is changed in place and returned. `config`: the library's options by their
-    UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment.
-    `workspace_limit`: per-kernel mode, each kernel's workspace limit in bytes (0: the
-    configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). Subclasses of Conv2d are left as they are
-    (their forward may do more than a convolution)."""
+    UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
+    here (ValueError or TypeError naming the bad one). `framework` defaults to
+    framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in
+    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). Subclasses of Conv2d are left
+    as they are (their forward may do more than a convolution)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"ucudnn.torch.convert: expected a torch.nn.Module, got {type(model)}")
-    if not isinstance(workspace_limit, int) or workspace_limit < 0:
+    if isinstance(workspace_limit, bool) or not isinstance(workspace_limit, int) or (
+            workspace_limit < 0):
         raise ValueError(f"ucudnn.torch.convert: workspace_limit must be an int >= 0, got "
                          f"{workspace_limit!r}")
-    runtime = Runtime(_options(config), workspace_limit)
+    config.setdefault("framework", framework_identity())
+    runtime = Runtime(config, workspace_limit)
+    custom_ops_available()  # registered now, not while torch.compile traces
     for module in model.modules():
         if type(module) is nn.Conv2d:
             module.__class__ = UcudnnConv2d
         if isinstance(module, UcudnnConv2d):
             module._ucudnn_runtime = runtime
             module._ucudnn_convs = _ConvCache()
+            module._ucudnn_key = _module_key(module)
+    return model
+
+
+def unconvert(model):
+    """Undoes convert(): every UcudnnConv2d of `model` is a torch.nn.Conv2d again (the same
+    parameters), with nothing of the library left on it. Returns the model."""
+    for module in model.modules():
+        if isinstance(module, UcudnnConv2d):
+            module.__class__ = nn.Conv2d
+            for name in ("_ucudnn_runtime", "_ucudnn_convs", "_ucudnn_key"):
+                module.__dict__.pop(name, None)
     return model
 
 
@@ -464,16 +776,190 @@ def kernels(model, *sample_inputs):
             runtime.recording = None
 
 
-def prepare(model, *sample_inputs, wait_ms=0):
+def _unique(shapes):
+    seen, unique = set(), []
+    for shape in shapes:
+        key = _shape_key(shape)
+        if key not in seen:
+            seen.add(key)
+            unique.append(shape)
+    return unique
+
+
+def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True):
     """Declares every kernel of a training step (kernels()) and plans them now: in the total
     modes, the whole network under one budget. `sample_inputs` at the training batch size.
-    `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background)."""
+    `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
+    With `measure_framework` (and wait_ms > 0), PyTorch's own time is measured for the kernels
+    the cluster has no measurement of, and submitted so that every job of this framework on this
+    device plans with it; without a server or token the measurement decides for this process
+    alone. Returns {"kernels": declared, "measured": framework timings taken here}."""
+    declared = measured = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
-        if context is not None:
-            context.prepare(shapes, runtime.workspace_limit)
-    if wait_ms > 0:
-        wait_for_plans(model, wait_ms)
+        if context is None:
+            continue
+        shapes = _unique(shapes)
+        declared += len(shapes)
+        context.prepare(shapes, runtime.workspace_limit)
+        if wait_ms > 0:
+            context.wait_for_plans(wait_ms)
+            if measure_framework:
+                measured += _decide_framework(runtime, context, device, shapes, wait_ms)
+    return {"kernels": declared, "measured": measured}
+
+
+def _decide_framework(runtime, context, device, shapes, wait_ms):
+    """Measures PyTorch's own time for the kernels whose plan does not know it, and has it
+    shared (submitted; their plans are made again) or, failing that, decides here."""
+    if not hasattr(context, "kernel_info"):
+        return 0  # a library without the framework candidate
+    infos = [(shape, context.kernel_info(context.kernel(shape, runtime.workspace_limit)))
+             for shape in shapes]
+    unknown = [(shape, info) for shape, info in infos if info["framework_ms"] <= 0]
+    if not unknown:
+        return 0
+    timings = [_time_framework(shape, device) for shape, _ in unknown]
+    try:
+        context.submit_framework_timings([s for s, _ in unknown], [t[0] for t in timings],
+                                         [t[1] for t in timings], [0] * len(unknown))
+        context.wait_for_plans(wait_ms)
+    except _lib.ShapeError:
+        # Not shared (no server or token): this process decides from its own measurement.
+        for (shape, info), (framework_ms, _) in zip(unknown, timings):
+            if info["state"] != 1 or info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN):
+                runtime.local_framework.add(_shape_key(shape))
+    return len(unknown)
+
+
+# A ucudnn plan runs only where it is faster than PyTorch's own by more than this (the planner's
+# kFrameworkMargin; used here only when the decision cannot be shared).
+FRAMEWORK_MARGIN = 0.03
+
+
+# ---- measuring PyTorch's own convolution ------------------------------------------------------------
+def _operands(shape, device):
+    """Random (not zero) operands of `shape`: x, w, dy in its dtype and layout."""
+    dtype = _TORCH_DTYPES[shape.data_type]
+    memory_format = _CHANNELS_LAST if shape.layout == _lib.NHWC else torch.contiguous_format
+    dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
+    stride, padding, dilation = ((shape.stride_h, shape.stride_w), (shape.pad_h, shape.pad_w),
+                                 (shape.dilation_h, shape.dilation_w))
+    out = _output_size(dims, stride, padding, dilation)
+
+    def rand(*size):
+        return torch.randn(*size, device=device, dtype=dtype).contiguous(
+            memory_format=memory_format)
+
+    x = rand(shape.n, shape.c, shape.h, shape.w)
+    w = rand(shape.k, shape.c // shape.groups, shape.r, shape.s)
+    dy = rand(*out)
+    return x, w, dy, (stride, padding, dilation, shape.groups)
+
+
+def _framework_call(shape, x, w, dy, geometry):
+    """PyTorch's own op of `shape` as a closure."""
+    stride, padding, dilation, groups = geometry
+    op = shape.op
+    if op == _lib.FORWARD:
+        return lambda: F.conv2d(x, w, None, stride, padding, dilation, groups)
+    mask = [op == _lib.BACKWARD_DATA, op == _lib.BACKWARD_FILTER, False]
+    return lambda: torch.ops.aten.convolution_backward(
+        dy, x, w, None, list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
+
+
+class _TF32:
+    """PyTorch's cuDNN TF32 switch as the shape's math mode says, for a measurement."""
+
+    def __init__(self, shape):
+        self.allow = shape.math != _lib.MATH_FMA
+
+    def __enter__(self):
+        self.saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = self.allow
+
+    def __exit__(self, *exc):
+        torch.backends.cudnn.allow_tf32 = self.saved
+
+
+def _time_call(call, device, repeats):
+    """(median ms, interquartile spread ms) of `call` alone, after warm-up (which includes
+    PyTorch's own cuDNN benchmark at the first call)."""
+    for _ in range(3):
+        call()
+    samples = []
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(repeats)]
+        for start, end in events:
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize(device)
+        samples = sorted(start.elapsed_time(end) for start, end in events)
+    else:
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - begin) * 1e3)
+        samples.sort()
+    quarter = len(samples) // 4
+    return samples[len(samples) // 2], samples[-1 - quarter] - samples[quarter]
+
+
+def _time_framework(shape, device, repeats=15):
+    """PyTorch's own time for `shape` at its full batch: (median ms, spread ms)."""
+    x, w, dy, geometry = _operands(shape, device)
+    with _TF32(shape), torch.no_grad():
+        return _time_call(_framework_call(shape, x, w, dy, geometry), device, repeats)
+
+
+def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_type="cuda"):
+    """Where the time goes: every kernel of a step of `model`, PyTorch's own op against the
+    library's plan, each timed alone at the full batch (after prepare()). A list of dicts."""
+    rows = []
+    if autocast is not None:
+        with torch.autocast(device_type, dtype=autocast):
+            recorded = kernels(model, *sample_inputs)
+    else:
+        recorded = kernels(model, *sample_inputs)
+    for (runtime, device), shapes in recorded.items():
+        context = runtime.context(device)
+        for shape in _unique(shapes):
+            kernel = context.kernel(shape, runtime.workspace_limit)
+            x, w, dy, geometry = _operands(shape, device)
+            a, b, out = {_lib.FORWARD: (x, w, torch.empty_like(dy)),
+                         _lib.BACKWARD_DATA: (dy, w, torch.empty_like(x)),
+                         _lib.BACKWARD_FILTER: (x, dy, torch.empty_like(w))}[shape.op]
+            with _TF32(shape), torch.no_grad():
+                framework_ms, framework_spread = _time_call(
+                    _framework_call(shape, x, w, dy, geometry), device, repeats)
+            info = context.kernel_info(kernel) if hasattr(context, "kernel_info") else {}
+            needed = context.kernel_workspace_size(kernel)
+            plan_ms = None
+            if needed is not None:
+                workspace = torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
+                stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" \
+                    else None
+
+                def plan_call():
+                    status = runtime.library.ShapeKernelRun(
+                        kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
+                        workspace.data_ptr(), needed)
+                    if status != _SUCCESS:
+                        raise _lib.ShapeError("ucudnnShapeKernelRun", status, "")
+
+                try:
+                    plan_ms, _ = _time_call(plan_call, device, repeats)
+                except _lib.ShapeError:
+                    plan_ms = None
+            rows.append({
+                "shape": dict(zip([n for n, _ in _lib.ConvShape._fields_], _shape_key(shape))),
+                "framework_ms": framework_ms, "framework_spread_ms": framework_spread,
+                "plan_ms": plan_ms, "plan_workspace_bytes": needed, **{
+                    f"info_{k}": v for k, v in info.items()},
+            })
+    return rows
 
 
 def wait_for_plans(model, timeout_ms):
@@ -487,10 +973,36 @@ def wait_for_plans(model, timeout_ms):
 
 
 def stats(model):
-    """The library's counters (ucudnn::ClientStats) summed over the model's contexts."""
+    """The library's counters (ucudnn::ClientStats) summed over the model's contexts, with the
+    calls the adapter sent to PyTorch's own convolution without asking the library (the route
+    was known) added to fallback_calls (no plan) and framework_calls (the plan chose it)."""
     total = {name: 0 for name in _lib.STATS_FIELDS}
+    total.setdefault("framework_calls", 0)
     for runtime in _runtimes(model):
         for context in runtime.contexts():
             for name, value in context.stats().items():
                 total[name] += value
+        total["fallback_calls"] += runtime.skipped[0]
+        total["framework_calls"] += runtime.skipped[1]
     return total
+
+
+def report(model):
+    """Per kernel seen: its op and shape, and what the library knows of it (state, predicted and
+    framework time) where the library can tell; for benchmarks and debugging."""
+    rows = []
+    for module in model.modules():
+        if not isinstance(module, UcudnnConv2d):
+            continue
+        for conv in module._ucudnn_convs.values():
+            if conv is None:
+                continue
+            for op, kernel in enumerate(conv.kernels):
+                if kernel is None:
+                    continue
+                row = {"op": op, "dims": conv.dims, "groups": conv.groups,
+                       "route": ("ask", "plan", "no_plan", "framework")[conv.routes[op]]}
+                if hasattr(conv.context, "kernel_info"):
+                    row.update(conv.context.kernel_info(kernel))
+                rows.append(row)
+    return rows

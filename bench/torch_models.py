@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Real models trained as a user would, native PyTorch against ucudnn.torch.convert (issue 20).
+
+torchvision models with random weights (no downloads), SGD and cross-entropy on random data,
+`torch.backends.cudnn.benchmark = True` on both sides, each configuration in a process of its own
+(time to the first fast step counts from a new process; a process memory cap binds from its
+start), native and converted runs alternated and repeated so that a ratio is not noise.
+
+    torch_models.py run --model resnet50 --precision amp|fp32 --mode native|ucudnn
+                        [--compile default|reduce-overhead] [--cap-gib G] [--batch N]
+                        [--option server=h:p ...] [--prepare-wait-s S] [--json-out F]
+        one configuration: median step, device-level peak memory, time to the first fast step,
+        the library's counters (which calls ran ucudnn plans and which the framework's own)
+    torch_models.py kernels --model M --precision P --option server=h:p [--json-out F]
+        where the time goes: every convolution kernel of the model's step, PyTorch's own
+        convolution against the ucudnn plan, each timed alone at the full batch in one process
+    torch_models.py suite --server h:p --out DIR --rows resnet50:amp resnet50:fp32:compile ...
+        each row native against converted (alternating, --repeats each), DIR/torch_models.json:
+        {"device", "rows": [{"model", "family", "precision", "compiled", "cap_gib", "batch",
+        "native_ms", "converted_ms", "ratio", "native_peak_mib", "converted_peak_mib",
+        "native_first_fast_s", "converted_first_fast_s", ...}]}. A row is MODEL:PRECISION
+        [:COMPILE][:cap]; "cap" runs both capped just above native's unlimited peak.
+
+scripts/gpu_torch_models.sh runs the suite on the GPU machine with the stack (PostgreSQL, planner,
+worker) from a bundle, in one command.
+"""
+
+import time
+
+PROCESS_START = time.monotonic()  # before importing torch: time to the first fast step
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+# model -> (family, default batch). torchvision's constructors with weights=None.
+MODELS = {
+    "resnet50": ("residual", 256),
+    "vgg16": ("plain", 128),
+    "densenet121": ("dense", 128),
+    "efficientnet_b0": ("inverted-residual depthwise", 128),
+    "mobilenet_v3_large": ("inverted-residual depthwise", 128),
+    "convnext_tiny": ("7x7 depthwise", 128),
+    "resnext50_32x4d": ("grouped", 128),
+    "regnet_y_1_6gf": ("grouped", 128),
+}
+PRECISIONS = ("fp32", "amp")
+COMPILE_MODES = ("", "default", "reduce-overhead")
+# A step is "fast" once within this factor of the steady-state median.
+FAST_FACTOR = 1.10
+# A capped row's cap: native's unlimited peak (PyTorch's counter) times this.
+CAP_MARGIN = 1.02
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def model_args(p):
+        p.add_argument("--model", required=True, choices=sorted(MODELS))
+        p.add_argument("--precision", default="amp", choices=PRECISIONS,
+                       help="fp32: TF32 allowed, NCHW; amp: autocast fp16, channels-last")
+        p.add_argument("--batch", type=int, default=0, help="0: the model's default")
+        p.add_argument("--image-size", type=int, default=224)
+        p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                       help="ucudnn.torch.convert option, e.g. server=h:p (repeatable)")
+        p.add_argument("--prepare-wait-s", type=float, default=0.0,
+                       help="ucudnn: wait this long for plans after prepare()")
+        p.add_argument("--json-out", default="")
+
+    run = sub.add_parser("run", help="one configuration, JSON out")
+    model_args(run)
+    run.add_argument("--mode", default="native", choices=("native", "ucudnn"))
+    run.add_argument("--steps", type=int, default=30)
+    run.add_argument("--compile", default="", choices=COMPILE_MODES)
+    run.add_argument("--cap-gib", type=float, default=0.0,
+                     help="PyTorch's process memory cap (set_per_process_memory_fraction)")
+
+    kernels = sub.add_parser("kernels", help="per kernel: PyTorch's own against the plan")
+    model_args(kernels)
+    kernels.add_argument("--repeats", type=int, default=10)
+
+    grads = sub.add_parser("grads", help="one step's gradients, converted against native")
+    model_args(grads)
+
+    suite = sub.add_parser("suite", help="rows of native against converted")
+    suite.add_argument("--server", required=True, help="planner HOST:PORT")
+    suite.add_argument("--out", required=True)
+    suite.add_argument("--rows", nargs="+", required=True, metavar="MODEL:PRECISION[:COMPILE][:cap]")
+    suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
+    suite.add_argument("--steps", type=int, default=30)
+    suite.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    suite.add_argument("--image-size", type=int, default=224)
+    suite.add_argument("--batch", type=int, default=0, help="0: each model's default")
+    suite.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                       help="extra convert option for the converted runs (repeatable)")
+    suite.add_argument("--warm-wait-s", type=float, default=0.0,
+                       help="before a row: one converted run waiting this long for every plan "
+                       "(cold kernels are benchmarked by the worker meanwhile)")
+    suite.add_argument("--run-timeout-s", type=float, default=240.0)
+    suite.add_argument("--deadline-s", type=float, default=0.0,
+                       help="stop starting rows after this many seconds (0: none)")
+    suite.add_argument("--python", default=sys.executable)
+    args = parser.parse_args(argv)
+    for option in getattr(args, "option", []):
+        if "=" not in option:
+            parser.error(f"--option {option!r}: expected KEY=VALUE")
+    if args.command == "run" and args.steps < 4:
+        parser.error("--steps must be >= 4 (the first steps are never steady ones)")
+    if args.command == "suite":
+        for row in args.rows:
+            try:
+                parse_row(row)
+            except ValueError as e:
+                parser.error(str(e))
+    return args
+
+
+def parse_row(text):
+    """'resnet50:amp:default:cap' -> (model, precision, compile mode, capped)."""
+    parts = text.split(":") + ["", "", ""]
+    model, precision, compile_mode, cap = parts[0], parts[1] or "amp", parts[2], parts[3]
+    if model not in MODELS:
+        raise ValueError(f"row {text!r}: unknown model {model!r} (known: {', '.join(MODELS)})")
+    if precision not in PRECISIONS:
+        raise ValueError(f"row {text!r}: precision must be one of {PRECISIONS}")
+    if compile_mode == "compile":
+        compile_mode = "default"
+    if compile_mode not in COMPILE_MODES:
+        raise ValueError(f"row {text!r}: compile mode must be one of {COMPILE_MODES[1:]}")
+    if cap not in ("", "cap"):
+        raise ValueError(f"row {text!r}: the fourth field is 'cap' or nothing")
+    return model, precision, compile_mode, cap == "cap"
+
+
+# ---- one process -------------------------------------------------------------------------------
+def build(args):
+    """(torch, model, data, labels, device, amp dtype or None, memory format)."""
+    import torch
+    import torchvision
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("torch_models.py: --device cuda but CUDA is not available")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(args.seed)
+    batch = args.batch or MODELS[args.model][1]
+    model = torchvision.models.get_model(args.model, weights=None, num_classes=1000).to(device)
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    data = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator)
+    labels = torch.randint(0, 1000, (batch,), generator=generator)
+    data, labels = data.to(device), labels.to(device)
+    amp = None
+    if args.precision == "amp":
+        amp = torch.float16 if device.type == "cuda" else torch.bfloat16
+        model = model.to(memory_format=torch.channels_last)
+        data = data.contiguous(memory_format=torch.channels_last)
+    return torch, model, data, labels, device, amp, batch
+
+
+def autocast(torch, device, amp):
+    """Autocast to `amp` on the device, or nothing (fp32)."""
+    import contextlib
+    return torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+
+
+def load_adapter():
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import ucudnn.torch as ut
+    return ut
+
+
+def first_fast_step(step_ms, ends):
+    """(index, seconds since process start) of the first step within FAST_FACTOR of the steady
+    median (the second half of the steps)."""
+    steady = statistics.median(step_ms[len(step_ms) // 2:])
+    for i, ms in enumerate(step_ms):
+        if ms <= FAST_FACTOR * steady:
+            return i, ends[i] - PROCESS_START
+    return len(step_ms) - 1, ends[-1] - PROCESS_START
+
+
+def run_one(args):
+    torch, model, data, labels, device, amp, batch = build(args)
+    import torch.nn.functional as F
+
+    cuda = device.type == "cuda"
+    if cuda and args.cap_gib > 0:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total), device)
+    if cuda:
+        free, total = torch.cuda.mem_get_info(device)
+        baseline_used = total - free  # the CUDA context and whatever else is on the card
+    ut = None
+    prepare_s = 0.0
+    if args.mode == "ucudnn":
+        ut = load_adapter()
+        options = dict(option.split("=", 1) for option in args.option)
+        ut.convert(model, **options)
+        start = time.monotonic()
+        with autocast(torch, device, amp):
+            ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
+        prepare_s = time.monotonic() - start
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaling = amp is not None and cuda
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
+        scaler = torch.amp.GradScaler(device.type, enabled=scaling)
+    else:
+        scaler = torch.cuda.amp.GradScaler(enabled=scaling)
+
+    # The compiled model shares the converted one's modules and parameters.
+    net = torch.compile(model, mode=args.compile) if args.compile else model
+
+    def step(inputs, targets):
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(torch, device, amp):
+            loss = F.cross_entropy(net(inputs), targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    stats_before = None
+    losses, step_ms, ends, used = [], [], [], []
+    for i in range(args.steps):
+        if i == args.steps // 2 and ut is not None:
+            stats_before = ut.stats(model)
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = step(data, labels)
+        losses.append(loss.item())  # synchronizes
+        if cuda:
+            torch.cuda.synchronize()
+        end = time.perf_counter()
+        step_ms.append((end - start) * 1e3)
+        ends.append(time.monotonic())
+        if cuda:
+            free, total = torch.cuda.mem_get_info(device)
+            used.append(total - free)
+    fast_index, fast_s = first_fast_step(step_ms, ends)
+    steady = step_ms[len(step_ms) // 2:]
+    result = {
+        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "batch": batch,
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "cudnn_version": torch.backends.cudnn.version() if cuda else None,
+        "losses": losses,
+        "step_ms": step_ms,
+        "median_step_ms": statistics.median(steady),
+        "steady_spread_ms": max(steady) - min(steady),
+        "first_fast_step": fast_index,
+        "time_to_first_fast_step_s": fast_s,
+        "prepare_s": prepare_s,
+    }
+    if cuda:
+        result.update({
+            "max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / 2**20,
+            "max_memory_reserved_mib": torch.cuda.max_memory_reserved(device) / 2**20,
+            # Device level (the driver's count, every allocation of the process: PyTorch's
+            # cached blocks, cuDNN's, the library's own), less what was there before the model.
+            "device_peak_mib": (max(used) - baseline_used) / 2**20,
+            "device_baseline_mib": baseline_used / 2**20,
+        })
+    if args.compile:
+        from torch._dynamo.utils import counters
+        result["graph_breaks"] = sum(counters["graph_break"].values())
+        result["graph_break_reasons"] = sorted(counters["graph_break"])[:20]
+    if ut is not None:
+        after = ut.stats(model)
+        steps = args.steps - args.steps // 2
+        delta = {k: (after[k] - stats_before.get(k, 0)) / steps for k in after}
+        result["stats"] = after
+        result["calls_per_step"] = delta
+        if hasattr(ut, "report"):
+            result["kernels"] = ut.report(model)
+    return result
+
+
+# ---- per kernel ----------------------------------------------------------------------------------
+def kernels_one(args):
+    torch, model, data, labels, device, amp, batch = build(args)
+    ut = load_adapter()
+    options = dict(option.split("=", 1) for option in args.option)
+    ut.convert(model, **options)
+    with autocast(torch, device, amp):
+        ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
+    rows = ut.compare_kernels(model, data, repeats=args.repeats,
+                              autocast=amp, device_type=device.type)
+    total_native = sum(r["framework_ms"] for r in rows)
+    total_plan = sum(r["plan_ms"] if r["plan_ms"] else r["framework_ms"] for r in rows)
+    return {
+        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "framework_total_ms": total_native,
+        "plan_total_ms": total_plan,
+        "kernels": rows,
+    }
+
+
+def warm_options(wait_s):
+    """A converted run's arguments to wait up to wait_s for every plan: the server holds the
+    request while its worker benchmarks what is missing."""
+    wait_ms = int(wait_s * 1000)
+    return ["--prepare-wait-s", str(wait_s), f"--option=server_wait_ms={wait_ms}",
+            f"--option=deadline_ms={wait_ms + 30000}"]
+
+
+# ---- gradients -----------------------------------------------------------------------------------
+# Relative L2 error of a converted model's gradient against native's, per precision: different
+# cuDNN kernels sum in different orders; TF32 and fp16 round their inputs.
+GRAD_RTOL = {"fp32": 2e-2, "amp": 5e-2}
+
+
+def grads_one(args):
+    """One step of the converted model and of native on the same weights and data (plans in):
+    every parameter's gradient compared (relative L2 error)."""
+    import copy
+
+    torch, model, data, labels, device, amp, batch = build(args)
+    import torch.nn.functional as F
+
+    native = copy.deepcopy(model)
+    ut = load_adapter()
+    options = dict(option.split("=", 1) for option in args.option)
+    ut.convert(model, **options)
+    with autocast(torch, device, amp):
+        ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
+    results = {}
+    for name, net in (("native", native), ("converted", model)):
+        net.zero_grad(set_to_none=True)
+        with autocast(torch, device, amp):
+            loss = F.cross_entropy(net(data), labels)
+        # A fixed scale as GradScaler's would be: fp16 gradients need it.
+        (loss * (1024.0 if amp is not None else 1.0)).backward()
+        results[name] = {n: p.grad.detach().double() for n, p in net.named_parameters()}
+    worst, errors = 0.0, {}
+    for name, reference in results["native"].items():
+        got = results["converted"][name]
+        error = ((got - reference).norm() / reference.norm().clamp_min(1e-30)).item()
+        if error != error:
+            error = float("inf")
+        errors[name] = error
+        worst = max(worst, error)
+    stats = ut.stats(model)
+    return {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+            "worst_rel_error": worst, "tolerance": GRAD_RTOL[args.precision],
+            "ok": worst <= GRAD_RTOL[args.precision], "planned_calls": stats["planned_calls"],
+            "errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:10])}
+
+
+# ---- the suite -----------------------------------------------------------------------------------
+def run_process(args, name, run_args):
+    json_path = os.path.join(args.out, f"{name}.json")
+    log_path = os.path.join(args.out, "runs.log")
+    command = [args.python, os.path.abspath(__file__)] + run_args + ["--json-out", json_path]
+    print(f"[torch_models {time.strftime('%T')}] {name}", file=sys.stderr, flush=True)
+    with open(log_path, "a") as log:
+        log.write(f"==== {name}: {' '.join(command)}\n")
+        log.flush()
+        try:
+            rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=args.run_timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            return {"error": f"{name}: timed out after {args.run_timeout_s} s"}
+    if rc != 0 or not os.path.exists(json_path):
+        return {"error": f"{name}: exit {rc} (see runs.log)"}
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def summarise(side):
+    """Median over a side's runs of each run's figures."""
+    good = [r for r in side if "median_step_ms" in r]
+    if not good:
+        return None
+
+    def med(key):
+        values = [r[key] for r in good if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    out = {
+        "ms": med("median_step_ms"),
+        "runs_ms": [r["median_step_ms"] for r in good],
+        "peak_mib": med("device_peak_mib"),
+        "allocated_peak_mib": med("max_memory_allocated_mib"),
+        "first_fast_s": med("time_to_first_fast_step_s"),
+    }
+    last = good[-1]
+    if "calls_per_step" in last:
+        out["calls_per_step"] = last["calls_per_step"]
+        out["kernels"] = last.get("kernels")
+    out["losses"] = last["losses"]
+    return out
+
+
+def run_suite(args):
+    os.makedirs(args.out, exist_ok=True)
+    began = time.monotonic()
+    rows, errors = [], []
+    device_name = None
+    converted_options = [f"server={args.server}", "cache_path=off"] + args.option
+    for row_text in args.rows:
+        if args.deadline_s and time.monotonic() - began > args.deadline_s:
+            errors.append(f"{row_text}: not run (the suite's deadline)")
+            continue
+        model, precision, compile_mode, capped = parse_row(row_text)
+        tag = row_text.replace(":", "_")
+        common = ["--model", model, "--precision", precision, "--device", args.device,
+                  "--image-size", str(args.image_size), "--steps", str(args.steps)]
+        if args.batch:
+            common += ["--batch", str(args.batch)]
+        converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options]
+        if args.warm_wait_s > 0:
+            warm = run_process(args, f"{tag}_warm", ["run"] + common[:-2] + ["--steps", "4"] +
+                               converted + warm_options(args.warm_wait_s))
+            if "error" in warm:
+                errors.append(warm["error"])
+        cap_gib = 0.0
+        if capped:
+            probe = run_process(args, f"{tag}_native_unlimited", ["run"] + common)
+            if "error" in probe:
+                errors.append(probe["error"])
+                continue
+            cap_gib = probe["max_memory_allocated_mib"] * CAP_MARGIN / 1024
+        extra = (["--compile", compile_mode] if compile_mode else []) + (
+            ["--cap-gib", f"{cap_gib:.3f}"] if capped else [])
+        sides = {"native": [], "converted": []}
+        for i in range(args.repeats):
+            order = ("native", "converted") if i % 2 == 0 else ("converted", "native")
+            for side in order:
+                run_args = ["run"] + common + extra + (converted if side == "converted" else [])
+                result = run_process(args, f"{tag}_{side}_{i}", run_args)
+                if "error" in result:
+                    errors.append(result["error"])
+                else:
+                    device_name = device_name or result.get("device_name")
+                sides[side].append(result)
+        native, conv = summarise(sides["native"]), summarise(sides["converted"])
+        if native is None or conv is None:
+            errors.append(f"{row_text}: no complete run on one side")
+            continue
+        batch = args.batch or MODELS[model][1]
+        entry = {
+            "model": model, "family": MODELS[model][0], "precision": precision,
+            "compiled": compile_mode or False, "cap_gib": round(cap_gib, 3) if capped else None,
+            "batch": batch,
+            "native_ms": native["ms"], "converted_ms": conv["ms"],
+            "ratio": native["ms"] / conv["ms"],
+            "native_runs_ms": native["runs_ms"], "converted_runs_ms": conv["runs_ms"],
+            # The spread of the ratio: the slowest converted run against the fastest native
+            # run, and the other way round.
+            "ratio_range": [min(native["runs_ms"]) / max(conv["runs_ms"]),
+                            max(native["runs_ms"]) / min(conv["runs_ms"])],
+            "native_peak_mib": native["peak_mib"], "converted_peak_mib": conv["peak_mib"],
+            "native_allocated_peak_mib": native["allocated_peak_mib"],
+            "converted_allocated_peak_mib": conv["allocated_peak_mib"],
+            "native_first_fast_s": native["first_fast_s"],
+            "converted_first_fast_s": conv["first_fast_s"],
+            "converted_calls_per_step": conv.get("calls_per_step"),
+            # The first step's loss is the same function of the same weights and data.
+            "loss_native_first": native["losses"][0], "loss_converted_first": conv["losses"][0],
+            "loss_native_last": native["losses"][-1], "loss_converted_last": conv["losses"][-1],
+        }
+        if conv.get("kernels") is not None:
+            entry["converted_kernels"] = conv["kernels"]
+        rows.append(entry)
+        write_suite(args, device_name, rows, errors)
+        print(f"[torch_models] {row_text}: native {native['ms']:.2f} ms, converted "
+              f"{conv['ms']:.2f} ms, ratio {entry['ratio']:.3f}", file=sys.stderr, flush=True)
+    write_suite(args, device_name, rows, errors)
+    print_table(rows)
+    for error in errors:
+        print(f"[torch_models] ERROR: {error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def write_suite(args, device_name, rows, errors):
+    with open(os.path.join(args.out, "torch_models.json"), "w") as f:
+        json.dump({"device": device_name, "rows": rows, "errors": errors}, f, indent=1)
+
+
+def print_table(rows):
+    print("| model | precision | compiled | cap GiB | batch | native ms | converted ms | ratio "
+          "| native peak MiB | converted peak MiB | native first fast s | converted first fast s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        cap = f"{r['cap_gib']:.1f}" if r["cap_gib"] else "-"
+        print(f"| {r['model']} | {r['precision']} | {r['compiled'] or 'eager'} | {cap} | "
+              f"{r['batch']} | {r['native_ms']:.2f} | {r['converted_ms']:.2f} | "
+              f"{r['ratio']:.3f} | {r['native_peak_mib'] or 0:.0f} | "
+              f"{r['converted_peak_mib'] or 0:.0f} | {r['native_first_fast_s']:.1f} | "
+              f"{r['converted_first_fast_s']:.1f} |")
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "suite":
+        return run_suite(args)
+    result = {"run": run_one, "kernels": kernels_one, "grads": grads_one}[args.command](args)
+    text = json.dumps(result, indent=1)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""bench/torch_models.py (the real-model benchmark of issue 20) on the CPU: its argument checks
+and one whole suite row at toy sizes against a planner that is down, so that the GPU run works
+first time and its JSON has the documented shape."""
+
+import contextlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_models.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import torch_models  # noqa: E402
+
+ROW_KEYS = {"model", "family", "precision", "compiled", "cap_gib", "batch", "native_ms",
+            "converted_ms", "ratio", "native_peak_mib", "converted_peak_mib",
+            "native_first_fast_s", "converted_first_fast_s"}
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ArgumentsTest(unittest.TestCase):
+    def rejects(self, argv, message):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as exit:
+            torch_models.parse_args(argv)
+        self.assertEqual(exit.exception.code, 2)
+        self.assertIn(message, stderr.getvalue())
+
+    def test_bad_arguments_are_named(self):
+        self.rejects(["suite", "--out", "x", "--rows", "resnet50"], "--server")
+        self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "alexnet:amp"],
+                     "unknown model 'alexnet'")
+        self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:fp8"],
+                     "precision must be one of")
+        self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp:jit"],
+                     "compile mode must be one of")
+        self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp::low"],
+                     "the fourth field is 'cap'")
+        self.rejects(["run", "--model", "resnet50", "--steps", "3"], "--steps must be >= 4")
+        self.rejects(["run", "--model", "resnet50", "--option", "server"], "expected KEY=VALUE")
+
+    def test_rows_parse(self):
+        self.assertEqual(torch_models.parse_row("resnet50"), ("resnet50", "amp", "", False))
+        self.assertEqual(torch_models.parse_row("vgg16:fp32:compile:cap"),
+                         ("vgg16", "fp32", "default", True))
+        self.assertEqual(torch_models.parse_row("convnext_tiny:amp:reduce-overhead"),
+                         ("convnext_tiny", "amp", "reduce-overhead", False))
+
+
+class CpuSuiteTest(unittest.TestCase):
+    def test_one_row_with_the_planner_down(self):
+        with tempfile.TemporaryDirectory() as out:
+            rc = subprocess.run([sys.executable, SCRIPT, "suite", "--device", "cpu",
+                                 "--server", f"127.0.0.1:{closed_port()}", "--out", out,
+                                 "--rows", "resnet50:fp32", "--repeats", "2", "--batch", "2",
+                                 "--steps", "4", "--image-size", "32"],
+                                stdout=subprocess.DEVNULL).returncode
+            with open(os.path.join(out, "torch_models.json")) as f:
+                summary = json.load(f)
+        self.assertEqual(summary["errors"], [])
+        self.assertEqual(rc, 0)
+        (row,) = summary["rows"]
+        self.assertLessEqual(ROW_KEYS, set(row))
+        self.assertEqual((row["model"], row["family"], row["precision"], row["compiled"]),
+                         ("resnet50", "residual", "fp32", False))
+        self.assertEqual(len(row["native_runs_ms"]), 2)
+        self.assertEqual(len(row["converted_runs_ms"]), 2)
+        self.assertAlmostEqual(row["ratio"], row["native_ms"] / row["converted_ms"])
+        # The planner is down: every convolution ran PyTorch's own (53 layers, the first
+        # without backward-data); the first step's loss is native's (later ones drift apart:
+        # PyTorch's convolution backward called directly sums in another order, and batch norm
+        # over 2 samples amplifies it).
+        calls = row["converted_calls_per_step"]
+        self.assertEqual(calls["planned_calls"], 0)
+        self.assertEqual(calls["fallback_calls"] + calls["framework_calls"], 53 * 3 - 1)
+        self.assertAlmostEqual(row["loss_native_first"], row["loss_converted_first"], places=4)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,7 @@
+"""python -m ucudnn: the doctor (ucudnn-doctor)."""
+
+import sys
+
+from .doctor import main
+
+sys.exit(main())

@@ -1,0 +1,135 @@
+"""ucudnn-doctor (python -m ucudnn): what this Python environment finds, in one command.
+
+    ucudnn-doctor [--server HOST:PORT] [--wait-s 5] [--json]
+
+Says which client library it loads (and why that one), the library's version, the PyTorch and
+device it would run on, whether the planner server answers, and whether a plan arrives for a
+probe kernel (a 3x3 convolution of ResNet-50 at batch 32, on this device). Exit 0 when the
+library loads and, with a server, the server answers; 1 otherwise. The server and token come from
+--server or UCUDNN_SERVER and UCUDNN_TOKEN, as the adapter's do.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from . import _lib
+
+
+def _library():
+    source = ("UCUDNN_LIBRARY" if os.environ.get("UCUDNN_LIBRARY") else
+              "UCUDNN_BUNDLE" if os.environ.get("UCUDNN_BUNDLE") else "search")
+    try:
+        library = _lib.load()
+    except (_lib.LibraryNotFound, OSError) as e:
+        return {"ok": False, "error": str(e)}, None
+    version = library.version() if hasattr(library, "version") else None
+    return {"ok": True, "path": library.path, "found_through": source,
+            "version": version or "unknown (a library without ucudnnShapeGetVersion)"}, library
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return {"ok": False, "error": "PyTorch is not installed (ucudnn.torch needs it)"}, None
+    info = {"ok": True, "version": torch.__version__, "cuda": torch.cuda.is_available()}
+    if info["cuda"]:
+        info["device"] = torch.cuda.get_device_name()
+        info["cudnn"] = torch.backends.cudnn.version()
+    from .torch import framework_identity
+    info["framework_identity"] = framework_identity()
+    return info, torch
+
+
+def _probe(library, backend, server, wait_s):
+    """Declares one kernel on `backend` and waits for its plan: what came back."""
+    options = f"UCUDNN_SERVER={server};UCUDNN_CACHE_PATH=off"
+    try:
+        context = _lib.Context(library, backend, options)
+    except _lib.ShapeError as e:
+        return {"ok": False, "error": str(e)}
+    layout, data_type, math = ((_lib.NHWC, _lib.HALF, _lib.MATH_TENSOR_OP) if backend == "cudnn"
+                               else (_lib.NCHW, _lib.FLOAT, _lib.MATH_DEFAULT))
+    shape = _lib.ConvShape(_lib.FORWARD, 32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1,
+                           data_type, layout, math)
+    context.prepare([shape], 0)
+    answered = context.wait_for_plans(int(wait_s * 1000))
+    stats = context.stats()
+    context.close()
+    reached = stats["plans_received"] > 0 or (stats["plan_requests"] > 0 and
+                                              stats["plan_request_failures"] == 0 and answered)
+    return {
+        "ok": reached,
+        "server": server,
+        "answered_within_wait": answered,
+        "plan_requests": stats["plan_requests"],
+        "plan_request_failures": stats["plan_request_failures"],
+        "probe_kernel_planned": stats["kernels_planned"] > 0,
+    }
+
+
+def diagnose(server, wait_s):
+    report = {}
+    report["library"], library = _library()
+    report["torch"], torch = _torch()
+    backend = "cudnn" if torch is not None and report["torch"].get("cuda") else "cpu"
+    report["backend"] = backend
+    if library is not None and server:
+        report["server"] = _probe(library, backend, server, wait_s)
+    else:
+        report["server"] = {"ok": None, "note": "no server given (--server or UCUDNN_SERVER): "
+                            "convolutions run PyTorch's own"}
+    return report
+
+
+def _print(report):
+    lib = report["library"]
+    print(f"library:  {lib.get('path') or 'NOT FOUND'}" +
+          (f" (through {lib['found_through']})" if lib["ok"] else f"\n          {lib['error']}"))
+    if lib["ok"]:
+        print(f"version:  {lib['version']}")
+    t = report["torch"]
+    if t["ok"]:
+        device = f"{t.get('device')} (cuDNN {t.get('cudnn')})" if t["cuda"] else "no CUDA device"
+        print(f"torch:    {t['version']}; {device}; plans as {t['framework_identity']}")
+    else:
+        print(f"torch:    {t['error']}")
+    s = report["server"]
+    if s["ok"] is None:
+        print(f"server:   {s['note']}")
+    elif "error" in s:
+        print(f"server:   {s['error']}")
+    else:
+        state = "answers" if s["ok"] else "DOES NOT ANSWER"
+        print(f"server:   {s['server']} {state} ({s['plan_requests']} requests, "
+              f"{s['plan_request_failures']} failed)")
+        if s["ok"]:
+            plans = ("a plan arrived for the probe kernel" if s["probe_kernel_planned"] else
+                     "no plan yet for the probe kernel (no timings for this device: is a worker "
+                     "serving it, and does the token let requests queue benchmarks?)")
+            print(f"plans:    {plans}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ucudnn-doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", default=os.environ.get("UCUDNN_SERVER", ""),
+                        help="planner HOST:PORT (default: $UCUDNN_SERVER)")
+    parser.add_argument("--wait-s", type=float, default=5.0,
+                        help="how long to wait for the probe kernel's plan")
+    parser.add_argument("--json", action="store_true", help="the report as JSON")
+    args = parser.parse_args(argv)
+    if args.wait_s < 0:
+        parser.error("--wait-s must be >= 0")
+    report = diagnose(args.server, args.wait_s)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print(report)
+    healthy = report["library"]["ok"] and report["server"]["ok"] is not False
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

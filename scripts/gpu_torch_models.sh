@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Real models, native PyTorch against ucudnn.torch (issue 20), on a GPU machine in one command:
+# the stack from a bundle (PostgreSQL, planner server, cuDNN worker on PyTorch's own cuDNN;
+# scripts/stack_lib.sh), then bench/torch_models.py's suite over the rows given. The database may
+# start warm from an earlier machine's dump (--warm-db), and is dumped at the end ($OUT/warm_db.sql.gz)
+# for the next one.
+#
+#   On the development machine:  cmake --build build -j2
+#                                scripts/bundle.sh --with-postgres --with-client \
+#                                  --only "ucudnn ucudnn-server ucudnn-worker"
+#   On the GPU machine (repo root, .bundle/ carried along):
+#     bash scripts/gpu_torch_models.sh [BUNDLE_DIR=.bundle] [--warm-db FILE] [--python PY]
+#          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 480]
+#          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
+#          [--after-restore-sql SQL] -- ROW [ROW ...]
+#     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
+#     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
+#     --grads one step's gradients, converted against native (grads_*.json); --after-restore-sql
+#     runs SQL on the database before anything else (say, to forget some timings).
+#   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
+#     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
+#
+# Results go to $OUT (or ./torch-models-results): torch_models.json and .md, runs.log, stack.log,
+# logs.txt, warm_db.sql.gz. Exit 1 when a run failed.
+set -uo pipefail
+
+bundle=".bundle"
+python=/opt/torch/.venv/bin/python3
+warm_db=""
+suite_args=()
+kernel_rows=()
+grad_rows=()
+after_restore_sql=""
+backend=cudnn
+device=cuda
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) python="$2"; shift 2 ;;
+    --warm-db) warm_db="$2"; shift 2 ;;
+    --warm-wait-s|--repeats|--steps|--deadline-s|--batch|--image-size|--run-timeout-s)
+      suite_args+=("$1" "$2"); shift 2 ;;
+    --option) suite_args+=("--option" "$2"); shift 2 ;;
+    --kernels) kernel_rows+=("$2"); shift 2 ;;
+    --grads) grad_rows+=("$2"); shift 2 ;;
+    --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
+    --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1); shift ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *) bundle="$1"; shift ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
+results="${OUT:-$(pwd)/torch-models-results}"
+mkdir -p "$results"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/stack_lib.sh
+. "$root/scripts/stack_lib.sh"
+log() { echo "[gpu_torch_models $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
+die() { log "$*"; exit 1; }
+
+[ -f "$bundle/bin/env.sh" ] || die "no bundle at '$bundle' (see --help for how to make one)"
+[ -f "$bundle/lib/libucudnn_client.so" ] || die "$bundle has no lib/libucudnn_client.so: make it with --with-client"
+[ -x "$python" ] || die "no Python at $python (--python PY)"
+[ -z "$warm_db" ] || warm_db="$(cd "$(dirname "$warm_db")" && pwd)/$(basename "$warm_db")"
+bundle="$(cd "$bundle" && pwd)"
+export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
+if [ "$device" = cuda ]; then
+  # The worker must run the cuDNN PyTorch loads (its wheel's), or no worker serves the training
+  # process's device fingerprint (the cuDNN version is part of it).
+  torch_cudnn_dir="$("$python" -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)"
+  if [ -n "$torch_cudnn_dir" ] && [ -d "$torch_cudnn_dir" ]; then
+    log "worker and library use PyTorch's cuDNN from $torch_cudnn_dir"
+    export LD_LIBRARY_PATH="$torch_cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    log "warning: PyTorch's cuDNN not found; the worker uses the system's"
+  fi
+fi
+
+stack_start || die "the stack did not start"
+ucudnn health --server "$server_addr" >/dev/null 2>&1 || die "the planner server did not start"
+log "torch $("$python" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
+
+if [ -n "$after_restore_sql" ]; then
+  "$bundle/lib/postgresql/15/bin/psql" -q -v ON_ERROR_STOP=1 "$stack_db_url" -c "$after_restore_sql" |
+    tee -a "$results/stack.log" || die "--after-restore-sql failed"
+fi
+rc=0
+wait_options=(--prepare-wait-s 240 --option server_wait_ms=240000 --option deadline_ms=270000)
+for g in "${grad_rows[@]}"; do
+  "$python" "$root/bench/torch_models.py" grads --model "${g%%:*}" --precision "${g#*:}" \
+    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
+    --json-out "$results/grads_${g//:/_}.json" >>"$results/runs.log" 2>&1 ||
+    { log "grads $g failed (runs.log)"; rc=1; }
+  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \
+    "$results/grads_${g//:/_}.json" "$g" 2>/dev/null | tee -a "$results/stack.log"
+done
+for k in "${kernel_rows[@]}"; do
+  "$python" "$root/bench/torch_models.py" kernels --model "${k%%:*}" --precision "${k#*:}" \
+    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
+    --json-out "$results/kernels_${k//:/_}.json" >>"$results/runs.log" 2>&1 ||
+    { log "kernels $k failed (runs.log)"; rc=1; }
+done
+"$python" "$root/bench/torch_models.py" suite --server "$server_addr" --out "$results" \
+  --device "$device" "${suite_args[@]}" --rows "$@" 2>&1 | tee "$results/torch_models.md"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+stack_dump "$results/warm_db.sql.gz"
+log "done: exit $rc"
+exit "$rc"
