@@ -94,7 +94,8 @@ def parse_args(argv):
     suite = sub.add_parser("suite", help="rows of native against converted")
     suite.add_argument("--server", required=True, help="planner HOST:PORT")
     suite.add_argument("--out", required=True)
-    suite.add_argument("--rows", nargs="+", required=True, metavar="MODEL:PRECISION[:COMPILE][:cap]")
+    suite.add_argument("--rows", nargs="+", required=True,
+                       metavar="MODEL:PRECISION[:COMPILE][:cap|fallback]")
     suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
     suite.add_argument("--steps", type=int, default=30)
     suite.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -124,8 +125,14 @@ def parse_args(argv):
     return args
 
 
+# A row's fourth field: "cap" runs both sides capped just above native's unlimited peak;
+# "fallback" runs the converted side with the library disabled (every layer PyTorch's own
+# through the adapter: its host cost alone).
+ROW_VARIANTS = ("", "cap", "fallback")
+
+
 def parse_row(text):
-    """'resnet50:amp:default:cap' -> (model, precision, compile mode, capped)."""
+    """'resnet50:amp:default:cap' -> (model, precision, compile mode, variant)."""
     parts = text.split(":") + ["", "", ""]
     model, precision, compile_mode, cap = parts[0], parts[1] or "amp", parts[2], parts[3]
     if model not in MODELS:
@@ -136,9 +143,9 @@ def parse_row(text):
         compile_mode = "default"
     if compile_mode not in COMPILE_MODES:
         raise ValueError(f"row {text!r}: compile mode must be one of {COMPILE_MODES[1:]}")
-    if cap not in ("", "cap"):
-        raise ValueError(f"row {text!r}: the fourth field is 'cap' or nothing")
-    return model, precision, compile_mode, cap == "cap"
+    if cap not in ROW_VARIANTS:
+        raise ValueError(f"row {text!r}: the fourth field is 'cap', 'fallback' or nothing")
+    return model, precision, compile_mode, cap
 
 
 # ---- one process -------------------------------------------------------------------------------
@@ -416,13 +423,15 @@ def run_suite(args):
         if args.deadline_s and time.monotonic() - began > args.deadline_s:
             errors.append(f"{row_text}: not run (the suite's deadline)")
             continue
-        model, precision, compile_mode, capped = parse_row(row_text)
+        model, precision, compile_mode, variant = parse_row(row_text)
+        capped = variant == "cap"
         tag = row_text.replace(":", "_")
         common = ["--model", model, "--precision", precision, "--device", args.device,
                   "--image-size", str(args.image_size), "--steps", str(args.steps)]
         if args.batch:
             common += ["--batch", str(args.batch)]
-        converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options]
+        converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options] + (
+            ["--option=disable=1"] if variant == "fallback" else [])
         if args.warm_wait_s > 0:
             warm = run_process(args, f"{tag}_warm", ["run"] + common[:-2] + ["--steps", "4"] +
                                converted + warm_options(args.warm_wait_s))
@@ -456,6 +465,7 @@ def run_suite(args):
         entry = {
             "model": model, "family": MODELS[model][0], "precision": precision,
             "compiled": compile_mode or False, "cap_gib": round(cap_gib, 3) if capped else None,
+            "variant": variant or "plans",
             "batch": batch,
             "native_ms": native["ms"], "converted_ms": conv["ms"],
             "ratio": native["ms"] / conv["ms"],
@@ -493,12 +503,13 @@ def write_suite(args, device_name, rows, errors):
 
 
 def print_table(rows):
-    print("| model | precision | compiled | cap GiB | batch | native ms | converted ms | ratio "
+    print("| model | precision | compiled | variant | cap GiB | batch | native ms | converted ms | ratio "
           "| native peak MiB | converted peak MiB | native first fast s | converted first fast s |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         cap = f"{r['cap_gib']:.1f}" if r["cap_gib"] else "-"
-        print(f"| {r['model']} | {r['precision']} | {r['compiled'] or 'eager'} | {cap} | "
+        print(f"| {r['model']} | {r['precision']} | {r['compiled'] or 'eager'} | {r['variant']} | "
+              f"{cap} | "
               f"{r['batch']} | {r['native_ms']:.2f} | {r['converted_ms']:.2f} | "
               f"{r['ratio']:.3f} | {r['native_peak_mib'] or 0:.0f} | "
               f"{r['converted_peak_mib'] or 0:.0f} | {r['native_first_fast_s']:.1f} | "

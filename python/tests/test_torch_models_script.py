@@ -45,16 +45,16 @@ class ArgumentsTest(unittest.TestCase):
         self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp:jit"],
                      "compile mode must be one of")
         self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp::low"],
-                     "the fourth field is 'cap'")
+                     "the fourth field is 'cap', 'fallback'")
         self.rejects(["run", "--model", "resnet50", "--steps", "3"], "--steps must be >= 4")
         self.rejects(["run", "--model", "resnet50", "--option", "server"], "expected KEY=VALUE")
 
     def test_rows_parse(self):
-        self.assertEqual(torch_models.parse_row("resnet50"), ("resnet50", "amp", "", False))
+        self.assertEqual(torch_models.parse_row("resnet50"), ("resnet50", "amp", "", ""))
         self.assertEqual(torch_models.parse_row("vgg16:fp32:compile:cap"),
-                         ("vgg16", "fp32", "default", True))
+                         ("vgg16", "fp32", "default", "cap"))
         self.assertEqual(torch_models.parse_row("convnext_tiny:amp:reduce-overhead"),
-                         ("convnext_tiny", "amp", "reduce-overhead", False))
+                         ("convnext_tiny", "amp", "reduce-overhead", ""))
 
 
 class CpuSuiteTest(unittest.TestCase):

@@ -827,7 +827,8 @@ def _decide_framework(runtime, context, device, shapes, wait_ms):
     except _lib.ShapeError:
         # Not shared (no server or token): this process decides from its own measurement.
         for (shape, info), (framework_ms, _) in zip(unknown, timings):
-            if info["state"] != 1 or info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN):
+            if info["state"] != "planned" or (
+                    info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN)):
                 runtime.local_framework.add(_shape_key(shape))
     return len(unknown)
 
