@@ -121,6 +121,10 @@ Status CheckFrameworkIdentity(std::string_view field, std::string_view identity)
 }
 
 Status CheckAlgorithm(const Algorithm& algo) {
+  if (algo.id < kFrameworkAlgo) {
+    return InvalidArgument("algo: must be >= " + std::to_string(kFrameworkAlgo) + ", got " +
+                           std::to_string(algo.id));
+  }
   if (algo.is_framework()) return CheckFrameworkIdentity("engine_config", algo.engine_config);
   if (!algo.is_engine()) {
     if (algo.id < 0) {
