@@ -46,3 +46,16 @@ if(TARGET ucudnn-example-train-step)
   set_tests_properties(ucudnn_example_train_step_cpu PROPERTIES LABELS unit TIMEOUT 300
     PASS_REGULAR_EXPRESSION "\"planned_kernels\": 15,[ \n]*\"distinct_kernels\": 15")
 endif()
+
+# The framework's own convolution as a planning candidate, end to end: the shape-level C API on
+# the CPU backend against a real planner server (in process) over a throw-away PostgreSQL.
+if(TARGET ucudnn::test_postgres)
+  ucudnn_add_test(NAME ucudnn_client_framework_tests
+    SOURCES client/framework_candidate_test.cc
+    LIBS ucudnn::client_shape ucudnn::server ucudnn::store ucudnn::test_postgres
+         ${ucudnn_client_test_libs}
+    LABELS integration
+    TIMEOUT 300)
+  target_include_directories(ucudnn_client_framework_tests PRIVATE
+    ${PROJECT_SOURCE_DIR}/client/src)
+endif()

@@ -12,4 +12,5 @@ ucudnn_add_test(NAME ucudnn_planner_tests
     planner/timing_csv_test.cc
     planner/h100_data_test.cc
     planner/engine_planning_test.cc
+    planner/framework_planning_test.cc
   LIBS ucudnn::planner ucudnn::core)

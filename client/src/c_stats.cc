@@ -20,6 +20,7 @@ ucudnnStats_t ToCStats(const ClientStats& s) {
   c.contributed_problems = s.contributed_problems;
   c.contributed_timings = s.contributed_timings;
   c.contribution_failures = s.contribution_failures;
+  c.framework_calls = s.framework_calls;
   return c;
 }
 

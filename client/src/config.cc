@@ -143,6 +143,9 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
       Warn(warnings, "UCUDNN_CONTRIBUTE: expected 1 or 0, got '" + *v + "'; ignored");
     }
   }
+  // Kept as given: a session refuses an invalid identity where it can say so (the shape-level C
+  // API's context creation) and plans without a framework candidate otherwise.
+  if (auto v = get("UCUDNN_FRAMEWORK")) config->framework = Trimmed(*v);
   if (auto v = get("UCUDNN_SERVER_WAIT_MS")) {
     int64_t ms = 0;
     if (ReadInt(*v, 0, 600000, &ms)) {

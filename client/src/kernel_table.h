@@ -37,6 +37,9 @@ struct PlanEntry {
   double undivided_ms = 0;  // 0 when the planner had no undivided baseline
   uint64_t limit = 0;       // the per-kernel limit or the network budget it was planned for
   bool from_cache = false;
+  // The plan is the framework's own convolution (one kFrameworkAlgo segment): never verified or
+  // run here; the caller runs its own convolution (the drop-in handle: cuDNN's own choice).
+  bool framework = false;
   // Total modes: the slice of the library's workspace this kernel uses.
   bool library_workspace = false;
   size_t workspace_offset = 0;
@@ -84,10 +87,14 @@ struct KernelState {
   std::atomic<uint64_t> rejected_calls{0};
   // Calls whose plan failed while running and that were completed by the fallback.
   std::atomic<uint64_t> recovered_calls{0};
+  // Calls of a framework plan (PlanEntry::framework).
+  std::atomic<uint64_t> framework_calls{0};
 
   // Written by the planner thread under the session's mutex; read by reports under it.
   KernelReport::State state = KernelReport::State::kWaiting;
   std::string reason;
+  // The framework's measured time for this kernel, as the server's last answer said (0: unknown).
+  double framework_ms = 0;
   // The session's contribution epoch when timings of this kernel's problem were last submitted:
   // an answer to a request sent before then is stale where it says the timings are missing.
   uint64_t contributed_epoch = 0;

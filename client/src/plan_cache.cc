@@ -45,13 +45,16 @@ std::string KernelKey(const Kernel& kernel) {
 }  // namespace
 
 std::string CacheKey(const DeviceFingerprint& device, WorkspaceMode mode, BatchPolicy policy,
-                     uint64_t limit, const std::vector<Kernel>& kernels) {
+                     uint64_t limit, const std::vector<Kernel>& kernels,
+                     std::string_view framework) {
   std::vector<std::string> keys;
   keys.reserve(kernels.size());
   for (const Kernel& kernel : kernels) keys.push_back(KernelKey(kernel));
   if (mode != WorkspaceMode::kPerKernel) std::sort(keys.begin(), keys.end());
   std::string key = HashHex(device.Hash()) + "|" + std::string(ToString(mode)) + "|" +
                     std::string(ToString(policy)) + "|" + std::to_string(limit);
+  // Printable ASCII (validated); records without a framework keep their keys.
+  if (!framework.empty()) key += "|framework=" + std::string(framework);
   for (const std::string& k : keys) key += "|" + k;
   return key;
 }
@@ -61,7 +64,7 @@ std::string CacheKey(const CacheRecord& record) {
   kernels.reserve(record.plan.kernels.size());
   for (const KernelPlan& k : record.plan.kernels) kernels.push_back(k.kernel);
   return CacheKey(record.device, record.plan.workspace_mode, record.plan.policy,
-                  record.plan.workspace_budget_bytes, kernels);
+                  record.plan.workspace_budget_bytes, kernels, record.plan.framework);
 }
 
 std::string SerializeCache(const std::vector<CacheRecord>& records) {
@@ -161,8 +164,10 @@ PlanCache PlanCache::Load(const std::string& path) {
 }
 
 std::optional<KernelPlan> PlanCache::FindKernel(const DeviceFingerprint& device, BatchPolicy policy,
-                                                uint64_t limit, const Kernel& kernel) const {
-  auto it = records_.find(CacheKey(device, WorkspaceMode::kPerKernel, policy, limit, {kernel}));
+                                                uint64_t limit, const Kernel& kernel,
+                                                std::string_view framework) const {
+  auto it = records_.find(
+      CacheKey(device, WorkspaceMode::kPerKernel, policy, limit, {kernel}, framework));
   if (it == records_.end() || it->second.plan.kernels.size() != 1) return std::nullopt;
   return it->second.plan.kernels.front();
 }
@@ -170,8 +175,9 @@ std::optional<KernelPlan> PlanCache::FindKernel(const DeviceFingerprint& device,
 std::optional<NetworkPlan> PlanCache::FindNetwork(const DeviceFingerprint& device,
                                                   WorkspaceMode mode, BatchPolicy policy,
                                                   uint64_t budget,
-                                                  const std::vector<Kernel>& kernels) const {
-  auto it = records_.find(CacheKey(device, mode, policy, budget, kernels));
+                                                  const std::vector<Kernel>& kernels,
+                                                  std::string_view framework) const {
+  auto it = records_.find(CacheKey(device, mode, policy, budget, kernels, framework));
   if (it == records_.end()) return std::nullopt;
   return it->second.plan;
 }

@@ -30,7 +30,8 @@ inline constexpr std::string_view kPlanCacheMagic = "ucudnn-plan-cache";
 // 2: segments may name engine configurations (Segment.engine_config). Records are v1::Plan
 // messages either way, so version 1 files still read; the bump makes an older build refuse a
 // newer file by its version instead of by a segment it cannot validate.
-inline constexpr int kPlanCacheVersion = 2;
+// 3: plans may hold the framework's own convolution (algo -2) and name their framework.
+inline constexpr int kPlanCacheVersion = 3;
 inline constexpr int kOldestReadablePlanCacheVersion = 1;
 
 // One cached answer: planned kernels only.
@@ -39,10 +40,13 @@ struct CacheRecord {
   NetworkPlan plan;  // workspace_mode, policy, workspace_budget_bytes and kernels are the key
 };
 
-// The key a record is found by: device hash, mode, policy, limit, and the kernels
-// (canonical key and mini-batch; sorted for total-mode records, whose order does not matter).
+// The key a record is found by: device hash, mode, policy, limit, the framework identity the plan
+// was asked with (NetworkPlan::framework; plans of different frameworks are never mixed), and
+// the kernels (canonical key and mini-batch; sorted for total-mode records, whose order does not
+// matter).
 std::string CacheKey(const DeviceFingerprint& device, WorkspaceMode mode, BatchPolicy policy,
-                     uint64_t limit, const std::vector<Kernel>& kernels);
+                     uint64_t limit, const std::vector<Kernel>& kernels,
+                     std::string_view framework = {});
 std::string CacheKey(const CacheRecord& record);
 
 // The file's bytes and back (pure).
@@ -59,11 +63,13 @@ class PlanCache {
 
   // Per-kernel record of this exact kernel and limit.
   std::optional<KernelPlan> FindKernel(const DeviceFingerprint& device, BatchPolicy policy,
-                                       uint64_t limit, const Kernel& kernel) const;
+                                       uint64_t limit, const Kernel& kernel,
+                                       std::string_view framework = {}) const;
   // Total-mode record of exactly these kernels (any order) and budget.
   std::optional<NetworkPlan> FindNetwork(const DeviceFingerprint& device, WorkspaceMode mode,
                                          BatchPolicy policy, uint64_t budget,
-                                         const std::vector<Kernel>& kernels) const;
+                                         const std::vector<Kernel>& kernels,
+                                         std::string_view framework = {}) const;
   void Put(CacheRecord record);
 
   // Merges into the file's current records (ours win) and replaces the file atomically,

@@ -10,6 +10,7 @@
 
 #include "config_internal.h"
 #include "log.h"
+#include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/proto/proto_convert.h"
 
@@ -50,6 +51,13 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
     }
   }
   if (!config_.enabled) return;
+  if (!config_.framework.empty()) {
+    if (Status valid = CheckFrameworkIdentity("UCUDNN_FRAMEWORK", config_.framework); valid.ok()) {
+      framework_ = config_.framework;
+    } else {
+      client::Log().error("{}; planning without the framework's own convolution", valid.message());
+    }
+  }
   ConnectPlanner();
   EnableContribution();
   if (mode_ != WorkspaceMode::kPerKernel) AllocateLibraryWorkspace();
@@ -174,7 +182,7 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
   const Kernel key{problem, batch, kernel->name};
   if (mode_ == WorkspaceMode::kPerKernel) {
     std::optional<KernelPlan> cached;
-    if (UsesPlanCache()) cached = cache_.FindKernel(device_, policy_, limit, key);
+    if (UsesPlanCache()) cached = cache_.FindKernel(device_, policy_, limit, key, framework_);
     if (cached) {
       Publish(kernel, MakeEntry(*cached, limit, /*from_cache=*/true));
       plans_from_cache_.fetch_add(1, std::memory_order_relaxed);
@@ -257,6 +265,7 @@ ClientStats Session::Stats() const {
     stats.fallback_calls += kernel->fallback_calls.load(std::memory_order_relaxed);
     stats.rejected_plan_calls += kernel->rejected_calls.load(std::memory_order_relaxed);
     stats.recovered_calls += kernel->recovered_calls.load(std::memory_order_relaxed);
+    stats.framework_calls += kernel->framework_calls.load(std::memory_order_relaxed);
   }
   stats.passthrough_calls = passthrough_calls_.load(std::memory_order_relaxed);
   stats.untracked_calls = untracked_calls_.load(std::memory_order_relaxed);
@@ -295,9 +304,28 @@ std::vector<KernelReport> Session::Kernels() const {
     }
     report.planned_calls = kernel->planned_calls.load(std::memory_order_relaxed);
     report.fallback_calls = kernel->fallback_calls.load(std::memory_order_relaxed);
+    report.framework_calls = kernel->framework_calls.load(std::memory_order_relaxed);
+    report.framework_ms = kernel->framework_ms;
     reports.push_back(std::move(report));
   }
   return reports;
+}
+
+KernelInfo Session::Info(const KernelState& kernel) const {
+  KernelInfo info;
+  std::lock_guard lock(mutex_);
+  info.framework_ms = kernel.framework_ms;
+  const PlanEntry* plan = kernel.plan.load(std::memory_order_acquire);
+  if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
+    info.state = plan->framework ? KernelInfo::State::kFramework : KernelInfo::State::kPlanned;
+    info.segments = static_cast<int32_t>(plan->segments.size());
+    info.predicted_ms = plan->predicted_ms;
+    info.undivided_ms = plan->undivided_ms;
+    info.workspace_bytes = plan->workspace_bytes;
+  } else if (kernel.state != KernelReport::State::kWaiting) {
+    info.state = KernelInfo::State::kNoPlan;
+  }
+  return info;
 }
 
 }  // namespace ucudnn::client

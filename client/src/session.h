@@ -50,6 +50,9 @@ class UndividedRunner {
   // The backend's own best algorithm for this call within `workspace_bytes`.
   virtual Result<int> ChooseAlgorithm(size_t workspace_bytes) = 0;
   virtual Status Run(int algo, void* workspace, size_t workspace_bytes) = 0;
+  // Called before Run() when the call runs undivided because the kernel's plan is the
+  // framework's own convolution (not for lack of a plan).
+  virtual void NoteFramework() {}
 };
 
 // Undivided on a ConvBackend. The choice is the workspace rule: of the algorithms that run this
@@ -106,8 +109,30 @@ struct SessionHooks {
   BenchmarkOptions benchmark;
 };
 
+// The framework's own measured time of one kernel at its full mini-batch, to submit.
+struct FrameworkTiming {
+  ConvProblem problem;
+  int64_t batch = 0;
+  double time_ms = 0;
+  double spread_ms = 0;
+  uint64_t workspace_bytes = 0;
+};
+
+// Where a kernel stands, for the shape-level C API's ucudnnShapeGetKernelInfo.
+struct KernelInfo {
+  enum class State { kWaiting = 0, kPlanned = 1, kFramework = 2, kNoPlan = 3 };
+  State state = State::kWaiting;
+  int32_t segments = 0;
+  double predicted_ms = 0;
+  double framework_ms = 0;
+  double undivided_ms = 0;
+  uint64_t workspace_bytes = 0;
+};
+
 class Session {
  public:
+  // PlanWorkspace() and PlannedWorkspace(): the kernel's plan is the framework's own convolution.
+  static constexpr int64_t kFrameworkPlan = -3;
   // `backend` outlives the session; it is used only on the threads that call Execute()/Declare()
   // (and here, for the library's workspace in the total modes). `source` stands in for the gRPC
   // planner (tests); when null, the planner at config.server is used, or none when it is empty.
@@ -133,8 +158,9 @@ class Session {
   // the kernel as Declare() does, then the workspace the caller must pass for its plan to run
   // (0 when the plan runs in the library's workspace, total modes), or -1 when it has no plan
   // that can run here now; the caller then runs the call itself, and it is counted as this
-  // kernel's fallback call (passthrough when disabled, untracked beyond the table). Allocation-free
-  // once the kernel is known.
+  // kernel's fallback call (passthrough when disabled, untracked beyond the table); or
+  // kFrameworkPlan when the plan is the framework's own convolution (counted as a framework call:
+  // the caller runs its own). Allocation-free once the kernel is known.
   int64_t PlannedWorkspace(const ConvProblem& problem, int64_t batch, uint64_t limit);
 
   // The same three for a kernel looked up once (the shape-level C API's kernel handles), so that
@@ -145,11 +171,20 @@ class Session {
   // PlannedWorkspace() of `kernel` (a fallback call counted when it answers -1).
   int64_t PlannedWorkspace(KernelState& kernel);
   // The workspace `kernel`'s plan needs from the caller now, counting nothing: negative when it
-  // has no plan that can run here.
+  // has no plan that can run here (kFrameworkPlan when the plan is the framework's own).
   int64_t PlanWorkspace(KernelState& kernel);
   Status Execute(KernelState& kernel, const ConvOperands& operands, void* workspace,
                  size_t workspace_bytes, float alpha, float beta, UndividedRunner& runner);
   void CountUntracked() { untracked_calls_.fetch_add(1, std::memory_order_relaxed); }
+  KernelInfo Info(const KernelState& kernel) const;
+
+  // Submits the framework's own times of `timings` (algo kFrameworkAlgo, this session's
+  // framework identity) through the contribution path, then asks for those kernels' plans again
+  // in the background, whatever their state. kUnavailable without a server, a framework identity
+  // or a token, or when the server refuses; kInvalidArgument for a bad timing.
+  Status SubmitFrameworkTimings(const std::vector<FrameworkTiming>& timings);
+  // The framework identity plans are asked with (ClientConfig::framework when valid, else empty).
+  const std::string& framework() const { return framework_; }
   // Total modes: declares `kernels` (their problems and mini-batches) and plans the network of
   // every kernel declared so far now. Per-kernel mode: declares them with the configured limit.
   void Prepare(const std::vector<Kernel>& kernels);
@@ -309,9 +344,14 @@ class Session {
   // kernels' plans again; whether anything was submitted.
   bool ContributeProblem(ConvBackend& bench, const MissingProblem& missing,
                          const std::string& measured_by);
+  // SubmitTimings through the source, with what it throws turned into an error; a failure is
+  // logged.
+  Result<int> SubmitTimings(const ConvProblem& problem, const std::vector<Timing>& timings,
+                            const std::string& measured_by);
   // With mutex_ held: after timings of `problem` were submitted, its kernels that lacked them
+  // (with `planned_too`, every kernel of it: the framework's own timings may change any plan)
   // are asked for again at once.
-  void AskAgainAfterContribution(const ConvProblem& problem);
+  void AskAgainAfterContribution(const ConvProblem& problem, bool planned_too = false);
 
   // Slices of the library's workspace start on this boundary (cuDNN wants aligned workspaces).
   static constexpr size_t kSliceAlignment = 256;
@@ -322,6 +362,7 @@ class Session {
   WorkspaceMode mode_ = WorkspaceMode::kPerKernel;
   BatchPolicy policy_ = BatchPolicy::kPowerOfTwo;
   AlgorithmSpace algorithms_ = AlgorithmSpace::kAll;
+  std::string framework_;  // framework()
   // The local plan cache's records are keyed without the algorithm space: only the default uses it.
   bool UsesPlanCache() const { return algorithms_ == AlgorithmSpace::kAll; }
   KernelTable table_;
@@ -361,6 +402,7 @@ class Session {
   uint64_t collected_generation_ = 0;              // bumped per new kernel
   uint64_t planned_generation_ = 0;                // generation of the last network answer
   bool network_retry_ = false;                     // the last answer lacked kernels
+  bool network_skip_cache_ = false;                // the next network request goes to the source
   bool prepared_ = false;
   Clock::time_point last_new_kernel_{};
   Clock::time_point network_due_{};

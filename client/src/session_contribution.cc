@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <string>
 #include <utility>
@@ -163,13 +164,9 @@ bool Session::ContributeProblem(ConvBackend& bench, const MissingProblem& missin
                        key, dropped);
     return false;
   }
-  Result<int> stored = Guarded("SubmitTimings", [&]() -> Result<int> {
-    return source_->SubmitTimings(device_, missing.problem, timings, measured_by);
-  });
+  Result<int> stored = SubmitTimings(missing.problem, timings, measured_by);
   if (!stored.ok()) {
     contribution_failures_.fetch_add(1, std::memory_order_relaxed);
-    client::Log().warn("contribution: submitting the timings of {} failed: {}", key,
-                       stored.status().ToString());
     return false;
   }
   contributed_problems_.fetch_add(1, std::memory_order_relaxed);
@@ -183,7 +180,63 @@ bool Session::ContributeProblem(ConvBackend& bench, const MissingProblem& missin
   return true;
 }
 
-void Session::AskAgainAfterContribution(const ConvProblem& problem) {
+Result<int> Session::SubmitTimings(const ConvProblem& problem, const std::vector<Timing>& timings,
+                                   const std::string& measured_by) {
+  Result<int> stored = Guarded("SubmitTimings", [&]() -> Result<int> {
+    return source_->SubmitTimings(device_, problem, timings, measured_by);
+  });
+  if (!stored.ok()) {
+    client::Log().warn("submitting the timings of {} failed: {}", CanonicalKey(problem),
+                       stored.status().ToString());
+  }
+  return stored;
+}
+
+Status Session::SubmitFrameworkTimings(const std::vector<FrameworkTiming>& timings) {
+  if (source_ == nullptr) return Unavailable("no server (UCUDNN_SERVER) to submit timings to");
+  if (framework_.empty()) {
+    return Unavailable("no framework identity (UCUDNN_FRAMEWORK) to submit timings as");
+  }
+  if (config_.token.empty()) return Unavailable("submitting timings needs UCUDNN_TOKEN");
+  // One submission per problem; a kernel given twice keeps its last time.
+  std::vector<std::pair<ConvProblem, std::vector<Timing>>> by_problem;
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const FrameworkTiming& f = timings[i];
+    const std::string where = "timings[" + std::to_string(i) + "]";
+    UCUDNN_RETURN_IF_ERROR(ValidateBatch(f.batch).WithContext(where));
+    if (!std::isfinite(f.time_ms) || f.time_ms <= 0) {
+      return InvalidArgument(where + ".time_ms: must be finite and positive");
+    }
+    if (!std::isfinite(f.spread_ms) || f.spread_ms < 0) {
+      return InvalidArgument(where + ".spread_ms: must be finite and non-negative");
+    }
+    Timing t;
+    t.micro_batch = f.batch;
+    t.algo = kFrameworkAlgo;
+    t.engine_config = framework_;
+    t.time_ms = f.time_ms;
+    t.spread_ms = f.spread_ms;
+    t.workspace_bytes = f.workspace_bytes;
+    auto group = std::find_if(by_problem.begin(), by_problem.end(),
+                              [&](const auto& g) { return g.first == f.problem; });
+    if (group == by_problem.end()) group = by_problem.insert(by_problem.end(), {f.problem, {}});
+    std::erase_if(group->second, [&](const Timing& x) { return x.micro_batch == t.micro_batch; });
+    group->second.push_back(std::move(t));
+  }
+  const std::string measured_by = MeasuredBy();
+  for (const auto& [problem, problem_timings] : by_problem) {
+    Result<int> stored = SubmitTimings(problem, problem_timings, measured_by);
+    if (!stored.ok()) {
+      return Unavailable("the server refused the framework timings of " + CanonicalKey(problem) +
+                         ": " + stored.status().ToString());
+    }
+    std::lock_guard lock(mutex_);
+    AskAgainAfterContribution(problem, /*planned_too=*/true);
+  }
+  return Status::Ok();
+}
+
+void Session::AskAgainAfterContribution(const ConvProblem& problem, bool planned_too) {
   const Clock::time_point now = Clock::now();
   ++contribution_epoch_;
   bool any = false;
@@ -192,20 +245,29 @@ void Session::AskAgainAfterContribution(const ConvProblem& problem) {
     // Also kernels in a request in flight now: its answer was made from the timings before these
     // and must not mark them missing (see ContributedSince).
     kernel->contributed_epoch = contribution_epoch_;
-    if (kernel->state != KernelReport::State::kMissing) continue;
+    if (kernel->state != KernelReport::State::kMissing && !planned_too) continue;
     any = true;
     kernel->state = KernelReport::State::kWaiting;
-    kernel->reason = "timings contributed; asking again";
+    kernel->reason = "timings submitted; asking again";
+    bool queued = false;
     for (Pending& p : pending_) {
       if (p.kernel == kernel.get()) {
         p.due = now;
         p.attempts = 0;
+        queued = true;
       }
+    }
+    // A kernel with an answer is asked again too (per-kernel mode; the total modes ask for the
+    // whole network below).
+    if (!queued && mode_ == WorkspaceMode::kPerKernel && source_ != nullptr) {
+      pending_.push_back(Pending{kernel.get(), 0, now});
     }
   }
   if (any && mode_ != WorkspaceMode::kPerKernel) {
-    // The same network again, at once: no need to wait for the collection to settle.
+    // The same network again, at once: no need to wait for the collection to settle; and not
+    // from the local cache, whose plan predates these timings.
     AskNetworkAgainNow();
+    network_skip_cache_ = planned_too;
   }
   work_cv_.notify_one();
 }

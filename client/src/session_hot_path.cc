@@ -100,6 +100,15 @@ Status Session::Execute(KernelState& kernel_state, const ConvOperands& operands,
   const ConvProblem& problem = kernel->problem;
   const int64_t batch = kernel->batch;
   const PlanEntry* plan = kernel->plan.load(std::memory_order_acquire);
+  if (plan != nullptr && plan->framework) {
+    // The plan chose the framework's own convolution: undivided with the runner's own choice
+    // (the drop-in handle: cuDNN's; the shape-level API: the caller's), never a backend run of
+    // the framework segment.
+    UCUDNN_ASSIGN_OR_RETURN(const int algo, FallbackAlgorithm(kernel, workspace_bytes, undivided));
+    kernel->framework_calls.fetch_add(1, std::memory_order_relaxed);
+    undivided.NoteFramework();
+    return undivided.Run(algo, workspace, workspace_bytes);
+  }
   if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
     void* plan_workspace = workspace;
     size_t plan_workspace_bytes = workspace_bytes;
@@ -315,6 +324,10 @@ KernelState* Session::FindKernel(const ConvProblem& problem, int64_t batch, uint
 int64_t Session::PlannedWorkspace(KernelState& kernel) {
   const int64_t needed = PlanWorkspace(kernel);
   if (needed >= 0) return needed;
+  if (needed == kFrameworkPlan) {
+    kernel.framework_calls.fetch_add(1, std::memory_order_relaxed);
+    return kFrameworkPlan;
+  }
   if (needed == kRejectedPlan) kernel.rejected_calls.fetch_add(1, std::memory_order_relaxed);
   kernel.fallback_calls.fetch_add(1, std::memory_order_relaxed);
   return -1;
@@ -323,6 +336,7 @@ int64_t Session::PlannedWorkspace(KernelState& kernel) {
 int64_t Session::PlanWorkspace(KernelState& kernel) {
   const PlanEntry* plan = kernel.plan.load(std::memory_order_acquire);
   if (plan == nullptr || plan->failed.load(std::memory_order_relaxed)) return -1;
+  if (plan->framework) return kFrameworkPlan;
   int64_t needed = plan->required_bytes.load(std::memory_order_acquire);
   if (needed == PlanEntry::kUnverified) needed = Verify(*plan, kernel.problem);
   if (needed < 0) return -1;

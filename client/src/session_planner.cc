@@ -34,6 +34,7 @@ std::unique_ptr<PlanEntry> Session::MakeEntry(const KernelPlan& plan, uint64_t l
   entry->undivided_ms = plan.undivided ? plan.undivided->time_ms : 0;
   entry->limit = limit;
   entry->from_cache = from_cache;
+  entry->framework = entry->segments.size() == 1 && IsFramework(entry->segments.front());
   return entry;
 }
 
@@ -60,6 +61,7 @@ PlanRequest Session::MakeRequest(uint64_t limit) const {
   request.workspace_mode = mode_;
   request.workspace_bytes = limit;
   request.algorithms = algorithms_;
+  request.framework = framework_;
   return request;
 }
 
@@ -229,6 +231,7 @@ void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t
     pending_.push_back(p);
     return;
   }
+  p.kernel->framework_ms = kernel_plan.framework_ms;
   switch (kernel_plan.status) {
     case KernelPlanStatus::kPlanned: {
       Publish(p.kernel, MakeEntry(kernel_plan, limit, /*from_cache=*/false));
@@ -241,6 +244,7 @@ void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t
       record.total_time_ms = kernel_plan.config.time_ms;
       record.total_workspace_bytes = kernel_plan.config.workspace_bytes;
       record.complete = true;
+      record.framework = framework_;
       if (UsesPlanCache()) {
         cache_.Put(CacheRecord{device_, std::move(record)});
         cache_dirty_ = true;
@@ -314,6 +318,7 @@ bool Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelState* kernel = kernels[i];
     const KernelPlan& kernel_plan = plan.kernels[i];
+    kernel->framework_ms = kernel_plan.framework_ms;
     if (kernel_plan.status != KernelPlanStatus::kPlanned) {
       Unpublish(kernel);
       if (kernel_plan.status == KernelPlanStatus::kMissing &&
@@ -328,8 +333,11 @@ bool Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
       continue;
     }
     std::unique_ptr<PlanEntry> entry = MakeEntry(kernel_plan, config_.workspace_bytes, from_cache);
-    entry->library_workspace = true;
-    if (mode_ == WorkspaceMode::kTotalShared) {
+    // The framework's own convolution runs in the framework's workspace: no slice of the library's.
+    entry->library_workspace = !entry->framework;
+    if (entry->framework) {
+      // Published as it is.
+    } else if (mode_ == WorkspaceMode::kTotalShared) {
       entry->workspace_offset = 0;
       entry->workspace_slice = std::min<size_t>(config_.workspace_bytes, library_workspace_bytes_);
     } else {
@@ -337,8 +345,9 @@ bool Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
       entry->workspace_slice = kernel_plan.config.workspace_bytes;
       offset = entry->workspace_offset + entry->workspace_slice;
     }
-    if (entry->workspace_offset + entry->workspace_slice > library_workspace_bytes_ ||
-        entry->workspace_bytes > entry->workspace_slice) {
+    if (entry->library_workspace &&
+        (entry->workspace_offset + entry->workspace_slice > library_workspace_bytes_ ||
+         entry->workspace_bytes > entry->workspace_slice)) {
       Unpublish(kernel);
       kernel->state = KernelReport::State::kInfeasible;
       kernel->reason =
@@ -361,7 +370,9 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
   for (const KernelState* kernel : kernels) {
     request.kernels.push_back(Kernel{kernel->problem, kernel->batch, kernel->name});
   }
-  if (PublishCachedNetwork(kernels, request.kernels)) {
+  // Once after the framework's own timings were submitted: the cached plan predates them.
+  const bool skip_cache = std::exchange(network_skip_cache_, false);
+  if (!skip_cache && PublishCachedNetwork(kernels, request.kernels)) {
     planned_generation_ = generation;
     network_retry_ = false;
     return;
@@ -408,8 +419,8 @@ void Session::RunNetworkRequest(std::unique_lock<std::mutex>& lock) {
 bool Session::PublishCachedNetwork(const std::vector<KernelState*>& kernels,
                                    const std::vector<Kernel>& request_kernels) {
   if (!UsesPlanCache()) return false;
-  const std::optional<NetworkPlan> cached =
-      cache_.FindNetwork(device_, mode_, policy_, config_.workspace_bytes, request_kernels);
+  const std::optional<NetworkPlan> cached = cache_.FindNetwork(
+      device_, mode_, policy_, config_.workspace_bytes, request_kernels, framework_);
   if (!cached) return false;
   // The cached record holds the same kernels, maybe in another order.
   NetworkPlan ordered = *cached;
@@ -443,6 +454,7 @@ void Session::AcceptNetworkPlan(const std::vector<KernelState*>& answered,
     record.plan.workspace_mode = mode_;
     record.plan.policy = policy_;
     record.plan.workspace_budget_bytes = config_.workspace_bytes;
+    record.plan.framework = framework_;
     if (UsesPlanCache()) {
       cache_.Put(std::move(record));
       cache_dirty_ = true;

@@ -20,6 +20,7 @@
 #include "shape_backend.h"
 #include "shape_problem.h"
 #include "ucudnn/client/config.h"
+#include "ucudnn/core/engine_config.h"
 
 struct ucudnnShapeKernelImpl {
   ucudnnShapeContextImpl* context = nullptr;
@@ -91,10 +92,13 @@ class DecliningRunner final : public ucudnn::client::UndividedRunner {
     declined_ = true;
     return Status::Ok();
   }
+  void NoteFramework() override { framework_ = true; }
   bool declined() const { return declined_; }
+  bool framework() const { return framework_; }
 
  private:
   bool declined_ = false;
+  bool framework_ = false;
 };
 
 // The per-kernel limit a declaration asks its plan for.
@@ -106,6 +110,19 @@ uint64_t LimitOf(const ucudnnShapeContextImpl& context, size_t limit) {
 ucudnn::Result<ucudnn::client::ShapeKernel> ReadShape(const ucudnnConvShape_t* shape) {
   if (shape == nullptr) return ucudnn::InvalidArgument("shape: must not be NULL");
   return ucudnn::client::ToShapeKernel(*shape);
+}
+
+// `count` shapes; the error names the one that is wrong ("shapes[2]: ...").
+ucudnn::Result<std::vector<ucudnn::client::ShapeKernel>> ReadShapes(const ucudnnConvShape_t* shapes,
+                                                                    size_t count) {
+  std::vector<ucudnn::client::ShapeKernel> kernels;
+  kernels.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    auto kernel = ReadShape(&shapes[i]);
+    if (!kernel.ok()) return kernel.status().WithContext("shapes[" + std::to_string(i) + "]");
+    kernels.push_back(*kernel);
+  }
+  return kernels;
 }
 
 // The checks every convolution entry makes of its pointers.
@@ -157,7 +174,16 @@ ucudnnShapeStatus_t RunLocked(const char* function, ucudnnShapeContextImpl& cont
     ucudnn::client::Log().error("{}: {}", function, status.ToString());
     return FromStatus(status);
   }
-  return own_convolution.declined() ? UCUDNN_SHAPE_NO_PLAN : UCUDNN_SHAPE_SUCCESS;
+  if (!own_convolution.declined()) return UCUDNN_SHAPE_SUCCESS;
+  return own_convolution.framework() ? UCUDNN_SHAPE_FRAMEWORK : UCUDNN_SHAPE_NO_PLAN;
+}
+
+// The answer to a workspace query of PlannedWorkspace()/PlanWorkspace()'s `needed`.
+ucudnnShapeStatus_t WorkspaceAnswer(int64_t needed, size_t* bytes) {
+  if (needed == ucudnn::client::Session::kFrameworkPlan) return UCUDNN_SHAPE_FRAMEWORK;
+  if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
+  *bytes = static_cast<size_t>(needed);
+  return UCUDNN_SHAPE_SUCCESS;
 }
 
 }  // namespace
@@ -173,6 +199,13 @@ ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char*
     auto made = std::make_unique<ucudnnShapeContextImpl>();
     made->config = ucudnn::ClientConfig::FromEnvironment();
     if (options != nullptr && options[0] != '\0') made->config = made->config.WithOptions(options);
+    // A framework identity that cannot be sent is refused here rather than planned without.
+    if (!made->config.framework.empty()) {
+      if (Status valid = ucudnn::CheckFrameworkIdentity("UCUDNN_FRAMEWORK", made->config.framework);
+          !valid.ok()) {
+        return FromStatus(valid);
+      }
+    }
     ucudnn::Result<std::unique_ptr<ucudnn::client::ShapeBackend>> shape_backend =
         ucudnn::client::MakeShapeBackend(backend);
     if (!shape_backend.ok()) return FromStatus(shape_backend.status());
@@ -209,11 +242,9 @@ ucudnnShapeStatus_t ucudnnShapeWorkspaceSize(ucudnnShapeContext_t context,
     if (!kernel.ok()) return FromStatus(kernel.status());
     if (context->session == nullptr) return UCUDNN_SHAPE_NO_PLAN;
     std::lock_guard lock(context->call_mutex);
-    const int64_t needed = context->session->PlannedWorkspace(kernel->problem, kernel->batch,
-                                                              LimitOf(*context, limit));
-    if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
-    *bytes = static_cast<size_t>(needed);
-    return UCUDNN_SHAPE_SUCCESS;
+    return WorkspaceAnswer(context->session->PlannedWorkspace(kernel->problem, kernel->batch,
+                                                              LimitOf(*context, limit)),
+                           bytes);
   });
 }
 
@@ -272,10 +303,7 @@ ucudnnShapeStatus_t ucudnnShapeKernelWorkspaceSize(ucudnnShapeKernel_t kernel, s
   return Guarded("ucudnnShapeKernelWorkspaceSize", [&] {
     if (kernel->state == nullptr) return UCUDNN_SHAPE_NO_PLAN;
     std::lock_guard lock(kernel->context->call_mutex);
-    const int64_t needed = kernel->context->session->PlanWorkspace(*kernel->state);
-    if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
-    *bytes = static_cast<size_t>(needed);
-    return UCUDNN_SHAPE_SUCCESS;
+    return WorkspaceAnswer(kernel->context->session->PlanWorkspace(*kernel->state), bytes);
   });
 }
 
@@ -298,6 +326,7 @@ ucudnnShapeStatus_t ucudnnShapeKernelRun(ucudnnShapeKernel_t kernel, const void*
     const ucudnn::ConvOperands operands = OperandsOf(state.problem.op, a, b, out);
     std::lock_guard lock(context.call_mutex);
     const int64_t needed = session.PlannedWorkspace(state);
+    if (needed == ucudnn::client::Session::kFrameworkPlan) return UCUDNN_SHAPE_FRAMEWORK;
     if (needed < 0) return UCUDNN_SHAPE_NO_PLAN;
     if (static_cast<uint64_t>(needed) > workspace_bytes) return UCUDNN_SHAPE_WORKSPACE_TOO_SMALL;
     return RunLocked("ucudnnShapeKernelRun", context, stream,
@@ -316,16 +345,9 @@ ucudnnShapeStatus_t ucudnnShapePrepare(ucudnnShapeContext_t context,
     return Fail(UCUDNN_SHAPE_BAD_PARAM, "shapes: NULL with count > 0");
   }
   return Guarded("ucudnnShapePrepare", [&] {
-    std::vector<ucudnn::client::ShapeKernel> kernels;
-    kernels.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      auto kernel = ReadShape(&shapes[i]);
-      if (!kernel.ok()) {
-        return Fail(UCUDNN_SHAPE_BAD_PARAM,
-                    "shapes[" + std::to_string(i) + "]: " + kernel.status().message());
-      }
-      kernels.push_back(*kernel);
-    }
+    const auto read = ReadShapes(shapes, count);
+    if (!read.ok()) return FromStatus(read.status());
+    const std::vector<ucudnn::client::ShapeKernel>& kernels = *read;
     if (context->session == nullptr) return UCUDNN_SHAPE_SUCCESS;
     std::lock_guard lock(context->call_mutex);
     ucudnn::client::Session& session = *context->session;
@@ -357,6 +379,52 @@ ucudnnShapeStatus_t ucudnnShapeGetStats(ucudnnShapeContext_t context, ucudnnStat
     *stats = context->session != nullptr ? ucudnn::client::ToCStats(context->session->Stats())
                                          : ucudnnStats_t{};
     return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeGetKernelInfo(ucudnnShapeKernel_t kernel,
+                                             ucudnnShapeKernelInfo_t* info) {
+  if (kernel == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "kernel: must not be NULL");
+  if (info == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "info: must not be NULL");
+  *info = ucudnnShapeKernelInfo_t{};
+  return Guarded("ucudnnShapeGetKernelInfo", [&] {
+    if (kernel->state == nullptr) {
+      info->state = static_cast<int32_t>(ucudnn::client::KernelInfo::State::kNoPlan);
+      return UCUDNN_SHAPE_SUCCESS;
+    }
+    const ucudnn::client::KernelInfo got = kernel->context->session->Info(*kernel->state);
+    info->state = static_cast<int32_t>(got.state);
+    info->segments = got.segments;
+    info->predicted_ms = got.predicted_ms;
+    info->framework_ms = got.framework_ms;
+    info->undivided_ms = got.undivided_ms;
+    info->workspace_bytes = got.workspace_bytes;
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeSubmitFrameworkTimings(
+    ucudnnShapeContext_t context, const ucudnnConvShape_t* shapes, const double* time_ms,
+    const double* spread_ms, const uint64_t* workspace_bytes, size_t count) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  if (count > 0 && (shapes == nullptr || time_ms == nullptr)) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "shapes and time_ms: NULL with count > 0");
+  }
+  return Guarded("ucudnnShapeSubmitFrameworkTimings", [&] {
+    const auto read = ReadShapes(shapes, count);
+    if (!read.ok()) return FromStatus(read.status());
+    std::vector<ucudnn::client::FrameworkTiming> timings;
+    timings.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      timings.push_back({(*read)[i].problem, (*read)[i].batch, time_ms[i],
+                         spread_ms != nullptr ? spread_ms[i] : 0.0,
+                         workspace_bytes != nullptr ? workspace_bytes[i] : 0});
+    }
+    if (context->session == nullptr) {
+      return Fail(UCUDNN_SHAPE_UNAVAILABLE, "the library is disabled (UCUDNN_DISABLE)");
+    }
+    // Not under the call mutex: the submission waits for the server.
+    return FromStatus(context->session->SubmitFrameworkTimings(timings));
   });
 }
 

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "ucudnn/core/timing.h"
+
 namespace ucudnn {
 namespace {
 
@@ -62,6 +64,11 @@ std::string AlgorithmName(std::string_view backend, ConvOp op, int algo) {
     return CudnnAlgorithms(op)[algo].name;
   }
   return "";
+}
+
+std::string AlgorithmName(std::string_view backend, ConvOp op, const Algorithm& algo) {
+  if (algo.is_engine() || algo.is_framework()) return AlgorithmText(algo);
+  return AlgorithmName(backend, op, algo.id);
 }
 
 }  // namespace ucudnn

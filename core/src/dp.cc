@@ -139,10 +139,14 @@ bool ClearlyLess(double a, double b) {
   return b == kInfinity ? a < b : a < b - kRelativeTie * std::fabs(b);
 }
 
-// A measurement the planner may choose: measured fine and with a sane time.
-bool Usable(const Timing& t) {
+// A measurement with a sane time.
+bool Measured(const Timing& t) {
   return t.status == TimingStatus::kOk && std::isfinite(t.time_ms) && t.time_ms >= 0;
 }
+
+// A measurement the DP may choose: measured fine, and one of ucudnn's own (the framework's are
+// candidates only as the whole kernel).
+bool Usable(const Timing& t) { return Measured(t) && !IsFramework(t); }
 
 // The algorithm chosen for one micro-batch size: t(b) of the DP.
 struct Best {
@@ -517,6 +521,66 @@ std::vector<KernelConfig> ParetoFront(const TimingTable& table, int64_t mini_bat
     front.push_back(std::move(config));
   }
   return front;
+}
+
+const Timing* FindFramework(const TimingTable& table, int64_t mini_batch,
+                            std::string_view framework) {
+  if (framework.empty()) return nullptr;
+  for (const Timing& t : table.entries) {
+    if (IsFramework(t) && Measured(t) && t.micro_batch == mini_batch &&
+        t.engine_config == framework) {
+      return &t;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<Segment> FrameworkSegment(const TimingTable& table, int64_t mini_batch,
+                                        std::string_view framework, uint64_t workspace_limit) {
+  const Timing* t = FindFramework(table, mini_batch, framework);
+  if (t == nullptr || t->workspace_bytes > workspace_limit) return std::nullopt;
+  return Segment{mini_batch, kFrameworkAlgo, t->time_ms, t->workspace_bytes, t->engine_config};
+}
+
+namespace {
+
+KernelConfig OneSegment(const Segment& segment, double time_ms) {
+  KernelConfig config;
+  config.segments = {segment};
+  config.time_ms = time_ms;
+  config.workspace_bytes = segment.workspace_bytes;
+  return config;
+}
+
+}  // namespace
+
+KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
+                                    const Segment& framework) {
+  if (ucudnn && BeatsFramework(ucudnn->time_ms, framework.time_ms)) return *ucudnn;
+  return OneSegment(framework, framework.time_ms);
+}
+
+void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front) {
+  const double planning_ms = framework.time_ms * (1 - kFrameworkMargin);
+  const uint64_t workspace = framework.workspace_bytes;
+  // A ucudnn point within the workspace that beats the framework by the margin dominates it.
+  for (const KernelConfig& point : *front) {
+    if (point.workspace_bytes <= workspace && point.time_ms < planning_ms) return;
+  }
+  std::erase_if(*front, [&](const KernelConfig& point) {
+    return point.workspace_bytes >= workspace && point.time_ms >= planning_ms;
+  });
+  const auto at = std::find_if(front->begin(), front->end(), [&](const KernelConfig& point) {
+    return point.workspace_bytes > workspace;
+  });
+  front->insert(at, OneSegment(framework, planning_ms));
+}
+
+KernelConfig ReportedConfig(KernelConfig config) {
+  if (config.segments.size() == 1 && IsFramework(config.segments[0])) {
+    config.time_ms = config.segments[0].time_ms;
+  }
+  return config;
 }
 
 }  // namespace ucudnn

@@ -97,13 +97,39 @@ Result<EngineConfig> ParseEngineConfigKey(std::string_view key) {
 }
 
 std::string AlgorithmText(const Algorithm& algo) {
+  if (algo.is_framework()) return "framework(" + std::string(algo.engine_config) + ")";
   return algo.is_engine() ? std::string(algo.engine_config) : std::to_string(algo.id);
 }
 
+Status CheckFrameworkIdentity(std::string_view field, std::string_view identity) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument(std::string(field) + ": " + why);
+  };
+  if (identity.empty()) return bad("must not be empty");
+  if (identity.size() > kMaxFrameworkIdentity) {
+    return bad("at most " + std::to_string(kMaxFrameworkIdentity) + " bytes, got " +
+               std::to_string(identity.size()));
+  }
+  for (size_t i = 0; i < identity.size(); ++i) {
+    const auto c = static_cast<unsigned char>(identity[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return bad("must be printable ASCII (0x20-0x7e); byte " + std::to_string(i) + " is " +
+                 std::to_string(c));
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckAlgorithm(const Algorithm& algo) {
+  if (algo.id < kFrameworkAlgo) {
+    return InvalidArgument("algo: must be >= " + std::to_string(kFrameworkAlgo) + ", got " +
+                           std::to_string(algo.id));
+  }
+  if (algo.is_framework()) return CheckFrameworkIdentity("engine_config", algo.engine_config);
   if (!algo.is_engine()) {
     if (algo.id < 0) {
-      return InvalidArgument("algo: must be >= 0 without engine_config, got " +
+      return InvalidArgument("algo: must be >= 0 without engine_config (or " +
+                             std::to_string(kFrameworkAlgo) + " with a framework identity), got " +
                              std::to_string(algo.id));
     }
     return Status::Ok();

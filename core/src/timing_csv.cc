@@ -155,10 +155,18 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
   UCUDNN_ASSIGN_OR_RETURN(t.micro_batch, ParseBatchColumn("micro_batch", *field(kMicroBatch)));
   // One column for both spaces (old files stay readable, an engine key has no commas): a
   // legacy algorithm's number or an engine configuration's canonical key.
+  // The framework's own convolution is written "framework(<identity>)" (AlgorithmText).
+  constexpr std::string_view kFramework = "framework(";
   if (const std::string_view algo = *field(kAlgo); algo.substr(0, 3) == "eng") {
     UCUDNN_RETURN_IF_ERROR(ParseEngineConfigKey(algo).status().WithContext("algo"));
     t.algo = kEngineAlgo;
     t.engine_config = std::string(algo);
+  } else if (algo.substr(0, kFramework.size()) == kFramework && algo.back() == ')') {
+    const std::string_view identity =
+        algo.substr(kFramework.size(), algo.size() - kFramework.size() - 1);
+    UCUDNN_RETURN_IF_ERROR(CheckFrameworkIdentity("algo", identity));
+    t.algo = kFrameworkAlgo;
+    t.engine_config = std::string(identity);
   } else {
     UCUDNN_ASSIGN_OR_RETURN(t.algo, ParseInteger<int>("algo", algo, 0, 1000));
   }
@@ -338,8 +346,9 @@ Result<std::string> WriteTimingCsv(const TimingTables& tables) {
       }
       out += prefix;
       if (Status algo = CheckAlgorithm(AlgorithmOf(t)); !algo.ok()) return algo.WithContext(key);
-      out += ',' + std::to_string(t.micro_batch) + ',' + AlgorithmText(AlgorithmOf(t)) + ',' +
-             FormatDouble(t.time_ms) + ',' + std::to_string(t.workspace_bytes);
+      out += ',' + std::to_string(t.micro_batch) + ',' +
+             QuoteIfNeeded(AlgorithmText(AlgorithmOf(t))) + ',' + FormatDouble(t.time_ms) + ',' +
+             std::to_string(t.workspace_bytes);
       if (problem_columns) {
         for (int64_t v : {p.pad_w, p.stride_w, p.dilation_h, p.dilation_w, p.groups}) {
           out += ',' + std::to_string(v);

@@ -73,6 +73,11 @@ std::string FormatSegments(const std::vector<Segment>& segments, ConvOp op,
       ++j;
     }
     if (!out.empty()) out += " + ";
+    if (IsFramework(segments[i])) {  // always the whole kernel, alone
+      out += "framework " + segments[i].engine_config;
+      i = j;
+      continue;
+    }
     // An engine configuration is named by its key ("4x64@eng34{k3=2}"); legacy ones by name.
     std::string name = !segments[i].engine_config.empty() ? segments[i].engine_config
                        : names                            ? names(op, segments[i].algo)

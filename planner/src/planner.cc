@@ -63,6 +63,7 @@ struct KernelResult {
   std::vector<KernelConfig> undivided_front;
   std::string infeasible_reason;  // when neither a config nor a front point exists
   std::optional<Segment> undivided;
+  double framework_ms = 0;  // KernelPlan::framework_ms
 };
 
 KernelConfig UndividedConfig(const Segment& segment) {
@@ -71,6 +72,24 @@ KernelConfig UndividedConfig(const Segment& segment) {
   config.time_ms = segment.time_ms;
   config.workspace_bytes = segment.workspace_bytes;
   return config;
+}
+
+// The framework's own convolution against ucudnn's choice (dp.h): the framework unless beaten by
+// the margin; in kTotalSum one more point of the front, at its time less the margin.
+void ConsiderFramework(const PlanRequest& request, const Kernel& kernel, const TimingTable& table,
+                       KernelResult* result) {
+  if (const Timing* t = FindFramework(table, kernel.mini_batch, request.framework)) {
+    result->framework_ms = t->time_ms;
+  }
+  const std::optional<Segment> framework =
+      FrameworkSegment(table, kernel.mini_batch, request.framework, request.workspace_bytes);
+  if (!framework) return;
+  if (request.workspace_mode == WorkspaceMode::kTotalSum) {
+    AddFrameworkPoint(*framework, &result->front);
+  } else {
+    result->config = ChooseAgainstFramework(result->config, *framework);
+  }
+  result->infeasible_reason.clear();
 }
 
 KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
@@ -109,6 +128,7 @@ KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
   if (result.config && result.undivided && result.undivided->time_ms < result.config->time_ms) {
     result.config = UndividedConfig(*result.undivided);
   }
+  ConsiderFramework(request, kernel, all_timings, &result);
   return result;
 }
 
@@ -156,6 +176,7 @@ DistinctResults SolveDistinctKernels(const PlanRequest& request,
     distinct.result_of[i] = it->second;
     const KernelResult& result = distinct.results[it->second];
     kp.undivided = result.undivided;
+    kp.framework_ms = result.framework_ms;
     if (!result.infeasible_reason.empty()) {
       kp.status = KernelPlanStatus::kInfeasible;
       kp.reason = result.infeasible_reason;
@@ -257,7 +278,7 @@ Status ChooseWithinSumBudget(const PlanRequest& request, const IlpOptions& ilp_o
   for (size_t n = 0; n < in_ilp.size(); ++n) {
     KernelPlan& kp = plan->kernels[in_ilp[n]];
     kp.status = KernelPlanStatus::kPlanned;
-    kp.config = std::move(chosen[n]);
+    kp.config = ReportedConfig(std::move(chosen[n]));
   }
   return Status::Ok();
 }
@@ -311,6 +332,7 @@ Result<NetworkPlan> PlanNetwork(const PlanRequest& request,
   plan.workspace_mode = request.workspace_mode;
   plan.policy = request.policy;
   plan.workspace_budget_bytes = request.workspace_bytes;
+  plan.framework = request.framework;
   plan.kernels.resize(request.kernels.size());
   const DistinctResults distinct = SolveDistinctKernels(request, tables, &plan);
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {

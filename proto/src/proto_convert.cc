@@ -664,6 +664,7 @@ v1::KernelPlan ToProto(const KernelPlan& k) {
                      k.undivided->time_ms > 0 && k.config.time_ms > 0;
   m.set_speedup(known ? k.undivided->time_ms / k.config.time_ms : 0.0);
   m.set_problem_hash(HashHex(StableHash(k.kernel.problem)));
+  m.set_framework_ms(k.framework_ms);
   return m;
 }
 
@@ -690,6 +691,10 @@ Result<KernelPlan> FromProto(const v1::KernelPlan& m) {
                              std::to_string(k.kernel.mini_batch));
     }
     largest_workspace = std::max(largest_workspace, segment->workspace_bytes);
+    if (IsFramework(*segment) && m.segments_size() != 1) {
+      return InvalidArgument(Indexed("segments", i) +
+                             ".algo: the framework's own convolution is the kernel's only segment");
+    }
     k.config.segments.push_back(std::move(segment).value());
   }
   UCUDNN_RETURN_IF_ERROR(CheckTime("time_ms", m.time_ms()));
@@ -717,6 +722,8 @@ Result<KernelPlan> FromProto(const v1::KernelPlan& m) {
     }
     k.undivided = std::move(undivided).value();
   }
+  UCUDNN_RETURN_IF_ERROR(CheckTime("framework_ms", m.framework_ms()));
+  k.framework_ms = m.framework_ms();
 
   if (!m.problem_hash().empty()) {
     const std::string expected = HashHex(StableHash(k.kernel.problem));
@@ -748,6 +755,7 @@ v1::Plan ToProto(const NetworkPlan& plan, const DeviceFingerprint& device) {
   m.set_undivided_sum_ms(plan.undivided_sum_ms);
   m.set_total_workspace_bytes(plan.total_workspace_bytes);
   *m.mutable_ilp() = ToProto(plan.ilp);
+  m.set_framework(plan.framework);
   return m;
 }
 
@@ -805,6 +813,10 @@ Result<NetworkPlan> FromProto(const v1::Plan& m) {
   Result<IlpReport> ilp = FromProto(m.ilp());
   if (!ilp.ok()) return Nested("ilp", ilp.status());
   plan.ilp = std::move(ilp).value();
+  if (!m.framework().empty()) {
+    UCUDNN_RETURN_IF_ERROR(CheckFrameworkIdentity("framework", m.framework()));
+    plan.framework = m.framework();
+  }
   return plan;
 }
 
@@ -819,6 +831,7 @@ v1::GetPlanRequest ToProto(const PlanRequest& request, uint32_t max_wait_ms) {
   m.set_workspace_bytes(request.workspace_bytes);
   m.set_max_wait_ms(max_wait_ms);
   if (request.algorithms != AlgorithmSpace::kAll) m.set_algorithms(ToProto(request.algorithms));
+  m.set_framework(request.framework);
   return m;
 }
 
@@ -871,6 +884,10 @@ Result<PlanRequest> FromProto(const v1::GetPlanRequest& m, std::string_view path
     request.algorithms = *algorithms;
   } else {
     errors.Add(path, algorithms.status());
+  }
+  if (!m.framework().empty()) {
+    errors.Add(CheckFrameworkIdentity(FieldPath(path, "framework"), m.framework()));
+    request.framework = m.framework();
   }
   if (m.max_wait_ms() > kMaxWaitMs) {
     errors.AddField(FieldPath(path, "max_wait_ms"), "at most " + std::to_string(kMaxWaitMs) +

@@ -15,6 +15,7 @@ EXECUTION_FAILED = 4
 ALLOC_FAILED = 5
 INTERNAL_ERROR = 6
 WORKSPACE_TOO_SMALL = 7
+FRAMEWORK = 8
 _STATUS_NAMES = {
     SUCCESS: "SUCCESS",
     NO_PLAN: "NO_PLAN",
@@ -24,6 +25,7 @@ _STATUS_NAMES = {
     ALLOC_FAILED: "ALLOC_FAILED",
     INTERNAL_ERROR: "INTERNAL_ERROR",
     WORKSPACE_TOO_SMALL: "WORKSPACE_TOO_SMALL",
+    FRAMEWORK: "FRAMEWORK",
 }
 
 # ucudnnConvolutionOp_t, ucudnnShapeDataType_t, ucudnnShapeLayout_t, ucudnnShapeMath_t
@@ -49,7 +51,19 @@ STATS_FIELDS = ("kernels", "kernels_planned", "planned_calls", "fallback_calls",
                 "rejected_plan_calls", "passthrough_calls", "untracked_calls", "plan_requests",
                 "plan_request_failures", "plans_received", "plans_from_cache", "failed_plans",
                 "recovered_calls", "contributed_problems", "contributed_timings",
-                "contribution_failures")
+                "contribution_failures", "framework_calls")
+
+
+class KernelInfo(ctypes.Structure):
+    """ucudnnShapeKernelInfo_t."""
+
+    _fields_ = [("state", ctypes.c_int32), ("segments", ctypes.c_int32),
+                ("predicted_ms", ctypes.c_double), ("framework_ms", ctypes.c_double),
+                ("undivided_ms", ctypes.c_double), ("workspace_bytes", ctypes.c_uint64)]
+
+
+# ucudnnShapeKernelInfo_t.state
+KERNEL_STATES = ("waiting", "planned", "framework", "no_plan")
 
 
 class Stats(ctypes.Structure):
@@ -143,6 +157,11 @@ class Library:
             "ucudnnShapeKernelWorkspaceSize": [void_p, ctypes.POINTER(size_t)],
             # The hot path: kernel, a, b, out, stream, workspace, workspace_bytes.
             "ucudnnShapeKernelRun": [void_p] * 6 + [size_t],
+            "ucudnnShapeGetKernelInfo": [void_p, ctypes.POINTER(KernelInfo)],
+            # context, shapes, time_ms, spread_ms, workspace_bytes, count.
+            "ucudnnShapeSubmitFrameworkTimings": [void_p, shape_p, ctypes.POINTER(ctypes.c_double),
+                                                  ctypes.POINTER(ctypes.c_double),
+                                                  ctypes.POINTER(ctypes.c_uint64), size_t],
         }
         for name, argtypes in signatures.items():
             function = getattr(lib, name)
@@ -242,6 +261,29 @@ class Context:
         status = self._lib.check("ucudnnShapeWaitForPlans",
                                  self._lib.ShapeWaitForPlans(self.handle, int(timeout_ms)))
         return status == SUCCESS
+
+    def kernel_info(self, kernel):
+        """Where `kernel` (a handle) stands: a dict of ucudnnShapeKernelInfo_t's fields, with
+        "state" one of KERNEL_STATES."""
+        info = KernelInfo()
+        self._lib.check("ucudnnShapeGetKernelInfo",
+                        self._lib.ShapeGetKernelInfo(kernel, ctypes.byref(info)))
+        result = {name: getattr(info, name) for name, _ in KernelInfo._fields_}
+        result["state"] = KERNEL_STATES[info.state]
+        return result
+
+    def submit_framework_timings(self, shapes, times_ms, spreads_ms, workspaces):
+        """Submits the framework's own times of `shapes` (full batch each) as this context's
+        UCUDNN_FRAMEWORK; the kernels' plans are asked for again in the background."""
+        count = len(shapes)
+        if not len(times_ms) == len(spreads_ms) == len(workspaces) == count:
+            raise ValueError("shapes, times_ms, spreads_ms and workspaces differ in length")
+        self._lib.check(
+            "ucudnnShapeSubmitFrameworkTimings",
+            self._lib.ShapeSubmitFrameworkTimings(
+                self.handle, (ConvShape * count)(*shapes),
+                (ctypes.c_double * count)(*times_ms), (ctypes.c_double * count)(*spreads_ms),
+                (ctypes.c_uint64 * count)(*workspaces), count))
 
     def stats(self):
         stats = Stats()

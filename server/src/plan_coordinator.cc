@@ -621,6 +621,12 @@ Result<std::shared_ptr<const std::string>> PlanCoordinator::Encode(const Plannin
     if (kernel->status() != v1::KERNEL_PLAN_STATUS_MISSING) continue;
     kernel->set_reason(MissingReason(*slot.timings, p.request.policy, slot.max_mini_batch,
                                      slot.job_id, slot.job_state, slot.job_error));
+    // The framework's own time may be known before ucudnn's timings are: the client then need
+    // not measure it again.
+    if (const Timing* framework = FindFramework(
+            slot.timings->table, p.request.kernels[k].mini_batch, p.request.framework)) {
+      kernel->set_framework_ms(framework->time_ms);
+    }
   }
   auto bytes = std::make_shared<std::string>();
   if (!plan.SerializeToString(bytes.get())) return Internal("cannot serialise the plan");

@@ -77,6 +77,11 @@ std::string CanonicalPlanRequest(const PlanRequest& request) {
     text += "\nalgorithms=";
     text += ToString(request.algorithms);
   }
+  if (!request.framework.empty()) {
+    // Printable ASCII without line breaks (validated), so the line stays unambiguous.
+    text += "\nframework=";
+    text += request.framework;
+  }
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     text += "\nilp_time_limit_ms=";
     AppendI64(text, std::llround(request.ilp_time_limit_s * 1000.0));
@@ -124,7 +129,8 @@ bool PlanAnswersRequest(const v1::Plan& plan, const PlanRequest& request) {
   if (plan.policy() != ToProto(request.policy) ||
       plan.workspace_mode() != ToProto(request.workspace_mode) ||
       plan.workspace_bytes() != request.workspace_bytes ||
-      plan.kernels_size() != static_cast<int>(request.kernels.size())) {
+      plan.kernels_size() != static_cast<int>(request.kernels.size()) ||
+      plan.framework() != request.framework) {
     return false;
   }
   const auto device = FromProto(plan.device());

@@ -78,6 +78,12 @@ class FakePlanner final : public v1::PlannerService::Service {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
   void set_behaviour(Behaviour b) { behaviour_ = b; }
+  // Set: every kernel is planned as the framework's own convolution of this identity (one
+  // segment, kFrameworkAlgo), whatever the choice.
+  void set_framework_choice(std::string identity) {
+    std::lock_guard lock(mutex_);
+    framework_choice_ = std::move(identity);
+  }
   void set_choice(FakePlanChoice c) {
     std::lock_guard lock(mutex_);
     choice_ = c;
@@ -132,11 +138,13 @@ class FakePlanner final : public v1::PlannerService::Service {
     ++calls_;
     ++in_handler_;
     FakePlanChoice choice;
+    std::string framework_choice;
     {
       std::unique_lock lock(mutex_);
       requests_.push_back(*request);
       cv_.wait(lock, [&] { return !held_ || context->IsCancelled(); });
       choice = choice_;
+      framework_choice = framework_choice_;
     }
     --in_handler_;
     if (behaviour_ == Behaviour::kError) {
@@ -168,6 +176,13 @@ class FakePlanner final : public v1::PlannerService::Service {
       }
       kp.status = KernelPlanStatus::kPlanned;
       int64_t left = kernel.mini_batch;
+      if (!framework_choice.empty()) {
+        const double ms = 0.25 * static_cast<double>(kernel.mini_batch);
+        kp.config.segments = {Segment{kernel.mini_batch, kFrameworkAlgo, ms, 0, framework_choice}};
+        kp.config.time_ms = ms;
+        kp.framework_ms = ms;
+        left = 0;
+      }
       while (left > 0) {
         Segment s;
         s.micro_batch = std::min(left, choice.micro_batch);
@@ -316,6 +331,7 @@ class FakePlanner final : public v1::PlannerService::Service {
   std::condition_variable cv_;
   bool held_ = false;
   FakePlanChoice choice_;
+  std::string framework_choice_;
   std::vector<v1::GetPlanRequest> requests_;
   std::atomic<int> calls_{0};
   std::atomic<int> in_handler_{0};

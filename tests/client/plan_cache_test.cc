@@ -68,7 +68,8 @@ TEST(PlanCacheTest, EngineSegmentsRoundTripAndVersionOneFilesStillRead) {
   mixed.config.segments[0].engine_config = "eng34{k3=2;k14=-1}";
   const std::vector<CacheRecord> records = {PerKernel(Device(), mixed, 1 << 20)};
   const std::string bytes = SerializeCache(records);
-  EXPECT_EQ(bytes.rfind("ucudnn-plan-cache 2\n", 0), 0u);
+  EXPECT_EQ(bytes.rfind("ucudnn-plan-cache " + std::to_string(client::kPlanCacheVersion) + "\n", 0),
+            0u);
   Result<std::vector<CacheRecord>> parsed = ParseCache(bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_EQ(parsed->size(), 1u);
@@ -86,7 +87,11 @@ TEST(PlanCacheTest, EngineSegmentsRoundTripAndVersionOneFilesStillRead) {
   EXPECT_EQ((*old)[0].plan.kernels[0].config, legacy[0].plan.kernels[0].config);
   std::string version_zero = version_one;
   version_zero[std::string("ucudnn-plan-cache ").size()] = '0';
-  EXPECT_NE(ParseCache(version_zero).status().message().find("1 to 2"), std::string::npos);
+  EXPECT_NE(ParseCache(version_zero)
+                .status()
+                .message()
+                .find("1 to " + std::to_string(client::kPlanCacheVersion)),
+            std::string::npos);
 }
 
 TEST(PlanCacheTest, EveryDamageIsDetected) {
@@ -120,6 +125,37 @@ TEST(PlanCacheTest, FindsByDeviceKernelAndLimit) {
   Kernel renamed = kp.kernel;
   renamed.name = "another label";
   EXPECT_TRUE(cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, renamed));
+}
+
+TEST(PlanCacheTest, PlansOfDifferentFrameworksAreKeptApart) {
+  PlanCache cache;
+  KernelPlan framework = Planned(ConvOp::kForward, 8, 4);
+  framework.config.segments = {Segment{8, kFrameworkAlgo, 0.5, 0, "torch-2.11"}};
+  framework.config.time_ms = 0.5;
+  framework.config.workspace_bytes = 0;
+  framework.framework_ms = 0.5;
+  CacheRecord torch = PerKernel(Device(), framework, 1 << 20);
+  torch.plan.framework = "torch-2.11";
+  cache.Put(torch);
+  const KernelPlan plain = Planned(ConvOp::kForward, 8, 4);
+  cache.Put(PerKernel(Device(), plain, 1 << 20));
+  const auto found =
+      cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, framework.kernel, "torch-2.11");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->config, framework.config);
+  EXPECT_DOUBLE_EQ(found->framework_ms, 0.5);
+  const auto without = cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, plain.kernel);
+  ASSERT_TRUE(without);
+  EXPECT_EQ(without->config, plain.config);
+  EXPECT_FALSE(
+      cache.FindKernel(Device(), BatchPolicy::kPowerOfTwo, 1 << 20, plain.kernel, "jax-0.5"));
+  // Both survive the file.
+  Result<std::vector<CacheRecord>> parsed =
+      ParseCache(SerializeCache({torch, PerKernel(Device(), plain, 1 << 20)}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].plan.framework, "torch-2.11");
+  EXPECT_EQ(client::CacheKey((*parsed)[0]), client::CacheKey(torch));
 }
 
 TEST(PlanCacheTest, SaveMergesWithWhatIsOnDiskAndLoadIgnoresCorruption) {

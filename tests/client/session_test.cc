@@ -255,6 +255,52 @@ TEST_F(SessionTest, SwitchesToThePlanWhenItArrives) {
   EXPECT_EQ(requests[0].device().backend(), "cpu");
 }
 
+// The drop-in handle's path: a kernel whose plan is the framework's own convolution runs
+// undivided with the runner's own choice, counted as a framework call, and is never verified or
+// bound on the backend.
+TEST_F(SessionTest, FrameworkPlanRunsUndividedAsAFrameworkCall) {
+  fake_->set_framework_choice("torch-test");
+  ClientConfig config = TestConfig(fake_->address());
+  config.framework = "torch-test";
+  auto session = Session::Create(backend_, config);
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  const size_t limit = Im2colWorkspace(backend_, p, kBatch);
+  std::vector<char> workspace(limit);
+  session->Declare(p, kBatch, limit);
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  Operands operands = MakeOperands(p, kBatch);
+  const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
+  ASSERT_TRUE(
+      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  const ClientStats stats = session->Stats();
+  EXPECT_EQ(stats.framework_calls, 1u);
+  EXPECT_EQ(stats.fallback_calls, 0u);
+  EXPECT_EQ(stats.planned_calls, 0u);
+  ASSERT_NE(session->PlanOf(p, kBatch), nullptr);
+  EXPECT_TRUE(session->PlanOf(p, kBatch)->framework);
+  EXPECT_EQ(session->PlanOf(p, kBatch)->required_bytes.load(), client::PlanEntry::kUnverified);
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests[0].framework(), "torch-test");
+  const std::vector<KernelReport> kernels = session->Kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].framework_calls, 1u);
+  EXPECT_DOUBLE_EQ(kernels[0].framework_ms, 0.25 * kBatch);
+}
+
+TEST_F(SessionTest, InvalidFrameworkIdentityIsNotSent) {
+  ClientConfig config = TestConfig(fake_->address());
+  config.framework = std::string(129, 'x');
+  auto session = Session::Create(backend_, config);
+  EXPECT_EQ(session->framework(), "");
+  session->Declare(SmallProblem(ConvOp::kForward), kBatch, 1 << 20);
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests[0].framework(), "");
+}
+
 TEST_F(SessionTest, MissingTimingsAreAskedAgain) {
   fake_->set_behaviour(FakePlanner::Behaviour::kMissing);
   auto session = Session::Create(backend_, TestConfig(fake_->address()));

@@ -198,7 +198,11 @@ class BoundCudnnPlan final : public MicroBatchRunner {
     for (size_t i = 0; i < segments.size(); ++i) {
       const Segment& segment = segments[i];
       SegmentRun run;
-      if (!segment.engine_config.empty()) {
+      if (IsFramework(segment)) {
+        // Never bound: the session hands a framework plan to the caller's own convolution.
+        return Unsupported("the framework's own convolution is not run by ucudnn");
+      }
+      if (AlgorithmOf(segment).is_engine()) {
         // A configuration this cuDNN cannot build fails the bind: the session then never uses
         // the plan's engine segments on the hot path (the call falls back).
         // Both scalars a call may bring: beta 0 (overwrite, what frameworks pass) and beta 1

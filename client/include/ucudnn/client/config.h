@@ -83,6 +83,16 @@ struct ClientConfig {
   // (after waiting for the device to be idle). Needs server and token; without a token it warns
   // and stays off.
   bool contribute = false;
+  // UCUDNN_FRAMEWORK: the identity of the framework the job runs its own convolutions with
+  // ("torch-2.11.0+cu130/benchmark": 1 to 128 bytes of printable ASCII, 0x20-0x7e), sent with
+  // every plan request (GetPlanRequest.framework) and part of the local plan cache's keys. With
+  // it, the framework's own timings of that identity (submitted by the job, e.g.
+  // ucudnnShapeSubmitFrameworkTimings) are planning candidates: a kernel whose plan is the
+  // framework's own convolution runs the caller's convolution (UCUDNN_SHAPE_FRAMEWORK; the
+  // drop-in handle runs cuDNN's own choice). Empty (default): no framework candidate. An invalid
+  // value is refused by ucudnnShapeCreate (UCUDNN_SHAPE_BAD_PARAM) and otherwise logged and
+  // treated as empty.
+  std::string framework;
 
   // Code only.
   // UCUDNN_SERVER_WAIT_MS: how long the server may wait for missing benchmarks before answering

@@ -38,6 +38,10 @@ struct ClientStats {
   uint64_t contributed_problems = 0;
   uint64_t contributed_timings = 0;
   uint64_t contribution_failures = 0;
+  // Calls of kernels whose plan is the framework's own convolution (ClientConfig::framework):
+  // the shape-level API answered UCUDNN_SHAPE_FRAMEWORK, the drop-in handle ran cuDNN's own
+  // choice undivided. Not fallback calls.
+  uint64_t framework_calls = 0;
 };
 
 // One kernel as the library sees it.
@@ -61,7 +65,8 @@ struct KernelReport {
   double predicted_ms = 0;  // the plan's predicted time (0 without a plan)
   double undivided_ms = 0;  // the planner's undivided baseline (0 when unknown)
   // The plan's segments in execution order: micro-batch size and algorithm (a legacy algorithm's
-  // number, or -1 and an engine configuration's key, as in ucudnn::Segment).
+  // number, or -1 and an engine configuration's key, or -2 and the framework's identity when the
+  // plan is the framework's own convolution, as in ucudnn::Segment).
   struct Segment {
     int64_t micro_batch = 0;
     int algo = 0;
@@ -71,6 +76,9 @@ struct KernelReport {
   bool from_cache = false;
   uint64_t planned_calls = 0;
   uint64_t fallback_calls = 0;
+  uint64_t framework_calls = 0;
+  // The framework's measured time for this kernel known to the server (0 when unknown).
+  double framework_ms = 0;
 };
 
 std::string_view ToString(KernelReport::State state);  // "waiting", "planned", ...

@@ -24,6 +24,9 @@
  *
  * A kernel without a plan that can run now answers UCUDNN_SHAPE_NO_PLAN and writes nothing: the
  * caller runs its own convolution (the framework's choice stays in force until a plan arrives).
+ * With UCUDNN_FRAMEWORK set, the framework's own convolution is a candidate of the plan too
+ * (ucudnnShapeSubmitFrameworkTimings submits its times): a kernel whose plan chose it answers
+ * UCUDNN_SHAPE_FRAMEWORK from the run and workspace calls, and the caller runs its own.
  * The first sight of a kernel asks the planner for it in the background; nothing here waits for
  * the server.
  *
@@ -61,7 +64,11 @@ typedef enum {
   UCUDNN_SHAPE_INTERNAL_ERROR = 6,
   /* ucudnnShapeKernelRun: the kernel's plan needs more workspace than was passed; nothing was
    * written or counted. ucudnnShapeKernelWorkspaceSize says how much. */
-  UCUDNN_SHAPE_WORKSPACE_TOO_SMALL = 7
+  UCUDNN_SHAPE_WORKSPACE_TOO_SMALL = 7,
+  /* The plan chose the framework's own convolution (it was measured faster than every ucudnn
+   * configuration, UCUDNN_FRAMEWORK): run your own; nothing written. Counted as a framework
+   * call (ucudnnStats_t.framework_calls), not a fallback. */
+  UCUDNN_SHAPE_FRAMEWORK = 8
 } ucudnnShapeStatus_t;
 
 typedef enum {
@@ -103,7 +110,9 @@ ucudnnShapeStatus_t ucudnnShapeDestroy(ucudnnShapeContext_t context);
 
 /* The workspace (bytes) the kernel's plan needs from the caller: 0 when it runs in the library's
  * own workspace (total modes). UCUDNN_SHAPE_NO_PLAN when it has none now: the caller runs its own
- * convolution, counted as a fallback call in the stats. The first sight of a kernel declares it
+ * convolution, counted as a fallback call in the stats; UCUDNN_SHAPE_FRAMEWORK when its plan is
+ * the framework's own convolution (run yours; counted as a framework call). The first sight of a
+ * kernel declares it
  * and asks for its plan for `limit` bytes in per-kernel mode (0: the configured limit). Call it
  * once per convolution, before ucudnnShapeConvolution. */
 ucudnnShapeStatus_t ucudnnShapeWorkspaceSize(ucudnnShapeContext_t context,
@@ -116,7 +125,8 @@ ucudnnShapeStatus_t ucudnnShapeWorkspaceSize(ucudnnShapeContext_t context,
  *   backward-filter:  a = x,  b = dy, out = dw    dw = alpha * corr(x, dy)  + beta * dw
  * `workspace` holds workspace_bytes (at least what ucudnnShapeWorkspaceSize answered).
  * UCUDNN_SHAPE_NO_PLAN: nothing usable (no plan, not enough workspace, or the plan failed and
- * the output is to be rewritten whole): run your own convolution. */
+ * the output is to be rewritten whole): run your own convolution. UCUDNN_SHAPE_FRAMEWORK: the
+ * plan chose your own convolution; run it (nothing written). */
 ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
                                            const ucudnnConvShape_t* shape, const void* a,
                                            const void* b, void* out, void* stream, void* workspace,
@@ -131,14 +141,16 @@ ucudnnShapeStatus_t ucudnnShapeGetKernel(ucudnnShapeContext_t context,
                                          ucudnnShapeKernel_t* kernel);
 
 /* The workspace (bytes) the kernel's plan needs from the caller now, as ucudnnShapeWorkspaceSize
- * but counting nothing; UCUDNN_SHAPE_NO_PLAN when it has none. */
+ * but counting nothing; UCUDNN_SHAPE_NO_PLAN when it has none, UCUDNN_SHAPE_FRAMEWORK when its
+ * plan is the framework's own convolution. */
 ucudnnShapeStatus_t ucudnnShapeKernelWorkspaceSize(ucudnnShapeKernel_t kernel, size_t* bytes);
 
 /* ucudnnShapeWorkspaceSize and ucudnnShapeConvolution (alpha = 1, beta = 0: out is written whole)
  * in one call: runs the kernel's plan on `stream` with the caller's workspace when it needs at
  * most `workspace_bytes`. UCUDNN_SHAPE_WORKSPACE_TOO_SMALL: it needs more (nothing written or
  * counted; grow the workspace and call again). UCUDNN_SHAPE_NO_PLAN: run your own convolution
- * (counted as a fallback call). */
+ * (counted as a fallback call). UCUDNN_SHAPE_FRAMEWORK: the plan chose your own convolution; run
+ * it (counted as a framework call). */
 ucudnnShapeStatus_t ucudnnShapeKernelRun(ucudnnShapeKernel_t kernel, const void* a, const void* b,
                                          void* out, void* stream, void* workspace,
                                          size_t workspace_bytes);
@@ -151,6 +163,31 @@ ucudnnShapeStatus_t ucudnnShapePrepare(ucudnnShapeContext_t context,
  * none is still waiting, UCUDNN_SHAPE_NO_PLAN on timeout. Not for training steps. */
 ucudnnShapeStatus_t ucudnnShapeWaitForPlans(ucudnnShapeContext_t context, int64_t timeout_ms);
 ucudnnShapeStatus_t ucudnnShapeGetStats(ucudnnShapeContext_t context, ucudnnStats_t* stats);
+
+/* Where a kernel stands. */
+typedef struct ucudnnShapeKernelInfo {
+  int32_t state;       /* 0 waiting (no answer yet), 1 planned (ucudnn's configuration), 2
+                          framework (the plan chose the framework), 3 no plan (missing timings,
+                          infeasible, disabled, server away) */
+  int32_t segments;    /* segments of the plan, 0 without one */
+  double predicted_ms; /* the plan's predicted time, 0 without one */
+  double framework_ms; /* the framework's measured time known to the server for this kernel,
+                          0 when unknown */
+  double undivided_ms; /* the plan's undivided baseline, 0 when unknown */
+  uint64_t workspace_bytes;
+} ucudnnShapeKernelInfo_t;
+ucudnnShapeStatus_t ucudnnShapeGetKernelInfo(ucudnnShapeKernel_t kernel,
+                                             ucudnnShapeKernelInfo_t* info);
+
+/* Submits the framework's own measured times (fastest-of-its-own-choice, full batch = shape.n)
+ * for `count` kernels, as timings with algo -2 and the context's UCUDNN_FRAMEWORK identity; needs
+ * UCUDNN_TOKEN with the role SubmitTimings needs. Then asks the server again for those kernels'
+ * plans (in the background). spread_ms and workspace_bytes may be NULL (0 each). UNAVAILABLE
+ * (ucudnnShapeLastError says why) without a server, framework or token, or when the server
+ * refuses; BAD_PARAM for a bad shape or time. Waits for the server: not for training steps. */
+ucudnnShapeStatus_t ucudnnShapeSubmitFrameworkTimings(
+    ucudnnShapeContext_t context, const ucudnnConvShape_t* shapes, const double* time_ms,
+    const double* spread_ms, const uint64_t* workspace_bytes, size_t count);
 
 /* What the last call on this thread that failed with UCUDNN_SHAPE_BAD_PARAM or
  * UCUDNN_SHAPE_UNAVAILABLE found wrong ("c: must be in [1, 65536], got 0"); "" if none. */

@@ -29,6 +29,8 @@ typedef struct ucudnnStats {
   uint64_t contributed_problems;
   uint64_t contributed_timings;
   uint64_t contribution_failures;
+  /* Calls of kernels whose plan is the framework's own convolution (UCUDNN_FRAMEWORK). */
+  uint64_t framework_calls;
 } ucudnnStats_t;
 
 /* Which convolution a kernel computes. */

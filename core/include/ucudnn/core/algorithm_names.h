@@ -32,5 +32,9 @@ std::vector<AlgorithmInfo> CpuAlgorithms();
 // `algo`'s name on `backend` ("cudnn" or "cpu", as in DeviceFingerprint::backend); empty when the
 // backend or the id is unknown.
 std::string AlgorithmName(std::string_view backend, ConvOp op, int algo);
+struct Algorithm;
+// Any algorithm's name for a table: a legacy algorithm's as above, an engine configuration's key,
+// "framework(<identity>)" for the framework's own convolution (AlgorithmText).
+std::string AlgorithmName(std::string_view backend, ConvOp op, const Algorithm& algo);
 
 }  // namespace ucudnn

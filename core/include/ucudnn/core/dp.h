@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "ucudnn/core/plan.h"
@@ -12,6 +14,10 @@ namespace ucudnn {
 // Candidate micro-batch sizes for `policy` up to `mini_batch`, ascending. kUndivided: {B};
 // kPowerOfTwo: 1, 2, 4, ... <= B, plus B itself; kAll: 1..B.
 std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch);
+
+// The DP, the undivided baseline and the front below never use the framework's own timings
+// (kFrameworkAlgo): the framework is a candidate only as the whole kernel, through the functions
+// at the end of this file.
 
 // T(0) = 0, T(n) = min over allowed b <= n of t(b) + T(n - b), with t(b) the fastest kOk
 // algorithm at micro-batch b whose workspace <= limit. Ties are broken deterministically
@@ -29,5 +35,38 @@ Result<Segment> FastestUndivided(const TimingTable& table, int64_t mini_batch,
 // time strictly descending.
 std::vector<KernelConfig> ParetoFront(const TimingTable& table, int64_t mini_batch,
                                       BatchPolicy policy, uint64_t max_workspace = UINT64_MAX);
+
+// The framework's own convolution as a candidate (timing.h: kFrameworkAlgo, kFrameworkMargin).
+
+// The kOk timing of framework `framework` at exactly `mini_batch` (the whole kernel), whatever
+// its workspace; nullptr when `framework` is empty or there is none. Framework timings of other
+// identities, and at other micro-batch sizes, are never candidates.
+const Timing* FindFramework(const TimingTable& table, int64_t mini_batch,
+                            std::string_view framework);
+
+// That timing as the one segment of a kernel, when its workspace fits `workspace_limit`.
+std::optional<Segment> FrameworkSegment(const TimingTable& table, int64_t mini_batch,
+                                        std::string_view framework, uint64_t workspace_limit);
+
+// Whether ucudnn's configuration of `ucudnn_ms` replaces the framework's of `framework_ms`:
+// only when faster than framework_ms * (1 - kFrameworkMargin).
+inline bool BeatsFramework(double ucudnn_ms, double framework_ms) {
+  return ucudnn_ms < framework_ms * (1 - kFrameworkMargin);
+}
+
+// One kernel (per-kernel and shared workspace modes): ucudnn's configuration (absent when none
+// fits) against the framework's segment; the framework unless BeatsFramework. The chosen
+// configuration reports its measured time.
+KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
+                                    const Segment& framework);
+
+// The sum-budget ILP's view: `front` (ParetoFront's order) with the framework's segment as one
+// more point of its measured workspace and of time framework_ms * (1 - kFrameworkMargin), so
+// that minimising the sum of times applies the margin; points it dominates are dropped. A chosen
+// point goes through ReportedConfig before it is reported.
+void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front);
+// `config` with its time the sum of its segments' measured times (undoes AddFrameworkPoint's
+// scaling; any other configuration is returned as it is).
+KernelConfig ReportedConfig(KernelConfig config);
 
 }  // namespace ucudnn

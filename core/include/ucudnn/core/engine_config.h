@@ -48,7 +48,9 @@ Result<EngineConfig> ParseEngineConfigKey(std::string_view key);
 struct Algorithm;
 // The rule every writer of an algorithm identity (store, proto, timing files) checks: a legacy
 // algorithm has algo >= 0 and no engine configuration; an engine configuration has a key that
-// ParseEngineConfigKey() accepts and algo == kEngineAlgo. kInvalidArgument naming the field
+// ParseEngineConfigKey() accepts and algo == kEngineAlgo; the framework's own convolution has
+// algo == kFrameworkAlgo and a framework identity (CheckFrameworkIdentity). kInvalidArgument naming
+// the field
 // ("algo: ..." or "engine_config: ..."); callers add where it was (index, line).
 Status CheckAlgorithm(const Algorithm& algo);
 

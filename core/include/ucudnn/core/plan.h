@@ -44,9 +44,10 @@ enum class AlgorithmSpace { kAll = 0, kLegacy = 1, kEngines = 2 };
 std::string_view ToString(AlgorithmSpace a);  // "all" "legacy" "engines"
 Result<AlgorithmSpace> ParseAlgorithmSpace(std::string_view s);
 Result<AlgorithmSpace> ParseAlgorithmSpaceChoice(std::string_view what, std::string_view s);
-// Whether a measurement belongs to `space`.
+// Whether a measurement belongs to `space`. The framework's own timings belong to every space:
+// they are a candidate of their own (PlanRequest::framework).
 inline bool InSpace(const Timing& t, AlgorithmSpace space) {
-  return space == AlgorithmSpace::kAll ||
+  return space == AlgorithmSpace::kAll || IsFramework(t) ||
          (space == AlgorithmSpace::kEngines) == !t.engine_config.empty();
 }
 
@@ -58,6 +59,11 @@ struct PlanRequest {
   uint64_t workspace_bytes = 64ull << 20;
   double ilp_time_limit_s = 10.0;
   AlgorithmSpace algorithms = AlgorithmSpace::kAll;
+  // The caller's framework identity (CheckFrameworkIdentity); empty: no framework candidate.
+  // Only framework timings (kFrameworkAlgo) of exactly this identity are candidates, each only
+  // as its whole kernel and only where ucudnn's configuration does not beat it by
+  // kFrameworkMargin; the plan then holds that one framework segment with its measured time.
+  std::string framework;
 };
 
 enum class KernelPlanStatus {
@@ -78,6 +84,9 @@ struct KernelPlan {
   // that reuses one buffer does); in kTotalSum the baselines' workspaces together may exceed the
   // budget that the plan's own workspaces share. Absent when no algorithm fits undivided.
   std::optional<Segment> undivided;
+  // The framework's measured time for this kernel at the full mini-batch (PlanRequest::framework),
+  // whatever its workspace; 0 when none is known.
+  double framework_ms = 0;
 };
 
 // The network-wide ILP's report (ucudnn/planner/ilp.h defines the statuses precisely).
@@ -115,6 +124,7 @@ struct NetworkPlan {
   double undivided_sum_ms = 0;
   uint64_t total_workspace_bytes = 0;  // sum (kTotalSum, kPerKernel) or max (kTotalShared)
   bool complete = false;               // every kernel kPlanned
+  std::string framework;               // PlanRequest::framework
   IlpReport ilp;
 };
 

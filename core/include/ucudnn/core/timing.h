@@ -17,15 +17,32 @@ Result<TimingStatus> ParseTimingStatus(std::string_view s);  // any case
 // Which algorithm a measurement or a segment is, as a backend is asked to run it: a legacy
 // algorithm (`id`, cuDNN's enum value or the CPU backend's number, with `engine_config` empty),
 // or a cuDNN graph-API engine configuration (`id` = kEngineAlgo and `engine_config` its canonical
-// key, EngineConfigKey()). A plain number converts implicitly: legacy callers stay as they were.
+// key, EngineConfigKey()), or the framework's own convolution (`id` = kFrameworkAlgo and
+// `engine_config` the framework's identity). A plain number converts implicitly: legacy callers
+// stay as they were.
 inline constexpr int kEngineAlgo = -1;
+// "The framework's own convolution" (e.g. PyTorch's choice for the kernel), measured by the
+// training job and submitted like any timing: a planning candidate only as the whole kernel (one
+// segment at the full mini-batch), never run by a backend. Its `engine_config` holds the
+// framework's identity (CheckFrameworkIdentity), e.g. "torch-2.11.0+cu130/benchmark".
+inline constexpr int kFrameworkAlgo = -2;
+// ucudnn's own configuration replaces the framework's only when faster than
+// framework_time * (1 - kFrameworkMargin): the two are measured in different processes (the
+// worker and the training job), so a ucudnn configuration must win by more than their noise.
+inline constexpr double kFrameworkMargin = 0.03;
+// The longest framework identity, bytes.
+inline constexpr size_t kMaxFrameworkIdentity = 128;
 struct Algorithm {
   int id = 0;
   std::string_view engine_config;
   Algorithm(int legacy_id) : id(legacy_id) {}  // NOLINT(google-explicit-constructor)
   Algorithm(int algo_id, std::string_view config) : id(algo_id), engine_config(config) {}
-  bool is_engine() const { return !engine_config.empty(); }
+  bool is_framework() const { return id == kFrameworkAlgo; }
+  bool is_engine() const { return !engine_config.empty() && !is_framework(); }
 };
+// kInvalidArgument naming `field` unless `identity` is a framework identity: non-empty, at most
+// kMaxFrameworkIdentity bytes, printable ASCII (0x20-0x7e).
+Status CheckFrameworkIdentity(std::string_view field, std::string_view identity);
 // "IMPLICIT_GEMM"-style names are for tables (algorithm_names.h); this is the text of the
 // identity itself: the number of a legacy algorithm, the key of an engine configuration.
 std::string AlgorithmText(const Algorithm& algo);
@@ -33,14 +50,15 @@ std::string AlgorithmText(const Algorithm& algo);
 // One (micro-batch size, algorithm) measurement.
 struct Timing {
   int64_t micro_batch = 0;
-  int algo = 0;          // kEngineAlgo for an engine configuration
-  double time_ms = 0;    // median
+  int algo = 0;        // kEngineAlgo for an engine configuration, kFrameworkAlgo for the framework
+  double time_ms = 0;  // median
   double spread_ms = 0;  // interquartile range of the samples
   int samples = 0;
   uint64_t workspace_bytes = 0;
   TimingStatus status = TimingStatus::kOk;
-  std::string error;          // cuDNN status or reason, for kFailed / kUnsupported
-  std::string engine_config;  // an engine configuration's key; empty for a legacy algorithm
+  std::string error;  // cuDNN status or reason, for kFailed / kUnsupported
+  // An engine configuration's key, or the framework's identity; empty for a legacy algorithm.
+  std::string engine_config;
   bool operator==(const Timing&) const = default;
 };
 
@@ -74,9 +92,12 @@ struct Segment {
 
 inline Algorithm AlgorithmOf(const Timing& t) { return {t.algo, t.engine_config}; }
 inline Algorithm AlgorithmOf(const Segment& s) { return {s.algo, s.engine_config}; }
+inline bool IsFramework(const Timing& t) { return t.algo == kFrameworkAlgo; }
+inline bool IsFramework(const Segment& s) { return s.algo == kFrameworkAlgo; }
 // Orders algorithms for deterministic tie-breaking: legacy ones by number, then engine
-// configurations by key.
+// configurations by key, then framework identities.
 inline bool AlgorithmLess(const Algorithm& a, const Algorithm& b) {
+  if (a.is_framework() != b.is_framework()) return !a.is_framework();
   if (a.is_engine() != b.is_engine()) return !a.is_engine();
   if (a.id != b.id) return a.id < b.id;
   return a.engine_config < b.engine_config;

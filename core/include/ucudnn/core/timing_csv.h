@@ -11,7 +11,8 @@
 //   status,spread_ms,samples,error                            (status: ok, unsupported, failed)
 // `algo` is a legacy algorithm's number, or a cuDNN graph-API engine configuration's canonical
 // key ("eng34{k3=2;k14=-1}", EngineConfigKey(); it has no commas, so no new column is needed and
-// older files read as before).
+// older files read as before), or the framework's own convolution, "framework(<identity>)"
+// (quoted when the identity needs it).
 // Lines starting with '#' and blank lines are ignored; fields may be double-quoted ("" escapes a
 // quote). dtype, layout, op and status are case-insensitive.
 #pragma once

@@ -19,7 +19,8 @@ namespace ucudnn::server {
 
 // Bumped whenever the planning code changes what it answers for the same input, so that plans
 // cached by an older server are not served by a newer one.
-inline constexpr int kPlannerRevision = 2;  // 2: engine configurations, algorithm spaces
+// 2: engine configurations, algorithm spaces; 3: the framework's own convolution a candidate
+inline constexpr int kPlannerRevision = 3;
 
 // FNV-1a over the table's entries in (micro_batch, algo) order, every field exactly (times by
 // their bit patterns): equal tables, in any entry order, give equal digests.

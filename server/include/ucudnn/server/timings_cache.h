@@ -21,7 +21,7 @@ namespace ucudnn::server {
 struct CachedTimings {
   TimingTable table;
   uint64_t digest = 0;
-  std::vector<int64_t> micro_batches;  // distinct, ascending
+  std::vector<int64_t> micro_batches;  // distinct, ascending; of ucudnn's own timings only
   std::chrono::steady_clock::time_point loaded_at = std::chrono::steady_clock::now();
 };
 // Fills digest and micro_batches from table.
