@@ -258,7 +258,7 @@ def run_one(args):
 LIBRARY_CALLS_PER_LAYER_STEP = 3  # forward, backward-data, backward-filter
 
 
-def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves"):
+def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves", framework=""):
     """Plans for `shapes` (ConvShapes, each kernel once) written into the local plan cache file
     at `path` by `tool` (tests' ucudnn_test_write_plan_cache, CPU backend): micro-batched
     (halves) or undivided (split "whole"), their segments cycling through the CPU algorithms
@@ -268,8 +268,9 @@ def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves"):
     kernels_file = path + ".kernels"
     with open(kernels_file, "w") as f:
         f.write("\n".join(lines) + "\n")
-    subprocess.run([tool, path, str(limit), kernels_file, algos, split], check=True,
-                   stdout=subprocess.DEVNULL)
+    # Plans are kept per framework identity (UCUDNN_FRAMEWORK, which convert() sets).
+    subprocess.run([tool, path, str(limit), kernels_file, algos, split] + (
+        [framework] if framework else []), check=True, stdout=subprocess.DEVNULL)
     return len(lines)
 
 
@@ -280,7 +281,8 @@ def undivided_plan_cache(ut, model, sample, tool, directory):
     shapes = [s for group in ut.kernels(model, sample).values() for s in group]
     cache = os.path.join(directory, "plans.bin")
     limit = 64 << 20  # the adapter's per-kernel limit when none is configured
-    write_plan_cache(tool, cache, shapes, limit, algos="1", split="whole")
+    write_plan_cache(tool, cache, shapes, limit, algos="1", split="whole",
+                     framework=ut.framework_identity())
     return {"server": "", "cache_path": cache, "policy": "undivided"}
 
 

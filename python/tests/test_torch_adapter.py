@@ -10,6 +10,7 @@ import io
 import itertools
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -38,7 +39,8 @@ def closed_port():
 
 def write_plan_cache(path, shapes, algos="1,2"):
     """Micro-batched plans for `shapes` into the cache file at `path` (torch_adapter's helper)."""
-    return torch_adapter.write_plan_cache(TOOL, path, shapes, LIMIT, algos)
+    return torch_adapter.write_plan_cache(TOOL, path, shapes, LIMIT, algos,
+                                          framework=ut.framework_identity())
 
 
 def planned(model, sample, directory, algos="1,2"):
@@ -308,7 +310,9 @@ class KernelHandleTest(unittest.TestCase):
         self.dir.cleanup()
 
     def context(self, options):
-        return _lib.Context(self.lib, "cpu", "UCUDNN_SERVER=;" + options)
+        # The plans of write_plan_cache() are this PyTorch's (convert()'s framework identity).
+        return _lib.Context(self.lib, "cpu", f"UCUDNN_SERVER=;UCUDNN_FRAMEWORK="
+                            f"{ut.framework_identity()};" + options)
 
     def run_kernel(self, kernel, x, w, y, workspace):
         pointer = workspace.data_ptr() if workspace.numel() else None
@@ -545,6 +549,82 @@ class RouteTest(unittest.TestCase):
         has = hasattr(torch.library, "register_fake") and hasattr(torch.library,
                                                                   "register_autograd")
         self.assertEqual(ut.custom_ops_available(), has)
+
+
+class FrameworkPlanTest(unittest.TestCase):
+    """Plans that chose PyTorch's own convolution (the framework candidate, issue 20): the
+    kernel runs PyTorch's path, counted as a framework call, and only for the framework identity
+    the plans were made for."""
+
+    IDENTITY = "torch-test/benchmark"
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, model, x, framework_ops):
+        """A plan cache for `model`'s kernels: micro-batched plans, except the kernels for which
+        framework_ops(shape) is true, whose plans chose the framework."""
+        ut.convert(model, server="", cache_path="off", framework=self.IDENTITY)
+        shapes = ut._unique([s for g in ut.kernels(model, x).values() for s in g])
+        fields = [name for name, _ in _lib.ConvShape._fields_]
+        lines = [" ".join(str(getattr(s, f)) for f in fields) +
+                 (" framework" if framework_ops(s) else "") for s in shapes]
+        kernels_file = os.path.join(self.dir.name, "kernels.txt")
+        with open(kernels_file, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        cache = os.path.join(self.dir.name, "plans.bin")
+        subprocess.run([TOOL, cache, str(LIMIT), kernels_file, "1,2", "halves", self.IDENTITY],
+                       check=True, stdout=subprocess.DEVNULL)
+        return cache, len(shapes)
+
+    def test_a_framework_plan_runs_pytorchs_own(self):
+        torch.manual_seed(31)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 6, 3, stride=2, padding=1))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        # Layer 2's forward (its input has 4 channels) chose the framework.
+        cache, count = self.write(model, x, lambda s: s.op == _lib.FORWARD and s.c == 4)
+        self.assertEqual(count, 5)
+        ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
+        for _ in range(3):
+            assert_same_step(self, model, reference, x)
+        stats = ut.stats(model)
+        # Per step: 4 plans ran, layer 2's forward ran PyTorch's own as planned, and layer 1's
+        # backward-data (x needs its gradient in step(), not in kernels()) had no plan.
+        self.assertEqual(stats["planned_calls"], 3 * 4, stats)
+        self.assertEqual(stats["framework_calls"], 3, stats)
+        self.assertEqual(stats["fallback_calls"], 3, stats)
+
+    def test_a_layer_all_framework_takes_the_unconverted_path(self):
+        torch.manual_seed(32)
+        reference = nn.Conv2d(3, 4, 3, padding=1)
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9, requires_grad=True)
+        cache, count = self.write(model, x, lambda s: True)
+        self.assertEqual(count, 3)
+        ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
+        assert_same_step(self, model, reference, x)  # learns the routes
+        with mock.patch.object(ut._Conv2dFunction, "apply",
+                               side_effect=AssertionError("through the adapter's function")):
+            assert_same_step(self, model, reference, x)
+        stats = ut.stats(model)
+        self.assertEqual(stats["framework_calls"], 2 * 3, stats)
+        self.assertEqual(stats["planned_calls"], 0, stats)
+
+    def test_plans_of_another_framework_are_not_used(self):
+        torch.manual_seed(33)
+        reference = nn.Conv2d(3, 4, 3, padding=1)
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        cache, _ = self.write(model, x, lambda s: s.op == _lib.FORWARD)
+        ut.convert(model, server="", cache_path=cache, framework="torch-other/heuristic")
+        assert_same_step(self, model, reference, x)
+        stats = ut.stats(model)
+        self.assertEqual((stats["planned_calls"], stats["framework_calls"]), (0, 0), stats)
 
 
 class CheckpointTest(unittest.TestCase):

@@ -6,7 +6,11 @@
 // segment of the whole mini-batch, recorded for the undivided policy: the adapter's overhead
 // benchmark).
 //
-//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole]]
+//   ucudnn_test_write_plan_cache OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole [FRAMEWORK]]]
+//
+// FRAMEWORK: the framework identity the plans were asked with (UCUDNN_FRAMEWORK); a kernel line
+// ending in the word "framework" then gets the plan that chose the framework's own convolution
+// (one whole-batch segment of algo -2).
 //
 // KERNELS_FILE: one kernel a line, the fields of ucudnnConvShape_t (ucudnn_shape.h) in its order,
 // "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w groups [data_type layout math]",
@@ -19,6 +23,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plan_cache.h"
@@ -58,16 +63,17 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || argc > 6) {
-    return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole]]");
+  if (argc < 4 || argc > 7) {
+    return Fail("usage: OUT LIMIT_BYTES KERNELS_FILE [ALGOS [halves|whole [FRAMEWORK]]]");
   }
-  const std::string split = argc == 6 ? argv[5] : "halves";
+  const std::string split = argc >= 6 ? argv[5] : "halves";
+  const std::string framework = argc == 7 ? argv[6] : "";
   if (split != "halves" && split != "whole") {
     return Fail("SPLIT: expected 'halves' or 'whole', got '" + split + "'");
   }
   const bool whole = split == "whole";
   std::vector<int> algos;
-  std::istringstream algo_list(argc == 5 ? argv[4] : "1,2");
+  std::istringstream algo_list(argc >= 5 ? argv[4] : "1,2");
   for (std::string algo; std::getline(algo_list, algo, ',');) {
     if (algo.empty() || algo.find_first_not_of("0123456789") != std::string::npos ||
         std::stoi(algo) >= ucudnn::kCpuAlgoCount) {
@@ -88,7 +94,15 @@ int main(int argc, char** argv) {
   int written = 0;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
-    std::istringstream fields(line);
+    constexpr std::string_view kFrameworkWord = "framework";
+    const bool runs_framework =
+        line.size() > kFrameworkWord.size() &&
+        std::string_view(line).substr(line.size() - kFrameworkWord.size()) == kFrameworkWord;
+    if (runs_framework && framework.empty()) {
+      return Fail("'" + line + "': a framework plan needs FRAMEWORK");
+    }
+    std::istringstream fields(runs_framework ? line.substr(0, line.size() - kFrameworkWord.size())
+                                             : line);
     ucudnnConvShape_t shape{};
     int op = 0;
     int data_type = UCUDNN_SHAPE_FLOAT;
@@ -114,7 +128,14 @@ int main(int argc, char** argv) {
     plan.kernel = ucudnn::Kernel{p, batch, ""};
     plan.status = ucudnn::KernelPlanStatus::kPlanned;
     int index = 0;
-    for (const int64_t micro : whole ? std::vector<int64_t>{batch} : MicroBatches(batch)) {
+    if (runs_framework) {
+      plan.config.segments.push_back(
+          ucudnn::Segment{batch, ucudnn::kFrameworkAlgo, 1.0, 0, framework});
+      plan.config.time_ms = 1.0;
+    }
+    for (const int64_t micro : runs_framework ? std::vector<int64_t>{}
+                               : whole        ? std::vector<int64_t>{batch}
+                                              : MicroBatches(batch)) {
       const int algo = algos[index++ % algos.size()];
       ucudnn::Result<size_t> bytes = backend.WorkspaceSize(p, micro, algo);
       if (!bytes.ok()) return Fail("'" + line + "': " + bytes.status().ToString());
@@ -130,6 +151,7 @@ int main(int argc, char** argv) {
     record.plan.workspace_budget_bytes = limit;
     record.plan.total_time_ms = plan.config.time_ms;
     record.plan.complete = true;
+    record.plan.framework = framework;
     record.plan.kernels.push_back(plan);
     cache.Put(std::move(record));
     ++written;
