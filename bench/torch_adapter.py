@@ -483,7 +483,10 @@ def compare(results):
     overhead = results.get("overhead_undivided", {})
     if "median_step_ms" in undivided:
         step_ms = undivided["median_step_ms"]
-        calls = undivided["adapter_calls"] / max(1, len(undivided["losses"]))
+        # Every convolution call of a step, through the library or routed to PyTorch's own.
+        counted = undivided["stats"]
+        calls = sum(counted.get(k, 0) for k in ("planned_calls", "fallback_calls",
+                                                 "framework_calls")) / max(1, len(undivided["losses"]))
         entry = {
             "step_ms": step_ms,
             "calls_per_step": calls,

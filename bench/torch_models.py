@@ -369,7 +369,7 @@ def grads_one(args):
 
 
 # ---- the suite -----------------------------------------------------------------------------------
-def run_process(args, name, run_args):
+def run_process(args, name, run_args, timeout_s=None):
     json_path = os.path.join(args.out, f"{name}.json")
     log_path = os.path.join(args.out, "runs.log")
     command = [args.python, os.path.abspath(__file__)] + run_args + ["--json-out", json_path]
@@ -379,9 +379,9 @@ def run_process(args, name, run_args):
         log.flush()
         try:
             rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                timeout=args.run_timeout_s).returncode
+                                timeout=timeout_s or args.run_timeout_s).returncode
         except subprocess.TimeoutExpired:
-            return {"error": f"{name}: timed out after {args.run_timeout_s} s"}
+            return {"error": f"{name}: timed out after {timeout_s or args.run_timeout_s} s"}
     if rc != 0 or not os.path.exists(json_path):
         return {"error": f"{name}: exit {rc} (see runs.log)"}
     with open(json_path) as f:
@@ -434,7 +434,9 @@ def run_suite(args):
             ["--option=disable=1"] if variant == "fallback" else [])
         if args.warm_wait_s > 0:
             warm = run_process(args, f"{tag}_warm", ["run"] + common[:-2] + ["--steps", "4"] +
-                               converted + warm_options(args.warm_wait_s))
+                               converted + warm_options(args.warm_wait_s),
+                               # the plans' wait, PyTorch's own measured meanwhile, the re-plans
+                               timeout_s=2 * args.warm_wait_s + args.run_timeout_s)
             if "error" in warm:
                 errors.append(warm["error"])
         cap_gib = 0.0

@@ -615,6 +615,22 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertEqual(stats["framework_calls"], 2 * 3, stats)
         self.assertEqual(stats["planned_calls"], 0, stats)
 
+    def test_without_a_server_the_measurement_decides_for_this_process(self):
+        torch.manual_seed(34)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        # Plans predicted at 1 ms a segment: far slower than PyTorch's own at these sizes.
+        cache, count = self.write(model, x, lambda s: False)
+        ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
+        result = ut.prepare(model, x, wait_ms=200)
+        self.assertEqual(result, {"kernels": count, "measured": count})
+        self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
+        assert_same_step(self, model, reference, x)
+        stats = ut.stats(model)
+        self.assertEqual(stats["planned_calls"], 0, stats)
+        self.assertEqual(stats["framework_calls"], count, stats)
+
     def test_plans_of_another_framework_are_not_used(self):
         torch.manual_seed(33)
         reference = nn.Conv2d(3, 4, 3, padding=1)

@@ -173,8 +173,9 @@ class Library:
         self._last_error = lib.ucudnnShapeLastError
 
     def check(self, function, status):
-        """Raises ShapeError unless `status` is SUCCESS or NO_PLAN; returns it."""
-        if status in (SUCCESS, NO_PLAN):
+        """Raises ShapeError unless `status` is SUCCESS, NO_PLAN or FRAMEWORK (the plan chose
+        the framework's own convolution); returns it."""
+        if status in (SUCCESS, NO_PLAN, FRAMEWORK):
             return status
         detail = ""
         if status in (BAD_PARAM, UNAVAILABLE):
@@ -225,7 +226,7 @@ class Context:
             "ucudnnShapeWorkspaceSize",
             self._lib.ShapeWorkspaceSize(self.handle, ctypes.byref(shape), limit,
                                          ctypes.byref(size)))
-        return None if status == NO_PLAN else size.value
+        return None if status in (NO_PLAN, FRAMEWORK) else size.value
 
     def convolution(self, shape, a, b, out, stream, workspace, workspace_bytes, alpha=1.0,
                     beta=0.0):
@@ -249,7 +250,7 @@ class Context:
         size = ctypes.c_size_t()
         status = self._lib.check("ucudnnShapeKernelWorkspaceSize",
                                  self._lib.ShapeKernelWorkspaceSize(kernel, ctypes.byref(size)))
-        return None if status == NO_PLAN else size.value
+        return None if status in (NO_PLAN, FRAMEWORK) else size.value
 
     def prepare(self, shapes, limit=0):
         array = (ConvShape * len(shapes))(*shapes)

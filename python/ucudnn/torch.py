@@ -240,7 +240,8 @@ class _Conv:
 
     __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
                  "dilation", "groups", "memory_format", "out_size", "dims", "data_type", "layout",
-                 "math", "kernels", "routes", "recheck", "workspace_bytes", "channels_last")
+                 "math", "kernels", "routes", "recheck", "workspace_bytes", "channels_last",
+                 "local")
 
     def __init__(self, runtime, context, x, weight, geometry, channels_last, math):
         self.runtime, self.context = runtime, context
@@ -261,6 +262,7 @@ class _Conv:
         self.routes = [_ROUTE_ASK, _ROUTE_ASK, _ROUTE_ASK]
         self.recheck = [0.0, 0.0, 0.0]
         self.workspace_bytes = [0, 0, 0]
+        self.local = [False, False, False]
 
     def shape(self, op):
         """The ucudnnConvShape_t of `op`."""
@@ -296,6 +298,10 @@ class _Conv:
         """Runs `op` through the library into `out` (every operand dense in the signature's
         layout): True when its plan ran, False when the caller must run PyTorch's own."""
         kernel = self.kernels[op] or self._declare(op)
+        if self.local[op]:  # this process measured PyTorch's own faster (not shared)
+            self._route(op, _ROUTE_FRAMEWORK)
+            self.runtime.skipped[_ROUTE_FRAMEWORK - _ROUTE_NO_PLAN] += 1
+            return False
         index = self.index
         stream = None
         if index >= 0:
@@ -318,8 +324,8 @@ class _Conv:
     def _declare(self, op):
         shape = self.shape(op)
         kernel = self.kernels[op] = self.context.kernel(shape, self.runtime.workspace_limit)
-        if self.runtime.local_framework and _shape_key(shape) in self.runtime.local_framework:
-            self._route(op, _ROUTE_FRAMEWORK)
+        self.local[op] = bool(self.runtime.local_framework) and (
+            _shape_key(shape) in self.runtime.local_framework)
         return kernel
 
     def _route(self, op, route):
@@ -802,35 +808,52 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True):
         shapes = _unique(shapes)
         declared += len(shapes)
         context.prepare(shapes, runtime.workspace_limit)
-        if wait_ms > 0:
-            context.wait_for_plans(wait_ms)
-            if measure_framework:
-                measured += _decide_framework(runtime, context, device, shapes, wait_ms)
+        if wait_ms <= 0:
+            continue
+        not_shared = []
+        if measure_framework and hasattr(context, "kernel_info"):
+            # The first answers say what the cluster knows of PyTorch's time (a warm cluster:
+            # everything, nothing to measure). Kernels still waiting (their timings are being
+            # benchmarked) are measured too, so that their plans weigh PyTorch's own.
+            context.wait_for_plans(min(wait_ms, _FIRST_ANSWER_MS))
+            not_shared = _measure_framework(runtime, context, device, shapes)
+            measured += len(not_shared[1]) if not_shared else 0
+        context.wait_for_plans(wait_ms)
+        if not_shared and not not_shared[0]:
+            _decide_locally(runtime, context, not_shared[1])
     return {"kernels": declared, "measured": measured}
 
 
-def _decide_framework(runtime, context, device, shapes, wait_ms):
-    """Measures PyTorch's own time for the kernels whose plan does not know it, and has it
-    shared (submitted; their plans are made again) or, failing that, decides here."""
-    if not hasattr(context, "kernel_info"):
-        return 0  # a library without the framework candidate
-    infos = [(shape, context.kernel_info(context.kernel(shape, runtime.workspace_limit)))
-             for shape in shapes]
-    unknown = [(shape, info) for shape, info in infos if info["framework_ms"] <= 0]
+# How long prepare() waits for the first answers before measuring PyTorch's own time.
+_FIRST_ANSWER_MS = 5000
+
+
+def _measure_framework(runtime, context, device, shapes):
+    """Measures PyTorch's own time for the kernels whose plan does not know it and submits it
+    (their plans are made again). (shared, [(shape, framework ms)]), or None: nothing to do."""
+    unknown = [shape for shape in shapes
+               if context.kernel_info(context.kernel(shape, runtime.workspace_limit))[
+                   "framework_ms"] <= 0]
     if not unknown:
-        return 0
-    timings = [_time_framework(shape, device) for shape, _ in unknown]
+        return None
+    timings = [_time_framework(shape, device) for shape in unknown]
     try:
-        context.submit_framework_timings([s for s, _ in unknown], [t[0] for t in timings],
+        context.submit_framework_timings(unknown, [t[0] for t in timings],
                                          [t[1] for t in timings], [0] * len(unknown))
-        context.wait_for_plans(wait_ms)
+        shared = True
     except _lib.ShapeError:
-        # Not shared (no server or token): this process decides from its own measurement.
-        for (shape, info), (framework_ms, _) in zip(unknown, timings):
-            if info["state"] != "planned" or (
-                    info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN)):
-                runtime.local_framework.add(_shape_key(shape))
-    return len(unknown)
+        shared = False  # no server or token: this process decides alone (_decide_locally)
+    return shared, [(shape, t[0]) for shape, t in zip(unknown, timings)]
+
+
+def _decide_locally(runtime, context, measured):
+    """PyTorch's own convolution for the kernels whose plan is not faster than the measured time
+    by FRAMEWORK_MARGIN: the planner's rule, applied in this process alone."""
+    for shape, framework_ms in measured:
+        info = context.kernel_info(context.kernel(shape, runtime.workspace_limit))
+        if info["state"] != "planned" or (
+                info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN)):
+            runtime.local_framework.add(_shape_key(shape))
 
 
 # A ucudnn plan runs only where it is faster than PyTorch's own by more than this (the planner's
