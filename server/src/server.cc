@@ -9,10 +9,10 @@
 #include <spdlog/spdlog.h>
 
 #include "grpc/health/v1/health.pb.h"
+#include "ucudnn/metrics/endpoint.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/auth.h"
 #include "ucudnn/server/malformed_requests.h"
-#include "ucudnn/server/metrics_http.h"
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/server_metrics.h"
 #include "ucudnn/server/services.h"
@@ -178,7 +178,10 @@ Status PlannerServer::Listen(const ServerConfig& config) {
 
 Status PlannerServer::StartMetricsEndpoint(const ServerConfig& config) {
   if (config.metrics_listen.empty()) return Status::Ok();
-  auto http = MetricsHttpServer::Start(config.metrics_listen, [this] { return ScrapeMetrics(); });
+  auto http = metrics::Endpoint::Start(config.metrics_listen, metrics::MakeCollectable([this] {
+                                         RefreshScrapeGauges();
+                                         return metrics_->registry()->Collect();
+                                       }));
   if (!http.ok()) {
     Shutdown(std::chrono::milliseconds(0));
     return http.status();
@@ -236,6 +239,12 @@ void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
 }
 
 std::string PlannerServer::ScrapeMetrics() {
+  RefreshScrapeGauges();
+  return metrics_->Render();
+}
+
+void PlannerServer::RefreshScrapeGauges() {
+  std::lock_guard lock(scrape_mu_);
   ScrapeSnapshot snapshot;
   snapshot.listener_connected = watcher_ && watcher_->connected();
   snapshot.plan_cache_entries = coordinator_ ? coordinator_->plan_cache_size() : 0;
@@ -256,7 +265,6 @@ std::string PlannerServer::ScrapeMetrics() {
     }
   }
   metrics_->ApplySnapshot(snapshot);
-  return metrics_->Render();
 }
 
 void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
