@@ -178,22 +178,25 @@ Status PlannerServer::Listen(const ServerConfig& config) {
 
 Status PlannerServer::StartMetricsEndpoint(const ServerConfig& config) {
   if (config.metrics_listen.empty()) return Status::Ok();
-  auto http = metrics::Endpoint::Start(config.metrics_listen, metrics::MakeCollectable([this] {
-                                         RefreshScrapeGauges();
-                                         return metrics_->registry()->Collect();
-                                       }));
-  if (!http.ok()) {
+  // Each scrape first reads the scrape-time gauges, then collects every family.
+  auto endpoint = metrics::Endpoint::Start(config.metrics_listen, metrics::MakeCollectable([this] {
+                                             RefreshScrapeGauges();
+                                             return metrics_->registry()->Collect();
+                                           }));
+  if (!endpoint.ok()) {
     Shutdown(std::chrono::milliseconds(0));
-    return http.status();
+    return endpoint.status();
   }
-  metrics_http_ = std::move(http).value();
+  metrics_endpoint_ = std::move(endpoint).value();
   spdlog::info("metrics at http://{}/metrics",
                config.metrics_listen.substr(0, config.metrics_listen.rfind(':') + 1) +
-                   std::to_string(metrics_http_->port()));
+                   std::to_string(metrics_endpoint_->port()));
   return Status::Ok();
 }
 
-int PlannerServer::metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+int PlannerServer::metrics_port() const {
+  return metrics_endpoint_ ? metrics_endpoint_->port() : 0;
+}
 
 void PlannerServer::SetServing(bool serving) {
   if (!grpc_server_) return;
@@ -280,7 +283,7 @@ void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
   if (pool_) pool_->Stop();
   if (health_thread_.joinable()) health_thread_.join();
   if (watcher_) watcher_->Stop();
-  if (metrics_http_) metrics_http_->Stop();
+  if (metrics_endpoint_) metrics_endpoint_->Stop();
   {
     std::lock_guard lock(mu_);
     shut_down_ = true;

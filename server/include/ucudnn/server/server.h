@@ -91,7 +91,7 @@ class PlannerServer {
   // Runs every call's work; declared after what its tasks use, so it stops (and joins) first.
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<metrics::Endpoint> metrics_http_;
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint_;
   std::mutex scrape_mu_;
   int port_ = 0;
 
