@@ -1,12 +1,18 @@
 #include "ucudnn/metrics/endpoint.h"
 
 #include <dlfcn.h>
+#include <netdb.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cstddef>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include <prometheus/collectable.h>
@@ -26,6 +32,30 @@ extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
 }
 
 namespace ucudnn::metrics {
+namespace {
+
+// Connects to host:port and hangs up at once, until `done`: each connection wakes CivetWeb's
+// accepting thread, which otherwise notices a stop only at the end of its 2 s poll.
+void WakeUntil(const std::string& host, int port, const std::atomic<bool>& done) {
+  addrinfo hints = {};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return;
+  while (!done.load()) {
+    const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      [[maybe_unused]] const int connected = connect(fd, found->ai_addr, found->ai_addrlen);
+      close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  freeaddrinfo(found);
+}
+
+}  // namespace
 
 Result<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
   const size_t colon = address.rfind(':');
@@ -72,12 +102,21 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Start(
   }
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   endpoint->port_ = ports.empty() ? 0 : ports.front();
+  const std::string& host = host_port.first;
+  endpoint->wake_host_ = host.empty() || host == "0.0.0.0" ? "127.0.0.1" : host;
   endpoint->exposer_->RegisterCollectable(endpoint->collectable_, "/metrics");
   return endpoint;
 }
 
 Endpoint::~Endpoint() { Stop(); }
 
-void Endpoint::Stop() { exposer_.reset(); }
+void Endpoint::Stop() {
+  if (!exposer_) return;
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] { WakeUntil(wake_host_, port_, stopped); });
+  exposer_.reset();
+  stopped = true;
+  waker.join();
+}
 
 }  // namespace ucudnn::metrics

@@ -44,7 +44,8 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   int port() const { return port_; }
-  // Stops serving (waits for the scrapes in progress). Not concurrent with itself.
+  // Stops serving (waits for the scrapes in progress, within kRequestTimeoutMs). Not concurrent
+  // with itself.
   void Stop();
 
  private:
@@ -53,6 +54,7 @@ class Endpoint {
   std::shared_ptr<prometheus::Collectable> collectable_;  // the exposer holds a weak_ptr
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
+  std::string wake_host_;  // where Stop() connects to wake CivetWeb's accepting thread
 };
 
 // "127.0.0.1:9464" -> ("127.0.0.1", 9464); "[::1]:80" -> ("::1", 80).
