@@ -11,8 +11,11 @@ find_package(CLI11 CONFIG REQUIRED)
 pkg_check_modules(PQXX REQUIRED IMPORTED_TARGET libpqxx)
 pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# prometheus-cpp (Debian's prometheus-cpp-dev 1.0.1): core, the registry and the text format;
+# pull, the /metrics endpoint over CivetWeb (metrics/).
+find_package(prometheus-cpp CONFIG REQUIRED)
 # cpp-httplib: the HTTP client of the tests and of ucudnn-bench-server, which scrape /metrics (the
-# metrics endpoint itself is ours, server/include/ucudnn/server/metrics_http.h). Debian ships a
+# metrics endpoint is prometheus-cpp's, metrics/include/ucudnn/metrics/endpoint.h). Debian ships a
 # compiled library with a pkg-config file but no CMake package, so without httplib::httplib it
 # comes through pkg-config; its compile definitions (OpenSSL/zlib/brotli support) change class
 # layouts, so they must come along. Link ${UCUDNN_HTTPLIB_TARGET}.

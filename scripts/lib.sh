@@ -8,7 +8,7 @@ UCUDNN_DEBIAN_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libpqxx-dev coinor-libcbc-dev libspdlog-dev libopenblas-dev
   libgtest-dev libgmock-dev
-  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
+  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev prometheus-cpp-dev
   postgresql postgresql-contrib
   clang libclang-rt-14-dev
   # deploy/validate.py (YAML, the Compose schema of docker-compose 1.29, the Kubernetes object

@@ -4,7 +4,7 @@
 ucudnn_add_test(NAME ucudnn_server_unit_tests
   SOURCES server/config_test.cc server/auth_test.cc server/metrics_test.cc
           server/caches_test.cc server/watcher_test.cc server/thread_pool_test.cc
-          server/metrics_http_test.cc server/request_validation_test.cc
+          server/request_validation_test.cc
   LIBS ucudnn::server ucudnn::proto ${UCUDNN_HTTPLIB_TARGET}
   LABELS unit)
 # The configuration test runs `ucudnn-server --help`.

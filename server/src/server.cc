@@ -9,10 +9,10 @@
 #include <spdlog/spdlog.h>
 
 #include "grpc/health/v1/health.pb.h"
+#include "ucudnn/metrics/endpoint.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/auth.h"
 #include "ucudnn/server/malformed_requests.h"
-#include "ucudnn/server/metrics_http.h"
 #include "ucudnn/server/plan_coordinator.h"
 #include "ucudnn/server/server_metrics.h"
 #include "ucudnn/server/services.h"
@@ -178,19 +178,25 @@ Status PlannerServer::Listen(const ServerConfig& config) {
 
 Status PlannerServer::StartMetricsEndpoint(const ServerConfig& config) {
   if (config.metrics_listen.empty()) return Status::Ok();
-  auto http = MetricsHttpServer::Start(config.metrics_listen, [this] { return ScrapeMetrics(); });
-  if (!http.ok()) {
+  // Each scrape first reads the scrape-time gauges, then collects every family.
+  auto endpoint = metrics::Endpoint::Start(config.metrics_listen, metrics::MakeCollectable([this] {
+                                             RefreshScrapeGauges();
+                                             return metrics_->registry()->Collect();
+                                           }));
+  if (!endpoint.ok()) {
     Shutdown(std::chrono::milliseconds(0));
-    return http.status();
+    return endpoint.status();
   }
-  metrics_http_ = std::move(http).value();
+  metrics_endpoint_ = std::move(endpoint).value();
   spdlog::info("metrics at http://{}/metrics",
                config.metrics_listen.substr(0, config.metrics_listen.rfind(':') + 1) +
-                   std::to_string(metrics_http_->port()));
+                   std::to_string(metrics_endpoint_->port()));
   return Status::Ok();
 }
 
-int PlannerServer::metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+int PlannerServer::metrics_port() const {
+  return metrics_endpoint_ ? metrics_endpoint_->port() : 0;
+}
 
 void PlannerServer::SetServing(bool serving) {
   if (!grpc_server_) return;
@@ -236,6 +242,12 @@ void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
 }
 
 std::string PlannerServer::ScrapeMetrics() {
+  RefreshScrapeGauges();
+  return metrics_->Render();
+}
+
+void PlannerServer::RefreshScrapeGauges() {
+  std::lock_guard lock(scrape_mu_);
   ScrapeSnapshot snapshot;
   snapshot.listener_connected = watcher_ && watcher_->connected();
   snapshot.plan_cache_entries = coordinator_ ? coordinator_->plan_cache_size() : 0;
@@ -256,7 +268,6 @@ std::string PlannerServer::ScrapeMetrics() {
     }
   }
   metrics_->ApplySnapshot(snapshot);
-  return metrics_->Render();
 }
 
 void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
@@ -272,7 +283,7 @@ void PlannerServer::Shutdown(std::chrono::milliseconds grace) {
   if (pool_) pool_->Stop();
   if (health_thread_.joinable()) health_thread_.join();
   if (watcher_) watcher_->Stop();
-  if (metrics_http_) metrics_http_->Stop();
+  if (metrics_endpoint_) metrics_endpoint_->Stop();
   {
     std::lock_guard lock(mu_);
     shut_down_ = true;

@@ -25,84 +25,113 @@ constexpr const char* kPoolConnections = "ucudnn_db_pool_connections";
 constexpr const char* kListenerConnected = "ucudnn_timing_listener_connected";
 constexpr const char* kCacheEntries = "ucudnn_cache_entries";
 
+// Latency bounds: from half a millisecond (cached plans) to the longest allowed wait for
+// benchmarks; a plan's computation (DP/ILP) from a tenth of a millisecond.
+const prometheus::Histogram::BucketBoundaries kRpcSecondsBounds = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5,    1,     2.5,    5,     10,   30,    60,   300, 600};
+const prometheus::Histogram::BucketBoundaries kPlanComputeBounds = {
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+
 }  // namespace
 
-ServerMetrics::ServerMetrics() {
-  registry_.DefineCounter(kRpcRequests, "RPCs finished, by method and gRPC status code.");
-  // From half a millisecond (cached plans) to the longest allowed wait for benchmarks.
-  registry_.DefineHistogram(kRpcDuration, "RPC latency in seconds, by method and status code.",
-                            {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                             2.5, 5, 10, 30, 60, 300, 600});
-  registry_.DefineCounter(kPlanCacheHits,
-                          "Plans served from a cache, by tier (memory: this process's LRU; "
-                          "database: the shared plan cache).");
-  registry_.DefineCounter(kPlanCacheMisses, "Plan requests that found no cached plan.");
-  registry_.DefineCounter(kPlansComputed, "Plans computed, by status (complete or partial).");
-  registry_.DefineHistogram(kPlanComputeSeconds, "Time to compute one plan (DP/ILP), seconds.",
-                            {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60});
-  registry_.DefineCounter(kJobsEnqueued, "Benchmark jobs created by plan requests.");
-  registry_.DefineCounter(kTimingsStored, "Timings written through TimingService.");
-  registry_.DefineCounter(kAuthFailures, "Writes refused for a missing or wrong bearer token.");
-  registry_.DefineCounter(kPlansEvicted,
-                          "Least recently used plans deleted from the database's plan cache.");
-  registry_.DefineGauge(kDatabaseUp, "1 when the database answered at the last scrape.");
-  registry_.DefineGauge(kQueueDepth, "Benchmark jobs queued or running, all devices.");
-  registry_.DefineGauge(kDeviceJobs, "Benchmark jobs per device and state.");
-  registry_.DefineGauge(kPoolConnections, "Database pool connections, by state.");
-  registry_.DefineGauge(kListenerConnected,
-                        "1 when timing notifications (LISTEN) are being received.");
-  registry_.DefineGauge(kCacheEntries, "Entries in this process's caches, by cache.");
-  // Counters without labels (and the cache tiers) start at 0, so a dashboard sees them at once.
-  for (const char* name :
-       {kPlanCacheMisses, kJobsEnqueued, kTimingsStored, kAuthFailures, kPlansEvicted}) {
-    registry_.Increment(name, {}, 0);
-  }
-  for (const char* tier : {"memory", "database"})
-    registry_.Increment(kPlanCacheHits, {{"tier", tier}}, 0);
+// Counters without labels (and the cache tiers) exist from the start at 0, so a dashboard sees
+// them at once.
+ServerMetrics::ServerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      rpc_requests_(metrics::AddCounter(*registry_, kRpcRequests,
+                                        "RPCs finished, by method and gRPC status code."),
+                    kMaxRpcLabelSets),
+      rpc_duration_(metrics::AddHistogram(*registry_, kRpcDuration,
+                                          "RPC latency in seconds, by method and status code."),
+                    kMaxRpcLabelSets, kRpcSecondsBounds),
+      plan_cache_hits_(metrics::AddCounter(*registry_, kPlanCacheHits,
+                                           "Plans served from a cache, by tier (memory: this "
+                                           "process's LRU; database: the shared plan cache)."),
+                       kMaxPlanCacheTiers),
+      plan_cache_misses_(metrics::AddCounter(*registry_, kPlanCacheMisses,
+                                             "Plan requests that found no cached plan.")
+                             .Add({})),
+      plans_computed_(metrics::AddCounter(*registry_, kPlansComputed,
+                                          "Plans computed, by status (complete or partial).")),
+      plan_compute_seconds_(metrics::AddHistogram(*registry_, kPlanComputeSeconds,
+                                                  "Time to compute one plan (DP/ILP), seconds.")
+                                .Add({}, kPlanComputeBounds)),
+      jobs_enqueued_(
+          metrics::AddCounter(*registry_, kJobsEnqueued, "Benchmark jobs created by plan requests.")
+              .Add({})),
+      timings_stored_(
+          metrics::AddCounter(*registry_, kTimingsStored, "Timings written through TimingService.")
+              .Add({})),
+      auth_failures_(metrics::AddCounter(*registry_, kAuthFailures,
+                                         "Writes refused for a missing or wrong bearer token.")
+                         .Add({})),
+      plans_evicted_(
+          metrics::AddCounter(*registry_, kPlansEvicted,
+                              "Least recently used plans deleted from the database's plan cache.")
+              .Add({})),
+      database_up_(metrics::AddGauge(*registry_, kDatabaseUp,
+                                     "1 when the database answered at the last scrape.")
+                       .Add({})),
+      queue_depth_(metrics::AddGauge(*registry_, kQueueDepth,
+                                     "Benchmark jobs queued or running, all devices."),
+                   1),
+      device_jobs_(
+          metrics::AddGauge(*registry_, kDeviceJobs, "Benchmark jobs per device and state."),
+          kMaxDeviceLabels * 5),  // a label set per device and state
+      pool_connections_(
+          metrics::AddGauge(*registry_, kPoolConnections, "Database pool connections, by state.")),
+      listener_connected_(metrics::AddGauge(*registry_, kListenerConnected,
+                                            "1 when timing notifications (LISTEN) are being "
+                                            "received.")
+                              .Add({})),
+      cache_entries_(metrics::AddGauge(*registry_, kCacheEntries,
+                                       "Entries in this process's caches, by cache.")) {
+  for (const char* tier : {"memory", "database"}) plan_cache_hits_.Get({{"tier", tier}});
 }
 
+std::string ServerMetrics::Render() const { return metrics::Render(registry_->Collect()); }
+
 void ServerMetrics::RecordRpc(std::string_view method, grpc::StatusCode code, double seconds) {
-  const Labels labels = {{"method", std::string(method)}, {"code", GrpcCodeName(code)}};
-  registry_.Increment(kRpcRequests, labels);
-  registry_.Observe(kRpcDuration, labels, seconds);
+  const metrics::Labels labels = {{"method", std::string(method)}, {"code", GrpcCodeName(code)}};
+  if (auto* requests = rpc_requests_.Get(labels)) requests->Increment();
+  if (auto* duration = rpc_duration_.Get(labels)) duration->Observe(seconds);
 }
 
 void ServerMetrics::RecordPlanCacheHit(std::string_view tier) {
-  registry_.Increment(kPlanCacheHits, {{"tier", std::string(tier)}});
+  if (auto* hits = plan_cache_hits_.Get({{"tier", std::string(tier)}})) hits->Increment();
 }
 
-void ServerMetrics::RecordPlanCacheMiss() { registry_.Increment(kPlanCacheMisses); }
+void ServerMetrics::RecordPlanCacheMiss() { plan_cache_misses_.Increment(); }
 
 void ServerMetrics::RecordPlanComputed(bool complete, double seconds) {
-  registry_.Increment(kPlansComputed, {{"status", complete ? "complete" : "partial"}});
-  registry_.Observe(kPlanComputeSeconds, {}, seconds);
+  plans_computed_.Add({{"status", complete ? "complete" : "partial"}}).Increment();
+  plan_compute_seconds_.Observe(seconds);
 }
 
 void ServerMetrics::RecordJobsEnqueued(int created) {
-  if (created > 0) registry_.Increment(kJobsEnqueued, {}, created);
+  if (created > 0) jobs_enqueued_.Increment(created);
 }
 
 void ServerMetrics::RecordTimingsStored(int64_t count) {
-  registry_.Increment(kTimingsStored, {}, static_cast<double>(count));
+  if (count > 0) timings_stored_.Increment(static_cast<double>(count));
 }
 
-void ServerMetrics::RecordAuthFailure() { registry_.Increment(kAuthFailures); }
+void ServerMetrics::RecordAuthFailure() { auth_failures_.Increment(); }
 
 void ServerMetrics::RecordPlansEvicted(int64_t count) {
-  if (count > 0) registry_.Increment(kPlansEvicted, {}, static_cast<double>(count));
+  if (count > 0) plans_evicted_.Increment(static_cast<double>(count));
 }
 
 void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
-  registry_.SetGauge(kDatabaseUp, {}, s.database_up ? 1 : 0);
-  registry_.SetGauge(kListenerConnected, {}, s.listener_connected ? 1 : 0);
-  registry_.SetGauge(kPoolConnections, {{"state", "open"}}, s.pool_open);
-  registry_.SetGauge(kPoolConnections, {{"state", "in_use"}}, s.pool_in_use);
-  registry_.SetGauge(kCacheEntries, {{"cache", "plans"}},
-                     static_cast<double>(s.plan_cache_entries));
-  registry_.SetGauge(kCacheEntries, {{"cache", "timings"}},
-                     static_cast<double>(s.timings_cache_entries));
+  database_up_.Set(s.database_up ? 1 : 0);
+  listener_connected_.Set(s.listener_connected ? 1 : 0);
+  pool_connections_.Add({{"state", "open"}}).Set(s.pool_open);
+  pool_connections_.Add({{"state", "in_use"}}).Set(s.pool_in_use);
+  cache_entries_.Add({{"cache", "plans"}}).Set(static_cast<double>(s.plan_cache_entries));
+  cache_entries_.Add({{"cache", "timings"}}).Set(static_cast<double>(s.timings_cache_entries));
   if (!s.database_up) return;  // keep the last known values rather than report zeros
-  registry_.SetGauge(kQueueDepth, {}, static_cast<double>(s.queue_depth));
+  queue_depth_.Get({})->Set(static_cast<double>(s.queue_depth));
   // Device labels come from rows only authorised callers create; still, past a cap the rest are
   // summed under "other" so that /metrics stays bounded.
   std::vector<DeviceJobGauge> devices(
@@ -121,7 +150,7 @@ void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
     }
     devices.push_back(std::move(other));
   }
-  std::vector<GaugeSample> samples;
+  std::vector<std::pair<metrics::Labels, double>> samples;
   for (const auto& d : devices) {
     const std::pair<const char*, int64_t> states[] = {{"queued", d.queued},
                                                       {"running", d.running},
@@ -134,7 +163,7 @@ void ServerMetrics::ApplySnapshot(const ScrapeSnapshot& s) {
            static_cast<double>(count)});
     }
   }
-  registry_.ReplaceGauge(kDeviceJobs, std::move(samples));
+  device_jobs_.Replace(samples);
 }
 
 void ServerMetrics::RecordRpcSince(std::string_view method, grpc::StatusCode code,

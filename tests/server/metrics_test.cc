@@ -1,85 +1,13 @@
-#include "ucudnn/server/metrics.h"
+// The server's families (server_metrics.h): names, labels and values as scraped.
+#include "ucudnn/server/server_metrics.h"
 
 #include <gtest/gtest.h>
 
-#include "ucudnn/server/server_metrics.h"
+#include <map>
+#include <string>
 
 namespace ucudnn::server {
 namespace {
-
-TEST(MetricsTest, CounterRendering) {
-  MetricsRegistry registry;
-  registry.DefineCounter("requests_total", "Requests.\nSecond line \\ here.");
-  registry.Increment("requests_total", {{"method", "GetPlan"}, {"code", "OK"}});
-  registry.Increment("requests_total", {{"method", "GetPlan"}, {"code", "OK"}}, 2);
-  registry.Increment("requests_total", {{"method", "Get\"Plan\n"}, {"code", "a\\b"}});
-  registry.Increment("requests_total", {}, -5);  // counters never go down
-  EXPECT_EQ(registry.Value("requests_total", {{"method", "GetPlan"}, {"code", "OK"}}), 3);
-  const std::string text = registry.Render();
-  EXPECT_NE(text.find("# HELP requests_total Requests.\\nSecond line \\\\ here.\n"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("# TYPE requests_total counter\n"), std::string::npos);
-  EXPECT_NE(text.find("requests_total{method=\"GetPlan\",code=\"OK\"} 3\n"), std::string::npos)
-      << text;
-  EXPECT_NE(text.find("requests_total{method=\"Get\\\"Plan\\n\",code=\"a\\\\b\"} 1\n"),
-            std::string::npos)
-      << text;
-}
-
-TEST(MetricsTest, HistogramBucketsAreCumulative) {
-  MetricsRegistry registry;
-  registry.DefineHistogram("latency_seconds", "Latency.", {0.125, 0.0625, 1});  // sorted on define
-  for (double v : {0.03125, 0.0625, 0.09375, 0.5, 2.0}) registry.Observe("latency_seconds", {}, v);
-  const std::string text = registry.Render();
-  EXPECT_NE(text.find("# TYPE latency_seconds histogram\n"), std::string::npos);
-  EXPECT_NE(text.find("latency_seconds_bucket{le=\"0.0625\"} 2\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("latency_seconds_bucket{le=\"0.125\"} 3\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("latency_seconds_bucket{le=\"1\"} 4\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("latency_seconds_bucket{le=\"+Inf\"} 5\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("latency_seconds_sum 2.6875\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("latency_seconds_count 5\n"), std::string::npos) << text;
-  EXPECT_EQ(registry.HistogramCount("latency_seconds"), 5u);
-}
-
-TEST(MetricsTest, LabelledHistogramPutsLeLast) {
-  MetricsRegistry registry;
-  registry.DefineHistogram("h", "H.", {1});
-  registry.Observe("h", {{"method", "X"}}, 0.5);
-  const std::string text = registry.Render();
-  EXPECT_NE(text.find("h_bucket{method=\"X\",le=\"1\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("h_count{method=\"X\"} 1\n"), std::string::npos) << text;
-}
-
-TEST(MetricsTest, GaugesAndReplacement) {
-  MetricsRegistry registry;
-  registry.DefineGauge("jobs", "Jobs.");
-  registry.SetGauge("jobs", {{"state", "queued"}}, 4);
-  registry.SetGauge("jobs", {{"state", "queued"}}, 3);
-  EXPECT_EQ(registry.Value("jobs", {{"state", "queued"}}), 3);
-  registry.ReplaceGauge("jobs", {{{{"state", "running"}}, 7}});
-  EXPECT_EQ(registry.Value("jobs", {{"state", "queued"}}), 0);  // gone, not zeroed
-  const std::string text = registry.Render();
-  EXPECT_EQ(text.find("queued"), std::string::npos);
-  EXPECT_NE(text.find("jobs{state=\"running\"} 7\n"), std::string::npos);
-}
-
-TEST(MetricsTest, MisuseIsIgnoredNotFatal) {
-  MetricsRegistry registry;
-  registry.DefineCounter("c", "C.");
-  registry.Increment("undefined");
-  registry.SetGauge("c", {}, 5);  // wrong type
-  registry.Observe("c", {}, 1);   // wrong type
-  EXPECT_EQ(registry.Value("c"), 0);
-  EXPECT_EQ(registry.Render(), "# HELP c C.\n# TYPE c counter\n");
-}
-
-TEST(MetricsTest, FormatMetricValue) {
-  EXPECT_EQ(FormatMetricValue(3), "3");
-  EXPECT_EQ(FormatMetricValue(0.25), "0.25");
-  EXPECT_EQ(FormatMetricValue(1.0 / 0.0), "+Inf");
-  EXPECT_EQ(FormatMetricValue(-1.0 / 0.0), "-Inf");
-}
 
 TEST(ServerMetricsTest, RecordsRpcsCacheAndScrapeGauges) {
   ServerMetrics metrics;
@@ -95,12 +23,12 @@ TEST(ServerMetricsTest, RecordsRpcsCacheAndScrapeGauges) {
   metrics.ApplySnapshot(snapshot);
   const std::string text = metrics.Render();
   for (const char* expected :
-       {"ucudnn_rpc_requests_total{method=\"GetPlan\",code=\"OK\"} 1",
-        "ucudnn_rpc_requests_total{method=\"GetPlan\",code=\"INVALID_ARGUMENT\"} 1",
-        "ucudnn_rpc_duration_seconds_bucket{method=\"GetPlan\",code=\"OK\",le=\"0.0025\"} 1",
+       {"ucudnn_rpc_requests_total{code=\"OK\",method=\"GetPlan\"} 1",
+        "ucudnn_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"GetPlan\"} 1",
+        "ucudnn_rpc_duration_seconds_bucket{code=\"OK\",method=\"GetPlan\",le=\"0.0025\"} 1",
         "ucudnn_plan_cache_hits_total{tier=\"memory\"} 1", "ucudnn_plan_cache_misses_total 1",
         "ucudnn_jobs_enqueued_total 3", "ucudnn_queue_depth 5", "ucudnn_database_up 1",
-        "ucudnn_device_jobs{device_hash=\"00000000000000ab\",device=\"NVIDIA H100\","
+        "ucudnn_device_jobs{device=\"NVIDIA H100\",device_hash=\"00000000000000ab\","
         "state=\"queued\"} 4"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
   }
@@ -110,13 +38,13 @@ TEST(ServerMetricsTest, RecordRpcSinceCountsTheCodeAndTheTimeSinceTheStart) {
   ServerMetrics metrics;
   metrics.RecordRpcSince("ListJobs", grpc::StatusCode::NOT_FOUND,
                          std::chrono::steady_clock::now() - std::chrono::seconds(30));
-  EXPECT_EQ(metrics.registry().Value("ucudnn_rpc_requests_total",
-                                     {{"method", "ListJobs"}, {"code", "NOT_FOUND"}}),
+  EXPECT_EQ(metrics::Value(*metrics.registry(), "ucudnn_rpc_requests_total",
+                           {{"method", "ListJobs"}, {"code", "NOT_FOUND"}}),
             1);
   // Timed from the start: over 30 s, in the 60 s bucket and not in the 10 s one.
   const std::string text = metrics.Render();
   const std::string bucket =
-      "ucudnn_rpc_duration_seconds_bucket{method=\"ListJobs\",code=\"NOT_FOUND\",le=";
+      "ucudnn_rpc_duration_seconds_bucket{code=\"NOT_FOUND\",method=\"ListJobs\",le=";
   EXPECT_NE(text.find(bucket + "\"10\"} 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find(bucket + "\"60\"} 1\n"), std::string::npos) << text;
 }
@@ -138,10 +66,35 @@ TEST(ServerMetricsTest, DeviceLabelsAreCapped) {
   }
   EXPECT_EQ(queued_lines, kMaxDeviceLabels);
   // The 200 - 63 devices past the cap are summed as "other".
-  EXPECT_NE(text.find("device_hash=\"other\",device=\"other\",state=\"queued\"} 137"),
+  EXPECT_NE(text.find("device=\"other\",device_hash=\"other\",state=\"queued\"} 137"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("device 199"), std::string::npos);
+}
+
+// Method names and tiers come from the server's own code; still, a label set past the cap is not
+// counted rather than made, so no caller can grow /metrics without bound.
+TEST(ServerMetricsTest, RpcLabelSetsAndCacheTiersAreCapped) {
+  ServerMetrics metrics;
+  for (size_t i = 0; i < kMaxRpcLabelSets + 100; ++i) {
+    metrics.RecordRpc("Method" + std::to_string(i), grpc::StatusCode::OK, 0.001);
+  }
+  for (int i = 0; i < 100; ++i) metrics.RecordPlanCacheHit("tier" + std::to_string(i));
+  const auto families = metrics.registry()->Collect();
+  std::map<std::string, size_t> samples;
+  for (const auto& family : families) samples[family.name] = family.metric.size();
+  EXPECT_EQ(samples["ucudnn_rpc_requests_total"], kMaxRpcLabelSets);
+  EXPECT_EQ(samples["ucudnn_rpc_duration_seconds"], kMaxRpcLabelSets);
+  EXPECT_EQ(samples["ucudnn_plan_cache_hits_total"], kMaxPlanCacheTiers);
+  // Label sets made before the cap keep counting.
+  metrics.RecordRpc("Method0", grpc::StatusCode::OK, 0.001);
+  EXPECT_EQ(metrics::Value(*metrics.registry(), "ucudnn_rpc_requests_total",
+                           {{"method", "Method0"}, {"code", "OK"}}),
+            2);
+  EXPECT_EQ(
+      metrics::Value(*metrics.registry(), "ucudnn_rpc_requests_total",
+                     {{"method", "Method" + std::to_string(kMaxRpcLabelSets)}, {"code", "OK"}}),
+      0);
 }
 
 }  // namespace

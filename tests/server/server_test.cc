@@ -25,6 +25,7 @@
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/timing_csv.h"
+#include "ucudnn/metrics/registry.h"
 #include "ucudnn/planner/planner.h"
 #include "ucudnn/proto/grpc_status.h"
 #include "ucudnn/proto/proto_convert.h"
@@ -496,10 +497,10 @@ TEST_F(ServerTest, SecondRequestIsServedFromCacheAlsoByAnotherReplica) {
   EXPECT_TRUE(other_replica->from_cache());
   EXPECT_TRUE(MessageDifferencer::Equals(other_replica->plan(), computed->plan()));
 
-  const auto& ma = a.server->metrics().registry();
-  const auto& mb = b.server->metrics().registry();
-  EXPECT_EQ(ma.Value("ucudnn_plan_cache_hits_total", {{"tier", "memory"}}), 1);
-  EXPECT_EQ(mb.Value("ucudnn_plan_cache_hits_total", {{"tier", "database"}}), 1);
+  const auto& ma = *a.server->metrics().registry();
+  const auto& mb = *b.server->metrics().registry();
+  EXPECT_EQ(metrics::Value(ma, "ucudnn_plan_cache_hits_total", {{"tier", "memory"}}), 1);
+  EXPECT_EQ(metrics::Value(mb, "ucudnn_plan_cache_hits_total", {{"tier", "database"}}), 1);
 
   // Another request (a different budget) is another plan, computed afresh.
   auto other = request;
@@ -545,8 +546,8 @@ TEST_F(ServerTest, CachedPlanOfACollidingRequestIsNotServed) {
   ASSERT_TRUE(served.ok()) << served.status().ToString();
   EXPECT_FALSE(served->from_cache());
   EXPECT_TRUE(MessageDifferencer::Equals(Comparable(served->plan()), Comparable(expected)));
-  EXPECT_EQ(fresh.server->metrics().registry().Value("ucudnn_plan_cache_hits_total",
-                                                     {{"tier", "database"}}),
+  EXPECT_EQ(metrics::Value(*fresh.server->metrics().registry(), "ucudnn_plan_cache_hits_total",
+                           {{"tier", "database"}}),
             0);
 }
 
@@ -573,7 +574,8 @@ TEST_F(ServerTest, DatabasePlanCacheIsTrimmedToItsBound) {
     count = rows();
   }
   EXPECT_EQ(count, 2);
-  EXPECT_GE(t.server->metrics().registry().Value("ucudnn_plan_cache_evictions_total"), 3);
+  EXPECT_GE(metrics::Value(*t.server->metrics().registry(), "ucudnn_plan_cache_evictions_total"),
+            3);
 }
 
 TEST_F(ServerTest, NoMigrateRefusesASchemaOtherThanItsOwn) {
@@ -911,7 +913,7 @@ TEST_F(ServerTest, SubmitTimingsNeedsTheToken) {
     ASSERT_TRUE(t.catalog->ListDevices(context.get(), {}, &devices).ok());
     EXPECT_EQ(devices.devices_size(), 0);
   }
-  EXPECT_EQ(t.server->metrics().registry().Value("ucudnn_auth_failures_total"), 3);
+  EXPECT_EQ(metrics::Value(*t.server->metrics().registry(), "ucudnn_auth_failures_total"), 3);
 
   ASSERT_TRUE(t.Submit(problem, measured).ok());
   auto context = Context();
@@ -1192,13 +1194,15 @@ TEST_F(ServerTest, MetricsEndpointServesCounters) {
   EXPECT_EQ(result->status, 200);
   const std::string& text = result->body;
   for (const std::string& expected : std::vector<std::string>{
-           "ucudnn_rpc_requests_total{method=\"GetPlan\",code=\"OK\"} 1",
-           "ucudnn_rpc_requests_total{method=\"GetPlan\",code=\"INVALID_ARGUMENT\"} 1",
-           "ucudnn_rpc_duration_seconds_count{method=\"GetPlan\",code=\"OK\"} 1",
+           "ucudnn_rpc_requests_total{code=\"OK\",method=\"GetPlan\"} 1",
+           "ucudnn_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"GetPlan\"} 1",
+           "ucudnn_rpc_duration_seconds_count{code=\"OK\",method=\"GetPlan\"} 1",
            "ucudnn_plan_cache_misses_total 1", "ucudnn_jobs_enqueued_total 1",
            "ucudnn_queue_depth 1", "ucudnn_database_up 1",
-           "ucudnn_device_jobs{device_hash=\"" + HashHex(H100().Hash()) +
-               "\",device=\"NVIDIA H100 80GB HBM3\",state=\"queued\"} 1"}) {
+           "ucudnn_device_jobs{device=\"NVIDIA H100 80GB HBM3\",device_hash=\"" +
+               HashHex(H100().Hash()) + "\",state=\"queued\"} 1",
+           // Served by the shared endpoint (ucudnn::metrics, prometheus-cpp's exposer).
+           "# TYPE exposer_scrapes_total counter"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
   }
 }
@@ -1291,8 +1295,8 @@ TEST_F(ServerTest, MalformedBodiesAreInvalidArgumentNamingTheTypeAndCounted) {
   auto result = http.Get("/metrics");
   ASSERT_TRUE(result);
   for (const auto& [method, count] : sent) {
-    const std::string line = "ucudnn_rpc_requests_total{method=\"" + method +
-                             "\",code=\"INVALID_ARGUMENT\"} " + std::to_string(count) + "\n";
+    const std::string line = "ucudnn_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"" +
+                             method + "\"} " + std::to_string(count) + "\n";
     EXPECT_NE(result->body.find(line), std::string::npos) << line << result->body;
   }
   // Still serving well-formed calls.

@@ -348,6 +348,8 @@ TEST_F(WorkerProcessTest, MetricsEndpointShowsTheJobInHandAndItsProgress) {
   EXPECT_THAT(during, HasSubstr("ucudnn_worker_jobs_total{outcome=\"completed\"} 0"));
   EXPECT_THAT(during,
               ::testing::Not(HasSubstr("ucudnn_worker_last_heartbeat_timestamp_seconds 0\n")));
+  // Served by the shared endpoint (ucudnn::metrics, prometheus-cpp's exposer).
+  EXPECT_THAT(during, HasSubstr("# TYPE exposer_scrapes_total counter"));
 
   // Once done: idle, the job counted, every configuration counted once.
   ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state == store::JobState::kDone; }, seconds(180)))

@@ -18,7 +18,8 @@
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/stop_signals.h"
 #include "ucudnn/core/units.h"
-#include "ucudnn/server/metrics_http.h"
+#include "ucudnn/metrics/endpoint.h"
+#include "ucudnn/metrics/registry.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/worker_metrics.h"
@@ -297,16 +298,17 @@ class StatsSource {
   const Daemon* daemon_ = nullptr;
 };
 
-Result<std::unique_ptr<server::MetricsHttpServer>> StartMetrics(const WorkerOptions& options,
-                                                                const StatsSource& source) {
+Result<std::unique_ptr<metrics::Endpoint>> StartMetrics(const WorkerOptions& options,
+                                                        const StatsSource& source) {
   const bool ipv6 = options.metrics_host.find(':') != std::string::npos;
   const std::string host = ipv6 ? "[" + options.metrics_host + "]" : options.metrics_host;
   UCUDNN_ASSIGN_OR_RETURN(
-      auto metrics,
-      server::MetricsHttpServer::Start(host + ":" + std::to_string(options.metrics_port),
-                                       [&source] { return RenderWorkerMetrics(source.Get()); }));
-  spdlog::info("metrics at http://{}:{}/metrics", host, metrics->port());
-  return metrics;
+      auto endpoint, metrics::Endpoint::Start(host + ":" + std::to_string(options.metrics_port),
+                                              metrics::MakeCollectable([&source] {
+                                                return CollectWorkerMetrics(source.Get());
+                                              })));
+  spdlog::info("metrics at http://{}:{}/metrics", host, endpoint->port());
+  return endpoint;
 }
 
 // The daemon: metrics, the database, then claiming jobs until stopped (or --once is done).
@@ -315,14 +317,14 @@ int RunDaemonMode(const WorkerOptions& options, std::vector<BenchmarkDevice> dev
   // The metrics endpoint starts before the database is reachable, so that a probe sees the
   // process alive while it waits; it shows zeros until the daemon exists.
   StatsSource stats_source;
-  std::unique_ptr<server::MetricsHttpServer> metrics;
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint;
   if (options.metrics_port >= 0) {
     auto started = StartMetrics(options, stats_source);
     if (!started.ok()) {
       spdlog::error("{}", started.status().ToString());
       return 1;
     }
-    metrics = std::move(started).value();
+    metrics_endpoint = std::move(started).value();
   }
 
   const DaemonConfig config = MakeDaemonConfig(options);

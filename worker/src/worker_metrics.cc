@@ -1,27 +1,30 @@
 #include "ucudnn/worker/worker_metrics.h"
 
-#include "ucudnn/server/metrics.h"
+#include "ucudnn/metrics/registry.h"
 
 namespace ucudnn::worker {
 
-std::string RenderWorkerMetrics(const DaemonStats& stats) {
-  server::MetricsRegistry registry;
-  registry.DefineCounter("ucudnn_worker_jobs_total",
-                         "Benchmark jobs by what became of them: claimed, completed (timings "
-                         "written), failed (error recorded), released (given back on shutdown), "
-                         "abandoned (lease lost)");
-  registry.DefineCounter("ucudnn_worker_configurations_measured_total",
-                         "(micro-batch, algorithm) configurations benchmarked, all jobs");
-  registry.DefineGauge("ucudnn_worker_devices_lost",
-                       "Benchmarking threads stopped by a lost device (restart the worker)");
-  registry.DefineGauge("ucudnn_worker_last_heartbeat_timestamp_seconds",
-                       "Unix time of the last heartbeat stored in the database; 0 before the "
-                       "first");
-  registry.DefineGauge("ucudnn_worker_current_job", "The job in hand per worker id; 0 while idle");
-  registry.DefineGauge("ucudnn_worker_current_job_configurations_done",
-                       "Configurations of the job in hand measured so far");
-  registry.DefineGauge("ucudnn_worker_current_job_configurations_total",
-                       "Configurations of the job in hand");
+std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& stats) {
+  prometheus::Registry registry;
+  auto& jobs = metrics::AddCounter(registry, "ucudnn_worker_jobs_total",
+                                   "Benchmark jobs by what became of them: claimed, completed "
+                                   "(timings written), failed (error recorded), released (given "
+                                   "back on shutdown), abandoned (lease lost)");
+  auto& measured = metrics::AddCounter(registry, "ucudnn_worker_configurations_measured_total",
+                                       "(micro-batch, algorithm) configurations benchmarked, all "
+                                       "jobs");
+  auto& devices_lost =
+      metrics::AddGauge(registry, "ucudnn_worker_devices_lost",
+                        "Benchmarking threads stopped by a lost device (restart the worker)");
+  auto& heartbeat = metrics::AddGauge(registry, "ucudnn_worker_last_heartbeat_timestamp_seconds",
+                                      "Unix time of the last heartbeat stored in the database; 0 "
+                                      "before the first");
+  auto& current_job = metrics::AddGauge(registry, "ucudnn_worker_current_job",
+                                        "The job in hand per worker id; 0 while idle");
+  auto& done = metrics::AddGauge(registry, "ucudnn_worker_current_job_configurations_done",
+                                 "Configurations of the job in hand measured so far");
+  auto& total = metrics::AddGauge(registry, "ucudnn_worker_current_job_configurations_total",
+                                  "Configurations of the job in hand");
 
   const std::pair<const char*, int64_t> outcomes[] = {{"claimed", stats.claimed},
                                                       {"completed", stats.completed},
@@ -29,23 +32,23 @@ std::string RenderWorkerMetrics(const DaemonStats& stats) {
                                                       {"released", stats.released},
                                                       {"abandoned", stats.abandoned}};
   for (const auto& [outcome, count] : outcomes) {
-    registry.Increment("ucudnn_worker_jobs_total", {{"outcome", outcome}},
-                       static_cast<double>(count));
+    jobs.Add({{"outcome", outcome}}).Increment(static_cast<double>(count));
   }
-  registry.Increment("ucudnn_worker_configurations_measured_total", {},
-                     static_cast<double>(stats.configurations_measured));
-  registry.SetGauge("ucudnn_worker_devices_lost", {}, static_cast<double>(stats.devices_lost));
-  registry.SetGauge("ucudnn_worker_last_heartbeat_timestamp_seconds", {},
-                    stats.last_heartbeat_unix_seconds);
+  measured.Add({}).Increment(static_cast<double>(stats.configurations_measured));
+  devices_lost.Add({}).Set(static_cast<double>(stats.devices_lost));
+  heartbeat.Add({}).Set(stats.last_heartbeat_unix_seconds);
+  // One label set per benchmarking thread: bounded by the node's devices.
   for (const SlotStatus& slot : stats.slots) {
-    const server::Labels labels = {{"worker", slot.worker_id}};
-    registry.SetGauge("ucudnn_worker_current_job", labels, static_cast<double>(slot.job_id));
-    registry.SetGauge("ucudnn_worker_current_job_configurations_done", labels,
-                      static_cast<double>(slot.job_id != 0 ? slot.configurations_done : 0));
-    registry.SetGauge("ucudnn_worker_current_job_configurations_total", labels,
-                      static_cast<double>(slot.job_id != 0 ? slot.configurations_total : 0));
+    const metrics::Labels labels = {{"worker", slot.worker_id}};
+    current_job.Add(labels).Set(static_cast<double>(slot.job_id));
+    done.Add(labels).Set(static_cast<double>(slot.job_id != 0 ? slot.configurations_done : 0));
+    total.Add(labels).Set(static_cast<double>(slot.job_id != 0 ? slot.configurations_total : 0));
   }
-  return registry.Render();
+  return registry.Collect();
+}
+
+std::string RenderWorkerMetrics(const DaemonStats& stats) {
+  return metrics::Render(CollectWorkerMetrics(stats));
 }
 
 }  // namespace ucudnn::worker

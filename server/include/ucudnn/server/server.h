@@ -21,6 +21,10 @@ namespace ucudnn::store {
 class Store;
 }
 
+namespace ucudnn::metrics {
+class Endpoint;
+}
+
 namespace ucudnn::server {
 
 class ServerMetrics;
@@ -31,7 +35,6 @@ class TokenAuthenticator;
 class PlannerServiceImpl;
 class CatalogServiceImpl;
 class TimingServiceImpl;
-class MetricsHttpServer;
 class ThreadPool;
 
 class PlannerServer {
@@ -71,6 +74,9 @@ class PlannerServer {
   Status Listen(const ServerConfig& config);
   Status StartMetricsEndpoint(const ServerConfig& config);
   void HealthLoop(std::chrono::milliseconds interval);
+  // Sets the scrape-time gauges from the store and the caches; one scrape at a time, so that
+  // concurrent scrapes do not multiply the database's work.
+  void RefreshScrapeGauges();
   void SetServing(bool serving);
 
   std::unique_ptr<store::Store> store_;
@@ -85,7 +91,8 @@ class PlannerServer {
   // Runs every call's work; declared after what its tasks use, so it stops (and joins) first.
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint_;
+  std::mutex scrape_mu_;
   int port_ = 0;
 
   std::atomic<bool> database_healthy_{false};

@@ -1,16 +1,17 @@
-// The planner server's metric families on top of MetricsRegistry, with typed recorders, so that
-// names and labels are spelled in one place. Pure: values queried from the database at scrape
-// time come in as plain structs (see Server::CollectScrapeMetrics).
+// The planner server's metric families on a prometheus-cpp registry (ucudnn/metrics/registry.h),
+// with typed recorders, so that names and labels are spelled in one place. Pure: values queried
+// from the database at scrape time come in as plain structs (see Server::ScrapeMetrics).
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <grpcpp/support/status.h>
 
-#include "ucudnn/server/metrics.h"
+#include "ucudnn/metrics/registry.h"
 
 namespace ucudnn::server {
 
@@ -27,6 +28,11 @@ struct DeviceJobGauge {
 
 // Devices with labels of their own in ucudnn_device_jobs; the rest are summed as "other".
 inline constexpr size_t kMaxDeviceLabels = 64;
+// Distinct (method, code) label sets of the RPC families: the services' methods times gRPC's 17
+// codes stay well below; a label set past it is not counted.
+inline constexpr size_t kMaxRpcLabelSets = 1024;
+// Distinct plan cache tiers (three are named below); past it a hit is not counted.
+inline constexpr size_t kMaxPlanCacheTiers = 8;
 
 // What a scrape found besides the counters.
 struct ScrapeSnapshot {
@@ -62,11 +68,30 @@ class ServerMetrics {
   // Replaces the scrape-time gauges.
   void ApplySnapshot(const ScrapeSnapshot& snapshot);
 
-  std::string Render() const { return registry_.Render(); }
-  const MetricsRegistry& registry() const { return registry_; }
+  // The text exposition of every family.
+  std::string Render() const;
+  // What the /metrics endpoint collects, and metrics::Value() reads.
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
  private:
-  MetricsRegistry registry_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  metrics::BoundedFamily<prometheus::Counter> rpc_requests_;
+  metrics::BoundedFamily<prometheus::Histogram> rpc_duration_;
+  metrics::BoundedFamily<prometheus::Counter> plan_cache_hits_;
+  prometheus::Counter& plan_cache_misses_;
+  prometheus::Family<prometheus::Counter>& plans_computed_;
+  prometheus::Histogram& plan_compute_seconds_;
+  prometheus::Counter& jobs_enqueued_;
+  prometheus::Counter& timings_stored_;
+  prometheus::Counter& auth_failures_;
+  prometheus::Counter& plans_evicted_;
+  prometheus::Gauge& database_up_;
+  // Absent until the database first answers a scrape.
+  metrics::BoundedFamily<prometheus::Gauge> queue_depth_;
+  metrics::BoundedFamily<prometheus::Gauge> device_jobs_;
+  prometheus::Family<prometheus::Gauge>& pool_connections_;
+  prometheus::Gauge& listener_connected_;
+  prometheus::Family<prometheus::Gauge>& cache_entries_;
 };
 
 }  // namespace ucudnn::server
