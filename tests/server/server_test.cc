@@ -1111,7 +1111,9 @@ TEST_F(ServerTest, HealthFollowsTheDatabase) {
 
 // Lists services through grpc.reflection.v1alpha with hand-encoded messages (the reflection
 // protos are not installed): ServerReflectionRequest{list_services = ""} is field 7.
-std::vector<std::string> ReflectedServices(const std::shared_ptr<grpc::Channel>& channel) {
+// `finished` (when given) gets the stream's final status.
+std::vector<std::string> ReflectedServices(const std::shared_ptr<grpc::Channel>& channel,
+                                           grpc::Status* finished = nullptr) {
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   auto context = Context(10s);
@@ -1139,6 +1141,7 @@ std::vector<std::string> ReflectedServices(const std::shared_ptr<grpc::Channel>&
   grpc::Status status;
   call->Finish(&status, reinterpret_cast<void*>(5));
   step(5);
+  if (finished != nullptr) *finished = status;
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
@@ -1173,6 +1176,22 @@ TEST_F(ServerTest, ReflectionListsTheServices) {
         "grpc.reflection.v1alpha.ServerReflection"}) {
     EXPECT_EQ(listed.count(expected), 1u) << expected;
   }
+}
+
+// The normal end of a reflection stream (the client's half-close, which every grpcurl and buf
+// call ends with) is no malformed request: the stream ends OK and no error is counted (issue 22).
+TEST_F(ServerTest, ReflectionStreamsEndWithoutAnErrorCounted) {
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  for (int i = 0; i < 2; ++i) {
+    grpc::Status finished(grpc::StatusCode::UNKNOWN, "not finished");
+    EXPECT_FALSE(ReflectedServices(t.channel, &finished).empty());
+    EXPECT_TRUE(finished.ok()) << finished.error_code() << ": " << finished.error_message();
+  }
+  httplib::Client http("127.0.0.1", t.server->metrics_port());
+  auto result = http.Get("/metrics");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->body.find("code=\"INVALID_ARGUMENT\""), std::string::npos) << result->body;
 }
 
 TEST_F(ServerTest, MetricsEndpointServesCounters) {
