@@ -230,7 +230,19 @@ void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
         spdlog::error("database unreachable ({}): NOT_SERVING", ping.ToString());
       }
     }
-    if (!stopping_) SetServing(healthy);
+    // A schema migrated past this binary while it runs: the store stops writing (it logs why)
+    // and readiness goes NOT_SERVING, until the schema is one this binary knows again.
+    const bool was_too_new = store_->schema_too_new();
+    if (healthy) (void)store_->RecheckSchema();
+    const bool too_new = store_->schema_too_new();
+    if (too_new != was_too_new) {
+      if (too_new) {
+        spdlog::error("database schema newer than this server's: NOT_SERVING (upgrade it)");
+      } else {
+        spdlog::info("database schema known again: SERVING");
+      }
+    }
+    if (!stopping_) SetServing(healthy && !too_new);
     lock.lock();
   }
 }

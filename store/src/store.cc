@@ -571,6 +571,7 @@ Status Store::Ping() {
 PoolStats Store::GetPoolStats() const { return impl_->pool.Stats(); }
 
 Result<uint64_t> Store::UpsertDevice(const DeviceFingerprint& fingerprint) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(fingerprint));
   return impl_->Run("upsert device", [&](pqxx::connection& conn) -> Result<uint64_t> {
     pqxx::work tx(conn);
@@ -588,6 +589,7 @@ Result<bool> Store::DeviceExists(uint64_t device_hash) {
 }
 
 Result<uint64_t> Store::UpsertProblem(const ConvProblem& problem) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateProblem(problem));
   return impl_->Run("upsert problem", [&](pqxx::connection& conn) -> Result<uint64_t> {
     pqxx::work tx(conn);
@@ -659,6 +661,7 @@ Result<std::vector<TimingTable>> Store::GetTimingsForProblems(
 
 Status Store::PutTimings(const DeviceFingerprint& device, const ConvProblem& problem,
                          const std::vector<Timing>& timings, const std::string& measured_by) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   UCUDNN_RETURN_IF_ERROR(ValidateProblem(problem));
   UCUDNN_RETURN_IF_ERROR(internal::ValidateTimings(timings));
@@ -678,6 +681,7 @@ Status Store::PutTimings(const DeviceFingerprint& device, const ConvProblem& pro
 Result<int64_t> Store::ImportTimings(const DeviceFingerprint& device,
                                      const std::vector<ProblemTimings>& problems,
                                      const std::string& measured_by) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   UCUDNN_RETURN_IF_ERROR(internal::ValidateMeasuredBy(measured_by));
   for (size_t i = 0; i < problems.size(); ++i) {
@@ -817,6 +821,7 @@ Result<EnqueueResult> InsertOrWidenJobTx(pqxx::transaction_base& tx, uint64_t de
 
 Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& device,
                                                       const std::vector<JobRequest>& jobs) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   if (jobs.size() > kMaxJobsPerEnqueue) {
     return InvalidArgument("jobs: at most " + std::to_string(kMaxJobsPerEnqueue) +
@@ -856,6 +861,7 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
 
 Result<std::optional<Job>> Store::ClaimJob(uint64_t device_hash, const std::string& worker_id,
                                            std::chrono::milliseconds lease, int max_attempts) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateLease(lease));
   if (max_attempts < 1) {
@@ -889,6 +895,7 @@ Result<std::optional<Job>> Store::ClaimJob(uint64_t device_hash, const std::stri
 
 Status Store::RenewLease(int64_t job_id, const std::string& worker_id,
                          std::chrono::milliseconds lease) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateLease(lease));
   return impl_->Run("renew lease", [&](pqxx::connection& conn) -> Status {
@@ -911,6 +918,7 @@ Status Store::RenewLease(int64_t job_id, const std::string& worker_id,
 
 Result<JobState> Store::CompleteJob(int64_t job_id, const std::string& worker_id,
                                     const std::vector<Timing>& timings) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(internal::ValidateTimings(timings));
   return impl_->Run("complete job", [&](pqxx::connection& conn) -> Result<JobState> {
@@ -933,6 +941,7 @@ Result<JobState> Store::CompleteJob(int64_t job_id, const std::string& worker_id
 
 Result<JobState> Store::FailJob(int64_t job_id, const std::string& worker_id,
                                 const std::string& error, int max_attempts) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   if (max_attempts < 1) {
     return InvalidArgument("max_attempts: must be >= 1, got " + std::to_string(max_attempts));
@@ -956,6 +965,7 @@ Result<JobState> Store::FailJob(int64_t job_id, const std::string& worker_id,
 }
 
 Status Store::ReleaseJob(int64_t job_id, const std::string& worker_id) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   return impl_->Run("release job", [&](pqxx::connection& conn) -> Status {
     pqxx::work tx(conn);
@@ -993,6 +1003,7 @@ Result<std::vector<Job>> Store::GetJobs(const std::vector<int64_t>& job_ids) {
 }
 
 Result<Job> Store::RetryJob(int64_t job_id) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   return impl_->Run("retry job", [&](pqxx::connection& conn) -> Result<Job> {
     pqxx::work tx(conn);
     pqxx::result locked = tx.exec_prepared("retry_lock_job", job_id);
@@ -1021,6 +1032,7 @@ Result<Job> Store::RetryJob(int64_t job_id) {
 
 Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
                                                  std::optional<uint64_t> device_hash) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   if (job_id < 0) return InvalidArgument("job_id: must be positive, got " + std::to_string(job_id));
   return impl_->Run("cancel jobs", [&](pqxx::connection& conn) -> Result<std::vector<Job>> {
     pqxx::work tx(conn);
@@ -1052,6 +1064,7 @@ Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
 
 Status Store::RegisterWorker(const std::string& worker_id, const std::string& host,
                              const DeviceFingerprint& device) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   if (host.size() > 256) {
@@ -1070,6 +1083,7 @@ Status Store::RegisterWorker(const std::string& worker_id, const std::string& ho
 }
 
 Status Store::Heartbeat(const std::string& worker_id) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   return impl_->Run("heartbeat", [&](pqxx::connection& conn) -> Status {
     pqxx::work tx(conn);
@@ -1194,6 +1208,7 @@ Result<std::optional<std::string>> Store::GetCachedPlan(uint64_t plan_hash) {
 
 Status Store::PutCachedPlan(uint64_t plan_hash, const DeviceFingerprint& device,
                             const std::string& bytes) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   if (bytes.empty() || bytes.size() > kMaxPlanBytes) {
     return InvalidArgument("plan: must be 1 to " + std::to_string(kMaxPlanBytes) + " bytes, got " +
@@ -1209,6 +1224,7 @@ Status Store::PutCachedPlan(uint64_t plan_hash, const DeviceFingerprint& device,
 }
 
 Result<int64_t> Store::EvictPlans(int64_t max_plans_per_device) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   if (max_plans_per_device < 1) {
     return InvalidArgument("max_plans_per_device: must be >= 1, got " +
                            std::to_string(max_plans_per_device));

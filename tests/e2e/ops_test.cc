@@ -8,9 +8,11 @@
 
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "e2e/e2e_fixture.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::e2e {
@@ -119,6 +121,57 @@ TEST_F(OpsTest, ServerWithoutMigrateWaitsForTheSchemaThenServes) {
   EXPECT_EQ(ExitCode(*impatient), 1) << impatient->Log();
   EXPECT_THAT(impatient->Log(), HasSubstr("FAILED_PRECONDITION"));
   EXPECT_THAT(impatient->Log(), HasSubstr("is older than this binary's"));
+}
+
+// A schema migrated past the running binaries (issue 22): the server turns NOT_SERVING and
+// enqueues nothing, the worker claims nothing, both say why and keep running; once the schema is
+// one they know again, both resume.
+TEST_F(OpsTest, ANewerSchemaStopsTheRunningServerAndWorkerFromWriting) {
+  ServerProcess* server = StartServer("s1");
+  ASSERT_NE(server, nullptr);
+  WorkerProcess* worker = StartWorker("w1");
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(WaitWorkersRegistered(1));
+  const auto serving = [&] {
+    auto stub = grpc::health::v1::Health::NewStub(server->NewChannel());
+    grpc::health::v1::HealthCheckResponse response;
+    const auto status = stub->Check(ContextWithDeadline(seconds(2)).get(), {}, &response);
+    return status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  };
+  ASSERT_TRUE(serving());
+
+  ASSERT_TRUE(Query("INSERT INTO schema_migrations (version, name) VALUES (9999, 'future') "
+                    "RETURNING version")
+                  .ok());
+  EXPECT_TRUE(WaitUntil([&] { return !serving(); }, seconds(30)));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return worker->process().Log().find("newer than this binary's newest") != std::string::npos;
+      },
+      seconds(30)))
+      << worker->process().LogTail();
+
+  // A plan request that would enqueue the tiny network's benchmarks enqueues nothing.
+  v1::GetPlanResponse planned;
+  (void)server->Planner()->GetPlan(ContextWithDeadline(seconds(30)).get(),
+                                   PlanRequestFor(TinyNetwork(1), 0), &planned);
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM jobs"), 0);
+  // A job queued behind their backs (by a store that has not re-checked) is not claimed.
+  auto store = store::Store::Open(url(), 1);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const ConvProblem problem = TinyNetwork(2).front().problem;
+  ASSERT_TRUE((*store)->EnqueueJob(CpuDevice(), problem, 4, BatchPolicy::kPowerOfTwo).ok());
+  std::this_thread::sleep_for(seconds(1));  // 10 of the worker's poll intervals
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM jobs WHERE state = 'queued'"), 1);
+  EXPECT_TRUE(server->process().Running());
+  EXPECT_TRUE(worker->process().Running());
+
+  // The binaries upgraded, as it were: the schema is theirs again, and they resume.
+  ASSERT_TRUE(Query("DELETE FROM schema_migrations WHERE version = 9999 RETURNING version").ok());
+  EXPECT_TRUE(WaitUntil([&] { return serving(); }, seconds(30)));
+  EXPECT_TRUE(WaitUntil([&] {
+    return QueryOr("SELECT count(*) FROM jobs WHERE state = 'done'") == 1;
+  })) << worker->process().LogTail();
 }
 
 }  // namespace

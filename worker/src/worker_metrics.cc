@@ -17,6 +17,9 @@ std::string RenderWorkerMetrics(const DaemonStats& stats) {
   registry.DefineGauge("ucudnn_worker_last_heartbeat_timestamp_seconds",
                        "Unix time of the last heartbeat stored in the database; 0 before the "
                        "first");
+  registry.DefineGauge("ucudnn_worker_ready",
+                       "1 while the worker may claim jobs; 0 while the database's schema is newer "
+                       "than this binary's (it writes nothing until upgraded)");
   registry.DefineGauge("ucudnn_worker_current_job", "The job in hand per worker id; 0 while idle");
   registry.DefineGauge("ucudnn_worker_current_job_configurations_done",
                        "Configurations of the job in hand measured so far");
@@ -37,6 +40,7 @@ std::string RenderWorkerMetrics(const DaemonStats& stats) {
   registry.SetGauge("ucudnn_worker_devices_lost", {}, static_cast<double>(stats.devices_lost));
   registry.SetGauge("ucudnn_worker_last_heartbeat_timestamp_seconds", {},
                     stats.last_heartbeat_unix_seconds);
+  registry.SetGauge("ucudnn_worker_ready", {}, stats.schema_too_new ? 0.0 : 1.0);
   for (const SlotStatus& slot : stats.slots) {
     const server::Labels labels = {{"worker", slot.worker_id}};
     registry.SetGauge("ucudnn_worker_current_job", labels, static_cast<double>(slot.job_id));

@@ -221,6 +221,14 @@ class Store {
   Result<int> SchemaVersion();
   // The newest version embedded in this binary.
   static int LatestSchemaVersion();
+  // Re-reads the schema version (one query), for a running server or worker: a schema newer than
+  // this binary's makes the store refuse every write from then on with kFailedPrecondition
+  // (logged once, as an error) until a later re-check finds a schema it knows again. Returns
+  // that kFailedPrecondition while the schema is newer, the database's error when it cannot be
+  // read (nothing changes then), else OK.
+  Status RecheckSchema();
+  // Whether writes are refused because the last re-check found a newer schema.
+  bool schema_too_new() const;
   // kOk when a round trip to the database works; for health checks.
   Status Ping();
   PoolStats GetPoolStats() const;
