@@ -583,6 +583,14 @@ def check_compose(deploy_dir):
     for name, svc in services.items():
         if not svc.get("image"):
             fail(f"compose:{name}", "no image")
+        # The ucudnn image runs as 65532: a secret mounted with the host file's owner (short
+        # syntax) is unreadable to it when the operator made the file 0600.
+        if svc.get("image", "").split(":")[0].endswith("ucudnn"):
+            for secret in svc.get("secrets") or []:
+                if not isinstance(secret, dict) or str(secret.get("uid")) != "65532":
+                    source = secret if isinstance(secret, str) else secret.get("source")
+                    fail(f"compose:{name}", f"secret {source}: long syntax with uid/gid 65532 "
+                         "and a mode, so that the server (UID 65532) can read it")
         image = svc.get("image", "")
         if image and not image.split(":")[0].endswith("ucudnn") and not image_pinned(image):
             fail(f"compose:{name}", f"image {image} is not pinned to a version or a digest")
@@ -980,8 +988,13 @@ def check_systemd(deploy_dir, bin_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deploy-dir", default=os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--bin-dir", help="build/bin: variables are checked against each binary's --help")
+    ap.add_argument("--bin-dir", help="build/bin: variables are checked against each binary's "
+                    "--help (default: the source tree's build/bin, when it holds the binaries)")
     args = ap.parse_args()
+    if not args.bin_dir:
+        built = os.path.join(os.path.dirname(os.path.abspath(args.deploy_dir)), "build", "bin")
+        if os.access(os.path.join(built, "ucudnn-server"), os.X_OK):
+            args.bin_dir = built
     if args.bin_dir:
         args.bin_dir = os.path.abspath(args.bin_dir)
     generated = check_kustomization(args.deploy_dir)

@@ -37,6 +37,9 @@ def chain(*steps):
 
 
 CASES = [
+    ("a compose secret the server's UID cannot read",
+     replace("deploy/compose/compose.yaml", 'uid: "65532"', 'uid: "0"'),
+     r"compose:server: secret tokens: long syntax with uid/gid 65532"),
     ("server-only variable given to the worker",
      replace("deploy/k8s/configmap.yaml", '  UCUDNN_WORKER_BACKEND: "cudnn"',
              '  UCUDNN_WORKER_BACKEND: "cudnn"\n  UCUDNN_SCHEMA_WAIT: "1m"'),
@@ -80,7 +83,8 @@ CASES = [
      replace("deploy/k8s/server-service.yaml", "port: 9464, ", ""),
      r"schema: Invalid value for `port`, must not be `None`"),
     ("a field the Compose schema does not know",
-     replace("deploy/compose/compose.yaml", "    secrets:\n      - tokens", "    gpus: all\n    secrets:\n      - tokens"),
+     replace("deploy/compose/compose.yaml", "    secrets:\n      - source: tokens",
+             "    gpus: all\n    secrets:\n      - source: tokens"),
      r"compose:services/server: schema: .*'gpus'"),
     ("a migration Job named the same for every release",
      replace("deploy/k8s/migrate-job.yaml", "name: ucudnn-migrate-0-1-0", "name: ucudnn-migrate"),
