@@ -244,24 +244,34 @@ const std::vector<Statement>& Statements() {
       {"register_worker",
        "INSERT INTO workers (id, host, device_id) VALUES ($1, $2, $3) "
        "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, device_id = EXCLUDED.device_id, "
-       "last_heartbeat = now()"},
+       "last_heartbeat = now(), stopped_at = NULL"},
+      {"stop_worker", "UPDATE workers SET stopped_at = now() WHERE id = $1 RETURNING id"},
+      // Rows of workers silent for longer than the retention ($1 seconds); one that a running
+      // job still names stays until that job's lease is dealt with.
+      {"prune_workers",
+       "DELETE FROM workers w WHERE w.last_heartbeat < now() - make_interval(secs => $1::float8) "
+       "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker_id = w.id AND j.state = 'running') "
+       "RETURNING w.id"},
       {"list_devices",
        "SELECT d.id, " + DeviceColumns("d") + ", " + internal::TimestampSql("d.first_seen") +
            " AS first_seen, "
            "(SELECT count(*) FROM timings t WHERE t.device_id = d.id) AS timing_count, "
            "(SELECT count(*) FROM workers w WHERE w.device_id = d.id AND "
+           "  w.stopped_at IS NULL AND "
            "  w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS live_workers "
            "FROM devices d ORDER BY d.name, d.id"},
       {"list_workers",
        "SELECT w.id, w.host, w.device_id, " + internal::TimestampSql("w.registered_at") +
            " AS registered_at, " + internal::TimestampSql("w.last_heartbeat") +
            " AS last_heartbeat, "
-           "(w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS alive, "
+           "(w.stopped_at IS NULL AND "
+           " w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS alive, "
            "(SELECT count(*) FROM jobs j WHERE j.worker_id = w.id AND j.state = 'done') "
            "AS jobs_done, " +
            DeviceColumns("d") +
            " FROM workers w JOIN devices d ON d.id = w.device_id "
-           "WHERE NOT $2::boolean OR w.last_heartbeat > now() - make_interval(secs => $1::float8) "
+           "WHERE NOT $2::boolean OR (w.stopped_at IS NULL AND "
+           "  w.last_heartbeat > now() - make_interval(secs => $1::float8)) "
            "ORDER BY w.id"},
       // The body; last_used_at moves only when older than $2 seconds (one write per plan and
       // interval, however often it is read). A data-modifying WITH runs whether or not read.
@@ -850,7 +860,8 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
         }
         tx.commit();
         if (created > 0) {
-          spdlog::info("store: queued {} job(s) for device {}", created, FormatHash(device_hash));
+          // The server logs the enqueue with its context (issue 22: it was logged twice).
+          spdlog::debug("store: queued {} job(s) for device {}", created, FormatHash(device_hash));
         }
         std::vector<EnqueueResult> results;
         results.reserve(jobs.size());
@@ -1025,7 +1036,7 @@ Result<Job> Store::RetryJob(int64_t job_id) {
     if (rows.empty()) return Internal(id + ": gone while being retried");
     UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(rows[0]));
     tx.commit();
-    spdlog::info("store: job {} re-queued by an operator (last error: {})", job_id, job.error);
+    spdlog::debug("store: job {} re-queued by an operator (last error: {})", job_id, job.error);
     return job;
   });
 }
@@ -1054,7 +1065,7 @@ Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
     }
     tx.commit();
     if (!cancelled.empty()) {
-      spdlog::info("store: {} queued job(s) cancelled by an operator", cancelled.size());
+      spdlog::debug("store: {} queued job(s) cancelled by an operator", cancelled.size());
     }
     return cancelled;
   });
@@ -1082,16 +1093,50 @@ Status Store::RegisterWorker(const std::string& worker_id, const std::string& ho
   });
 }
 
-Status Store::Heartbeat(const std::string& worker_id) {
-  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
+namespace {
+
+// One UPDATE of a registered worker's row (`statement`, RETURNING id) in its own transaction;
+// kNotFound when the worker never registered.
+Status UpdateWorker(Store::Impl& impl, std::string_view operation, const char* statement,
+                    const std::string& worker_id) {
+  UCUDNN_RETURN_IF_ERROR(impl.WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
-  return impl_->Run("heartbeat", [&](pqxx::connection& conn) -> Status {
+  return impl.Run(operation, [&](pqxx::connection& conn) -> Status {
     pqxx::work tx(conn);
-    if (tx.exec_prepared("touch_worker", worker_id).empty()) {
+    if (tx.exec_prepared(statement, worker_id).empty()) {
       return NotFound("worker " + worker_id + ": not registered");
     }
     tx.commit();
     return Status::Ok();
+  });
+}
+
+}  // namespace
+
+Status Store::Heartbeat(const std::string& worker_id) {
+  return UpdateWorker(*impl_, "heartbeat", "touch_worker", worker_id);
+}
+
+Status Store::MarkWorkerStopped(const std::string& worker_id) {
+  return UpdateWorker(*impl_, "mark worker stopped", "stop_worker", worker_id);
+}
+
+Result<int64_t> Store::PruneWorkers(std::chrono::seconds retention) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
+  if (retention.count() < 1) {
+    return InvalidArgument("retention: must be at least 1 s, got " +
+                           std::to_string(retention.count()));
+  }
+  return impl_->Run("prune workers", [&](pqxx::connection& conn) -> Result<int64_t> {
+    pqxx::work tx(conn);
+    const pqxx::result pruned =
+        tx.exec_prepared("prune_workers", static_cast<double>(retention.count()));
+    tx.commit();
+    if (!pruned.empty()) {
+      spdlog::info("store: {} worker row(s) silent for over {} s removed", pruned.size(),
+                   retention.count());
+    }
+    return static_cast<int64_t>(pruned.size());
   });
 }
 

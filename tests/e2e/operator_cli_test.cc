@@ -254,6 +254,16 @@ TEST_F(OperatorCliTest, QueuedJobsAreCancelledWithATokenOneOrAllOfADevice) {
   ASSERT_FALSE(cancelled.is_discarded()) << rest.output;
   EXPECT_EQ(cancelled["cancelled"].size(), kTinyNetworkProblems - 1);
   EXPECT_EQ(*Query(queued_sql), 0);
+
+  // The enqueue and each cancellation are logged once, by the server (issue 22: twice).
+  const std::string log = server->process().Log();
+  const auto lines_with = [&](const std::string& text) {
+    int count = 0;
+    for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++count;
+    return count;
+  };
+  EXPECT_EQ(lines_with("job(s) for device"), 1) << log;
+  EXPECT_EQ(lines_with("job(s) cancelled"), 2) << log;
 }
 
 // Issue 11 item 5: a network planned in bf16 channels-last end to end. The CLI puts the precision

@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <csignal>
 #include <regex>
 #include <string>
 #include <thread>
@@ -34,6 +35,15 @@ class OpsTest : public E2eTest {
     auto process = ChildProcess::Spawn(argv, LogPath("server_" + name), &error);
     EXPECT_NE(process, nullptr) << error;
     return process;
+  }
+
+  // A server and a CPU worker registered with it; the worker null when either failed.
+  std::pair<ServerProcess*, WorkerProcess*> StartServerAndWorker() {
+    ServerProcess* server = StartServer("s1");
+    WorkerProcess* worker = server != nullptr ? StartWorker("w1") : nullptr;
+    const bool registered = worker != nullptr && WaitWorkersRegistered(1);
+    EXPECT_TRUE(registered);
+    return {server, registered ? worker : nullptr};
   }
 
   // The exit status of a process expected to exit on its own; -1 when it did not.
@@ -65,6 +75,11 @@ TEST_F(OpsTest, ASecondServerOnATakenAddressFailsAtStart) {
   ASSERT_NE(same_grpc, nullptr);
   EXPECT_EQ(ExitCode(*same_grpc), 1) << same_grpc->Log();
   EXPECT_THAT(same_grpc->Log(), HasSubstr("cannot listen on " + first->address()));
+  // ... and only that: no raw line of gRPC core's ("E1126 06:12:00.1 42 chttp2_server.cc:...]
+  // UNKNOWN:No address added ...") before it (issue 22).
+  static const std::regex kGrpcCoreLine("^[EWI][0-9]{4} [0-9:.]+ +[0-9]+ [a-z_./]+:[0-9]+\\]",
+                                        std::regex::multiline);
+  EXPECT_FALSE(std::regex_search(same_grpc->Log(), kGrpcCoreLine)) << same_grpc->Log();
 
   // The metrics address taken: the same.
   auto same_metrics = SpawnServer(
@@ -127,11 +142,8 @@ TEST_F(OpsTest, ServerWithoutMigrateWaitsForTheSchemaThenServes) {
 // enqueues nothing, the worker claims nothing, both say why and keep running; once the schema is
 // one they know again, both resume.
 TEST_F(OpsTest, ANewerSchemaStopsTheRunningServerAndWorkerFromWriting) {
-  ServerProcess* server = StartServer("s1");
-  ASSERT_NE(server, nullptr);
-  WorkerProcess* worker = StartWorker("w1");
+  auto [server, worker] = StartServerAndWorker();
   ASSERT_NE(worker, nullptr);
-  ASSERT_TRUE(WaitWorkersRegistered(1));
   const auto serving = [&] {
     auto stub = grpc::health::v1::Health::NewStub(server->NewChannel());
     grpc::health::v1::HealthCheckResponse response;
@@ -172,6 +184,28 @@ TEST_F(OpsTest, ANewerSchemaStopsTheRunningServerAndWorkerFromWriting) {
   EXPECT_TRUE(WaitUntil([&] {
     return QueryOr("SELECT count(*) FROM jobs WHERE state = 'done'") == 1;
   })) << worker->process().LogTail();
+}
+
+// A worker stopped cleanly (SIGTERM) is listed not alive at once, not once its heartbeat ages
+// out (issue 22).
+TEST_F(OpsTest, ACleanlyStoppedWorkerIsNotListedAlive) {
+  auto [server, worker] = StartServerAndWorker();
+  ASSERT_NE(worker, nullptr);
+  const auto alive_workers = [&] {
+    v1::ListWorkersRequest request;
+    request.set_alive_only(true);
+    v1::ListWorkersResponse response;
+    const grpc::Status status =
+        server->Catalog()->ListWorkers(ContextWithDeadline(seconds(10)).get(), request, &response);
+    return status.ok() ? response.workers_size() : -1;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return alive_workers() == 1; }));
+  worker->process().Signal(SIGTERM);
+  const auto status = worker->process().WaitExit(seconds(30));
+  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << worker->process().LogTail();
+  EXPECT_EQ(alive_workers(), 0);
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM workers WHERE stopped_at IS NOT NULL"), 1);
 }
 
 }  // namespace

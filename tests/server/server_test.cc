@@ -576,6 +576,37 @@ TEST_F(ServerTest, DatabasePlanCacheIsTrimmedToItsBound) {
   EXPECT_GE(t.server->metrics().registry().Value("ucudnn_plan_cache_evictions_total"), 3);
 }
 
+// Rows of workers silent for longer than --worker-retention are deleted on the eviction schedule
+// (issue 22); a live worker's row stays.
+TEST_F(ServerTest, SilentWorkersArePrunedAfterTheRetention) {
+  ServerConfig config = BaseConfig(url());
+  config.plan_cache_evict_interval_ms = 50;
+  config.worker_retention_ms = 3600000;
+  TestServer t = Launch(config);
+  ASSERT_TRUE(t.server);
+  auto store = store::Store::Open(url(), 1);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->RegisterWorker("gone:1:gpu0", "node", H100()).ok());
+  ASSERT_TRUE((*store)->RegisterWorker("here:1:gpu0", "node", H100()).ok());
+  auto workers = [&](const std::string& where) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    const int64_t n = tx.exec1("SELECT count(*) FROM workers " + where)[0].as<int64_t>();
+    tx.commit();
+    return n;
+  };
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(
+        "UPDATE workers SET last_heartbeat = now() - interval '2 hours' WHERE id = 'gone:1:gpu0'");
+    tx.commit();
+  }
+  for (int i = 0; i < 300 && workers("") > 1; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(workers("WHERE id = 'gone:1:gpu0'"), 0);
+  EXPECT_EQ(workers("WHERE id = 'here:1:gpu0'"), 1);
+}
+
 TEST_F(ServerTest, NoMigrateRefusesASchemaOtherThanItsOwn) {
   ServerConfig config = BaseConfig(url());
   config.auto_migrate = false;

@@ -770,6 +770,15 @@ Status Daemon::Impl::Run() {
   }
   cv_.notify_all();
   heartbeat.join();
+  // A clean stop shows in the catalog at once, not once the heartbeat ages out; a lost device's
+  // worker is left to show dead, as it is.
+  for (const auto& slot : slots_) {
+    if (!slot->registered || slot->lost) continue;
+    if (const Status st = store_.MarkWorkerStopped(slot->worker_id); !st.ok()) {
+      spdlog::warn("[{}] could not mark worker {} stopped: {}", slot->device.slot, slot->worker_id,
+                   st.ToString());
+    }
+  }
   const DaemonStats s = stats();
   spdlog::info(
       "worker stopped: {} claimed, {} completed, {} failed, {} released, {} abandoned, {} "

@@ -337,6 +337,12 @@ class Store {
                         const DeviceFingerprint& device);
   // Sets the worker's last heartbeat to now; kNotFound when it never registered.
   Status Heartbeat(const std::string& worker_id);
+  // A clean shutdown: the worker is listed stopped (not alive) at once, until it registers
+  // again; kNotFound when it never registered.
+  Status MarkWorkerStopped(const std::string& worker_id);
+  // Deletes the rows of workers without a heartbeat for longer than `retention` (>= 1 s), except
+  // one a running job still names; returns how many went. Their jobs keep no worker id.
+  Result<int64_t> PruneWorkers(std::chrono::seconds retention);
 
   // ---- Catalog (operators, metrics) ----
   // Every device, ordered by name then hash, with timing counts and live workers.
