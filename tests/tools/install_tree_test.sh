@@ -33,7 +33,7 @@ for file in server/bin/ucudnn-server cli/bin/ucudnn; do
     failures=$((failures + 1))
   fi
 done
-so="$(find "$prefix/client" -name libucudnn_client.so.* -type f -print -quit)"
+so="$(find "$prefix/client" -name 'libucudnn_client.so.*' -type f -print -quit)"
 if [ -n "$so" ] && readelf -S "$so" | grep -q '\.debug_info'; then
   echo "FAIL: ${so#"$prefix"/} is installed with its debug information (not stripped)"
   failures=$((failures + 1))

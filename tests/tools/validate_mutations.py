@@ -37,6 +37,9 @@ def chain(*steps):
 
 
 CASES = [
+    ("the optional PostgreSQL back in the base",
+     replace("deploy/k8s/with-postgres/kustomization.yaml", "components:\n  - ../components/postgres\n", ""),
+     r"no overlay \(k8s/\*/kustomization\.yaml\) adds component postgres"),
     ("a compose secret the server's UID cannot read",
      replace("deploy/compose/compose.yaml", 'uid: "65532"', 'uid: "0"'),
      r"compose:server: secret tokens: long syntax with uid/gid 65532"),
@@ -128,10 +131,10 @@ CASES = [
      replace("deploy/k8s/server-deployment.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true"),
      r"automountServiceAccountToken must be false"),
     ("a floating PostgreSQL tag",
-     replace("deploy/k8s/postgres-statefulset.yaml", "image: postgres:15.10", "image: postgres:15"),
+     replace("deploy/k8s/components/postgres/postgres-statefulset.yaml", "image: postgres:15.10", "image: postgres:15"),
      r"image postgres:15 is not pinned"),
     ("PostgreSQL without resources",
-     replace("deploy/k8s/postgres-statefulset.yaml", "            requests: {cpu: 250m, memory: 512Mi}\n", ""),
+     replace("deploy/k8s/components/postgres/postgres-statefulset.yaml", "            requests: {cpu: 250m, memory: 512Mi}\n", ""),
      r"postgres: resources need requests"),
     ("tokens as an environment variable",
      replace("deploy/k8s/configmap.yaml", '  UCUDNN_TOKEN_FILE: "/etc/ucudnn/tokens/tokens"',
