@@ -16,22 +16,26 @@ using testing_util::Conv3x3;
 using testing_util::SampleTimings;
 using testing_util::StoreTest;
 
-using CatalogTest = StoreTest;
+class CatalogTest : public StoreTest {
+ protected:
+  // One statement on a connection of its own, committed.
+  void Execute(const std::string& sql) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(sql);
+    tx.commit();
+  }
+};
 
 TEST_F(CatalogTest, DevicesCountTheirTimingsAndLiveWorkers) {
   ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), SampleTimings(8, 2), "w").ok());
   ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(32), SampleTimings(4, 2), "w").ok());
   ASSERT_TRUE(store_->RegisterWorker("gpu-node:1:0", "gpu-node", H100()).ok());
   ASSERT_TRUE(store_->RegisterWorker("old-node:1:0", "old-node", A100()).ok());
-  {
-    // The A100 worker last beat long ago.
-    pqxx::connection conn(url());
-    pqxx::work tx(conn);
-    tx.exec(
-        "UPDATE workers SET last_heartbeat = now() - interval '1 hour' "
-        "WHERE id = 'old-node:1:0'");
-    tx.commit();
-  }
+  // The A100 worker last beat long ago.
+  Execute(
+      "UPDATE workers SET last_heartbeat = now() - interval '1 hour' "
+      "WHERE id = 'old-node:1:0'");
   auto devices = store_->ListDevices();
   ASSERT_TRUE(devices.ok()) << devices.status().ToString();
   ASSERT_EQ(devices->size(), 2u);
@@ -89,14 +93,9 @@ TEST_F(CatalogTest, StoppedWorkersAreNotAliveAndSilentOnesArePruned) {
   ASSERT_TRUE(store_->EnqueueJob(H100(), Conv3x3(64), 8, BatchPolicy::kPowerOfTwo).ok());
   auto claimed = store_->ClaimJob(H100().Hash(), "busy:1:cpu", std::chrono::hours(1), 3);
   ASSERT_TRUE(claimed.ok() && claimed->has_value());
-  {
-    pqxx::connection conn(url());
-    pqxx::work tx(conn);
-    tx.exec(
-        "UPDATE workers SET last_heartbeat = now() - interval '8 days' "
-        "WHERE id IN ('silent:1:cpu', 'busy:1:cpu')");
-    tx.commit();
-  }
+  Execute(
+      "UPDATE workers SET last_heartbeat = now() - interval '8 days' "
+      "WHERE id IN ('silent:1:cpu', 'busy:1:cpu')");
   auto pruned = store_->PruneWorkers(std::chrono::hours(24 * 7));
   ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
   EXPECT_EQ(*pruned, 1);
