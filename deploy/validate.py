@@ -203,7 +203,10 @@ def check_k8s(deploy_dir, generated_secrets):
         skip("Kubernetes schema: the kubernetes module is missing (Debian package python3-kubernetes)")
 
     objects = []
-    for path in sorted(glob.glob(os.path.join(deploy_dir, "k8s", "*.yaml"))):
+    # The base's manifests and those of its optional components (components/NAME/).
+    paths = sorted(glob.glob(os.path.join(deploy_dir, "k8s", "*.yaml")))
+    paths += sorted(glob.glob(os.path.join(deploy_dir, "k8s", "components", "*", "*.yaml")))
+    for path in paths:
         if os.path.basename(path) == KUSTOMIZATION:
             continue
         for obj in load_all(path):
@@ -355,6 +358,30 @@ def check_kustomization(deploy_dir):
         if gen.get("literals"):
             fail(where, f"secret {gen.get('name')}: literals commit the secret's value")
         generated[gen.get("name")] = None if gen.get("envs") else keys
+    # Each optional component lists its manifests, and an overlay adds it to the base.
+    for comp in sorted(glob.glob(os.path.join(k8s, "components", "*", KUSTOMIZATION))):
+        comp_dir = os.path.dirname(comp)
+        comp_where = os.path.relpath(comp, os.path.dirname(k8s))
+        cdoc = (load_all(comp) or [{}])[0] or {}
+        if cdoc.get("kind") != "Component":
+            fail(comp_where, "kind must be Component")
+        listed = set(cdoc.get("resources") or [])
+        present = {os.path.basename(p) for p in glob.glob(os.path.join(comp_dir, "*.yaml"))
+                   if os.path.basename(p) != KUSTOMIZATION}
+        for missing in sorted(present - listed):
+            fail(comp_where, f"resources does not list {missing}")
+        for extra in sorted(listed - present):
+            fail(comp_where, f"resources lists {extra}, which does not exist")
+        name = os.path.basename(comp_dir)
+        used = False
+        for overlay in glob.glob(os.path.join(k8s, "*", KUSTOMIZATION)):
+            odoc = (load_all(overlay) or [{}])[0] or {}
+            if f"../components/{name}" in (odoc.get("components") or []):
+                used = True
+                if ".." not in (odoc.get("resources") or []):
+                    fail(os.path.relpath(overlay, os.path.dirname(k8s)), "resources must list .. (the base)")
+        if not used:
+            fail(comp_where, f"no overlay (k8s/*/{KUSTOMIZATION}) adds component {name}")
     ignore = os.path.join(k8s, "secrets", ".gitignore")
     if generated and (not os.path.exists(ignore) or "*" not in open(ignore).read().split()):
         fail("k8s/secrets/.gitignore", "missing or not ignoring everything: the secrets would be committed")
@@ -583,6 +610,14 @@ def check_compose(deploy_dir):
     for name, svc in services.items():
         if not svc.get("image"):
             fail(f"compose:{name}", "no image")
+        # The ucudnn image runs as 65532: a secret mounted with the host file's owner (short
+        # syntax) is unreadable to it when the operator made the file 0600.
+        if svc.get("image", "").split(":")[0].endswith("ucudnn"):
+            for secret in svc.get("secrets") or []:
+                if not isinstance(secret, dict) or str(secret.get("uid")) != "65532":
+                    source = secret if isinstance(secret, str) else secret.get("source")
+                    fail(f"compose:{name}", f"secret {source}: long syntax with uid/gid 65532 "
+                         "and a mode, so that the server (UID 65532) can read it")
         image = svc.get("image", "")
         if image and not image.split(":")[0].endswith("ucudnn") and not image_pinned(image):
             fail(f"compose:{name}", f"image {image} is not pinned to a version or a digest")
@@ -980,8 +1015,13 @@ def check_systemd(deploy_dir, bin_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deploy-dir", default=os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--bin-dir", help="build/bin: variables are checked against each binary's --help")
+    ap.add_argument("--bin-dir", help="build/bin: variables are checked against each binary's "
+                    "--help (default: the source tree's build/bin, when it holds the binaries)")
     args = ap.parse_args()
+    if not args.bin_dir:
+        built = os.path.join(os.path.dirname(os.path.abspath(args.deploy_dir)), "build", "bin")
+        if os.access(os.path.join(built, "ucudnn-server"), os.X_OK):
+            args.bin_dir = built
     if args.bin_dir:
         args.bin_dir = os.path.abspath(args.bin_dir)
     generated = check_kustomization(args.deploy_dir)

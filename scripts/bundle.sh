@@ -21,6 +21,7 @@
 #                     loads: scripts/gpu_torch.sh)
 #
 # Layout:
+#   share/doc/ucudnn/   README.md and docs/deploy.md (the systemd units' Documentation=)
 #   bin/        every executable of BUILD/bin (test binaries, *_test(s), only with --with-tests;
 #               --only keeps just the named ones), debug info stripped, RUNPATH $ORIGIN/../lib;
 #               bin/env.sh adds bin/ to PATH (and sets UCUDNN_PG_BINDIR with --with-postgres).
@@ -76,7 +77,9 @@ command -v patchelf >/dev/null || die "patchelf not found (Debian package patche
 case "$out" in /*) ;; *) out="$(pwd)/$out" ;; esac
 [ "$out" != "/" ] || die "refusing to use / as the bundle"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
+mkdir -p "$out/bin" "$out/lib" "$out/share/doc/ucudnn"
+# What the systemd units' Documentation= and the deployment files point at.
+cp "$root/README.md" "$root/docs/deploy.md" "$out/share/doc/ucudnn/"
 
 is_elf() { [ "$(head -c 4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
 is_test() { case "$1" in *_test|*_tests|*-test|*-tests) return 0 ;; *) return 1 ;; esac; }

@@ -7,7 +7,10 @@ foreach(cli_case
         unknown_network_is_a_clear_error
         bad_network_file_names_the_line
         cpu_bench_user_network
-        bad_workspace_is_a_clear_error)
+        bad_workspace_is_a_clear_error
+        flags_beat_the_environment
+        usage_errors_exit_2
+        local_commands_print_json)
   add_test(NAME cli_${cli_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tools/cli_test.sh $<TARGET_FILE:ucudnn>
                    ${cli_case})
@@ -17,6 +20,7 @@ endforeach()
 # The cpu-bench table (pure formatting).
 ucudnn_add_test(NAME ucudnn_cli_tests
   SOURCES tools/bench_table_test.cc tools/explain_table_test.cc tools/curve_test.cc
+          tools/printable_test.cc
   LIBS ucudnn::cli_table)
 
 # deploy/validate.py runs under Debian's /usr/bin/python3, where scripts/lib.sh installs PyYAML,

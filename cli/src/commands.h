@@ -10,6 +10,9 @@
 
 namespace ucudnn::cli {
 
+// Prints "ucudnn: STATUS" to stderr; returns 1.
+int Fail(const Status& status);
+
 // Which kernels a command works on: a built-in network or a user's network file.
 struct NetworkOptions {
   std::string network = "resnet50";  // built-in name, or a path to a network CSV
@@ -20,9 +23,9 @@ struct NetworkOptions {
 };
 
 // ---- Local (no server, no database) ----
-int RunNetworks();
-int RunProblem(const NetworkOptions& net, bool unique_only);
-int RunGpus();
+int RunNetworks(bool json);
+int RunProblem(const NetworkOptions& net, bool unique_only, bool json);
+int RunGpus(bool json);
 struct CpuBenchOptions {
   NetworkOptions net;
   std::string policy = "power_of_two";
@@ -37,7 +40,7 @@ int RunMigrate(const std::string& database_url);
 int RunImport(const std::string& database_url, const std::string& file);
 
 // ---- Server ----
-int RunHealth(const ServerOptions& server);
+int RunHealth(const ServerOptions& server, bool json);
 // With `json`, the read commands print the server's answer as one JSON document instead of a
 // table (protobuf's JSON mapping, field names as in the .proto).
 int RunDevices(const ServerOptions& server, bool json);

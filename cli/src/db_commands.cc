@@ -9,8 +9,6 @@
 
 namespace ucudnn::cli {
 
-int Fail(const Status& status);
-
 namespace {
 
 Result<std::unique_ptr<store::Store>> OpenStore(const std::string& url) {

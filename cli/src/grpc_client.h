@@ -18,6 +18,20 @@ struct ServerOptions {
   int64_t deadline_ms = 30000;
 };
 
+// The server flags of one subcommand as given: the token may come from a file.
+struct ServerFlags {
+  ServerOptions options;
+  std::string token_file;  // --token-file
+};
+// The options a command uses: the token read from --token-file (else, when no token was given,
+// from UCUDNN_TOKEN_FILE), the CA file from UCUDNN_TLS_CA (the deprecated name of
+// UCUDNN_CA_FILE) when neither --tls-ca nor UCUDNN_CA_FILE named one. kInvalidArgument for a token
+// file that cannot be read or holds no token.
+Result<ServerOptions> ResolveServerOptions(const ServerFlags& flags);
+// The token of a token file: its first line that is neither empty nor a comment, either TOKEN or
+// ROLE TOKEN (the server's --token-file format).
+Result<std::string> ReadTokenFile(const std::string& path);
+
 std::shared_ptr<grpc::Channel> MakeChannel(const ServerOptions& options);
 // A context with the options' deadline (or `deadline_ms` when positive) and the token.
 std::unique_ptr<grpc::ClientContext> MakeContext(const ServerOptions& options,

@@ -6,6 +6,7 @@
 #include <set>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "bench_table.h"
 #include "commands.h"
@@ -37,46 +38,71 @@ int Fail(const Status& status) {
   return 1;
 }
 
-int RunNetworks() {
-  std::printf("%-14s %8s %8s\n", "network", "convs", "unique");
+int RunNetworks(bool json) {
+  nlohmann::json listed = nlohmann::json::array();
+  if (!json) std::printf("%-14s %8s %8s\n", "network", "convs", "unique");
   for (const std::string& name : NetworkNames()) {
     auto kernels = NetworkKernels(name, 1);
     if (!kernels.ok()) return Fail(kernels.status());
     std::set<std::string> unique;
     for (const Kernel& k : *kernels) unique.insert(CanonicalKey(k.problem));
-    std::printf("%-14s %8zu %8zu\n", name.c_str(), kernels->size() / 3, unique.size() / 3);
+    if (json) {
+      listed.push_back(
+          {{"name", name}, {"convs", kernels->size() / 3}, {"unique", unique.size() / 3}});
+    } else {
+      std::printf("%-14s %8zu %8zu\n", name.c_str(), kernels->size() / 3, unique.size() / 3);
+    }
   }
+  if (json) std::printf("%s\n", nlohmann::json{{"networks", listed}}.dump(2).c_str());
   return 0;
 }
 
-int RunProblem(const NetworkOptions& net, bool unique_only) {
+int RunProblem(const NetworkOptions& net, bool unique_only, bool json) {
   auto kernels = ResolveKernels(net);
   if (!kernels.ok()) return Fail(kernels.status());
   std::set<uint64_t> seen;
-  std::printf("%-36s %-16s %s\n", "kernel", "hash", "canonical key");
+  nlohmann::json listed = nlohmann::json::array();
+  if (!json) std::printf("%-36s %-16s %s\n", "kernel", "hash", "canonical key");
   for (const Kernel& k : *kernels) {
     const uint64_t hash = StableHash(k.problem);
     if (unique_only && !seen.insert(hash).second) continue;
+    if (json) {
+      listed.push_back({{"name", k.name},
+                        {"mini_batch", k.mini_batch},
+                        {"problem_hash", HashHex(hash)},
+                        {"canonical_key", CanonicalKey(k.problem)}});
+      continue;
+    }
     std::printf("%-36s %016llx %s\n", k.name.c_str(), static_cast<unsigned long long>(hash),
                 CanonicalKey(k.problem).c_str());
   }
+  if (json) std::printf("%s\n", nlohmann::json{{"kernels", listed}}.dump(2).c_str());
   return 0;
 }
 
-int RunGpus() {
+int RunGpus(bool json) {
   const int count = GpuCount();
   if (count == 0) {
     std::fprintf(stderr, "ucudnn: no GPU visible to the cuDNN backend%s\n",
                  BuildHasCudnn() ? "" : " (this build has no cuDNN backend)");
     return 1;
   }
+  nlohmann::json listed = nlohmann::json::array();
   for (int i = 0; i < count; ++i) {
     auto backend = MakeBackend("cudnn", i);
     if (!backend.ok()) return Fail(backend.status());
     const DeviceFingerprint& f = (*backend)->fingerprint();
+    if (json) {
+      listed.push_back({{"index", i},
+                        {"name", f.name},
+                        {"fingerprint_hash", HashHex(f.Hash())},
+                        {"fingerprint_key", f.Key()}});
+      continue;
+    }
     std::printf("gpu %d: %s  fingerprint %016llx  %s\n", i, f.name.c_str(),
                 static_cast<unsigned long long>(f.Hash()), f.Key().c_str());
   }
+  if (json) std::printf("%s\n", nlohmann::json{{"gpus", listed}}.dump(2).c_str());
   return 0;
 }
 

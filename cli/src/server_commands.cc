@@ -12,6 +12,7 @@
 #include "curve.h"
 #include "explain_table.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "printable.h"
 #include "progress.h"
 #include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/fingerprint.h"
@@ -22,7 +23,6 @@
 
 namespace ucudnn::cli {
 
-int Fail(const Status& status);
 Result<std::vector<Kernel>> ResolveKernels(const NetworkOptions& net);
 
 namespace {
@@ -101,27 +101,46 @@ int PrintPlan(const v1::Plan& plan, const std::string& backend, bool json) {
   auto decoded = FromProto(plan);
   if (!decoded.ok()) return Fail(decoded.status().WithContext("the server's plan"));
   std::printf("%s", FormatPlanTable(*decoded, AlgorithmNamerFor(backend)).c_str());
+  int not_queued = 0;
   for (const v1::MissingProblem& m : plan.missing()) {
-    std::printf("missing: %s (job %lld, %s)\n", m.problem_hash().c_str(),
-                static_cast<long long>(m.job_id()), m.job_state().c_str());
-    if (m.job_state() == "failed") {
-      std::printf("  error: %s\n  (`ucudnn jobs --retry %lld` re-queues it)\n", m.error().c_str(),
-                  static_cast<long long>(m.job_id()));
+    if (m.job_id() == 0) {
+      // The server made the plan read-only: nothing was enqueued for this problem.
+      ++not_queued;
+      std::printf("missing: %s (not queued)\n", Printable(m.problem_hash()).c_str());
+      continue;
     }
+    std::printf("missing: %s (job %lld, %s)\n", Printable(m.problem_hash()).c_str(),
+                static_cast<long long>(m.job_id()), Printable(m.job_state()).c_str());
+    if (m.job_state() == "failed") {
+      std::printf("  error: %s\n  (`ucudnn jobs --retry %lld` re-queues it)\n",
+                  Printable(m.error()).c_str(), static_cast<long long>(m.job_id()));
+    }
+  }
+  if (not_queued > 0) {
+    std::fprintf(stderr,
+                 "ucudnn: %d problem(s) have no timings and no benchmark was queued for them: "
+                 "the server lets this caller only read (queuing needs a `plan` token: --token, "
+                 "--token-file or UCUDNN_TOKEN), so there was nothing to wait for\n",
+                 not_queued);
   }
   return plan.status() == v1::PLAN_STATUS_COMPLETE ? 0 : 3;
 }
 
 }  // namespace
 
-int RunHealth(const ServerOptions& server) {
+int RunHealth(const ServerOptions& server, bool json) {
   auto stub = grpc::health::v1::Health::NewStub(MakeChannel(server));
   grpc::health::v1::HealthCheckResponse response;
   auto context = MakeContext(server, 3000);
   grpc::Status s = stub->Check(context.get(), grpc::health::v1::HealthCheckRequest(), &response);
   if (!s.ok()) return FailGrpc(s, server);
   const bool serving = response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-  std::printf("%s: %s\n", server.address.c_str(), serving ? "SERVING" : "NOT_SERVING");
+  const char* status = serving ? "SERVING" : "NOT_SERVING";
+  if (json) {
+    PrintJson(nlohmann::json{{"address", server.address}, {"status", status}});
+  } else {
+    std::printf("%s: %s\n", server.address.c_str(), status);
+  }
   return serving ? 0 : 1;
 }
 
@@ -140,8 +159,8 @@ int RunDevices(const ServerOptions& server, bool json) {
     const v1::Device& d = response.devices(i);
     const v1::DeviceFingerprint& f = d.fingerprint();
     std::printf("%-3d %-16s %-6s %-36.36s %-8d %d.%-5d %10lld %7d\n", i,
-                d.fingerprint_hash().c_str(), f.backend().c_str(), f.name().c_str(),
-                f.cudnn_version(), f.cc_major(), f.cc_minor(),
+                Printable(d.fingerprint_hash()).c_str(), Printable(f.backend()).c_str(),
+                Printable(f.name()).c_str(), f.cudnn_version(), f.cc_major(), f.cc_minor(),
                 static_cast<long long>(d.timing_count()), d.live_workers());
   }
   return 0;
@@ -160,9 +179,9 @@ int RunWorkers(const ServerOptions& server, bool alive_only, bool json) {
   std::printf("%-40s %-6s %-32s %-28s %6s\n", "worker", "alive", "device", "last heartbeat",
               "done");
   for (const v1::Worker& w : response.workers()) {
-    std::printf("%-40s %-6s %-32.32s %-28s %6lld\n", w.id().c_str(), w.alive() ? "yes" : "no",
-                w.device().name().c_str(), w.last_heartbeat().c_str(),
-                static_cast<long long>(w.jobs_done()));
+    std::printf("%-40s %-6s %-32.32s %-28s %6lld\n", Printable(w.id()).c_str(),
+                w.alive() ? "yes" : "no", Printable(w.device().name()).c_str(),
+                Printable(w.last_heartbeat()).c_str(), static_cast<long long>(w.jobs_done()));
   }
   return 0;
 }
@@ -183,10 +202,11 @@ int RunJobs(const ServerOptions& server, const std::string& state, int limit, bo
   for (const v1::Job& j : response.jobs()) {
     auto problem = FromProto(j.problem());
     std::printf("%-8lld %-8s %-16s %-8d %-36.36s %s\n", static_cast<long long>(j.id()),
-                j.state().c_str(), j.device_hash().c_str(), j.attempts(), j.worker_id().c_str(),
+                Printable(j.state()).c_str(), Printable(j.device_hash()).c_str(), j.attempts(),
+                Printable(j.worker_id()).c_str(),
                 problem.ok() ? CanonicalKey(*problem).c_str() : "?");
     if (j.state() == "failed" && !j.error().empty()) {
-      std::printf("         error: %s\n", j.error().c_str());
+      std::printf("         error: %s\n", Printable(j.error()).c_str());
     }
   }
   std::printf("queue depth: %lld\n", static_cast<long long>(response.queue_depth()));
@@ -200,7 +220,8 @@ int RunRetryJob(const ServerOptions& server, int64_t job_id) {
   grpc::Status s = CallUnary(server, &CatalogService::Stub::RetryJob, request, &response);
   if (!s.ok()) return FailGrpc(s, server);
   std::printf("job %lld is %s again (attempts reset)\n",
-              static_cast<long long>(response.job().id()), response.job().state().c_str());
+              static_cast<long long>(response.job().id()),
+              Printable(response.job().state()).c_str());
   return 0;
 }
 
@@ -227,7 +248,8 @@ int RunCancelJobs(const ServerOptions& server, std::optional<int64_t> job_id,
   for (const v1::Job& j : response.cancelled()) {
     auto problem = FromProto(j.problem());
     std::printf("cancelled job %lld (device %s, problem %s)\n", static_cast<long long>(j.id()),
-                j.device_hash().c_str(), problem.ok() ? CanonicalKey(*problem).c_str() : "?");
+                Printable(j.device_hash()).c_str(),
+                problem.ok() ? CanonicalKey(*problem).c_str() : "?");
   }
   std::printf("%d queued job(s) cancelled\n", response.cancelled_size());
   return 0;
@@ -321,7 +343,7 @@ int RunExplain(const ServerOptions& server, const PlanOptions& options) {
   std::printf(
       "%s\nWhy each configuration (its Pareto front: no other is both faster and "
       "smaller; * chosen):\n%s",
-      response.text().c_str(), text.c_str());
+      PrintableLines(response.text()).c_str(), text.c_str());
   return 0;
 }
 
@@ -370,7 +392,8 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
     std::printf(
         "no timings stored for the %zu distinct problems of %s on device %s (%s); their "
         "benchmarks may be queued (`ucudnn jobs`) or not asked for yet (`ucudnn plan`)\n",
-        seen.size(), options.net.network.c_str(), device_hash.c_str(), device->name.c_str());
+        seen.size(), options.net.network.c_str(), device_hash.c_str(),
+        Printable(device->name).c_str());
     return 0;
   }
   std::printf("%-32s %-16s %8s %12s %10s %14s %-25s %s\n%s", "kernel", "problem", "micro",

@@ -1,5 +1,6 @@
 #include "ucudnn/core/engine_config.h"
 
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/timing.h"
 
 #include <algorithm>
@@ -60,8 +61,7 @@ std::string EngineConfigKey(const EngineConfig& config) {
 
 Result<EngineConfig> ParseEngineConfigKey(std::string_view key) {
   const auto bad = [&](const std::string& why) {
-    return InvalidArgument("engine configuration '" + std::string(key.substr(0, 64)) +
-                           (key.size() > 64 ? "..." : "") + "': " + why);
+    return InvalidArgument("engine configuration " + QuoteForError(key) + ": " + why);
   };
   if (key.substr(0, 3) != "eng") return bad("must start with 'eng'");
   std::string_view rest = key.substr(3);
@@ -80,12 +80,12 @@ Result<EngineConfig> ParseEngineConfigKey(std::string_view key) {
       if (comma != std::string_view::npos && knobs.empty()) return bad("trailing ';'");
       const size_t eq = item.find('=');
       if (item.empty() || item[0] != 'k' || eq == std::string_view::npos) {
-        return bad("knob '" + std::string(item.substr(0, 32)) + "' is not kTYPE=VALUE");
+        return bad("knob " + QuoteForError(item) + " is not kTYPE=VALUE");
       }
       EngineKnob knob;
       if (!ParseInteger(item.substr(1, eq - 1), knob.type) ||
           !ParseInteger(item.substr(eq + 1), knob.value)) {
-        return bad("knob '" + std::string(item.substr(0, 32)) + "' is not kTYPE=VALUE");
+        return bad("knob " + QuoteForError(item) + " is not kTYPE=VALUE");
       }
       config.knobs.push_back(knob);
     }

@@ -54,6 +54,11 @@ Status CheckText(std::string_view field, std::string_view value, bool required) 
   if (value.find('\0') != std::string_view::npos) {
     return InvalidArgument(std::string(field) + ": must not contain NUL bytes");
   }
+  // Names are printed in tables and logs: no escape sequences, no forged lines.
+  if (HasControlCharacter(value)) {
+    return InvalidArgument(std::string(field) +
+                           ": must not contain control characters (ESC, line breaks, tabs)");
+  }
   if (!IsValidUtf8(value)) return InvalidArgument(std::string(field) + ": must be valid UTF-8");
   return Status::Ok();
 }

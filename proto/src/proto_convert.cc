@@ -538,6 +538,10 @@ Result<Kernel> FromProto(const v1::Kernel& m) {
   errors.Add(CheckMiniBatch("mini_batch", m.mini_batch()));
   k.mini_batch = m.mini_batch();
   errors.Add(CheckLength("name", m.name(), kMaxKernelNameBytes));
+  if (HasControlCharacter(m.name())) {
+    errors.Add(
+        InvalidArgument("name: must not contain control characters (ESC, line breaks, tabs)"));
+  }
   k.name = m.name();
   if (!errors.ok()) return errors.ToStatus();
   return k;

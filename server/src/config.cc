@@ -193,6 +193,11 @@ const std::vector<FlagSpec>& Specs() {
       {"plan-cache-evict-interval", "UCUDNN_PLAN_CACHE_EVICT_INTERVAL", "DURATION",
        "how often the database's plan cache is trimmed to --plan-cache-max-rows", "1m",
        DurationFlag(&ServerConfig::plan_cache_evict_interval_ms, 1000, 86400000), nullptr},
+      {"worker-retention", "UCUDNN_WORKER_RETENTION", "DURATION",
+       "the catalog's rows of workers without a heartbeat for this long are deleted (checked "
+       "every --plan-cache-evict-interval); 0 keeps them for ever",
+       "168h", DurationFlag(&ServerConfig::worker_retention_ms, 0, int64_t{3650} * 86400000),
+       nullptr},
       {"failed-job-cooldown", "UCUDNN_FAILED_JOB_COOLDOWN", "DURATION",
        "after a problem's benchmark job failed for good, plan requests report it as failed (with "
        "its error) instead of enqueueing it again, for this long; `ucudnn jobs --retry ID` (or "
@@ -377,8 +382,10 @@ std::optional<std::chrono::milliseconds> StartRetryDelay(const ServerConfig& con
     return std::nullopt;
   }
   const milliseconds delay = BackoffDelay(milliseconds(250), milliseconds(5000), attempt);
-  if (elapsed + delay >= milliseconds(limit_ms)) return std::nullopt;
-  return delay;
+  // The last try is at the limit itself, not one back-off step before it.
+  const milliseconds left = milliseconds(limit_ms) - elapsed;
+  if (left <= milliseconds(0)) return std::nullopt;
+  return std::min(delay, left);
 }
 
 std::string HelpText(std::string_view program) {

@@ -42,8 +42,10 @@ class MalformedRequestInterceptor final : public grpc::experimental::Interceptor
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     // A failed deserialisation leaves no message: the handler is skipped and only the status
-    // is sent.
-    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+    // is sent. Only where exactly one request message is due: on a stream from the client
+    // (reflection's, say) a read without a message is also the stream's normal end.
+    if (ExpectsOneRequest() &&
+        methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
         methods->GetRecvMessage() == nullptr) {
       malformed_ = true;
     }
@@ -72,6 +74,11 @@ class MalformedRequestInterceptor final : public grpc::experimental::Interceptor
   }
 
  private:
+  bool ExpectsOneRequest() const {
+    using Type = grpc::experimental::ServerRpcInfo::Type;
+    return info_->type() == Type::UNARY || info_->type() == Type::SERVER_STREAMING;
+  }
+
   grpc::experimental::ServerRpcInfo* info_;
   ServerMetrics* metrics_;
   Clock::time_point start_;

@@ -151,6 +151,9 @@ Result<ValidatedSubmission> ValidateSubmission(const v1::SubmitTimingsRequest& r
                                        " bytes, got " +
                                        std::to_string(request.measured_by().size()));
   }
+  if (HasControlCharacter(request.measured_by())) {
+    errors.AddField("measured_by", "must not contain control characters (ESC, line breaks, tabs)");
+  }
   UCUDNN_RETURN_IF_ERROR(errors.ToStatus());
   out.measured_by = request.measured_by().empty() ? "api" : request.measured_by();
   return out;

@@ -1,8 +1,11 @@
 #include "ucudnn/server/server.h"
 
+#include <atomic>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
+#include <grpc/support/log.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -26,6 +29,18 @@ namespace {
 
 // Threads of gRPC's synchronous server (reflection only).
 constexpr int kSyncServerThreads = 4;
+
+// gRPC core's own log lines go through spdlog. While the server binds its address, a failure is
+// reported by the one clean line of Listen(); core's raw account of it goes to debug.
+std::atomic<bool> binding{false};
+
+void GrpcCoreLog(gpr_log_func_args* args) {
+  if (args->severity == GPR_LOG_SEVERITY_ERROR && !binding.load()) {
+    spdlog::error("grpc: {} ({}:{})", args->message, args->file, args->line);
+  } else {
+    spdlog::debug("grpc: {} ({}:{})", args->message, args->file, args->line);
+  }
+}
 
 Result<std::string> ReadFile(const std::string& path, std::string_view flag) {
   std::ifstream in(path, std::ios::binary);
@@ -64,6 +79,8 @@ Result<std::unique_ptr<PlannerServer>> PlannerServer::Start(const ServerConfig& 
   UCUDNN_RETURN_IF_ERROR(server->StartMetricsEndpoint(config));
   const auto interval = std::chrono::milliseconds(config.health_interval_ms);
   server->plan_cache_max_rows_ = config.plan_cache_max_rows;
+  server->worker_retention_ = std::chrono::duration_cast<std::chrono::seconds>(
+      std::chrono::milliseconds(config.worker_retention_ms));
   server->plan_cache_evict_interval_ =
       std::chrono::milliseconds(config.plan_cache_evict_interval_ms);
   server->health_thread_ =
@@ -161,7 +178,11 @@ Status PlannerServer::Listen(const ServerConfig& config) {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeMalformedRequestInterceptorFactory(metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  static std::once_flag log_routed;
+  std::call_once(log_routed, [] { gpr_set_log_function(&GrpcCoreLog); });
+  binding = true;
   grpc_server_ = builder.BuildAndStart();
+  binding = false;
   if (!grpc_server_ || port_ == 0) {
     watcher_->Stop();
     // Not kUnavailable: a taken address is not waited for like a database (see main).
@@ -218,13 +239,19 @@ void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
     cv_.wait_for(lock, interval, [&] { return shut_down_ || stopping_.load(); });
     if (shut_down_ || stopping_) break;
     lock.unlock();
-    if (plan_cache_max_rows_ > 0 && std::chrono::steady_clock::now() >= next_eviction) {
+    if (std::chrono::steady_clock::now() >= next_eviction && !store_->schema_too_new()) {
       next_eviction = std::chrono::steady_clock::now() + plan_cache_evict_interval_;
-      auto evicted = store_->EvictPlans(plan_cache_max_rows_);
-      if (evicted.ok()) {
-        if (*evicted > 0) metrics_->RecordPlansEvicted(*evicted);
-      } else {
-        spdlog::warn("plan cache eviction failed: {}", evicted.status().ToString());
+      if (plan_cache_max_rows_ > 0) {
+        auto evicted = store_->EvictPlans(plan_cache_max_rows_);
+        if (evicted.ok()) {
+          if (*evicted > 0) metrics_->RecordPlansEvicted(*evicted);
+        } else {
+          spdlog::warn("plan cache eviction failed: {}", evicted.status().ToString());
+        }
+      }
+      if (worker_retention_.count() > 0) {
+        auto pruned = store_->PruneWorkers(worker_retention_);
+        if (!pruned.ok()) spdlog::warn("pruning workers failed: {}", pruned.status().ToString());
       }
     }
     const Status ping = store_->Ping();
@@ -236,7 +263,19 @@ void PlannerServer::HealthLoop(std::chrono::milliseconds interval) {
         spdlog::error("database unreachable ({}): NOT_SERVING", ping.ToString());
       }
     }
-    if (!stopping_) SetServing(healthy);
+    // A schema migrated past this binary while it runs: the store stops writing (it logs why)
+    // and readiness goes NOT_SERVING, until the schema is one this binary knows again.
+    const bool was_too_new = store_->schema_too_new();
+    if (healthy) (void)store_->RecheckSchema();
+    const bool too_new = store_->schema_too_new();
+    if (too_new != was_too_new) {
+      if (too_new) {
+        spdlog::error("database schema newer than this server's: NOT_SERVING (upgrade it)");
+      } else {
+        spdlog::info("database schema known again: SERVING");
+      }
+    }
+    if (!stopping_) SetServing(healthy && !too_new);
     lock.lock();
   }
 }

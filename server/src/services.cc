@@ -523,7 +523,8 @@ grpc::ServerUnaryReactor* CatalogServiceImpl::RetryJob(grpc::CallbackServerConte
     return Guarded("RetryJob", [&]() -> Status {
       UCUDNN_ASSIGN_OR_RETURN(const int64_t job_id, ValidateRetryJob(*request));
       UCUDNN_ASSIGN_OR_RETURN(const store::Job job, store_->RetryJob(job_id));
-      spdlog::info("RetryJob: job {} re-queued at the request of {}", job.id, context->peer());
+      spdlog::info("RetryJob: job {} re-queued at the request of {} (last error: {})", job.id,
+                   context->peer(), job.error);
       *response->mutable_job() = ToProto(job);
       return Status::Ok();
     });

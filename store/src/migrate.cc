@@ -56,6 +56,22 @@ int Store::LatestSchemaVersion() {
   return migrations.empty() ? 0 : migrations.back().version;
 }
 
+Status Store::RecheckSchema() {
+  UCUDNN_ASSIGN_OR_RETURN(const int version, SchemaVersion());
+  const bool too_new = version > LatestSchemaVersion();
+  if (too_new != impl_->schema_too_new.exchange(too_new)) {
+    if (too_new) {
+      spdlog::error("store: {}; writes stopped (nothing is enqueued, claimed or stored)",
+                    TooNew(version).message());
+    } else {
+      spdlog::info("store: database schema version {} is known again: writes resumed", version);
+    }
+  }
+  return too_new ? TooNew(version) : Status::Ok();
+}
+
+bool Store::schema_too_new() const { return impl_->schema_too_new.load(); }
+
 Result<int> Store::SchemaVersion() {
   return impl_->Run("schema version", [&](pqxx::connection& conn) -> Result<int> {
     pqxx::read_transaction tx(conn);

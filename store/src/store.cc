@@ -246,24 +246,34 @@ const std::vector<Statement>& Statements() {
       {"register_worker",
        "INSERT INTO workers (id, host, device_id) VALUES ($1, $2, $3) "
        "ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, device_id = EXCLUDED.device_id, "
-       "last_heartbeat = now()"},
+       "last_heartbeat = now(), stopped_at = NULL"},
+      {"stop_worker", "UPDATE workers SET stopped_at = now() WHERE id = $1 RETURNING id"},
+      // Rows of workers silent for longer than the retention ($1 seconds); one that a running
+      // job still names stays until that job's lease is dealt with.
+      {"prune_workers",
+       "DELETE FROM workers w WHERE w.last_heartbeat < now() - make_interval(secs => $1::float8) "
+       "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.worker_id = w.id AND j.state = 'running') "
+       "RETURNING w.id"},
       {"list_devices",
        "SELECT d.id, " + DeviceColumns("d") + ", " + internal::TimestampSql("d.first_seen") +
            " AS first_seen, "
            "(SELECT count(*) FROM timings t WHERE t.device_id = d.id) AS timing_count, "
            "(SELECT count(*) FROM workers w WHERE w.device_id = d.id AND "
+           "  w.stopped_at IS NULL AND "
            "  w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS live_workers "
            "FROM devices d ORDER BY d.name, d.id"},
       {"list_workers",
        "SELECT w.id, w.host, w.device_id, " + internal::TimestampSql("w.registered_at") +
            " AS registered_at, " + internal::TimestampSql("w.last_heartbeat") +
            " AS last_heartbeat, "
-           "(w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS alive, "
+           "(w.stopped_at IS NULL AND "
+           " w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS alive, "
            "(SELECT count(*) FROM jobs j WHERE j.worker_id = w.id AND j.state = 'done') "
            "AS jobs_done, " +
            DeviceColumns("d") +
            " FROM workers w JOIN devices d ON d.id = w.device_id "
-           "WHERE NOT $2::boolean OR w.last_heartbeat > now() - make_interval(secs => $1::float8) "
+           "WHERE NOT $2::boolean OR (w.stopped_at IS NULL AND "
+           "  w.last_heartbeat > now() - make_interval(secs => $1::float8)) "
            "ORDER BY w.id"},
       // The body; last_used_at moves only when older than $2 seconds (one write per plan and
       // interval, however often it is read). A data-modifying WITH runs whether or not read.
@@ -573,6 +583,7 @@ Status Store::Ping() {
 PoolStats Store::GetPoolStats() const { return impl_->pool.Stats(); }
 
 Result<uint64_t> Store::UpsertDevice(const DeviceFingerprint& fingerprint) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(fingerprint));
   return impl_->Run("upsert device", [&](pqxx::connection& conn) -> Result<uint64_t> {
     pqxx::work tx(conn);
@@ -590,6 +601,7 @@ Result<bool> Store::DeviceExists(uint64_t device_hash) {
 }
 
 Result<uint64_t> Store::UpsertProblem(const ConvProblem& problem) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateProblem(problem));
   return impl_->Run("upsert problem", [&](pqxx::connection& conn) -> Result<uint64_t> {
     pqxx::work tx(conn);
@@ -661,6 +673,7 @@ Result<std::vector<TimingTable>> Store::GetTimingsForProblems(
 
 Status Store::PutTimings(const DeviceFingerprint& device, const ConvProblem& problem,
                          const std::vector<Timing>& timings, const std::string& measured_by) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   UCUDNN_RETURN_IF_ERROR(ValidateProblem(problem));
   UCUDNN_RETURN_IF_ERROR(internal::ValidateTimings(timings));
@@ -680,6 +693,7 @@ Status Store::PutTimings(const DeviceFingerprint& device, const ConvProblem& pro
 Result<int64_t> Store::ImportTimings(const DeviceFingerprint& device,
                                      const std::vector<ProblemTimings>& problems,
                                      const std::string& measured_by) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   UCUDNN_RETURN_IF_ERROR(internal::ValidateMeasuredBy(measured_by));
   for (size_t i = 0; i < problems.size(); ++i) {
@@ -819,6 +833,7 @@ Result<EnqueueResult> InsertOrWidenJobTx(pqxx::transaction_base& tx, uint64_t de
 
 Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& device,
                                                       const std::vector<JobRequest>& jobs) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   if (jobs.size() > kMaxJobsPerEnqueue) {
     return InvalidArgument("jobs: at most " + std::to_string(kMaxJobsPerEnqueue) +
@@ -847,7 +862,8 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
         }
         tx.commit();
         if (created > 0) {
-          spdlog::info("store: queued {} job(s) for device {}", created, FormatHash(device_hash));
+          // The server logs the enqueue with its context (issue 22: it was logged twice).
+          spdlog::debug("store: queued {} job(s) for device {}", created, FormatHash(device_hash));
         }
         std::vector<EnqueueResult> results;
         results.reserve(jobs.size());
@@ -858,6 +874,7 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
 
 Result<std::optional<Job>> Store::ClaimJob(uint64_t device_hash, const std::string& worker_id,
                                            std::chrono::milliseconds lease, int max_attempts) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateLease(lease));
   if (max_attempts < 1) {
@@ -891,6 +908,7 @@ Result<std::optional<Job>> Store::ClaimJob(uint64_t device_hash, const std::stri
 
 Status Store::RenewLease(int64_t job_id, const std::string& worker_id,
                          std::chrono::milliseconds lease) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateLease(lease));
   return impl_->Run("renew lease", [&](pqxx::connection& conn) -> Status {
@@ -913,6 +931,7 @@ Status Store::RenewLease(int64_t job_id, const std::string& worker_id,
 
 Result<JobState> Store::CompleteJob(int64_t job_id, const std::string& worker_id,
                                     const std::vector<Timing>& timings) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(internal::ValidateTimings(timings));
   return impl_->Run("complete job", [&](pqxx::connection& conn) -> Result<JobState> {
@@ -935,6 +954,7 @@ Result<JobState> Store::CompleteJob(int64_t job_id, const std::string& worker_id
 
 Result<JobState> Store::FailJob(int64_t job_id, const std::string& worker_id,
                                 const std::string& error, int max_attempts) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   if (max_attempts < 1) {
     return InvalidArgument("max_attempts: must be >= 1, got " + std::to_string(max_attempts));
@@ -958,6 +978,7 @@ Result<JobState> Store::FailJob(int64_t job_id, const std::string& worker_id,
 }
 
 Status Store::ReleaseJob(int64_t job_id, const std::string& worker_id) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   return impl_->Run("release job", [&](pqxx::connection& conn) -> Status {
     pqxx::work tx(conn);
@@ -995,6 +1016,7 @@ Result<std::vector<Job>> Store::GetJobs(const std::vector<int64_t>& job_ids) {
 }
 
 Result<Job> Store::RetryJob(int64_t job_id) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   return impl_->Run("retry job", [&](pqxx::connection& conn) -> Result<Job> {
     pqxx::work tx(conn);
     pqxx::result locked = tx.exec_prepared("retry_lock_job", job_id);
@@ -1016,13 +1038,14 @@ Result<Job> Store::RetryJob(int64_t job_id) {
     if (rows.empty()) return Internal(id + ": gone while being retried");
     UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(rows[0]));
     tx.commit();
-    spdlog::info("store: job {} re-queued by an operator (last error: {})", job_id, job.error);
+    spdlog::debug("store: job {} re-queued by an operator (last error: {})", job_id, job.error);
     return job;
   });
 }
 
 Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
                                                  std::optional<uint64_t> device_hash) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   if (job_id < 0) return InvalidArgument("job_id: must be positive, got " + std::to_string(job_id));
   return impl_->Run("cancel jobs", [&](pqxx::connection& conn) -> Result<std::vector<Job>> {
     pqxx::work tx(conn);
@@ -1044,7 +1067,7 @@ Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
     }
     tx.commit();
     if (!cancelled.empty()) {
-      spdlog::info("store: {} queued job(s) cancelled by an operator", cancelled.size());
+      spdlog::debug("store: {} queued job(s) cancelled by an operator", cancelled.size());
     }
     return cancelled;
   });
@@ -1054,6 +1077,7 @@ Result<std::vector<Job>> Store::CancelQueuedJobs(int64_t job_id,
 
 Status Store::RegisterWorker(const std::string& worker_id, const std::string& host,
                              const DeviceFingerprint& device) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   if (host.size() > 256) {
@@ -1071,15 +1095,50 @@ Status Store::RegisterWorker(const std::string& worker_id, const std::string& ho
   });
 }
 
-Status Store::Heartbeat(const std::string& worker_id) {
+namespace {
+
+// One UPDATE of a registered worker's row (`statement`, RETURNING id) in its own transaction;
+// kNotFound when the worker never registered.
+Status UpdateWorker(Store::Impl& impl, std::string_view operation, const char* statement,
+                    const std::string& worker_id) {
+  UCUDNN_RETURN_IF_ERROR(impl.WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(internal::ValidateWorkerId(worker_id));
-  return impl_->Run("heartbeat", [&](pqxx::connection& conn) -> Status {
+  return impl.Run(operation, [&](pqxx::connection& conn) -> Status {
     pqxx::work tx(conn);
-    if (tx.exec_prepared("touch_worker", worker_id).empty()) {
+    if (tx.exec_prepared(statement, worker_id).empty()) {
       return NotFound("worker " + worker_id + ": not registered");
     }
     tx.commit();
     return Status::Ok();
+  });
+}
+
+}  // namespace
+
+Status Store::Heartbeat(const std::string& worker_id) {
+  return UpdateWorker(*impl_, "heartbeat", "touch_worker", worker_id);
+}
+
+Status Store::MarkWorkerStopped(const std::string& worker_id) {
+  return UpdateWorker(*impl_, "mark worker stopped", "stop_worker", worker_id);
+}
+
+Result<int64_t> Store::PruneWorkers(std::chrono::seconds retention) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
+  if (retention.count() < 1) {
+    return InvalidArgument("retention: must be at least 1 s, got " +
+                           std::to_string(retention.count()));
+  }
+  return impl_->Run("prune workers", [&](pqxx::connection& conn) -> Result<int64_t> {
+    pqxx::work tx(conn);
+    const pqxx::result pruned =
+        tx.exec_prepared("prune_workers", static_cast<double>(retention.count()));
+    tx.commit();
+    if (!pruned.empty()) {
+      spdlog::info("store: {} worker row(s) silent for over {} s removed", pruned.size(),
+                   retention.count());
+    }
+    return static_cast<int64_t>(pruned.size());
   });
 }
 
@@ -1196,6 +1255,7 @@ Result<std::optional<std::string>> Store::GetCachedPlan(uint64_t plan_hash) {
 
 Status Store::PutCachedPlan(uint64_t plan_hash, const DeviceFingerprint& device,
                             const std::string& bytes) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   UCUDNN_RETURN_IF_ERROR(ValidateDevice(device));
   if (bytes.empty() || bytes.size() > kMaxPlanBytes) {
     return InvalidArgument("plan: must be 1 to " + std::to_string(kMaxPlanBytes) + " bytes, got " +
@@ -1211,6 +1271,7 @@ Status Store::PutCachedPlan(uint64_t plan_hash, const DeviceFingerprint& device,
 }
 
 Result<int64_t> Store::EvictPlans(int64_t max_plans_per_device) {
+  UCUDNN_RETURN_IF_ERROR(impl_->WritesAllowed());
   if (max_plans_per_device < 1) {
     return InvalidArgument("max_plans_per_device: must be >= 1, got " +
                            std::to_string(max_plans_per_device));

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <pqxx/connection>
 #include <string_view>
 #include <utility>
@@ -38,8 +39,17 @@ class Store::Impl {
     }
   }
 
+  // kFailedPrecondition while the last RecheckSchema() found a schema newer than this binary's:
+  // the first thing every write method does.
+  Status WritesAllowed() const {
+    if (!schema_too_new.load()) return Status::Ok();
+    return FailedPrecondition("writes stopped: the database schema is newer than this binary's " +
+                              std::to_string(Store::LatestSchemaVersion()) + " (upgrade ucudnn)");
+  }
+
   StoreOptions options;
   internal::ConnectionPool pool;
+  std::atomic<bool> schema_too_new{false};
 };
 
 }  // namespace ucudnn::store

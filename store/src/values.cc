@@ -178,6 +178,9 @@ Status ValidateMeasuredBy(const std::string& measured_by) {
   if (measured_by.find('\0') != std::string::npos) {
     return InvalidArgument("measured_by: must not contain NUL bytes");
   }
+  if (HasControlCharacter(measured_by)) {
+    return InvalidArgument("measured_by: must not contain control characters");
+  }
   return Status::Ok();
 }
 
@@ -188,6 +191,9 @@ Status ValidateWorkerId(const std::string& worker_id) {
   }
   if (worker_id.find('\0') != std::string::npos) {
     return InvalidArgument("worker_id: must not contain NUL bytes");
+  }
+  if (HasControlCharacter(worker_id)) {
+    return InvalidArgument("worker_id: must not contain control characters");
   }
   return Status::Ok();
 }

@@ -46,4 +46,26 @@ flags="$(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs ucudnn)"
 c++ -std=c++17 "$source_dir/main.cc" -o "$work/pc-consumer" $flags \
   -Wl,-rpath,"$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir ucudnn)"
 "$work/pc-consumer"
+
+# The pkg-config file tells the truth about the shared library (issue 22): every library of its
+# DT_NEEDED that a static link needs is in `pkg-config --static --libs ucudnn`, and the static
+# library links and runs with exactly the flags of ucudnn-static.pc.
+libdir="$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir ucudnn)"
+needed="$(readelf -d "$libdir/libucudnn_client.so" | sed -n 's/.*(NEEDED).*\[lib\(.*\)\.so.*\]/\1/p')"
+static_libs=" $(PKG_CONFIG_PATH="$pc" pkg-config --static --libs ucudnn) "
+for dep in grpc++ protobuf spdlog fmt openblas gpr; do
+  grep -qx -- "$dep" <<<"$needed" || continue
+  if [[ "$static_libs" != *" -l$dep "* ]]; then
+    echo "libucudnn_client.so needs lib$dep, but pkg-config --static --libs ucudnn does not name it:$static_libs" >&2
+    exit 1
+  fi
+done
+static_flags="$(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs ucudnn-static)"
+# shellcheck disable=SC2086
+c++ -std=c++17 "$source_dir/main.cc" -o "$work/pc-consumer-static" $static_flags
+if readelf -d "$work/pc-consumer-static" | grep -q 'libucudnn_client\.so'; then
+  echo "the ucudnn-static.pc consumer links the shared library" >&2
+  exit 1
+fi
+"$work/pc-consumer-static"
 echo "package ok"

@@ -64,6 +64,17 @@ TEST(EngineConfigTest, NonCanonicalAndMalformedKeysAreRejectedWithTheReason) {
   }
 }
 
+// A caller's key echoed in an error is cut at 40 bytes, as every echoed text is (README).
+TEST(EngineConfigTest, AnEchoedKeyIsCutAtFortyBytes) {
+  const std::string key = "eng1{k3=" + std::string(100, '7') + "x}";
+  Result<EngineConfig> parsed = ParseEngineConfigKey(key);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("'" + key.substr(0, 40) + "...'"), std::string::npos)
+      << parsed.status().message();
+  EXPECT_EQ(parsed.status().message().find(key.substr(0, 41)), std::string::npos)
+      << parsed.status().message();
+}
+
 TEST(EngineConfigTest, AConfigurationOfAnotherCudnnVersionIsRefused) {
   Result<EngineConfig> config = ParseEngineConfigKey("eng58{k25=1}");
   ASSERT_TRUE(config.ok());

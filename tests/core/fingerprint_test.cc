@@ -132,12 +132,21 @@ TEST(FingerprintValidate, Name) {
   ExpectInvalid(f, "name: at most 256 bytes, got 257");
   f.name = std::string("H100\0x", 6);
   ExpectInvalid(f, "name: must not contain NUL bytes");
+  // Names are printed by `ucudnn devices` and logged (issue 22).
+  for (const char* control : {"H100\x1b]0;owned\x07", "H100\nforged line", "H100\x7f"}) {
+    f.name = control;
+    ExpectInvalid(f, "name: must not contain control characters (ESC, line breaks, tabs)");
+  }
+  f = Xeon();
+  f.blas = "OpenBLAS\x1b[31m";
+  ExpectInvalid(f, "blas: must not contain control characters (ESC, line breaks, tabs)");
+  f = H100();
   for (const char* bad_utf8 :
        {"\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "ok\xe2\x82"}) {
     f.name = bad_utf8;
     ExpectInvalid(f, "name: must be valid UTF-8");
   }
-  for (const char* good_utf8 : {"\xc3\xa4", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "a\x7f"}) {
+  for (const char* good_utf8 : {"\xc3\xa4", "\xe2\x82\xac", "\xf0\x9f\x98\x80"}) {
     f.name = good_utf8;
     EXPECT_TRUE(Validate(f).ok()) << good_utf8;
   }

@@ -341,6 +341,11 @@ TEST(ProtoKernel, Invalid) {
   m = good;
   m.set_name(std::string(kMaxKernelNameBytes + 1, 'n'));
   ExpectInvalid(FromProto(m), "name: at most 128 bytes, got 129");
+  for (const char* forged : {"conv\x1b[2J", "conv\nfake line", "conv\r", "conv\t1"}) {
+    m.set_name(forged);
+    ExpectInvalid(FromProto(m),
+                  "name: must not contain control characters (ESC, line breaks, tabs)");
+  }
 }
 
 // ---- Timing -----------------------------------------------------------------------------------

@@ -75,6 +75,11 @@ class E2eTest : public test_support::PostgresTest {
   }
 
   Result<int64_t> Query(const std::string& sql) { return QueryInt(url(), sql); }
+  // The query's integer, or -1 when it failed.
+  int64_t QueryOr(const std::string& sql) {
+    const Result<int64_t> n = Query(sql);
+    return n.ok() ? *n : -1;
+  }
 
   std::vector<std::unique_ptr<ServerProcess>> servers_;
   std::vector<std::unique_ptr<WorkerProcess>> workers_;

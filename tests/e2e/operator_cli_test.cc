@@ -213,6 +213,25 @@ TEST_F(OperatorCliTest, QueuedJobsAreCancelledWithATokenOneOrAllOfADevice) {
   EXPECT_THAT(anonymous.output, HasSubstr("UNAUTHENTICATED"));
   EXPECT_EQ(*Query(queued_sql), static_cast<int64_t>(kTinyNetworkProblems));
 
+  // A flag beats the environment (issue 22): an exported admin token does not make a wrong
+  // --token or --token-file right, and nothing is cancelled; without either flag the exported
+  // token is used.
+  const std::string token_file = ::testing::TempDir() + "operator_cli_token";
+  std::ofstream(token_file) << "# the CLI's token\nadmin wrong-token\n";
+  ::setenv("UCUDNN_TOKEN", kToken, 1);
+  const std::string first_id = std::to_string(*first);
+  CliRun wrong_flag = RunCli(with({"jobs", "--cancel", first_id, "--token", "wrong"}, at));
+  CliRun wrong_file = RunCli(with({"jobs", "--cancel", first_id, "--token-file", token_file}, at));
+  CliRun from_environment = RunCli(with({"jobs", "--cancel", "987654"}, at));
+  ::unsetenv("UCUDNN_TOKEN");
+  std::remove(token_file.c_str());
+  for (const CliRun& wrong : {wrong_flag, wrong_file}) {
+    EXPECT_NE(wrong.exit_code, 0) << wrong.output;
+    EXPECT_THAT(wrong.output, HasSubstr("UNAUTHENTICATED"));
+  }
+  EXPECT_EQ(*Query(queued_sql), static_cast<int64_t>(kTinyNetworkProblems));
+  EXPECT_THAT(from_environment.output, HasSubstr("NOT_FOUND"));  // authenticated, no such job
+
   CliRun one = RunCli(with({"jobs", "--cancel", std::to_string(*first), "--token", kToken}, at));
   EXPECT_EQ(one.exit_code, 0) << one.output;
   EXPECT_THAT(one.output, HasSubstr("cancelled job " + std::to_string(*first)));
@@ -235,6 +254,16 @@ TEST_F(OperatorCliTest, QueuedJobsAreCancelledWithATokenOneOrAllOfADevice) {
   ASSERT_FALSE(cancelled.is_discarded()) << rest.output;
   EXPECT_EQ(cancelled["cancelled"].size(), kTinyNetworkProblems - 1);
   EXPECT_EQ(*Query(queued_sql), 0);
+
+  // The enqueue and each cancellation are logged once, by the server (issue 22: twice).
+  const std::string log = server->process().Log();
+  const auto lines_with = [&](const std::string& text) {
+    int count = 0;
+    for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++count;
+    return count;
+  };
+  EXPECT_EQ(lines_with("job(s) for device"), 1) << log;
+  EXPECT_EQ(lines_with("job(s) cancelled"), 2) << log;
 }
 
 // Issue 11 item 5: a network planned in bf16 channels-last end to end. The CLI puts the precision

@@ -6,11 +6,14 @@
 
 #include <sys/wait.h>
 
+#include <csignal>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "e2e/e2e_fixture.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "ucudnn/store/store.h"
 
 namespace ucudnn::e2e {
@@ -32,6 +35,15 @@ class OpsTest : public E2eTest {
     auto process = ChildProcess::Spawn(argv, LogPath("server_" + name), &error);
     EXPECT_NE(process, nullptr) << error;
     return process;
+  }
+
+  // A server and a CPU worker registered with it; the worker null when either failed.
+  std::pair<ServerProcess*, WorkerProcess*> StartServerAndWorker() {
+    ServerProcess* server = StartServer("s1");
+    WorkerProcess* worker = server != nullptr ? StartWorker("w1") : nullptr;
+    const bool registered = worker != nullptr && WaitWorkersRegistered(1);
+    EXPECT_TRUE(registered);
+    return {server, registered ? worker : nullptr};
   }
 
   // The exit status of a process expected to exit on its own; -1 when it did not.
@@ -63,6 +75,11 @@ TEST_F(OpsTest, ASecondServerOnATakenAddressFailsAtStart) {
   ASSERT_NE(same_grpc, nullptr);
   EXPECT_EQ(ExitCode(*same_grpc), 1) << same_grpc->Log();
   EXPECT_THAT(same_grpc->Log(), HasSubstr("cannot listen on " + first->address()));
+  // ... and only that: no raw line of gRPC core's ("E1126 06:12:00.1 42 chttp2_server.cc:...]
+  // UNKNOWN:No address added ...") before it (issue 22).
+  static const std::regex kGrpcCoreLine("^[EWI][0-9]{4} [0-9:.]+ +[0-9]+ [a-z_./]+:[0-9]+\\]",
+                                        std::regex::multiline);
+  EXPECT_FALSE(std::regex_search(same_grpc->Log(), kGrpcCoreLine)) << same_grpc->Log();
 
   // The metrics address taken: the same.
   auto same_metrics = SpawnServer(
@@ -119,6 +136,76 @@ TEST_F(OpsTest, ServerWithoutMigrateWaitsForTheSchemaThenServes) {
   EXPECT_EQ(ExitCode(*impatient), 1) << impatient->Log();
   EXPECT_THAT(impatient->Log(), HasSubstr("FAILED_PRECONDITION"));
   EXPECT_THAT(impatient->Log(), HasSubstr("is older than this binary's"));
+}
+
+// A schema migrated past the running binaries (issue 22): the server turns NOT_SERVING and
+// enqueues nothing, the worker claims nothing, both say why and keep running; once the schema is
+// one they know again, both resume.
+TEST_F(OpsTest, ANewerSchemaStopsTheRunningServerAndWorkerFromWriting) {
+  auto [server, worker] = StartServerAndWorker();
+  ASSERT_NE(worker, nullptr);
+  const auto serving = [&] {
+    auto stub = grpc::health::v1::Health::NewStub(server->NewChannel());
+    grpc::health::v1::HealthCheckResponse response;
+    const auto status = stub->Check(ContextWithDeadline(seconds(2)).get(), {}, &response);
+    return status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  };
+  ASSERT_TRUE(serving());
+
+  ASSERT_TRUE(Query("INSERT INTO schema_migrations (version, name) VALUES (9999, 'future') "
+                    "RETURNING version")
+                  .ok());
+  EXPECT_TRUE(WaitUntil([&] { return !serving(); }, seconds(30)));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return worker->process().Log().find("newer than this binary's newest") != std::string::npos;
+      },
+      seconds(30)))
+      << worker->process().LogTail();
+
+  // A plan request that would enqueue the tiny network's benchmarks enqueues nothing.
+  v1::GetPlanResponse planned;
+  (void)server->Planner()->GetPlan(ContextWithDeadline(seconds(30)).get(),
+                                   PlanRequestFor(TinyNetwork(1), 0), &planned);
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM jobs"), 0);
+  // A job queued behind their backs (by a store that has not re-checked) is not claimed.
+  auto store = store::Store::Open(url(), 1);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const ConvProblem problem = TinyNetwork(2).front().problem;
+  ASSERT_TRUE((*store)->EnqueueJob(CpuDevice(), problem, 4, BatchPolicy::kPowerOfTwo).ok());
+  std::this_thread::sleep_for(seconds(1));  // 10 of the worker's poll intervals
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM jobs WHERE state = 'queued'"), 1);
+  EXPECT_TRUE(server->process().Running());
+  EXPECT_TRUE(worker->process().Running());
+
+  // The binaries upgraded, as it were: the schema is theirs again, and they resume.
+  ASSERT_TRUE(Query("DELETE FROM schema_migrations WHERE version = 9999 RETURNING version").ok());
+  EXPECT_TRUE(WaitUntil([&] { return serving(); }, seconds(30)));
+  EXPECT_TRUE(WaitUntil([&] {
+    return QueryOr("SELECT count(*) FROM jobs WHERE state = 'done'") == 1;
+  })) << worker->process().LogTail();
+}
+
+// A worker stopped cleanly (SIGTERM) is listed not alive at once, not once its heartbeat ages
+// out (issue 22).
+TEST_F(OpsTest, ACleanlyStoppedWorkerIsNotListedAlive) {
+  auto [server, worker] = StartServerAndWorker();
+  ASSERT_NE(worker, nullptr);
+  const auto alive_workers = [&] {
+    v1::ListWorkersRequest request;
+    request.set_alive_only(true);
+    v1::ListWorkersResponse response;
+    const grpc::Status status =
+        server->Catalog()->ListWorkers(ContextWithDeadline(seconds(10)).get(), request, &response);
+    return status.ok() ? response.workers_size() : -1;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return alive_workers() == 1; }));
+  worker->process().Signal(SIGTERM);
+  const auto status = worker->process().WaitExit(seconds(30));
+  ASSERT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << worker->process().LogTail();
+  EXPECT_EQ(alive_workers(), 0);
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM workers WHERE stopped_at IS NOT NULL"), 1);
 }
 
 }  // namespace

@@ -184,6 +184,10 @@ TEST_F(ReadmeRecipesTest, OperatorRecipesRunAgainstALiveCluster) {
       Query("SELECT count(*) FROM timings WHERE measured_by = 'readme'");
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
   EXPECT_EQ(*submitted, 2);
+  // ... for the throw-away device, never for the worker's, which plans are made for (issue 22).
+  EXPECT_EQ(QueryOr("SELECT count(*) FROM timings t JOIN devices d ON d.id = t.device_id "
+                    "WHERE t.measured_by = 'readme' AND d.name <> 'readme-example'"),
+            0);
   worker->process().Signal(SIGCONT);
 }
 

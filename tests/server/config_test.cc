@@ -140,6 +140,7 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"--plan-cache-entries", "UCUDNN_PLAN_CACHE_ENTRIES"},
     {"--plan-cache-max-rows", "UCUDNN_PLAN_CACHE_MAX_ROWS"},
     {"--plan-cache-evict-interval", "UCUDNN_PLAN_CACHE_EVICT_INTERVAL"},
+    {"--worker-retention", "UCUDNN_WORKER_RETENTION"},
     {"--failed-job-cooldown", "UCUDNN_FAILED_JOB_COOLDOWN"},
     {"--max-waiting-calls", "UCUDNN_MAX_WAITING_CALLS"},
     {"--planner-threads", "UCUDNN_PLANNER_THREADS"},
@@ -234,10 +235,23 @@ TEST(ConfigTest, StartRetriesAnUnreachableDatabaseAndAnOlderSchemaEachUpToItsOwn
   EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(0), 0), milliseconds(250));
   EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(300), 1), milliseconds(500));
   EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(30000), 5), milliseconds(5000));
-  // Each kind of wait ends at its own limit: the database's at 10 s, the schema's at 2 min.
-  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(9900), 1), std::nullopt);
+  // Each kind of wait ends at its own limit: the database's at 10 s, the schema's at 2 min; the
+  // last try is at the limit itself.
+  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(9900), 1), milliseconds(100));
+  EXPECT_EQ(StartRetryDelay(config, unreachable, false, milliseconds(10000), 1), std::nullopt);
   EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(60000), 6), milliseconds(5000));
-  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(119000), 6), std::nullopt);
+  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(119000), 6), milliseconds(1000));
+  EXPECT_EQ(StartRetryDelay(config, older, true, milliseconds(120000), 6), std::nullopt);
+  // --start-timeout 3s waits 3 s in all (issue 22: it gave up after 1.75 s of back-off).
+  auto short_wait = ParseCommandLine({"--start-timeout", "3s"}, FakeEnv({}));
+  ASSERT_TRUE(short_wait.ok());
+  milliseconds waited(0);
+  int64_t attempt = 0;
+  while (const auto delay =
+             StartRetryDelay(short_wait->config, unreachable, false, waited, attempt++)) {
+    waited += *delay;
+  }
+  EXPECT_EQ(waited, milliseconds(3000));
   // Anything else is final at once: an address in use, a schema too new, bad TLS files.
   EXPECT_EQ(StartRetryDelay(config, FailedPrecondition("cannot listen on 127.0.0.1:50051"), false,
                             milliseconds(0), 0),

@@ -126,6 +126,11 @@ TEST(RequestValidationTest, Submissions) {
   const Status both = ValidateSubmission(request).status();
   EXPECT_THAT(both.message(), HasSubstr("timings[1]: duplicate (micro_batch 4"));
   EXPECT_THAT(both.message(), HasSubstr("measured_by: at most 128 bytes, got 200"));
+  request.mutable_timings()->RemoveLast();
+  request.set_measured_by("bench\x1b[2Jnode");
+  const Status control = ValidateSubmission(request).status();
+  EXPECT_EQ(control.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(control.message(), HasSubstr("measured_by: must not contain control characters"));
 }
 
 }  // namespace

@@ -578,6 +578,37 @@ TEST_F(ServerTest, DatabasePlanCacheIsTrimmedToItsBound) {
             3);
 }
 
+// Rows of workers silent for longer than --worker-retention are deleted on the eviction schedule
+// (issue 22); a live worker's row stays.
+TEST_F(ServerTest, SilentWorkersArePrunedAfterTheRetention) {
+  ServerConfig config = BaseConfig(url());
+  config.plan_cache_evict_interval_ms = 50;
+  config.worker_retention_ms = 3600000;
+  TestServer t = Launch(config);
+  ASSERT_TRUE(t.server);
+  auto store = store::Store::Open(url(), 1);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->RegisterWorker("gone:1:gpu0", "node", H100()).ok());
+  ASSERT_TRUE((*store)->RegisterWorker("here:1:gpu0", "node", H100()).ok());
+  auto workers = [&](const std::string& where) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    const int64_t n = tx.exec1("SELECT count(*) FROM workers " + where)[0].as<int64_t>();
+    tx.commit();
+    return n;
+  };
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(
+        "UPDATE workers SET last_heartbeat = now() - interval '2 hours' WHERE id = 'gone:1:gpu0'");
+    tx.commit();
+  }
+  for (int i = 0; i < 300 && workers("") > 1; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(workers("WHERE id = 'gone:1:gpu0'"), 0);
+  EXPECT_EQ(workers("WHERE id = 'here:1:gpu0'"), 1);
+}
+
 TEST_F(ServerTest, NoMigrateRefusesASchemaOtherThanItsOwn) {
   ServerConfig config = BaseConfig(url());
   config.auto_migrate = false;
@@ -1113,7 +1144,9 @@ TEST_F(ServerTest, HealthFollowsTheDatabase) {
 
 // Lists services through grpc.reflection.v1alpha with hand-encoded messages (the reflection
 // protos are not installed): ServerReflectionRequest{list_services = ""} is field 7.
-std::vector<std::string> ReflectedServices(const std::shared_ptr<grpc::Channel>& channel) {
+// `finished` (when given) gets the stream's final status.
+std::vector<std::string> ReflectedServices(const std::shared_ptr<grpc::Channel>& channel,
+                                           grpc::Status* finished = nullptr) {
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   auto context = Context(10s);
@@ -1141,6 +1174,7 @@ std::vector<std::string> ReflectedServices(const std::shared_ptr<grpc::Channel>&
   grpc::Status status;
   call->Finish(&status, reinterpret_cast<void*>(5));
   step(5);
+  if (finished != nullptr) *finished = status;
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
@@ -1175,6 +1209,22 @@ TEST_F(ServerTest, ReflectionListsTheServices) {
         "grpc.reflection.v1alpha.ServerReflection"}) {
     EXPECT_EQ(listed.count(expected), 1u) << expected;
   }
+}
+
+// The normal end of a reflection stream (the client's half-close, which every grpcurl and buf
+// call ends with) is no malformed request: the stream ends OK and no error is counted (issue 22).
+TEST_F(ServerTest, ReflectionStreamsEndWithoutAnErrorCounted) {
+  TestServer t = Launch(BaseConfig(url()));
+  ASSERT_TRUE(t.server);
+  for (int i = 0; i < 2; ++i) {
+    grpc::Status finished(grpc::StatusCode::UNKNOWN, "not finished");
+    EXPECT_FALSE(ReflectedServices(t.channel, &finished).empty());
+    EXPECT_TRUE(finished.ok()) << finished.error_code() << ": " << finished.error_message();
+  }
+  httplib::Client http("127.0.0.1", t.server->metrics_port());
+  auto result = http.Get("/metrics");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->body.find("code=\"INVALID_ARGUMENT\""), std::string::npos) << result->body;
 }
 
 TEST_F(ServerTest, MetricsEndpointServesCounters) {

@@ -1,5 +1,6 @@
 // Catalog reads (devices, workers, jobs, counts) and the plan cache.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <pqxx/pqxx>
 
@@ -15,22 +16,26 @@ using testing_util::Conv3x3;
 using testing_util::SampleTimings;
 using testing_util::StoreTest;
 
-using CatalogTest = StoreTest;
+class CatalogTest : public StoreTest {
+ protected:
+  // One statement on a connection of its own, committed.
+  void Execute(const std::string& sql) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(sql);
+    tx.commit();
+  }
+};
 
 TEST_F(CatalogTest, DevicesCountTheirTimingsAndLiveWorkers) {
   ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(64), SampleTimings(8, 2), "w").ok());
   ASSERT_TRUE(store_->PutTimings(H100(), Conv3x3(32), SampleTimings(4, 2), "w").ok());
   ASSERT_TRUE(store_->RegisterWorker("gpu-node:1:0", "gpu-node", H100()).ok());
   ASSERT_TRUE(store_->RegisterWorker("old-node:1:0", "old-node", A100()).ok());
-  {
-    // The A100 worker last beat long ago.
-    pqxx::connection conn(url());
-    pqxx::work tx(conn);
-    tx.exec(
-        "UPDATE workers SET last_heartbeat = now() - interval '1 hour' "
-        "WHERE id = 'old-node:1:0'");
-    tx.commit();
-  }
+  // The A100 worker last beat long ago.
+  Execute(
+      "UPDATE workers SET last_heartbeat = now() - interval '1 hour' "
+      "WHERE id = 'old-node:1:0'");
   auto devices = store_->ListDevices();
   ASSERT_TRUE(devices.ok()) << devices.status().ToString();
   ASSERT_EQ(devices->size(), 2u);
@@ -63,6 +68,45 @@ TEST_F(CatalogTest, DevicesCountTheirTimingsAndLiveWorkers) {
   ASSERT_TRUE(alive.ok());
   EXPECT_EQ(alive->size(), 2u);
   EXPECT_EQ(store_->Heartbeat("never-registered").code(), StatusCode::kNotFound);
+}
+
+// A worker that stopped cleanly is listed stopped at once, and rows of workers silent for longer
+// than the retention are pruned, except one that a running job names (issue 22).
+TEST_F(CatalogTest, StoppedWorkersAreNotAliveAndSilentOnesArePruned) {
+  ASSERT_TRUE(store_->RegisterWorker("stopping:1:cpu", "node", H100()).ok());
+  ASSERT_TRUE(store_->MarkWorkerStopped("stopping:1:cpu").ok());
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_FALSE((*workers)[0].alive);
+  EXPECT_TRUE(store_->ListWorkers(/*alive_only=*/true)->empty());
+  auto devices = store_->ListDevices();
+  ASSERT_TRUE(devices.ok());
+  EXPECT_EQ((*devices)[0].live_workers, 0);
+  EXPECT_EQ(store_->MarkWorkerStopped("never-registered").code(), StatusCode::kNotFound);
+  // Started again: alive.
+  ASSERT_TRUE(store_->RegisterWorker("stopping:1:cpu", "node", H100()).ok());
+  EXPECT_EQ(store_->ListWorkers(true)->size(), 1u);
+
+  ASSERT_TRUE(store_->RegisterWorker("silent:1:cpu", "node", H100()).ok());
+  ASSERT_TRUE(store_->RegisterWorker("busy:1:cpu", "node", H100()).ok());
+  ASSERT_TRUE(store_->EnqueueJob(H100(), Conv3x3(64), 8, BatchPolicy::kPowerOfTwo).ok());
+  auto claimed = store_->ClaimJob(H100().Hash(), "busy:1:cpu", std::chrono::hours(1), 3);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  Execute(
+      "UPDATE workers SET last_heartbeat = now() - interval '8 days' "
+      "WHERE id IN ('silent:1:cpu', 'busy:1:cpu')");
+  auto pruned = store_->PruneWorkers(std::chrono::hours(24 * 7));
+  ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
+  EXPECT_EQ(*pruned, 1);
+  workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  std::vector<std::string> ids;
+  for (const WorkerInfo& w : *workers) ids.push_back(w.id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"busy:1:cpu", "stopping:1:cpu"}));
+  EXPECT_EQ(store_->PruneWorkers(std::chrono::seconds(0)).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(CatalogTest, JobListsAndCounts) {

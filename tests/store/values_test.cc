@@ -1,5 +1,6 @@
 // Unit tests of the store's pure pieces: hash text, array literals, input checks, the mapping of
 // SQLSTATEs to Status codes and the embedded migrations.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -126,6 +127,11 @@ TEST(ValidateTimings, NamesTheBadField) {
   EXPECT_FALSE(internal::ValidateMeasuredBy(std::string(kMaxMeasuredByBytes + 1, 'x')).ok());
   EXPECT_FALSE(internal::ValidateWorkerId("").ok());
   EXPECT_TRUE(internal::ValidateWorkerId("node1:42:0").ok());
+  // Shown in tables and logs: control characters are refused (issue 22).
+  EXPECT_THAT(internal::ValidateWorkerId("node1\nforged:cpu").message(),
+              ::testing::HasSubstr("worker_id: must not contain control characters"));
+  EXPECT_THAT(internal::ValidateMeasuredBy("w\x1b[31m").message(),
+              ::testing::HasSubstr("measured_by: must not contain control characters"));
 }
 
 TEST(ErrorMapping, SqlStatesBecomeMeaningfulCodes) {

@@ -79,5 +79,55 @@ bad_workspace_is_a_clear_error() {
   expect_line "^ucudnn: INVALID_ARGUMENT: '64XB': unknown unit 'xb'"
 }
 
+# Every subcommand's flag beats the exported variable (issue 22): the error names the address or
+# database of the flag, never the environment's. No server is needed: both addresses are closed.
+flags_beat_the_environment() {
+  local net=(--network "$here/tiny_net.csv" --batch 4 --backend cpu)
+  local cmd
+  for cmd in health devices workers jobs plan explain timings curve; do
+    local more=()
+    case $cmd in plan | explain | timings | curve) more=("${net[@]}") ;; esac
+    expect_exit 1 env UCUDNN_SERVER=127.0.0.1:1 "$ucudnn" "$cmd" --server 127.0.0.1:2 \
+      --deadline-ms 2000 "${more[@]}"
+    expect_line "UNAVAILABLE: 127\.0\.0\.1:2"
+    ! grep -q '127\.0\.0\.1:1\b' <<<"$out" || fail "$cmd dialled the environment's address"
+    # The environment is used where no flag is given.
+    expect_exit 1 env UCUDNN_SERVER=127.0.0.1:1 "$ucudnn" "$cmd" --deadline-ms 2000 "${more[@]}"
+    expect_line "UNAVAILABLE: 127\.0\.0\.1:1"
+  done
+  for cmd in migrate import; do
+    local more=()
+    [ "$cmd" = import ] && more=("$here/tiny_net.csv")
+    expect_exit 1 env UCUDNN_DATABASE_URL=postgresql://env@127.0.0.1:1/env "$ucudnn" "$cmd" \
+      --database-url postgresql://flag@127.0.0.1:2/flag "${more[@]}"
+    expect_line 'port 2 failed'
+    ! grep -q 'port 1 failed' <<<"$out" || fail "$cmd opened the environment's database"
+  done
+}
+
+# Usage errors exit 2 with one clear line, whatever CLI11 calls them.
+usage_errors_exit_2() {
+  expect_exit 2 "$ucudnn" --bogus
+  expect_line "^ucudnn: unknown flag or command '--bogus'$"
+  expect_exit 2 "$ucudnn"
+  expect_line '^ucudnn: A subcommand is required'
+  expect_exit 2 "$ucudnn" devices --no-such-flag
+  expect_line "^ucudnn: The following argument was not expected: --no-such-flag"
+  expect_exit 2 "$ucudnn" jobs --limit many
+  expect_line "Run 'ucudnn --help'"
+  expect_exit 2 "$ucudnn" devices --token-file /nonexistent/token
+  expect_line "^ucudnn: INVALID_ARGUMENT: --token-file: cannot open '/nonexistent/token'$"
+}
+
+# --json on the local read commands: one document that parses.
+local_commands_print_json() {
+  expect_exit 0 "$ucudnn" networks --json
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d["networks"]) == 6, d' "$out" ||
+    fail "networks --json"
+  expect_exit 0 "$ucudnn" problem --network "$here/tiny_net.csv" --batch 4 --unique --json
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d["kernels"]) == 6, d' "$out" ||
+    fail "problem --json"
+}
+
 "$case_name"
 echo "PASS: $case_name"

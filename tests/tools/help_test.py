@@ -21,8 +21,8 @@ import sys
 # "environment": variables read without a flag, named somewhere in the binary's own --help.
 
 NETWORK = ["--network", "--batch", "--dtype", "--layout", "--math"]
-SERVER = ["--server=UCUDNN_SERVER", "--tls-ca=UCUDNN_TLS_CA", "--token=UCUDNN_TOKEN",
-          "--deadline-ms"]
+SERVER = ["--server=UCUDNN_SERVER", "--tls-ca=UCUDNN_CA_FILE", "--token=UCUDNN_TOKEN",
+          "--token-file", "--deadline-ms"]
 PLAN = SERVER + NETWORK + ["--backend", "--device", "--policy", "--workspace", "--algorithms",
                            "--mode", "--json"]
 DATABASE = ["--database-url=UCUDNN_DATABASE_URL"]
@@ -30,13 +30,13 @@ DATABASE = ["--database-url=UCUDNN_DATABASE_URL"]
 EXPECTED = {
     "ucudnn": {
         "": ["--version", "--log-level=UCUDNN_LOG_LEVEL"],
-        "networks": [],
-        "problem": NETWORK + ["--unique"],
-        "gpus": [],
+        "networks": ["--json"],
+        "problem": NETWORK + ["--unique", "--json"],
+        "gpus": ["--json"],
         "cpu-bench": NETWORK + ["--policy", "--workspace", "--output", "--threads"],
         "migrate": DATABASE,
         "import": ["file"] + DATABASE,
-        "health": SERVER,
+        "health": SERVER + ["--json"],
         "devices": SERVER + ["--json"],
         "workers": SERVER + ["--alive", "--json"],
         "jobs": SERVER + ["--state", "--limit", "--retry", "--cancel", "--all-queued", "--device",
@@ -45,6 +45,7 @@ EXPECTED = {
         "explain": PLAN,
         "timings": PLAN,
         "curve": PLAN + ["--max-workspace", "--svg"],
+        "environment": ["UCUDNN_TOKEN_FILE", "UCUDNN_TLS_CA"],
     },
     "ucudnn-worker": {
         "": ["--version"] + DATABASE + [
@@ -57,8 +58,11 @@ EXPECTED = {
             "--worker-id-prefix=UCUDNN_WORKER_ID_PREFIX",
             "--metrics-port=UCUDNN_WORKER_METRICS_PORT",
             "--metrics-host=UCUDNN_WORKER_METRICS_HOST",
-            "--workspace-cap=UCUDNN_WORKER_WORKSPACE_CAP", "--warmup-runs", "--min-runs",
-            "--max-runs", "--config-budget-ms", "--prune-margin=UCUDNN_WORKER_PRUNE_MARGIN",
+            "--workspace-cap=UCUDNN_WORKER_WORKSPACE_CAP",
+            "--warmup-runs=UCUDNN_WORKER_WARMUP_RUNS", "--min-runs=UCUDNN_WORKER_MIN_RUNS",
+            "--max-runs=UCUDNN_WORKER_MAX_RUNS",
+            "--config-budget-ms=UCUDNN_WORKER_CONFIG_BUDGET_MS",
+            "--prune-margin=UCUDNN_WORKER_PRUNE_MARGIN",
             "--skip-factor=UCUDNN_WORKER_SKIP_FACTOR",
             "--prepare-threads=UCUDNN_WORKER_PREPARE_THREADS",
             "--short-run-us=UCUDNN_WORKER_SHORT_RUN_US",

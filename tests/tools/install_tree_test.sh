@@ -26,5 +26,32 @@ for pair in server:bin/ucudnn-server worker:bin/ucudnn-worker cli:bin/ucudnn cli
     failures=$((failures + 1))
   fi
 done
+# Installed stripped by default (issue 22): no debug sections in a binary or the shared library.
+for file in server/bin/ucudnn-server cli/bin/ucudnn; do
+  if readelf -S "$prefix/$file" | grep -q '\.debug_info'; then
+    echo "FAIL: $file is installed with its debug information (not stripped)"
+    failures=$((failures + 1))
+  fi
+done
+so="$(find "$prefix/client" -name 'libucudnn_client.so.*' -type f -print -quit)"
+if [ -n "$so" ] && readelf -S "$so" | grep -q '\.debug_info'; then
+  echo "FAIL: ${so#"$prefix"/} is installed with its debug information (not stripped)"
+  failures=$((failures + 1))
+fi
+# A plain install has no example program; asked for by its component, it is there.
+if ! cmake --install "$build" --prefix "$prefix/all" >/dev/null 2>&1; then
+  echo "FAIL: cmake --install failed"
+  failures=$((failures + 1))
+elif [ -e "$prefix/all/bin/ucudnn-example-train-step" ]; then
+  echo "FAIL: a plain cmake --install installs the example program"
+  failures=$((failures + 1))
+fi
+if [ -x "$build/bin/ucudnn-example-train-step" ]; then
+  cmake --install "$build" --prefix "$prefix/examples" --component examples >/dev/null 2>&1
+  [ -x "$prefix/examples/bin/ucudnn-example-train-step" ] || {
+    echo "FAIL: --component examples installs no example program"
+    failures=$((failures + 1))
+  }
+fi
 [ "$failures" -eq 0 ] && echo "install tree: every component has its binaries"
 [ "$failures" -eq 0 ]

@@ -147,6 +147,9 @@ TEST_F(OptionsTest, ErrorsNameTheFlag) {
       {{"--offline", "--network", "r", "--batch", "8", "--output", "o", "--policy", "odd"},
        "--policy"},
       {{"--database-url", "x", "--no-such-flag"}, "--no-such-flag"},
+      // A line break in the prefix would forge log lines (issue 22).
+      {{"--database-url", "x", "--worker-id-prefix", "n1\n[error] forged"}, "--worker-id-prefix"},
+      {{"--database-url", "x", "--worker-id-prefix", "n1\x1b[2J"}, "--worker-id-prefix"},
   };
   for (const Case& c : cases) {
     auto cl = Parse(c.args);

@@ -169,6 +169,7 @@ class Daemon::Impl {
     stats.devices_lost = devices_lost_.load();
     stats.configurations_measured = configurations_measured_.load();
     stats.last_heartbeat_unix_seconds = last_heartbeat_unix_seconds_.load();
+    stats.schema_too_new = store_.schema_too_new();
     for (const auto& slot : slots_) {
       stats.slots.push_back({slot->worker_id, slot->job_id.load(), slot->configurations_done.load(),
                              slot->configurations_total.load()});
@@ -393,7 +394,7 @@ void Daemon::Impl::HeartbeatLoop() {
     lock.unlock();
     for (auto& slot : slots_) {
       // A lost device's worker stops heartbeating: the catalog shows it dead, as it is.
-      if (!slot->registered || slot->lost) continue;
+      if (!slot->registered || slot->lost || store_.schema_too_new()) continue;
       Status st = store_.Heartbeat(slot->worker_id);
       if (st.code() == StatusCode::kNotFound) {
         // The row went away (database restored, operator cleanup): register again.
@@ -421,6 +422,12 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::mt19937_64 rng(std::random_device{}());
   while (!stop_requested()) {
+    // A schema migrated past this binary while it runs: claim nothing (the store refuses every
+    // write and logs why, once) until the schema is one this binary knows again.
+    if (store_.RecheckSchema().code() == StatusCode::kFailedPrecondition) {
+      if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
+      continue;
+    }
     auto claimed =
         store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease, config_.max_attempts);
     if (!claimed.ok()) {
@@ -763,6 +770,15 @@ Status Daemon::Impl::Run() {
   }
   cv_.notify_all();
   heartbeat.join();
+  // A clean stop shows in the catalog at once, not once the heartbeat ages out; a lost device's
+  // worker is left to show dead, as it is.
+  for (const auto& slot : slots_) {
+    if (!slot->registered || slot->lost) continue;
+    if (const Status st = store_.MarkWorkerStopped(slot->worker_id); !st.ok()) {
+      spdlog::warn("[{}] could not mark worker {} stopped: {}", slot->device.slot, slot->worker_id,
+                   st.ToString());
+    }
+  }
   const DaemonStats s = stats();
   spdlog::info(
       "worker stopped: {} claimed, {} completed, {} failed, {} released, {} abandoned, {} "

@@ -125,13 +125,17 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
       ->envname("UCUDNN_WORKER_WORKSPACE_CAP")
       ->group("Benchmark");
   app.add_option("--warmup-runs", o.warmup_runs, "untimed runs per configuration (at least 1)")
+      ->envname("UCUDNN_WORKER_WARMUP_RUNS")
       ->group("Benchmark");
   app.add_option("--min-runs", o.min_runs, "timed runs per configuration, at least")
+      ->envname("UCUDNN_WORKER_MIN_RUNS")
       ->group("Benchmark");
   app.add_option("--max-runs", o.max_runs, "timed runs per configuration, at most")
+      ->envname("UCUDNN_WORKER_MAX_RUNS")
       ->group("Benchmark");
   app.add_option("--config-budget-ms", o.config_budget_ms,
                  "wall time per configuration for timed runs")
+      ->envname("UCUDNN_WORKER_CONFIG_BUDGET_MS")
       ->group("Benchmark");
   app.add_option("--prune-margin", o.prune_margin,
                  "probe pruning: a configuration another of its size beats by more than this "
@@ -333,6 +337,11 @@ Result<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
     return InvalidArgument(e.what());
   }
   WorkerOptions& o = result.options;
+  // The prefix is in every log line and in the catalog: a line break would forge log lines.
+  if (HasControlCharacter(o.worker_id_prefix)) {
+    return InvalidArgument(
+        "--worker-id-prefix: must not contain control characters (line breaks, ESC, tabs)");
+  }
   if (!raw.gpus.empty()) {
     UCUDNN_ASSIGN_OR_RETURN(o.gpus, ParseGpuList(raw.gpus));
   }

@@ -19,6 +19,10 @@ std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& st
   auto& heartbeat = metrics::AddGauge(registry, "ucudnn_worker_last_heartbeat_timestamp_seconds",
                                       "Unix time of the last heartbeat stored in the database; 0 "
                                       "before the first");
+  auto& ready = metrics::AddGauge(registry, "ucudnn_worker_ready",
+                                  "1 while the worker may claim jobs; 0 while the database's "
+                                  "schema is newer than this binary's (it writes nothing until "
+                                  "upgraded)");
   auto& current_job = metrics::AddGauge(registry, "ucudnn_worker_current_job",
                                         "The job in hand per worker id; 0 while idle");
   auto& done = metrics::AddGauge(registry, "ucudnn_worker_current_job_configurations_done",
@@ -37,6 +41,7 @@ std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& st
   measured.Add({}).Increment(static_cast<double>(stats.configurations_measured));
   devices_lost.Add({}).Set(static_cast<double>(stats.devices_lost));
   heartbeat.Add({}).Set(stats.last_heartbeat_unix_seconds);
+  ready.Add({}).Set(stats.schema_too_new ? 0.0 : 1.0);
   // One label set per benchmarking thread: bounded by the node's devices.
   for (const SlotStatus& slot : stats.slots) {
     const metrics::Labels labels = {{"worker", slot.worker_id}};

@@ -35,6 +35,9 @@ struct ServerConfig {
   int plan_cache_entries = 1024;        // in-process LRU in front of the database's plan cache
   int64_t plan_cache_max_rows = 10000;  // database plan cache rows per device; 0: unbounded
   int64_t plan_cache_evict_interval_ms = 60000;
+  // Rows of workers without a heartbeat for this long are deleted (on the eviction schedule); 0:
+  // kept for ever.
+  int64_t worker_retention_ms = int64_t{7} * 86400000;
   int64_t failed_job_cooldown_ms = 3600000;  // a failed job blocks re-enqueueing this long
   int max_blocking_calls = 1024;             // plan calls planning or waiting at once
   int planner_threads = 8;                   // threads that do every call's work

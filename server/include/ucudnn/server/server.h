@@ -104,6 +104,7 @@ class PlannerServer {
   // Database plan-cache bound (rows per device; 0: unbounded), enforced from the health loop.
   int64_t plan_cache_max_rows_ = 0;
   std::chrono::milliseconds plan_cache_evict_interval_{60000};
+  std::chrono::seconds worker_retention_{0};  // 0: worker rows are kept
 };
 
 // The services' names, as health checks and reflection list them.

@@ -221,6 +221,14 @@ class Store {
   Result<int> SchemaVersion();
   // The newest version embedded in this binary.
   static int LatestSchemaVersion();
+  // Re-reads the schema version (one query), for a running server or worker: a schema newer than
+  // this binary's makes the store refuse every write from then on with kFailedPrecondition
+  // (logged once, as an error) until a later re-check finds a schema it knows again. Returns
+  // that kFailedPrecondition while the schema is newer, the database's error when it cannot be
+  // read (nothing changes then), else OK.
+  Status RecheckSchema();
+  // Whether writes are refused because the last re-check found a newer schema.
+  bool schema_too_new() const;
   // kOk when a round trip to the database works; for health checks.
   Status Ping();
   PoolStats GetPoolStats() const;
@@ -329,6 +337,12 @@ class Store {
                         const DeviceFingerprint& device);
   // Sets the worker's last heartbeat to now; kNotFound when it never registered.
   Status Heartbeat(const std::string& worker_id);
+  // A clean shutdown: the worker is listed stopped (not alive) at once, until it registers
+  // again; kNotFound when it never registered.
+  Status MarkWorkerStopped(const std::string& worker_id);
+  // Deletes the rows of workers without a heartbeat for longer than `retention` (>= 1 s), except
+  // one a running job still names; returns how many went. Their jobs keep no worker id.
+  Result<int64_t> PruneWorkers(std::chrono::seconds retention);
 
   // ---- Catalog (operators, metrics) ----
   // Every device, ordered by name then hash, with timing counts and live workers.

@@ -64,7 +64,8 @@ struct DaemonStats {
   int64_t devices_lost = 0;  // benchmarking threads stopped by a lost device (their job released)
   int64_t configurations_measured = 0;     // (micro-batch, algorithm) pairs benchmarked, all jobs
   double last_heartbeat_unix_seconds = 0;  // last heartbeat (or registration) stored; 0: none
-  std::vector<SlotStatus> slots;           // in device order
+  bool schema_too_new = false;    // the database's schema is newer than this binary's: not claiming
+  std::vector<SlotStatus> slots;  // in device order
 };
 
 class Daemon {
