@@ -128,8 +128,7 @@ Status CheckAlgorithm(const Algorithm& algo) {
   if (algo.is_framework()) return CheckFrameworkIdentity("engine_config", algo.engine_config);
   if (!algo.is_engine()) {
     if (algo.id < 0) {
-      return InvalidArgument("algo: must be >= 0 without engine_config (or " +
-                             std::to_string(kFrameworkAlgo) + " with a framework identity), got " +
+      return InvalidArgument("algo: must be >= 0 without engine_config, got " +
                              std::to_string(algo.id));
     }
     return Status::Ok();

@@ -148,8 +148,8 @@ Status PlannerServer::MakeServices(const ServerConfig& config) {
   catalog_service_ =
       std::make_unique<CatalogServiceImpl>(store_.get(), coordinator_.get(), metrics_.get(),
                                            pool_.get(), planner_service_->limiter(), auth_.get());
-  timing_service_ =
-      std::make_unique<TimingServiceImpl>(store_.get(), auth_.get(), metrics_.get(), pool_.get());
+  timing_service_ = std::make_unique<TimingServiceImpl>(store_.get(), auth_.get(), metrics_.get(),
+                                                        pool_.get(), timings_cache_.get());
   return Status::Ok();
 }
 

@@ -570,6 +570,9 @@ grpc::ServerUnaryReactor* TimingServiceImpl::SubmitTimings(grpc::CallbackServerC
       UCUDNN_ASSIGN_OR_RETURN(auto submission, ValidateSubmission(*request));
       UCUDNN_RETURN_IF_ERROR(store_->PutTimings(submission.device, submission.problem,
                                                 submission.timings, submission.measured_by));
+      if (timings_cache_ != nullptr) {
+        timings_cache_->Invalidate({submission.device.Hash(), StableHash(submission.problem)});
+      }
       metrics_->RecordTimingsStored(static_cast<int64_t>(submission.timings.size()));
       response->set_stored(static_cast<int32_t>(submission.timings.size()));
       return Status::Ok();

@@ -63,6 +63,18 @@ TEST(ClientConfigTest, TlsAndContribution) {
   EXPECT_TRUE(options.contribute);
 }
 
+TEST(ClientConfigTest, FrameworkIdentityIsReadTrimmedAndKeptAsGiven) {
+  std::vector<std::string> warnings;
+  const ClientConfig config =
+      ClientConfig{}.WithOptions("UCUDNN_FRAMEWORK= torch-2.11.0+cu130/benchmark ", &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(config.framework, "torch-2.11.0+cu130/benchmark");
+  // Validated where it is used (the session; ucudnnShapeCreate refuses it), not dropped here.
+  const ClientConfig bad = ClientConfig{}.WithOptions("UCUDNN_FRAMEWORK=t\x7f", &warnings);
+  EXPECT_EQ(bad.framework, "t\x7f");
+  EXPECT_EQ(ClientConfig{}.framework, "");
+}
+
 TEST(ClientConfigTest, ReadsEverySetting) {
   ClientConfig config;
   std::vector<std::string> warnings;

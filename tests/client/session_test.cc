@@ -289,6 +289,33 @@ TEST_F(SessionTest, FrameworkPlanRunsUndividedAsAFrameworkCall) {
   EXPECT_DOUBLE_EQ(kernels[0].framework_ms, 0.25 * kBatch);
 }
 
+TEST_F(SessionTest, TotalModeFrameworkPlanTakesNoSliceOfTheLibraryWorkspace) {
+  fake_->set_framework_choice("torch-test");
+  ClientConfig config = TestConfig(fake_->address());
+  config.workspace_mode = ClientConfig::WorkspaceMode::kTotalSum;
+  config.workspace_bytes = 1 << 20;
+  config.collect_quiet_ms = 60000;
+  config.framework = "torch-test";
+  auto session = Session::Create(backend_, config);
+  const Kernel kernel{SmallProblem(ConvOp::kForward), kBatch, "fwd"};
+  session->Prepare({kernel});
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const client::PlanEntry* plan = session->PlanOf(kernel.problem, kBatch);
+  ASSERT_NE(plan, nullptr);
+  EXPECT_TRUE(plan->framework);
+  EXPECT_FALSE(plan->library_workspace);
+  Operands operands = MakeOperands(kernel.problem, kBatch);
+  const std::vector<float> expected =
+      Undivided(backend_, kernel.problem, kBatch, operands, 1.0f, 0.0f);
+  ASSERT_TRUE(session
+                  ->Execute(kernel.problem, kBatch, operands.Bind(kernel.problem.op), nullptr, 0,
+                            1.0f, 0.0f)
+                  .ok());
+  EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
+  EXPECT_EQ(session->Stats().framework_calls, 1u);
+  EXPECT_EQ(session->Stats().fallback_calls, 0u);
+}
+
 TEST_F(SessionTest, InvalidFrameworkIdentityIsNotSent) {
   ClientConfig config = TestConfig(fake_->address());
   config.framework = std::string(129, 'x');

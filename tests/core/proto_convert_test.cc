@@ -472,7 +472,12 @@ TEST(ProtoSegment, RoundTripsAndValidates) {
   ExpectInvalid(FromProto(m), "micro_batch: must be in [1, 65536], got 0");
   m = ToProto(s);
   m.set_algo(-2);
-  ExpectInvalid(FromProto(m), "algo: must be >= 0 without engine_config, got -2");
+  // -2 is the framework's own convolution: its identity is required.
+  ExpectInvalid(FromProto(m), "engine_config: must not be empty");
+  m.set_engine_config("torch-2.11");
+  EXPECT_TRUE(FromProto(m).ok()) << "the framework's own convolution";
+  m.set_algo(-3);
+  ExpectInvalid(FromProto(m), "algo: must be >= -2, got -3");
   m = ToProto(s);
   m.set_time_ms(kNaN);
   ExpectInvalid(FromProto(m), "time_ms: must be finite and >= 0, got nan");

@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "support/problems.h"
+#include "ucudnn/core/algorithm_names.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/plan.h"
 #include "ucudnn/core/timing.h"
 #include "ucudnn/core/timing_csv.h"
+#include "ucudnn/planner/plan_table.h"
 #include "ucudnn/planner/planner.h"
 
 namespace ucudnn {
@@ -196,6 +198,20 @@ TEST(FrameworkPlanningTest, IdentityValidationAndNames) {
   EXPECT_EQ(AlgorithmText(framework), std::string("framework(") + kTorch + ")");
   EXPECT_TRUE(AlgorithmLess(Algorithm(kEngineAlgo, "eng1"), framework));
   EXPECT_FALSE(AlgorithmLess(framework, Algorithm(3)));
+}
+
+TEST(FrameworkPlanningTest, TablesNameTheFramework) {
+  const KernelPlan kp = PlanOne(Request(WorkspaceMode::kPerKernel), Table(3.0));
+  ASSERT_TRUE(ChoseFramework(kp));
+  EXPECT_EQ(FormatSegments(kp.config.segments, ConvOp::kForward, AlgorithmNamerFor("cpu")),
+            std::string("framework ") + kTorch);
+  NetworkPlan plan;
+  plan.kernels = {kp};
+  EXPECT_NE(
+      FormatPlanTable(plan, AlgorithmNamerFor("cpu")).find(std::string("framework ") + kTorch),
+      std::string::npos);
+  EXPECT_EQ(AlgorithmName("cpu", ConvOp::kForward, AlgorithmOf(kp.config.segments[0])),
+            std::string("framework(") + kTorch + ")");
 }
 
 TEST(FrameworkPlanningTest, TimingFilesRoundTripFrameworkTimings) {

@@ -16,6 +16,7 @@
 #include "ucudnn/server/request_validation.h"
 #include "ucudnn/server/server_metrics.h"
 #include "ucudnn/server/thread_pool.h"
+#include "ucudnn/server/timings_cache.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
 
@@ -155,9 +156,12 @@ class CatalogServiceImpl final : public v1::CatalogService::CallbackService {
 
 class TimingServiceImpl final : public v1::TimingService::CallbackService {
  public:
+  // `timings_cache` may be null. A submission drops its table from it at once (the notification
+  // does the same on every replica, later): the submitter's next plan request on this replica
+  // sees what it submitted, also where it replaces a complete plan's timings (the framework's own).
   TimingServiceImpl(store::Store* store, const TokenAuthenticator* auth, ServerMetrics* metrics,
-                    ThreadPool* pool)
-      : store_(store), auth_(auth), metrics_(metrics), pool_(pool) {}
+                    ThreadPool* pool, TimingsCache* timings_cache = nullptr)
+      : store_(store), auth_(auth), metrics_(metrics), pool_(pool), timings_cache_(timings_cache) {}
 
   grpc::ServerUnaryReactor* SubmitTimings(grpc::CallbackServerContext* context,
                                           const v1::SubmitTimingsRequest* request,
@@ -168,6 +172,7 @@ class TimingServiceImpl final : public v1::TimingService::CallbackService {
   const TokenAuthenticator* auth_;
   ServerMetrics* metrics_;
   ThreadPool* pool_;
+  TimingsCache* timings_cache_;
 };
 
 }  // namespace ucudnn::server
