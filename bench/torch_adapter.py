@@ -34,13 +34,13 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_common  # noqa: E402
 REPO = os.path.dirname(HERE)
 
 # Loss agreement, native vs converted, per step: relative to the native loss. Different cuDNN
 # algorithms sum in different orders (and TF32 rounds), so trajectories drift slightly apart.
 LOSS_RTOL = {"fp32": 2e-2, "amp": 5e-2}
-# A step is "fast" once within this factor of the steady-state median.
-FAST_FACTOR = 1.10
 
 
 def parse_args(argv):
@@ -152,16 +152,6 @@ def resnet50(num_classes=1000):
 
 
 # ---- one configuration ---------------------------------------------------------------------------
-def first_fast_step(step_ms, ends):
-    """(index, seconds since process start) of the first step within FAST_FACTOR of the median of
-    the second half of the steps."""
-    steady = statistics.median(step_ms[len(step_ms) // 2:])
-    for i, ms in enumerate(step_ms):
-        if ms <= FAST_FACTOR * steady:
-            return i, ends[i] - PROCESS_START
-    return len(step_ms) - 1, ends[-1] - PROCESS_START
-
-
 def run_one(args):
     import torch
     import torch.nn.functional as F
@@ -231,7 +221,7 @@ def run_one(args):
         step_ms.append((end - start) * 1e3)
         ends.append(time.monotonic())
         host_ms.append((host["seconds"] - host_before) * 1e3)
-    fast_index, fast_s = first_fast_step(step_ms, ends)
+    fast_index, fast_s = torch_common.first_fast_step(step_ms, ends, PROCESS_START)
     steady = step_ms[len(step_ms) // 2:]
     result = {
         "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
@@ -527,12 +517,7 @@ def main(argv=None):
     if args.command == "suite":
         return run_suite(args)
     result = run_one(args) if args.command == "run" else overhead_one(args)
-    text = json.dumps(result, indent=2)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            f.write(text)
-    else:
-        print(text)
+    torch_common.emit(result, args.json_out, indent=2)
     return 0
 
 

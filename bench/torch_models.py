@@ -37,6 +37,8 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_common  # noqa: E402
 REPO = os.path.dirname(HERE)
 
 # model -> (family, default batch). torchvision's constructors with weights=None.
@@ -52,8 +54,6 @@ MODELS = {
 }
 PRECISIONS = ("fp32", "amp")
 COMPILE_MODES = ("", "default", "reduce-overhead")
-# A step is "fast" once within this factor of the steady-state median.
-FAST_FACTOR = 1.10
 # A capped row's cap: native's unlimited peak (PyTorch's counter) times this.
 CAP_MARGIN = 1.02
 
@@ -93,7 +93,10 @@ def parse_args(argv):
 
     suite = sub.add_parser("suite", help="rows of native against converted")
     suite.add_argument("--server", required=True, help="planner HOST:PORT")
-    suite.add_argument("--out", required=True)
+    suite.add_argument("--out", required=True,
+                       help="torch_models.json, rewritten after every row")
+    suite.add_argument("--runs-dir", default="",
+                       help="each run's JSON and runs.log (default: --out)")
     suite.add_argument("--rows", nargs="+", required=True,
                        metavar="MODEL:PRECISION[:COMPILE][:cap|fallback]")
     suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
@@ -187,16 +190,6 @@ def load_adapter():
     return ut
 
 
-def first_fast_step(step_ms, ends):
-    """(index, seconds since process start) of the first step within FAST_FACTOR of the steady
-    median (the second half of the steps)."""
-    steady = statistics.median(step_ms[len(step_ms) // 2:])
-    for i, ms in enumerate(step_ms):
-        if ms <= FAST_FACTOR * steady:
-            return i, ends[i] - PROCESS_START
-    return len(step_ms) - 1, ends[-1] - PROCESS_START
-
-
 def run_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
     import torch.nn.functional as F
@@ -255,7 +248,7 @@ def run_one(args):
         if cuda:
             free, total = torch.cuda.mem_get_info(device)
             used.append(total - free)
-    fast_index, fast_s = first_fast_step(step_ms, ends)
+    fast_index, fast_s = torch_common.first_fast_step(step_ms, ends, PROCESS_START)
     steady = step_ms[len(step_ms) // 2:]
     result = {
         "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
@@ -370,8 +363,8 @@ def grads_one(args):
 
 # ---- the suite -----------------------------------------------------------------------------------
 def run_process(args, name, run_args, timeout_s=None):
-    json_path = os.path.join(args.out, f"{name}.json")
-    log_path = os.path.join(args.out, "runs.log")
+    json_path = os.path.join(args.runs_dir, f"{name}.json")
+    log_path = os.path.join(args.runs_dir, "runs.log")
     command = [args.python, os.path.abspath(__file__)] + run_args + ["--json-out", json_path]
     print(f"[torch_models {time.strftime('%T')}] {name}", file=sys.stderr, flush=True)
     with open(log_path, "a") as log:
@@ -414,7 +407,9 @@ def summarise(side):
 
 
 def run_suite(args):
+    args.runs_dir = args.runs_dir or args.out
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.runs_dir, exist_ok=True)
     began = time.monotonic()
     rows, errors = [], []
     device_name = None
@@ -523,12 +518,7 @@ def main(argv=None):
     if args.command == "suite":
         return run_suite(args)
     result = {"run": run_one, "kernels": kernels_one, "grads": grads_one}[args.command](args)
-    text = json.dumps(result, indent=1)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            f.write(text)
-    else:
-        print(text)
+    torch_common.emit(result, args.json_out, indent=1)
     return 0
 
 

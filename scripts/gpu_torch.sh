@@ -69,23 +69,7 @@ export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
 # cuDNN that PyTorch loads (its wheel's own), not the system's, or no worker serves the training
 # process's device. The worker finds it first through LD_LIBRARY_PATH (the bundle's own libraries
 # still resolve through RUNPATH).
-if [ "$device" = cuda ]; then
-  torch_cudnn_dir="$("$python" - <<'PY'
-import os, torch
-torch.backends.cudnn.version()  # loads libcudnn
-for line in open("/proc/self/maps"):
-    if "libcudnn.so" in line:
-        print(os.path.dirname(line.split()[-1]))
-        break
-PY
-)"
-  if [ -n "$torch_cudnn_dir" ]; then
-    log "worker uses PyTorch's cuDNN from $torch_cudnn_dir"
-    export LD_LIBRARY_PATH="$torch_cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  else
-    log "warning: cannot tell which libcudnn PyTorch loads; the worker uses the system's"
-  fi
-fi
+if [ "$device" = cuda ]; then stack_use_torch_cudnn "$python"; fi
 
 stack_start || die "the stack did not start"
 ucudnn health --server "$server_addr" >/dev/null 2>&1 || die "the planner server did not start"

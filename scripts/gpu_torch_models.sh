@@ -10,7 +10,7 @@
 #                                  --only "ucudnn ucudnn-server ucudnn-worker"
 #   On the GPU machine (repo root, .bundle/ carried along):
 #     bash scripts/gpu_torch_models.sh [BUNDLE_DIR=.bundle] [--warm-db FILE] [--python PY]
-#          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 480]
+#          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
 #          [--after-restore-sql SQL] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
@@ -20,13 +20,17 @@
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
 #     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
 #
-# Results go to $OUT (or ./torch-models-results): torch_models.json and .md, runs.log, stack.log,
-# logs.txt, warm_db.sql.gz. Exit 1 when a run failed.
+# Results go to $OUT (or ./torch-models-results), few files and written as they come, so that a
+# run cut short still returns what it measured: torch_models.json (rewritten after every row) and
+# .md, stack.log, logs.txt, warm_db.sql.gz, runs.tar.gz (every run's JSON and runs.log).
+# --budget-s S stops the measuring after S seconds (default 480), leaving time for the dump.
+# Exit 1 when a run failed.
 set -uo pipefail
 
 bundle=".bundle"
 python=/opt/torch/.venv/bin/python3
 warm_db=""
+budget_s=480
 suite_args=()
 kernel_rows=()
 grad_rows=()
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --python) python="$2"; shift 2 ;;
     --warm-db) warm_db="$2"; shift 2 ;;
+    --budget-s) budget_s="$2"; shift 2 ;;
     --warm-wait-s|--repeats|--steps|--deadline-s|--batch|--image-size|--run-timeout-s)
       suite_args+=("$1" "$2"); shift 2 ;;
     --option) suite_args+=("--option" "$2"); shift 2 ;;
@@ -52,7 +57,9 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
 results="${OUT:-$(pwd)/torch-models-results}"
+runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
 mkdir -p "$results"
+started=$SECONDS
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/stack_lib.sh
 . "$root/scripts/stack_lib.sh"
@@ -65,17 +72,7 @@ die() { log "$*"; exit 1; }
 [ -z "$warm_db" ] || warm_db="$(cd "$(dirname "$warm_db")" && pwd)/$(basename "$warm_db")"
 bundle="$(cd "$bundle" && pwd)"
 export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
-if [ "$device" = cuda ]; then
-  # The worker must run the cuDNN PyTorch loads (its wheel's), or no worker serves the training
-  # process's device fingerprint (the cuDNN version is part of it).
-  torch_cudnn_dir="$("$python" -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)"
-  if [ -n "$torch_cudnn_dir" ] && [ -d "$torch_cudnn_dir" ]; then
-    log "worker and library use PyTorch's cuDNN from $torch_cudnn_dir"
-    export LD_LIBRARY_PATH="$torch_cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  else
-    log "warning: PyTorch's cuDNN not found; the worker uses the system's"
-  fi
-fi
+if [ "$device" = cuda ]; then stack_use_torch_cudnn "$python"; fi
 
 stack_start || die "the stack did not start"
 ucudnn health --server "$server_addr" >/dev/null 2>&1 || die "the planner server did not start"
@@ -90,20 +87,27 @@ wait_options=(--prepare-wait-s 240 --option server_wait_ms=240000 --option deadl
 for g in "${grad_rows[@]}"; do
   "$python" "$root/bench/torch_models.py" grads --model "${g%%:*}" --precision "${g#*:}" \
     --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    --json-out "$results/grads_${g//:/_}.json" >>"$results/runs.log" 2>&1 ||
+    --json-out "$runs/grads_${g//:/_}.json" >>"$runs/runs.log" 2>&1 ||
     { log "grads $g failed (runs.log)"; rc=1; }
   "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \
-    "$results/grads_${g//:/_}.json" "$g" 2>/dev/null | tee -a "$results/stack.log"
+    "$runs/grads_${g//:/_}.json" "$g" 2>/dev/null | tee -a "$results/stack.log"
 done
 for k in "${kernel_rows[@]}"; do
   "$python" "$root/bench/torch_models.py" kernels --model "${k%%:*}" --precision "${k#*:}" \
     --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    --json-out "$results/kernels_${k//:/_}.json" >>"$results/runs.log" 2>&1 ||
+    --json-out "$runs/kernels_${k//:/_}.json" >>"$runs/runs.log" 2>&1 ||
     { log "kernels $k failed (runs.log)"; rc=1; }
 done
-"$python" "$root/bench/torch_models.py" suite --server "$server_addr" --out "$results" \
-  --device "$device" "${suite_args[@]}" --rows "$@" 2>&1 | tee "$results/torch_models.md"
-[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+left=$((budget_s - (SECONDS - started)))
+if [ "$left" -gt 10 ]; then
+  timeout "$left" "$python" "$root/bench/torch_models.py" suite --server "$server_addr" \
+    --out "$results" --runs-dir "$runs" --device "$device" "${suite_args[@]}" --rows "$@" 2>&1 |
+    tee "$results/torch_models.md"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+else
+  log "no time left for the suite (--budget-s $budget_s)"; rc=1
+fi
 stack_dump "$results/warm_db.sql.gz"
+tar -czf "$results/runs.tar.gz" -C "$runs" . 2>/dev/null
 log "done: exit $rc"
 exit "$rc"

@@ -93,3 +93,26 @@ stack_dump() {
   "$pg_bin/pg_dump" --data-only --exclude-table=schema_migrations "$stack_db_url" | gzip -6 >"$1" &&
     log "database dumped to $1 ($(du -h "$1" | cut -f1))"
 }
+
+# Puts the directory of the libcudnn that PyTorch under python $1 loads first on LD_LIBRARY_PATH
+# (exported), so that the worker and the client library run PyTorch's cuDNN: plans are per device
+# fingerprint, which holds the cuDNN version, so a worker on another cuDNN serves no training
+# process. The bundle's own libraries still resolve through RUNPATH.
+stack_use_torch_cudnn() {
+  local dir
+  dir="$("$1" - 2>/dev/null <<'PY'
+import os, torch
+torch.backends.cudnn.version()  # loads libcudnn
+for line in open("/proc/self/maps"):
+    if "libcudnn.so" in line:
+        print(os.path.dirname(line.split()[-1]))
+        break
+PY
+)"
+  if [ -n "$dir" ] && [ -d "$dir" ]; then
+    log "worker and library use PyTorch's cuDNN from $dir"
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    log "warning: cannot tell which libcudnn PyTorch loads; the worker uses the system's"
+  fi
+}

@@ -430,4 +430,6 @@ ucudnnShapeStatus_t ucudnnShapeSubmitFrameworkTimings(
 
 const char* ucudnnShapeLastError(void) { return last_error.c_str(); }
 
+const char* ucudnnShapeGetVersion(void) { return UCUDNN_VERSION_STRING; }
+
 }  // extern "C"

@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import paths  # noqa: F401  (python/ and bench/ on the path; the plan-cache tool)
 import ucudnn.torch as ut
 from ucudnn import _lib
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import torch_adapter  # noqa: E402  (bench/torch_adapter.py: the plan cache helper)
 
-TOOL = os.environ.get("UCUDNN_TEST_PLAN_CACHE_TOOL", "")
+TOOL = paths.TOOL
 LIMIT = 64 << 20  # the adapter's default per-kernel limit
 
 
@@ -165,6 +165,9 @@ class OptionsTest(unittest.TestCase):
             torch.backends.cudnn.benchmark = saved
         runtime = ut.convert(nn.Conv2d(1, 1, 1), cache_path="off", server="")._ucudnn_runtime
         self.assertIn(f"UCUDNN_FRAMEWORK={ut.framework_identity()}", runtime.options)
+
+    def test_the_library_names_its_version(self):
+        self.assertRegex(_lib.load().version(), r"^\d+\.\d+\.\d+$")
 
     def test_bad_shape_is_named_by_the_library(self):
         context = _lib.Context(_lib.load(), "cpu", "UCUDNN_CACHE_PATH=off")
@@ -641,6 +644,20 @@ class FrameworkPlanTest(unittest.TestCase):
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
         self.assertEqual((stats["planned_calls"], stats["framework_calls"]), (0, 0), stats)
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_the_readmes_snippet_runs_as_written(self):
+        with open(os.path.join(paths.REPO, "README.md")) as f:
+            readme = f.read()
+        section = readme[readme.index("## PyTorch\n"):]
+        start = section.index("```python\n") + len("```python\n")
+        code = section[start:section.index("```\n", start)]
+        output = io.StringIO()
+        with mock.patch.dict(os.environ, {"UCUDNN_SERVER": "", "UCUDNN_CACHE_PATH": "off"}), \
+                mock.patch("sys.stdout", output):
+            exec(compile(code, "README.md (PyTorch)", "exec"), {})
+        self.assertIn("calls ran plans", output.getvalue())
 
 
 class CheckpointTest(unittest.TestCase):

@@ -13,7 +13,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_adapter.py")
-sys.path.insert(0, os.path.dirname(SCRIPT))
+import paths  # noqa: E402  (python/ and bench/ on the path; the plan-cache tool)
 import torch_adapter  # noqa: E402
 
 
@@ -77,7 +77,7 @@ class CompareTest(unittest.TestCase):
         self.assertTrue(any("losses differ" in f for f in failures))
 
 
-TOOL = os.environ.get("UCUDNN_TEST_PLAN_CACHE_TOOL", "")
+TOOL = paths.TOOL
 
 
 class OverheadTest(unittest.TestCase):

@@ -14,7 +14,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_models.py")
-sys.path.insert(0, os.path.dirname(SCRIPT))
+import paths  # noqa: E402,F401  (python/ and bench/ on the path)
 import torch_models  # noqa: E402
 
 ROW_KEYS = {"model", "family", "precision", "compiled", "cap_gib", "batch", "native_ms",

@@ -171,6 +171,14 @@ class Library:
         lib.ucudnnShapeLastError.argtypes = []
         lib.ucudnnShapeLastError.restype = ctypes.c_char_p
         self._last_error = lib.ucudnnShapeLastError
+        self._version = getattr(lib, "ucudnnShapeGetVersion", None)  # older libraries lack it
+        if self._version is not None:
+            self._version.argtypes = []
+            self._version.restype = ctypes.c_char_p
+
+    def version(self):
+        """The library's version ("0.1.0"), or None for a library without ucudnnShapeGetVersion."""
+        return self._version().decode() if self._version is not None else None
 
     def check(self, function, status):
         """Raises ShapeError unless `status` is SUCCESS, NO_PLAN or FRAMEWORK (the plan chose

@@ -124,6 +124,10 @@ TEST(SharedMetricsTest, TheFamiliesOfTheHandWrittenRegistryStay) {
       {"ucudnn_worker_last_heartbeat_timestamp_seconds", "gauge",
        "Unix time of the last heartbeat stored in the database; 0 before the first",
        "ucudnn_worker_last_heartbeat_timestamp_seconds 0"},
+      {"ucudnn_worker_ready", "gauge",
+       "1 while the worker may claim jobs; 0 while the database's schema is newer than this "
+       "binary's (it writes nothing until upgraded)",
+       "ucudnn_worker_ready 1"},
       {"ucudnn_worker_current_job", "gauge", "The job in hand per worker id; 0 while idle",
        "ucudnn_worker_current_job{worker=\"node:1:gpu0\"} 42"},
       {"ucudnn_worker_current_job_configurations_done", "gauge",

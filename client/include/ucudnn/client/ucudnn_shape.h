@@ -193,6 +193,9 @@ ucudnnShapeStatus_t ucudnnShapeSubmitFrameworkTimings(
  * UCUDNN_SHAPE_UNAVAILABLE found wrong ("c: must be in [1, 65536], got 0"); "" if none. */
 const char* ucudnnShapeLastError(void);
 
+/* The library's version ("0.1.0"): what `ucudnn-doctor` reports. */
+const char* ucudnnShapeGetVersion(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
