@@ -106,9 +106,12 @@ const std::vector<Statement>& Statements() {
        "error = EXCLUDED.error, measured_by = EXCLUDED.measured_by, "
        "measured_at = EXCLUDED.measured_at "
        // A worker's own limit (kWorkerLimitError, $12) never replaces a measurement: another
-       // worker with a larger cap or more free memory measured that configuration.
+       // worker with a larger cap or more free memory measured that configuration. A
+       // framework's own time (algo -2) is kept as first stored: the ranks of a job that
+       // measure it at once then all plan with the same number, so decide alike.
        "WHERE NOT (EXCLUDED.status = 'failed' AND starts_with(EXCLUDED.error, $12) "
-       "AND timings.status = 'ok')"},
+       "AND timings.status = 'ok') "
+       "AND NOT (EXCLUDED.algo = -2 AND timings.status = 'ok')"},
       {"notify_timings", "SELECT pg_notify('ucudnn_timings', $1)"},
       // Engine keys sort byte-wise (COLLATE "C"): the same order on every database locale.
       {"get_timings", "SELECT " + kTimingColumns +

@@ -95,6 +95,37 @@ TEST_F(TimingsTest, PutThenGetRoundTripsExactly) {
   EXPECT_TRUE(other_problem->entries.empty());
 }
 
+// The framework's own time (algo -2) is kept as first stored, whoever submits it again: two
+// ranks of a job that measure a kernel at once then plan with the same number.
+TEST_F(TimingsTest, AFrameworkTimeIsKeptAsFirstStored) {
+  const auto framework = [](const std::string& identity, double ms) {
+    Timing t;
+    t.micro_batch = 64;
+    t.algo = kFrameworkAlgo;
+    t.engine_config = identity;
+    t.time_ms = ms;
+    t.samples = 15;
+    return t;
+  };
+  ASSERT_TRUE(
+      store_->PutTimings(H100(), Conv3x3(64), {framework("torch-a/benchmark", 1.0)}, "rank-0")
+          .ok());
+  ASSERT_TRUE(
+      store_
+          ->PutTimings(H100(), Conv3x3(64),
+                       {framework("torch-a/benchmark", 2.0), framework("torch-b/benchmark", 3.0)},
+                       "rank-1")
+          .ok());
+  auto records = store_->GetTimingRecords(H100(), Conv3x3(64));
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 2u);
+  for (const TimingRecord& r : *records) {
+    const bool first = r.timing.engine_config == "torch-a/benchmark";
+    EXPECT_EQ(r.timing.time_ms, first ? 1.0 : 3.0) << r.timing.engine_config;
+    EXPECT_EQ(r.measured_by, first ? "rank-0" : "rank-1") << r.timing.engine_config;
+  }
+}
+
 // A worker's own limit (kWorkerLimitError) never replaces a measurement of the same key; it does
 // replace a failure, and a real failure (cuDNN's verdict) replaces a measurement as any write.
 TEST_F(TimingsTest, WorkerLimitRowsNeverReplaceMeasurements) {
