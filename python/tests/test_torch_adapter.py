@@ -646,6 +646,91 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertEqual((stats["planned_calls"], stats["framework_calls"]), (0, 0), stats)
 
 
+class LivenessTest(unittest.TestCase):
+    """Per-kernel budgets from the step's memory (issue 21): the headroom computation on recorded
+    profiles, the profiled step on the CPU with a stand-in memory counter, and prepare()'s use of
+    them."""
+
+    MIB = 1 << 20
+
+    def test_limits_from_a_profile_whose_peak_is_in_the_backward_pass(self):
+        mib = self.MIB
+        profile = {"base": 0, "calls": [
+            ("a0", 100 * mib, 50 * mib),   # forward of layer a
+            ("b0", 150 * mib, 50 * mib),   # forward of layer b
+            ("b1", 300 * mib, 60 * mib),   # backward-data of b: the step's peak, 360 MiB
+            ("b2", 300 * mib, 1 * mib),    # backward-filter of b
+            ("a2", 200 * mib, 1 * mib),    # backward-filter of a, late: much is free
+            ("a0", 340 * mib, 10 * mib),   # a's forward again (a repeated block) near the peak
+        ]}
+        exact = ut.liveness_limits(profile, above_peak=64 * mib, quantize=False)
+        self.assertEqual(exact, {
+            "a0": 64 * mib + 10 * mib,     # the smaller of its two points: 360 - 350
+            "b0": 64 * mib + 160 * mib,    # 360 - 200
+            "b1": 64 * mib,                # at the peak: only what the user allows above it
+            "b2": 64 * mib + 59 * mib,
+            "a2": 64 * mib + 159 * mib,
+        })
+        quantized = ut.liveness_limits(profile, above_peak=64 * mib)
+        self.assertEqual(quantized["b0"], 128 * mib)   # 224 MiB rounded down
+        self.assertEqual(quantized["b1"], 64 * mib)
+        self.assertEqual(quantized["a0"], 64 * mib)    # 74 MiB rounded down, not below the floor
+        for key in exact:
+            self.assertLessEqual(quantized[key], exact[key], "never above the headroom")
+        self.assertEqual(ut.liveness_limits({"base": 0, "calls": []}, 64 * mib), {})
+
+    def test_the_profiled_step_records_every_op_and_leaves_the_model_as_it_was(self):
+        torch.manual_seed(41)
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                         nn.ReLU(), nn.Conv2d(4, 6, 3, stride=2)),
+                           server="", cache_path="off")
+        x = torch.randn(4, 3, 9, 9)
+        model(x).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        running = model[1].running_mean.clone()
+        readings = itertools.count(1000, 1000)
+        profile = ut.memory_profile(model, x, reader=lambda: next(readings))
+        ops = [key[0] for key, _, _ in profile["calls"]]
+        # Forward in order, then the backward of the last layer first (x needs no gradient:
+        # layer 1 has no backward-data).
+        self.assertEqual(ops, [_lib.FORWARD, _lib.FORWARD, _lib.BACKWARD_DATA,
+                               _lib.BACKWARD_FILTER, _lib.BACKWARD_FILTER])
+        in_use = [u for _, u, _ in profile["calls"]]
+        self.assertEqual(in_use, sorted(in_use), "read at each op's start, in order")
+        self.assertEqual(profile["calls"][0][2], 4 * 4 * 9 * 9 * 4, "layer 1's output bytes")
+        for name, p in model.named_parameters():
+            self.assertTrue(torch.equal(p.grad, grads[name]), f"{name}'s gradient restored")
+        self.assertTrue(torch.equal(model[1].running_mean, running), "batch norm restored")
+        with self.assertRaisesRegex(ValueError, "CUDA device"):
+            ut.memory_profile(model, x)
+
+    def test_prepare_declares_each_kernel_with_its_budget(self):
+        torch.manual_seed(42)
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                         nn.Conv2d(4, 6, 3)), server="", cache_path="off",
+                           workspace_bytes="32MiB")
+        x = torch.randn(4, 3, 9, 9)
+        shapes = ut._unique([s for g in ut.kernels(model, x).values() for s in g])
+        fake = {"base": 0, "calls": [(ut._shape_key(s), i * self.MIB, 0)
+                                     for i, s in enumerate(shapes)]}
+        declared = []
+        real_prepare = _lib.Context.prepare
+        with mock.patch.object(ut, "memory_profile", return_value=fake), \
+                mock.patch.object(_lib.Context, "prepare", autospec=True,
+                                  side_effect=lambda ctx, group, limit: declared.append(
+                                      (limit, len(group))) or real_prepare(ctx, group, limit)):
+            ut.prepare(model, x, budget="liveness")
+        expected = ut.liveness_limits(fake, 32 * self.MIB)
+        self.assertEqual(sum(n for _, n in declared), len(shapes))
+        self.assertEqual(sorted({limit for limit, _ in declared}), sorted(set(expected.values())))
+        with self.assertRaisesRegex(ValueError, "budget must be 'fixed' or 'liveness'"):
+            ut.prepare(model, x, budget="peak")
+        total = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off",
+                           workspace_mode="total")
+        with self.assertRaisesRegex(ValueError, "needs workspace_mode='per_kernel'"):
+            ut.prepare(total, x, budget="liveness")
+
+
 class ReadmeTest(unittest.TestCase):
     def test_the_readmes_snippet_runs_as_written(self):
         with open(os.path.join(paths.REPO, "README.md")) as f:

@@ -40,7 +40,8 @@ from torch import nn
 from . import _lib
 
 __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
-           "wait_for_plans", "compare_kernels", "framework_identity", "CONFIG_KEYS"]
+           "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
+           "liveness_limits", "CONFIG_KEYS"]
 
 # Keyword arguments of convert() and the variables they set (ClientConfig's names).
 CONFIG_KEYS = ("server", "token", "tls", "ca_file", "policy", "workspace_mode", "workspace_bytes",
@@ -154,6 +155,8 @@ class Runtime:
         self._contexts = {}
         # prepare(): convolutions are recorded, not run through the library.
         self.recording = None
+        # memory_profile(): PyTorch's own convolutions, the memory in use at each op's start.
+        self.profiling = None
         # Calls that ran PyTorch's own convolution without asking the library (the route was
         # known): [no plan, framework chosen]. stats() adds them to the library's counters.
         self.skipped = [0, 0]
@@ -664,6 +667,8 @@ class UcudnnConv2d(nn.Conv2d):
             conv.record(grad and input.requires_grad, grad and weight.requires_grad)
         if conv is None or runtime.recording is not None:
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+        if runtime.profiling is not None:
+            return _profiled_conv(runtime.profiling, conv, input, weight, bias)
         grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
         need_x = grad and input.requires_grad
         need_w = grad and weight.requires_grad
@@ -792,14 +797,25 @@ def _unique(shapes):
     return unique
 
 
-def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True):
+def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fixed",
+            above_peak=None, loss_fn=None):
     """Declares every kernel of a training step (kernels()) and plans them now: in the total
     modes, the whole network under one budget. `sample_inputs` at the training batch size.
     `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
     With `measure_framework` (and wait_ms > 0), PyTorch's own time is measured for the kernels
     the cluster has no measurement of, and submitted so that every job of this framework on this
     device plans with it; without a server or token the measurement decides for this process
-    alone. Returns {"kernels": declared, "measured": framework timings taken here}."""
+    alone. `budget`: "fixed" (each kernel's limit is the configured one) or "liveness" (per-kernel
+    mode, CUDA: each kernel may use what is free at its point of the step, memory_profile() and
+    liveness_limits(), plus `above_peak` bytes over the step's peak without workspace; default:
+    the configured workspace_bytes, else 64 MiB; `loss_fn` makes the profiled step's loss from
+    the output). Returns {"kernels": declared, "measured": framework timings taken here}."""
+    if budget not in ("fixed", "liveness"):
+        raise ValueError(f"ucudnn.torch.prepare: budget must be 'fixed' or 'liveness', got "
+                         f"{budget!r}")
+    limits = {}
+    if budget == "liveness":
+        limits = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
     declared = measured = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
@@ -807,7 +823,12 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True):
             continue
         shapes = _unique(shapes)
         declared += len(shapes)
-        context.prepare(shapes, runtime.workspace_limit)
+        by_limit = {}
+        for shape in shapes:
+            limit = limits.get(_shape_key(shape), runtime.workspace_limit)
+            by_limit.setdefault(limit, []).append(shape)
+        for limit, group in sorted(by_limit.items()):
+            context.prepare(group, limit)
         if wait_ms <= 0:
             continue
         not_shared = []
@@ -822,6 +843,21 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True):
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
     return {"kernels": declared, "measured": measured}
+
+
+def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
+    """prepare(budget="liveness"): {shape key: limit} from one profiled step."""
+    for runtime in _runtimes(model):
+        mode = runtime.config.get("workspace_mode", "per_kernel")
+        if mode != "per_kernel":
+            raise ValueError("ucudnn.torch.prepare: budget='liveness' gives each kernel its own "
+                             f"limit: it needs workspace_mode='per_kernel', not {mode!r}")
+    if above_peak is None:
+        configured = _runtimes(model)[0].config.get("workspace_bytes")
+        above_peak = parse_bytes(configured) if configured is not None else 64 << 20
+    above_peak = parse_bytes(above_peak, "above_peak")
+    profile = memory_profile(model, *sample_inputs, loss_fn=loss_fn)
+    return liveness_limits(profile, above_peak)
 
 
 # How long prepare() waits for the first answers before measuring PyTorch's own time.
@@ -984,6 +1020,121 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                     f"info_{k}": v for k, v in info.items()},
             })
     return rows
+
+
+# ---- the step's memory: per-kernel budgets from liveness (issue 21) ---------------------------------
+class _Profile:
+    """What memory_profile() records: per convolution op, in the order the step runs them, the
+    memory in use at its start and the bytes of its output."""
+
+    def __init__(self, reader):
+        self.reader = reader
+        self.calls = []  # (shape key, in use bytes, output bytes)
+
+    def add(self, conv, op, in_use, output_bytes):
+        self.calls.append((_shape_key(conv.shape(op)), in_use, output_bytes))
+
+
+def _bytes(t):
+    return t.numel() * t.element_size()
+
+
+class _ProfiledConv2dFunction(torch.autograd.Function):
+    """PyTorch's own convolution, with the memory in use recorded at each op's start."""
+
+    @staticmethod
+    def forward(ctx, x, weight, conv, profile):
+        ctx.conv, ctx.profile = conv, profile
+        ctx.save_for_backward(x, weight)
+        in_use = profile.reader()
+        y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
+        profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[:2]
+        in_use = ctx.profile.reader()
+        if need_x:
+            ctx.profile.add(ctx.conv, _lib.BACKWARD_DATA, in_use, _bytes(x))
+        if need_w:
+            ctx.profile.add(ctx.conv, _lib.BACKWARD_FILTER, in_use, _bytes(weight))
+        grad_x, grad_w = _torch_backward(ctx.conv, x, weight, grad_y, need_x, need_w)
+        return grad_x, grad_w, None, None
+
+
+def _profiled_conv(profile, conv, input, weight, bias):
+    grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
+    if not grad:
+        in_use = profile.reader()
+        y = F.conv2d(input, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+        profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
+        return y
+    y = _ProfiledConv2dFunction.apply(input, weight, conv, profile)
+    return y if bias is None else y + bias.view(1, -1, 1, 1)
+
+
+def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
+    """One training step of `model` on `sample_inputs` (forward, `loss_fn(output)` or the output's
+    sum, backward), every convolution PyTorch's own, recording for each convolution op the
+    device memory in use at its start (PyTorch's counter: `reader`, default
+    torch.cuda.memory_allocated) and its output's bytes. The model is left as it was (gradients
+    and buffers restored). {"calls": [(shape key, in use, output bytes), ...], "base": in use
+    before the step}, in the order the step runs them; deterministic for a model, batch and
+    precision, so every rank computes the same budgets."""
+    runtimes = _runtimes(model)
+    if reader is None:
+        if not any(t.is_cuda for t in sample_inputs if torch.is_tensor(t)):
+            raise ValueError("ucudnn.torch.memory_profile: the step's memory is a CUDA device's; "
+                             "give CUDA inputs (or a reader)")
+        reader = torch.cuda.memory_allocated
+    profile = _Profile(reader)
+    grads = [(p, p.grad) for p in model.parameters()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    for runtime in runtimes:
+        runtime.profiling = profile
+    try:
+        for p, _ in grads:
+            p.grad = None
+        base = reader()
+        with torch.enable_grad():
+            output = model(*sample_inputs)
+            loss = loss_fn(output) if loss_fn is not None else output.float().sum()
+            loss.backward()
+        del output, loss
+    finally:
+        for runtime in runtimes:
+            runtime.profiling = None
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for p, grad in grads:
+            p.grad = grad
+    return {"calls": profile.calls, "base": base}
+
+
+def liveness_limits(profile, above_peak, floor=0, quantize=True):
+    """Each kernel's workspace limit from the step's memory profile: what it may use without
+    raising the step's peak without workspace (the largest in-use-plus-output of any op), plus
+    `above_peak` bytes the user allows over that peak. A kernel that runs at several points of
+    the step (repeated blocks) gets the smallest. With `quantize`, a limit is rounded down to a
+    power of two (at least above_peak), so that a network's kernels ask with few distinct limits;
+    never below `floor`. {shape key: limit}."""
+    if not profile["calls"]:
+        return {}
+    peak = max(in_use + output for _, in_use, output in profile["calls"])
+    limits = {}
+    for key, in_use, output in profile["calls"]:
+        headroom = max(0, peak - in_use - output)
+        limit = headroom + above_peak
+        limits[key] = min(limits.get(key, limit), limit)
+    if quantize:
+        for key, limit in limits.items():
+            rounded = 1 << (limit.bit_length() - 1) if limit > 0 else 0
+            limits[key] = max(rounded, min(limit, above_peak))
+    return {key: max(limit, floor) for key, limit in limits.items()}
 
 
 def wait_for_plans(model, timeout_ms):
