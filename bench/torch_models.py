@@ -83,6 +83,8 @@ def parse_args(argv):
     run.add_argument("--compile", default="", choices=COMPILE_MODES)
     run.add_argument("--cap-gib", type=float, default=0.0,
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
+    run.add_argument("--budget", default="fixed", choices=("fixed", "liveness"),
+                     help="ucudnn: prepare()'s per-kernel budgets")
 
     kernels = sub.add_parser("kernels", help="per kernel: PyTorch's own against the plan")
     model_args(kernels)
@@ -98,7 +100,7 @@ def parse_args(argv):
     suite.add_argument("--runs-dir", default="",
                        help="each run's JSON and runs.log (default: --out)")
     suite.add_argument("--rows", nargs="+", required=True,
-                       metavar="MODEL:PRECISION[:COMPILE][:cap|fallback]")
+                       metavar="MODEL:PRECISION[:COMPILE][:cap|fallback|liveness]")
     suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
     suite.add_argument("--steps", type=int, default=30)
     suite.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -131,7 +133,9 @@ def parse_args(argv):
 # A row's fourth field: "cap" runs both sides capped just above native's unlimited peak;
 # "fallback" runs the converted side with the library disabled (every layer PyTorch's own
 # through the adapter: its host cost alone).
-ROW_VARIANTS = ("", "cap", "fallback")
+# "liveness" plans each kernel with the memory free at its point of the step
+# (prepare(budget="liveness"), issue 21).
+ROW_VARIANTS = ("", "cap", "fallback", "liveness")
 
 
 def parse_row(text):
@@ -147,7 +151,8 @@ def parse_row(text):
     if compile_mode not in COMPILE_MODES:
         raise ValueError(f"row {text!r}: compile mode must be one of {COMPILE_MODES[1:]}")
     if cap not in ROW_VARIANTS:
-        raise ValueError(f"row {text!r}: the fourth field is 'cap', 'fallback' or nothing")
+        raise ValueError(f"row {text!r}: the fourth field is 'cap', 'fallback', 'liveness' or "
+                         "nothing")
     return model, precision, compile_mode, cap
 
 
@@ -209,7 +214,8 @@ def run_one(args):
         ut.convert(model, **options)
         start = time.monotonic()
         with autocast(torch, device, amp):
-            ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
+            ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000),
+                       budget=args.budget)
         prepare_s = time.monotonic() - start
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaling = amp is not None and cuda
@@ -426,7 +432,8 @@ def run_suite(args):
         if args.batch:
             common += ["--batch", str(args.batch)]
         converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options] + (
-            ["--option=disable=1"] if variant == "fallback" else [])
+            ["--option=disable=1"] if variant == "fallback" else []) + (
+            ["--budget", "liveness"] if variant == "liveness" else [])
         if args.warm_wait_s > 0:
             warm = run_process(args, f"{tag}_warm", ["run"] + common[:-2] + ["--steps", "4"] +
                                converted + warm_options(args.warm_wait_s),

@@ -45,7 +45,7 @@ class ArgumentsTest(unittest.TestCase):
         self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp:jit"],
                      "compile mode must be one of")
         self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp::low"],
-                     "the fourth field is 'cap', 'fallback'")
+                     "the fourth field is 'cap', 'fallback', 'liveness'")
         self.rejects(["run", "--model", "resnet50", "--steps", "3"], "--steps must be >= 4")
         self.rejects(["run", "--model", "resnet50", "--option", "server"], "expected KEY=VALUE")
 
