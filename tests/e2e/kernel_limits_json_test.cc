@@ -54,6 +54,12 @@ TEST_F(KernelLimitsJsonTest, KernelLimitRoundTripsAndBadOnesAreNamed) {
   EXPECT_EQ(ok_code, 0) << ok;
   EXPECT_THAT(ok, HasSubstr(R"("workspaceLimitBytes": "1048576")"));
   EXPECT_THAT(ok, Not(HasSubstr("invalid_argument")));
+  // The same request but for the kernel's limit is never answered from the first one's plan.
+  const auto [other_code, other] =
+      GetPlan(server->address(), R"(,"workspaceLimitBytes":"2097152")", "");
+  EXPECT_EQ(other_code, 0) << other;
+  EXPECT_THAT(other, HasSubstr(R"("workspaceLimitBytes": "2097152")"));
+  EXPECT_THAT(other, Not(HasSubstr("1048576")));
 
   const auto [over_code, over] =
       GetPlan(server->address(), R"(,"workspaceLimitBytes":"1099511627777")", "");

@@ -9,6 +9,7 @@
 #include "planner/planner_testing.h"
 #include "support/problems.h"
 #include "ucudnn/core/dp.h"
+#include "ucudnn/planner/plan_table.h"
 #include "ucudnn/planner/planner.h"
 
 namespace ucudnn {
@@ -75,6 +76,10 @@ TEST(KernelLimitsTest, SameProblemDifferentLimitsGetDifferentConfigurations) {
   EXPECT_NE(plan.kernels[1].config, plan.kernels[2].config);
   EXPECT_DOUBLE_EQ(plan.total_time_ms, 12.0);
   EXPECT_EQ(plan.total_workspace_bytes, 48 * kMiB);
+  // The table says how many kernels have a limit of their own.
+  EXPECT_NE(FormatPlanTable(plan).find("64 MiB per kernel (2 with a limit of their own)"),
+            std::string::npos)
+      << FormatPlanTable(plan);
 }
 
 TEST(KernelLimitsTest, AbsentLimitsPlanAsBeforeAndLimitsOnlyApplyPerKernel) {
