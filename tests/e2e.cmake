@@ -13,6 +13,7 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/operator_cli_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/ops_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/engine_configs_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/kernel_limits_json_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/readme_recipes_test.cc
   LIBS ucudnn::test_postgres ucudnn::client_core ucudnn::backend_cpu ucudnn::store ucudnn::proto
        ucudnn::core gRPC::grpc++ PkgConfig::PQXX Threads::Threads nlohmann_json::nlohmann_json

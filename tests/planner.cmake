@@ -13,4 +13,5 @@ ucudnn_add_test(NAME ucudnn_planner_tests
     planner/h100_data_test.cc
     planner/engine_planning_test.cc
     planner/framework_planning_test.cc
+    planner/kernel_limits_test.cc
   LIBS ucudnn::planner ucudnn::core)

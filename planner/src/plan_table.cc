@@ -128,8 +128,13 @@ KernelCounts CountKernels(const NetworkPlan& plan) {
 
 std::string WorkspaceLimitText(const NetworkPlan& plan) {
   switch (plan.workspace_mode) {
-    case WorkspaceMode::kPerKernel:
-      return FormatBytes(plan.workspace_budget_bytes) + " per kernel";
+    case WorkspaceMode::kPerKernel: {
+      const auto own =
+          std::count_if(plan.kernels.begin(), plan.kernels.end(),
+                        [](const KernelPlan& kp) { return kp.kernel.workspace_limit.has_value(); });
+      return FormatBytes(plan.workspace_budget_bytes) + " per kernel" +
+             (own > 0 ? " (" + std::to_string(own) + " with a limit of their own)" : "");
+    }
     case WorkspaceMode::kTotalSum:
       return FormatBytes(plan.workspace_budget_bytes) +
              " in total (each kernel owns its workspace; ILP)";

@@ -54,7 +54,7 @@ Status ValidateRequest(const PlanRequest& request, size_t table_count) {
   return Status::Ok();
 }
 
-// What one distinct (problem, mini-batch, table) yields; shared by identical kernels.
+// What one distinct (problem, mini-batch, limit, table) yields; shared by identical kernels.
 struct KernelResult {
   std::optional<KernelConfig> config;  // kPerKernel, kTotalShared
   std::vector<KernelConfig> front;     // kTotalSum
@@ -65,6 +65,15 @@ struct KernelResult {
   std::optional<Segment> undivided;
   double framework_ms = 0;  // KernelPlan::framework_ms
 };
+
+// The workspace limit of one kernel: in kPerKernel its own limit when it has one, the request's
+// limit or budget otherwise.
+uint64_t KernelLimit(const PlanRequest& request, const Kernel& kernel) {
+  if (request.workspace_mode == WorkspaceMode::kPerKernel && kernel.workspace_limit) {
+    return *kernel.workspace_limit;
+  }
+  return request.workspace_bytes;
+}
 
 KernelConfig UndividedConfig(const Segment& segment) {
   KernelConfig config;
@@ -82,7 +91,7 @@ void ConsiderFramework(const PlanRequest& request, const Kernel& kernel, const T
     result->framework_ms = t->time_ms;
   }
   const std::optional<Segment> framework =
-      FrameworkSegment(table, kernel.mini_batch, request.framework, request.workspace_bytes);
+      FrameworkSegment(table, kernel.mini_batch, request.framework, KernelLimit(request, kernel));
   if (!framework) return;
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     AddFrameworkPoint(*framework, &result->front);
@@ -103,7 +112,7 @@ KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
   }
   const TimingTable& table = request.algorithms == AlgorithmSpace::kAll ? all_timings : filtered;
   KernelResult result;
-  const uint64_t limit = request.workspace_bytes;
+  const uint64_t limit = KernelLimit(request, kernel);
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     result.front = ParetoFront(table, kernel.mini_batch, request.policy, limit);
     if (result.front.empty()) {
@@ -152,12 +161,12 @@ struct DistinctResults {
   std::vector<size_t> result_of;
 };
 
-// One computation per distinct (problem, mini-batch, table); each kernel's plan takes its status,
-// its configuration (except kTotalSum's, chosen later) and its baseline from it.
+// One computation per distinct (problem, mini-batch, limit, table); each kernel's plan takes its
+// status, its configuration (except kTotalSum's, chosen later) and its baseline from it.
 DistinctResults SolveDistinctKernels(const PlanRequest& request,
                                      const std::vector<const TimingTable*>& tables,
                                      NetworkPlan* plan) {
-  std::map<std::tuple<std::string, int64_t, uintptr_t>, size_t> cache;
+  std::map<std::tuple<std::string, int64_t, uint64_t, uintptr_t>, size_t> cache;
   DistinctResults distinct;
   distinct.result_of.assign(request.kernels.size(), SIZE_MAX);
   for (size_t i = 0; i < request.kernels.size(); ++i) {
@@ -169,8 +178,9 @@ DistinctResults SolveDistinctKernels(const PlanRequest& request,
       kp.reason = "no timings for this problem on this device";
       continue;
     }
-    auto key = std::make_tuple(CanonicalKey(kernel.problem), kernel.mini_batch,
-                               reinterpret_cast<uintptr_t>(tables[i]));
+    auto key =
+        std::make_tuple(CanonicalKey(kernel.problem), kernel.mini_batch,
+                        KernelLimit(request, kernel), reinterpret_cast<uintptr_t>(tables[i]));
     auto [it, inserted] = cache.try_emplace(std::move(key), distinct.results.size());
     if (inserted) distinct.results.push_back(SolveOne(request, kernel, *tables[i]));
     distinct.result_of[i] = it->second;

@@ -519,6 +519,7 @@ v1::Kernel ToProto(const Kernel& k) {
   *m.mutable_problem() = ToProto(k.problem);
   m.set_mini_batch(k.mini_batch);
   m.set_name(k.name);
+  if (k.workspace_limit) m.set_workspace_limit_bytes(*k.workspace_limit);
   return m;
 }
 
@@ -543,6 +544,13 @@ Result<Kernel> FromProto(const v1::Kernel& m) {
         InvalidArgument("name: must not contain control characters (ESC, line breaks, tabs)"));
   }
   k.name = m.name();
+  if (m.has_workspace_limit_bytes()) {
+    if (m.workspace_limit_bytes() > kMaxWorkspaceBytes) {
+      errors.AddField("workspace_limit_bytes",
+                      "must be at most 1 TiB, got " + std::to_string(m.workspace_limit_bytes()));
+    }
+    k.workspace_limit = m.workspace_limit_bytes();
+  }
   if (!errors.ok()) return errors.ToStatus();
   return k;
 }

@@ -95,6 +95,11 @@ std::string CanonicalPlanRequest(const PlanRequest& request) {
     AppendI64(text, static_cast<int64_t>(kernel.name.size()));
     text += ':';
     text += kernel.name;
+    if (kernel.workspace_limit) {
+      // Only where set: a request without per-kernel limits keeps the key it always had.
+      text += "|limit=";
+      AppendU64(text, *kernel.workspace_limit);
+    }
     text += '\n';
   }
   return text;

@@ -44,6 +44,15 @@ Result<PlanRequest> ValidatePlanRequest(const v1::GetPlanRequest& message,
                            std::to_string(message.kernels_size()));
   }
   UCUDNN_ASSIGN_OR_RETURN(PlanRequest request, FromProto(message, field_path));
+  // A kernel's own limit replaces the request's per-kernel limit; a total mode has no such limit.
+  if (request.workspace_mode != WorkspaceMode::kPerKernel) {
+    for (size_t i = 0; i < request.kernels.size(); ++i) {
+      if (!request.kernels[i].workspace_limit) continue;
+      return InvalidArgument(FieldPath(field_path, "kernels", static_cast<int>(i)) +
+                             ".workspace_limit_bytes: only in WORKSPACE_MODE_PER_KERNEL, not " +
+                             v1::WorkspaceMode_Name(ToProto(request.workspace_mode)));
+    }
+  }
   // Valid for the message (uint64), but no database column holds it.
   if (request.device.memory_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return InvalidArgument(FieldPath(field_path, "device.memory_bytes") +

@@ -323,6 +323,18 @@ TEST(ProtoKernel, RoundTrips) {
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, k);
   }
+  // A kernel's own workspace limit: absent stays absent, 0 and 1 TiB are kept as given.
+  Kernel k = MakeKernel(Resnet3x3(), 256, "conv/fwd");
+  EXPECT_FALSE(ToProto(k).has_workspace_limit_bytes());
+  for (uint64_t limit : {uint64_t{0}, uint64_t{12345}, kMaxWorkspaceBytes}) {
+    k.workspace_limit = limit;
+    const v1::Kernel m = ToProto(k);
+    ASSERT_TRUE(m.has_workspace_limit_bytes());
+    EXPECT_EQ(m.workspace_limit_bytes(), limit);
+    Result<Kernel> back = FromProto(m);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, k);
+  }
 }
 
 TEST(ProtoKernel, Invalid) {
@@ -346,6 +358,9 @@ TEST(ProtoKernel, Invalid) {
     ExpectInvalid(FromProto(m),
                   "name: must not contain control characters (ESC, line breaks, tabs)");
   }
+  m = good;
+  m.set_workspace_limit_bytes(kMaxWorkspaceBytes + 1);
+  ExpectInvalid(FromProto(m), "workspace_limit_bytes: must be at most 1 TiB, got 1099511627777");
 }
 
 // ---- Timing -----------------------------------------------------------------------------------
@@ -828,6 +843,8 @@ TEST(ProtoPlanRequest, EveryInvalidFieldIsNamed) {
          while (m.kernels_size() < 5000) *m.add_kernels() = m.kernels(0);
        },
        "kernels: at most 4096 kernels, got 5000"},
+      {[](R& m) { m.mutable_kernels(3)->set_workspace_limit_bytes(kMaxWorkspaceBytes + 1); },
+       "kernels[3].workspace_limit_bytes: must be at most 1 TiB, got 1099511627777"},
       {[](R& m) { m.mutable_kernels(3)->clear_problem(); }, "kernels[3].problem: required"},
       {[](R& m) { m.mutable_kernels(3)->set_mini_batch(0); },
        "kernels[3].mini_batch: must be in [1, 65536], got 0"},

@@ -93,4 +93,18 @@ inline void KillHard(ChildProcess& process) {
   EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
 }
 
+// An E2eTest that runs grpcurl lines through `buf curl` (tests/tools/grpcurl_via_buf.sh), skipped
+// where buf is not installed.
+class BufE2eTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    if (IsSkipped()) return;
+    buf_ = BufBinary();
+    if (buf_.empty()) GTEST_SKIP() << "buf is not installed (the README's commands install it)";
+  }
+
+  std::string buf_;
+};
+
 }  // namespace ucudnn::e2e

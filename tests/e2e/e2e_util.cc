@@ -129,6 +129,11 @@ std::string CliBinary() {
   return std::string(UCUDNN_BINARY_DIR) + "/bin/ucudnn";
 }
 
+std::string BufBinary() {
+  const std::string buf = std::string(UCUDNN_BINARY_DIR) + "/tools/node_modules/.bin/buf";
+  return access(buf.c_str(), X_OK) == 0 ? buf : "";
+}
+
 std::string LogPath(const std::string& what) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string test =

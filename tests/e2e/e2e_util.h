@@ -68,6 +68,9 @@ class ChildProcess {
 std::string ServerBinary();
 std::string WorkerBinary();
 std::string CliBinary();
+// `buf` as the README's commands install it (build/tools/node_modules/.bin/buf), for the tests
+// that run grpcurl lines through `buf curl`; empty when it is not installed (they skip).
+std::string BufBinary();
 
 // A log file path under the test temp dir naming the current test and `what`.
 std::string LogPath(const std::string& what);

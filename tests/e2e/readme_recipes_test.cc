@@ -58,15 +58,11 @@ struct ScriptRun {
   std::string output;  // stdout and stderr, with bash's trace of each command
 };
 
-class ReadmeRecipesTest : public E2eTest {
+class ReadmeRecipesTest : public BufE2eTest {
  protected:
   void SetUp() override {
-    E2eTest::SetUp();
+    BufE2eTest::SetUp();
     if (IsSkipped()) return;
-    buf_ = fs::path(UCUDNN_BINARY_DIR) / "tools/node_modules/.bin/buf";
-    if (access(buf_.c_str(), X_OK) != 0) {
-      GTEST_SKIP() << buf_ << " is not installed (the README's commands install it with npm)";
-    }
     readme_ = ReadFile(fs::path(UCUDNN_SOURCE_DIR) / "README.md");
     ASSERT_FALSE(readme_.empty());
     // The user's directory: the demo's token and build/ where the README expects them.
@@ -91,7 +87,7 @@ class ReadmeRecipesTest : public E2eTest {
     script = ReplaceAll(script, "127.0.0.1:9464", metrics);
     const std::string prologue =
         "set -euxo pipefail\ncd '" + home_.string() + "'\nexport PATH=\"$PWD/shim:$PATH\" BUF='" +
-        buf_.string() + "' S='" + server + "'\n" +
+        buf_ + "' S='" + server + "'\n" +
         // `ucudnn plan` exits 3 while the plan is incomplete (README), which it is here: the
         // worker measures nothing. Every other failure stops the block.
         "ucudnn() { local rc=0; command ucudnn \"$@\" || rc=$?; "
@@ -111,7 +107,6 @@ class ReadmeRecipesTest : public E2eTest {
     return run;
   }
 
-  fs::path buf_;
   fs::path home_;
   std::string readme_;
   int blocks_ = 0;

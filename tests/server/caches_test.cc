@@ -146,6 +146,14 @@ TEST(PlanKeyTest, ContentHashCoversRequestAndTimings) {
   EXPECT_TRUE(changed([](PlanRequest& r) { r.kernels[1].problem.k = 32; }));
   EXPECT_TRUE(changed([](PlanRequest& r) { std::swap(r.kernels[0], r.kernels[1]); }));
   EXPECT_TRUE(changed([](PlanRequest& r) { r.device.sm_count = 4; }));
+  // A kernel's own limit, set or changed, is a different request.
+  EXPECT_TRUE(changed([](PlanRequest& r) { r.kernels[1].workspace_limit = 0; }));
+  PlanRequest limited = request;
+  limited.kernels[1].workspace_limit = 1 << 20;
+  PlanRequest other_limit = limited;
+  other_limit.kernels[1].workspace_limit = 2 << 20;
+  EXPECT_NE(PlanContentHash(limited, digests), PlanContentHash(other_limit, digests));
+  EXPECT_NE(CanonicalPlanRequest(limited), CanonicalPlanRequest(other_limit));
   // The ILP time limit matters only where an ILP runs (total_sum): it may stop the solve.
   EXPECT_FALSE(changed([](PlanRequest& r) { r.ilp_time_limit_s = 1; }));
   PlanRequest total = request;
@@ -190,6 +198,14 @@ TEST(PlanKeyTest, AStoredPlanMustAnswerTheRequest) {
   EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels[1].problem.k = 32; }));
   EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels.pop_back(); }));
   EXPECT_FALSE(answers([](PlanRequest& r) { std::swap(r.kernels[0], r.kernels[1]); }));
+  EXPECT_FALSE(answers([](PlanRequest& r) { r.kernels[0].workspace_limit = 1 << 20; }));
+  // A plan echoes each kernel's own limit, so it answers the request that gave it.
+  NetworkPlan limited = network;
+  limited.kernels[0].kernel.workspace_limit = 1 << 20;
+  PlanRequest limited_request = request;
+  limited_request.kernels[0].workspace_limit = 1 << 20;
+  EXPECT_TRUE(PlanAnswersRequest(ToProto(limited, request.device), limited_request));
+  EXPECT_FALSE(PlanAnswersRequest(ToProto(limited, request.device), request));
   // The ILP time limit is not in the plan; the key covers it.
   EXPECT_TRUE(answers([](PlanRequest& r) { r.ilp_time_limit_s = 1; }));
 }

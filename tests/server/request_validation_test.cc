@@ -47,6 +47,30 @@ TEST(RequestValidationTest, PlanRequests) {
               HasSubstr("kernels[0].problem.c"));
 }
 
+TEST(RequestValidationTest, PerKernelLimitsOnlyInPerKernelMode) {
+  v1::GetPlanRequest m = PlanRequestWith(3);
+  m.mutable_kernels(2)->set_workspace_limit_bytes(4096);
+  for (v1::WorkspaceMode mode : {v1::WORKSPACE_MODE_UNSPECIFIED, v1::WORKSPACE_MODE_PER_KERNEL}) {
+    m.set_workspace_mode(mode);
+    auto ok = ValidatePlanRequest(m, "", 4096);
+    ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+    EXPECT_EQ(ok->kernels[2].workspace_limit, std::optional<uint64_t>(4096));
+    EXPECT_FALSE(ok->kernels[0].workspace_limit.has_value());
+  }
+  m.set_workspace_mode(v1::WORKSPACE_MODE_TOTAL_SUM);
+  auto sum = ValidatePlanRequest(m, "request", 4096);
+  EXPECT_EQ(sum.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sum.status().message(),
+            "request.kernels[2].workspace_limit_bytes: only in WORKSPACE_MODE_PER_KERNEL, not "
+            "WORKSPACE_MODE_TOTAL_SUM");
+  m.set_workspace_mode(v1::WORKSPACE_MODE_TOTAL_SHARED);
+  EXPECT_THAT(ValidatePlanRequest(m, "", 4096).status().message(),
+              HasSubstr("kernels[2].workspace_limit_bytes: only in WORKSPACE_MODE_PER_KERNEL"));
+  // Without a limit the total modes are as before.
+  m.mutable_kernels(2)->clear_workspace_limit_bytes();
+  EXPECT_TRUE(ValidatePlanRequest(m, "", 4096).ok());
+}
+
 TEST(RequestValidationTest, ListJobs) {
   v1::ListJobsRequest request;
   EXPECT_EQ(ValidateListJobs(request)->limit, 100);  // the default

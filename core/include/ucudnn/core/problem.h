@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -97,6 +98,9 @@ struct Kernel {
   ConvProblem problem;
   int64_t mini_batch = 0;
   std::string name;  // e.g. "conv2/fwd"; informational, not part of any key
+  // WorkspaceMode::kPerKernel only: this kernel's own workspace limit in bytes instead of the
+  // request's (PlanRequest::workspace_bytes); absent: the request's. Part of the plan-cache key.
+  std::optional<uint64_t> workspace_limit = std::nullopt;
   bool operator==(const Kernel&) const = default;
 };
 
