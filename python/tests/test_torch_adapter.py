@@ -9,7 +9,6 @@ import copy
 import io
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,21 +19,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import paths  # noqa: F401  (python/ and bench/ on the path; the plan-cache tool)
+import support  # (python/ and bench/ on the path; shared helpers)
 import ucudnn.torch as ut
 from ucudnn import _lib
 
 import torch_adapter  # noqa: E402  (bench/torch_adapter.py: the plan cache helper)
 
-TOOL = paths.TOOL
+TOOL = support.TOOL
 LIMIT = 64 << 20  # the adapter's default per-kernel limit
 
 
-def closed_port():
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+closed_port = support.closed_port
 
 
 def write_plan_cache(path, shapes, algos="1,2"):
@@ -733,7 +728,7 @@ class LivenessTest(unittest.TestCase):
 
 class ReadmeTest(unittest.TestCase):
     def test_the_readmes_snippet_runs_as_written(self):
-        with open(os.path.join(paths.REPO, "README.md")) as f:
+        with open(os.path.join(support.REPO, "README.md")) as f:
             readme = f.read()
         section = readme[readme.index("## PyTorch\n"):]
         start = section.index("```python\n") + len("```python\n")

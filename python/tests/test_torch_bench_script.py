@@ -1,11 +1,8 @@
 """bench/torch_adapter.py (the H100 script) on the CPU: its argument checks, its verdicts, and one
 whole suite at toy sizes against a planner that is down, so that the GPU run works first time."""
 
-import contextlib
-import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,23 +10,16 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_adapter.py")
-import paths  # noqa: E402  (python/ and bench/ on the path; the plan-cache tool)
+import support  # noqa: E402  (python/ and bench/ on the path; shared helpers)
 import torch_adapter  # noqa: E402
 
 
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+closed_port = support.closed_port
 
 
 class ArgumentsTest(unittest.TestCase):
     def rejects(self, argv, message):
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as exit:
-            torch_adapter.parse_args(argv)
-        self.assertEqual(exit.exception.code, 2)
-        self.assertIn(message, stderr.getvalue())
+        support.assert_rejected(self, torch_adapter.parse_args, argv, message)
 
     def test_bad_arguments_are_named(self):
         self.rejects(["suite", "--out", "x"], "--server")
@@ -77,7 +67,7 @@ class CompareTest(unittest.TestCase):
         self.assertTrue(any("losses differ" in f for f in failures))
 
 
-TOOL = paths.TOOL
+TOOL = support.TOOL
 
 
 class OverheadTest(unittest.TestCase):

@@ -2,11 +2,8 @@
 and one whole suite row at toy sizes against a planner that is down, so that the GPU run works
 first time and its JSON has the documented shape."""
 
-import contextlib
-import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,7 +11,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_models.py")
-import paths  # noqa: E402,F401  (python/ and bench/ on the path)
+import support  # noqa: E402  (python/ and bench/ on the path; shared helpers)
 import torch_models  # noqa: E402
 
 ROW_KEYS = {"model", "family", "precision", "compiled", "cap_gib", "batch", "native_ms",
@@ -22,19 +19,12 @@ ROW_KEYS = {"model", "family", "precision", "compiled", "cap_gib", "batch", "nat
             "native_first_fast_s", "converted_first_fast_s"}
 
 
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+closed_port = support.closed_port
 
 
 class ArgumentsTest(unittest.TestCase):
     def rejects(self, argv, message):
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as exit:
-            torch_models.parse_args(argv)
-        self.assertEqual(exit.exception.code, 2)
-        self.assertIn(message, stderr.getvalue())
+        support.assert_rejected(self, torch_models.parse_args, argv, message)
 
     def test_bad_arguments_are_named(self):
         self.rejects(["suite", "--out", "x", "--rows", "resnet50"], "--server")
