@@ -248,13 +248,18 @@ def run_one(args):
 LIBRARY_CALLS_PER_LAYER_STEP = 3  # forward, backward-data, backward-filter
 
 
-def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves", framework=""):
+def write_plan_cache(tool, path, shapes, limit, algos="1,2", split="halves", framework="",
+                     framework_plans=None):
     """Plans for `shapes` (ConvShapes, each kernel once) written into the local plan cache file
     at `path` by `tool` (tests' ucudnn_test_write_plan_cache, CPU backend): micro-batched
     (halves) or undivided (split "whole"), their segments cycling through the CPU algorithms
-    `algos`, for the per-kernel limit `limit`. The number of kernels."""
+    `algos`, for the per-kernel limit `limit`, asked as framework identity `framework`; a shape
+    for which `framework_plans(shape)` is true gets the plan that chose the framework's own
+    convolution instead. The number of kernels."""
     fields = [name for name, _ in type(shapes[0])._fields_] if shapes else []
-    lines = sorted({" ".join(str(getattr(shape, name)) for name in fields) for shape in shapes})
+    lines = sorted({" ".join(str(getattr(shape, name)) for name in fields) + (
+        " framework" if framework_plans is not None and framework_plans(shape) else "")
+        for shape in shapes})
     kernels_file = path + ".kernels"
     with open(kernels_file, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -62,16 +62,21 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def model_args(p):
-        p.add_argument("--model", required=True, choices=sorted(MODELS))
-        p.add_argument("--precision", default="amp", choices=PRECISIONS,
-                       help="fp32: TF32 allowed, NCHW; amp: autocast fp16, channels-last")
+    def step_args(p):
+        """What a run and the suite share: the step's batch, image size and device, and the
+        converted side's options."""
         p.add_argument("--batch", type=int, default=0, help="0: the model's default")
         p.add_argument("--image-size", type=int, default=224)
         p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-        p.add_argument("--seed", type=int, default=0)
         p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                        help="ucudnn.torch.convert option, e.g. server=h:p (repeatable)")
+
+    def model_args(p):
+        step_args(p)
+        p.add_argument("--model", required=True, choices=sorted(MODELS))
+        p.add_argument("--precision", default="amp", choices=PRECISIONS,
+                       help="fp32: TF32 allowed, NCHW; amp: autocast fp16, channels-last")
+        p.add_argument("--seed", type=int, default=0)
         p.add_argument("--prepare-wait-s", type=float, default=0.0,
                        help="ucudnn: wait this long for plans after prepare()")
         p.add_argument("--json-out", default="")
@@ -103,11 +108,7 @@ def parse_args(argv):
                        metavar="MODEL:PRECISION[:COMPILE][:cap|fallback|liveness]")
     suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
     suite.add_argument("--steps", type=int, default=30)
-    suite.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    suite.add_argument("--image-size", type=int, default=224)
-    suite.add_argument("--batch", type=int, default=0, help="0: each model's default")
-    suite.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                       help="extra convert option for the converted runs (repeatable)")
+    step_args(suite)
     suite.add_argument("--warm-wait-s", type=float, default=0.0,
                        help="before a row: one converted run waiting this long for every plan "
                        "(cold kernels are benchmarked by the worker meanwhile)")

@@ -51,25 +51,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { echo "[gpu_torch $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
 die() { log "$*"; exit 1; }
 
-[ -f "$bundle/bin/env.sh" ] || die "no bundle at '$bundle' (see --help for how to make one)"
-[ -f "$bundle/lib/libucudnn_client.so" ] || die "$bundle has no lib/libucudnn_client.so: make it with --with-client"
-[ -x "$bundle/lib/postgresql/15/bin/postgres" ] || die "$bundle has no PostgreSQL: make it with --with-postgres"
-[ -x "$python" ] || die "no Python at $python (--python PY)"
-if [ "$device" = cuda ]; then
-  "$python" -c 'import torch; assert torch.cuda.is_available(), "CUDA not available"' ||
-    die "$python: torch with CUDA is needed"
-fi
-bundle="$(cd "$bundle" && pwd)"
-chmod +x "$bundle"/bin/* "$bundle"/lib/postgresql/15/bin/* 2>/dev/null || true
-# shellcheck source=/dev/null
-. "$bundle/bin/env.sh"
-export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
-
-# Plans are per device fingerprint, which includes the cuDNN version: the worker must run the
-# cuDNN that PyTorch loads (its wheel's own), not the system's, or no worker serves the training
-# process's device. The worker finds it first through LD_LIBRARY_PATH (the bundle's own libraries
-# still resolve through RUNPATH).
-if [ "$device" = cuda ]; then stack_use_torch_cudnn "$python"; fi
+stack_prepare_torch "$python" "$device" || exit 1
 
 stack_start || die "the stack did not start"
 ucudnn health --server "$server_addr" >/dev/null 2>&1 || die "the planner server did not start"

@@ -66,13 +66,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { echo "[gpu_torch_models $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
 die() { log "$*"; exit 1; }
 
-[ -f "$bundle/bin/env.sh" ] || die "no bundle at '$bundle' (see --help for how to make one)"
-[ -f "$bundle/lib/libucudnn_client.so" ] || die "$bundle has no lib/libucudnn_client.so: make it with --with-client"
-[ -x "$python" ] || die "no Python at $python (--python PY)"
+stack_prepare_torch "$python" "$device" || exit 1
 [ -z "$warm_db" ] || warm_db="$(cd "$(dirname "$warm_db")" && pwd)/$(basename "$warm_db")"
-bundle="$(cd "$bundle" && pwd)"
-export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
-if [ "$device" = cuda ]; then stack_use_torch_cudnn "$python"; fi
 
 stack_start || die "the stack did not start"
 ucudnn health --server "$server_addr" >/dev/null 2>&1 || die "the planner server did not start"

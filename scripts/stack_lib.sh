@@ -94,6 +94,34 @@ stack_dump() {
     log "database dumped to $1 ($(du -h "$1" | cut -f1))"
 }
 
+# For the PyTorch scripts (gpu_torch.sh, gpu_torch_models.sh): checks that `bundle` has the
+# client library and PostgreSQL and that python $1 exists (with CUDA when $2 is cuda), makes
+# `bundle` absolute, exports UCUDNN_LIBRARY and, on cuda, PyTorch's cuDNN for the stack
+# (stack_use_torch_cudnn). Returns 1, having said why, when something is missing.
+stack_prepare_torch() {
+  local python="$1" device="$2"
+  local missing=""
+  if [ ! -f "$bundle/bin/env.sh" ]; then
+    missing="no bundle at '$bundle' (see --help for how to make one)"
+  elif [ ! -f "$bundle/lib/libucudnn_client.so" ]; then
+    missing="$bundle has no lib/libucudnn_client.so: make it with --with-client"
+  elif [ ! -x "$bundle/lib/postgresql/15/bin/postgres" ]; then
+    missing="$bundle has no PostgreSQL: make it with --with-postgres"
+  elif [ ! -x "$python" ]; then
+    missing="no Python at $python (--python PY)"
+  elif [ "$device" = cuda ] &&
+    ! "$python" -c 'import torch; assert torch.cuda.is_available(), "CUDA not available"'; then
+    missing="$python: torch with CUDA is needed"
+  fi
+  if [ -n "$missing" ]; then
+    log "$missing"
+    return 1
+  fi
+  bundle="$(cd "$bundle" && pwd)"
+  export UCUDNN_LIBRARY="$bundle/lib/libucudnn_client.so"
+  if [ "$device" = cuda ]; then stack_use_torch_cudnn "$python"; fi
+}
+
 # Puts the directory of the libcudnn that PyTorch under python $1 loads first on LD_LIBRARY_PATH
 # (exported), so that the worker and the client library run PyTorch's cuDNN: plans are per device
 # fingerprint, which holds the cuDNN version, so a worker on another cuDNN serves no training

@@ -9,7 +9,6 @@ import copy
 import io
 import itertools
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -567,15 +566,9 @@ class FrameworkPlanTest(unittest.TestCase):
         framework_ops(shape) is true, whose plans chose the framework."""
         ut.convert(model, server="", cache_path="off", framework=self.IDENTITY)
         shapes = ut._unique([s for g in ut.kernels(model, x).values() for s in g])
-        fields = [name for name, _ in _lib.ConvShape._fields_]
-        lines = [" ".join(str(getattr(s, f)) for f in fields) +
-                 (" framework" if framework_ops(s) else "") for s in shapes]
-        kernels_file = os.path.join(self.dir.name, "kernels.txt")
-        with open(kernels_file, "w") as f:
-            f.write("\n".join(lines) + "\n")
         cache = os.path.join(self.dir.name, "plans.bin")
-        subprocess.run([TOOL, cache, str(LIMIT), kernels_file, "1,2", "halves", self.IDENTITY],
-                       check=True, stdout=subprocess.DEVNULL)
+        torch_adapter.write_plan_cache(TOOL, cache, shapes, LIMIT, framework=self.IDENTITY,
+                                       framework_plans=framework_ops)
         return cache, len(shapes)
 
     def test_a_framework_plan_runs_pytorchs_own(self):

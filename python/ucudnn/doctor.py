@@ -24,9 +24,9 @@ def _library():
         library = _lib.load()
     except (_lib.LibraryNotFound, OSError) as e:
         return {"ok": False, "error": str(e)}, None
-    version = library.version() if hasattr(library, "version") else None
     return {"ok": True, "path": library.path, "found_through": source,
-            "version": version or "unknown (a library without ucudnnShapeGetVersion)"}, library
+            "version": library.version() or "unknown (a library without ucudnnShapeGetVersion)"}, \
+        library
 
 
 def _torch():

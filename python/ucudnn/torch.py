@@ -196,9 +196,7 @@ class Runtime:
 
 
 _SUCCESS = _lib.SUCCESS
-_FRAMEWORK_STATUS = getattr(_lib, "FRAMEWORK", None)
 _CHANNELS_LAST = torch.channels_last
-_NO_GRAD = (False, False)
 
 # Routes of one op of one signature, as last learnt from the library.
 _ROUTE_ASK = 0        # unknown: call the library
@@ -224,6 +222,12 @@ def _is_channels_last(t):
     return not t.is_contiguous() and t.is_contiguous(memory_format=_CHANNELS_LAST)
 
 
+def _channels_last_call(x, weight):
+    """PyTorch's cuDNN convolution's layout rule: channels-last when either operand is (the
+    layout of a call's outputs, which the custom op's fake implementation must predict too)."""
+    return _is_channels_last(x) or _is_channels_last(weight)
+
+
 def _math_mode(dtype, is_cuda, allow_tf32):
     if dtype != torch.float32:
         return _lib.MATH_TENSOR_OP
@@ -243,8 +247,7 @@ class _Conv:
 
     __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
                  "dilation", "groups", "memory_format", "out_size", "dims", "data_type", "layout",
-                 "math", "kernels", "routes", "recheck", "workspace_bytes", "channels_last",
-                 "local")
+                 "math", "kernels", "routes", "recheck", "workspace_bytes", "local")
 
     def __init__(self, runtime, context, x, weight, geometry, channels_last, math):
         self.runtime, self.context = runtime, context
@@ -252,7 +255,6 @@ class _Conv:
         self.device = x.device
         self.index = x.get_device() if x.is_cuda else -1
         self.stride, self.padding, self.dilation, self.groups = geometry
-        self.channels_last = channels_last
         self.memory_format = _CHANNELS_LAST if channels_last else torch.contiguous_format
         self.layout = _lib.NHWC if channels_last else _lib.NCHW
         self.data_type = _DATA_TYPES[x.dtype]
@@ -273,28 +275,30 @@ class _Conv:
                               self.stride[1], self.dilation[0], self.dilation[1], self.groups,
                               self.data_type, self.layout, self.math)
 
+    def _routed(self, op, now):
+        """Whether `op` runs PyTorch's own without asking the library (its route, until its
+        recheck time; past it the library is asked again and sets the route anew)."""
+        return self.routes[op] >= _ROUTE_NO_PLAN and now < self.recheck[op]
+
+    def _count_routed(self, op):
+        self.runtime.skipped[self.routes[op] - _ROUTE_NO_PLAN] += 1
+
     def framework_now(self, op):
         """True when `op` runs PyTorch's own convolution without asking the library now."""
-        route = self.routes[op]
-        if route < _ROUTE_NO_PLAN:
+        if not self._routed(op, _monotonic()):
             return False
-        if _monotonic() >= self.recheck[op]:
-            self.routes[op] = _ROUTE_ASK
-            return False
-        self.runtime.skipped[route - _ROUTE_NO_PLAN] += 1
+        self._count_routed(op)
         return True
 
     def all_framework(self, need_x, need_w):
         """True when every op of this call runs PyTorch's own now (each counted as such)."""
-        routes, now = self.routes, _monotonic()
+        now = _monotonic()
         ops = (_lib.FORWARD,) + ((_lib.BACKWARD_DATA,) if need_x else ()) + (
             (_lib.BACKWARD_FILTER,) if need_w else ())
+        if not all(self._routed(op, now) for op in ops):
+            return False
         for op in ops:
-            if routes[op] < _ROUTE_NO_PLAN or now >= self.recheck[op]:
-                return False
-        skipped = self.runtime.skipped
-        for op in ops:
-            skipped[routes[op] - _ROUTE_NO_PLAN] += 1
+            self._count_routed(op)
         return True
 
     def run(self, op, a, b, out):
@@ -303,7 +307,7 @@ class _Conv:
         kernel = self.kernels[op] or self._declare(op)
         if self.local[op]:  # this process measured PyTorch's own faster (not shared)
             self._route(op, _ROUTE_FRAMEWORK)
-            self.runtime.skipped[_ROUTE_FRAMEWORK - _ROUTE_NO_PLAN] += 1
+            self._count_routed(op)
             return False
         index = self.index
         stream = None
@@ -348,7 +352,7 @@ class _Conv:
             if status == _SUCCESS:
                 self.routes[op] = _ROUTE_PLAN
                 return True
-        if status == _FRAMEWORK_STATUS:
+        if status == _lib.FRAMEWORK:
             self._route(op, _ROUTE_FRAMEWORK)
             return False
         # WORKSPACE_TOO_SMALL again: the plan changed meanwhile (not counted as a fallback).
@@ -506,7 +510,7 @@ def _module_key(module):
     return key
 
 
-_custom_ops = None  # the namespace torch.ops.ucudnn once registered, else None
+_custom_ops = None  # not tried yet; then torch.ops.ucudnn, or False (this PyTorch has none)
 
 
 def _register_custom_ops():
@@ -521,14 +525,12 @@ def _register_custom_ops():
     lib.define(f"conv2d_backward(Tensor grad_y, Tensor x, Tensor weight, {geometry}, "
                "bool need_x, bool need_w) -> (Tensor, Tensor)")
 
-    def conv_of(x, weight, stride, padding, dilation, groups, key):
+    def conv_of(x, weight, padding, key):
         module = _MODULES.get(key)
-        if module is None:
-            return None
-        return module._ucudnn_conv_of(x, weight, tuple(padding))
+        return None if module is None else module._ucudnn_conv_of(x, weight, tuple(padding))
 
     def conv2d(x, weight, stride, padding, dilation, groups, key):
-        conv = conv_of(x, weight, stride, padding, dilation, groups, key)
+        conv = conv_of(x, weight, padding, key)
         if conv is None:
             memory_format = _op_memory_format(x, weight)
             y = F.conv2d(x, weight, None, stride, padding, dilation, groups)
@@ -538,7 +540,7 @@ def _register_custom_ops():
 
     def conv2d_backward(grad_y, x, weight, stride, padding, dilation, groups, key, need_x,
                         need_w):
-        conv = conv_of(x, weight, stride, padding, dilation, groups, key)
+        conv = conv_of(x, weight, padding, key)
         memory_format = _op_memory_format(x, weight)
         x = x.contiguous(memory_format=memory_format)
         weight = weight.contiguous(memory_format=memory_format)
@@ -589,10 +591,8 @@ def _register_custom_ops():
 
 
 def _op_memory_format(x, weight):
-    """The layout the op's outputs take: PyTorch's cuDNN convolution's rule (channels-last when
-    either operand is), which the fake implementation must predict."""
-    return _CHANNELS_LAST if (_is_channels_last(x) or _is_channels_last(weight)) else (
-        torch.contiguous_format)
+    """The memory format of the op's outputs (_channels_last_call)."""
+    return _CHANNELS_LAST if _channels_last_call(x, weight) else torch.contiguous_format
 
 
 def _or_empty(tensor, like, memory_format):
@@ -685,7 +685,7 @@ class UcudnnConv2d(nn.Conv2d):
     def _ucudnn_conv_of(self, input, weight, padding):
         """The _Conv of the call's signature, made at its first sight; None when the library has
         no words for it (a dtype it does not plan, operands of two dtypes, no context)."""
-        channels_last = _is_channels_last(input) or _is_channels_last(weight)
+        channels_last = _channels_last_call(input, weight)
         allow_tf32 = _allow_tf32()
         signature = (input.shape, input.dtype, input.device, weight.shape, weight.dtype,
                      channels_last, allow_tf32, padding)
@@ -832,7 +832,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
         if wait_ms <= 0:
             continue
         not_shared = []
-        if measure_framework and hasattr(context, "kernel_info"):
+        if measure_framework:
             # The first answers say what the cluster knows of PyTorch's time (a warm cluster:
             # everything, nothing to measure). Kernels still waiting (their timings are being
             # benchmarked) are measured too, so that their plans weigh PyTorch's own.
@@ -967,9 +967,10 @@ def _time_call(call, device, repeats):
     return samples[len(samples) // 2], samples[-1 - quarter] - samples[quarter]
 
 
-def _time_framework(shape, device, repeats=15):
-    """PyTorch's own time for `shape` at its full batch: (median ms, spread ms)."""
-    x, w, dy, geometry = _operands(shape, device)
+def _time_framework(shape, device, repeats=15, operands=None):
+    """PyTorch's own time for `shape` at its full batch: (median ms, spread ms), on `operands`
+    (_operands()) or new ones."""
+    x, w, dy, geometry = operands or _operands(shape, device)
     with _TF32(shape), torch.no_grad():
         return _time_call(_framework_call(shape, x, w, dy, geometry), device, repeats)
 
@@ -987,14 +988,13 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
         context = runtime.context(device)
         for shape in _unique(shapes):
             kernel = context.kernel(shape, runtime.workspace_limit)
-            x, w, dy, geometry = _operands(shape, device)
+            operands = _operands(shape, device)
+            x, w, dy, _ = operands
             a, b, out = {_lib.FORWARD: (x, w, torch.empty_like(dy)),
                          _lib.BACKWARD_DATA: (dy, w, torch.empty_like(x)),
                          _lib.BACKWARD_FILTER: (x, dy, torch.empty_like(w))}[shape.op]
-            with _TF32(shape), torch.no_grad():
-                framework_ms, framework_spread = _time_call(
-                    _framework_call(shape, x, w, dy, geometry), device, repeats)
-            info = context.kernel_info(kernel) if hasattr(context, "kernel_info") else {}
+            framework_ms, framework_spread = _time_framework(shape, device, repeats, operands)
+            info = context.kernel_info(kernel)
             needed = context.kernel_workspace_size(kernel)
             plan_ms = None
             if needed is not None:
@@ -1164,7 +1164,7 @@ def stats(model):
 
 def report(model):
     """Per kernel seen: its op and shape, and what the library knows of it (state, predicted and
-    framework time) where the library can tell; for benchmarks and debugging."""
+    framework time); for benchmarks and debugging."""
     rows = []
     for module in model.modules():
         if not isinstance(module, UcudnnConv2d):
@@ -1175,9 +1175,7 @@ def report(model):
             for op, kernel in enumerate(conv.kernels):
                 if kernel is None:
                     continue
-                row = {"op": op, "dims": conv.dims, "groups": conv.groups,
-                       "route": ("ask", "plan", "no_plan", "framework")[conv.routes[op]]}
-                if hasattr(conv.context, "kernel_info"):
-                    row.update(conv.context.kernel_info(kernel))
-                rows.append(row)
+                rows.append({"op": op, "dims": conv.dims, "groups": conv.groups,
+                             "route": ("ask", "plan", "no_plan", "framework")[conv.routes[op]],
+                             **conv.context.kernel_info(kernel)})
     return rows
