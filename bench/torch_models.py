@@ -14,6 +14,9 @@ start), native and converted runs alternated and repeated so that a ratio is not
     torch_models.py kernels --model M --precision P --option server=h:p [--json-out F]
         where the time goes: every convolution kernel of the model's step, PyTorch's own
         convolution against the ucudnn plan, each timed alone at the full batch in one process
+    torch_models.py warm --server h:p --runs-dir DIR --rows resnet50:amp ...
+        only the suite's warm-up (every plan in the database, PyTorch's own timed), say for the
+        next machine's --warm-db
     torch_models.py suite --server h:p --out DIR --rows resnet50:amp resnet50:fp32:compile ...
         each row native against converted (alternating, --repeats each), DIR/torch_models.json:
         {"device", "rows": [{"model", "family", "precision", "compiled", "cap_gib", "batch",
@@ -32,6 +35,7 @@ PROCESS_START = time.monotonic()  # before importing torch: time to the first fa
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -54,6 +58,8 @@ MODELS = {
 }
 PRECISIONS = ("fp32", "amp")
 COMPILE_MODES = ("", "default", "reduce-overhead")
+# How long a measured converted run's prepare() may wait for its plans.
+CONVERTED_WAIT_S = 30
 # A capped row's cap: native's unlimited peak (PyTorch's counter) times this.
 CAP_MARGIN = 1.02
 
@@ -90,6 +96,9 @@ def parse_args(argv):
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
     run.add_argument("--budget", default="fixed", choices=("fixed", "liveness"),
                      help="ucudnn: prepare()'s per-kernel budgets")
+    run.add_argument("--no-measure-framework", action="store_true",
+                     help="ucudnn: prepare() does not time PyTorch's own convolution (the "
+                     "suite's first warm pass, while the worker still shares the GPU)")
 
     kernels = sub.add_parser("kernels", help="per kernel: PyTorch's own against the plan")
     model_args(kernels)
@@ -97,6 +106,16 @@ def parse_args(argv):
 
     grads = sub.add_parser("grads", help="one step's gradients, converted against native")
     model_args(grads)
+
+    warm = sub.add_parser("warm", help="only the suite's warm-up: every plan of the rows' "
+                          "models in the database, PyTorch's own timed")
+    warm.add_argument("--server", required=True, help="planner HOST:PORT")
+    warm.add_argument("--runs-dir", required=True, help="each run's JSON and runs.log")
+    warm.add_argument("--rows", nargs="+", required=True, metavar="MODEL:PRECISION")
+    step_args(warm)
+    warm.add_argument("--warm-wait-s", type=float, default=240.0)
+    warm.add_argument("--run-timeout-s", type=float, default=240.0)
+    warm.add_argument("--python", default=sys.executable)
 
     suite = sub.add_parser("suite", help="rows of native against converted")
     suite.add_argument("--server", required=True, help="planner HOST:PORT")
@@ -110,8 +129,9 @@ def parse_args(argv):
     suite.add_argument("--steps", type=int, default=30)
     step_args(suite)
     suite.add_argument("--warm-wait-s", type=float, default=0.0,
-                       help="before a row: one converted run waiting this long for every plan "
-                       "(cold kernels are benchmarked by the worker meanwhile)")
+                       help="before the rows, per model and precision: one converted run "
+                       "waiting this long for every plan (the worker benchmarks cold kernels "
+                       "meanwhile), then one that times PyTorch's own on the idle GPU")
     suite.add_argument("--run-timeout-s", type=float, default=240.0)
     suite.add_argument("--deadline-s", type=float, default=0.0,
                        help="stop starting rows after this many seconds (0: none)")
@@ -122,7 +142,7 @@ def parse_args(argv):
             parser.error(f"--option {option!r}: expected KEY=VALUE")
     if args.command == "run" and args.steps < 4:
         parser.error("--steps must be >= 4 (the first steps are never steady ones)")
-    if args.command == "suite":
+    if args.command in ("suite", "warm"):
         for row in args.rows:
             try:
                 parse_row(row)
@@ -200,6 +220,12 @@ def run_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
     import torch.nn.functional as F
 
+    # The model and data are on the device: what follows is what a training job spends before
+    # its steps are fast (PyTorch's benchmark in the first steps; the adapter's prepare()).
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    model_ready = time.monotonic()
+
     cuda = device.type == "cuda"
     if cuda and args.cap_gib > 0:
         total = torch.cuda.get_device_properties(device).total_memory
@@ -216,7 +242,7 @@ def run_one(args):
         start = time.monotonic()
         with autocast(torch, device, amp):
             ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000),
-                       budget=args.budget)
+                       budget=args.budget, measure_framework=not args.no_measure_framework)
         prepare_s = time.monotonic() - start
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaling = amp is not None and cuda
@@ -269,6 +295,9 @@ def run_one(args):
         "steady_spread_ms": max(steady) - min(steady),
         "first_fast_step": fast_index,
         "time_to_first_fast_step_s": fast_s,
+        # The same, counted from the model and data on the device (the imports, the CUDA
+        # context and the model's construction are common to both sides).
+        "model_ready_to_first_fast_step_s": fast_s - (model_ready - PROCESS_START),
         "prepare_s": prepare_s,
     }
     if cuda:
@@ -404,6 +433,7 @@ def summarise(side):
         "peak_mib": med("device_peak_mib"),
         "allocated_peak_mib": med("max_memory_allocated_mib"),
         "first_fast_s": med("time_to_first_fast_step_s"),
+        "ready_to_fast_s": med("model_ready_to_first_fast_step_s"),
     }
     last = good[-1]
     if "calls_per_step" in last:
@@ -411,6 +441,31 @@ def summarise(side):
         out["kernels"] = last.get("kernels")
     out["losses"] = last["losses"]
     return out
+
+
+def warm_up(args, converted_options):
+    """Every plan of the rows' models in the database before any row is timed, so that no row
+    shares the GPU with the worker: per model and precision, one converted run that waits for its
+    plans (the worker benchmarks what is missing), and, once the worker is idle, one that times
+    PyTorch's own convolution for the kernels nobody has (submitted; the plans weigh it).
+    A list of errors."""
+    errors = []
+    pairs = list(dict.fromkeys(parse_row(row)[:2] for row in args.rows))
+    for measure_framework in (False, True):
+        for model, precision in pairs:
+            tag = f"{model}_{precision}_" + ("framework" if measure_framework else "warm")
+            run_args = ["run", "--model", model, "--precision", precision, "--device",
+                        args.device, "--image-size", str(args.image_size), "--steps", "4",
+                        "--mode", "ucudnn"] + [f"--option={o}" for o in converted_options]
+            if args.batch:
+                run_args += ["--batch", str(args.batch)]
+            if not measure_framework:
+                run_args.append("--no-measure-framework")
+            result = run_process(args, tag, run_args + warm_options(args.warm_wait_s),
+                                 timeout_s=args.warm_wait_s + args.run_timeout_s)
+            if "error" in result:
+                errors.append(result["error"])
+    return errors
 
 
 def run_suite(args):
@@ -421,6 +476,8 @@ def run_suite(args):
     rows, errors = [], []
     device_name = None
     converted_options = [f"server={args.server}", "cache_path=off"] + args.option
+    if args.warm_wait_s > 0:
+        errors += warm_up(args, converted_options)
     for row_text in args.rows:
         if args.deadline_s and time.monotonic() - began > args.deadline_s:
             errors.append(f"{row_text}: not run (the suite's deadline)")
@@ -432,16 +489,12 @@ def run_suite(args):
                   "--image-size", str(args.image_size), "--steps", str(args.steps)]
         if args.batch:
             common += ["--batch", str(args.batch)]
+        # As a user would: prepare() waits for the plans (from the warm database, at once), so
+        # that each layer's decision is in before the first step and before torch.compile.
         converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options] + (
+            warm_options(CONVERTED_WAIT_S)) + (
             ["--option=disable=1"] if variant == "fallback" else []) + (
             ["--budget", "liveness"] if variant == "liveness" else [])
-        if args.warm_wait_s > 0:
-            warm = run_process(args, f"{tag}_warm", ["run"] + common[:-2] + ["--steps", "4"] +
-                               converted + warm_options(args.warm_wait_s),
-                               # the plans' wait, PyTorch's own measured meanwhile, the re-plans
-                               timeout_s=2 * args.warm_wait_s + args.run_timeout_s)
-            if "error" in warm:
-                errors.append(warm["error"])
         cap_gib = 0.0
         if capped:
             probe = run_process(args, f"{tag}_native_unlimited", ["run"] + common)
@@ -484,6 +537,9 @@ def run_suite(args):
             "converted_allocated_peak_mib": conv["allocated_peak_mib"],
             "native_first_fast_s": native["first_fast_s"],
             "converted_first_fast_s": conv["first_fast_s"],
+            # From the model on the device (imports and construction, common to both, left out).
+            "native_ready_to_fast_s": native["ready_to_fast_s"],
+            "converted_ready_to_fast_s": conv["ready_to_fast_s"],
             "converted_calls_per_step": conv.get("calls_per_step"),
             # The first step's loss is the same function of the same weights and data.
             "loss_native_first": native["losses"][0], "loss_converted_first": conv["losses"][0],
@@ -509,8 +565,9 @@ def write_suite(args, device_name, rows, errors):
 
 def print_table(rows):
     print("| model | precision | compiled | variant | cap GiB | batch | native ms | converted ms | ratio "
-          "| native peak MiB | converted peak MiB | native first fast s | converted first fast s |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| native peak MiB | converted peak MiB | native first fast s | converted first fast s "
+          "| native ready→fast s | converted ready→fast s |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         cap = f"{r['cap_gib']:.1f}" if r["cap_gib"] else "-"
         print(f"| {r['model']} | {r['precision']} | {r['compiled'] or 'eager'} | {r['variant']} | "
@@ -518,13 +575,24 @@ def print_table(rows):
               f"{r['batch']} | {r['native_ms']:.2f} | {r['converted_ms']:.2f} | "
               f"{r['ratio']:.3f} | {r['native_peak_mib'] or 0:.0f} | "
               f"{r['converted_peak_mib'] or 0:.0f} | {r['native_first_fast_s']:.1f} | "
-              f"{r['converted_first_fast_s']:.1f} |")
+              f"{r['converted_first_fast_s']:.1f} | {r['native_ready_to_fast_s'] or 0:.1f} | "
+              f"{r['converted_ready_to_fast_s'] or 0:.1f} |")
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command in ("suite", "warm"):
+        # A `timeout` around the suite stops its current run too (subprocess.run kills its child
+        # on the exception), not only the suite.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.command == "suite":
         return run_suite(args)
+    if args.command == "warm":
+        os.makedirs(args.runs_dir, exist_ok=True)
+        errors = warm_up(args, [f"server={args.server}", "cache_path=off"] + args.option)
+        for error in errors:
+            print(f"[torch_models] ERROR: {error}", file=sys.stderr)
+        return 1 if errors else 0
     result = {"run": run_one, "kernels": kernels_one, "grads": grads_one}[args.command](args)
     torch_common.emit(result, args.json_out, indent=1)
     return 0

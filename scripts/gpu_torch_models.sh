@@ -12,11 +12,16 @@
 #     bash scripts/gpu_torch_models.sh [BUNDLE_DIR=.bundle] [--warm-db FILE] [--python PY]
 #          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
-#          [--after-restore-sql SQL] -- ROW [ROW ...]
+#          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
+#          -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
 #     --grads one step's gradients, converted against native (grads_*.json); --after-restore-sql
-#     runs SQL on the database before anything else (say, to forget some timings).
+#     runs SQL on the database before anything else (say, to forget some timings); --then-warm,
+#     after the suite and within the budget, fills the database with those models' plans and
+#     PyTorch's own times for the next machine (warm_db.sql.gz); --overhead first measures the
+#     adapter's host time per layer and step (bench/torch_adapter.py overhead: overhead.json in
+#     runs.tar.gz), what prepare()'s min_layer_gain_us stands for.
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
 #     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
 #
@@ -34,6 +39,8 @@ budget_s=480
 suite_args=()
 kernel_rows=()
 grad_rows=()
+then_warm=()
+overhead=0
 after_restore_sql=""
 backend=cudnn
 device=cuda
@@ -47,10 +54,12 @@ while [ $# -gt 0 ]; do
     --option) suite_args+=("--option" "$2"); shift 2 ;;
     --kernels) kernel_rows+=("$2"); shift 2 ;;
     --grads) grad_rows+=("$2"); shift 2 ;;
+    --then-warm) then_warm+=("$2"); shift 2 ;;
+    --overhead) overhead=1; shift ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
     --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1); shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) bundle="$1"; shift ;;
   esac
@@ -79,6 +88,14 @@ if [ -n "$after_restore_sql" ]; then
 fi
 rc=0
 wait_options=(--prepare-wait-s 240 --option server_wait_ms=240000 --option deadline_ms=270000)
+if [ "$overhead" = 1 ]; then
+  "$python" "$root/bench/torch_adapter.py" overhead --device "$device" \
+    --option "server=$server_addr" --option cache_path=off --option policy=undivided \
+    --option server_wait_ms=60000 --option deadline_ms=90000 --prepare-wait-s 60 --json-out "$runs/overhead.json" >>"$runs/runs.log" 2>&1 ||
+    { log "overhead failed (runs.log)"; rc=1; }
+  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("adapter host overhead per layer and step:", round(d["overhead_us_per_layer_step"], 2), "us (native", round(d["native_us_per_layer_step"], 2), "us)")' \
+    "$runs/overhead.json" 2>/dev/null | tee -a "$results/stack.log"
+fi
 for g in "${grad_rows[@]}"; do
   "$python" "$root/bench/torch_models.py" grads --model "${g%%:*}" --precision "${g#*:}" \
     --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
@@ -101,6 +118,13 @@ if [ "$left" -gt 10 ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 else
   log "no time left for the suite (--budget-s $budget_s)"; rc=1
+fi
+left=$((budget_s - (SECONDS - started)))
+if [ "${#then_warm[@]}" -gt 0 ] && [ "$left" -gt 30 ]; then
+  log "warming ${then_warm[*]} for ${left} s at most"
+  timeout "$left" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
+    --runs-dir "$runs" --device "$device" --warm-wait-s "$left" --rows "${then_warm[@]}" \
+    2>&1 | tail -n 20 >>"$results/stack.log"
 fi
 stack_dump "$results/warm_db.sql.gz"
 tar -czf "$results/runs.tar.gz" -C "$runs" . 2>/dev/null

@@ -620,7 +620,58 @@ class FrameworkPlanTest(unittest.TestCase):
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
         self.assertEqual(stats["planned_calls"], 0, stats)
-        self.assertEqual(stats["framework_calls"], count, stats)
+        # The 5 kernels, and layer 1's backward-data (step()'s input needs a gradient): the
+        # layer is PyTorch's own whole.
+        self.assertEqual(stats["framework_calls"], count + 1, stats)
+
+    def test_a_layer_whose_plans_save_little_runs_pytorchs_own_whole(self):
+        torch.manual_seed(35)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        cache, count = self.write(model, x, lambda s: False)
+        real_info, real_kernel = _lib.Context.kernel_info, _lib.Context.kernel
+        channels = {}  # kernel handle -> its input's channels
+
+        def kernel(context, shape, limit=0):
+            handle = real_kernel(context, shape, limit)
+            channels[handle] = shape.c
+            return handle
+
+        def info(context, handle):
+            # The cluster's timings: every op planned; layer 1's plans save 5 us an op, layer
+            # 2's 50 us an op (its input has 4 channels).
+            got = dict(real_info(context, handle))
+            saved = 0.050 if channels[handle] == 4 else 0.005
+            got.update(state="planned", predicted_ms=0.1, framework_ms=0.1 + saved)
+            return got
+
+        for gain_us, routed_layers in ((None, 1), (0.0, 0), (200.0, 2)):
+            with self.subTest(min_layer_gain_us=gain_us):
+                ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY,
+                           min_layer_gain_us=gain_us)
+                with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                       side_effect=info), \
+                        mock.patch.object(_lib.Context, "kernel", autospec=True,
+                                          side_effect=kernel):
+                    result = ut.prepare(model, x, wait_ms=200)
+                self.assertEqual(result, {"kernels": count, "measured": 0})
+                # Kept on the module for torch.compile.
+                self.assertEqual([model[0]._ucudnn_framework_layer,
+                                  model[2]._ucudnn_framework_layer],
+                                 [routed_layers >= 1, routed_layers == 2])
+                assert_same_step(self, model, reference, x)
+                stats = ut.stats(model)
+                # 3 ops a layer in step(); layer 1's backward-data has no plan (prepare()'s
+                # input needed no gradient): a fallback when the layer is not routed whole.
+                self.assertEqual(stats["framework_calls"], 3 * routed_layers, stats)
+                self.assertEqual(stats["planned_calls"], {0: 5, 1: 3, 2: 0}[routed_layers],
+                                 stats)
+                self.assertEqual(stats["fallback_calls"], 1 if routed_layers == 0 else 0,
+                                 stats)
+        for bad in (-1, "30", True):
+            with self.assertRaisesRegex(ValueError, "min_layer_gain_us must be a number >= 0"):
+                ut.convert(model, min_layer_gain_us=bad)
 
     def test_plans_of_another_framework_are_not_used(self):
         torch.manual_seed(33)
@@ -711,6 +762,17 @@ class LivenessTest(unittest.TestCase):
         expected = ut.liveness_limits(fake, 32 * self.MIB)
         self.assertEqual(sum(n for _, n in declared), len(shapes))
         self.assertEqual(sorted({limit for limit, _ in declared}), sorted(set(expected.values())))
+        # The step runs the kernels declared with those limits, not the configured one.
+        asked = {}
+        real_kernel = _lib.Context.kernel
+
+        def kernel(context, shape, limit=0):
+            asked[ut._shape_key(shape)] = limit
+            return real_kernel(context, shape, limit)
+
+        with mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel):
+            model(x).sum().backward()
+        self.assertEqual(asked, expected)
         with self.assertRaisesRegex(ValueError, "budget must be 'fixed' or 'liveness'"):
             ut.prepare(model, x, budget="peak")
         total = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off",

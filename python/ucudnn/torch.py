@@ -147,10 +147,12 @@ def framework_identity():
 class Runtime:
     """The contexts of one convert() call: one per device, made at its first convolution."""
 
-    def __init__(self, config, workspace_limit=0):
+    def __init__(self, config, workspace_limit=0, min_layer_gain_us=None):
         self.config = dict(config)
         self.options = _options(self.config)
         self.workspace_limit = workspace_limit
+        self.min_layer_gain_us = (MIN_LAYER_GAIN_US if min_layer_gain_us is None
+                                  else min_layer_gain_us)
         self.library = _lib.load()
         self._contexts = {}
         # prepare(): convolutions are recorded, not run through the library.
@@ -163,6 +165,12 @@ class Runtime:
         # Kernels (shape tuples) that run the framework by this process's own measurement, when
         # the cluster could not take it (no token or server): not shared, but never slower.
         self.local_framework = set()
+        # prepare(budget="liveness"): each kernel's own workspace limit (shape tuple -> bytes).
+        self.kernel_limits = {}
+
+    def limit_of(self, shape):
+        """The workspace limit `shape`'s kernel is planned with."""
+        return self.kernel_limits.get(_shape_key(shape), self.workspace_limit)
 
     def context(self, device):
         key = (device.type, device.index)
@@ -189,10 +197,12 @@ class Runtime:
 
     def __getstate__(self):
         kept = {k: v for k, v in self.config.items() if k not in _NOT_PICKLED}
-        return {"config": kept, "workspace_limit": self.workspace_limit}
+        return {"config": kept, "workspace_limit": self.workspace_limit,
+                "min_layer_gain_us": self.min_layer_gain_us}
 
     def __setstate__(self, state):
-        self.__init__(state.get("config", {}), state["workspace_limit"])
+        self.__init__(state.get("config", {}), state["workspace_limit"],
+                      state.get("min_layer_gain_us"))
 
 
 _SUCCESS = _lib.SUCCESS
@@ -205,6 +215,10 @@ _ROUTE_NO_PLAN = 2    # no plan now: PyTorch's own, ask again after _RECHECK_NO_
 _ROUTE_FRAMEWORK = 3  # the plan chose PyTorch's own: ask again after _RECHECK_FRAMEWORK_S
 _RECHECK_NO_PLAN_S = 0.25  # plans arrive in the background: pick them up soon
 _RECHECK_FRAMEWORK_S = 5.0  # re-planned only when timings change
+# convert()'s default min_layer_gain_us: what the library's path costs on the host per layer and
+# step over PyTorch's own (the autograd Function, the ctypes calls, the workspace): 38 us on the
+# H100 machine (bench/torch_adapter.py overhead, docs/torch-models.md), 17 us on a CPU.
+MIN_LAYER_GAIN_US = 40.0
 
 # What the hot path asks PyTorch, through the cheapest call each version has: these run per
 # convolution call, and the public wrappers cost microseconds (torch.cuda.current_stream makes a
@@ -247,7 +261,8 @@ class _Conv:
 
     __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
                  "dilation", "groups", "memory_format", "out_size", "dims", "data_type", "layout",
-                 "math", "kernels", "routes", "recheck", "workspace_bytes", "local")
+                 "math", "kernels", "routes", "recheck", "workspace_bytes", "local", "ops",
+                 "framework_layer", "layer_recheck")
 
     def __init__(self, runtime, context, x, weight, geometry, channels_last, math):
         self.runtime, self.context = runtime, context
@@ -268,6 +283,11 @@ class _Conv:
         self.recheck = [0.0, 0.0, 0.0]
         self.workspace_bytes = [0, 0, 0]
         self.local = [False, False, False]
+        self.ops = None  # the ops a training step runs (record(), prepare())
+        # The layer's plans save less than the library's path costs on the host: the whole
+        # layer runs PyTorch's own, as unconverted (decide_layer(), until layer_recheck).
+        self.framework_layer = False
+        self.layer_recheck = 0.0
 
     def shape(self, op):
         """The ucudnnConvShape_t of `op`."""
@@ -292,9 +312,14 @@ class _Conv:
 
     def all_framework(self, need_x, need_w):
         """True when every op of this call runs PyTorch's own now (each counted as such)."""
-        now = _monotonic()
         ops = (_lib.FORWARD,) + ((_lib.BACKWARD_DATA,) if need_x else ()) + (
             (_lib.BACKWARD_FILTER,) if need_w else ())
+        now = _monotonic()
+        if now >= self.layer_recheck:
+            self.decide_layer(ops, now)
+        if self.framework_layer:
+            self.runtime.skipped[1] += len(ops)
+            return True
         if not all(self._routed(op, now) for op in ops):
             return False
         for op in ops:
@@ -330,7 +355,7 @@ class _Conv:
 
     def _declare(self, op):
         shape = self.shape(op)
-        kernel = self.kernels[op] = self.context.kernel(shape, self.runtime.workspace_limit)
+        kernel = self.kernels[op] = self.context.kernel(shape, self.runtime.limit_of(shape))
         self.local[op] = bool(self.runtime.local_framework) and (
             _shape_key(shape) in self.runtime.local_framework)
         return kernel
@@ -369,8 +394,40 @@ class _Conv:
             ops.append(_lib.BACKWARD_DATA)
         if needs_w:
             ops.append(_lib.BACKWARD_FILTER)
+        self.ops = tuple(ops)
         recorded = self.runtime.recording.setdefault(self.device, [])
         recorded.extend(self.shape(op) for op in ops)
+
+    def forget_kernels(self):
+        """Its kernels declared anew at the next call (prepare(): the limits changed)."""
+        self.kernels = [None, None, None]
+        self.routes = [_ROUTE_ASK, _ROUTE_ASK, _ROUTE_ASK]
+        self.local = [False, False, False]
+        self.framework_layer = False
+        self.layer_recheck = 0.0
+
+    def decide_layer(self, ops, now):
+        """Whether the layer runs PyTorch's own whole: its plans for `ops` save less per step
+        than the runtime's min_layer_gain_us (the library's host cost per layer, which a
+        host-bound step pays). By the cluster's timings, so every rank decides alike; undecided
+        (the per-op routes) while a plan or PyTorch's time is missing."""
+        gain = self.plan_gain_ms(ops)
+        self.framework_layer = gain is not None and gain * 1e3 < self.runtime.min_layer_gain_us
+        self.layer_recheck = now + (_RECHECK_NO_PLAN_S if gain is None else _RECHECK_FRAMEWORK_S)
+
+    def plan_gain_ms(self, ops):
+        """What this layer's plans of `ops` save per call against PyTorch's own (device time),
+        or None while one has no plan or no PyTorch time yet."""
+        gain = 0.0
+        for op in ops:
+            kernel = self.kernels[op] or self._declare(op)
+            info = self.context.kernel_info(kernel)
+            if info["state"] == "framework" or self.local[op]:
+                continue
+            if info["state"] != "planned" or info["framework_ms"] <= 0:
+                return None
+            gain += max(0.0, info["framework_ms"] - info["predicted_ms"])
+        return gain
 
 
 def _output_size(dims, stride, padding, dilation):
@@ -654,7 +711,7 @@ class UcudnnConv2d(nn.Conv2d):
             input, weight = input.to(cast), weight.to(cast)
             bias = bias.to(cast) if bias is not None else None
         if _is_compiling():
-            if custom_ops_available():
+            if custom_ops_available() and not self._ucudnn_framework_layer:
                 y = torch.ops.ucudnn.conv2d(input, weight, list(self.stride), list(padding),
                                             list(self.dilation), self.groups,
                                             self._ucudnn_key)
@@ -712,26 +769,36 @@ class UcudnnConv2d(nn.Conv2d):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        if "_ucudnn_runtime" in state:  # unpickled: a key of this process
+        if "_ucudnn_runtime" in state:  # unpickled: a key of this process, nothing decided
             self._ucudnn_key = _module_key(self)
+            self._ucudnn_framework_layer = False
 
 
-def convert(model, workspace_limit=0, **config):
+def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
     """Runs every torch.nn.Conv2d of `model` (the model itself included) through ucudnn; the
     model is changed in place and returned. `config`: the library's options by their
     UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
     here (ValueError or TypeError naming the bad one). `framework` defaults to
     framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in
-    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). Subclasses of Conv2d are left
-    as they are (their forward may do more than a convolution)."""
+    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: a layer
+    runs the library's plans only where they save at least this much per step against
+    PyTorch's own (device time, by the cluster's timings; default MIN_LAYER_GAIN_US, about
+    the library's host cost per layer); elsewhere it runs PyTorch's own whole, as unconverted.
+    Subclasses of Conv2d are left as they are (their forward may do more than a
+    convolution)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"ucudnn.torch.convert: expected a torch.nn.Module, got {type(model)}")
     if isinstance(workspace_limit, bool) or not isinstance(workspace_limit, int) or (
             workspace_limit < 0):
         raise ValueError(f"ucudnn.torch.convert: workspace_limit must be an int >= 0, got "
                          f"{workspace_limit!r}")
+    if min_layer_gain_us is not None and (
+            isinstance(min_layer_gain_us, bool) or
+            not isinstance(min_layer_gain_us, (int, float)) or not min_layer_gain_us >= 0):
+        raise ValueError(f"ucudnn.torch.convert: min_layer_gain_us must be a number >= 0, got "
+                         f"{min_layer_gain_us!r}")
     config.setdefault("framework", framework_identity())
-    runtime = Runtime(config, workspace_limit)
+    runtime = Runtime(config, workspace_limit, min_layer_gain_us)
     custom_ops_available()  # registered now, not while torch.compile traces
     for module in model.modules():
         if type(module) is nn.Conv2d:
@@ -740,6 +807,7 @@ def convert(model, workspace_limit=0, **config):
             module._ucudnn_runtime = runtime
             module._ucudnn_convs = _ConvCache()
             module._ucudnn_key = _module_key(module)
+            module._ucudnn_framework_layer = False
     return model
 
 
@@ -749,7 +817,8 @@ def unconvert(model):
     for module in model.modules():
         if isinstance(module, UcudnnConv2d):
             module.__class__ = nn.Conv2d
-            for name in ("_ucudnn_runtime", "_ucudnn_convs", "_ucudnn_key"):
+            for name in ("_ucudnn_runtime", "_ucudnn_convs", "_ucudnn_key",
+                         "_ucudnn_framework_layer"):
                 module.__dict__.pop(name, None)
     return model
 
@@ -816,6 +885,10 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
     limits = {}
     if budget == "liveness":
         limits = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
+    for runtime in _runtimes(model):
+        runtime.kernel_limits = limits
+    for conv in _convs(model):
+        conv.forget_kernels()  # declared again with the limits now in force
     declared = measured = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
@@ -825,7 +898,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
         declared += len(shapes)
         by_limit = {}
         for shape in shapes:
-            limit = limits.get(_shape_key(shape), runtime.workspace_limit)
+            limit = runtime.limit_of(shape)
             by_limit.setdefault(limit, []).append(shape)
         for limit, group in sorted(by_limit.items()):
             context.prepare(group, limit)
@@ -842,7 +915,32 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
+    if wait_ms > 0:
+        _decide_layers(model)
     return {"kernels": declared, "measured": measured}
+
+
+def _decide_layers(model):
+    """prepare(), the plans in: each layer's decision (_Conv.decide_layer) for the ops its step
+    runs, also kept on the module for torch.compile, which then traces PyTorch's own convolution
+    for a layer decided so (a module attribute: dynamo guards on it)."""
+    now = _monotonic()
+    for module in model.modules():
+        convs = [c for c in getattr(module, "_ucudnn_convs", {}).values()
+                 if c is not None and c.ops]
+        for conv in convs:
+            conv.decide_layer(conv.ops, now)
+        if convs:
+            module._ucudnn_framework_layer = all(c.framework_layer for c in convs)
+
+
+def _convs(model):
+    """Every _Conv (a converted layer at one input signature) of `model`."""
+    for module in model.modules():
+        for conv in getattr(module, "_ucudnn_convs", {}).values():
+            if conv is not None:
+                yield conv
+
 
 
 def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
@@ -868,7 +966,7 @@ def _measure_framework(runtime, context, device, shapes):
     """Measures PyTorch's own time for the kernels whose plan does not know it and submits it
     (their plans are made again). (shared, [(shape, framework ms)]), or None: nothing to do."""
     unknown = [shape for shape in shapes
-               if context.kernel_info(context.kernel(shape, runtime.workspace_limit))[
+               if context.kernel_info(context.kernel(shape, runtime.limit_of(shape)))[
                    "framework_ms"] <= 0]
     if not unknown:
         return None
@@ -886,7 +984,7 @@ def _decide_locally(runtime, context, measured):
     """PyTorch's own convolution for the kernels whose plan is not faster than the measured time
     by FRAMEWORK_MARGIN: the planner's rule, applied in this process alone."""
     for shape, framework_ms in measured:
-        info = context.kernel_info(context.kernel(shape, runtime.workspace_limit))
+        info = context.kernel_info(context.kernel(shape, runtime.limit_of(shape)))
         if info["state"] != "planned" or (
                 info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN)):
             runtime.local_framework.add(_shape_key(shape))
@@ -942,6 +1040,26 @@ class _TF32:
         torch.backends.cudnn.allow_tf32 = self.saved
 
 
+# How long _hold_device() keeps the device busy: the host issues a measurement's calls meanwhile.
+_HOLD_MS = 20.0
+_sleep_cycles_per_ms = {}
+
+
+def _hold_device(device):
+    """Queues a kernel that keeps `device` busy for about _HOLD_MS (torch.cuda._sleep; nothing
+    where the PyTorch has none)."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cycles = _sleep_cycles_per_ms.get(index)
+    if cycles is None:
+        # The clock rate in kHz is cycles per ms; 1.5 GHz where the property is missing.
+        properties = torch.cuda.get_device_properties(index)
+        cycles = _sleep_cycles_per_ms[index] = getattr(properties, "clock_rate", 0) or 1_500_000
+    sleep(int(cycles * _HOLD_MS))
+
+
 def _time_call(call, device, repeats):
     """(median ms, interquartile spread ms) of `call` alone, after warm-up (which includes
     PyTorch's own cuDNN benchmark at the first call)."""
@@ -951,6 +1069,10 @@ def _time_call(call, device, repeats):
     if device.type == "cuda":
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(repeats)]
+        # Device time, as the worker measures a plan's: the calls queue up behind a sleeping
+        # kernel while the host issues them, so the device runs them back to back and a small
+        # kernel's time is not the host's time to launch it.
+        _hold_device(device)
         for start, end in events:
             start.record()
             call()
@@ -987,7 +1109,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
     for (runtime, device), shapes in recorded.items():
         context = runtime.context(device)
         for shape in _unique(shapes):
-            kernel = context.kernel(shape, runtime.workspace_limit)
+            kernel = context.kernel(shape, runtime.limit_of(shape))
             operands = _operands(shape, device)
             x, w, dy, _ = operands
             a, b, out = {_lib.FORWARD: (x, w, torch.empty_like(dy)),
@@ -1176,6 +1298,7 @@ def report(model):
                 if kernel is None:
                     continue
                 rows.append({"op": op, "dims": conv.dims, "groups": conv.groups,
-                             "route": ("ask", "plan", "no_plan", "framework")[conv.routes[op]],
+                             "route": "framework_layer" if conv.framework_layer else (
+                                 "ask", "plan", "no_plan", "framework")[conv.routes[op]],
                              **conv.context.kernel_info(kernel)})
     return rows
