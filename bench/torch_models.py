@@ -107,6 +107,13 @@ def parse_args(argv):
     grads = sub.add_parser("grads", help="one step's gradients, converted against native")
     model_args(grads)
 
+    curve = sub.add_parser("curve", help="the step's time-memory curve (issue 21): JSON, and "
+                           "with --svg a picture")
+    model_args(curve)
+    curve.add_argument("--native-peak-mib", type=float, default=0.0,
+                       help="native's step peak (PyTorch's counter), for the native point")
+    curve.add_argument("--svg", default="", help="also draw the curve into this file")
+
     warm = sub.add_parser("warm", help="only the suite's warm-up: every plan of the rows' "
                           "models in the database, PyTorch's own timed")
     warm.add_argument("--server", required=True, help="planner HOST:PORT")
@@ -229,7 +236,8 @@ def run_one(args):
     cuda = device.type == "cuda"
     if cuda and args.cap_gib > 0:
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total), device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total), index)
     if cuda:
         free, total = torch.cuda.mem_get_info(device)
         baseline_used = total - free  # the CUDA context and whatever else is on the card
@@ -395,6 +403,42 @@ def grads_one(args):
             "worst_rel_error": worst, "tolerance": GRAD_RTOL[args.precision],
             "ok": worst <= GRAD_RTOL[args.precision], "planned_calls": stats["planned_calls"],
             "errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:10])}
+
+
+# ---- the step's time-memory curve ----------------------------------------------------------------
+def curve_one(args):
+    """ucudnn.torch.step_curve() of the model's step: the predicted convolution time at each
+    budget above the step's peak without workspace, the native point (PyTorch's own time of
+    every call of the step, from the cluster's timings, at --native-peak-mib) marked."""
+    torch, model, data, labels, device, amp, batch = build(args)
+    ut = load_adapter()
+    from ucudnn import curve as ucurve
+    options = dict(option.split("=", 1) for option in args.option)
+    ut.convert(model, **options)
+    wait_ms = int(args.prepare_wait_s * 1000)
+    with autocast(torch, device, amp):
+        ut.prepare(model, data, wait_ms=wait_ms)
+        profile = ut.memory_profile(model, data)
+        result = ut.step_curve(model, data, wait_ms=wait_ms, profile=profile)
+    framework = {}
+    for row in ut.report(model):
+        framework[(row["op"], tuple(row["dims"]), row["groups"])] = row["framework_ms"]
+    native_ms = 0.0
+    for key, _, _ in profile["calls"]:
+        shape = ut._lib.ConvShape(*key)
+        dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
+        native_ms += framework.get((shape.op, dims, shape.groups), 0.0)
+    if args.native_peak_mib > 0 and native_ms > 0:
+        result["native"] = {"peak_bytes": int(args.native_peak_mib * 2**20), "conv_ms": native_ms}
+    title = f"{args.model} {args.precision} batch {batch}: predicted convolution time of a step"
+    if args.svg:
+        with open(args.svg, "w") as f:
+            f.write(ucurve.format_svg(result, title))
+    print(ucurve.format_table(result), file=sys.stderr)
+    return {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "batch": batch, "calls": len(profile["calls"]), "curve": result,
+            "table": ucurve.format_table(result)}
 
 
 # ---- the suite -----------------------------------------------------------------------------------
@@ -593,7 +637,8 @@ def main(argv=None):
         for error in errors:
             print(f"[torch_models] ERROR: {error}", file=sys.stderr)
         return 1 if errors else 0
-    result = {"run": run_one, "kernels": kernels_one, "grads": grads_one}[args.command](args)
+    result = {"run": run_one, "kernels": kernels_one, "grads": grads_one,
+              "curve": curve_one}[args.command](args)
     torch_common.emit(result, args.json_out, indent=1)
     return 0
 

@@ -13,7 +13,7 @@
 #          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
-#          -- ROW [ROW ...]
+#          [--step-memory MODEL:PRECISION ...] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
 #     --grads one step's gradients, converted against native (grads_*.json); --after-restore-sql
@@ -21,7 +21,9 @@
 #     after the suite and within the budget, fills the database with those models' plans and
 #     PyTorch's own times for the next machine (warm_db.sql.gz); --overhead first measures the
 #     adapter's host time per layer and step (bench/torch_adapter.py overhead: overhead.json in
-#     runs.tar.gz), what prepare()'s min_layer_gain_us stands for.
+#     runs.tar.gz), what convert()'s min_layer_gain_us stands for; --step-memory first runs
+#     bench/step_memory.py for those models (issue 21: liveness budgets, caps, the curve):
+#     step_memory.json and curve_*.svg.
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
 #     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
 #
@@ -41,6 +43,8 @@ kernel_rows=()
 grad_rows=()
 then_warm=()
 overhead=0
+memory_rows=()
+memory_args=()
 after_restore_sql=""
 backend=cudnn
 device=cuda
@@ -56,15 +60,18 @@ while [ $# -gt 0 ]; do
     --grads) grad_rows+=("$2"); shift 2 ;;
     --then-warm) then_warm+=("$2"); shift 2 ;;
     --overhead) overhead=1; shift ;;
+    --step-memory) memory_rows+=("$2"); shift 2 ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
-    --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1); shift ;;
+    --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1)
+      memory_args+=(--batch 4 --image-size 64 --steps 4 --wait-s 20); shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) bundle="$1"; shift ;;
   esac
 done
-[ $# -gt 0 ] || { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
+[ $# -gt 0 ] || [ "${#memory_rows[@]}" -gt 0 ] ||
+  { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
 results="${OUT:-$(pwd)/torch-models-results}"
 runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
 mkdir -p "$results"
@@ -110,13 +117,21 @@ for k in "${kernel_rows[@]}"; do
     --json-out "$runs/kernels_${k//:/_}.json" >>"$runs/runs.log" 2>&1 ||
     { log "kernels $k failed (runs.log)"; rc=1; }
 done
+if [ "${#memory_rows[@]}" -gt 0 ]; then
+  left=$((budget_s - (SECONDS - started)))
+  timeout "$left" "$python" "$root/bench/step_memory.py" --server "$server_addr" \
+    --out "$results" --runs-dir "$runs" --device "$device" "${memory_args[@]}" \
+    --rows "${memory_rows[@]}" 2>&1 |
+    tee -a "$results/stack.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
 left=$((budget_s - (SECONDS - started)))
-if [ "$left" -gt 10 ]; then
+if [ "$left" -gt 10 ] && [ $# -gt 0 ]; then
   timeout "$left" "$python" "$root/bench/torch_models.py" suite --server "$server_addr" \
     --out "$results" --runs-dir "$runs" --device "$device" "${suite_args[@]}" --rows "$@" 2>&1 |
     tee "$results/torch_models.md"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-else
+elif [ $# -gt 0 ]; then
   log "no time left for the suite (--budget-s $budget_s)"; rc=1
 fi
 left=$((budget_s - (SECONDS - started)))

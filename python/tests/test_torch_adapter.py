@@ -673,6 +673,30 @@ class FrameworkPlanTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "min_layer_gain_us must be a number >= 0"):
                 ut.convert(model, min_layer_gain_us=bad)
 
+    def test_a_plan_chosen_for_memory_keeps_its_layer(self):
+        torch.manual_seed(36)
+        reference = nn.Conv2d(3, 4, 3, padding=1)
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        cache, count = self.write(model, x, lambda s: False)
+        real_info = _lib.Context.kernel_info
+
+        def info(context, handle):
+            # Slower than PyTorch's own, planned all the same: PyTorch's workspace did not fit.
+            got = dict(real_info(context, handle))
+            got.update(state="planned", predicted_ms=0.2, framework_ms=0.1)
+            return got
+
+        ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY,
+                   min_layer_gain_us=1000.0)
+        with mock.patch.object(_lib.Context, "kernel_info", autospec=True, side_effect=info):
+            ut.prepare(model, x, wait_ms=200, measure_framework=False)
+            self.assertFalse(model._ucudnn_framework_layer)
+            assert_same_step(self, model, reference, x)
+        stats = ut.stats(model)
+        self.assertEqual(stats["framework_calls"], 0, stats)
+        self.assertGreater(stats["planned_calls"], 0, stats)
+
     def test_plans_of_another_framework_are_not_used(self):
         torch.manual_seed(33)
         reference = nn.Conv2d(3, 4, 3, padding=1)

@@ -38,10 +38,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _lib
+from . import curve as _curve
 
 __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
            "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
-           "liveness_limits", "CONFIG_KEYS"]
+           "liveness_limits", "step_curve", "CONFIG_KEYS"]
 
 # Keyword arguments of convert() and the variables they set (ClientConfig's names).
 CONFIG_KEYS = ("server", "token", "tls", "ca_file", "policy", "workspace_mode", "workspace_bytes",
@@ -426,7 +427,11 @@ class _Conv:
                 continue
             if info["state"] != "planned" or info["framework_ms"] <= 0:
                 return None
-            gain += max(0.0, info["framework_ms"] - info["predicted_ms"])
+            if info["predicted_ms"] >= info["framework_ms"] * (1 - FRAMEWORK_MARGIN):
+                # The plan was chosen though not faster: PyTorch's own needs more workspace than
+                # the kernel's limit. The layer keeps its plans.
+                return float("inf")
+            gain += info["framework_ms"] - info["predicted_ms"]
         return gain
 
 
@@ -871,9 +876,10 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
     """Declares every kernel of a training step (kernels()) and plans them now: in the total
     modes, the whole network under one budget. `sample_inputs` at the training batch size.
     `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
-    With `measure_framework` (and wait_ms > 0), PyTorch's own time is measured for the kernels
-    the cluster has no measurement of, and submitted so that every job of this framework on this
-    device plans with it; without a server or token the measurement decides for this process
+    With `measure_framework` (and wait_ms > 0), PyTorch's own time and workspace are measured
+    for the kernels the cluster has no measurement of (this resets the device's peak memory
+    counter), and submitted so that every job of this framework on this device plans with them
+    (PyTorch's own is a candidate only where its workspace fits the kernel's limit); without a server or token the measurement decides for this process
     alone. `budget`: "fixed" (each kernel's limit is the configured one) or "liveness" (per-kernel
     mode, CUDA: each kernel may use what is free at its point of the step, memory_profile() and
     liveness_limits(), plus `above_peak` bytes over the step's peak without workspace; default:
@@ -963,8 +969,10 @@ _FIRST_ANSWER_MS = 5000
 
 
 def _measure_framework(runtime, context, device, shapes):
-    """Measures PyTorch's own time for the kernels whose plan does not know it and submits it
-    (their plans are made again). (shared, [(shape, framework ms)]), or None: nothing to do."""
+    """Measures PyTorch's own time and workspace for the kernels whose plan does not know them
+    and submits them (their plans are made again: PyTorch's own is a candidate only where its
+    workspace fits the kernel's limit). (shared, [(shape, framework ms, workspace bytes)]), or
+    None: nothing to do."""
     unknown = [shape for shape in shapes
                if context.kernel_info(context.kernel(shape, runtime.limit_of(shape)))[
                    "framework_ms"] <= 0]
@@ -973,18 +981,22 @@ def _measure_framework(runtime, context, device, shapes):
     timings = [_time_framework(shape, device) for shape in unknown]
     try:
         context.submit_framework_timings(unknown, [t[0] for t in timings],
-                                         [t[1] for t in timings], [0] * len(unknown))
+                                         [t[1] for t in timings], [t[2] for t in timings])
         shared = True
     except _lib.ShapeError:
         shared = False  # no server or token: this process decides alone (_decide_locally)
-    return shared, [(shape, t[0]) for shape, t in zip(unknown, timings)]
+    return shared, [(shape, t[0], t[2]) for shape, t in zip(unknown, timings)]
 
 
 def _decide_locally(runtime, context, measured):
     """PyTorch's own convolution for the kernels whose plan is not faster than the measured time
-    by FRAMEWORK_MARGIN: the planner's rule, applied in this process alone."""
-    for shape, framework_ms in measured:
-        info = context.kernel_info(context.kernel(shape, runtime.limit_of(shape)))
+    by FRAMEWORK_MARGIN, where PyTorch's workspace fits the kernel's limit: the planner's rule,
+    applied in this process alone."""
+    for shape, framework_ms, workspace in measured:
+        limit = runtime.limit_of(shape)
+        if limit and workspace > limit:
+            continue
+        info = context.kernel_info(context.kernel(shape, limit))
         if info["state"] != "planned" or (
                 info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN)):
             runtime.local_framework.add(_shape_key(shape))
@@ -1090,11 +1102,29 @@ def _time_call(call, device, repeats):
 
 
 def _time_framework(shape, device, repeats=15, operands=None):
-    """PyTorch's own time for `shape` at its full batch: (median ms, spread ms), on `operands`
-    (_operands()) or new ones."""
+    """PyTorch's own time and workspace for `shape` at its full batch: (median ms, spread ms,
+    workspace bytes), on `operands` (_operands()) or new ones."""
     x, w, dy, geometry = operands or _operands(shape, device)
+    call = _framework_call(shape, x, w, dy, geometry)
     with _TF32(shape), torch.no_grad():
-        return _time_call(_framework_call(shape, x, w, dy, geometry), device, repeats)
+        ms, spread = _time_call(call, device, repeats)
+        return ms, spread, _framework_workspace(call, device)
+
+
+def _framework_workspace(call, device):
+    """The bytes one call of PyTorch's own (after its benchmark) takes from the caching allocator
+    beyond its results: cuDNN's workspace. 0 off CUDA. Resets the device's peak counter."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    results = call()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    results = results if isinstance(results, (tuple, list)) else (results,)
+    kept = sum(t.numel() * t.element_size() for t in results if torch.is_tensor(t))
+    return max(0, peak - before - kept)
 
 
 def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_type="cuda"):
@@ -1115,7 +1145,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
             a, b, out = {_lib.FORWARD: (x, w, torch.empty_like(dy)),
                          _lib.BACKWARD_DATA: (dy, w, torch.empty_like(x)),
                          _lib.BACKWARD_FILTER: (x, dy, torch.empty_like(w))}[shape.op]
-            framework_ms, framework_spread = _time_framework(shape, device, repeats, operands)
+            framework_ms, framework_spread, _ = _time_framework(shape, device, repeats, operands)
             info = context.kernel_info(kernel)
             needed = context.kernel_workspace_size(kernel)
             plan_ms = None
@@ -1257,6 +1287,56 @@ def liveness_limits(profile, above_peak, floor=0, quantize=True):
             rounded = 1 << (limit.bit_length() - 1) if limit > 0 else 0
             limits[key] = max(rounded, min(limit, above_peak))
     return {key: max(limit, floor) for key, limit in limits.items()}
+
+
+def step_curve(model, *sample_inputs, budgets=None, wait_ms=30000, loss_fn=None, profile=None,
+               native=None):
+    """The step's time-memory curve (issue 21): for each budget above the step's peak without
+    workspace (bytes; default curve.DEFAULT_BUDGETS, None is unlimited), each kernel's liveness
+    limit (liveness_limits), its plan at that limit (asked for here, waiting up to wait_ms), and
+    the step's predicted convolution time and peak (curve.curve_points). `profile`:
+    memory_profile()'s, taken here when None. `native`: {"peak_bytes", "conv_ms"} of the native
+    step when known, marked by curve.format_table and curve.format_svg. Returns
+    {"base_peak_bytes", "points", "native"}."""
+    runtime = _runtimes(model)[0]
+    mode = runtime.config.get("workspace_mode", "per_kernel")
+    if mode != "per_kernel":
+        raise ValueError("ucudnn.torch.step_curve: each kernel gets its own limit: it needs "
+                         f"workspace_mode='per_kernel', not {mode!r}")
+    budgets = list(_curve.DEFAULT_BUDGETS if budgets is None else budgets)
+    for budget in budgets:
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or
+                                   budget < 0):
+            raise ValueError(f"ucudnn.torch.step_curve: a budget is bytes >= 0 or None "
+                             f"(unlimited), got {budget!r}")
+    devices = [t.device for t in sample_inputs if torch.is_tensor(t)]
+    if not devices:
+        raise ValueError("ucudnn.torch.step_curve: give the step's sample inputs")
+    if profile is None:
+        profile = memory_profile(model, *sample_inputs, loss_fn=loss_fn)
+    context = runtime.context(devices[0])
+    if context is None:
+        raise ValueError(f"ucudnn.torch.step_curve: no backend for {devices[0]}")
+    limits = {}
+    for budget in budgets:
+        above = _curve.UNLIMITED_BYTES if budget is None else budget
+        limits[budget] = {key: min(limit, _curve.UNLIMITED_BYTES)
+                          for key, limit in liveness_limits(profile, above).items()}
+    by_limit = {}
+    for per_kernel in limits.values():
+        for key, limit in per_kernel.items():
+            by_limit.setdefault(limit, set()).add(key)
+    for limit, keys in sorted(by_limit.items()):
+        context.prepare([_lib.ConvShape(*key) for key in sorted(keys)], limit)
+    context.wait_for_plans(wait_ms)
+
+    def plan_of(key, limit):
+        info = context.kernel_info(context.kernel(_lib.ConvShape(*key), limit))
+        return info["state"], info["predicted_ms"], info["workspace_bytes"]
+
+    return {"base_peak_bytes": _curve.base_peak(profile),
+            "points": _curve.curve_points(profile, budgets, limits.__getitem__, plan_of),
+            "native": native}
 
 
 def wait_for_plans(model, timeout_ms):

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""The step's memory against its time (issue 21): real models (bench/torch_models.py's runs, each
+in a process of its own), native PyTorch against ucudnn.torch planned with per-kernel budgets
+from the step's liveness (prepare(budget="liveness")), unlimited and under process memory caps
+from native's unlimited peak down to the converted 64 MiB plan's peak + 2%, and the step's
+predicted time-memory curve (torch_models.py curve).
+
+    step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
+
+DIR/step_memory.json: {"device", "rows": [{"model", "precision", "batch", "native_cap_gib"
+(null: unlimited), "native_ms", "native_peak_mib", "converted_ms", "converted_peak_mib",
+"converted_64mib_peak_mib", ...}], "curves": {"MODEL:PRECISION": curve}}, with DIR/curve_*.svg.
+Peaks are PyTorch's counter (max_memory_allocated); the device-level peaks are extra keys.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_models  # noqa: E402
+
+# The tightest cap: the converted 64 MiB plan's peak times this (the issue's "+ 2%").
+TIGHTEST_MARGIN = 1.02
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", required=True, help="planner HOST:PORT")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rows", nargs="+", required=True, metavar="MODEL:PRECISION")
+    parser.add_argument("--caps", type=int, default=3,
+                        help="cap levels from native's unlimited peak down to the tightest")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=0)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--wait-s", type=float, default=60.0,
+                        help="how long a converted run waits for its plans")
+    parser.add_argument("--run-timeout-s", type=float, default=240.0)
+    parser.add_argument("--runs-dir", default="", help="each run's JSON and runs.log "
+                        "(default: --out)")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args(argv)
+    for row in args.rows:
+        try:
+            torch_models.parse_row(row)
+        except ValueError as e:
+            parser.error(str(e))
+    if args.caps < 1:
+        parser.error("--caps must be >= 1")
+    return args
+
+
+def cap_levels(native_peak_mib, converted_peak_mib, count):
+    """`count` caps (GiB) from just above native's unlimited peak (TIGHTEST_MARGIN over it: a
+    cap at the peak itself leaves the allocator no slack) down to the converted 64 MiB plan's
+    peak + 2%, evenly spaced; one cap when the two peaks meet."""
+    top = native_peak_mib * TIGHTEST_MARGIN
+    bottom = min(native_peak_mib, converted_peak_mib) * TIGHTEST_MARGIN
+    if count == 1 or top - bottom < 1:
+        return [bottom / 1024]
+    step = (top - bottom) / (count - 1)
+    return [(top - i * step) / 1024 for i in range(count)]
+
+
+def side(result, prefix):
+    """A run's figures under `prefix` ("native", "converted"), or its error."""
+    if "error" in result:
+        return {f"{prefix}_error": result["error"]}
+    return {f"{prefix}_ms": result["median_step_ms"],
+            f"{prefix}_peak_mib": result.get("max_memory_allocated_mib"),
+            f"{prefix}_device_peak_mib": result.get("device_peak_mib"),
+            f"{prefix}_calls_per_step": {k: v for k, v in result.get("calls_per_step", {}).items()
+                                         if v}}
+
+
+def run_row(args, row, curves):
+    model, precision = torch_models.parse_row(row)[:2]
+    tag = f"{model}_{precision}"
+    common = ["--model", model, "--precision", precision, "--device", args.device,
+              "--image-size", str(args.image_size)] + (
+        ["--batch", str(args.batch)] if args.batch else [])
+    wait_ms = int(args.wait_s * 1000)
+    converted = common + [f"--option=server={args.server}", "--option=cache_path=off",
+                          f"--option=server_wait_ms={wait_ms}",
+                          f"--option=deadline_ms={wait_ms + 30000}",
+                          "--prepare-wait-s", str(args.wait_s)]
+
+    def run(name, extra):
+        return torch_models.run_process(args, f"{tag}_{name}",
+                                        ["run", "--steps", str(args.steps)] + extra)
+
+    native = run("native", common)
+    curves.setdefault("_device", native.get("device_name"))
+    fixed = run("converted_64mib", converted + ["--mode", "ucudnn",
+                                                "--option=workspace_bytes=64MiB"])
+    liveness = run("converted_liveness", converted + ["--mode", "ucudnn", "--budget",
+                                                      "liveness"])
+    batch = native.get("batch") or torch_models.MODELS[model][1]
+    base = {"model": model, "precision": precision, "batch": batch,
+            "converted_64mib_peak_mib": fixed.get("max_memory_allocated_mib"),
+            "converted_64mib_ms": fixed.get("median_step_ms")}
+    rows = [dict(base, native_cap_gib=None, **side(native, "native"),
+                 **side(liveness, "converted"))]
+    curve = torch_models.run_process(
+        args, f"{tag}_curve", ["curve"] + converted + [
+            "--native-peak-mib", str(native.get("max_memory_allocated_mib", 0)),
+            "--svg", os.path.join(args.out, f"curve_{tag}.svg")])
+    curves[row] = curve.get("curve", curve)
+    if "max_memory_allocated_mib" not in native or "max_memory_allocated_mib" not in fixed:
+        return rows  # a run failed, or no CUDA device: no caps
+    for cap in cap_levels(native["max_memory_allocated_mib"], fixed["max_memory_allocated_mib"],
+                          args.caps):
+        capped = ["--cap-gib", f"{cap:.3f}"]
+        rows.append(dict(base, native_cap_gib=round(cap, 3),
+                         **side(run(f"native_cap{cap:.1f}", common + capped), "native"),
+                         **side(run(f"converted_liveness_cap{cap:.1f}",
+                                    converted + ["--mode", "ucudnn", "--budget", "liveness"] +
+                                    capped), "converted")))
+    return rows
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.runs_dir = args.runs_dir or args.out
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.runs_dir, exist_ok=True)
+    rows, curves = [], {}
+    for row in args.rows:
+        rows += run_row(args, row, curves)
+        device = curves.get("_device") or args.device
+        with open(os.path.join(args.out, "step_memory.json"), "w") as f:
+            json.dump({"device": device, "rows": rows,
+                       "curves": {k: v for k, v in curves.items() if k != "_device"}}, f,
+                      indent=1)
+    for r in rows:
+        cap = "unlimited" if r["native_cap_gib"] is None else f"{r['native_cap_gib']:.2f} GiB"
+        print(f"{r['model']}:{r['precision']} {cap}: native {r.get('native_ms')} ms "
+              f"{r.get('native_peak_mib')} MiB, converted {r.get('converted_ms')} ms "
+              f"{r.get('converted_peak_mib')} MiB", file=sys.stderr)
+    return 1 if any("native_error" in r or "converted_error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
