@@ -606,13 +606,18 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertEqual(stats["framework_calls"], 2 * 3, stats)
         self.assertEqual(stats["planned_calls"], 0, stats)
 
-    def test_without_a_server_the_measurement_decides_for_this_process(self):
-        torch.manual_seed(34)
+    def two_planned_layers(self, seed):
+        """(reference, model, x, plan cache, kernels): two layers, every kernel planned (at 1 ms
+        a segment: far slower than PyTorch's own at these sizes)."""
+        torch.manual_seed(seed)
         reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))
         model = copy.deepcopy(reference)
         x = torch.randn(4, 3, 9, 9)
-        # Plans predicted at 1 ms a segment: far slower than PyTorch's own at these sizes.
         cache, count = self.write(model, x, lambda s: False)
+        return reference, model, x, cache, count
+
+    def test_without_a_server_the_measurement_decides_for_this_process(self):
+        reference, model, x, cache, count = self.two_planned_layers(34)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         result = ut.prepare(model, x, wait_ms=200)
         self.assertEqual(result, {"kernels": count, "measured": count})
@@ -625,11 +630,7 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertEqual(stats["framework_calls"], count + 1, stats)
 
     def test_a_layer_whose_plans_save_little_runs_pytorchs_own_whole(self):
-        torch.manual_seed(35)
-        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))
-        model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9)
-        cache, count = self.write(model, x, lambda s: False)
+        reference, model, x, cache, count = self.two_planned_layers(35)
         real_info, real_kernel = _lib.Context.kernel_info, _lib.Context.kernel
         channels = {}  # kernel handle -> its input's channels
 

@@ -879,8 +879,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
     With `measure_framework` (and wait_ms > 0), PyTorch's own time and workspace are measured
     for the kernels the cluster has no measurement of (this resets the device's peak memory
     counter), and submitted so that every job of this framework on this device plans with them
-    (PyTorch's own is a candidate only where its workspace fits the kernel's limit); without a server or token the measurement decides for this process
-    alone. `budget`: "fixed" (each kernel's limit is the configured one) or "liveness" (per-kernel
+    (PyTorch's own is a candidate only where its workspace fits the kernel's limit); without a
+    server or token the measurement decides for this process alone. `budget`: "fixed" (each kernel's limit is the configured one) or "liveness" (per-kernel
     mode, CUDA: each kernel may use what is free at its point of the step, memory_profile() and
     liveness_limits(), plus `above_peak` bytes over the step's peak without workspace; default:
     the configured workspace_bytes, else 64 MiB; `loss_fn` makes the profiled step's loss from
