@@ -95,7 +95,7 @@ def run_row(args, row, curves):
 
     native = run("native", common)
     curves.setdefault("_device", native.get("device_name"))
-    fixed = run("converted_64mib", converted + ["--mode", "ucudnn",
+    fixed = run("converted_64mib", converted + ["--mode", "ucudnn", "--budget", "fixed",
                                                 "--option=workspace_bytes=64MiB"])
     liveness = run("converted_liveness", converted + ["--mode", "ucudnn", "--budget",
                                                       "liveness"])

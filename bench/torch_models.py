@@ -94,8 +94,8 @@ def parse_args(argv):
     run.add_argument("--compile", default="", choices=COMPILE_MODES)
     run.add_argument("--cap-gib", type=float, default=0.0,
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
-    run.add_argument("--budget", default="fixed", choices=("fixed", "liveness"),
-                     help="ucudnn: prepare()'s per-kernel budgets")
+    run.add_argument("--budget", default="auto", choices=("auto", "fixed", "liveness"),
+                     help="ucudnn: prepare()'s per-kernel budgets (default: prepare()'s)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")

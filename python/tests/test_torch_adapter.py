@@ -620,7 +620,7 @@ class FrameworkPlanTest(unittest.TestCase):
         reference, model, x, cache, count = self.two_planned_layers(34)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         result = ut.prepare(model, x, wait_ms=200)
-        self.assertEqual(result, {"kernels": count, "measured": count})
+        self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed"})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
@@ -656,7 +656,7 @@ class FrameworkPlanTest(unittest.TestCase):
                         mock.patch.object(_lib.Context, "kernel", autospec=True,
                                           side_effect=kernel):
                     result = ut.prepare(model, x, wait_ms=200)
-                self.assertEqual(result, {"kernels": count, "measured": 0})
+                self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed"})
                 # Kept on the module for torch.compile.
                 self.assertEqual([model[0]._ucudnn_framework_layer,
                                   model[2]._ucudnn_framework_layer],
@@ -798,12 +798,34 @@ class LivenessTest(unittest.TestCase):
         with mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel):
             model(x).sum().backward()
         self.assertEqual(asked, expected)
-        with self.assertRaisesRegex(ValueError, "budget must be 'fixed' or 'liveness'"):
+        with self.assertRaisesRegex(ValueError, "budget must be 'auto', 'fixed' or 'liveness'"):
             ut.prepare(model, x, budget="peak")
         total = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off",
                            workspace_mode="total")
         with self.assertRaisesRegex(ValueError, "needs workspace_mode='per_kernel'"):
             ut.prepare(total, x, budget="liveness")
+
+
+    def test_auto_is_liveness_on_cuda_in_per_kernel_mode(self):
+        class OnCuda(torch.Tensor):  # a CPU tensor that says it is on CUDA
+            @property
+            def is_cuda(self):
+                return True
+
+        model = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off")
+        total = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off",
+                           workspace_mode="total")
+        x = torch.randn(2, 3, 5, 5)
+        self.assertEqual(ut._auto_budget(model, (x,)), "fixed")
+        self.assertEqual(ut._auto_budget(model, (x.as_subclass(OnCuda),)), "liveness")
+        self.assertEqual(ut._auto_budget(total, (x.as_subclass(OnCuda),)), "fixed")
+        # A step whose output is no tensor cannot be profiled without loss_fn: fixed, warned.
+        with mock.patch.object(ut, "_auto_budget", return_value="liveness"), \
+                mock.patch.object(ut, "memory_profile",
+                                  side_effect=AttributeError("'dict' has no attribute 'float'")):
+            with self.assertWarnsRegex(UserWarning, "could not be profiled"):
+                result = ut.prepare(model, x)
+        self.assertEqual(result["budget"], "fixed")
 
 
 class ReadmeTest(unittest.TestCase):

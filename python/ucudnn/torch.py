@@ -31,6 +31,7 @@ when convert() is called.
 
 import re
 import time
+import warnings
 import weakref
 
 import torch
@@ -871,7 +872,7 @@ def _unique(shapes):
     return unique
 
 
-def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fixed",
+def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="auto",
             above_peak=None, loss_fn=None):
     """Declares every kernel of a training step (kernels()) and plans them now: in the total
     modes, the whole network under one budget. `sample_inputs` at the training batch size.
@@ -880,16 +881,29 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
     for the kernels the cluster has no measurement of (this resets the device's peak memory
     counter), and submitted so that every job of this framework on this device plans with them
     (PyTorch's own is a candidate only where its workspace fits the kernel's limit); without a
-    server or token the measurement decides for this process alone. `budget`: "fixed" (each kernel's limit is the configured one) or "liveness" (per-kernel
-    mode, CUDA: each kernel may use what is free at its point of the step, memory_profile() and
-    liveness_limits(), plus `above_peak` bytes over the step's peak without workspace; default:
-    the configured workspace_bytes, else 64 MiB; `loss_fn` makes the profiled step's loss from
-    the output). Returns {"kernels": declared, "measured": framework timings taken here}."""
-    if budget not in ("fixed", "liveness"):
-        raise ValueError(f"ucudnn.torch.prepare: budget must be 'fixed' or 'liveness', got "
-                         f"{budget!r}")
+    server or token the measurement decides for this process alone. `budget`: "fixed" (each
+    kernel's limit is the configured one), "liveness" (per-kernel mode, CUDA: each kernel may use
+    what is free at its point of the step, memory_profile() and liveness_limits(), plus
+    `above_peak` bytes over the step's peak without workspace; default: the configured
+    workspace_bytes, else 64 MiB; `loss_fn` makes the profiled step's loss from the output), or
+    "auto" (the default): liveness where it applies (per-kernel mode, CUDA inputs), else fixed;
+    a step that cannot be profiled without a loss_fn (an output that is not a tensor) falls back
+    to fixed with a warning. Returns {"kernels": declared, "measured": framework timings taken
+    here, "budget": the budget used}."""
+    if budget not in ("auto", "fixed", "liveness"):
+        raise ValueError(f"ucudnn.torch.prepare: budget must be 'auto', 'fixed' or 'liveness', "
+                         f"got {budget!r}")
     limits = {}
-    if budget == "liveness":
+    if budget == "auto":
+        budget = _auto_budget(model, sample_inputs)
+        if budget == "liveness":
+            try:
+                limits = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
+            except (AttributeError, TypeError) as e:
+                warnings.warn(f"ucudnn.torch.prepare: the step could not be profiled ({e}); "
+                              "each kernel gets the configured limit (give loss_fn)")
+                budget = "fixed"
+    elif budget == "liveness":
         limits = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
     for runtime in _runtimes(model):
         runtime.kernel_limits = limits
@@ -923,7 +937,16 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="fi
             _decide_locally(runtime, context, not_shared[1])
     if wait_ms > 0:
         _decide_layers(model)
-    return {"kernels": declared, "measured": measured}
+    return {"kernels": declared, "measured": measured, "budget": budget}
+
+
+def _auto_budget(model, sample_inputs):
+    """prepare(budget="auto"): "liveness" when every converted layer plans per kernel and the step
+    runs on CUDA (the memory profile reads PyTorch's CUDA counter), else "fixed"."""
+    per_kernel = all(r.config.get("workspace_mode", "per_kernel") == "per_kernel"
+                     for r in _runtimes(model))
+    cuda = any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs)
+    return "liveness" if per_kernel and cuda else "fixed"
 
 
 def _decide_layers(model):
