@@ -278,8 +278,9 @@ class Session {
   // PlannerLoop(), restarted after anything it throws.
   void PlannerMain();
   void PlannerLoop();
-  // With mutex_ held: takes the due per-kernel requests of one limit out of pending_ (at most one
-  // request's worth); `wake` becomes the earliest time a kernel left there is due.
+  // With mutex_ held: takes the due per-kernel requests out of pending_ (at most one request's
+  // worth; of one limit only where the source answered without per-kernel limits); `wake`
+  // becomes the earliest time a kernel left there is due.
   std::vector<Pending> TakeDueKernels(Clock::time_point now, Clock::time_point& wake);
   // Each returns with the lock held. They drop it around the call to the source.
   void RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vector<Pending>& batch);
@@ -292,10 +293,10 @@ class Session {
   // GetPlan with exceptions turned into errors and the answer's size checked.
   Result<NetworkPlan> AskSource(const PlanRequest& request);
   // With mutex_ held from here on.
-  // The source's answer for one kernel of a per-kernel request (at `position`): published,
-  // waiting again, or infeasible.
+  // The source's answer for one kernel of a per-kernel request (at `position`; the request's
+  // limit `request_limit`): published, waiting again, or infeasible.
   void AcceptKernelPlan(Pending& pending, const KernelPlan& kernel_plan, size_t position,
-                        uint64_t limit, uint64_t asked_epoch);
+                        uint64_t request_limit, uint64_t asked_epoch);
   // A failed request counted, warned about once until the source answers again (`what`: "plans",
   // "network plan"); NoteRequestAnswered() ends the warning.
   void NoteRequestFailed(const Status& failure, std::string_view what);
@@ -403,6 +404,9 @@ class Session {
   uint64_t planned_generation_ = 0;                // generation of the last network answer
   bool network_retry_ = false;                     // the last answer lacked kernels
   bool network_skip_cache_ = false;                // the next network request goes to the source
+  // The source answered a kernel's own limit without echoing it (a server older than
+  // Kernel.workspace_limit_bytes): one request per limit from then on.
+  bool one_limit_per_request_ = false;
   bool prepared_ = false;
   Clock::time_point last_new_kernel_{};
   Clock::time_point network_due_{};

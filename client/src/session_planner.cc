@@ -145,12 +145,14 @@ void Session::PlannerLoop() {
 
 std::vector<Session::Pending> Session::TakeDueKernels(Clock::time_point now,
                                                       Clock::time_point& wake) {
-  // Every due kernel with the limit of the first one goes into one request.
+  // Every due kernel goes into one request, each with its own limit (Kernel.workspace_limit);
+  // those of the first one's limit only, where the source does not take per-kernel limits.
   std::vector<Pending> batch;
   std::vector<Pending> rest;
   for (Pending& p : pending_) {
     const bool due = p.due <= now;
-    const bool fits = batch.empty() || (p.kernel->limit == batch.front().kernel->limit &&
+    const bool same_limit = batch.empty() || p.kernel->limit == batch.front().kernel->limit;
+    const bool fits = batch.empty() || ((same_limit || !one_limit_per_request_) &&
                                         batch.size() < size_t{kMaxKernelsPerRequest});
     if (due && fits) {
       batch.push_back(p);
@@ -198,7 +200,10 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
   const uint64_t limit = batch.front().kernel->limit;
   PlanRequest request = MakeRequest(limit);
   for (const Pending& p : batch) {
-    request.kernels.push_back(Kernel{p.kernel->problem, p.kernel->batch, p.kernel->name});
+    Kernel& kernel =
+        request.kernels.emplace_back(Kernel{p.kernel->problem, p.kernel->batch, p.kernel->name});
+    // Only where it differs: a request of one limit stays what it was (its plan-cache key too).
+    if (p.kernel->limit != limit) kernel.workspace_limit = p.kernel->limit;
   }
 
   uint64_t asked_epoch = 0;
@@ -222,12 +227,25 @@ void Session::RunPerKernelRequest(std::unique_lock<std::mutex>& lock, std::vecto
 }
 
 void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t position,
-                               uint64_t limit, uint64_t asked_epoch) {
+                               uint64_t request_limit, uint64_t asked_epoch) {
   if (!(kernel_plan.kernel.problem == p.kernel->problem) ||
       kernel_plan.kernel.mini_batch != p.kernel->batch) {
     p.kernel->reason =
         "the planner answered another kernel at position " + std::to_string(position);
     p.due = Clock::now() + Backoff(p.attempts++);
+    pending_.push_back(p);
+    return;
+  }
+  const uint64_t limit = p.kernel->limit;
+  if (limit != request_limit && kernel_plan.kernel.workspace_limit != limit) {
+    // Planned under the request's limit, not the kernel's own: the server predates per-kernel
+    // limits. Asked again at once, in a request of its own limit.
+    if (!one_limit_per_request_) {
+      client::Log().warn("{} does not take per-kernel workspace limits; one request per limit",
+                         source_->Describe());
+      one_limit_per_request_ = true;
+    }
+    p.due = Clock::now();
     pending_.push_back(p);
     return;
   }
@@ -238,6 +256,8 @@ void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t
       plans_received_.fetch_add(1, std::memory_order_relaxed);
       NetworkPlan record;
       record.kernels = {kernel_plan};
+      // Cached as a request of its own limit would be, which is how it is looked up.
+      record.kernels.front().kernel.workspace_limit.reset();
       record.workspace_mode = WorkspaceMode::kPerKernel;
       record.policy = policy_;
       record.workspace_budget_bytes = limit;

@@ -78,6 +78,9 @@ class FakePlanner final : public v1::PlannerService::Service {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
   void set_behaviour(Behaviour b) { behaviour_ = b; }
+  // Answers as a server older than Kernel.workspace_limit_bytes: the field unknown, every kernel
+  // planned under the request's limit and echoed without one.
+  void set_ignore_kernel_limits(bool ignore) { ignore_kernel_limits_ = ignore; }
   // Set: every kernel is planned as the framework's own convolution of this identity (one
   // segment, kFrameworkAlgo), whatever the choice.
   void set_framework_choice(std::string identity) {
@@ -166,6 +169,7 @@ class FakePlanner final : public v1::PlannerService::Service {
     for (const Kernel& kernel : parsed->kernels) {
       KernelPlan kp;
       kp.kernel = kernel;
+      if (ignore_kernel_limits_) kp.kernel.workspace_limit.reset();
       if (behaviour_ == Behaviour::kMissing ||
           std::find(missing.begin(), missing.end(), kernel.problem) != missing.end()) {
         kp.status = KernelPlanStatus::kMissing;
@@ -327,6 +331,7 @@ class FakePlanner final : public v1::PlannerService::Service {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::atomic<Behaviour> behaviour_{Behaviour::kPlan};
+  std::atomic<bool> ignore_kernel_limits_{false};
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool held_ = false;

@@ -356,6 +356,53 @@ TEST_F(SessionTest, KernelsOfOneLimitGoInOneRequest) {
   EXPECT_EQ(session->Stats().kernels_planned, 4u);
 }
 
+// Kernels of different limits (issue 21: per-kernel budgets) go into one request, each carrying
+// its own limit where it differs from the request's; each plan is published and cached under its
+// kernel's limit.
+TEST_F(SessionTest, KernelsOfSeveralLimitsGoInOneRequestEachWithItsLimit) {
+  fake_->Hold();
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  session->Declare(SmallProblem(ConvOp::kForward), kBatch, 4096);  // sent at once
+  ASSERT_TRUE(WaitUntil([&] { return fake_->calls_in_handler() == 1; }));
+  session->Declare(SmallProblem(ConvOp::kForward, 2), kBatch, 4096);
+  session->Declare(SmallProblem(ConvOp::kBackwardData, 2), kBatch, 1 << 20);
+  session->Declare(SmallProblem(ConvOp::kBackwardFilter, 2), kBatch, 8 << 20);
+  fake_->Release();
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_EQ(requests.size(), 2u);
+  ASSERT_EQ(requests[1].kernels_size(), 3);
+  EXPECT_EQ(requests[1].workspace_bytes(), 4096u);
+  EXPECT_FALSE(requests[1].kernels(0).has_workspace_limit_bytes()) << "the request's own limit";
+  EXPECT_EQ(requests[1].kernels(1).workspace_limit_bytes(), uint64_t{1} << 20);
+  EXPECT_EQ(requests[1].kernels(2).workspace_limit_bytes(), uint64_t{8} << 20);
+  EXPECT_EQ(session->Stats().kernels_planned, 4u);
+  for (const KernelReport& k : session->Kernels()) {
+    EXPECT_EQ(k.state, KernelReport::State::kPlanned) << k.problem;
+  }
+}
+
+// A server older than per-kernel limits plans every kernel under the request's limit and echoes
+// none: the kernels whose own limit differs are asked again, one request per limit from then on.
+TEST_F(SessionTest, AServerWithoutPerKernelLimitsGetsOneRequestPerLimit) {
+  fake_->set_ignore_kernel_limits(true);
+  fake_->Hold();
+  auto session = Session::Create(backend_, TestConfig(fake_->address()));
+  session->Declare(SmallProblem(ConvOp::kForward), kBatch, 4096);
+  ASSERT_TRUE(WaitUntil([&] { return fake_->calls_in_handler() == 1; }));
+  session->Declare(SmallProblem(ConvOp::kForward, 2), kBatch, 4096);
+  session->Declare(SmallProblem(ConvOp::kBackwardData, 2), kBatch, 1 << 20);
+  fake_->Release();
+  ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  const std::vector<v1::GetPlanRequest> requests = fake_->requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[1].kernels_size(), 2) << "both limits asked together first";
+  ASSERT_EQ(requests[2].kernels_size(), 1);
+  EXPECT_EQ(requests[2].workspace_bytes(), uint64_t{1} << 20) << "then in its own request";
+  EXPECT_FALSE(requests[2].kernels(0).has_workspace_limit_bytes());
+  EXPECT_EQ(session->Stats().kernels_planned, 3u);
+}
+
 // ---- Total-budget mode --------------------------------------------------------------------------
 
 TEST_F(SessionTest, TotalModePlansTheNetworkTogetherInTheLibraryWorkspace) {
