@@ -6,11 +6,14 @@ from native's unlimited peak down to the converted 64 MiB plan's peak + 2%, and 
 predicted time-memory curve (torch_models.py curve).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
+                   [--max-batch-cap-gib 24]
 
 DIR/step_memory.json: {"device", "rows": [{"model", "precision", "batch", "native_cap_gib"
 (null: unlimited), "native_ms", "native_peak_mib", "converted_ms", "converted_peak_mib",
 "converted_64mib_peak_mib", ...}], "curves": {"MODEL:PRECISION": curve}}, with DIR/curve_*.svg.
 Peaks are PyTorch's counter (max_memory_allocated); the device-level peaks are extra keys.
+With --max-batch-cap-gib, "max_batch" rows too: the largest batch (a multiple of 8) each side
+trains at under that process cap, and its images per second.
 """
 
 import argparse
@@ -42,6 +45,8 @@ def parse_args(argv):
     parser.add_argument("--run-timeout-s", type=float, default=240.0)
     parser.add_argument("--runs-dir", default="", help="each run's JSON and runs.log "
                         "(default: --out)")
+    parser.add_argument("--max-batch-cap-gib", type=float, default=0.0,
+                        help="also find the largest batch each side trains at under this cap")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
     for row in args.rows:
@@ -64,6 +69,53 @@ def cap_levels(native_peak_mib, converted_peak_mib, count):
         return [bottom / 1024]
     step = (top - bottom) / (count - 1)
     return [(top - i * step) / 1024 for i in range(count)]
+
+
+def largest_batch(fits, low, high, step=8):
+    """The largest multiple of `step` in [low, high] for which fits(batch) is true, by bisection
+    (fits is taken to be monotone: true up to some batch, false above); None when fits(low) is
+    false. Each probe is a training run, so few of them."""
+    low, high = low // step, high // step
+    if low < 1 or not fits(low * step):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle * step):
+            low = middle
+        else:
+            high = middle - 1
+    return low * step
+
+
+def max_batch_row(args, row):
+    """Native and converted (liveness) under the --max-batch-cap-gib cap: each side's largest
+    batch and images per second there."""
+    model, precision = torch_models.parse_row(row)[:2]
+    default = torch_models.MODELS[model][1]
+    wait_ms = int(args.wait_s * 1000)
+    common = ["--model", model, "--precision", precision, "--device", args.device,
+              "--image-size", str(args.image_size), "--cap-gib", str(args.max_batch_cap_gib),
+              "--steps", str(args.steps)]
+    sides = {"native": [],
+             "converted": [f"--option=server={args.server}", "--option=cache_path=off",
+                           f"--option=server_wait_ms={wait_ms}",
+                           f"--option=deadline_ms={wait_ms + 30000}", "--prepare-wait-s",
+                           str(args.wait_s), "--mode", "ucudnn", "--budget", "liveness"]}
+    entry = {"model": model, "precision": precision, "cap_gib": args.max_batch_cap_gib}
+    for name, extra in sides.items():
+        runs = {}
+
+        def fits(batch):
+            runs[batch] = torch_models.run_process(
+                args, f"{model}_{precision}_{name}_maxbatch{batch}",
+                ["run"] + common + extra + ["--batch", str(batch)])
+            return "median_step_ms" in runs[batch]
+        best = largest_batch(fits, 8, 4 * default)
+        entry[f"{name}_max_batch"] = best
+        entry[f"{name}_images_per_s"] = (
+            best / runs[best]["median_step_ms"] * 1e3 if best else None)
+        entry[f"{name}_probes"] = sorted(runs)
+    return entry
 
 
 def side(result, prefix):
@@ -128,14 +180,22 @@ def main(argv=None):
     args.runs_dir = args.runs_dir or args.out
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.runs_dir, exist_ok=True)
-    rows, curves = [], {}
-    for row in args.rows:
-        rows += run_row(args, row, curves)
+    rows, curves, max_batch = [], {}, []
+
+    def write():
         device = curves.get("_device") or args.device
         with open(os.path.join(args.out, "step_memory.json"), "w") as f:
-            json.dump({"device": device, "rows": rows,
+            json.dump({"device": device, "rows": rows, "max_batch": max_batch,
                        "curves": {k: v for k, v in curves.items() if k != "_device"}}, f,
                       indent=1)
+
+    for row in args.rows:
+        rows += run_row(args, row, curves)
+        write()
+    if args.max_batch_cap_gib > 0:
+        for row in args.rows:
+            max_batch.append(max_batch_row(args, row))
+            write()
     for r in rows:
         cap = "unlimited" if r["native_cap_gib"] is None else f"{r['native_cap_gib']:.2f} GiB"
         print(f"{r['model']}:{r['precision']} {cap}: native {r.get('native_ms')} ms "

@@ -13,7 +13,7 @@
 #          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
-#          [--step-memory MODEL:PRECISION ...] -- ROW [ROW ...]
+#          [--step-memory MODEL:PRECISION ...] [--max-batch-cap-gib G] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
 #     --grads one step's gradients, converted against native (grads_*.json); --after-restore-sql
@@ -23,7 +23,8 @@
 #     adapter's host time per layer and step (bench/torch_adapter.py overhead: overhead.json in
 #     runs.tar.gz), what convert()'s min_layer_gain_us stands for; --step-memory first runs
 #     bench/step_memory.py for those models (issue 21: liveness budgets, caps, the curve):
-#     step_memory.json and curve_*.svg.
+#     step_memory.json and curve_*.svg; with --max-batch-cap-gib, also each side's largest batch
+#     under that cap.
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
 #     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
 #
@@ -61,11 +62,12 @@ while [ $# -gt 0 ]; do
     --then-warm) then_warm+=("$2"); shift 2 ;;
     --overhead) overhead=1; shift ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
+    --max-batch-cap-gib) memory_args+=(--max-batch-cap-gib "$2"); shift 2 ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
     --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1)
       memory_args+=(--batch 4 --image-size 64 --steps 4 --wait-s 20); shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) bundle="$1"; shift ;;
   esac

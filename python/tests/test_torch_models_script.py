@@ -12,6 +12,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_models.py")
 import support  # noqa: E402  (python/ and bench/ on the path; shared helpers)
+import step_memory  # noqa: E402  (bench/step_memory.py, issue 21)
 import torch_models  # noqa: E402
 
 ROW_KEYS = {"model", "family", "precision", "compiled", "cap_gib", "batch", "native_ms",
@@ -45,6 +46,39 @@ class ArgumentsTest(unittest.TestCase):
                          ("vgg16", "fp32", "default", "cap"))
         self.assertEqual(torch_models.parse_row("convnext_tiny:amp:reduce-overhead"),
                          ("convnext_tiny", "amp", "reduce-overhead", ""))
+
+
+class StepMemoryTest(unittest.TestCase):
+    """bench/step_memory.py's pure parts: the caps it runs at and the largest-batch search."""
+
+    def test_caps_from_native_peak_down_to_the_converted_64mib_peak(self):
+        caps = step_memory.cap_levels(27_806, 21_500, 3)
+        self.assertEqual(len(caps), 3)
+        self.assertAlmostEqual(caps[0], 27_806 * 1.02 / 1024)
+        self.assertAlmostEqual(caps[-1], 21_500 * 1.02 / 1024)
+        self.assertEqual(caps, sorted(caps, reverse=True))
+        # The converted peak no lower than native's: one cap, just above native's peak.
+        self.assertEqual(step_memory.cap_levels(27_806, 27_807, 3), [27_806 * 1.02 / 1024])
+
+    def test_largest_batch_bisects_over_multiples_of_eight(self):
+        for limit in (8, 13, 200, 1024):
+            probes = []
+
+            def fits(batch):
+                probes.append(batch)
+                return batch <= limit
+            self.assertEqual(step_memory.largest_batch(fits, 8, 1024), limit // 8 * 8)
+            self.assertTrue(all(b % 8 == 0 for b in probes))
+            self.assertLessEqual(len(probes), 9, "bisection, not a scan")
+        self.assertIsNone(step_memory.largest_batch(lambda b: False, 8, 1024))
+
+    def test_arguments(self):
+        support.assert_rejected(self, step_memory.parse_args,
+                                ["--server", "h:1", "--out", "x", "--rows", "alexnet:amp"],
+                                "unknown model 'alexnet'")
+        support.assert_rejected(self, step_memory.parse_args,
+                                ["--server", "h:1", "--out", "x", "--rows", "resnet50:amp",
+                                 "--caps", "0"], "--caps must be >= 1")
 
 
 class CpuSuiteTest(unittest.TestCase):
