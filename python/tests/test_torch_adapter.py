@@ -819,6 +819,9 @@ class LivenessTest(unittest.TestCase):
         self.assertEqual(ut._auto_budget(model, (x,)), "fixed")
         self.assertEqual(ut._auto_budget(model, (x.as_subclass(OnCuda),)), "liveness")
         self.assertEqual(ut._auto_budget(total, (x.as_subclass(OnCuda),)), "fixed")
+        with mock.patch.dict(os.environ, {"UCUDNN_WORKSPACE_MODE": "total_sum"}):
+            self.assertEqual(ut._auto_budget(model, (x.as_subclass(OnCuda),)), "fixed",
+                             "the environment's mode counts too")
         # A step whose output is no tensor cannot be profiled without loss_fn: fixed, warned.
         with mock.patch.object(ut, "_auto_budget", return_value="liveness"), \
                 mock.patch.object(ut, "memory_profile",

@@ -29,6 +29,7 @@ Configuration is the C++ library's: the UCUDNN_* environment, overridden by keyw
 when convert() is called.
 """
 
+import os
 import re
 import time
 import warnings
@@ -169,6 +170,12 @@ class Runtime:
         self.local_framework = set()
         # prepare(budget="liveness"): each kernel's own workspace limit (shape tuple -> bytes).
         self.kernel_limits = {}
+
+    def workspace_mode(self):
+        """The mode the library runs in: convert()'s option, else UCUDNN_WORKSPACE_MODE, else
+        per_kernel."""
+        mode = self.config.get("workspace_mode") or os.environ.get("UCUDNN_WORKSPACE_MODE")
+        return (mode or "per_kernel").strip().lower()
 
     def limit_of(self, shape):
         """The workspace limit `shape`'s kernel is planned with."""
@@ -943,8 +950,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
 def _auto_budget(model, sample_inputs):
     """prepare(budget="auto"): "liveness" when every converted layer plans per kernel and the step
     runs on CUDA (the memory profile reads PyTorch's CUDA counter), else "fixed"."""
-    per_kernel = all(r.config.get("workspace_mode", "per_kernel") == "per_kernel"
-                     for r in _runtimes(model))
+    per_kernel = all(r.workspace_mode() == "per_kernel" for r in _runtimes(model))
     cuda = any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs)
     return "liveness" if per_kernel and cuda else "fixed"
 
@@ -975,7 +981,7 @@ def _convs(model):
 def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
     """prepare(budget="liveness"): {shape key: limit} from one profiled step."""
     for runtime in _runtimes(model):
-        mode = runtime.config.get("workspace_mode", "per_kernel")
+        mode = runtime.workspace_mode()
         if mode != "per_kernel":
             raise ValueError("ucudnn.torch.prepare: budget='liveness' gives each kernel its own "
                              f"limit: it needs workspace_mode='per_kernel', not {mode!r}")
@@ -1322,7 +1328,7 @@ def step_curve(model, *sample_inputs, budgets=None, wait_ms=30000, loss_fn=None,
     step when known, marked by curve.format_table and curve.format_svg. Returns
     {"base_peak_bytes", "points", "native"}."""
     runtime = _runtimes(model)[0]
-    mode = runtime.config.get("workspace_mode", "per_kernel")
+    mode = runtime.workspace_mode()
     if mode != "per_kernel":
         raise ValueError("ucudnn.torch.step_curve: each kernel gets its own limit: it needs "
                          f"workspace_mode='per_kernel', not {mode!r}")
