@@ -71,6 +71,13 @@ def cap_levels(native_peak_mib, converted_peak_mib, count):
     return [(top - i * step) / 1024 for i in range(count)]
 
 
+def converted_args(args):
+    """A converted process's options: the planner, no plan cache, and prepare() waiting for the
+    plans (torch_models.warm_options)."""
+    return [f"--option=server={args.server}", "--option=cache_path=off"] + (
+        torch_models.warm_options(args.wait_s))
+
+
 def largest_batch(fits, low, high, step=8):
     """The largest multiple of `step` in [low, high] for which fits(batch) is true, by bisection
     (fits is taken to be monotone: true up to some batch, false above); None when fits(low) is
@@ -92,15 +99,11 @@ def max_batch_row(args, row):
     batch and images per second there."""
     model, precision = torch_models.parse_row(row)[:2]
     default = torch_models.MODELS[model][1]
-    wait_ms = int(args.wait_s * 1000)
     common = ["--model", model, "--precision", precision, "--device", args.device,
               "--image-size", str(args.image_size), "--cap-gib", str(args.max_batch_cap_gib),
               "--steps", str(args.steps)]
     sides = {"native": [],
-             "converted": [f"--option=server={args.server}", "--option=cache_path=off",
-                           f"--option=server_wait_ms={wait_ms}",
-                           f"--option=deadline_ms={wait_ms + 30000}", "--prepare-wait-s",
-                           str(args.wait_s), "--mode", "ucudnn", "--budget", "liveness"]}
+             "converted": converted_args(args) + ["--mode", "ucudnn", "--budget", "liveness"]}
     entry = {"model": model, "precision": precision, "cap_gib": args.max_batch_cap_gib}
     for name, extra in sides.items():
         runs = {}
@@ -135,11 +138,7 @@ def run_row(args, row, curves):
     common = ["--model", model, "--precision", precision, "--device", args.device,
               "--image-size", str(args.image_size)] + (
         ["--batch", str(args.batch)] if args.batch else [])
-    wait_ms = int(args.wait_s * 1000)
-    converted = common + [f"--option=server={args.server}", "--option=cache_path=off",
-                          f"--option=server_wait_ms={wait_ms}",
-                          f"--option=deadline_ms={wait_ms + 30000}",
-                          "--prepare-wait-s", str(args.wait_s)]
+    converted = common + converted_args(args)
 
     def run(name, extra):
         return torch_models.run_process(args, f"{tag}_{name}",
@@ -147,10 +146,10 @@ def run_row(args, row, curves):
 
     native = run("native", common)
     curves.setdefault("_device", native.get("device_name"))
+    liveness_run = converted + ["--mode", "ucudnn", "--budget", "liveness"]
     fixed = run("converted_64mib", converted + ["--mode", "ucudnn", "--budget", "fixed",
                                                 "--option=workspace_bytes=64MiB"])
-    liveness = run("converted_liveness", converted + ["--mode", "ucudnn", "--budget",
-                                                      "liveness"])
+    liveness = run("converted_liveness", liveness_run)
     batch = native.get("batch") or torch_models.MODELS[model][1]
     base = {"model": model, "precision": precision, "batch": batch,
             "converted_64mib_peak_mib": fixed.get("max_memory_allocated_mib"),
@@ -170,8 +169,8 @@ def run_row(args, row, curves):
         rows.append(dict(base, native_cap_gib=round(cap, 3),
                          **side(run(f"native_cap{cap:.1f}", common + capped), "native"),
                          **side(run(f"converted_liveness_cap{cap:.1f}",
-                                    converted + ["--mode", "ucudnn", "--budget", "liveness"] +
-                                    capped), "converted")))
+                                    liveness_run + capped),
+                                "converted")))
     return rows
 
 

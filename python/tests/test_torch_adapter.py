@@ -571,14 +571,22 @@ class FrameworkPlanTest(unittest.TestCase):
                                        framework_plans=framework_ops)
         return cache, len(shapes)
 
-    def test_a_framework_plan_runs_pytorchs_own(self):
-        torch.manual_seed(31)
-        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
-                                  nn.Conv2d(4, 6, 3, stride=2, padding=1))
+    def planned_copy(self, seed, make_reference, framework_ops, requires_grad=False):
+        """(reference, model, x, plan cache, kernels): the reference made under `seed`, a copy of
+        it and an input, with a plan cache for the copy's kernels (write())."""
+        torch.manual_seed(seed)
+        reference = make_reference()
         model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9)
+        x = torch.randn(4, 3, 9, 9, requires_grad=requires_grad)
+        cache, count = self.write(model, x, framework_ops)
+        return reference, model, x, cache, count
+
+    def test_a_framework_plan_runs_pytorchs_own(self):
         # Layer 2's forward (its input has 4 channels) chose the framework.
-        cache, count = self.write(model, x, lambda s: s.op == _lib.FORWARD and s.c == 4)
+        reference, model, x, cache, count = self.planned_copy(
+            31, lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                      nn.Conv2d(4, 6, 3, stride=2, padding=1)),
+            lambda s: s.op == _lib.FORWARD and s.c == 4)
         self.assertEqual(count, 5)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         for _ in range(3):
@@ -591,11 +599,8 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertEqual(stats["fallback_calls"], 3, stats)
 
     def test_a_layer_all_framework_takes_the_unconverted_path(self):
-        torch.manual_seed(32)
-        reference = nn.Conv2d(3, 4, 3, padding=1)
-        model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9, requires_grad=True)
-        cache, count = self.write(model, x, lambda s: True)
+        reference, model, x, cache, count = self.planned_copy(
+            32, lambda: nn.Conv2d(3, 4, 3, padding=1), lambda s: True, requires_grad=True)
         self.assertEqual(count, 3)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         assert_same_step(self, model, reference, x)  # learns the routes
@@ -609,12 +614,9 @@ class FrameworkPlanTest(unittest.TestCase):
     def two_planned_layers(self, seed):
         """(reference, model, x, plan cache, kernels): two layers, every kernel planned (at 1 ms
         a segment: far slower than PyTorch's own at these sizes)."""
-        torch.manual_seed(seed)
-        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))
-        model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9)
-        cache, count = self.write(model, x, lambda s: False)
-        return reference, model, x, cache, count
+        return self.planned_copy(
+            seed, lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                        nn.Conv2d(4, 6, 1)), lambda s: False)
 
     def test_without_a_server_the_measurement_decides_for_this_process(self):
         reference, model, x, cache, count = self.two_planned_layers(34)
@@ -675,11 +677,8 @@ class FrameworkPlanTest(unittest.TestCase):
                 ut.convert(model, min_layer_gain_us=bad)
 
     def test_a_plan_chosen_for_memory_keeps_its_layer(self):
-        torch.manual_seed(36)
-        reference = nn.Conv2d(3, 4, 3, padding=1)
-        model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9)
-        cache, count = self.write(model, x, lambda s: False)
+        reference, model, x, cache, _ = self.planned_copy(
+            36, lambda: nn.Conv2d(3, 4, 3, padding=1), lambda s: False)
         real_info = _lib.Context.kernel_info
 
         def info(context, handle):
@@ -699,11 +698,8 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertGreater(stats["planned_calls"], 0, stats)
 
     def test_plans_of_another_framework_are_not_used(self):
-        torch.manual_seed(33)
-        reference = nn.Conv2d(3, 4, 3, padding=1)
-        model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9)
-        cache, _ = self.write(model, x, lambda s: s.op == _lib.FORWARD)
+        reference, model, x, cache, _ = self.planned_copy(
+            33, lambda: nn.Conv2d(3, 4, 3, padding=1), lambda s: s.op == _lib.FORWARD)
         ut.convert(model, server="", cache_path=cache, framework="torch-other/heuristic")
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)

@@ -224,6 +224,16 @@ _ROUTE_NO_PLAN = 2    # no plan now: PyTorch's own, ask again after _RECHECK_NO_
 _ROUTE_FRAMEWORK = 3  # the plan chose PyTorch's own: ask again after _RECHECK_FRAMEWORK_S
 _RECHECK_NO_PLAN_S = 0.25  # plans arrive in the background: pick them up soon
 _RECHECK_FRAMEWORK_S = 5.0  # re-planned only when timings change
+# A ucudnn plan runs only where it is faster than PyTorch's own by more than this: the planner's
+# kFrameworkMargin, applied here where the decision cannot be shared or is read back.
+FRAMEWORK_MARGIN = 0.03
+
+
+def _beats_framework(ucudnn_ms, framework_ms):
+    """The planner's BeatsFramework: ucudnn's time under PyTorch's by more than the margin."""
+    return ucudnn_ms < framework_ms * (1 - FRAMEWORK_MARGIN)
+
+
 # convert()'s default min_layer_gain_us: what the library's path costs on the host per layer and
 # step over PyTorch's own (the autograd Function, the ctypes calls, the workspace): 38 us on the
 # H100 machine (bench/torch_adapter.py overhead, docs/torch-models.md), 17 us on a CPU.
@@ -435,7 +445,7 @@ class _Conv:
                 continue
             if info["state"] != "planned" or info["framework_ms"] <= 0:
                 return None
-            if info["predicted_ms"] >= info["framework_ms"] * (1 - FRAMEWORK_MARGIN):
+            if not _beats_framework(info["predicted_ms"], info["framework_ms"]):
                 # The plan was chosen though not faster: PyTorch's own needs more workspace than
                 # the kernel's limit. The layer keeps its plans.
                 return float("inf")
@@ -977,14 +987,19 @@ def _convs(model):
                 yield conv
 
 
-
-def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
-    """prepare(budget="liveness"): {shape key: limit} from one profiled step."""
+def _require_per_kernel(model, what):
+    """ValueError unless every converted layer of `model` plans per kernel: `what` gives each
+    kernel a limit of its own."""
     for runtime in _runtimes(model):
         mode = runtime.workspace_mode()
         if mode != "per_kernel":
-            raise ValueError("ucudnn.torch.prepare: budget='liveness' gives each kernel its own "
-                             f"limit: it needs workspace_mode='per_kernel', not {mode!r}")
+            raise ValueError(f"ucudnn.torch.{what} gives each kernel its own limit: it needs "
+                             f"workspace_mode='per_kernel', not {mode!r}")
+
+
+def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
+    """prepare(budget="liveness"): {shape key: limit} from one profiled step."""
+    _require_per_kernel(model, "prepare: budget='liveness'")
     if above_peak is None:
         configured = _runtimes(model)[0].config.get("workspace_bytes")
         above_peak = parse_bytes(configured) if configured is not None else 64 << 20
@@ -1026,14 +1041,8 @@ def _decide_locally(runtime, context, measured):
         if limit and workspace > limit:
             continue
         info = context.kernel_info(context.kernel(shape, limit))
-        if info["state"] != "planned" or (
-                info["predicted_ms"] >= framework_ms * (1 - FRAMEWORK_MARGIN)):
+        if info["state"] != "planned" or not _beats_framework(info["predicted_ms"], framework_ms):
             runtime.local_framework.add(_shape_key(shape))
-
-
-# A ucudnn plan runs only where it is faster than PyTorch's own by more than this (the planner's
-# kFrameworkMargin; used here only when the decision cannot be shared).
-FRAMEWORK_MARGIN = 0.03
 
 
 # ---- measuring PyTorch's own convolution ------------------------------------------------------------
@@ -1327,11 +1336,8 @@ def step_curve(model, *sample_inputs, budgets=None, wait_ms=30000, loss_fn=None,
     memory_profile()'s, taken here when None. `native`: {"peak_bytes", "conv_ms"} of the native
     step when known, marked by curve.format_table and curve.format_svg. Returns
     {"base_peak_bytes", "points", "native"}."""
+    _require_per_kernel(model, "step_curve")
     runtime = _runtimes(model)[0]
-    mode = runtime.workspace_mode()
-    if mode != "per_kernel":
-        raise ValueError("ucudnn.torch.step_curve: each kernel gets its own limit: it needs "
-                         f"workspace_mode='per_kernel', not {mode!r}")
     budgets = list(_curve.DEFAULT_BUDGETS if budgets is None else budgets)
     for budget in budgets:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or

@@ -38,6 +38,14 @@ std::vector<float> Undivided(CpuBackend& backend, const ConvProblem& p, int64_t 
   return operands.out;
 }
 
+// One call of `p` at kBatch (alpha 1, beta 0) into operands.out, with all of `workspace`.
+bool ExecuteOnce(Session& session, const ConvProblem& p, Operands& operands,
+                 std::vector<char>& workspace) {
+  return session
+      .Execute(p, kBatch, operands.Bind(p.op), workspace.data(), workspace.size(), 1.0f, 0.0f)
+      .ok();
+}
+
 size_t Im2colWorkspace(CpuBackend& backend, const ConvProblem& p, int64_t batch) {
   Result<size_t> ws = backend.WorkspaceSize(p, batch, kCpuAlgoIm2colGemm);
   EXPECT_TRUE(ws.ok()) << ws.status().ToString();
@@ -203,12 +211,10 @@ TEST_F(SessionTest, WrongPlanForTheWorkspaceIsNotUsed) {
   std::vector<char> workspace(small);
   Operands operands = MakeOperands(p, kBatch);
   const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), small, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   ASSERT_TRUE(session->WaitForPlans(seconds(20)));
   ASSERT_EQ(session->Stats().kernels_planned, 1u);
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), small, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
   const ClientStats stats = session->Stats();
   EXPECT_EQ(stats.planned_calls, 0u);
@@ -227,18 +233,15 @@ TEST_F(SessionTest, SwitchesToThePlanWhenItArrives) {
   Operands operands = MakeOperands(p, kBatch);
   const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
 
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   ASSERT_TRUE(WaitUntil([&] { return fake_->calls_in_handler() == 1; }));
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   EXPECT_EQ(session->Stats().fallback_calls, 2u);
   EXPECT_EQ(session->Stats().planned_calls, 0u);
 
   fake_->Release();
   ASSERT_TRUE(session->WaitForPlans(seconds(20)));
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
   const ClientStats stats = session->Stats();
   EXPECT_EQ(stats.planned_calls, 1u);
@@ -270,8 +273,7 @@ TEST_F(SessionTest, FrameworkPlanRunsUndividedAsAFrameworkCall) {
   ASSERT_TRUE(session->WaitForPlans(seconds(20)));
   Operands operands = MakeOperands(p, kBatch);
   const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
   const ClientStats stats = session->Stats();
   EXPECT_EQ(stats.framework_calls, 1u);
@@ -663,8 +665,7 @@ TEST_F(SessionTest, CachedPlansSurviveARestartWithoutServer) {
   Operands operands = MakeOperands(p, kBatch);
   const std::vector<float> expected = Undivided(backend_, p, kBatch, operands, 1.0f, 0.0f);
   std::vector<char> workspace(limit);
-  ASSERT_TRUE(
-      session->Execute(p, kBatch, operands.Bind(p.op), workspace.data(), limit, 1.0f, 0.0f).ok());
+  ASSERT_TRUE(ExecuteOnce(*session, p, operands, workspace));
   EXPECT_LT(NormalizedL2(operands.out, expected), 1e-6);
   const ClientStats stats = session->Stats();
   EXPECT_EQ(stats.planned_calls, 1u) << "the very first call runs the cached plan";
