@@ -1022,7 +1022,7 @@ def _measure_framework(runtime, context, device, shapes):
                    "framework_ms"] <= 0]
     if not unknown:
         return None
-    timings = [_time_framework(shape, device) for shape in unknown]
+    timings = [_time_framework(shape, device, workspace=True) for shape in unknown]
     try:
         context.submit_framework_timings(unknown, [t[0] for t in timings],
                                          [t[1] for t in timings], [t[2] for t in timings])
@@ -1139,14 +1139,14 @@ def _time_call(call, device, repeats):
     return samples[len(samples) // 2], samples[-1 - quarter] - samples[quarter]
 
 
-def _time_framework(shape, device, repeats=15, operands=None):
-    """PyTorch's own time and workspace for `shape` at its full batch: (median ms, spread ms,
-    workspace bytes), on `operands` (_operands()) or new ones."""
+def _time_framework(shape, device, repeats=15, operands=None, workspace=False):
+    """PyTorch's own time for `shape` at its full batch: (median ms, spread ms), and with
+    `workspace` its workspace bytes third; on `operands` (_operands()) or new ones."""
     x, w, dy, geometry = operands or _operands(shape, device)
     call = _framework_call(shape, x, w, dy, geometry)
     with _TF32(shape), torch.no_grad():
         ms, spread = _time_call(call, device, repeats)
-        return ms, spread, _framework_workspace(call, device)
+        return (ms, spread, _framework_workspace(call, device)) if workspace else (ms, spread)
 
 
 def _framework_workspace(call, device):
@@ -1183,7 +1183,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
             a, b, out = {_lib.FORWARD: (x, w, torch.empty_like(dy)),
                          _lib.BACKWARD_DATA: (dy, w, torch.empty_like(x)),
                          _lib.BACKWARD_FILTER: (x, dy, torch.empty_like(w))}[shape.op]
-            framework_ms, framework_spread, _ = _time_framework(shape, device, repeats, operands)
+            framework_ms, framework_spread = _time_framework(shape, device, repeats, operands)
             info = context.kernel_info(kernel)
             needed = context.kernel_workspace_size(kernel)
             plan_ms = None
