@@ -2,7 +2,8 @@
 """The step's memory against its time (issue 21): real models (bench/torch_models.py's runs, each
 in a process of its own), native PyTorch against ucudnn.torch planned with per-kernel budgets
 from the step's liveness (prepare(budget="liveness")), unlimited and under process memory caps
-from native's unlimited peak down to the converted 64 MiB plan's peak + 2%, and the step's
+from native's unlimited peak down to the step's peak without workspace + 2% (the curve's base
+peak; the converted 64 MiB plan's where lower or where the curve failed), and the step's
 predicted time-memory curve (torch_models.py curve).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
@@ -25,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch_models  # noqa: E402
 
-# The tightest cap: the converted 64 MiB plan's peak times this (the issue's "+ 2%").
+# The tightest cap: the step's peak without workspace times this (the issue's "+ 2%").
 TIGHTEST_MARGIN = 1.02
 
 
@@ -59,12 +60,12 @@ def parse_args(argv):
     return args
 
 
-def cap_levels(native_peak_mib, converted_peak_mib, count):
+def cap_levels(native_peak_mib, lowest_peak_mib, count):
     """`count` caps (GiB) from just above native's unlimited peak (TIGHTEST_MARGIN over it: a
-    cap at the peak itself leaves the allocator no slack) down to the converted 64 MiB plan's
-    peak + 2%, evenly spaced; one cap when the two peaks meet."""
+    cap at the peak itself leaves the allocator no slack) down to `lowest_peak_mib` + 2% (the
+    step's peak without workspace), evenly spaced; one cap when the two peaks meet."""
     top = native_peak_mib * TIGHTEST_MARGIN
-    bottom = min(native_peak_mib, converted_peak_mib) * TIGHTEST_MARGIN
+    bottom = min(native_peak_mib, lowest_peak_mib) * TIGHTEST_MARGIN
     if count == 1 or top - bottom < 1:
         return [bottom / 1024]
     step = (top - bottom) / (count - 1)
@@ -127,6 +128,7 @@ def side(result, prefix):
         return {f"{prefix}_error": result["error"]}
     return {f"{prefix}_ms": result["median_step_ms"],
             f"{prefix}_peak_mib": result.get("max_memory_allocated_mib"),
+            f"{prefix}_steady_peak_mib": result.get("steady_max_memory_allocated_mib"),
             f"{prefix}_device_peak_mib": result.get("device_peak_mib"),
             f"{prefix}_calls_per_step": {k: v for k, v in result.get("calls_per_step", {}).items()
                                          if v}}
@@ -163,8 +165,10 @@ def run_row(args, row, curves):
     curves[row] = curve.get("curve", curve)
     if "max_memory_allocated_mib" not in native or "max_memory_allocated_mib" not in fixed:
         return rows  # a run failed, or no CUDA device: no caps
-    for cap in cap_levels(native["max_memory_allocated_mib"], fixed["max_memory_allocated_mib"],
-                          args.caps):
+    lowest = fixed["max_memory_allocated_mib"]
+    if isinstance(curves[row], dict) and curves[row].get("base_peak_bytes"):
+        lowest = min(lowest, curves[row]["base_peak_bytes"] / 2**20)
+    for cap in cap_levels(native["max_memory_allocated_mib"], lowest, args.caps):
         capped = ["--cap-gib", f"{cap:.3f}"]
         rows.append(dict(base, native_cap_gib=round(cap, 3),
                          **side(run(f"native_cap{cap:.1f}", common + capped), "native"),

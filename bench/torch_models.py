@@ -14,6 +14,10 @@ start), native and converted runs alternated and repeated so that a ratio is not
     torch_models.py kernels --model M --precision P --option server=h:p [--json-out F]
         where the time goes: every convolution kernel of the model's step, PyTorch's own
         convolution against the ucudnn plan, each timed alone at the full batch in one process
+    torch_models.py paired --model M --precision P --option server=h:p [--rounds 8] [--steps 8]
+        native and converted models in one process, steps interleaved in rounds (alternating
+        which side goes first): the ratio per round pair, without the run-to-run noise of a
+        host-bound model on a shared machine (both sides meet the same machine state)
     torch_models.py warm --server h:p --runs-dir DIR --rows resnet50:amp ...
         only the suite's warm-up (every plan in the database, PyTorch's own timed), say for the
         next machine's --warm-db
@@ -96,6 +100,8 @@ def parse_args(argv):
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
     run.add_argument("--budget", default="auto", choices=("auto", "fixed", "liveness"),
                      help="ucudnn: prepare()'s per-kernel budgets (default: prepare()'s)")
+    run.add_argument("--min-layer-gain-us", type=float, default=None,
+                     help="ucudnn: convert()'s per-layer threshold (default: convert()'s)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -106,6 +112,17 @@ def parse_args(argv):
 
     grads = sub.add_parser("grads", help="one step's gradients, converted against native")
     model_args(grads)
+
+    paired = sub.add_parser("paired", help="native and converted in one process, their steps "
+                            "interleaved in rounds (a host-bound model's ratio)")
+    model_args(paired)
+    paired.add_argument("--rounds", type=int, default=8, help="rounds of each side")
+    paired.add_argument("--steps", type=int, default=8, help="timed steps per side and round")
+    paired.add_argument("--min-layer-gain-us", type=float, default=None,
+                        help="convert()'s per-layer threshold (default: convert()'s)")
+    paired.add_argument("--host-profile", action="store_true",
+                        help="also where each side's host time goes: PyTorch's ops per step "
+                        "(torch.profiler) and the converted step's Python functions (cProfile)")
 
     curve = sub.add_parser("curve", help="the step's time-memory curve (issue 21): JSON, and "
                            "with --svg a picture")
@@ -131,7 +148,7 @@ def parse_args(argv):
     suite.add_argument("--runs-dir", default="",
                        help="each run's JSON and runs.log (default: --out)")
     suite.add_argument("--rows", nargs="+", required=True,
-                       metavar="MODEL:PRECISION[:COMPILE][:cap|fallback|liveness]")
+                       metavar="MODEL:PRECISION[:COMPILE][:VARIANT]")
     suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
     suite.add_argument("--steps", type=int, default=30)
     step_args(suite)
@@ -147,6 +164,8 @@ def parse_args(argv):
     for option in getattr(args, "option", []):
         if "=" not in option:
             parser.error(f"--option {option!r}: expected KEY=VALUE")
+    if args.command == "paired" and (args.rounds < 2 or args.steps < 1):
+        parser.error("paired: --rounds must be >= 2 and --steps >= 1")
     if args.command == "run" and args.steps < 4:
         parser.error("--steps must be >= 4 (the first steps are never steady ones)")
     if args.command in ("suite", "warm"):
@@ -162,8 +181,12 @@ def parse_args(argv):
 # "fallback" runs the converted side with the library disabled (every layer PyTorch's own
 # through the adapter: its host cost alone).
 # "liveness" plans each kernel with the memory free at its point of the step
-# (prepare(budget="liveness"), issue 21).
-ROW_VARIANTS = ("", "cap", "fallback", "liveness")
+# (prepare(budget="liveness"), issue 21). "all-framework" and "all-plans" set the per-layer rule's
+# threshold (convert()'s min_layer_gain_us) to infinity and to 0: every layer decided for
+# PyTorch's own with the library planning (the decided route's host cost alone), and every
+# planned kernel running its plan (what the rule saves).
+ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans")
+MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 
 
 def parse_row(text):
@@ -179,7 +202,7 @@ def parse_row(text):
     if compile_mode not in COMPILE_MODES:
         raise ValueError(f"row {text!r}: compile mode must be one of {COMPILE_MODES[1:]}")
     if cap not in ROW_VARIANTS:
-        raise ValueError(f"row {text!r}: the fourth field is 'cap', 'fallback', 'liveness' or "
+        raise ValueError(f"row {text!r}: the fourth field is one of {ROW_VARIANTS[1:]} or "
                          "nothing")
     return model, precision, compile_mode, cap
 
@@ -211,6 +234,30 @@ def build(args):
     return torch, model, data, labels, device, amp, batch
 
 
+def training_step(torch, model, net, device, amp):
+    """step(inputs, targets) -> loss: one SGD step (momentum, cross-entropy, AMP's loss scaling
+    where amp is set on CUDA) of `model`'s parameters through `net` (the model, or it
+    compiled)."""
+    import torch.nn.functional as F
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaling = amp is not None and device.type == "cuda"
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
+        scaler = torch.amp.GradScaler(device.type, enabled=scaling)
+    else:
+        scaler = torch.cuda.amp.GradScaler(enabled=scaling)
+
+    def step(inputs, targets):
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(torch, device, amp):
+            loss = F.cross_entropy(net(inputs), targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+    return step
+
+
 def autocast(torch, device, amp):
     """Autocast to `amp` on the device, or nothing (fp32)."""
     import contextlib
@@ -225,7 +272,6 @@ def load_adapter():
 
 def run_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
-    import torch.nn.functional as F
 
     # The model and data are on the device: what follows is what a training job spends before
     # its steps are fast (PyTorch's benchmark in the first steps; the adapter's prepare()).
@@ -243,39 +289,35 @@ def run_one(args):
         baseline_used = total - free  # the CUDA context and whatever else is on the card
     ut = None
     prepare_s = 0.0
+    prepared = None
     if args.mode == "ucudnn":
         ut = load_adapter()
         options = dict(option.split("=", 1) for option in args.option)
+        if args.min_layer_gain_us is not None:
+            options["min_layer_gain_us"] = args.min_layer_gain_us
         ut.convert(model, **options)
         start = time.monotonic()
         with autocast(torch, device, amp):
-            ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000),
-                       budget=args.budget, measure_framework=not args.no_measure_framework)
+            prepared = ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000),
+                                  budget=args.budget,
+                                  measure_framework=not args.no_measure_framework)
         prepare_s = time.monotonic() - start
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaling = amp is not None and cuda
-    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
-        scaler = torch.amp.GradScaler(device.type, enabled=scaling)
-    else:
-        scaler = torch.cuda.amp.GradScaler(enabled=scaling)
-
     # The compiled model shares the converted one's modules and parameters.
     net = torch.compile(model, mode=args.compile) if args.compile else model
-
-    def step(inputs, targets):
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(torch, device, amp):
-            loss = F.cross_entropy(net(inputs), targets)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss
+    step = training_step(torch, model, net, device, amp)
 
     stats_before = None
     losses, step_ms, ends, used = [], [], [], []
+    first_half_peak = 0
     for i in range(args.steps):
-        if i == args.steps // 2 and ut is not None:
-            stats_before = ut.stats(model)
+        if i == args.steps // 2:
+            if ut is not None:
+                stats_before = ut.stats(model)
+            if cuda:
+                # The steady steps' own peak apart: the first steps' include PyTorch's cuDNN
+                # benchmark, whose trial workspaces the allocator's counter keeps.
+                first_half_peak = torch.cuda.max_memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -307,11 +349,14 @@ def run_one(args):
         # context and the model's construction are common to both sides).
         "model_ready_to_first_fast_step_s": fast_s - (model_ready - PROCESS_START),
         "prepare_s": prepare_s,
+        "prepare": prepared,  # prepare()'s answer: kernels, measured, budget, above_peak
     }
     if cuda:
         result.update({
-            "max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / 2**20,
-            "max_memory_reserved_mib": torch.cuda.max_memory_reserved(device) / 2**20,
+            "max_memory_allocated_mib": max(first_half_peak,
+                                            torch.cuda.max_memory_allocated(device)) / 2**20,
+            "steady_max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / 2**20,
+            "steady_max_memory_reserved_mib": torch.cuda.max_memory_reserved(device) / 2**20,
             # Device level (the driver's count, every allocation of the process: PyTorch's
             # cached blocks, cuDNN's, the library's own), less what was there before the model.
             "device_peak_mib": (max(used) - baseline_used) / 2**20,
@@ -366,6 +411,101 @@ def warm_options(wait_s):
 # Relative L2 error of a converted model's gradient against native's, per precision: different
 # cuDNN kernels sum in different orders; TF32 and fp16 round their inputs.
 GRAD_RTOL = {"fp32": 2e-2, "amp": 5e-2}
+
+
+def paired_one(args):
+    """Native and converted copies of one model (same weights and data) in one process, each with
+    its own optimizer; after warm-up, rounds of --steps steps per side, alternating which goes
+    first. Each round pair's ratio is native's median step over converted's: the two sides of a
+    pair meet the same machine state, which separate processes of a host-bound model on a
+    shared machine do not. Peaks are not measured (two models on the device)."""
+    import copy
+
+    torch, native, data, labels, device, amp, batch = build(args)
+    cuda = device.type == "cuda"
+    converted = copy.deepcopy(native)
+    ut = load_adapter()
+    options = dict(option.split("=", 1) for option in args.option)
+    if args.min_layer_gain_us is not None:
+        options["min_layer_gain_us"] = args.min_layer_gain_us
+    ut.convert(converted, **options)
+    with autocast(torch, device, amp):
+        prepared = ut.prepare(converted, data, wait_ms=int(args.prepare_wait_s * 1000))
+
+    def trainer(model):
+        train = training_step(torch, model, model, device, amp)
+
+        def step():
+            train(data, labels)
+            if cuda:
+                torch.cuda.synchronize(device)
+        return step
+
+    sides = {"native": trainer(native), "converted": trainer(converted)}
+
+    def timed(step, count):
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
+
+    for step in sides.values():  # PyTorch's benchmark, the plans' first calls
+        timed(step, 3)
+    stats_before = ut.stats(converted)
+    rounds = {"native": [], "converted": []}
+    for i in range(args.rounds):
+        for name in (("native", "converted") if i % 2 == 0 else ("converted", "native")):
+            rounds[name].append(statistics.median(timed(sides[name], args.steps)))
+    after = ut.stats(converted)
+    ratios = [n / c for n, c in zip(rounds["native"], rounds["converted"])]
+    profiles = host_profiles(torch, sides) if args.host_profile else None
+    return {
+        "host_profile": profiles,
+        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "batch": batch,
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "prepare": prepared,
+        "native_round_ms": rounds["native"],
+        "converted_round_ms": rounds["converted"],
+        "native_ms": statistics.median(rounds["native"]),
+        "converted_ms": statistics.median(rounds["converted"]),
+        "ratio": statistics.median(ratios),
+        "ratio_range": [min(ratios), max(ratios)],
+        "calls_per_step": {k: (after[k] - stats_before.get(k, 0)) / (args.rounds * args.steps)
+                           for k in after if after[k] - stats_before.get(k, 0)},
+    }
+
+
+def host_profiles(torch, sides):
+    """Where each side's host time goes in one step: PyTorch's ops (count and host time per
+    step, torch.profiler), and for the converted side the Python functions by their own time
+    (cProfile); the top entries."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    result = {}
+    for name, step in sides.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        result[f"{name}_ops"] = [
+            {"op": e.key, "count": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
+            for e in ops[:40]]
+        result[f"{name}_op_count"] = sum(e.count for e in prof.key_averages())
+    profiler = cProfile.Profile()
+    profiler.enable()
+    sides["converted"]()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    result["converted_python"] = text.getvalue().splitlines()[:60]
+    return result
 
 
 def grads_one(args):
@@ -423,13 +563,18 @@ def curve_one(args):
     framework = {}
     for row in ut.report(model):
         framework[(row["op"], tuple(row["dims"]), row["groups"])] = row["framework_ms"]
-    native_ms = 0.0
+    native_ms, unknown = 0.0, 0
     for key, _, _ in profile["calls"]:
         shape = ut._lib.ConvShape(*key)
         dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
-        native_ms += framework.get((shape.op, dims, shape.groups), 0.0)
-    if args.native_peak_mib > 0 and native_ms > 0:
+        ms = framework.get((shape.op, dims, shape.groups), 0.0)
+        native_ms += ms
+        unknown += ms <= 0
+    if args.native_peak_mib > 0 and native_ms > 0 and not unknown:
         result["native"] = {"peak_bytes": int(args.native_peak_mib * 2**20), "conv_ms": native_ms}
+    elif unknown:
+        # A sum without some calls would mark native faster than it is: no native point.
+        result["native_unknown_calls"] = unknown
     title = f"{args.model} {args.precision} batch {batch}: predicted convolution time of a step"
     if args.svg:
         with open(args.svg, "w") as f:
@@ -476,6 +621,7 @@ def summarise(side):
         "runs_ms": [r["median_step_ms"] for r in good],
         "peak_mib": med("device_peak_mib"),
         "allocated_peak_mib": med("max_memory_allocated_mib"),
+        "steady_allocated_peak_mib": med("steady_max_memory_allocated_mib"),
         "first_fast_s": med("time_to_first_fast_step_s"),
         "ready_to_fast_s": med("model_ready_to_first_fast_step_s"),
     }
@@ -538,7 +684,9 @@ def run_suite(args):
         converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options] + (
             warm_options(CONVERTED_WAIT_S)) + (
             ["--option=disable=1"] if variant == "fallback" else []) + (
-            ["--budget", "liveness"] if variant == "liveness" else [])
+            ["--budget", "liveness"] if variant == "liveness" else []) + (
+            ["--min-layer-gain-us", MIN_LAYER_GAIN_OF_VARIANT[variant]]
+            if variant in MIN_LAYER_GAIN_OF_VARIANT else [])
         cap_gib = 0.0
         if capped:
             probe = run_process(args, f"{tag}_native_unlimited", ["run"] + common)
@@ -579,6 +727,8 @@ def run_suite(args):
             "native_peak_mib": native["peak_mib"], "converted_peak_mib": conv["peak_mib"],
             "native_allocated_peak_mib": native["allocated_peak_mib"],
             "converted_allocated_peak_mib": conv["allocated_peak_mib"],
+            "native_steady_allocated_peak_mib": native["steady_allocated_peak_mib"],
+            "converted_steady_allocated_peak_mib": conv["steady_allocated_peak_mib"],
             "native_first_fast_s": native["first_fast_s"],
             "converted_first_fast_s": conv["first_fast_s"],
             # From the model on the device (imports and construction, common to both, left out).
@@ -638,7 +788,7 @@ def main(argv=None):
             print(f"[torch_models] ERROR: {error}", file=sys.stderr)
         return 1 if errors else 0
     result = {"run": run_one, "kernels": kernels_one, "grads": grads_one,
-              "curve": curve_one}[args.command](args)
+              "curve": curve_one, "paired": paired_one}[args.command](args)
     torch_common.emit(result, args.json_out, indent=1)
     return 0
 

@@ -12,19 +12,24 @@
 #     bash scripts/gpu_torch_models.sh [BUNDLE_DIR=.bundle] [--warm-db FILE] [--python PY]
 #          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
+#          [--paired MODEL:PRECISION[:all-framework|all-plans] ...] [--host-profile]
+#          [--paired-rounds 8] [--paired-steps 8]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
-#          [--step-memory MODEL:PRECISION ...] [--max-batch-cap-gib G] -- ROW [ROW ...]
+#          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
-#     --grads one step's gradients, converted against native (grads_*.json); --after-restore-sql
+#     --grads one step's gradients, converted against native (grads_*.json); --paired native and
+#     converted in one process, steps interleaved in rounds (paired_*.json in runs.tar.gz, the
+#     ratio in stack.log; the variant sets the per-layer threshold as in a row; --host-profile adds
+#     where each side's host time goes); --after-restore-sql
 #     runs SQL on the database before anything else (say, to forget some timings); --then-warm,
 #     after the suite and within the budget, fills the database with those models' plans and
 #     PyTorch's own times for the next machine (warm_db.sql.gz); --overhead first measures the
 #     adapter's host time per layer and step (bench/torch_adapter.py overhead: overhead.json in
 #     runs.tar.gz), what convert()'s min_layer_gain_us stands for; --step-memory first runs
 #     bench/step_memory.py for those models (issue 21: liveness budgets, caps, the curve):
-#     step_memory.json and curve_*.svg; with --max-batch-cap-gib, also each side's largest batch
-#     under that cap.
+#     step_memory.json and curve_*.svg (--caps: how many cap levels, default 3); with
+#     --max-batch-cap-gib, also each side's largest batch under that cap.
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
 #     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
 #
@@ -42,6 +47,8 @@ budget_s=480
 suite_args=()
 kernel_rows=()
 grad_rows=()
+paired_rows=()
+paired_args=()
 then_warm=()
 overhead=0
 memory_rows=()
@@ -59,20 +66,25 @@ while [ $# -gt 0 ]; do
     --option) suite_args+=("--option" "$2"); shift 2 ;;
     --kernels) kernel_rows+=("$2"); shift 2 ;;
     --grads) grad_rows+=("$2"); shift 2 ;;
+    --paired) paired_rows+=("$2"); shift 2 ;;
+    --host-profile) paired_args+=(--host-profile); shift ;;
+    --paired-rounds) paired_args+=(--rounds "$2"); shift 2 ;;
+    --paired-steps) paired_args+=(--steps "$2"); shift 2 ;;
     --then-warm) then_warm+=("$2"); shift 2 ;;
     --overhead) overhead=1; shift ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
-    --max-batch-cap-gib) memory_args+=(--max-batch-cap-gib "$2"); shift 2 ;;
+    --max-batch-cap-gib|--caps) memory_args+=("$1" "$2"); shift 2 ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
     --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1)
-      memory_args+=(--batch 4 --image-size 64 --steps 4 --wait-s 20); shift ;;
+      memory_args+=(--batch 4 --image-size 64 --steps 4 --wait-s 20)
+      paired_args+=(--batch 4 --image-size 64 --rounds 2 --steps 1); shift ;;
     --) shift; break ;;
     -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) bundle="$1"; shift ;;
   esac
 done
-[ $# -gt 0 ] || [ "${#memory_rows[@]}" -gt 0 ] ||
+[ $# -gt 0 ] || [ "${#memory_rows[@]}" -gt 0 ] || [ "${#paired_rows[@]}" -gt 0 ] ||
   { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
 results="${OUT:-$(pwd)/torch-models-results}"
 runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
@@ -112,6 +124,20 @@ for g in "${grad_rows[@]}"; do
     { log "grads $g failed (runs.log)"; rc=1; }
   "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \
     "$runs/grads_${g//:/_}.json" "$g" 2>/dev/null | tee -a "$results/stack.log"
+done
+for p in "${paired_rows[@]}"; do
+  IFS=: read -r p_model p_precision p_variant <<<"$p"
+  gain=()
+  case "$p_variant" in
+    all-framework) gain=(--min-layer-gain-us inf) ;;
+    all-plans) gain=(--min-layer-gain-us 0) ;;
+  esac
+  "$python" "$root/bench/torch_models.py" paired --model "$p_model" --precision "$p_precision" \
+    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
+    "${gain[@]}" "${paired_args[@]}" --json-out "$runs/paired_${p//:/_}.json" >>"$runs/runs.log" 2>&1 ||
+    { log "paired $p failed (runs.log)"; rc=1; }
+  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
+    "$runs/paired_${p//:/_}.json" "$p" 2>/dev/null | tee -a "$results/stack.log"
 done
 for k in "${kernel_rows[@]}"; do
   "$python" "$root/bench/torch_models.py" kernels --model "${k%%:*}" --precision "${k#*:}" \

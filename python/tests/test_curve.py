@@ -32,6 +32,17 @@ def front_plan(key, limit):
     return "planned", 1.0 / (1 << (used // (64 * MIB))), used
 
 
+class AbovePeakWithinTest(unittest.TestCase):
+    def test_lowered_only_where_the_process_may_not_take_it(self):
+        profile = recorded_profile()  # peak without workspace: 360 MiB
+        self.assertEqual(curve.above_peak_within(profile, 64 * MIB, None), 64 * MIB)
+        self.assertEqual(curve.above_peak_within(profile, 64 * MIB, 1024 * MIB), 64 * MIB)
+        self.assertEqual(curve.above_peak_within(profile, 64 * MIB, 400 * MIB), 40 * MIB)
+        self.assertEqual(curve.above_peak_within(profile, 64 * MIB, 360 * MIB), 0)
+        self.assertEqual(curve.above_peak_within(profile, 64 * MIB, 100 * MIB), 0,
+                         "a step over the allowance already: each kernel its headroom only")
+
+
 class CurvePointsTest(unittest.TestCase):
     def points(self, budgets=curve.DEFAULT_BUDGETS, plan=front_plan):
         from ucudnn.torch import liveness_limits  # the one home of the limits

@@ -518,6 +518,13 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(y.dtype, y_ref.dtype)
         self.assertEqual(y.dtype, torch.bfloat16)
         self.assertLess((y.float() - y_ref.float()).abs().max().item(), 1e-2)
+        # Routed to PyTorch's own (no planner; the forward op asked once above), a call leaves
+        # the cast to autocast inside F.conv2d, as an unconverted layer does: no cast in Python,
+        # the same result exactly.
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), \
+                mock.patch.object(ut, "_cast_operands", side_effect=AssertionError("cast")):
+            y, y_ref = model(x), reference(x)
+        self.assertTrue(torch.equal(y, y_ref))
 
 
 class RouteTest(unittest.TestCase):
@@ -622,7 +629,8 @@ class FrameworkPlanTest(unittest.TestCase):
         reference, model, x, cache, count = self.two_planned_layers(34)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         result = ut.prepare(model, x, wait_ms=200)
-        self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed"})
+        self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed",
+                                  "above_peak": None})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
@@ -658,7 +666,8 @@ class FrameworkPlanTest(unittest.TestCase):
                         mock.patch.object(_lib.Context, "kernel", autospec=True,
                                           side_effect=kernel):
                     result = ut.prepare(model, x, wait_ms=200)
-                self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed"})
+                self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
+                                          "above_peak": None})
                 # Kept on the module for torch.compile.
                 self.assertEqual([model[0]._ucudnn_framework_layer,
                                   model[2]._ucudnn_framework_layer],
@@ -801,6 +810,26 @@ class LivenessTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "needs workspace_mode='per_kernel'"):
             ut.prepare(total, x, budget="liveness")
 
+    def test_liveness_budgets_fit_the_memory_the_process_may_take(self):
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                         nn.Conv2d(4, 6, 3)), server="", cache_path="off",
+                           workspace_bytes="32MiB")
+        x = torch.randn(4, 3, 9, 9)
+        self.assertIsNone(ut._memory_allowance((x,)), "no CUDA input: no bound")
+        shapes = ut._unique([s for g in ut.kernels(model, x).values() for s in g])
+        fake = {"base": 0, "calls": [(ut._shape_key(s), i * self.MIB, 0)
+                                     for i, s in enumerate(shapes)]}
+        peak = (len(shapes) - 1) * self.MIB
+        cases = ((None, 32 * self.MIB), (peak + 100 * self.MIB, 32 * self.MIB),
+                 (peak + 5 * self.MIB, 5 * self.MIB), (peak, 0))
+        for allowance, above_peak in cases:
+            with mock.patch.object(ut, "memory_profile", return_value=fake), \
+                    mock.patch.object(ut, "_memory_allowance", return_value=allowance):
+                result = ut.prepare(model, x, budget="liveness")
+            self.assertEqual(result["above_peak"], above_peak, f"allowance {allowance}")
+            self.assertEqual(ut._runtimes(model)[0].kernel_limits,
+                             ut.liveness_limits(fake, above_peak))
+        self.assertIsNone(ut.prepare(model, x, budget="fixed")["above_peak"])
 
     def test_auto_is_liveness_on_cuda_in_per_kernel_mode(self):
         class OnCuda(torch.Tensor):  # a CPU tensor that says it is on CUDA

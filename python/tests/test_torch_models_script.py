@@ -36,7 +36,7 @@ class ArgumentsTest(unittest.TestCase):
         self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp:jit"],
                      "compile mode must be one of")
         self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "resnet50:amp::low"],
-                     "the fourth field is 'cap', 'fallback', 'liveness'")
+                     "the fourth field is one of ('cap', 'fallback', 'liveness'")
         self.rejects(["run", "--model", "resnet50", "--steps", "3"], "--steps must be >= 4")
         self.rejects(["run", "--model", "resnet50", "--option", "server"], "expected KEY=VALUE")
 
@@ -46,18 +46,21 @@ class ArgumentsTest(unittest.TestCase):
                          ("vgg16", "fp32", "default", "cap"))
         self.assertEqual(torch_models.parse_row("convnext_tiny:amp:reduce-overhead"),
                          ("convnext_tiny", "amp", "reduce-overhead", ""))
+        self.assertEqual(torch_models.parse_row("efficientnet_b0:amp::all-framework"),
+                         ("efficientnet_b0", "amp", "", "all-framework"))
+        self.assertEqual(torch_models.MIN_LAYER_GAIN_OF_VARIANT["all-framework"], "inf")
 
 
 class StepMemoryTest(unittest.TestCase):
     """bench/step_memory.py's pure parts: the caps it runs at and the largest-batch search."""
 
-    def test_caps_from_native_peak_down_to_the_converted_64mib_peak(self):
+    def test_caps_from_native_peak_down_to_the_peak_without_workspace(self):
         caps = step_memory.cap_levels(27_806, 21_500, 3)
         self.assertEqual(len(caps), 3)
         self.assertAlmostEqual(caps[0], 27_806 * 1.02 / 1024)
         self.assertAlmostEqual(caps[-1], 21_500 * 1.02 / 1024)
         self.assertEqual(caps, sorted(caps, reverse=True))
-        # The converted peak no lower than native's: one cap, just above native's peak.
+        # The lowest peak no lower than native's: one cap, just above native's peak.
         self.assertEqual(step_memory.cap_levels(27_806, 27_807, 3), [27_806 * 1.02 / 1024])
 
     def test_largest_batch_bisects_over_multiples_of_eight(self):
@@ -108,6 +111,25 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(calls["planned_calls"], 0)
         self.assertEqual(calls["fallback_calls"] + calls["framework_calls"], 53 * 3 - 1)
         self.assertAlmostEqual(row["loss_native_first"], row["loss_converted_first"], places=4)
+
+    def test_paired_rounds_in_one_process(self):
+        result = subprocess.run(
+            [sys.executable, SCRIPT, "paired", "--device", "cpu", "--model", "resnet50",
+             "--precision", "fp32", "--batch", "2", "--image-size", "32", "--rounds", "3",
+             "--steps", "1", "--option", f"server=127.0.0.1:{closed_port()}",
+             "--option", "cache_path=off"], stdout=subprocess.PIPE, check=True)
+        paired = json.loads(result.stdout)
+        self.assertEqual(len(paired["native_round_ms"]), 3)
+        self.assertEqual(len(paired["converted_round_ms"]), 3)
+        ratios = [n / c for n, c in zip(paired["native_round_ms"], paired["converted_round_ms"])]
+        self.assertAlmostEqual(paired["ratio"], sorted(ratios)[1])
+        self.assertEqual(paired["ratio_range"], [min(ratios), max(ratios)])
+        # Every converted convolution ran PyTorch's own (the planner is down), every step.
+        self.assertEqual(paired["calls_per_step"]["fallback_calls"], 53 * 3 - 1)
+        self.assertNotIn("planned_calls", paired["calls_per_step"])
+        support.assert_rejected(self, torch_models.parse_args,
+                                ["paired", "--model", "resnet50", "--rounds", "1"],
+                                "--rounds must be >= 2")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,16 @@ def base_peak(profile):
     return max((in_use + output for _, in_use, output in profile["calls"]), default=0)
 
 
+def above_peak_within(profile, above_peak, allowance):
+    """`above_peak` lowered, where needed, so that the step's peak without workspace plus it stays
+    within `allowance` bytes (what the process may allocate at most; None: no bound). Never below
+    0: a step whose peak without workspace already exceeds the allowance gets 0 and each kernel
+    only its headroom."""
+    if allowance is None:
+        return above_peak
+    return max(0, min(above_peak, allowance - base_peak(profile)))
+
+
 def curve_points(profile, budgets, limits_of, plan_of):
     """One point per budget: {"budget_bytes" (None: unlimited), "peak_bytes", "predicted_ms",
     "ucudnn_calls", "framework_calls", "complete", "pareto"}. `limits_of(budget)`: {shape key:

@@ -283,7 +283,7 @@ class _Conv:
                  "math", "kernels", "routes", "recheck", "workspace_bytes", "local", "ops",
                  "framework_layer", "layer_recheck")
 
-    def __init__(self, runtime, context, x, weight, geometry, channels_last, math):
+    def __init__(self, runtime, context, x, weight, dtype, geometry, channels_last, math):
         self.runtime, self.context = runtime, context
         self.run_kernel = runtime.library.ShapeKernelRun
         self.device = x.device
@@ -291,7 +291,7 @@ class _Conv:
         self.stride, self.padding, self.dilation, self.groups = geometry
         self.memory_format = _CHANNELS_LAST if channels_last else torch.contiguous_format
         self.layout = _lib.NHWC if channels_last else _lib.NCHW
-        self.data_type = _DATA_TYPES[x.dtype]
+        self.data_type = _DATA_TYPES[dtype]  # the call's, after autocast
         self.math = math
         n, c, h, w = x.shape
         k, _, r, s = weight.shape
@@ -566,6 +566,14 @@ else:
         return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
 
 
+def _cast_operands(cast, input, weight, bias):
+    """What autocast does for F.conv2d, done here for the library's path: the floating operands in
+    the autocast dtype `cast` (None: as they are)."""
+    if cast is None:
+        return input, weight, bias
+    return input.to(cast), weight.to(cast), bias.to(cast) if bias is not None else None
+
+
 def _same_padding(kernel, dilation):
     """padding='same' as PyTorch does it: the symmetric part per dimension, and the extra row or
     column (when the total is odd) that goes at the end through F.pad."""
@@ -728,33 +736,35 @@ class UcudnnConv2d(nn.Conv2d):
             # A device the library has no backend for.
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
         cast = _autocast_dtype(is_cuda)
-        if cast is not None and input.is_floating_point() and input.dtype != torch.float64:
-            # What autocast does for F.conv2d: its floating operands (not float64) in the
-            # autocast dtype.
-            input, weight = input.to(cast), weight.to(cast)
-            bias = bias.to(cast) if bias is not None else None
+        if cast is not None and not (input.is_floating_point() and input.dtype != torch.float64):
+            cast = None  # autocast leaves it as it is
         if _is_compiling():
             if custom_ops_available() and not self._ucudnn_framework_layer:
+                input, weight, bias = _cast_operands(cast, input, weight, bias)
                 y = torch.ops.ucudnn.conv2d(input, weight, list(self.stride), list(padding),
                                             list(self.dilation), self.groups,
                                             self._ucudnn_key)
                 return y if bias is None else y + bias.view(1, -1, 1, 1)
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
-        conv = self._ucudnn_conv_of(input, weight, padding)
+        conv = self._ucudnn_conv_of(input, weight, padding, cast)
         runtime = self._ucudnn_runtime
         if conv is not None and runtime.recording is not None:
             grad = torch.is_grad_enabled()
             conv.record(grad and input.requires_grad, grad and weight.requires_grad)
+        # PyTorch's own on the operands as given: autocast casts them inside F.conv2d as for an
+        # unconverted layer (in C++, its weight cast cached for the autocast region), which a
+        # cast here in Python would cost a host-bound step several microseconds per operand.
         if conv is None or runtime.recording is not None:
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
-        if runtime.profiling is not None:
-            return _profiled_conv(runtime.profiling, conv, input, weight, bias)
         grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
         need_x = grad and input.requires_grad
         need_w = grad and weight.requires_grad
-        if conv.all_framework(need_x, need_w):
+        if runtime.profiling is None and conv.all_framework(need_x, need_w):
             # Every op of the step runs PyTorch's own now: the unconverted layer's path, exactly.
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+        input, weight, bias = _cast_operands(cast, input, weight, bias)
+        if runtime.profiling is not None:
+            return _profiled_conv(runtime.profiling, conv, input, weight, bias)
         memory_format = conv.memory_format
         input = input.contiguous(memory_format=memory_format)
         weight = weight.contiguous(memory_format=memory_format)
@@ -762,33 +772,35 @@ class UcudnnConv2d(nn.Conv2d):
         # In place: the op's output is not saved for its backward.
         return y if bias is None else y.add_(bias.view(1, -1, 1, 1))
 
-    def _ucudnn_conv_of(self, input, weight, padding):
-        """The _Conv of the call's signature, made at its first sight; None when the library has
-        no words for it (a dtype it does not plan, operands of two dtypes, no context)."""
+    def _ucudnn_conv_of(self, input, weight, padding, cast):
+        """The _Conv of the call's signature (the operands' dtype that of autocast's `cast` when
+        set), made at its first sight; None when the library has no words for it (a dtype it does
+        not plan, operands of two dtypes, no context)."""
         channels_last = _channels_last_call(input, weight)
         allow_tf32 = _allow_tf32()
-        signature = (input.shape, input.dtype, input.device, weight.shape, weight.dtype,
-                     channels_last, allow_tf32, padding)
+        dtype, weight_dtype = (cast, cast) if cast is not None else (input.dtype, weight.dtype)
+        signature = (input.shape, dtype, input.device, weight.shape, weight_dtype, channels_last,
+                     allow_tf32, padding)
         convs = self._ucudnn_convs
         conv = convs.get(signature, False)
         if conv is False:
             if len(convs) >= _ConvCache.MAX_SIGNATURES:
                 convs.clear()
-            conv = convs[signature] = self._ucudnn_make_conv(input, weight, padding,
-                                                              channels_last, allow_tf32)
+            conv = None
+            if dtype in _DATA_TYPES and weight_dtype == dtype:
+                conv = self._ucudnn_make_conv(input, weight, padding, channels_last, allow_tf32,
+                                              dtype)
+            convs[signature] = conv
         return conv
 
-    def _ucudnn_make_conv(self, input, weight, padding, channels_last, allow_tf32):
-        data_type = _DATA_TYPES.get(input.dtype)
-        if data_type is None or weight.dtype != input.dtype:
-            return None
+    def _ucudnn_make_conv(self, input, weight, padding, channels_last, allow_tf32, dtype):
         runtime = self._ucudnn_runtime
         context = runtime.context(input.device)
         if context is None:
             return None
         geometry = (tuple(self.stride), tuple(padding), tuple(self.dilation), self.groups)
-        math = _math_mode(input.dtype, input.is_cuda, allow_tf32)
-        return _Conv(runtime, context, input, weight, geometry, channels_last, math)
+        math = _math_mode(dtype, input.is_cuda, allow_tf32)
+        return _Conv(runtime, context, input, weight, dtype, geometry, channels_last, math)
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -902,26 +914,31 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     kernel's limit is the configured one), "liveness" (per-kernel mode, CUDA: each kernel may use
     what is free at its point of the step, memory_profile() and liveness_limits(), plus
     `above_peak` bytes over the step's peak without workspace; default: the configured
-    workspace_bytes, else 64 MiB; `loss_fn` makes the profiled step's loss from the output), or
+    workspace_bytes, else 64 MiB; less where the process may not take that much, by its memory
+    cap or the device's free memory; `loss_fn` makes the profiled step's loss from the output), or
     "auto" (the default): liveness where it applies (per-kernel mode, CUDA inputs), else fixed;
     a step that cannot be profiled without a loss_fn (an output that is not a tensor) falls back
     to fixed with a warning. Returns {"kernels": declared, "measured": framework timings taken
-    here, "budget": the budget used}."""
+    here, "budget": the budget used, "above_peak": the bytes over the step's peak that liveness
+    budgets allowed (None under fixed budgets)}."""
     if budget not in ("auto", "fixed", "liveness"):
         raise ValueError(f"ucudnn.torch.prepare: budget must be 'auto', 'fixed' or 'liveness', "
                          f"got {budget!r}")
     limits = {}
+    allowed_above_peak = None
     if budget == "auto":
         budget = _auto_budget(model, sample_inputs)
         if budget == "liveness":
             try:
-                limits = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
+                limits, allowed_above_peak = _liveness_budgets(model, sample_inputs, above_peak,
+                                                               loss_fn)
             except (AttributeError, TypeError) as e:
                 warnings.warn(f"ucudnn.torch.prepare: the step could not be profiled ({e}); "
                               "each kernel gets the configured limit (give loss_fn)")
                 budget = "fixed"
     elif budget == "liveness":
-        limits = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
+        limits, allowed_above_peak = _liveness_budgets(model, sample_inputs, above_peak,
+                                                       loss_fn)
     for runtime in _runtimes(model):
         runtime.kernel_limits = limits
     for conv in _convs(model):
@@ -954,7 +971,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
             _decide_locally(runtime, context, not_shared[1])
     if wait_ms > 0:
         _decide_layers(model)
-    return {"kernels": declared, "measured": measured, "budget": budget}
+    return {"kernels": declared, "measured": measured, "budget": budget,
+            "above_peak": allowed_above_peak}
 
 
 def _auto_budget(model, sample_inputs):
@@ -998,14 +1016,40 @@ def _require_per_kernel(model, what):
 
 
 def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
-    """prepare(budget="liveness"): {shape key: limit} from one profiled step."""
+    """prepare(budget="liveness"): ({shape key: limit} from one profiled step, the bytes above
+    the step's peak without workspace they allow: `above_peak`, or less where the process may not
+    take that much (_memory_allowance, curve.above_peak_within))."""
     _require_per_kernel(model, "prepare: budget='liveness'")
     if above_peak is None:
         configured = _runtimes(model)[0].config.get("workspace_bytes")
         above_peak = parse_bytes(configured) if configured is not None else 64 << 20
     above_peak = parse_bytes(above_peak, "above_peak")
     profile = memory_profile(model, *sample_inputs, loss_fn=loss_fn)
-    return liveness_limits(profile, above_peak)
+    fitted = _curve.above_peak_within(profile, above_peak, _memory_allowance(sample_inputs))
+    return liveness_limits(profile, fitted), fitted
+
+
+# Of the memory the process may take, the share that liveness budgets count on: the rest is left
+# to the caching allocator's rounding and to what the step allocates outside its convolutions
+# after the profiled step (the optimizer's state at its first step).
+_ALLOWANCE_SHARE = 0.98
+
+
+def _memory_allowance(sample_inputs):
+    """The bytes PyTorch's allocator may hold at most on the CUDA device of `sample_inputs`: what
+    it holds plus what the device has free, and no more than the process's cap
+    (set_per_process_memory_fraction, where PyTorch reads it back); times _ALLOWANCE_SHARE.
+    None without a CUDA input."""
+    devices = [t.device for t in sample_inputs if torch.is_tensor(t) and t.is_cuda]
+    if not devices:
+        return None
+    index = devices[0].index if devices[0].index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    allowance = free + torch.cuda.memory_reserved(index)
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if get_fraction is not None:
+        allowance = min(allowance, int(total * get_fraction(index)))
+    return int(allowance * _ALLOWANCE_SHARE)
 
 
 # How long prepare() waits for the first answers before measuring PyTorch's own time.
