@@ -12,6 +12,8 @@ CUDNN_CONV_WSCAP_DBG at start, and time to the first fast step counts from a new
         backward-filter) in a loop, native PyTorch against the converted layer running an
         undivided plan through the library, alternating rounds in one process; the overhead is
         the median of the rounds' differences. Fails unless every converted call ran the plan.
+        --route framework: the layer decided for PyTorch's own instead (the per-layer rule's
+        route, what a layer whose plans save little costs); --autocast: under autocast.
     torch_adapter.py suite --server HOST:PORT --out DIR [--batch 256 --steps 20]
         every configuration, compared: fp32 and AMP fp16 channels-last, native vs ucudnn at a
         64 MiB cap (losses must agree), native with CUDNN_CONV_WSCAP_DBG=64, native uncapped,
@@ -78,6 +80,11 @@ def parse_args(argv):
     over.add_argument("--plan-cache-tool", default="",
                       help="instead of a server (CPU): undivided plans written into a local plan "
                       "cache by this ucudnn_test_write_plan_cache")
+    over.add_argument("--route", default="plan", choices=("plan", "framework"),
+                      help="plan: the layer runs its plan; framework: the layer decided for "
+                      "PyTorch's own (the per-layer rule's route), forced after the warm-up")
+    over.add_argument("--autocast", action="store_true",
+                      help="the calls under autocast (bfloat16 on the CPU, float16 on CUDA)")
     over.add_argument("--adapter", default=os.path.join(REPO, "python"),
                       help="the directory holding the ucudnn package (another version's, to "
                       "compare; UCUDNN_LIBRARY names its library)")
@@ -319,18 +326,27 @@ def overhead_one(args):
     # the bottleneck (tiny kernels).
     clock = time.thread_time if device.type == "cpu" else time.perf_counter
 
+    import contextlib
+    autocast_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    autocast = ((lambda: torch.autocast(device.type, dtype=autocast_dtype)) if args.autocast
+                else contextlib.nullcontext)
+
     def time_round(model, calls):
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = clock()
         for _ in range(calls):
-            model(x).backward(grad)
+            with autocast():
+                y = model(x)
+            y.backward(grad.to(y.dtype))
         if device.type == "cuda":
             torch.cuda.synchronize()
         return (clock() - start) / calls * 1e6
 
     def check_planned(steps):
         stats = ut.stats(converted)
+        if args.route == "framework":
+            return stats
         if (stats["planned_calls"] != LIBRARY_CALLS_PER_LAYER_STEP * steps or
                 stats["fallback_calls"] != 0):
             raise SystemExit(
@@ -343,6 +359,12 @@ def overhead_one(args):
     for model in (native, converted):
         time_round(model, warmup)
     check_planned(warmup)
+    if args.route == "framework":
+        # The route prepare() gives a layer whose plans save less than min_layer_gain_us, forced
+        # here (the decision needs PyTorch's timings from a cluster) and held for the run.
+        for conv in ut._convs(converted):
+            conv.framework_layer, conv.layer_recheck = True, float("inf")
+        framework_before = ut.stats(converted)["framework_calls"]
     native_us, converted_us, differences = [], [], []
     gc.collect()
     gc.disable()
@@ -359,6 +381,9 @@ def overhead_one(args):
     finally:
         gc.enable()
     stats = check_planned(warmup + args.rounds * args.calls)
+    if args.route == "framework" and (stats["framework_calls"] - framework_before !=
+                                      LIBRARY_CALLS_PER_LAYER_STEP * args.rounds * args.calls):
+        raise SystemExit(f"torch_adapter.py overhead: a call left PyTorch's own route ({stats})")
     directory.cleanup()
     per_layer_step = statistics.median(differences)
     return {

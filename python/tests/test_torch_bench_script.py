@@ -97,6 +97,17 @@ class OverheadTest(unittest.TestCase):
         self.assertEqual(result["stats"]["planned_calls"], 3 * (10 + 3 * 20))
         self.assertEqual(result["stats"]["fallback_calls"], 0)
 
+    def test_the_route_of_a_layer_decided_for_pytorchs_own(self):
+        self.assertTrue(TOOL and os.path.exists(TOOL), "UCUDNN_TEST_PLAN_CACHE_TOOL is not set")
+        run, result = self.overhead("--plan-cache-tool", TOOL, "--route", "framework",
+                                    "--autocast")
+        self.assertEqual(run.returncode, 0, run.stdout)
+        # The warm-up's calls (no plan for the autocast dtype: the tool's plans are fp32) ask the
+        # library; every measured call takes the decided route.
+        self.assertEqual(result["stats"]["framework_calls"], 3 * 3 * 20)
+        self.assertEqual(result["stats"]["planned_calls"], 0)
+        self.assertEqual(result["config"]["route"], "framework")
+
     def test_without_plans_it_refuses_to_measure(self):
         run, _ = self.overhead("--option=server=", "--option=cache_path=off")
         self.assertNotEqual(run.returncode, 0)
