@@ -681,6 +681,26 @@ class FrameworkPlanTest(unittest.TestCase):
                                  stats)
                 self.assertEqual(stats["fallback_calls"], 1 if routed_layers == 0 else 0,
                                  stats)
+        # Both layers decided whole (the last subtest): a later call of the same signature goes
+        # straight to PyTorch's own (the module's fast route), counted alike...
+        self.assertIsNotNone(model[0]._ucudnn_convs.fast)
+        before = ut.stats(model)["framework_calls"]
+        with mock.patch.object(ut.UcudnnConv2d, "_ucudnn_conv_of",
+                               side_effect=AssertionError("the signature was built")):
+            assert_same_step(self, model, reference, x)
+        self.assertEqual(ut.stats(model)["framework_calls"] - before, 3 * 2)
+        # ... until the decision's recheck, when the signature is looked up again.
+        looked_up = []
+        real_conv_of = ut.UcudnnConv2d._ucudnn_conv_of
+        with mock.patch.object(ut, "_monotonic", return_value=float("inf")), \
+                mock.patch.object(ut.UcudnnConv2d, "_ucudnn_conv_of", autospec=True,
+                                  side_effect=lambda *a: looked_up.append(a[0]) or
+                                  real_conv_of(*a)):
+            assert_same_step(self, model, reference, x)
+        self.assertEqual(looked_up, [model[0], model[2]])
+        # prepare() decides again: no fast route until a call finds the decision.
+        ut.prepare(model, x)
+        self.assertIsNone(model[0]._ucudnn_convs.fast)
         for bad in (-1, "30", True):
             with self.assertRaisesRegex(ValueError, "min_layer_gain_us must be a number >= 0"):
                 ut.convert(model, min_layer_gain_us=bad)
