@@ -1,8 +1,13 @@
 """The step's time-memory curve (issue 21, item 4): ucudnn.curve's points, Pareto marks and
-drawings on recorded profiles (pure, no torch), and ucudnn.torch.step_curve() on the CPU with
-stand-in plans."""
+drawings on recorded profiles (pure, no torch), ucudnn.torch.step_curve() on the CPU with
+stand-in plans, and a profile as a file through `python -m ucudnn curve` (ucudnn.profile)."""
 
 import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import unittest
 
 import support  # noqa: F401  (python/ on the path)
@@ -45,12 +50,11 @@ class AbovePeakWithinTest(unittest.TestCase):
 
 class CurvePointsTest(unittest.TestCase):
     def points(self, budgets=curve.DEFAULT_BUDGETS, plan=front_plan):
-        from ucudnn.torch import liveness_limits  # the one home of the limits
         profile = recorded_profile()
 
         def limits_of(budget):
             above = curve.UNLIMITED_BYTES if budget is None else budget
-            return liveness_limits(profile, above)
+            return curve.liveness_limits(profile, above)
         return curve.curve_points(profile, budgets, limits_of, plan)
 
     def test_monotone_and_within_the_budget(self):
@@ -161,6 +165,102 @@ class StepCurveTest(unittest.TestCase):
                            workspace_mode="total")
         with self.assertRaisesRegex(ValueError, "needs workspace_mode='per_kernel'"):
             ut.step_curve(total, x, profile=profile)
+
+
+def shape_profile():
+    """recorded_profile() with real kernels: 3x3 convolutions of fp32 NCHW at batch 4."""
+    from ucudnn import _lib
+    shapes = {}
+    for key, channels, op in (("a0", 3, _lib.FORWARD), ("b0", 4, _lib.BACKWARD_DATA),
+                              ("b1", 4, _lib.BACKWARD_FILTER), ("b2", 6, _lib.FORWARD),
+                              ("a2", 6, _lib.BACKWARD_DATA)):
+        shape = _lib.ConvShape(op, 4, channels, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1,
+                               _lib.FLOAT, _lib.NCHW, _lib.MATH_DEFAULT)
+        shapes[key] = tuple(getattr(shape, name) for name, _ in _lib.ConvShape._fields_)
+    recorded = recorded_profile()
+    return {"base": 7, "calls": [(shapes[key], in_use, output)
+                                 for key, in_use, output in recorded["calls"]]}
+
+
+class ProfileFileTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def path(self, name, document=None):
+        path = os.path.join(self.dir.name, name)
+        if document is not None:
+            with open(path, "w") as f:
+                f.write(document if isinstance(document, str) else json.dumps(document))
+        return path
+
+    def test_round_trip(self):
+        from ucudnn import profile as uprofile
+        profile = shape_profile()
+        path = self.path("step.json")
+        uprofile.save(profile, path, backend="cpu", framework="torch-x/benchmark")
+        loaded, backend, framework = uprofile.load(path)
+        self.assertEqual(loaded, profile)
+        self.assertEqual((backend, framework), ("cpu", "torch-x/benchmark"))
+        with self.assertRaisesRegex(ValueError, "backend must be one of"):
+            uprofile.save(profile, path, backend="rocm")
+
+    def test_what_is_wrong_with_a_file_is_named(self):
+        from ucudnn import profile as uprofile
+        good = {"format": "ucudnn-memory-profile", "version": 1, "backend": "cpu", "base": 0,
+                "calls": [[list(shape_profile()["calls"][0][0]), 1, 2]]}
+        for document, message in (
+                ("{", "not a readable JSON memory profile"),
+                ({"format": "other"}, "not a ucudnn memory profile"),
+                (dict(good, version=2), "version 2; this ucudnn reads version 1"),
+                (dict(good, backend="tpu"), "\"backend\" must be one of"),
+                (dict(good, calls=[[[1, 2], 1, 2]]), "calls\\[0\\] is not"),
+                (dict(good, calls=[[good["calls"][0][0], -1, 2]]), "calls\\[0\\] is not"),
+                (dict(good, calls=[]), "no convolution calls")):
+            with self.subTest(message=message), self.assertRaisesRegex(uprofile.ProfileError,
+                                                                       message):
+                uprofile.load(self.path("bad.json", document))
+        with self.assertRaisesRegex(uprofile.ProfileError, "not a readable JSON"):
+            uprofile.load(self.path("missing.json"))
+
+    def run_cli(self, *argv):
+        env = dict(os.environ, UCUDNN_LOG_LEVEL="error",
+                   PYTHONPATH=os.path.dirname(os.path.dirname(curve.__file__)))
+        return subprocess.run([sys.executable, "-m", "ucudnn", "curve", *argv], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def test_the_command_line_without_a_planner(self):
+        import support
+        from ucudnn import profile as uprofile
+        path = self.path("step.json")
+        uprofile.save(shape_profile(), path, backend="cpu")
+        out, svg = self.path("curve.json"), self.path("curve.svg")
+        run = self.run_cli(path, "--server", f"127.0.0.1:{support.closed_port()}",
+                           "--wait-s", "0.2", "--budgets-mib", "0,64,unlimited",
+                           "--native-peak-mib", "400", "--native-ms", "3", "--json", out,
+                           "--svg", svg)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(out) as f:
+            result = json.load(f)
+        # No planner: every point is incomplete, each budget has its point.
+        self.assertEqual([p["budget_bytes"] for p in result["points"]], [0, 64 * MIB, None])
+        self.assertFalse(any(p["complete"] for p in result["points"]))
+        self.assertEqual(result["base_peak_bytes"], 360 * MIB)
+        self.assertEqual(result["native"], {"peak_bytes": 400 * MIB, "conv_ms": 3.0})
+        self.assertIn("| unlimited |", run.stdout)
+        with open(svg) as f:
+            self.assertTrue(f.read().startswith("<svg"))
+
+    def test_bad_input_exits_2_with_the_reason(self):
+        run = self.run_cli(self.path("bad.json", {"format": "other"}))
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("not a ucudnn memory profile", run.stderr)
+        run = self.run_cli(self.path("x.json"), "--budgets-mib", "0,lots")
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("'lots' is not MiB or 'unlimited'", run.stderr)
+        run = self.run_cli(self.path("x.json"), "--native-ms", "3")
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("go together", run.stderr)
 
 
 if __name__ == "__main__":

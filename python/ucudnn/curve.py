@@ -4,7 +4,7 @@ budget, as points, a table and an SVG picture. ucudnn.torch.step_curve() gathers
 I/O and no torch here.
 
 A budget is the bytes allowed above the step's peak without workspace; each kernel's limit is its
-headroom at its point of the step plus the budget (ucudnn.torch.liveness_limits). A point's peak is
+headroom at its point of the step plus the budget (liveness_limits). A point's peak is
 what the plans chosen would reach: the largest of the step's peak without workspace and, over the
 step's calls, the memory in use at the call plus its output plus its plan's workspace."""
 
@@ -19,6 +19,50 @@ UNLIMITED_BYTES = 1 << 40  # the contract's largest per-kernel limit (1 TiB)
 def base_peak(profile):
     """The step's peak without workspace (bytes, as the profile's counter reads them)."""
     return max((in_use + output for _, in_use, output in profile["calls"]), default=0)
+
+
+def liveness_limits(profile, above_peak, floor=0, quantize=True):
+    """Each kernel's workspace limit from the step's memory profile: what it may use without
+    raising the step's peak without workspace (the largest in-use-plus-output of any op), plus
+    `above_peak` bytes the user allows over that peak. A kernel that runs at several points of
+    the step (repeated blocks) gets the smallest. With `quantize`, a limit is rounded down to a
+    power of two (at least above_peak), so that a network's kernels ask with few distinct limits;
+    never below `floor`. {shape key: limit}."""
+    if not profile["calls"]:
+        return {}
+    peak = base_peak(profile)
+    limits = {}
+    for key, in_use, output in profile["calls"]:
+        headroom = max(0, peak - in_use - output)
+        limit = headroom + above_peak
+        limits[key] = min(limits.get(key, limit), limit)
+    if quantize:
+        for key, limit in limits.items():
+            rounded = 1 << (limit.bit_length() - 1) if limit > 0 else 0
+            limits[key] = max(rounded, min(limit, above_peak))
+    return {key: max(limit, floor) for key, limit in limits.items()}
+
+
+def budget_limits(profile, budgets):
+    """{budget: {shape key: limit}}: each budget's liveness limits (None: unlimited, each limit at
+    most UNLIMITED_BYTES, the contract's largest)."""
+    limits = {}
+    for budget in budgets:
+        above = UNLIMITED_BYTES if budget is None else budget
+        limits[budget] = {key: min(limit, UNLIMITED_BYTES)
+                          for key, limit in liveness_limits(profile, above).items()}
+    return limits
+
+
+def checked_budgets(budgets, who):
+    """`budgets` as a list (None: DEFAULT_BUDGETS); ValueError naming `who` unless each is bytes
+    >= 0 or None (unlimited)."""
+    budgets = list(DEFAULT_BUDGETS if budgets is None else budgets)
+    for budget in budgets:
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or
+                                   budget < 0):
+            raise ValueError(f"{who}: a budget is bytes >= 0 or None (unlimited), got {budget!r}")
+    return budgets
 
 
 def above_peak_within(profile, above_peak, allowance):

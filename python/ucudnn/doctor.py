@@ -113,7 +113,9 @@ def _print(report):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ucudnn-doctor", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ucudnn-doctor", description=__doc__.split("\n\n")[0],
+                                     epilog="python -m ucudnn curve --help (ucudnn-curve): the "
+                                     "step's time-memory curve from a recorded memory profile")
     parser.add_argument("--server", default=os.environ.get("UCUDNN_SERVER", ""),
                         help="planner HOST:PORT (default: $UCUDNN_SERVER)")
     parser.add_argument("--wait-s", type=float, default=5.0,

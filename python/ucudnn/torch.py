@@ -41,6 +41,7 @@ from torch import nn
 
 from . import _lib
 from . import curve as _curve
+from . import profile as _profile
 
 __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
            "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
@@ -1369,26 +1370,8 @@ def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
     return {"calls": profile.calls, "base": base}
 
 
-def liveness_limits(profile, above_peak, floor=0, quantize=True):
-    """Each kernel's workspace limit from the step's memory profile: what it may use without
-    raising the step's peak without workspace (the largest in-use-plus-output of any op), plus
-    `above_peak` bytes the user allows over that peak. A kernel that runs at several points of
-    the step (repeated blocks) gets the smallest. With `quantize`, a limit is rounded down to a
-    power of two (at least above_peak), so that a network's kernels ask with few distinct limits;
-    never below `floor`. {shape key: limit}."""
-    if not profile["calls"]:
-        return {}
-    peak = max(in_use + output for _, in_use, output in profile["calls"])
-    limits = {}
-    for key, in_use, output in profile["calls"]:
-        headroom = max(0, peak - in_use - output)
-        limit = headroom + above_peak
-        limits[key] = min(limits.get(key, limit), limit)
-    if quantize:
-        for key, limit in limits.items():
-            rounded = 1 << (limit.bit_length() - 1) if limit > 0 else 0
-            limits[key] = max(rounded, min(limit, above_peak))
-    return {key: max(limit, floor) for key, limit in limits.items()}
+# The one home of the limits is the pure module; ucudnn.torch.liveness_limits stays its name here.
+liveness_limits = _curve.liveness_limits
 
 
 def step_curve(model, *sample_inputs, budgets=None, wait_ms=30000, loss_fn=None, profile=None,
@@ -1402,12 +1385,7 @@ def step_curve(model, *sample_inputs, budgets=None, wait_ms=30000, loss_fn=None,
     {"base_peak_bytes", "points", "native"}."""
     _require_per_kernel(model, "step_curve")
     runtime = _runtimes(model)[0]
-    budgets = list(_curve.DEFAULT_BUDGETS if budgets is None else budgets)
-    for budget in budgets:
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or
-                                   budget < 0):
-            raise ValueError(f"ucudnn.torch.step_curve: a budget is bytes >= 0 or None "
-                             f"(unlimited), got {budget!r}")
+    budgets = _curve.checked_budgets(budgets, "ucudnn.torch.step_curve")
     devices = [t.device for t in sample_inputs if torch.is_tensor(t)]
     if not devices:
         raise ValueError("ucudnn.torch.step_curve: give the step's sample inputs")
@@ -1416,26 +1394,7 @@ def step_curve(model, *sample_inputs, budgets=None, wait_ms=30000, loss_fn=None,
     context = runtime.context(devices[0])
     if context is None:
         raise ValueError(f"ucudnn.torch.step_curve: no backend for {devices[0]}")
-    limits = {}
-    for budget in budgets:
-        above = _curve.UNLIMITED_BYTES if budget is None else budget
-        limits[budget] = {key: min(limit, _curve.UNLIMITED_BYTES)
-                          for key, limit in liveness_limits(profile, above).items()}
-    by_limit = {}
-    for per_kernel in limits.values():
-        for key, limit in per_kernel.items():
-            by_limit.setdefault(limit, set()).add(key)
-    for limit, keys in sorted(by_limit.items()):
-        context.prepare([_lib.ConvShape(*key) for key in sorted(keys)], limit)
-    context.wait_for_plans(wait_ms)
-
-    def plan_of(key, limit):
-        info = context.kernel_info(context.kernel(_lib.ConvShape(*key), limit))
-        return info["state"], info["predicted_ms"], info["workspace_bytes"]
-
-    return {"base_peak_bytes": _curve.base_peak(profile),
-            "points": _curve.curve_points(profile, budgets, limits.__getitem__, plan_of),
-            "native": native}
+    return _profile.plan_curve(context, profile, budgets, wait_ms, native)
 
 
 def wait_for_plans(model, timeout_ms):

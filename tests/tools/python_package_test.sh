@@ -43,4 +43,7 @@ PY
 "$work/venv/bin/ucudnn-doctor" >"$work/doctor.txt" 2>&1 || fail "ucudnn-doctor: $(cat "$work/doctor.txt")"
 grep -q "^library:  $libdir/libucudnn_client.so" "$work/doctor.txt" ||
   fail "ucudnn-doctor does not name the installed library: $(cat "$work/doctor.txt")"
-echo "python package: pip install, import, convert and ucudnn-doctor work"
+"$work/venv/bin/ucudnn-curve" --help >"$work/curve.txt" 2>&1 ||
+  fail "ucudnn-curve --help: $(cat "$work/curve.txt")"
+grep -q "recorded step" "$work/curve.txt" || fail "ucudnn-curve is not the curve: $(cat "$work/curve.txt")"
+echo "python package: pip install, import, convert, ucudnn-doctor and ucudnn-curve work"
