@@ -620,7 +620,9 @@ def _register_custom_ops():
 
     def conv_of(x, weight, padding, key):
         module = _MODULES.get(key)
-        return None if module is None else module._ucudnn_conv_of(x, weight, tuple(padding))
+        # The op's operands are cast already (the caller casts for autocast): no cast here.
+        return None if module is None else module._ucudnn_conv_of(x, weight, tuple(padding),
+                                                                  None)
 
     def conv2d(x, weight, stride, padding, dilation, groups, key):
         conv = conv_of(x, weight, padding, key)
