@@ -166,7 +166,7 @@ def run_row(args, row, curves):
     if "max_memory_allocated_mib" not in native or "max_memory_allocated_mib" not in fixed:
         return rows  # a run failed, or no CUDA device: no caps
     lowest = fixed["max_memory_allocated_mib"]
-    if isinstance(curves[row], dict) and curves[row].get("base_peak_bytes"):
+    if curves[row].get("base_peak_bytes"):  # the curve run's, absent where it failed
         lowest = min(lowest, curves[row]["base_peak_bytes"] / 2**20)
     for cap in cap_levels(native["max_memory_allocated_mib"], lowest, args.caps):
         capped = ["--cap-gib", f"{cap:.3f}"]

@@ -29,6 +29,7 @@ import time
 PROCESS_START = time.monotonic()  # before importing torch: time to the first fast step
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
@@ -326,10 +327,10 @@ def overhead_one(args):
     # the bottleneck (tiny kernels).
     clock = time.thread_time if device.type == "cpu" else time.perf_counter
 
-    import contextlib
     autocast_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
     autocast = ((lambda: torch.autocast(device.type, dtype=autocast_dtype)) if args.autocast
                 else contextlib.nullcontext)
+    grad_y = grad.to(autocast_dtype) if args.autocast else grad  # the output's dtype
 
     def time_round(model, calls):
         if device.type == "cuda":
@@ -338,7 +339,7 @@ def overhead_one(args):
         for _ in range(calls):
             with autocast():
                 y = model(x)
-            y.backward(grad.to(y.dtype))
+            y.backward(grad_y)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return (clock() - start) / calls * 1e6

@@ -89,6 +89,8 @@ def parse_args(argv):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--prepare-wait-s", type=float, default=0.0,
                        help="ucudnn: wait this long for plans after prepare()")
+        p.add_argument("--min-layer-gain-us", type=float, default=None,
+                       help="ucudnn: convert()'s per-layer threshold (default: convert()'s)")
         p.add_argument("--json-out", default="")
 
     run = sub.add_parser("run", help="one configuration, JSON out")
@@ -100,8 +102,6 @@ def parse_args(argv):
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
     run.add_argument("--budget", default="auto", choices=("auto", "fixed", "liveness"),
                      help="ucudnn: prepare()'s per-kernel budgets (default: prepare()'s)")
-    run.add_argument("--min-layer-gain-us", type=float, default=None,
-                     help="ucudnn: convert()'s per-layer threshold (default: convert()'s)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -118,8 +118,8 @@ def parse_args(argv):
     model_args(paired)
     paired.add_argument("--rounds", type=int, default=8, help="rounds of each side")
     paired.add_argument("--steps", type=int, default=8, help="timed steps per side and round")
-    paired.add_argument("--min-layer-gain-us", type=float, default=None,
-                        help="convert()'s per-layer threshold (default: convert()'s)")
+    paired.add_argument("--variant", default="", choices=("",) + tuple(MIN_LAYER_GAIN_OF_VARIANT),
+                        help="as a row's: the per-layer threshold at infinity or 0")
     paired.add_argument("--host-profile", action="store_true",
                         help="also where each side's host time goes: PyTorch's ops per step "
                         "(torch.profiler) and the converted step's Python functions (cProfile)")
@@ -164,8 +164,11 @@ def parse_args(argv):
     for option in getattr(args, "option", []):
         if "=" not in option:
             parser.error(f"--option {option!r}: expected KEY=VALUE")
-    if args.command == "paired" and (args.rounds < 2 or args.steps < 1):
-        parser.error("paired: --rounds must be >= 2 and --steps >= 1")
+    if args.command == "paired":
+        if args.rounds < 2 or args.steps < 1:
+            parser.error("paired: --rounds must be >= 2 and --steps >= 1")
+        if args.variant:
+            args.min_layer_gain_us = float(MIN_LAYER_GAIN_OF_VARIANT[args.variant])
     if args.command == "run" and args.steps < 4:
         parser.error("--steps must be >= 4 (the first steps are never steady ones)")
     if args.command in ("suite", "warm"):
@@ -264,6 +267,14 @@ def autocast(torch, device, amp):
     return torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
 
 
+def convert(ut, model, args):
+    """ut.convert(model) with the run's --option values and --min-layer-gain-us."""
+    options = dict(option.split("=", 1) for option in args.option)
+    if args.min_layer_gain_us is not None:
+        options["min_layer_gain_us"] = args.min_layer_gain_us
+    return ut.convert(model, **options)
+
+
 def load_adapter():
     sys.path.insert(0, os.path.join(REPO, "python"))
     import ucudnn.torch as ut
@@ -275,11 +286,11 @@ def run_one(args):
 
     # The model and data are on the device: what follows is what a training job spends before
     # its steps are fast (PyTorch's benchmark in the first steps; the adapter's prepare()).
-    if device.type == "cuda":
+    cuda = device.type == "cuda"
+    if cuda:
         torch.cuda.synchronize(device)
     model_ready = time.monotonic()
 
-    cuda = device.type == "cuda"
     if cuda and args.cap_gib > 0:
         total = torch.cuda.get_device_properties(device).total_memory
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -292,10 +303,7 @@ def run_one(args):
     prepared = None
     if args.mode == "ucudnn":
         ut = load_adapter()
-        options = dict(option.split("=", 1) for option in args.option)
-        if args.min_layer_gain_us is not None:
-            options["min_layer_gain_us"] = args.min_layer_gain_us
-        ut.convert(model, **options)
+        convert(ut, model, args)
         start = time.monotonic()
         with autocast(torch, device, amp):
             prepared = ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000),
@@ -381,8 +389,7 @@ def run_one(args):
 def kernels_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
     ut = load_adapter()
-    options = dict(option.split("=", 1) for option in args.option)
-    ut.convert(model, **options)
+    convert(ut, model, args)
     with autocast(torch, device, amp):
         ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
     rows = ut.compare_kernels(model, data, repeats=args.repeats,
@@ -425,10 +432,7 @@ def paired_one(args):
     cuda = device.type == "cuda"
     converted = copy.deepcopy(native)
     ut = load_adapter()
-    options = dict(option.split("=", 1) for option in args.option)
-    if args.min_layer_gain_us is not None:
-        options["min_layer_gain_us"] = args.min_layer_gain_us
-    ut.convert(converted, **options)
+    convert(ut, converted, args)
     with autocast(torch, device, amp):
         prepared = ut.prepare(converted, data, wait_ms=int(args.prepare_wait_s * 1000))
 
@@ -497,7 +501,7 @@ def host_profiles(torch, sides):
         result[f"{name}_ops"] = [
             {"op": e.key, "count": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
             for e in ops[:40]]
-        result[f"{name}_op_count"] = sum(e.count for e in prof.key_averages())
+        result[f"{name}_op_count"] = sum(e.count for e in ops)
     profiler = cProfile.Profile()
     profiler.enable()
     sides["converted"]()
@@ -518,8 +522,7 @@ def grads_one(args):
 
     native = copy.deepcopy(model)
     ut = load_adapter()
-    options = dict(option.split("=", 1) for option in args.option)
-    ut.convert(model, **options)
+    convert(ut, model, args)
     with autocast(torch, device, amp):
         ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
     results = {}
@@ -553,8 +556,7 @@ def curve_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
     ut = load_adapter()
     from ucudnn import curve as ucurve
-    options = dict(option.split("=", 1) for option in args.option)
-    ut.convert(model, **options)
+    convert(ut, model, args)
     wait_ms = int(args.prepare_wait_s * 1000)
     with autocast(torch, device, amp):
         ut.prepare(model, data, wait_ms=wait_ms)
@@ -579,11 +581,11 @@ def curve_one(args):
     if args.svg:
         with open(args.svg, "w") as f:
             f.write(ucurve.format_svg(result, title))
-    print(ucurve.format_table(result), file=sys.stderr)
+    table = ucurve.format_table(result)
+    print(table, file=sys.stderr)
     return {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "batch": batch, "calls": len(profile["calls"]), "curve": result,
-            "table": ucurve.format_table(result)}
+            "batch": batch, "calls": len(profile["calls"]), "curve": result, "table": table}
 
 
 # ---- the suite -----------------------------------------------------------------------------------

@@ -127,14 +127,10 @@ for g in "${grad_rows[@]}"; do
 done
 for p in "${paired_rows[@]}"; do
   IFS=: read -r p_model p_precision p_variant <<<"$p"
-  gain=()
-  case "$p_variant" in
-    all-framework) gain=(--min-layer-gain-us inf) ;;
-    all-plans) gain=(--min-layer-gain-us 0) ;;
-  esac
   "$python" "$root/bench/torch_models.py" paired --model "$p_model" --precision "$p_precision" \
+    --variant "${p_variant:-}" \
     --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    "${gain[@]}" "${paired_args[@]}" --json-out "$runs/paired_${p//:/_}.json" >>"$runs/runs.log" 2>&1 ||
+    "${paired_args[@]}" --json-out "$runs/paired_${p//:/_}.json" >>"$runs/runs.log" 2>&1 ||
     { log "paired $p failed (runs.log)"; rc=1; }
   "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
     "$runs/paired_${p//:/_}.json" "$p" 2>/dev/null | tee -a "$results/stack.log"

@@ -466,12 +466,19 @@ def _output_size(dims, stride, padding, dilation):
 class _ConvCache(dict):
     """A module's _Conv per input signature. Neither copied nor pickled (its kernel handles belong
     to this process's contexts): a copy starts empty. `fast`: (input shape, input dtype, autocast
-    dtype, until) of the last call that found its layer decided for PyTorch's own
-    (_Conv.framework_layer): a call alike before `until` (the decision's recheck) goes straight to
-    F.conv2d without building its signature."""
+    dtype, _Conv) of the last call that found its layer decided for PyTorch's own
+    (_Conv.framework_layer): a call alike before that decision's recheck (_Conv.layer_recheck)
+    goes straight to F.conv2d without building its signature."""
 
     MAX_SIGNATURES = 64  # beyond this (inputs of ever new sizes) it starts over
     fast = None
+
+    def forget(self):
+        """prepare(): every _Conv's kernels declared anew and its layer decided again."""
+        self.fast = None
+        for conv in self.values():
+            if conv is not None:
+                conv.forget_kernels()
 
     def __reduce__(self):
         return (_ConvCache, ())
@@ -756,8 +763,8 @@ class UcudnnConv2d(nn.Conv2d):
         runtime = self._ucudnn_runtime
         fast = self._ucudnn_convs.fast
         if (fast is not None and fast[0] == input.shape and fast[1] == input.dtype and
-                fast[2] == cast and _monotonic() < fast[3] and runtime.recording is None and
-                runtime.profiling is None):
+                fast[2] == cast and _monotonic() < fast[3].layer_recheck and
+                runtime.recording is None and runtime.profiling is None):
             # The layer decided for PyTorch's own at this signature (below): the host-bound
             # step's per-call cost is this check alone. Counted as all_framework() counts.
             grad = torch.is_grad_enabled()
@@ -779,7 +786,7 @@ class UcudnnConv2d(nn.Conv2d):
         if runtime.profiling is None and conv.all_framework(need_x, need_w):
             # Every op of the step runs PyTorch's own now: the unconverted layer's path, exactly.
             if conv.framework_layer:
-                self._ucudnn_convs.fast = (input.shape, input.dtype, cast, conv.layer_recheck)
+                self._ucudnn_convs.fast = (input.shape, input.dtype, cast, conv)
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
         input, weight, bias = _cast_operands(cast, input, weight, bias)
         if runtime.profiling is not None:
@@ -961,11 +968,9 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
                                                        loss_fn)
     for runtime in _runtimes(model):
         runtime.kernel_limits = limits
-    for conv in _convs(model):
-        conv.forget_kernels()  # declared again with the limits now in force
     for module in model.modules():
         if isinstance(getattr(module, "_ucudnn_convs", None), _ConvCache):
-            module._ucudnn_convs.fast = None  # decided again
+            module._ucudnn_convs.forget()  # declared again with the limits now in force
     declared = measured = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
