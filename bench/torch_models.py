@@ -118,8 +118,12 @@ def parse_args(argv):
     model_args(paired)
     paired.add_argument("--rounds", type=int, default=8, help="rounds of each side")
     paired.add_argument("--steps", type=int, default=8, help="timed steps per side and round")
-    paired.add_argument("--variant", default="", choices=("",) + tuple(MIN_LAYER_GAIN_OF_VARIANT),
-                        help="as a row's: the per-layer threshold at infinity or 0")
+    paired.add_argument("--variant", default="",
+                        choices=("", "fallback") + tuple(MIN_LAYER_GAIN_OF_VARIANT),
+                        help="as a row's: the library disabled, or the per-layer threshold at "
+                        "infinity or 0")
+    paired.add_argument("--compile", default="", choices=COMPILE_MODES,
+                        help="both sides under torch.compile in this mode")
     paired.add_argument("--host-profile", action="store_true",
                         help="also where each side's host time goes: PyTorch's ops per step "
                         "(torch.profiler) and the converted step's Python functions (cProfile)")
@@ -167,7 +171,9 @@ def parse_args(argv):
     if args.command == "paired":
         if args.rounds < 2 or args.steps < 1:
             parser.error("paired: --rounds must be >= 2 and --steps >= 1")
-        if args.variant:
+        if args.variant == "fallback":
+            args.option.append("disable=1")
+        elif args.variant:
             args.min_layer_gain_us = float(MIN_LAYER_GAIN_OF_VARIANT[args.variant])
     if args.command == "run" and args.steps < 4:
         parser.error("--steps must be >= 4 (the first steps are never steady ones)")
@@ -376,10 +382,9 @@ def run_one(args):
         result["graph_break_reasons"] = sorted(counters["graph_break"])[:20]
     if ut is not None:
         after = ut.stats(model)
-        steps = args.steps - args.steps // 2
-        delta = {k: (after[k] - stats_before.get(k, 0)) / steps for k in after}
         result["stats"] = after
-        result["calls_per_step"] = delta
+        result["calls_per_step"] = calls_per_step(stats_before, after,
+                                                  args.steps - args.steps // 2)
         if hasattr(ut, "report"):
             result["kernels"] = ut.report(model)
     return result
@@ -437,7 +442,8 @@ def paired_one(args):
         prepared = ut.prepare(converted, data, wait_ms=int(args.prepare_wait_s * 1000))
 
     def trainer(model):
-        train = training_step(torch, model, model, device, amp)
+        net = torch.compile(model, mode=args.compile) if args.compile else model
+        train = training_step(torch, model, net, device, amp)
 
         def step():
             train(data, labels)
@@ -455,7 +461,7 @@ def paired_one(args):
             times.append((time.perf_counter() - start) * 1e3)
         return times
 
-    for step in sides.values():  # PyTorch's benchmark, the plans' first calls
+    for step in sides.values():  # PyTorch's benchmark, the plans' first calls, compiling
         timed(step, 3)
     stats_before = ut.stats(converted)
     rounds = {"native": [], "converted": []}
@@ -464,9 +470,14 @@ def paired_one(args):
             rounds[name].append(statistics.median(timed(sides[name], args.steps)))
     after = ut.stats(converted)
     ratios = [n / c for n, c in zip(rounds["native"], rounds["converted"])]
-    profiles = host_profiles(torch, sides) if args.host_profile else None
+    profiles = host_profiles(torch, sides, cuda) if args.host_profile else None
+    graph_breaks = None
+    if args.compile:
+        from torch._dynamo.utils import counters
+        graph_breaks = sum(counters["graph_break"].values())
     return {
         "host_profile": profiles,
+        "graph_breaks": graph_breaks,
         "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
         "batch": batch,
         "torch": torch.__version__,
@@ -478,30 +489,49 @@ def paired_one(args):
         "converted_ms": statistics.median(rounds["converted"]),
         "ratio": statistics.median(ratios),
         "ratio_range": [min(ratios), max(ratios)],
-        "calls_per_step": {k: (after[k] - stats_before.get(k, 0)) / (args.rounds * args.steps)
-                           for k in after if after[k] - stats_before.get(k, 0)},
+        "calls_per_step": calls_per_step(stats_before, after, args.rounds * args.steps),
     }
 
 
-def host_profiles(torch, sides):
-    """Where each side's host time goes in one step: PyTorch's ops (count and host time per
-    step, torch.profiler), and for the converted side the Python functions by their own time
-    (cProfile); the top entries."""
+def calls_per_step(before, after, steps):
+    """The adapter's counters (ut.stats) over `steps` steps, per step (the calls by route, and
+    any other that moved); and the layers on the native route at the end (a gauge: their calls
+    there are counted nowhere)."""
+    per_step = {k: (after[k] - before.get(k, 0)) / steps for k in after
+                if k != "native_route_layers" and (
+                    k in ("planned_calls", "fallback_calls", "framework_calls") or
+                    after[k] != before.get(k, 0))}
+    if "native_route_layers" in after:
+        per_step["native_route_layers"] = after["native_route_layers"]
+    return per_step
+
+
+def host_profiles(torch, sides, cuda):
+    """Where each side's time goes in one step: PyTorch's ops (count and host time per step,
+    torch.profiler), on CUDA the device's kernels too (every kernel of the step, the library's
+    included: their device time in all, and the top ones), and for the converted side the
+    Python functions by their own time (cProfile); the top entries."""
     import cProfile
     import io
     import pstats
 
     from torch.profiler import ProfilerActivity, profile
 
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     result = {}
     for name, step in sides.items():
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=activities) as prof:
             step()
         ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
         result[f"{name}_ops"] = [
             {"op": e.key, "count": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
             for e in ops[:40]]
         result[f"{name}_op_count"] = sum(e.count for e in ops)
+        if cuda:
+            try:
+                result.update(device_kernels(torch, prof, name))
+            except (AttributeError, TypeError) as e:  # the profiler's event API of this PyTorch
+                result[f"{name}_device_error"] = repr(e)
     profiler = cProfile.Profile()
     profiler.enable()
     sides["converted"]()
@@ -510,6 +540,27 @@ def host_profiles(torch, sides):
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
     result["converted_python"] = text.getvalue().splitlines()[:60]
     return result
+
+
+def device_kernels(torch, prof, name):
+    """The device kernels of a profiled step (torch.profiler with CUDA): their count, device
+    time in all, and the top ones by time."""
+    cuda = torch.autograd.DeviceType.CUDA
+    by_name = {}
+    count = 0
+    for e in prof.events():
+        if e.device_type != cuda:
+            continue
+        time_us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        calls, total = by_name.get(e.name, (0, 0.0))
+        by_name[e.name] = (calls + 1, total + time_us)
+        count += 1
+    return {
+        f"{name}_device_us": round(sum(t for _, t in by_name.values()), 1),
+        f"{name}_kernel_count": count,
+        f"{name}_kernels": [{"kernel": k[:120], "count": c, "device_us": round(t, 1)}
+                            for k, (c, t) in sorted(by_name.items(), key=lambda i: -i[1][1])[:25]],
+    }
 
 
 def grads_one(args):

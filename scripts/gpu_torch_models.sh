@@ -12,7 +12,7 @@
 #     bash scripts/gpu_torch_models.sh [BUNDLE_DIR=.bundle] [--warm-db FILE] [--python PY]
 #          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
-#          [--paired MODEL:PRECISION[:all-framework|all-plans] ...] [--host-profile]
+#          [--paired MODEL:PRECISION[:VARIANT[:COMPILE]] ...] [--host-profile]
 #          [--paired-rounds 8] [--paired-steps 8]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
 #          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G] -- ROW [ROW ...]
@@ -20,7 +20,8 @@
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
 #     --grads one step's gradients, converted against native (grads_*.json); --paired native and
 #     converted in one process, steps interleaved in rounds (paired_*.json in runs.tar.gz, the
-#     ratio in stack.log; the variant sets the per-layer threshold as in a row; --host-profile adds
+#     ratio in stack.log; VARIANT (fallback, all-framework, all-plans or empty) as in a row, COMPILE
+#     a torch.compile mode for both sides; --host-profile adds
 #     where each side's host time goes); --after-restore-sql
 #     runs SQL on the database before anything else (say, to forget some timings); --then-warm,
 #     after the suite and within the budget, fills the database with those models' plans and
@@ -126,9 +127,9 @@ for g in "${grad_rows[@]}"; do
     "$runs/grads_${g//:/_}.json" "$g" 2>/dev/null | tee -a "$results/stack.log"
 done
 for p in "${paired_rows[@]}"; do
-  IFS=: read -r p_model p_precision p_variant <<<"$p"
+  IFS=: read -r p_model p_precision p_variant p_compile <<<"$p"
   "$python" "$root/bench/torch_models.py" paired --model "$p_model" --precision "$p_precision" \
-    --variant "${p_variant:-}" \
+    --variant "${p_variant:-}" --compile "${p_compile:-}" \
     --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
     "${paired_args[@]}" --json-out "$runs/paired_${p//:/_}.json" >>"$runs/runs.log" 2>&1 ||
     { log "paired $p failed (runs.log)"; rc=1; }

@@ -9,6 +9,7 @@ import copy
 import io
 import itertools
 import os
+import pickle
 import sys
 import tempfile
 import unittest
@@ -542,9 +543,14 @@ class RouteTest(unittest.TestCase):
         with mock.patch.object(ut._Conv, "run", autospec=True,
                                side_effect=AssertionError("asked the library")):
             assert_same_step(self, model, reference, x)  # routed: the library is not called
-        self.assertEqual(ut.stats(model)["fallback_calls"], calls + 3, "still counted")
+            self.assertEqual(ut.stats(model)["fallback_calls"], calls + 3, "still counted")
+            # Every op routed: the layer's next calls are nn.Conv2d's own till the recheck.
+            self.assertIs(type(model), ut._NativeRoutedConv2d)
+            assert_same_step(self, model, reference, x)
+        self.assertEqual(ut.stats(model)["fallback_calls"], calls + 3, "not through the adapter")
         conv = next(iter(model._ucudnn_convs.values()))
         conv.recheck = [0.0, 0.0, 0.0]  # time to ask again
+        model._ucudnn_runtime.native_until = 0.0
         assert_same_step(self, model, reference, x)
         self.assertEqual(ut.stats(model)["fallback_calls"], calls + 6)
         self.assertIs(model._ucudnn_runtime.library, library_calls)
@@ -615,7 +621,9 @@ class FrameworkPlanTest(unittest.TestCase):
                                side_effect=AssertionError("through the adapter's function")):
             assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
-        self.assertEqual(stats["framework_calls"], 2 * 3, stats)
+        # The first call's ops counted; its next calls on the native route, counted nowhere.
+        self.assertEqual(stats["framework_calls"], 3, stats)
+        self.assertEqual(stats["native_route_layers"], 1, stats)
         self.assertEqual(stats["planned_calls"], 0, stats)
 
     def two_planned_layers(self, seed):
@@ -681,15 +689,19 @@ class FrameworkPlanTest(unittest.TestCase):
                                  stats)
                 self.assertEqual(stats["fallback_calls"], 1 if routed_layers == 0 else 0,
                                  stats)
-        # Both layers decided whole (the last subtest): a later call of the same signature goes
-        # straight to PyTorch's own (the module's fast route), counted alike...
-        self.assertIsNotNone(model[0]._ucudnn_convs.fast)
-        before = ut.stats(model)["framework_calls"]
-        with mock.patch.object(ut.UcudnnConv2d, "_ucudnn_conv_of",
-                               side_effect=AssertionError("the signature was built")):
+        # Both layers decided whole (the last subtest): their next calls are nn.Conv2d's own
+        # (the native route), nothing of the adapter's in them and counted nowhere...
+        self.assertEqual([type(model[0]), type(model[2])], [ut._NativeRoutedConv2d] * 2)
+        self.assertEqual(ut.stats(model)["native_route_layers"], 2)
+        before = ut.stats(model)
+        with mock.patch.object(ut.UcudnnConv2d, "_ucudnn_conv",
+                               side_effect=AssertionError("through the adapter")):
             assert_same_step(self, model, reference, x)
-        self.assertEqual(ut.stats(model)["framework_calls"] - before, 3 * 2)
-        # ... until the decision's recheck, when the signature is looked up again.
+        self.assertEqual(ut.stats(model), before)
+        # A copy, a pickle and convert() again start on the adapter's route.
+        self.assertEqual(type(copy.deepcopy(model)[0]), ut.UcudnnConv2d)
+        self.assertEqual(type(pickle.loads(pickle.dumps(model))[2]), ut.UcudnnConv2d)
+        # ... until the decision's recheck: the model's next step asks the library again.
         looked_up = []
         real_conv_of = ut.UcudnnConv2d._ucudnn_conv_of
         with mock.patch.object(ut, "_monotonic", return_value=float("inf")), \
@@ -698,9 +710,11 @@ class FrameworkPlanTest(unittest.TestCase):
                                   real_conv_of(*a)):
             assert_same_step(self, model, reference, x)
         self.assertEqual(looked_up, [model[0], model[2]])
-        # prepare() decides again: no fast route until a call finds the decision.
+        # prepare() decides again: every call through the adapter until a call finds the
+        # decision.
         ut.prepare(model, x)
-        self.assertIsNone(model[0]._ucudnn_convs.fast)
+        self.assertEqual([type(model[0]), type(model[2])], [ut.UcudnnConv2d] * 2)
+        self.assertEqual(ut.stats(model)["native_route_layers"], 0)
         for bad in (-1, "30", True):
             with self.assertRaisesRegex(ValueError, "min_layer_gain_us must be a number >= 0"):
                 ut.convert(model, min_layer_gain_us=bad)
@@ -915,8 +929,9 @@ class CheckpointTest(unittest.TestCase):
         original = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1))
         model = ut.unconvert(ut.convert(copy.deepcopy(original), server="", cache_path="off"))
         for module in model.modules():
-            self.assertNotIn(type(module), (ut.UcudnnConv2d,))
+            self.assertNotIn(type(module), (ut.UcudnnConv2d, ut._NativeRoutedConv2d))
             self.assertFalse([k for k in vars(module) if k.startswith("_ucudnn")])
+            self.assertFalse(module._forward_pre_hooks)
         x = torch.randn(2, 3, 6, 6)
         assert_close(self, model(x), original(x), "unconverted")
         self.assertEqual(list(model.state_dict()), list(original.state_dict()))

@@ -103,8 +103,10 @@ class OverheadTest(unittest.TestCase):
                                     "--autocast")
         self.assertEqual(run.returncode, 0, run.stdout)
         # The warm-up's calls (no plan for the autocast dtype: the tool's plans are fp32) ask the
-        # library; every measured call takes the decided route.
-        self.assertEqual(result["stats"]["framework_calls"], 3 * 3 * 20)
+        # library; the measured calls take the decided route, on the native route from the first
+        # that goes through the adapter (none, when the warm-up's native route still held).
+        self.assertIn(result["stats"]["framework_calls"], (0, 3))
+        self.assertEqual(result["stats"]["native_route_layers"], 1)
         self.assertEqual(result["stats"]["planned_calls"], 0)
         self.assertEqual(result["config"]["route"], "framework")
 
@@ -148,12 +150,14 @@ class CpuRunTest(unittest.TestCase):
         self.assertEqual(summary["failures"], [])
         self.assertEqual(rc, 0)
         self.assertEqual(set(summary["report"]), {"fp32", "amp", "adapter_overhead_undivided"})
-        # The overhead run's plans came from the tool: its per-call overhead, at ResNet-50's
-        # calls per step (53 convolutions, the first without backward-data).
+        # The overhead run's plans came from the tool: its per-call overhead, at the ResNet-50
+        # step's calls through the adapter (at most 53 convolutions' ops, the first without
+        # backward-data; calls on the native route between rechecks are not the adapter's).
         overhead = summary["report"]["adapter_overhead_undivided"]
-        self.assertEqual(overhead["calls_per_step"], 53 * 3 - 1)
+        self.assertGreater(overhead["calls_per_step"], 0)
+        self.assertLessEqual(overhead["calls_per_step"], 53 * 3 - 1)
         self.assertAlmostEqual(overhead["overhead_ms_per_step"],
-                               overhead["overhead_us_per_call"] * (53 * 3 - 1) / 1e3)
+                               overhead["overhead_us_per_call"] * overhead["calls_per_step"] / 1e3)
         # Nothing planned (the planner is down): every convolution is PyTorch's, losses equal.
         self.assertEqual(summary["report"]["fp32"]["loss_max_rel_diff"], 0.0)
         self.assertEqual(summary["runs"]["fp32_ucudnn_64mib"]["stats"]["planned_calls"], 0)

@@ -104,12 +104,14 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(len(row["converted_runs_ms"]), 2)
         self.assertAlmostEqual(row["ratio"], row["native_ms"] / row["converted_ms"])
         # The planner is down: every convolution ran PyTorch's own (53 layers, the first
-        # without backward-data); the first step's loss is native's (later ones drift apart:
+        # without backward-data), through the adapter or, between its rechecks, on the native
+        # route (uncounted); the first step's loss is native's (later ones drift apart:
         # PyTorch's convolution backward called directly sums in another order, and batch norm
         # over 2 samples amplifies it).
         calls = row["converted_calls_per_step"]
         self.assertEqual(calls["planned_calls"], 0)
-        self.assertEqual(calls["fallback_calls"] + calls["framework_calls"], 53 * 3 - 1)
+        self.assertLessEqual(calls["fallback_calls"] + calls["framework_calls"], 53 * 3 - 1)
+        self.assertLessEqual(calls["native_route_layers"], 53)
         self.assertAlmostEqual(row["loss_native_first"], row["loss_converted_first"], places=4)
 
     def test_paired_rounds_in_one_process(self):
@@ -124,9 +126,11 @@ class CpuSuiteTest(unittest.TestCase):
         ratios = [n / c for n, c in zip(paired["native_round_ms"], paired["converted_round_ms"])]
         self.assertAlmostEqual(paired["ratio"], sorted(ratios)[1])
         self.assertEqual(paired["ratio_range"], [min(ratios), max(ratios)])
-        # Every converted convolution ran PyTorch's own (the planner is down), every step.
-        self.assertEqual(paired["calls_per_step"]["fallback_calls"], 53 * 3 - 1)
-        self.assertNotIn("planned_calls", paired["calls_per_step"])
+        # Every converted convolution ran PyTorch's own (the planner is down), through the
+        # adapter (counted) or on the native route.
+        self.assertLessEqual(paired["calls_per_step"]["fallback_calls"], 53 * 3 - 1)
+        self.assertLessEqual(paired["calls_per_step"]["native_route_layers"], 53)
+        self.assertEqual(paired["calls_per_step"]["planned_calls"], 0)
         support.assert_rejected(self, torch_models.parse_args,
                                 ["paired", "--model", "resnet50", "--rounds", "1"],
                                 "--rounds must be >= 2")

@@ -147,6 +147,9 @@ def framework_identity():
     return f"torch-{torch.__version__}/{mode}"
 
 
+_INFINITY = float("inf")
+
+
 # ---- the runtime of one convert() call -------------------------------------------------------------
 class Runtime:
     """The contexts of one convert() call: one per device, made at its first convolution."""
@@ -171,6 +174,9 @@ class Runtime:
         self.local_framework = set()
         # prepare(budget="liveness"): each kernel's own workspace limit (shape tuple -> bytes).
         self.kernel_limits = {}
+        # Layers on the native route (route_native) and the earliest time one is due back.
+        self.native_routed = []
+        self.native_until = _INFINITY
 
     def workspace_mode(self):
         """The mode the library runs in: convert()'s option, else UCUDNN_WORKSPACE_MODE, else
@@ -198,6 +204,23 @@ class Runtime:
 
     def contexts(self):
         return list(self._contexts.values())
+
+    def route_native(self, module, until):
+        """`module`'s calls run nn.Conv2d's own forward, unasked and uncounted, until `until`
+        (the step's root hook or restore_native() brings it back): a layer whose every op runs
+        PyTorch's own then costs a host-bound step exactly what it costs unconverted."""
+        module.__class__ = _NativeRoutedConv2d
+        self.native_routed.append(module)
+        self.native_until = min(self.native_until, until)
+
+    def restore_native(self):
+        """Every layer on the native route back on the adapter's, which asks the library again
+        at its next call (at the routes' recheck; before prepare() records or profiles a step)."""
+        for module in self.native_routed:
+            if type(module) is _NativeRoutedConv2d:  # not unconverted meanwhile
+                module.__class__ = UcudnnConv2d
+        self.native_routed = []
+        self.native_until = _INFINITY
 
     # A converted model copied shares its runtime (the library's sessions are per process), and
     # one pickled whole (torch.save(model)) gets a new runtime when loaded, without the options
@@ -330,8 +353,10 @@ class _Conv:
         self._count_routed(op)
         return True
 
-    def all_framework(self, need_x, need_w):
-        """True when every op of this call runs PyTorch's own now (each counted as such)."""
+    def framework_until(self, need_x, need_w):
+        """When every op of this call runs PyTorch's own now (each counted as such): until when
+        that holds without asking the library (the layer's decision or the ops' routes, till
+        their recheck); else 0.0."""
         ops = (_lib.FORWARD,) + ((_lib.BACKWARD_DATA,) if need_x else ()) + (
             (_lib.BACKWARD_FILTER,) if need_w else ())
         now = _monotonic()
@@ -339,12 +364,12 @@ class _Conv:
             self.decide_layer(ops, now)
         if self.framework_layer:
             self.runtime.skipped[1] += len(ops)
-            return True
+            return self.layer_recheck
         if not all(self._routed(op, now) for op in ops):
-            return False
+            return 0.0
         for op in ops:
             self._count_routed(op)
-        return True
+        return min(self.recheck[op] for op in ops)
 
     def run(self, op, a, b, out):
         """Runs `op` through the library into `out` (every operand dense in the signature's
@@ -465,17 +490,12 @@ def _output_size(dims, stride, padding, dilation):
 
 class _ConvCache(dict):
     """A module's _Conv per input signature. Neither copied nor pickled (its kernel handles belong
-    to this process's contexts): a copy starts empty. `fast`: (input shape, input dtype, autocast
-    dtype, _Conv) of the last call that found its layer decided for PyTorch's own
-    (_Conv.framework_layer): a call alike before that decision's recheck (_Conv.layer_recheck)
-    goes straight to F.conv2d without building its signature."""
+    to this process's contexts): a copy starts empty."""
 
     MAX_SIGNATURES = 64  # beyond this (inputs of ever new sizes) it starts over
-    fast = None
 
     def forget(self):
         """prepare(): every _Conv's kernels declared anew and its layer decided again."""
-        self.fast = None
         for conv in self.values():
             if conv is not None:
                 conv.forget_kernels()
@@ -761,16 +781,6 @@ class UcudnnConv2d(nn.Conv2d):
                 return y if bias is None else y + bias.view(1, -1, 1, 1)
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
         runtime = self._ucudnn_runtime
-        fast = self._ucudnn_convs.fast
-        if (fast is not None and fast[0] == input.shape and fast[1] == input.dtype and
-                fast[2] == cast and _monotonic() < fast[3].layer_recheck and
-                runtime.recording is None and runtime.profiling is None):
-            # The layer decided for PyTorch's own at this signature (below): the host-bound
-            # step's per-call cost is this check alone. Counted as all_framework() counts.
-            grad = torch.is_grad_enabled()
-            runtime.skipped[1] += 1 + (grad and input.requires_grad) + (
-                grad and weight.requires_grad)
-            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
         conv = self._ucudnn_conv_of(input, weight, padding, cast)
         if conv is not None and runtime.recording is not None:
             grad = torch.is_grad_enabled()
@@ -783,11 +793,14 @@ class UcudnnConv2d(nn.Conv2d):
         grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
         need_x = grad and input.requires_grad
         need_w = grad and weight.requires_grad
-        if runtime.profiling is None and conv.all_framework(need_x, need_w):
-            # Every op of the step runs PyTorch's own now: the unconverted layer's path, exactly.
-            if conv.framework_layer:
-                self._ucudnn_convs.fast = (input.shape, input.dtype, cast, conv)
-            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+        if runtime.profiling is None:
+            until = conv.framework_until(need_x, need_w)
+            if until:
+                # Every op of the call runs PyTorch's own: the unconverted layer's path, and
+                # nn.Conv2d's own forward for the layer's next calls till then (route_native).
+                runtime.route_native(self, until)
+                return F.conv2d(input, weight, bias, self.stride, padding, self.dilation,
+                                self.groups)
         input, weight, bias = _cast_operands(cast, input, weight, bias)
         if runtime.profiling is not None:
             return _profiled_conv(runtime.profiling, conv, input, weight, bias)
@@ -812,7 +825,6 @@ class UcudnnConv2d(nn.Conv2d):
         if conv is False:
             if len(convs) >= _ConvCache.MAX_SIGNATURES:
                 convs.clear()
-                convs.fast = None
             conv = None
             if dtype in _DATA_TYPES and weight_dtype == dtype:
                 conv = self._ucudnn_make_conv(input, weight, padding, channels_last, allow_tf32,
@@ -831,9 +843,30 @@ class UcudnnConv2d(nn.Conv2d):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        if "_ucudnn_runtime" in state:  # unpickled: a key of this process, nothing decided
-            self._ucudnn_key = _module_key(self)
+        if "_ucudnn_runtime" in state:  # unpickled or copied: a key of this process, nothing
+            self._ucudnn_key = _module_key(self)  # decided, the adapter's route
             self._ucudnn_framework_layer = False
+            if type(self) is _NativeRoutedConv2d:
+                self.__class__ = UcudnnConv2d
+
+
+class _NativeRoutedConv2d(UcudnnConv2d):
+    """A converted layer on the native route (Runtime.route_native): nn.Conv2d's own forward,
+    with nothing of the adapter's in the call."""
+
+    _conv_forward = nn.Conv2d._conv_forward
+
+
+def _recheck_native_routes(module, args):
+    """The converted model's forward pre-hook: once per step, the layers on the native route
+    back on the adapter's once one is due (Runtime.native_until). Nothing under torch.compile,
+    which traces what each layer's route is then."""
+    if _is_compiling():
+        return None
+    runtime = module.__dict__.get("_ucudnn_root_runtime")
+    if runtime is not None and _monotonic() >= runtime.native_until:
+        runtime.restore_native()
+    return None
 
 
 def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
@@ -862,8 +895,11 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
     config.setdefault("framework", framework_identity())
     runtime = Runtime(config, workspace_limit, min_layer_gain_us)
     custom_ops_available()  # registered now, not while torch.compile traces
+    model._ucudnn_root_runtime = runtime
+    if _recheck_native_routes not in model._forward_pre_hooks.values():
+        model.register_forward_pre_hook(_recheck_native_routes)
     for module in model.modules():
-        if type(module) is nn.Conv2d:
+        if type(module) in (nn.Conv2d, _NativeRoutedConv2d):
             module.__class__ = UcudnnConv2d
         if isinstance(module, UcudnnConv2d):
             module._ucudnn_runtime = runtime
@@ -876,6 +912,10 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
 def unconvert(model):
     """Undoes convert(): every UcudnnConv2d of `model` is a torch.nn.Conv2d again (the same
     parameters), with nothing of the library left on it. Returns the model."""
+    for key, hook in list(model._forward_pre_hooks.items()):
+        if hook is _recheck_native_routes:
+            del model._forward_pre_hooks[key]
+    model.__dict__.pop("_ucudnn_root_runtime", None)
     for module in model.modules():
         if isinstance(module, UcudnnConv2d):
             module.__class__ = nn.Conv2d
@@ -904,6 +944,7 @@ def kernels(model, *sample_inputs):
     # The pass must leave the model as it was: batch-norm statistics and the like.
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     for runtime in runtimes:
+        runtime.restore_native()  # every call of the pass through the adapter
         runtime.recording = {}
     try:
         with torch.enable_grad():
@@ -968,6 +1009,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
                                                        loss_fn)
     for runtime in _runtimes(model):
         runtime.kernel_limits = limits
+        runtime.restore_native()
     for module in model.modules():
         if isinstance(getattr(module, "_ucudnn_convs", None), _ConvCache):
             module._ucudnn_convs.forget()  # declared again with the limits now in force
@@ -1356,6 +1398,7 @@ def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
     grads = [(p, p.grad) for p in model.parameters()]
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     for runtime in runtimes:
+        runtime.restore_native()
         runtime.profiling = profile
     try:
         for p, _ in grads:
@@ -1417,15 +1460,20 @@ def wait_for_plans(model, timeout_ms):
 def stats(model):
     """The library's counters (ucudnn::ClientStats) summed over the model's contexts, with the
     calls the adapter sent to PyTorch's own convolution without asking the library (the route
-    was known) added to fallback_calls (no plan) and framework_calls (the plan chose it)."""
+    was known) added to fallback_calls (no plan) and framework_calls (the plan chose it), and
+    "native_route_layers": how many layers are on the native route now (Runtime.route_native;
+    their calls there are nn.Conv2d's own and counted nowhere)."""
     total = {name: 0 for name in _lib.STATS_FIELDS}
     total.setdefault("framework_calls", 0)
+    total["native_route_layers"] = 0
     for runtime in _runtimes(model):
         for context in runtime.contexts():
             for name, value in context.stats().items():
                 total[name] += value
         total["fallback_calls"] += runtime.skipped[0]
         total["framework_calls"] += runtime.skipped[1]
+        total["native_route_layers"] += sum(type(m) is _NativeRoutedConv2d
+                                            for m in runtime.native_routed)
     return total
 
 
