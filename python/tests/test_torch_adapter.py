@@ -528,6 +528,33 @@ class FallbackTest(unittest.TestCase):
         self.assertTrue(torch.equal(y, y_ref))
 
 
+class HostBoundTest(unittest.TestCase):
+    def test_a_step_whose_device_ends_with_its_launches_is_host_bound(self):
+        self.assertTrue(ut.is_host_bound(0.040, 0.041))   # the device waited for the host
+        self.assertFalse(ut.is_host_bound(0.015, 0.054))  # the host waited for the device
+        self.assertFalse(ut.is_host_bound(0.0, 0.0))
+        edge = 1.0 - ut.HOST_BOUND_LAG
+        self.assertTrue(ut.is_host_bound(edge + 1e-6, 1.0))
+        self.assertFalse(ut.is_host_bound(edge - 1e-6, 1.0))
+
+    def test_the_measured_steps_leave_the_model_as_it_was(self):
+        torch.manual_seed(13)
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+                                         nn.Conv2d(4, 2, 1)), server="", cache_path="off")
+        x = torch.randn(2, 3, 8, 8)
+        model(x).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        buffers = [b.clone() for b in model.buffers()]
+        got = ut.step_is_host_bound(model, x, loss_fn=lambda y: y.square().sum())
+        self.assertEqual(set(got), {"host_bound", "host_ms", "step_ms"})
+        self.assertTrue(got["host_bound"], got)  # on the CPU the step is all host
+        self.assertGreater(got["step_ms"], 0)
+        for p, grad in zip(model.parameters(), grads):
+            self.assertTrue(torch.equal(p.grad, grad))
+        for b, saved in zip(model.buffers(), buffers):
+            self.assertTrue(torch.equal(b, saved))
+
+
 class RouteTest(unittest.TestCase):
     """A kernel the library declines is routed to PyTorch's own without asking it again at every
     call, and asked again later (plans arrive in the background)."""
@@ -638,7 +665,7 @@ class FrameworkPlanTest(unittest.TestCase):
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         result = ut.prepare(model, x, wait_ms=200)
         self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed",
-                                  "above_peak": None})
+                                  "above_peak": None, "host_bound": None})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
@@ -665,17 +692,22 @@ class FrameworkPlanTest(unittest.TestCase):
             got.update(state="planned", predicted_ms=0.1, framework_ms=0.1 + saved)
             return got
 
-        for gain_us, routed_layers in ((None, 1), (0.0, 0), (200.0, 2)):
-            with self.subTest(min_layer_gain_us=gain_us):
+        # A host-bound step (prepare()'s host_bound, else measured on CUDA): no layer's
+        # device-time saving counts (a threshold of 0 still runs every plan not slower).
+        for gain_us, routed_layers, bound in ((None, 1, None), (None, 2, True), (0.0, 0, True),
+                                              (200.0, 2, False)):
+            with self.subTest(min_layer_gain_us=gain_us, host_bound=bound):
                 ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY,
                            min_layer_gain_us=gain_us)
                 with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
                                        side_effect=info), \
                         mock.patch.object(_lib.Context, "kernel", autospec=True,
                                           side_effect=kernel):
-                    result = ut.prepare(model, x, wait_ms=200)
+                    result = ut.prepare(model, x, wait_ms=200, host_bound=bound)
                 self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
-                                          "above_peak": None})
+                                          "above_peak": None,
+                                          "host_bound": None if bound is None else
+                                          {"host_bound": bound}})
                 # Kept on the module for torch.compile.
                 self.assertEqual([model[0]._ucudnn_framework_layer,
                                   model[2]._ucudnn_framework_layer],

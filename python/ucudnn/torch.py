@@ -174,6 +174,8 @@ class Runtime:
         self.local_framework = set()
         # prepare(budget="liveness"): each kernel's own workspace limit (shape tuple -> bytes).
         self.kernel_limits = {}
+        # prepare(): the step is host-bound (is_host_bound): a layer's plans save nothing of it.
+        self.host_bound = False
         # Layers on the native route (route_native) and the earliest time one is due back.
         self.native_routed = []
         self.native_until = _INFINITY
@@ -262,6 +264,19 @@ def _beats_framework(ucudnn_ms, framework_ms):
 # step over PyTorch's own (the autograd Function, the ctypes calls, the workspace): 38 us on the
 # H100 machine (bench/torch_adapter.py overhead, docs/torch-models.md), 17 us on a CPU.
 MIN_LAYER_GAIN_US = 40.0
+
+# A step is host-bound when its device work ends within this share of the step after the host
+# has launched its last kernel: the device waits for the host, so a plan's device-time saving
+# does not shorten the step while its path's host cost lengthens it (step_is_host_bound()). On
+# the H100 machine (docs/torch-models.md, call 21): EfficientNet-B0 AMP 11-16% (host-bound: its
+# planned layer cost its step), ResNet-50 AMP and ConvNeXt-T 50-52%.
+HOST_BOUND_LAG = 0.25
+
+
+def is_host_bound(host_s, total_s):
+    """Whether a step that took `host_s` to launch and `total_s` to finish on the device is
+    host-bound (HOST_BOUND_LAG)."""
+    return total_s > 0 and (total_s - host_s) < HOST_BOUND_LAG * total_s
 
 # What the hot path asks PyTorch, through the cheapest call each version has: these run per
 # convolution call, and the public wrappers cost microseconds (torch.cuda.current_stream makes a
@@ -454,9 +469,12 @@ class _Conv:
     def decide_layer(self, ops, now):
         """Whether the layer runs PyTorch's own whole: its plans for `ops` save less per step
         than the runtime's min_layer_gain_us (the library's host cost per layer, which a
-        host-bound step pays). By the cluster's timings, so every rank decides alike; undecided
-        (the per-op routes) while a plan or PyTorch's time is missing."""
+        host-bound step pays), or save only device time of a step that prepare() found
+        host-bound. By the cluster's timings and rank 0's measurement, so every rank decides
+        alike; undecided (the per-op routes) while a plan or PyTorch's time is missing."""
         gain = self.plan_gain_ms(ops)
+        if gain is not None and self.runtime.host_bound and gain != _INFINITY:
+            gain = 0.0  # the device's saving does not reach a host-bound step
         self.framework_layer = gain is not None and gain * 1e3 < self.runtime.min_layer_gain_us
         self.layer_recheck = now + (_RECHECK_NO_PLAN_S if gain is None else _RECHECK_FRAMEWORK_S)
 
@@ -970,7 +988,7 @@ def _unique(shapes):
 
 
 def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="auto",
-            above_peak=None, loss_fn=None):
+            above_peak=None, loss_fn=None, host_bound=None):
     """Declares every kernel of a training step (kernels()) and plans them now: in the total
     modes, the whole network under one budget. `sample_inputs` at the training batch size.
     `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
@@ -986,9 +1004,14 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     cap or the device's free memory; `loss_fn` makes the profiled step's loss from the output), or
     "auto" (the default): liveness where it applies (per-kernel mode, CUDA inputs), else fixed;
     a step that cannot be profiled without a loss_fn (an output that is not a tensor) falls back
-    to fixed with a warning. Returns {"kernels": declared, "measured": framework timings taken
-    here, "budget": the budget used, "above_peak": the bytes over the step's peak that liveness
-    budgets allowed (None under fixed budgets)}."""
+    to fixed with a warning. `host_bound`: whether the step is host-bound, where a plan's
+    device-time saving does not shorten it (then every layer whose plans only save device time
+    runs PyTorch's own); None (the default): measured on CUDA once the plans are in
+    (step_is_host_bound(), rank 0's answer for every rank of a torch.distributed job).
+    Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
+    used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
+    fixed budgets), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
+    given}, or None when not measured}."""
     if budget not in ("auto", "fixed", "liveness"):
         raise ValueError(f"ucudnn.torch.prepare: budget must be 'auto', 'fixed' or 'liveness', "
                          f"got {budget!r}")
@@ -1039,10 +1062,61 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
+    bound = None
+    for runtime in _runtimes(model):
+        runtime.host_bound = False  # the rule alone, for the step measured below
+    if host_bound is not None:
+        bound = {"host_bound": bool(host_bound)}
+    elif wait_ms > 0 and any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs):
+        _decide_layers(model)  # the step measured as it will run
+        bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
+    for runtime in _runtimes(model):
+        runtime.host_bound = bool(bound and bound["host_bound"])
     if wait_ms > 0:
         _decide_layers(model)
     return {"kernels": declared, "measured": measured, "budget": budget,
-            "above_peak": allowed_above_peak}
+            "above_peak": allowed_above_peak, "host_bound": bound}
+
+
+def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
+    """Whether a training step of `model` (forward, `loss_fn(output)` or the output's sum,
+    backward; CUDA) is host-bound: the last of `steps` steps' launch time (until backward()
+    returns) against its time until the device finishes (is_host_bound; a CPU step is all
+    host). The model is left as it was (gradients and buffers). In a torch.distributed job every
+    rank gets rank 0's answer. {"host_bound", "host_ms", "step_ms"}."""
+    grads = [(p, p.grad) for p in model.parameters()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    device = next(t.device for t in sample_inputs if torch.is_tensor(t))
+    cuda = device.type == "cuda"
+    try:
+        for _ in range(steps):  # the first: PyTorch's benchmark, the plans' first calls
+            for p, _ in grads:
+                p.grad = None
+            if cuda:
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            with torch.enable_grad():
+                output = model(*sample_inputs)
+                loss = loss_fn(output) if loss_fn is not None else output.float().sum()
+                loss.backward()
+            host = time.perf_counter() - start
+            if cuda:
+                torch.cuda.synchronize(device)
+            total = time.perf_counter() - start
+            del output, loss
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for p, grad in grads:
+            p.grad = grad
+    bound = is_host_bound(host, total)
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        flag = torch.tensor([int(bound)], device=device)
+        distributed.broadcast(flag, 0)
+        bound = bool(flag.item())
+    return {"host_bound": bound, "host_ms": host * 1e3, "step_ms": total * 1e3}
 
 
 def _auto_budget(model, sample_inputs):
