@@ -102,6 +102,9 @@ def parse_args(argv):
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
     run.add_argument("--budget", default="auto", choices=("auto", "fixed", "liveness"),
                      help="ucudnn: prepare()'s per-kernel budgets (default: prepare()'s)")
+    run.add_argument("--with-library", action="store_true",
+                     help="native: the library loaded and a context of it running on the device "
+                     "(a converted 1x1 layer called once), the model itself unconverted")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -193,8 +196,10 @@ def parse_args(argv):
 # (prepare(budget="liveness"), issue 21). "all-framework" and "all-plans" set the per-layer rule's
 # threshold (convert()'s min_layer_gain_us) to infinity and to 0: every layer decided for
 # PyTorch's own with the library planning (the decided route's host cost alone), and every
-# planned kernel running its plan (what the rule saves).
-ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans")
+# planned kernel running its plan (what the rule saves). "library" runs native on both sides, the
+# "converted" one with the library loaded and a context of it running (run --with-library): what
+# its presence in the process costs.
+ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 
 
@@ -307,6 +312,16 @@ def run_one(args):
     ut = None
     prepare_s = 0.0
     prepared = None
+    library_loaded = None
+    if args.with_library and args.mode == "native":
+        # What the library's presence costs the process apart from the model's layers: its
+        # context (planner thread, cuDNN handle, the planner's channel) made by one call.
+        loaded = load_adapter()
+        probe = convert(loaded, torch.nn.Conv2d(3, 3, 1).to(device), args)
+        with torch.no_grad():
+            probe(torch.randn(1, 3, 8, 8, device=device))
+        library_loaded = {"path": loaded._lib.load().path,
+                          "kernels": loaded.stats(probe)["kernels"]}
     if args.mode == "ucudnn":
         ut = load_adapter()
         convert(ut, model, args)
@@ -364,6 +379,7 @@ def run_one(args):
         "model_ready_to_first_fast_step_s": fast_s - (model_ready - PROCESS_START),
         "prepare_s": prepare_s,
         "prepare": prepared,  # prepare()'s answer: kernels, measured, budget, above_peak
+        "library_loaded": library_loaded,  # --with-library: the library and its probe's kernels
     }
     if cuda:
         result.update({
@@ -734,7 +750,9 @@ def run_suite(args):
             common += ["--batch", str(args.batch)]
         # As a user would: prepare() waits for the plans (from the warm database, at once), so
         # that each layer's decision is in before the first step and before torch.compile.
-        converted = ["--mode", "ucudnn"] + [f"--option={o}" for o in converted_options] + (
+        mode = ["--mode", "native", "--with-library"] if variant == "library" else [
+            "--mode", "ucudnn"]
+        converted = mode + [f"--option={o}" for o in converted_options] + (
             warm_options(CONVERTED_WAIT_S)) + (
             ["--option=disable=1"] if variant == "fallback" else []) + (
             ["--budget", "liveness"] if variant == "liveness" else []) + (

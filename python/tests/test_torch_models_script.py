@@ -114,6 +114,24 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertLessEqual(calls["native_route_layers"], 53)
         self.assertAlmostEqual(row["loss_native_first"], row["loss_converted_first"], places=4)
 
+    def test_native_with_the_library_loaded(self):
+        with tempfile.TemporaryDirectory() as out:
+            path = os.path.join(out, "run.json")
+            subprocess.run([sys.executable, SCRIPT, "run", "--device", "cpu", "--model",
+                            "resnet50", "--precision", "fp32", "--batch", "2", "--steps", "4",
+                            "--image-size", "32", "--with-library", "--option",
+                            f"server=127.0.0.1:{closed_port()}", "--option", "cache_path=off",
+                            "--json-out", path], stdout=subprocess.DEVNULL, check=True)
+            with open(path) as f:
+                result = json.load(f)
+        # The model is native (no counters of the adapter); the library was loaded beside it.
+        self.assertEqual(len(result["losses"]), 4)
+        self.assertNotIn("calls_per_step", result)
+        self.assertTrue(result["config"]["with_library"])
+        self.assertTrue(result["library_loaded"]["path"].endswith(".so"), result)
+        self.assertEqual(result["library_loaded"]["kernels"], 1)  # the probe's forward
+        self.assertEqual(torch_models.parse_row("resnet50:amp::library")[3], "library")
+
     def test_paired_rounds_in_one_process(self):
         result = subprocess.run(
             [sys.executable, SCRIPT, "paired", "--device", "cpu", "--model", "resnet50",
