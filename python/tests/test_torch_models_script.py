@@ -128,7 +128,7 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(len(result["losses"]), 4)
         self.assertNotIn("calls_per_step", result)
         self.assertTrue(result["config"]["with_library"])
-        self.assertTrue(result["library_loaded"]["path"].endswith(".so"), result)
+        self.assertIn(".so", os.path.basename(result["library_loaded"]["path"]), result)
         self.assertEqual(result["library_loaded"]["kernels"], 1)  # the probe's forward
         self.assertEqual(torch_models.parse_row("resnet50:amp::library")[3], "library")
 
