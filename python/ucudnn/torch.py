@@ -268,7 +268,7 @@ MIN_LAYER_GAIN_US = 40.0
 # A step is host-bound when its device work ends within this share of the step after the host
 # has launched its last kernel: the device waits for the host, so a plan's device-time saving
 # does not shorten the step while its path's host cost lengthens it (step_is_host_bound()). On
-# the H100 machine (docs/torch-models.md, call 21): EfficientNet-B0 AMP 11-16% (host-bound: its
+# the H100 machine (docs/torch-models.md, calls 21-23): EfficientNet-B0 AMP 3-15% (host-bound: its
 # planned layer cost its step), ResNet-50 AMP and ConvNeXt-T 50-52%.
 HOST_BOUND_LAG = 0.25
 
