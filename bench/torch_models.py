@@ -122,14 +122,16 @@ def parse_args(argv):
     paired.add_argument("--rounds", type=int, default=8, help="rounds of each side")
     paired.add_argument("--steps", type=int, default=8, help="timed steps per side and round")
     paired.add_argument("--variant", default="",
-                        choices=("", "fallback") + tuple(MIN_LAYER_GAIN_OF_VARIANT),
+                        choices=("",) + tuple(OPTIONS_OF_VARIANT) +
+                        tuple(MIN_LAYER_GAIN_OF_VARIANT),
                         help="as a row's: the library disabled, or the per-layer threshold at "
                         "infinity or 0")
     paired.add_argument("--compile", default="", choices=COMPILE_MODES,
                         help="both sides under torch.compile in this mode")
     paired.add_argument("--host-profile", action="store_true",
-                        help="also where each side's host time goes: PyTorch's ops per step "
-                        "(torch.profiler) and the converted step's Python functions (cProfile)")
+                        help="also where each side's time goes: PyTorch's ops per step "
+                        "(torch.profiler), on CUDA the device's kernels, and the converted "
+                        "step's Python functions (cProfile)")
 
     curve = sub.add_parser("curve", help="the step's time-memory curve (issue 21): JSON, and "
                            "with --svg a picture")
@@ -174,9 +176,8 @@ def parse_args(argv):
     if args.command == "paired":
         if args.rounds < 2 or args.steps < 1:
             parser.error("paired: --rounds must be >= 2 and --steps >= 1")
-        if args.variant == "fallback":
-            args.option.append("disable=1")
-        elif args.variant:
+        args.option += OPTIONS_OF_VARIANT.get(args.variant, [])
+        if args.variant in MIN_LAYER_GAIN_OF_VARIANT:
             args.min_layer_gain_us = float(MIN_LAYER_GAIN_OF_VARIANT[args.variant])
     if args.command == "run" and args.steps < 4:
         parser.error("--steps must be >= 4 (the first steps are never steady ones)")
@@ -201,6 +202,7 @@ def parse_args(argv):
 # its presence in the process costs.
 ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
+OPTIONS_OF_VARIANT = {"fallback": ["disable=1"]}  # the converted side's convert() options
 
 
 def parse_row(text):
@@ -754,7 +756,7 @@ def run_suite(args):
             "--mode", "ucudnn"]
         converted = mode + [f"--option={o}" for o in converted_options] + (
             warm_options(CONVERTED_WAIT_S)) + (
-            ["--option=disable=1"] if variant == "fallback" else []) + (
+            [f"--option={o}" for o in OPTIONS_OF_VARIANT.get(variant, [])]) + (
             ["--budget", "liveness"] if variant == "liveness" else []) + (
             ["--min-layer-gain-us", MIN_LAYER_GAIN_OF_VARIANT[variant]]
             if variant in MIN_LAYER_GAIN_OF_VARIANT else [])

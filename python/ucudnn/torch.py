@@ -29,6 +29,7 @@ Configuration is the C++ library's: the UCUDNN_* environment, overridden by keyw
 when convert() is called.
 """
 
+import contextlib
 import os
 import re
 import time
@@ -278,6 +279,7 @@ def is_host_bound(host_s, total_s):
     host-bound (HOST_BOUND_LAG)."""
     return total_s > 0 and (total_s - host_s) < HOST_BOUND_LAG * total_s
 
+
 # What the hot path asks PyTorch, through the cheapest call each version has: these run per
 # convolution call, and the public wrappers cost microseconds (torch.cuda.current_stream makes a
 # Stream object, torch.backends.cudnn.allow_tf32 goes through a module property).
@@ -511,12 +513,6 @@ class _ConvCache(dict):
     to this process's contexts): a copy starts empty."""
 
     MAX_SIGNATURES = 64  # beyond this (inputs of ever new sizes) it starts over
-
-    def forget(self):
-        """prepare(): every _Conv's kernels declared anew and its layer decided again."""
-        for conv in self.values():
-            if conv is not None:
-                conv.forget_kernels()
 
     def __reduce__(self):
         return (_ConvCache, ())
@@ -1032,10 +1028,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
                                                        loss_fn)
     for runtime in _runtimes(model):
         runtime.kernel_limits = limits
-        runtime.restore_native()
-    for module in model.modules():
-        if isinstance(getattr(module, "_ucudnn_convs", None), _ConvCache):
-            module._ucudnn_convs.forget()  # declared again with the limits now in force
+    for conv in _convs(model):
+        conv.forget_kernels()  # declared again with the limits now in force
     declared = measured = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
@@ -1084,32 +1078,18 @@ def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
     returns) against its time until the device finishes (is_host_bound; a CPU step is all
     host). The model is left as it was (gradients and buffers). In a torch.distributed job every
     rank gets rank 0's answer. {"host_bound", "host_ms", "step_ms"}."""
-    grads = [(p, p.grad) for p in model.parameters()]
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     device = next(t.device for t in sample_inputs if torch.is_tensor(t))
     cuda = device.type == "cuda"
-    try:
+    with _model_kept(model):
         for _ in range(steps):  # the first: PyTorch's benchmark, the plans' first calls
-            for p, _ in grads:
-                p.grad = None
             if cuda:
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-            with torch.enable_grad():
-                output = model(*sample_inputs)
-                loss = loss_fn(output) if loss_fn is not None else output.float().sum()
-                loss.backward()
+            _training_pass(model, sample_inputs, loss_fn)
             host = time.perf_counter() - start
             if cuda:
                 torch.cuda.synchronize(device)
             total = time.perf_counter() - start
-            del output, loss
-    finally:
-        with torch.no_grad():
-            for buffer, saved in buffers:
-                buffer.copy_(saved)
-        for p, grad in grads:
-            p.grad = grad
     bound = is_host_bound(host, total)
     distributed = getattr(torch, "distributed", None)
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
@@ -1469,29 +1449,44 @@ def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
                              "give CUDA inputs (or a reader)")
         reader = torch.cuda.memory_allocated
     profile = _Profile(reader)
-    grads = [(p, p.grad) for p in model.parameters()]
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     for runtime in runtimes:
         runtime.restore_native()
         runtime.profiling = profile
     try:
-        for p, _ in grads:
-            p.grad = None
-        base = reader()
-        with torch.enable_grad():
-            output = model(*sample_inputs)
-            loss = loss_fn(output) if loss_fn is not None else output.float().sum()
-            loss.backward()
-        del output, loss
+        with _model_kept(model):
+            base = reader()
+            _training_pass(model, sample_inputs, loss_fn)
     finally:
         for runtime in runtimes:
             runtime.profiling = None
+    return {"calls": profile.calls, "base": base}
+
+
+@contextlib.contextmanager
+def _model_kept(model):
+    """The block's training passes leave `model` as it was: its gradients and its buffers
+    (batch-norm statistics)."""
+    grads = [(p, p.grad) for p in model.parameters()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
         with torch.no_grad():
             for buffer, saved in buffers:
                 buffer.copy_(saved)
         for p, grad in grads:
             p.grad = grad
-    return {"calls": profile.calls, "base": base}
+
+
+def _training_pass(model, sample_inputs, loss_fn):
+    """One step's forward, loss (`loss_fn(output)`, else the output's sum) and backward, from
+    no gradients (those of the pass before are dropped first)."""
+    for p in model.parameters():
+        p.grad = None
+    with torch.enable_grad():
+        output = model(*sample_inputs)
+        loss = loss_fn(output) if loss_fn is not None else output.float().sum()
+        loss.backward()
 
 
 # The one home of the limits is the pure module; ucudnn.torch.liveness_limits stays its name here.
