@@ -4,7 +4,8 @@ in a process of its own), native PyTorch against ucudnn.torch planned with per-k
 from the step's liveness (prepare(budget="liveness")), unlimited and under process memory caps
 from native's unlimited peak down to the step's peak without workspace + 2% (the curve's base
 peak; the converted 64 MiB plan's where lower or where the curve failed), and the step's
-predicted time-memory curve (torch_models.py curve).
+predicted time-memory curve (torch_models.py curve --check: its predictions against the measured
+step's convolution time too).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
                    [--max-batch-cap-gib 24]
@@ -159,10 +160,11 @@ def run_row(args, row, curves):
     rows = [dict(base, native_cap_gib=None, **side(native, "native"),
                  **side(liveness, "converted"))]
     curve = torch_models.run_process(
-        args, f"{tag}_curve", ["curve"] + converted + [
+        args, f"{tag}_curve", ["curve", "--check"] + converted + [
             "--native-peak-mib", str(native.get("max_memory_allocated_mib", 0)),
             "--svg", os.path.join(args.out, f"curve_{tag}.svg")])
-    curves[row] = curve.get("curve", curve)
+    # The curve, and its predictions against the measured step (torch_models.check_curve).
+    curves[row] = dict(curve.get("curve", curve), check=curve.get("check"))
     if "max_memory_allocated_mib" not in native or "max_memory_allocated_mib" not in fixed:
         return rows  # a run failed, or no CUDA device: no caps
     lowest = fixed["max_memory_allocated_mib"]

@@ -80,6 +80,10 @@ def parse_args(argv):
         p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
         p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                        help="ucudnn.torch.convert option, e.g. server=h:p (repeatable)")
+        p.add_argument("--cpus", default="", metavar="LIST",
+                       help="run on these CPUs only, e.g. 4-7 or 2,3 (os.sched_setaffinity; "
+                       "a suite's runs inherit it): a host-bound step's time depends on the "
+                       "cores it lands on")
 
     def model_args(p):
         step_args(p)
@@ -139,6 +143,12 @@ def parse_args(argv):
     curve.add_argument("--native-peak-mib", type=float, default=0.0,
                        help="native's step peak (PyTorch's counter), for the native point")
     curve.add_argument("--svg", default="", help="also draw the curve into this file")
+    curve.add_argument("--check", action="store_true",
+                       help="also measure the step's convolution time (torch.profiler) with the "
+                       "plans of three budgets on the curve and of the fixed per-kernel limit, "
+                       "against what they predict, and native's against PyTorch's own times; "
+                       "the per-layer rule at 0 unless --min-layer-gain-us says otherwise (every "
+                       "planned kernel runs its plan, as the curve counts it)")
 
     warm = sub.add_parser("warm", help="only the suite's warm-up: every plan of the rows' "
                           "models in the database, PyTorch's own timed")
@@ -173,6 +183,14 @@ def parse_args(argv):
     for option in getattr(args, "option", []):
         if "=" not in option:
             parser.error(f"--option {option!r}: expected KEY=VALUE")
+    if getattr(args, "cpus", ""):
+        try:
+            cpus = parse_cpus(args.cpus)
+        except ValueError as e:
+            parser.error(str(e))
+        if not cpus <= available_cpus():
+            parser.error(f"--cpus {args.cpus}: this machine's CPUs are "
+                         f"{format_cpus(available_cpus())}")
     if args.command == "paired":
         if args.rounds < 2 or args.steps < 1:
             parser.error("paired: --rounds must be >= 2 and --steps >= 1")
@@ -203,6 +221,44 @@ def parse_args(argv):
 ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 OPTIONS_OF_VARIANT = {"fallback": ["disable=1"]}  # the converted side's convert() options
+
+
+def parse_cpus(text):
+    """'4-7,9' -> {4, 5, 6, 7, 9}; ValueError naming what is wrong."""
+    cpus = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"--cpus {text!r}: expected CPU numbers and ranges, e.g. 4-7,9")
+        if first < 0 or last < first:
+            raise ValueError(f"--cpus {text!r}: {part!r} is not a range of CPU numbers")
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
+def format_cpus(cpus):
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def available_cpus():
+    """The CPUs this process may run on."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(
+        range(os.cpu_count() or 1))
+
+
+def host_probe_ms(repeats=5):
+    """The median time (ms) of a fixed piece of pure-Python work: how fast this process's host
+    side runs where it landed, beside each run's step times (a host-bound step moves with it)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for i in range(100_000):
+            total += i * i
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
 
 
 def parse_row(text):
@@ -327,17 +383,20 @@ def run_one(args):
     if args.mode == "ucudnn":
         ut = load_adapter()
         convert(ut, model, args)
+    # The compiled model shares the converted one's modules and parameters; prepare() is given
+    # it, as a compiled job calls it (no eager training step of its own).
+    net = torch.compile(model, mode=args.compile) if args.compile else model
+    if ut is not None:
         start = time.monotonic()
         with autocast(torch, device, amp):
-            prepared = ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000),
+            prepared = ut.prepare(net, data, wait_ms=int(args.prepare_wait_s * 1000),
                                   budget=args.budget,
                                   measure_framework=not args.no_measure_framework)
         prepare_s = time.monotonic() - start
-    # The compiled model shares the converted one's modules and parameters.
-    net = torch.compile(model, mode=args.compile) if args.compile else model
     step = training_step(torch, model, net, device, amp)
 
     stats_before = None
+    probe_before = host_probe_ms()
     losses, step_ms, ends, used = [], [], [], []
     first_half_peak = 0
     for i in range(args.steps):
@@ -381,6 +440,10 @@ def run_one(args):
         "model_ready_to_first_fast_step_s": fast_s - (model_ready - PROCESS_START),
         "prepare_s": prepare_s,
         "prepare": prepared,  # prepare()'s answer: kernels, measured, budget, above_peak
+        "cpus": format_cpus(available_cpus()),
+        # The host's speed before and after the steps (host_probe_ms): a slow process of a
+        # host-bound model on a slow host shows it here.
+        "host_probe_ms": [probe_before, host_probe_ms()],
         "library_loaded": library_loaded,  # --with-library: the library and its probe's kernels
     }
     if cuda:
@@ -456,11 +519,13 @@ def paired_one(args):
     converted = copy.deepcopy(native)
     ut = load_adapter()
     convert(ut, converted, args)
+    nets = {model: torch.compile(model, mode=args.compile) if args.compile else model
+            for model in (native, converted)}
     with autocast(torch, device, amp):
-        prepared = ut.prepare(converted, data, wait_ms=int(args.prepare_wait_s * 1000))
+        prepared = ut.prepare(nets[converted], data, wait_ms=int(args.prepare_wait_s * 1000))
 
     def trainer(model):
-        net = torch.compile(model, mode=args.compile) if args.compile else model
+        net = nets[model]
         train = training_step(torch, model, net, device, amp)
 
         def step():
@@ -560,6 +625,13 @@ def host_profiles(torch, sides, cuda):
     return result
 
 
+def device_us(event):
+    """A torch.profiler event's device time (us), its children's included, under the name of
+    this PyTorch (device_time_total since 2.4, cuda_time_total before)."""
+    return (event.device_time_total if hasattr(event, "device_time_total")
+            else event.cuda_time_total)
+
+
 def device_kernels(torch, prof, name):
     """The device kernels of a profiled step (torch.profiler with CUDA): their count, device
     time in all, and the top ones by time."""
@@ -569,7 +641,7 @@ def device_kernels(torch, prof, name):
     for e in prof.events():
         if e.device_type != cuda:
             continue
-        time_us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        time_us = device_us(e)
         calls, total = by_name.get(e.name, (0, 0.0))
         by_name[e.name] = (calls + 1, total + time_us)
         count += 1
@@ -618,43 +690,170 @@ def grads_one(args):
 
 
 # ---- the step's time-memory curve ----------------------------------------------------------------
+# The profiler's ops that are a step's convolutions: PyTorch's own (forward: the backend's op, after
+# autocast's casts; backward: both gradients in one op) and the adapter's planned path (its
+# autograd Function, and that Function's backward node). Nested ones count once, the outermost.
+CONV_OPS = frozenset((
+    "aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::mkldnn_convolution",
+    "aten::_slow_conv2d_forward", "aten::convolution_backward",
+    "_Conv2dFunction", "_Conv2dFunctionBackward"))
+# curve --check's budgets above the step's peak without workspace, each a point of the curve.
+CHECK_BUDGETS = (("0", 0), ("64 MiB", 64 << 20), ("unlimited", None))
+
+
+def conv_time_ms(events, cuda):
+    """The time of a profiled span's convolutions (ms; the device's on CUDA, else the host's):
+    each outermost CONV_OPS event of torch.profiler's `events`, with everything it ran."""
+    total_us = 0.0
+    for e in events:
+        if e.name not in CONV_OPS:
+            continue
+        parent = e.cpu_parent
+        while parent is not None and parent.name not in CONV_OPS:
+            parent = parent.cpu_parent
+        if parent is None:
+            total_us += device_us(e) if cuda else e.cpu_time_total
+    return total_us / 1e3
+
+
+def measured_conv_ms(torch, step, cuda, steps=3):
+    """(convolution ms, every kernel's device ms) per step of `step` (which synchronizes),
+    profiled over `steps` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.events()
+    kernels_us = sum(device_us(e) for e in events
+                     if cuda and e.device_type == torch.autograd.DeviceType.CUDA)
+    return conv_time_ms(events, cuda) / steps, kernels_us / 1e3 / steps
+
+
+def predicted_conv_ms(ut, model, profile):
+    """What the library predicts for the step's convolutions, by ut.report(): each call of
+    memory_profile()'s `profile` (a kernel that runs twice, twice) at its plan's predicted time
+    where a plan runs it, else at PyTorch's own time. {"predicted_ms", "framework_ms" (every call
+    at PyTorch's own), "planned_calls", "unknown_calls" (no figure: counted as 0)}."""
+    rows = {(row["op"], tuple(row["dims"]), row["groups"]): row for row in ut.report(model)}
+    out = {"predicted_ms": 0.0, "framework_ms": 0.0, "planned_calls": 0, "unknown_calls": 0}
+    for key, _, _ in profile["calls"]:
+        shape = ut._lib.ConvShape(*key)
+        dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
+        row = rows.get((shape.op, dims, shape.groups), {})
+        framework = row.get("framework_ms") or 0.0
+        planned = row.get("route") == "plan" and (row.get("predicted_ms") or 0.0) > 0
+        ms = row["predicted_ms"] if planned else framework
+        out["predicted_ms"] += ms
+        out["framework_ms"] += framework
+        out["planned_calls"] += planned
+        out["unknown_calls"] += ms <= 0 or framework <= 0
+    return out
+
+
 def curve_one(args):
     """ucudnn.torch.step_curve() of the model's step: the predicted convolution time at each
     budget above the step's peak without workspace, the native point (PyTorch's own time of
-    every call of the step, from the cluster's timings, at --native-peak-mib) marked."""
+    every call of the step, from the cluster's timings, at --native-peak-mib) marked; with
+    --check, those predictions against the measured step (check_curve)."""
+    import copy
+
     torch, model, data, labels, device, amp, batch = build(args)
     ut = load_adapter()
     from ucudnn import curve as ucurve
+    native = copy.deepcopy(model) if args.check else None
+    if args.check and args.min_layer_gain_us is None:
+        args.min_layer_gain_us = 0.0
     convert(ut, model, args)
     wait_ms = int(args.prepare_wait_s * 1000)
     with autocast(torch, device, amp):
         ut.prepare(model, data, wait_ms=wait_ms)
         profile = ut.memory_profile(model, data)
         result = ut.step_curve(model, data, wait_ms=wait_ms, profile=profile)
-    framework = {}
-    for row in ut.report(model):
-        framework[(row["op"], tuple(row["dims"]), row["groups"])] = row["framework_ms"]
-    native_ms, unknown = 0.0, 0
-    for key, _, _ in profile["calls"]:
-        shape = ut._lib.ConvShape(*key)
-        dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
-        ms = framework.get((shape.op, dims, shape.groups), 0.0)
-        native_ms += ms
-        unknown += ms <= 0
-    if args.native_peak_mib > 0 and native_ms > 0 and not unknown:
-        result["native"] = {"peak_bytes": int(args.native_peak_mib * 2**20), "conv_ms": native_ms}
-    elif unknown:
+    predicted = predicted_conv_ms(ut, model, profile)
+    if args.native_peak_mib > 0 and predicted["framework_ms"] > 0 and not (
+            predicted["unknown_calls"]):
+        result["native"] = {"peak_bytes": int(args.native_peak_mib * 2**20),
+                            "conv_ms": predicted["framework_ms"]}
+    elif predicted["unknown_calls"]:
         # A sum without some calls would mark native faster than it is: no native point.
-        result["native_unknown_calls"] = unknown
+        result["native_unknown_calls"] = predicted["unknown_calls"]
     title = f"{args.model} {args.precision} batch {batch}: predicted convolution time of a step"
     if args.svg:
         with open(args.svg, "w") as f:
             f.write(ucurve.format_svg(result, title))
     table = ucurve.format_table(result)
     print(table, file=sys.stderr)
-    return {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "batch": batch, "calls": len(profile["calls"]), "curve": result, "table": table}
+    out = {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "batch": batch, "calls": len(profile["calls"]), "curve": result, "table": table}
+    if args.check:
+        out["check"] = check_curve(torch, ut, model, native, data, labels, device, amp, profile,
+                                   result, wait_ms)
+        for row in out["check"]:
+            print(f"[torch_models] check {row['budget']}: predicted {row['predicted_ms']:.2f} "
+                  f"ms, measured {row['measured_ms']:.2f} ms ({row['error']:+.1%})",
+                  file=sys.stderr)
+    return out
+
+
+def check_curve(torch, ut, model, native, data, labels, device, amp, profile, curve, wait_ms):
+    """The curve's predictions against the step (issue 21's "within 5% at three budgets"): for
+    each of CHECK_BUDGETS, the model prepared at that budget (liveness, the step taken as not
+    host-bound so that every plan the rule keeps runs), its predicted convolution time
+    (predicted_conv_ms; the curve's point beside it) and the measured one (measured_conv_ms);
+    then the same at the fixed per-kernel limit, and native's step against PyTorch's own times.
+    A list of rows: {"budget", "predicted_ms", "curve_predicted_ms", "measured_ms", "error"
+    (measured / predicted - 1), "curve_error" (measured / the curve's - 1), "step_device_ms",
+    "planned_calls" (the prediction's), "planned_calls_per_step" (the library's counter over
+    the measured steps), "unknown_calls"}."""
+    from ucudnn import curve as ucurve
+
+    cuda = device.type == "cuda"
+
+    def measure(net):
+        train = training_step(torch, net, net, device, amp)
+
+        def step():
+            train(data, labels)
+            if cuda:
+                torch.cuda.synchronize(device)
+        for _ in range(3):  # the plans' first calls, PyTorch's benchmark for its own
+            step()
+        before = ut.stats(model)["planned_calls"]
+        conv_ms, device_ms = measured_conv_ms(torch, step, cuda, steps=3)
+        return conv_ms, device_ms, (ut.stats(model)["planned_calls"] - before) / 3
+
+    def row(label, predicted, conv_ms, device_ms, curve_ms=None, planned_per_step=None):
+        return {"budget": label, "predicted_ms": predicted["predicted_ms"],
+                "curve_predicted_ms": curve_ms, "measured_ms": conv_ms,
+                "error": conv_ms / predicted["predicted_ms"] - 1
+                if predicted["predicted_ms"] > 0 else None,
+                "curve_error": conv_ms / curve_ms - 1 if curve_ms else None,
+                "step_device_ms": device_ms, "planned_calls": predicted["planned_calls"],
+                "planned_calls_per_step": planned_per_step,
+                "unknown_calls": predicted["unknown_calls"]}
+
+    points = {p["budget_bytes"]: p["predicted_ms"] for p in curve["points"]}
+    rows = []
+    for label, budget in CHECK_BUDGETS + (("fixed per kernel", "fixed"),):
+        with autocast(torch, device, amp):
+            if budget == "fixed":
+                ut.prepare(model, data, wait_ms=wait_ms, budget="fixed", host_bound=False)
+            else:
+                above = ucurve.UNLIMITED_BYTES if budget is None else budget
+                ut.prepare(model, data, wait_ms=wait_ms, budget="liveness", above_peak=above,
+                           host_bound=False)
+        conv_ms, device_ms, planned = measure(model)
+        # After the steps: each op's route is set at its first call.
+        rows.append(row(label, predicted_conv_ms(ut, model, profile), conv_ms, device_ms,
+                        points.get(budget) if budget != "fixed" else None, planned))
+    framework = predicted_conv_ms(ut, model, profile)
+    conv_ms, device_ms, _ = measure(native)
+    rows.append(row("native", {"predicted_ms": framework["framework_ms"], "planned_calls": 0,
+                               "unknown_calls": framework["unknown_calls"]}, conv_ms, device_ms))
+    return rows
 
 
 # ---- the suite -----------------------------------------------------------------------------------
@@ -690,6 +889,7 @@ def summarise(side):
     out = {
         "ms": med("median_step_ms"),
         "runs_ms": [r["median_step_ms"] for r in good],
+        "host_probe_ms": [r.get("host_probe_ms") for r in good],
         "peak_mib": med("device_peak_mib"),
         "allocated_peak_mib": med("max_memory_allocated_mib"),
         "steady_allocated_peak_mib": med("steady_max_memory_allocated_mib"),
@@ -793,6 +993,8 @@ def run_suite(args):
             "native_ms": native["ms"], "converted_ms": conv["ms"],
             "ratio": native["ms"] / conv["ms"],
             "native_runs_ms": native["runs_ms"], "converted_runs_ms": conv["runs_ms"],
+            "native_host_probe_ms": native["host_probe_ms"],
+            "converted_host_probe_ms": conv["host_probe_ms"],
             # The spread of the ratio: the slowest converted run against the fastest native
             # run, and the other way round.
             "ratio_range": [min(native["runs_ms"]) / max(conv["runs_ms"]),
@@ -848,6 +1050,8 @@ def print_table(rows):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if getattr(args, "cpus", ""):
+        os.sched_setaffinity(0, parse_cpus(args.cpus))  # inherited by a suite's runs
     if args.command in ("suite", "warm"):
         # A `timeout` around the suite stops its current run too (subprocess.run kills its child
         # on the exception), not only the suite.

@@ -15,7 +15,8 @@
 #          [--paired MODEL:PRECISION[:VARIANT[:COMPILE]] ...] [--host-profile]
 #          [--paired-rounds 8] [--paired-steps 8]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
-#          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G] -- ROW [ROW ...]
+#          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G]
+#          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
 #     --grads one step's gradients, converted against native (grads_*.json); --paired native and
@@ -30,7 +31,10 @@
 #     runs.tar.gz), what convert()'s min_layer_gain_us stands for; --step-memory first runs
 #     bench/step_memory.py for those models (issue 21: liveness budgets, caps, the curve):
 #     step_memory.json and curve_*.svg (--caps: how many cap levels, default 3); with
-#     --max-batch-cap-gib, also each side's largest batch under that cap.
+#     --max-batch-cap-gib, also each side's largest batch under that cap; --curve only the
+#     step's curve and its predictions against the measured step (torch_models.py curve --check:
+#     curve_*.json in runs.tar.gz, the check in stack.log); --cpus runs the suite's and the
+#     paired runs on those CPUs only (a host-bound step's time depends on where it lands).
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes):
 #     bash scripts/gpu_torch_models.sh --cpu --python /usr/bin/python3 -- resnet50:fp32
 #
@@ -54,6 +58,7 @@ then_warm=()
 overhead=0
 memory_rows=()
 memory_args=()
+curve_rows=()
 after_restore_sql=""
 backend=cudnn
 device=cuda
@@ -75,17 +80,20 @@ while [ $# -gt 0 ]; do
     --overhead) overhead=1; shift ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
     --max-batch-cap-gib|--caps) memory_args+=("$1" "$2"); shift 2 ;;
+    --curve) curve_rows+=("$2"); shift 2 ;;
+    --cpus) suite_args+=(--cpus "$2"); paired_args+=(--cpus "$2"); shift 2 ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
     --cpu) backend=cpu; device=cpu; suite_args+=(--batch 4 --image-size 64 --steps 4 --repeats 1)
       memory_args+=(--batch 4 --image-size 64 --steps 4 --wait-s 20)
       paired_args+=(--batch 4 --image-size 64 --rounds 2 --steps 1); shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) bundle="$1"; shift ;;
   esac
 done
 [ $# -gt 0 ] || [ "${#memory_rows[@]}" -gt 0 ] || [ "${#paired_rows[@]}" -gt 0 ] ||
+  [ "${#curve_rows[@]}" -gt 0 ] ||
   { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
 results="${OUT:-$(pwd)/torch-models-results}"
 runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
@@ -135,6 +143,14 @@ for p in "${paired_rows[@]}"; do
     { log "paired $p failed (runs.log)"; rc=1; }
   "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
     "$runs/paired_${p//:/_}.json" "$p" 2>/dev/null | tee -a "$results/stack.log"
+done
+for c in "${curve_rows[@]}"; do
+  "$python" "$root/bench/torch_models.py" curve --check --model "${c%%:*}" --precision "${c#*:}" \
+    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
+    --json-out "$runs/curve_${c//:/_}.json" >>"$runs/runs.log" 2>&1 ||
+    { log "curve $c failed (runs.log)"; rc=1; }
+  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"]) for r in d["check"]]' \
+    "$runs/curve_${c//:/_}.json" "$c" 2>/dev/null | tee -a "$results/stack.log"
 done
 for k in "${kernel_rows[@]}"; do
   "$python" "$root/bench/torch_models.py" kernels --model "${k%%:*}" --precision "${k#*:}" \

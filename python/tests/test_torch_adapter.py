@@ -13,6 +13,7 @@ import pickle
 import sys
 import tempfile
 import unittest
+import weakref
 from unittest import mock
 
 import torch
@@ -290,6 +291,48 @@ class PlannedTest(unittest.TestCase):
         self.assertEqual(stats["kernels"], 5, stats)  # fwd x2, bwd-filter x2, bwd-data of layer 2
         self.assertEqual(stats["kernels_planned"], 5, stats)
         self.assertEqual(stats["planned_calls"], 0, "prepare runs nothing through the library")
+
+    def test_a_compiled_model_is_prepared_through_its_original_module(self):
+        # torch.compile's OptimizedModule as prepare() sees it: the original under _orig_mod.
+        # Its own forward (the compiled step) must not run: prepare()'s passes are eager ones.
+        class Compiled(nn.Module):
+            def __init__(self, original):
+                super().__init__()
+                self._orig_mod = original
+
+            def forward(self, *args):
+                raise AssertionError("prepare() ran the compiled step")
+
+        torch.manual_seed(4)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
+        x = torch.randn(4, 3, 8, 8)
+        planned(model, x, self.dir.name)
+        got = ut.prepare(Compiled(model), x, wait_ms=1000)
+        self.assertTrue(got["compiled"], got)
+        self.assertEqual((got["kernels"], got["budget"], got["host_bound"]), (5, "fixed", None))
+        self.assertEqual(ut.stats(model)["kernels_planned"], 5)
+        self.assertFalse(ut.prepare(model, x)["compiled"])
+
+    def test_the_declaring_pass_keeps_no_activation(self):
+        # A training forward keeps the first convolution's output for batch norm's backward;
+        # kernels()' pass, which never runs a backward, frees it once the forward is past it.
+        kept = {}
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+                                         nn.Conv2d(4, 2, 3)), server="", cache_path="off")
+        model[0].register_forward_hook(
+            lambda module, args, out: kept.__setitem__("ref", weakref.ref(out)))
+        model[3].register_forward_pre_hook(
+            lambda module, args: kept.__setitem__("alive", kept["ref"]() is not None))
+        x = torch.randn(2, 3, 8, 8)
+        with torch.enable_grad():
+            y = model(x)
+        self.assertTrue(kept["alive"], "a training forward keeps it (the check can fail)")
+        del y
+        shapes = [s for found in ut.kernels(model, x).values() for s in found]
+        self.assertFalse(kept["alive"])
+        # The gradients the step needs are still declared: every op but layer 1's
+        # backward-data (its input needs none).
+        self.assertEqual(len(shapes), 5)
 
 
 class KernelHandleTest(unittest.TestCase):
@@ -665,7 +708,7 @@ class FrameworkPlanTest(unittest.TestCase):
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         result = ut.prepare(model, x, wait_ms=200)
         self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed",
-                                  "above_peak": None, "host_bound": None})
+                                  "above_peak": None, "host_bound": None, "compiled": False})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
@@ -707,7 +750,7 @@ class FrameworkPlanTest(unittest.TestCase):
                 self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
                                           "above_peak": None,
                                           "host_bound": None if bound is None else
-                                          {"host_bound": bound}})
+                                          {"host_bound": bound}, "compiled": False})
                 # Kept on the module for torch.compile.
                 self.assertEqual([model[0]._ucudnn_framework_layer,
                                   model[2]._ucudnn_framework_layer],

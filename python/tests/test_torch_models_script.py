@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,6 +83,96 @@ class StepMemoryTest(unittest.TestCase):
         support.assert_rejected(self, step_memory.parse_args,
                                 ["--server", "h:1", "--out", "x", "--rows", "resnet50:amp",
                                  "--caps", "0"], "--caps must be >= 1")
+
+
+class CpusTest(unittest.TestCase):
+    def test_cpu_lists_parse_and_bad_ones_are_named(self):
+        self.assertEqual(torch_models.parse_cpus("4-7,9"), {4, 5, 6, 7, 9})
+        self.assertEqual(torch_models.parse_cpus("3"), {3})
+        for bad in ("a", "7-4", "-1", "1,,2"):
+            with self.assertRaises(ValueError):
+                torch_models.parse_cpus(bad)
+        support.assert_rejected(self, torch_models.parse_args,
+                                ["run", "--model", "resnet50", "--cpus", "2-x"],
+                                "expected CPU numbers and ranges")
+        support.assert_rejected(self, torch_models.parse_args,
+                                ["run", "--model", "resnet50", "--cpus", "100000"],
+                                "this machine's CPUs are")
+        args = torch_models.parse_args(["run", "--model", "resnet50", "--cpus",
+                                        torch_models.format_cpus(torch_models.available_cpus())])
+        self.assertTrue(args.cpus)
+
+    def test_host_probe_times_real_work(self):
+        self.assertGreater(torch_models.host_probe_ms(repeats=3), 0.0)
+
+
+class Event:
+    """A torch.profiler event as conv_time_ms reads it."""
+
+    def __init__(self, name, parent=None, device_us=0.0, cpu_us=0.0):
+        self.name, self.cpu_parent = name, parent
+        self.device_time_total, self.cpu_time_total = device_us, cpu_us
+
+
+class ConvTimeTest(unittest.TestCase):
+    def test_outermost_convolution_ops_count_once(self):
+        backward = Event("_Conv2dFunctionBackward", device_us=900.0, cpu_us=50.0)
+        forward_op = Event("aten::convolution")
+        events = [
+            Event("autograd::engine::evaluate_function: _Conv2dFunctionBackward",
+                  device_us=950.0),
+            backward,
+            # PyTorch's own for one gradient inside the planned layer's backward: in the 900.
+            Event("aten::convolution_backward", parent=backward, device_us=400.0),
+            Event("_Conv2dFunction", device_us=300.0, cpu_us=20.0),
+            forward_op,
+            Event("aten::cudnn_convolution", parent=Event("aten::_convolution", forward_op),
+                  device_us=200.0, cpu_us=10.0),
+            Event("aten::add_", device_us=5000.0),  # not a convolution
+        ]
+        self.assertAlmostEqual(torch_models.conv_time_ms(events, cuda=True), 1.4)
+        self.assertAlmostEqual(torch_models.conv_time_ms(events, cuda=False), 0.08)
+
+    def test_a_profiled_cpu_step_counts_its_convolutions(self):
+        import torch
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
+                                    torch.nn.Conv2d(8, 8, 3), torch.nn.Flatten(),
+                                    torch.nn.Linear(8 * 12 * 12, 10))
+        data = torch.randn(4, 3, 16, 16)
+
+        def step():
+            model.zero_grad()
+            model(data).sum().backward()
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        events = prof.events()
+        conv_ms = torch_models.conv_time_ms(events, cuda=False)
+        total_ms = sum(e.cpu_time_total for e in events if e.cpu_parent is None) / 1e3
+        self.assertGreater(conv_ms, 0.0)
+        self.assertLess(conv_ms, total_ms)
+        conv_ms, device_ms = torch_models.measured_conv_ms(torch, step, cuda=False, steps=2)
+        self.assertGreater(conv_ms, 0.0)
+        self.assertEqual(device_ms, 0.0)
+
+    def test_predictions_count_every_call_by_its_route(self):
+        from ucudnn import _lib
+
+        def key(op, k):
+            # memory_profile()'s key: the ConvShape fields in their order.
+            return (op, 8, 16, 14, 14, k, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)
+
+        def report_row(op, k, route, predicted, framework):
+            return {"op": op, "dims": [8, 16, 14, 14, k, 3, 3], "groups": 1, "route": route,
+                    "predicted_ms": predicted, "framework_ms": framework}
+        ut = types.SimpleNamespace(_lib=_lib, report=lambda model: [
+            report_row(0, 16, "plan", 1.0, 2.0), report_row(1, 16, "framework", 3.0, 1.5),
+            report_row(0, 32, "framework_layer", 0.0, 4.0)])
+        profile = {"calls": [(key(0, 16), 0, 0), (key(0, 16), 0, 0), (key(1, 16), 0, 0),
+                             (key(0, 32), 0, 0), (key(2, 16), 0, 0)]}
+        self.assertEqual(torch_models.predicted_conv_ms(ut, None, profile), {
+            "predicted_ms": 1.0 + 1.0 + 1.5 + 4.0, "framework_ms": 2.0 + 2.0 + 1.5 + 4.0,
+            "planned_calls": 2, "unknown_calls": 1})
 
 
 class CpuSuiteTest(unittest.TestCase):

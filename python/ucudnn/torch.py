@@ -953,7 +953,10 @@ def _runtimes(model):
 def kernels(model, *sample_inputs):
     """The convolutions a training step of `model` on `sample_inputs` runs through the library:
     {(runtime, device): [ConvShape, ...]} from one forward pass run by PyTorch (the backward ops
-    are those the gradients need: no backward-data for a layer whose input needs no gradient)."""
+    are those the gradients need: no backward-data for a layer whose input needs no gradient).
+    The pass keeps no activation for a backward (none runs): it holds the memory of an inference
+    forward, not of a training step. A torch.compile'd model's pass runs its original module."""
+    model = _compiled_original(model) or model
     runtimes = _runtimes(model)
     # The pass must leave the model as it was: batch-norm statistics and the like.
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
@@ -961,7 +964,7 @@ def kernels(model, *sample_inputs):
         runtime.restore_native()  # every call of the pass through the adapter
         runtime.recording = {}
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), _nothing_saved():
             model(*sample_inputs)
         with torch.no_grad():
             for buffer, saved in buffers:
@@ -971,6 +974,25 @@ def kernels(model, *sample_inputs):
     finally:
         for runtime in runtimes:
             runtime.recording = None
+
+
+def _nothing_saved():
+    """Autograd keeps none of the tensors a forward saves for its backward (a pass that never
+    runs one): each activation is freed once the forward is done with it, while requires_grad
+    still flows as in a training step. A no-op where this PyTorch has no saved-tensor hooks."""
+    hooks = getattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks", None)
+    if hooks is None:
+        return contextlib.nullcontext()
+
+    def unpack(_):
+        raise RuntimeError("ucudnn.torch.kernels(): its pass keeps nothing for a backward")
+    return hooks(lambda _: None, unpack)
+
+
+def _compiled_original(model):
+    """The module torch.compile wrapped when `model` is its OptimizedModule, else None."""
+    original = getattr(model, "_orig_mod", None)
+    return original if isinstance(original, nn.Module) else None
 
 
 def _unique(shapes):
@@ -1004,17 +1026,23 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     device-time saving does not shorten it (then every layer whose plans only save device time
     runs PyTorch's own); None (the default): measured on CUDA once the plans are in
     (step_is_host_bound(), rank 0's answer for every rank of a torch.distributed job).
+    A torch.compile'd model (prepare(torch.compile(model), ...), as a compiled job should call
+    it) runs no eager training step here, whose memory and host time are not its step's: its
+    kernels are declared by a forward of the original module that keeps no activation, "auto"
+    budgets are fixed, and its step is taken as not host-bound unless `host_bound` says so.
     Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
     fixed budgets), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
-    given}, or None when not measured}."""
+    given}, or None when not measured, "compiled": whether `model` was torch.compile's}."""
     if budget not in ("auto", "fixed", "liveness"):
         raise ValueError(f"ucudnn.torch.prepare: budget must be 'auto', 'fixed' or 'liveness', "
                          f"got {budget!r}")
+    compiled = _compiled_original(model) is not None
+    model = _compiled_original(model) or model  # the eager module: its layers, its passes
     limits = {}
     allowed_above_peak = None
     if budget == "auto":
-        budget = _auto_budget(model, sample_inputs)
+        budget = "fixed" if compiled else _auto_budget(model, sample_inputs)
         if budget == "liveness":
             try:
                 limits, allowed_above_peak = _liveness_budgets(model, sample_inputs, above_peak,
@@ -1061,7 +1089,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         runtime.host_bound = False  # the rule alone, for the step measured below
     if host_bound is not None:
         bound = {"host_bound": bool(host_bound)}
-    elif wait_ms > 0 and any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs):
+    elif wait_ms > 0 and not compiled and any(torch.is_tensor(t) and t.is_cuda
+                                              for t in sample_inputs):
         _decide_layers(model)  # the step measured as it will run
         bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
     for runtime in _runtimes(model):
@@ -1069,7 +1098,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     if wait_ms > 0:
         _decide_layers(model)
     return {"kernels": declared, "measured": measured, "budget": budget,
-            "above_peak": allowed_above_peak, "host_bound": bound}
+            "above_peak": allowed_above_peak, "host_bound": bound, "compiled": compiled}
 
 
 def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
