@@ -294,7 +294,8 @@ class PlannedTest(unittest.TestCase):
 
     def test_a_compiled_model_is_prepared_through_its_original_module(self):
         # torch.compile's OptimizedModule as prepare() sees it: the original under _orig_mod.
-        # Its own forward (the compiled step) must not run: prepare()'s passes are eager ones.
+        # Its own forward (the compiled step) must not run: the kernels are declared through
+        # the original, and a compiled step is taken as host-bound, not timed.
         class Compiled(nn.Module):
             def __init__(self, original):
                 super().__init__()
@@ -309,8 +310,13 @@ class PlannedTest(unittest.TestCase):
         planned(model, x, self.dir.name)
         got = ut.prepare(Compiled(model), x, wait_ms=1000)
         self.assertTrue(got["compiled"], got)
-        self.assertEqual((got["kernels"], got["budget"], got["host_bound"]), (5, "fixed", None))
+        self.assertEqual((got["kernels"], got["budget"], got["host_bound"]),
+                         (5, "fixed", {"host_bound": True, "assumed": "compiled"}))
+        self.assertTrue(model[0]._ucudnn_runtime.host_bound)
         self.assertEqual(ut.stats(model)["kernels_planned"], 5)
+        got = ut.prepare(Compiled(model), x, wait_ms=1000, host_bound=False)
+        self.assertEqual(got["host_bound"], {"host_bound": False})
+        self.assertFalse(model[0]._ucudnn_runtime.host_bound)
         self.assertFalse(ut.prepare(model, x)["compiled"])
 
     def test_the_declaring_pass_keeps_no_activation(self):

@@ -1029,11 +1029,14 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     A torch.compile'd model (prepare(torch.compile(model), ...), as a compiled job should call
     it) runs no eager training step here, whose memory and host time are not its step's: its
     kernels are declared by a forward of the original module that keeps no activation, "auto"
-    budgets are fixed, and its step is taken as not host-bound unless `host_bound` says so.
+    budgets are fixed, and `host_bound` defaults to True (a compiled step does not gain from a
+    plan's device-time saving what its custom op costs on the host: every layer whose plans
+    only save device time is traced as PyTorch's own; host_bound=False keeps them).
     Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
     fixed budgets), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
-    given}, or None when not measured, "compiled": whether `model` was torch.compile's}."""
+    given} ({"host_bound": True, "assumed": "compiled"} for a compiled model), or None when not
+    measured, "compiled": whether `model` was torch.compile's}."""
     if budget not in ("auto", "fixed", "liveness"):
         raise ValueError(f"ucudnn.torch.prepare: budget must be 'auto', 'fixed' or 'liveness', "
                          f"got {budget!r}")
@@ -1089,8 +1092,13 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         runtime.host_bound = False  # the rule alone, for the step measured below
     if host_bound is not None:
         bound = {"host_bound": bool(host_bound)}
-    elif wait_ms > 0 and not compiled and any(torch.is_tensor(t) and t.is_cuda
-                                              for t in sample_inputs):
+    elif compiled:
+        # Measured on H100 (docs/torch-models.md, session 24): under torch.compile a planned
+        # layer's custom op costs more host time than its plans save (ConvNeXt-T AMP with 31
+        # planned calls 0.94x, RegNet-Y-1.6GF 0.84x); with every such layer traced as
+        # F.conv2d the graph is native's. Plans kept for memory stay.
+        bound = {"host_bound": True, "assumed": "compiled"}
+    elif wait_ms > 0 and any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs):
         _decide_layers(model)  # the step measured as it will run
         bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
     for runtime in _runtimes(model):
