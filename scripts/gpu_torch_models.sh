@@ -126,37 +126,35 @@ if [ "$overhead" = 1 ]; then
   "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("adapter host overhead per layer and step:", round(d["overhead_us_per_layer_step"], 2), "us (native", round(d["native_us_per_layer_step"], 2), "us)")' \
     "$runs/overhead.json" 2>/dev/null | tee -a "$results/stack.log"
 fi
+# One bench/torch_models.py subcommand against the stack: its JSON into $runs/COMMAND_TAG.json,
+# its output into runs.log, then SUMMARY (Python over d, the JSON, and sys.argv[2], the tag)
+# into stack.log.
+model_run() {  # COMMAND TAG SUMMARY [ARG ...]
+  local command="$1" tag="$2" summary="$3"
+  shift 3
+  local json="$runs/${command}_${tag//:/_}.json"
+  "$python" "$root/bench/torch_models.py" "$command" "$@" --device "$device" \
+    --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
+    --json-out "$json" >>"$runs/runs.log" 2>&1 || { log "$command $tag failed (runs.log)"; rc=1; }
+  [ -z "$summary" ] || "$python" -c "import json,sys; d=json.load(open(sys.argv[1])); $summary" \
+    "$json" "$tag" 2>/dev/null | tee -a "$results/stack.log"
+}
 for g in "${grad_rows[@]}"; do
-  "$python" "$root/bench/torch_models.py" grads --model "${g%%:*}" --precision "${g#*:}" \
-    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    --json-out "$runs/grads_${g//:/_}.json" >>"$runs/runs.log" 2>&1 ||
-    { log "grads $g failed (runs.log)"; rc=1; }
-  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \
-    "$runs/grads_${g//:/_}.json" "$g" 2>/dev/null | tee -a "$results/stack.log"
+  model_run grads "$g" 'print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \
+    --model "${g%%:*}" --precision "${g#*:}"
 done
 for p in "${paired_rows[@]}"; do
   IFS=: read -r p_model p_precision p_variant p_compile <<<"$p"
-  "$python" "$root/bench/torch_models.py" paired --model "$p_model" --precision "$p_precision" \
-    --variant "${p_variant:-}" --compile "${p_compile:-}" \
-    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    "${paired_args[@]}" --json-out "$runs/paired_${p//:/_}.json" >>"$runs/runs.log" 2>&1 ||
-    { log "paired $p failed (runs.log)"; rc=1; }
-  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
-    "$runs/paired_${p//:/_}.json" "$p" 2>/dev/null | tee -a "$results/stack.log"
+  model_run paired "$p" 'print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
+    --model "$p_model" --precision "$p_precision" --variant "${p_variant:-}" \
+    --compile "${p_compile:-}" "${paired_args[@]}"
 done
 for c in "${curve_rows[@]}"; do
-  "$python" "$root/bench/torch_models.py" curve --check --model "${c%%:*}" --precision "${c#*:}" \
-    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    --json-out "$runs/curve_${c//:/_}.json" >>"$runs/runs.log" 2>&1 ||
-    { log "curve $c failed (runs.log)"; rc=1; }
-  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"]) for r in d["check"]]' \
-    "$runs/curve_${c//:/_}.json" "$c" 2>/dev/null | tee -a "$results/stack.log"
+  model_run curve "$c" '[print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"]) for r in d["check"]]' \
+    --check --model "${c%%:*}" --precision "${c#*:}"
 done
 for k in "${kernel_rows[@]}"; do
-  "$python" "$root/bench/torch_models.py" kernels --model "${k%%:*}" --precision "${k#*:}" \
-    --device "$device" --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
-    --json-out "$runs/kernels_${k//:/_}.json" >>"$runs/runs.log" 2>&1 ||
-    { log "kernels $k failed (runs.log)"; rc=1; }
+  model_run kernels "$k" "" --model "${k%%:*}" --precision "${k#*:}"
 done
 if [ "${#memory_rows[@]}" -gt 0 ]; then
   left=$((budget_s - (SECONDS - started)))
