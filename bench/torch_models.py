@@ -690,21 +690,24 @@ def grads_one(args):
 
 
 # ---- the step's time-memory curve ----------------------------------------------------------------
-# The profiler's ops that are a step's convolutions: PyTorch's own (forward: the backend's op, after
-# autocast's casts; backward: both gradients in one op) and the adapter's planned path (its
-# autograd Function, and that Function's backward node). Nested ones count once, the outermost.
-CONV_OPS = frozenset((
-    "aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::mkldnn_convolution",
-    "aten::_slow_conv2d_forward", "aten::convolution_backward",
-    "_Conv2dFunction", "_Conv2dFunctionBackward"))
+# The profiler's ops that are a step's convolutions, by pass: PyTorch's own (forward: the
+# backend's op, after autocast's casts; backward: both gradients in one op) and the adapter's
+# planned path (its autograd Function, and that Function's backward node). Nested ones count
+# once, the outermost.
+CONV_OPS = {
+    "aten::cudnn_convolution": "forward", "aten::_conv_depthwise2d": "forward",
+    "aten::mkldnn_convolution": "forward", "aten::_slow_conv2d_forward": "forward",
+    "_Conv2dFunction": "forward",
+    "aten::convolution_backward": "backward", "_Conv2dFunctionBackward": "backward"}
 # curve --check's budgets above the step's peak without workspace, each a point of the curve.
 CHECK_BUDGETS = (("0", 0), ("64 MiB", 64 << 20), ("unlimited", None))
 
 
 def conv_time_ms(events, cuda):
-    """The time of a profiled span's convolutions (ms; the device's on CUDA, else the host's):
-    each outermost CONV_OPS event of torch.profiler's `events`, with everything it ran."""
-    total_us = 0.0
+    """The time of a profiled span's convolutions (ms; the device's on CUDA, else the host's),
+    {"forward", "backward"}: each outermost CONV_OPS event of torch.profiler's `events`, with
+    everything it ran."""
+    total_us = {"forward": 0.0, "backward": 0.0}
     for e in events:
         if e.name not in CONV_OPS:
             continue
@@ -712,13 +715,13 @@ def conv_time_ms(events, cuda):
         while parent is not None and parent.name not in CONV_OPS:
             parent = parent.cpu_parent
         if parent is None:
-            total_us += device_us(e) if cuda else e.cpu_time_total
-    return total_us / 1e3
+            total_us[CONV_OPS[e.name]] += device_us(e) if cuda else e.cpu_time_total
+    return {name: us / 1e3 for name, us in total_us.items()}
 
 
 def measured_conv_ms(torch, step, cuda, steps=3):
-    """(convolution ms, every kernel's device ms) per step of `step` (which synchronizes),
-    profiled over `steps` steps."""
+    """(convolution ms by pass as conv_time_ms, every kernel's device ms) per step of `step`
+    (which synchronizes), profiled over `steps` steps."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -728,16 +731,19 @@ def measured_conv_ms(torch, step, cuda, steps=3):
     events = prof.events()
     kernels_us = sum(device_us(e) for e in events
                      if cuda and e.device_type == torch.autograd.DeviceType.CUDA)
-    return conv_time_ms(events, cuda) / steps, kernels_us / 1e3 / steps
+    by_pass = conv_time_ms(events, cuda)
+    return {name: ms / steps for name, ms in by_pass.items()}, kernels_us / 1e3 / steps
 
 
 def predicted_conv_ms(ut, model, profile):
     """What the library predicts for the step's convolutions, by ut.report(): each call of
     memory_profile()'s `profile` (a kernel that runs twice, twice) at its plan's predicted time
-    where a plan runs it, else at PyTorch's own time. {"predicted_ms", "framework_ms" (every call
-    at PyTorch's own), "planned_calls", "unknown_calls" (no figure: counted as 0)}."""
+    where a plan runs it, else at PyTorch's own time. {"predicted_ms", "predicted_forward_ms"
+    (the forward calls' share), "framework_ms" and "framework_forward_ms" (every call at
+    PyTorch's own), "planned_calls", "unknown_calls" (no figure: counted as 0)}."""
     rows = {(row["op"], tuple(row["dims"]), row["groups"]): row for row in ut.report(model)}
-    out = {"predicted_ms": 0.0, "framework_ms": 0.0, "planned_calls": 0, "unknown_calls": 0}
+    out = {"predicted_ms": 0.0, "predicted_forward_ms": 0.0, "framework_ms": 0.0,
+           "framework_forward_ms": 0.0, "planned_calls": 0, "unknown_calls": 0}
     for key, _, _ in profile["calls"]:
         shape = ut._lib.ConvShape(*key)
         dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
@@ -747,6 +753,9 @@ def predicted_conv_ms(ut, model, profile):
         ms = row["predicted_ms"] if planned else framework
         out["predicted_ms"] += ms
         out["framework_ms"] += framework
+        if shape.op == ut._lib.FORWARD:
+            out["predicted_forward_ms"] += ms
+            out["framework_forward_ms"] += framework
         out["planned_calls"] += planned
         out["unknown_calls"] += ms <= 0 or framework <= 0
     return out
@@ -805,7 +814,9 @@ def check_curve(torch, ut, model, native, data, labels, device, amp, profile, cu
     (predicted_conv_ms; the curve's point beside it) and the measured one (measured_conv_ms);
     then the same at the fixed per-kernel limit, and native's step against PyTorch's own times.
     A list of rows: {"budget", "predicted_ms", "curve_predicted_ms", "measured_ms", "error"
-    (measured / predicted - 1), "curve_error" (measured / the curve's - 1), "step_device_ms",
+    (measured / predicted - 1), "curve_error" (measured / the curve's - 1),
+    "predicted_forward_ms" and "measured_forward_ms" (the forward pass's share: its operands
+    were just written, a backward's long before), "step_device_ms",
     "planned_calls" (the prediction's), "planned_calls_per_step" (the library's counter over
     the measured steps), "unknown_calls"}."""
     from ucudnn import curve as ucurve
@@ -825,9 +836,12 @@ def check_curve(torch, ut, model, native, data, labels, device, amp, profile, cu
         conv_ms, device_ms = measured_conv_ms(torch, step, cuda, steps=3)
         return conv_ms, device_ms, (ut.stats(model)["planned_calls"] - before) / 3
 
-    def row(label, predicted, conv_ms, device_ms, curve_ms=None, planned_per_step=None):
+    def row(label, predicted, by_pass, device_ms, curve_ms=None, planned_per_step=None):
+        conv_ms = by_pass["forward"] + by_pass["backward"]
         return {"budget": label, "predicted_ms": predicted["predicted_ms"],
+                "predicted_forward_ms": predicted["predicted_forward_ms"],
                 "curve_predicted_ms": curve_ms, "measured_ms": conv_ms,
+                "measured_forward_ms": by_pass["forward"],
                 "error": conv_ms / predicted["predicted_ms"] - 1
                 if predicted["predicted_ms"] > 0 else None,
                 "curve_error": conv_ms / curve_ms - 1 if curve_ms else None,
@@ -851,8 +865,10 @@ def check_curve(torch, ut, model, native, data, labels, device, amp, profile, cu
                         points.get(budget) if budget != "fixed" else None, planned))
     framework = predicted_conv_ms(ut, model, profile)
     conv_ms, device_ms, _ = measure(native)
-    rows.append(row("native", {"predicted_ms": framework["framework_ms"], "planned_calls": 0,
-                               "unknown_calls": framework["unknown_calls"]}, conv_ms, device_ms))
+    rows.append(row("native", {"predicted_ms": framework["framework_ms"],
+                               "predicted_forward_ms": framework["framework_forward_ms"],
+                               "planned_calls": 0, "unknown_calls": framework["unknown_calls"]},
+                    conv_ms, device_ms))
     return rows
 
 

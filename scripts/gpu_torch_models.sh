@@ -150,7 +150,7 @@ for p in "${paired_rows[@]}"; do
     --compile "${p_compile:-}" "${paired_args[@]}"
 done
 for c in "${curve_rows[@]}"; do
-  model_run curve "$c" '[print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"]) for r in d["check"]]' \
+  model_run curve "$c" '[print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"], "forward", round(r["predicted_forward_ms"], 2), "->", round(r["measured_forward_ms"], 2)) for r in d["check"]]' \
     --check --model "${c%%:*}" --precision "${c#*:}"
 done
 for k in "${kernel_rows[@]}"; do

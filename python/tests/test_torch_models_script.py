@@ -130,8 +130,11 @@ class ConvTimeTest(unittest.TestCase):
                   device_us=200.0, cpu_us=10.0),
             Event("aten::add_", device_us=5000.0),  # not a convolution
         ]
-        self.assertAlmostEqual(torch_models.conv_time_ms(events, cuda=True), 1.4)
-        self.assertAlmostEqual(torch_models.conv_time_ms(events, cuda=False), 0.08)
+        device = torch_models.conv_time_ms(events, cuda=True)
+        self.assertAlmostEqual(device["forward"], 0.5)   # the planned and the native forward
+        self.assertAlmostEqual(device["backward"], 0.9)  # the planned backward, once
+        host = torch_models.conv_time_ms(events, cuda=False)
+        self.assertAlmostEqual(host["forward"] + host["backward"], 0.08)
 
     def test_a_profiled_cpu_step_counts_its_convolutions(self):
         import torch
@@ -147,12 +150,13 @@ class ConvTimeTest(unittest.TestCase):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             step()
         events = prof.events()
-        conv_ms = torch_models.conv_time_ms(events, cuda=False)
+        conv = torch_models.conv_time_ms(events, cuda=False)
         total_ms = sum(e.cpu_time_total for e in events if e.cpu_parent is None) / 1e3
-        self.assertGreater(conv_ms, 0.0)
-        self.assertLess(conv_ms, total_ms)
-        conv_ms, device_ms = torch_models.measured_conv_ms(torch, step, cuda=False, steps=2)
-        self.assertGreater(conv_ms, 0.0)
+        self.assertGreater(conv["forward"], 0.0)
+        self.assertGreater(conv["backward"], 0.0)
+        self.assertLess(conv["forward"] + conv["backward"], total_ms)
+        conv, device_ms = torch_models.measured_conv_ms(torch, step, cuda=False, steps=2)
+        self.assertGreater(conv["forward"], 0.0)
         self.assertEqual(device_ms, 0.0)
 
     def test_predictions_count_every_call_by_its_route(self):
@@ -172,6 +176,7 @@ class ConvTimeTest(unittest.TestCase):
                              (key(0, 32), 0, 0), (key(2, 16), 0, 0)]}
         self.assertEqual(torch_models.predicted_conv_ms(ut, None, profile), {
             "predicted_ms": 1.0 + 1.0 + 1.5 + 4.0, "framework_ms": 2.0 + 2.0 + 1.5 + 4.0,
+            "predicted_forward_ms": 1.0 + 1.0 + 4.0, "framework_forward_ms": 2.0 + 2.0 + 4.0,
             "planned_calls": 2, "unknown_calls": 1})
 
 
