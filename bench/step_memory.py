@@ -8,7 +8,7 @@ predicted time-memory curve (torch_models.py curve --check: its predictions agai
 step's convolution time too).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
-                   [--max-batch-cap-gib 24]
+                   [--max-batch-cap-gib 24 [--max-batch-range 256:320]]
 
 DIR/step_memory.json: {"device", "rows": [{"model", "precision", "batch", "native_cap_gib"
 (null: unlimited), "native_ms", "native_peak_mib", "converted_ms", "converted_peak_mib",
@@ -49,6 +49,10 @@ def parse_args(argv):
                         "(default: --out)")
     parser.add_argument("--max-batch-cap-gib", type=float, default=0.0,
                         help="also find the largest batch each side trains at under this cap")
+    parser.add_argument("--max-batch-range", default="", metavar="LOW:HIGH",
+                        help="the batches the search probes (multiples of 8; default 8 to 4x the "
+                        "model's batch): each probe is a training run, and a converted one at a "
+                        "new batch waits for new plans")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
     for row in args.rows:
@@ -58,6 +62,15 @@ def parse_args(argv):
             parser.error(str(e))
     if args.caps < 1:
         parser.error("--caps must be >= 1")
+    args.batch_range = None
+    if args.max_batch_range:
+        low, _, high = args.max_batch_range.partition(":")
+        try:
+            args.batch_range = (int(low), int(high))
+        except ValueError:
+            parser.error(f"--max-batch-range {args.max_batch_range!r}: expected LOW:HIGH")
+        if not 8 <= args.batch_range[0] <= args.batch_range[1]:
+            parser.error(f"--max-batch-range {args.max_batch_range!r}: expected 8 <= LOW <= HIGH")
     return args
 
 
@@ -115,11 +128,15 @@ def max_batch_row(args, row):
                 args, f"{model}_{precision}_{name}_maxbatch{batch}",
                 ["run"] + common + extra + ["--batch", str(batch)])
             return "median_step_ms" in runs[batch]
-        best = largest_batch(fits, 8, 4 * default)
+        best = largest_batch(fits, *(args.batch_range or (8, 4 * default)))
         entry[f"{name}_max_batch"] = best
         entry[f"{name}_images_per_s"] = (
             best / runs[best]["median_step_ms"] * 1e3 if best else None)
         entry[f"{name}_probes"] = sorted(runs)
+        if best and "calls_per_step" in runs[best]:
+            # At a batch the cluster has no timings of, the converted side runs PyTorch's own
+            # until its plans arrive: say what ran.
+            entry[f"{name}_calls_per_step"] = runs[best]["calls_per_step"]
     return entry
 
 

@@ -83,6 +83,13 @@ class StepMemoryTest(unittest.TestCase):
         support.assert_rejected(self, step_memory.parse_args,
                                 ["--server", "h:1", "--out", "x", "--rows", "resnet50:amp",
                                  "--caps", "0"], "--caps must be >= 1")
+        base = ["--server", "h:1", "--out", "x", "--rows", "resnet50:fp32"]
+        for bad in ("256", "a:b", "320:256", "0:64"):
+            support.assert_rejected(self, step_memory.parse_args,
+                                    base + ["--max-batch-range", bad], "--max-batch-range")
+        self.assertEqual(step_memory.parse_args(base + ["--max-batch-range", "256:320"])
+                         .batch_range, (256, 320))
+        self.assertIsNone(step_memory.parse_args(base).batch_range)
 
 
 class CpusTest(unittest.TestCase):
