@@ -11,7 +11,7 @@ start), native and converted runs alternated and repeated so that a ratio is not
                         [--option server=h:p ...] [--prepare-wait-s S] [--json-out F]
         one configuration: median step, device-level peak memory, time to the first fast step,
         the library's counters (which calls ran ucudnn plans and which the framework's own)
-    torch_models.py kernels --model M --precision P --option server=h:p [--json-out F]
+    torch_models.py kernels --model M --precision P --option server=h:p [--flush-l2] [--json-out F]
         where the time goes: every convolution kernel of the model's step, PyTorch's own
         convolution against the ucudnn plan, each timed alone at the full batch in one process
     torch_models.py paired --model M --precision P --option server=h:p [--rounds 8] [--steps 8]
@@ -116,6 +116,8 @@ def parse_args(argv):
     kernels = sub.add_parser("kernels", help="per kernel: PyTorch's own against the plan")
     model_args(kernels)
     kernels.add_argument("--repeats", type=int, default=10)
+    kernels.add_argument("--flush-l2", action="store_true",
+                         help="also time every kernel with the L2 overwritten before each run")
 
     grads = sub.add_parser("grads", help="one step's gradients, converted against native")
     model_args(grads)
@@ -473,23 +475,46 @@ def run_one(args):
 
 # ---- per kernel ----------------------------------------------------------------------------------
 def kernels_one(args):
+    """ut.compare_kernels() of the model's step: each kernel timed alone, PyTorch's own against
+    the plan; the totals over the step's calls (a kernel that runs twice, twice) as well as over
+    its distinct kernels. With --flush-l2, a second pass with the L2 overwritten before each
+    timed call ("l2_flushed": those rows and totals), beside the step's measured convolution time
+    (curve --check) a test of how far back-to-back timings flatter a kernel."""
     torch, model, data, labels, device, amp, batch = build(args)
     ut = load_adapter()
     convert(ut, model, args)
     with autocast(torch, device, amp):
         ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
-    rows = ut.compare_kernels(model, data, repeats=args.repeats,
-                              autocast=amp, device_type=device.type)
-    total_native = sum(r["framework_ms"] for r in rows)
-    total_plan = sum(r["plan_ms"] if r["plan_ms"] else r["framework_ms"] for r in rows)
-    return {
+        calls = {}
+        for shapes in ut.kernels(model, data).values():
+            for shape in shapes:
+                key = tuple(getattr(shape, name) for name, _ in ut._lib.ConvShape._fields_)
+                calls[key] = calls.get(key, 0) + 1
+
+    def totals(rows):
+        step_native = step_plan = 0.0
+        for r in rows:
+            count = calls.get(tuple(r["shape"].values()), 0)
+            step_native += count * r["framework_ms"]
+            step_plan += count * (r["plan_ms"] if r["plan_ms"] else r["framework_ms"])
+        return {"framework_total_ms": sum(r["framework_ms"] for r in rows),
+                "plan_total_ms": sum(r["plan_ms"] if r["plan_ms"] else r["framework_ms"]
+                                     for r in rows),
+                "framework_step_ms": step_native, "plan_step_ms": step_plan}
+
+    result = {
         "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "framework_total_ms": total_native,
-        "plan_total_ms": total_plan,
-        "kernels": rows,
     }
+    for flush in (False, True) if args.flush_l2 else (False,):
+        rows = ut.compare_kernels(model, data, repeats=args.repeats, autocast=amp,
+                                  device_type=device.type, flush_l2=flush)
+        if flush:
+            result["l2_flushed"] = dict(totals(rows), kernels=rows)
+        else:
+            result.update(totals(rows), kernels=rows)
+    return result
 
 
 def warm_options(wait_s):

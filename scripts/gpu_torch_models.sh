@@ -19,7 +19,8 @@
 #          [--max-batch-range LOW:HIGH]
 #          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
-#     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json);
+#     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json; each
+#     kernel timed alone, back to back and with the L2 flushed before each run);
 #     --grads one step's gradients, converted against native (grads_*.json); --paired native and
 #     converted in one process, steps interleaved in rounds (paired_*.json in runs.tar.gz, the
 #     ratio in stack.log; VARIANT (fallback, all-framework, all-plans or empty) as in a row, COMPILE
@@ -89,7 +90,7 @@ while [ $# -gt 0 ]; do
       memory_args+=(--batch 4 --image-size 64 --steps 4 --wait-s 20)
       paired_args+=(--batch 4 --image-size 64 --rounds 2 --steps 1); shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_torch_models.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) bundle="$1"; shift ;;
   esac
@@ -156,7 +157,8 @@ for c in "${curve_rows[@]}"; do
     --check --model "${c%%:*}" --precision "${c#*:}"
 done
 for k in "${kernel_rows[@]}"; do
-  model_run kernels "$k" "" --model "${k%%:*}" --precision "${k#*:}"
+  model_run kernels "$k" 'print(sys.argv[2], "kernels alone, per step: PyTorch", round(d["framework_step_ms"], 2), "ms, plans", round(d["plan_step_ms"], 2), "ms; L2 flushed: PyTorch", round(d["l2_flushed"]["framework_step_ms"], 2), "ms, plans", round(d["l2_flushed"]["plan_step_ms"], 2), "ms")' \
+    --flush-l2 --model "${k%%:*}" --precision "${k#*:}"
 done
 if [ "${#memory_rows[@]}" -gt 0 ]; then
   left=$((budget_s - (SECONDS - started)))

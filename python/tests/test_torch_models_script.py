@@ -235,6 +235,24 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(result["library_loaded"]["kernels"], 1)  # the probe's forward
         self.assertEqual(torch_models.parse_row("resnet50:amp::library")[3], "library")
 
+    def test_kernels_alone_with_step_totals(self):
+        result = subprocess.run(
+            [sys.executable, SCRIPT, "kernels", "--device", "cpu", "--model", "resnet50",
+             "--precision", "fp32", "--batch", "2", "--image-size", "32", "--repeats", "2",
+             "--flush-l2", "--option", f"server=127.0.0.1:{closed_port()}",
+             "--option", "cache_path=off"], stdout=subprocess.PIPE, check=True)
+        got = json.loads(result.stdout)
+        # ResNet-50's 53 layers: 158 ops a step (the first layer has no backward-data), fewer
+        # distinct kernels (repeated blocks); no plan with the planner down.
+        self.assertLess(len(got["kernels"]), 158)
+        self.assertTrue(all(r["plan_ms"] is None for r in got["kernels"]))
+        self.assertGreater(got["framework_step_ms"], got["framework_total_ms"])
+        self.assertAlmostEqual(got["plan_step_ms"], got["framework_step_ms"])
+        # On the CPU there is no L2 to flush: the second pass says so.
+        flushed = got["l2_flushed"]
+        self.assertEqual(len(flushed["kernels"]), len(got["kernels"]))
+        self.assertFalse(any(r["l2_flushed"] for r in flushed["kernels"]))
+
     def test_paired_rounds_in_one_process(self):
         result = subprocess.run(
             [sys.executable, SCRIPT, "paired", "--device", "cpu", "--model", "resnet50",

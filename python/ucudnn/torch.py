@@ -1315,9 +1315,11 @@ def _hold_device(device):
     sleep(int(cycles * _HOLD_MS))
 
 
-def _time_call(call, device, repeats):
+def _time_call(call, device, repeats, flush=None):
     """(median ms, interquartile spread ms) of `call` alone, after warm-up (which includes
-    PyTorch's own cuDNN benchmark at the first call)."""
+    PyTorch's own cuDNN benchmark at the first call). With `flush` (_l2_flusher()), the device's
+    L2 is overwritten before each timed call, untimed: its operands come from memory, as a
+    step's do where they were written long before."""
     for _ in range(3):
         call()
     samples = []
@@ -1329,6 +1331,8 @@ def _time_call(call, device, repeats):
         # kernel's time is not the host's time to launch it.
         _hold_device(device)
         for start, end in events:
+            if flush is not None:
+                flush.zero_()
             start.record()
             call()
             end.record()
@@ -1344,13 +1348,14 @@ def _time_call(call, device, repeats):
     return samples[len(samples) // 2], samples[-1 - quarter] - samples[quarter]
 
 
-def _time_framework(shape, device, repeats=15, operands=None, workspace=False):
+def _time_framework(shape, device, repeats=15, operands=None, workspace=False, flush=None):
     """PyTorch's own time for `shape` at its full batch: (median ms, spread ms), and with
-    `workspace` its workspace bytes third; on `operands` (_operands()) or new ones."""
+    `workspace` its workspace bytes third; on `operands` (_operands()) or new ones; `flush` as
+    _time_call's."""
     x, w, dy, geometry = operands or _operands(shape, device)
     call = _framework_call(shape, x, w, dy, geometry)
     with _TF32(shape), torch.no_grad():
-        ms, spread = _time_call(call, device, repeats)
+        ms, spread = _time_call(call, device, repeats, flush)
         return (ms, spread, _framework_workspace(call, device)) if workspace else (ms, spread)
 
 
@@ -1370,9 +1375,22 @@ def _framework_workspace(call, device):
     return max(0, peak - before - kept)
 
 
-def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_type="cuda"):
+def _l2_flusher(device):
+    """A buffer twice the size of the device's L2 cache, which _time_call zeroes before each timed
+    call; None off CUDA or where this PyTorch does not report the L2's size."""
+    if device.type != "cuda":
+        return None
+    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+    return torch.empty(2 * size, dtype=torch.uint8, device=device) if size else None
+
+
+def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_type="cuda",
+                    flush_l2=False):
     """Where the time goes: every kernel of a step of `model`, PyTorch's own op against the
-    library's plan, each timed alone at the full batch (after prepare()). A list of dicts."""
+    library's plan, each timed alone at the full batch (after prepare()). With `flush_l2`, the
+    L2 is overwritten before each timed call (a kernel timed back to back finds its operands
+    there; in a step, a backward's were written long before). A list of dicts, each with
+    "l2_flushed": whether the L2 was flushed (never off CUDA)."""
     rows = []
     if autocast is not None:
         with torch.autocast(device_type, dtype=autocast):
@@ -1381,6 +1399,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
         recorded = kernels(model, *sample_inputs)
     for (runtime, device), shapes in recorded.items():
         context = runtime.context(device)
+        flush = _l2_flusher(device) if flush_l2 else None
         for shape in _unique(shapes):
             kernel = context.kernel(shape, runtime.limit_of(shape))
             operands = _operands(shape, device)
@@ -1388,7 +1407,8 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
             a, b, out = {_lib.FORWARD: (x, w, torch.empty_like(dy)),
                          _lib.BACKWARD_DATA: (dy, w, torch.empty_like(x)),
                          _lib.BACKWARD_FILTER: (x, dy, torch.empty_like(w))}[shape.op]
-            framework_ms, framework_spread = _time_framework(shape, device, repeats, operands)
+            framework_ms, framework_spread = _time_framework(shape, device, repeats, operands,
+                                                             flush=flush)
             info = context.kernel_info(kernel)
             needed = context.kernel_workspace_size(kernel)
             plan_ms = None
@@ -1405,13 +1425,14 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                         raise _lib.ShapeError("ucudnnShapeKernelRun", status, "")
 
                 try:
-                    plan_ms, _ = _time_call(plan_call, device, repeats)
+                    plan_ms, _ = _time_call(plan_call, device, repeats, flush)
                 except _lib.ShapeError:
                     plan_ms = None
             rows.append({
                 "shape": dict(zip([n for n, _ in _lib.ConvShape._fields_], _shape_key(shape))),
                 "framework_ms": framework_ms, "framework_spread_ms": framework_spread,
-                "plan_ms": plan_ms, "plan_workspace_bytes": needed, **{
+                "plan_ms": plan_ms, "plan_workspace_bytes": needed,
+                "l2_flushed": flush is not None, **{
                     f"info_{k}": v for k, v in info.items()},
             })
     return rows
