@@ -485,22 +485,13 @@ def kernels_one(args):
     convert(ut, model, args)
     with autocast(torch, device, amp):
         ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
-        calls = {}
-        for shapes in ut.kernels(model, data).values():
-            for shape in shapes:
-                key = tuple(getattr(shape, name) for name, _ in ut._lib.ConvShape._fields_)
-                calls[key] = calls.get(key, 0) + 1
 
     def totals(rows):
-        step_native = step_plan = 0.0
-        for r in rows:
-            count = calls.get(tuple(r["shape"].values()), 0)
-            step_native += count * r["framework_ms"]
-            step_plan += count * (r["plan_ms"] if r["plan_ms"] else r["framework_ms"])
+        plan = [r["plan_ms"] if r["plan_ms"] else r["framework_ms"] for r in rows]
         return {"framework_total_ms": sum(r["framework_ms"] for r in rows),
-                "plan_total_ms": sum(r["plan_ms"] if r["plan_ms"] else r["framework_ms"]
-                                     for r in rows),
-                "framework_step_ms": step_native, "plan_step_ms": step_plan}
+                "plan_total_ms": sum(plan),
+                "framework_step_ms": sum(r["calls"] * r["framework_ms"] for r in rows),
+                "plan_step_ms": sum(r["calls"] * ms for r, ms in zip(rows, plan))}
 
     result = {
         "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
@@ -623,12 +614,11 @@ def host_profiles(torch, sides, cuda):
     import io
     import pstats
 
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     result = {}
     for name, step in sides.items():
-        with profile(activities=activities) as prof:
+        with profile(activities=profiler_activities(torch, cuda)) as prof:
             step()
         ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
         result[f"{name}_ops"] = [
@@ -648,6 +638,12 @@ def host_profiles(torch, sides, cuda):
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
     result["converted_python"] = text.getvalue().splitlines()[:60]
     return result
+
+
+def profiler_activities(torch, cuda):
+    """torch.profiler's activities for a step: the host's, and the device's on CUDA."""
+    from torch.profiler import ProfilerActivity
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 
 
 def device_us(event):
@@ -747,16 +743,13 @@ def conv_time_ms(events, cuda):
 def measured_conv_ms(torch, step, cuda, steps=3):
     """(convolution ms by pass as conv_time_ms, every kernel's device ms) per step of `step`
     (which synchronizes), profiled over `steps` steps."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=profiler_activities(torch, cuda)) as prof:
         for _ in range(steps):
             step()
-    events = prof.events()
-    kernels_us = sum(device_us(e) for e in events
-                     if cuda and e.device_type == torch.autograd.DeviceType.CUDA)
-    by_pass = conv_time_ms(events, cuda)
+    kernels_us = device_kernels(torch, prof, "step")["step_device_us"] if cuda else 0.0
+    by_pass = conv_time_ms(prof.events(), cuda)
     return {name: ms / steps for name, ms in by_pass.items()}, kernels_us / 1e3 / steps
 
 

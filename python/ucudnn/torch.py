@@ -958,17 +958,13 @@ def kernels(model, *sample_inputs):
     forward, not of a training step. A torch.compile'd model's pass runs its original module."""
     model = _compiled_original(model) or model
     runtimes = _runtimes(model)
-    # The pass must leave the model as it was: batch-norm statistics and the like.
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     for runtime in runtimes:
         runtime.restore_native()  # every call of the pass through the adapter
         runtime.recording = {}
     try:
-        with torch.enable_grad(), _nothing_saved():
+        # The pass leaves the model as it was: batch-norm statistics and the like.
+        with _model_kept(model), torch.enable_grad(), _nothing_saved():
             model(*sample_inputs)
-        with torch.no_grad():
-            for buffer, saved in buffers:
-                buffer.copy_(saved)
         return {(runtime, device): shapes for runtime in runtimes
                 for device, shapes in runtime.recording.items()}
     finally:
@@ -1040,8 +1036,9 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     if budget not in ("auto", "fixed", "liveness"):
         raise ValueError(f"ucudnn.torch.prepare: budget must be 'auto', 'fixed' or 'liveness', "
                          f"got {budget!r}")
-    compiled = _compiled_original(model) is not None
-    model = _compiled_original(model) or model  # the eager module: its layers, its passes
+    original = _compiled_original(model)
+    compiled = original is not None
+    model = original or model  # the eager module: its layers, its passes
     limits = {}
     allowed_above_peak = None
     if budget == "auto":
@@ -1390,7 +1387,8 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
     library's plan, each timed alone at the full batch (after prepare()). With `flush_l2`, the
     L2 is overwritten before each timed call (a kernel timed back to back finds its operands
     there; in a step, a backward's were written long before). A list of dicts, each with
-    "l2_flushed": whether the L2 was flushed (never off CUDA)."""
+    "calls": how many times the step runs the kernel, and "l2_flushed": whether the L2 was
+    flushed (never off CUDA)."""
     rows = []
     if autocast is not None:
         with torch.autocast(device_type, dtype=autocast):
@@ -1400,6 +1398,9 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
     for (runtime, device), shapes in recorded.items():
         context = runtime.context(device)
         flush = _l2_flusher(device) if flush_l2 else None
+        calls = {}
+        for shape in shapes:
+            calls[_shape_key(shape)] = calls.get(_shape_key(shape), 0) + 1
         for shape in _unique(shapes):
             kernel = context.kernel(shape, runtime.limit_of(shape))
             operands = _operands(shape, device)
@@ -1432,7 +1433,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                 "shape": dict(zip([n for n, _ in _lib.ConvShape._fields_], _shape_key(shape))),
                 "framework_ms": framework_ms, "framework_spread_ms": framework_spread,
                 "plan_ms": plan_ms, "plan_workspace_bytes": needed,
-                "l2_flushed": flush is not None, **{
+                "calls": calls[_shape_key(shape)], "l2_flushed": flush is not None, **{
                     f"info_{k}": v for k, v in info.items()},
             })
     return rows
