@@ -44,7 +44,8 @@
 # Results go to $OUT (or ./torch-models-results), few files and written as they come, so that a
 # run cut short still returns what it measured: torch_models.json (rewritten after every row) and
 # .md, stack.log, logs.txt, warm_db.sql.gz, runs.tar.gz (every run's JSON and runs.log).
-# --budget-s S stops the measuring after S seconds (default 480), leaving time for the dump.
+# --budget-s S stops the measuring after S seconds (default 480), leaving time for the dump: a
+# model run that would start with 30 s or less left is skipped, and one still running is stopped.
 # Exit 1 when a run failed.
 set -uo pipefail
 
@@ -136,11 +137,17 @@ model_run() {  # COMMAND TAG SUMMARY [ARG ...]
   local command="$1" tag="$2" summary="$3"
   shift 3
   local json="$runs/${command}_${tag//:/_}.json"
-  "$python" "$root/bench/torch_models.py" "$command" "$@" --device "$device" \
+  local left=$((budget_s - (SECONDS - started)))
+  if [ "$left" -le 30 ]; then
+    log "$command $tag skipped: no time left (--budget-s $budget_s)"; rc=1; return
+  fi
+  timeout "$left" "$python" "$root/bench/torch_models.py" "$command" "$@" --device "$device" \
     --option "server=$server_addr" --option cache_path=off "${wait_options[@]}" \
     --json-out "$json" >>"$runs/runs.log" 2>&1 || { log "$command $tag failed (runs.log)"; rc=1; }
   [ -z "$summary" ] || "$python" -c "import json,sys; d=json.load(open(sys.argv[1])); $summary" \
     "$json" "$tag" 2>/dev/null | tee -a "$results/stack.log"
+  # What ran so far comes back even if the call is cut short after this.
+  tar -czf "$results/runs.tar.gz" -C "$runs" . 2>/dev/null
 }
 for g in "${grad_rows[@]}"; do
   model_run grads "$g" 'print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \

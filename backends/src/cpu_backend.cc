@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ucudnn/core/algorithm_names.h"
+#include "ucudnn/core/executor.h"
 #include "ucudnn/core/random_fill.h"
 
 namespace ucudnn {
@@ -714,17 +715,21 @@ Result<std::vector<double>> CpuBackend::TimeRuns(const ConvProblem& problem, int
                                                  size_t workspace_bytes, int warmup, int runs) {
   if (warmup < 0) return InvalidArgument(fmt::format("warmup: must be >= 0, got {}", warmup));
   if (runs < 1) return InvalidArgument(fmt::format("runs: must be >= 1, got {}", runs));
-  // Timed runs overwrite the output (beta = 0), as a benchmark on a GPU does.
+  // Timed runs overwrite the output (beta = 0), as a benchmark on a GPU does, each on the next
+  // slice of the operands (TimedRunOperands).
+  int64_t run_index = 0;
+  const auto run_once = [&] {
+    return Run(problem, batch, algo, TimedRunOperands(problem, operands, batch, run_index++),
+               workspace, workspace_bytes, 1.0f, 0.0f);
+  };
   for (int i = 0; i < warmup; ++i) {
-    UCUDNN_RETURN_IF_ERROR(
-        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+    UCUDNN_RETURN_IF_ERROR(run_once());
   }
   std::vector<double> times_ms;
   times_ms.reserve(runs);
   for (int i = 0; i < runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    UCUDNN_RETURN_IF_ERROR(
-        Run(problem, batch, algo, operands, workspace, workspace_bytes, 1.0f, 0.0f));
+    UCUDNN_RETURN_IF_ERROR(run_once());
     const auto stop = std::chrono::steady_clock::now();
     times_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }

@@ -72,6 +72,13 @@ ConvOperands OffsetOperands(const ConvProblem& problem, const ConvOperands& oper
                static_cast<size_t>(problem.output_elements_per_sample()) * element);
 }
 
+ConvOperands TimedRunOperands(const ConvProblem& problem, const ConvOperands& operands,
+                              int64_t batch, int64_t run) {
+  const int64_t slices = batch > 0 ? operands.samples / batch : 0;
+  if (slices <= 1) return operands;
+  return OffsetOperands(problem, operands, (run % slices) * batch);
+}
+
 Status RunMicroBatches(MicroBatchRunner& runner, const ConvProblem& problem,
                        std::span<const Segment> segments, const ConvOperands& operands,
                        void* workspace, size_t workspace_bytes, float alpha, float beta,

@@ -53,7 +53,8 @@ uint64_t OperandBytes(const ConvProblem& p, int64_t batch) {
   return elements * ElementSize(p.data_type);
 }
 
-// The operands of one problem at one micro-batch; smaller micro-batches use their start.
+// The operands of one problem at one micro-batch; smaller micro-batches walk their slices
+// (ConvOperands::samples, TimedRunOperands).
 struct Operands {
   std::unique_ptr<BackendBuffer> input;   // x or dx: c x h x w per sample
   std::unique_ptr<BackendBuffer> output;  // y or dy: k x out_h x out_w per sample
@@ -68,6 +69,7 @@ Result<Operands> MakeOperands(ConvBackend& backend, const ConvProblem& p, int64_
   const size_t output_count = static_cast<size_t>(batch * p.output_elements_per_sample());
   const size_t filter_count = static_cast<size_t>(p.filter_elements());
   Operands o;
+  o.view.samples = batch;
   UCUDNN_ASSIGN_OR_RETURN(o.input, backend.Allocate(input_count * elem));
   UCUDNN_ASSIGN_OR_RETURN(o.output, backend.Allocate(output_count * elem));
   UCUDNN_ASSIGN_OR_RETURN(o.filter, backend.Allocate(filter_count * elem));

@@ -319,6 +319,42 @@ class PlannedTest(unittest.TestCase):
         self.assertFalse(model[0]._ucudnn_runtime.host_bound)
         self.assertFalse(ut.prepare(model, x)["compiled"])
 
+    def test_a_compiled_model_on_cuda_plans_within_what_the_process_may_take(self):
+        # An eager step's liveness is not the compiled step's: on CUDA in per-kernel mode, every
+        # kernel of a compiled model may use the memory the process may take (rounded down to a
+        # power of two), as PyTorch's own benchmark does; the eager model keeps liveness.
+        class Compiled(nn.Module):
+            def __init__(self, original):
+                super().__init__()
+                self._orig_mod = original
+
+        mib = 1 << 20
+        torch.manual_seed(4)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
+        x = torch.randn(4, 3, 8, 8)
+        planned(model, x, self.dir.name)
+        asked = set()
+        real_prepare = _lib.Context.prepare
+
+        def prepare(context, shapes, limit):
+            asked.add(limit)
+            return real_prepare(context, shapes, limit)
+
+        allowance = 100 * mib
+        with mock.patch.object(ut, "_auto_budget", return_value="liveness"), \
+                mock.patch.object(ut, "_memory_allowance", return_value=allowance), \
+                mock.patch.object(_lib.Context, "prepare", autospec=True, side_effect=prepare):
+            got = ut.prepare(Compiled(model), x)
+        self.assertEqual(got["budget"], "allowance")
+        self.assertEqual(asked, {64 * mib})
+        runtime = model[0]._ucudnn_runtime
+        self.assertEqual((runtime.kernel_limits, runtime.budget_limit), ({}, 64 * mib))
+        # Another budget afterwards drops the allowance; off CUDA it is the configured limit.
+        self.assertEqual(ut.prepare(model, x, budget="fixed")["budget"], "fixed")
+        self.assertIsNone(runtime.budget_limit)
+        self.assertEqual(ut.prepare(model, x, budget="allowance")["budget"], "allowance")
+        self.assertIsNone(runtime.budget_limit)
+
     def test_the_declaring_pass_keeps_no_activation(self):
         # A training forward keeps the first convolution's output for batch norm's backward;
         # kernels()' pass, which never runs a backward, frees it once the forward is past it.
@@ -918,7 +954,7 @@ class LivenessTest(unittest.TestCase):
         with mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel):
             model(x).sum().backward()
         self.assertEqual(asked, expected)
-        with self.assertRaisesRegex(ValueError, "budget must be 'auto', 'fixed' or 'liveness'"):
+        with self.assertRaisesRegex(ValueError, "budget must be one of auto, fixed, liveness"):
             ut.prepare(model, x, budget="peak")
         total = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off",
                            workspace_mode="total")

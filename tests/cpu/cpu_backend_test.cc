@@ -401,6 +401,18 @@ TEST(CpuBackendTest, TimeRunsReturnsOneTimePerRunAndComputes) {
   for (double t : *times) EXPECT_GT(t, 0.0);
   EXPECT_LT(RelativeL2(y, ReferenceConv(p, 2, x, w)), 1e-5);
 
+  // Operands of 6 samples: the runs of 2 walk the three slices, as micro-batches do in a step,
+  // so every slice of the output is computed (one warm-up and two timed runs).
+  const testing::TensorSizes six = SizesOf(p, 6);
+  std::vector<float> x6 = RandomVector(six.x, 3);
+  std::vector<float> y6(six.y, kNaN);
+  ConvOperands walked = ops;
+  walked.x = x6.data();
+  walked.y = y6.data();
+  walked.samples = 6;
+  ASSERT_TRUE(backend.TimeRuns(p, 2, kCpuAlgoIm2colGemm, walked, workspace.data(), ws, 1, 2).ok());
+  EXPECT_LT(RelativeL2(y6, ReferenceConv(p, 6, x6, w)), 1e-5);
+
   EXPECT_EQ(backend.TimeRuns(p, 2, 0, ops, nullptr, 0, 0, 0).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(backend.TimeRuns(p, 2, 0, ops, nullptr, 0, -1, 1).status().code(),

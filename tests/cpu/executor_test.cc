@@ -272,6 +272,35 @@ TEST(ExecutorTest, OffsetsOperandsBySamplesDone) {
   }
 }
 
+TEST(ExecutorTest, TimedRunsWalkTheSlicesTheOperandsHold) {
+  ConvProblem p;
+  p.op = ConvOp::kBackwardData;
+  p.c = 3;
+  p.h = p.w = 5;
+  p.k = 2;
+  p.r = p.s = 3;
+  OpData data = MakeData(p, 7, 9);
+  ConvOperands ops = data.Operands(p.op);
+  // Without the sample count, or with no more samples than the run's batch: always the start.
+  for (int64_t samples : {0, 2, 3}) {
+    ops.samples = samples;
+    for (int64_t run : {0, 1, 5}) {
+      EXPECT_EQ(TimedRunOperands(p, ops, 2, run).dy, ops.dy) << samples << " " << run;
+    }
+  }
+  // 7 samples hold three slices of 2: runs 0, 1, 2, 3 start at samples 0, 2, 4, 0.
+  ops.samples = 7;
+  const int64_t starts[] = {0, 2, 4, 0};
+  for (int64_t run = 0; run < 4; ++run) {
+    const ConvOperands slice = TimedRunOperands(p, ops, 2, run);
+    EXPECT_EQ(slice.dy, static_cast<const float*>(ops.dy) +
+                            starts[run] * p.output_elements_per_sample());
+    EXPECT_EQ(slice.dx,
+              static_cast<float*>(ops.dx) + starts[run] * p.input_elements_per_sample());
+    EXPECT_EQ(slice.w, ops.w);  // the filter is shared
+  }
+}
+
 // Every bad request is refused before anything runs, and the output keeps its contents.
 TEST(ExecutorTest, RejectsBadRequestsWithoutTouchingTheOutput) {
   RecordingBackend backend;

@@ -22,6 +22,7 @@
 #include "cuda_check.h"
 #include "ucudnn/backends/cudnn_engines.h"
 #include "ucudnn/core/algorithm_names.h"
+#include "ucudnn/core/executor.h"
 
 namespace ucudnn {
 namespace {
@@ -591,21 +592,20 @@ void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t
   }
 }
 
-Result<std::function<Status()>> CudnnBackend::Resolve(const ConvProblem& problem, int64_t batch,
-                                                      const Algorithm& algo,
-                                                      const ConvOperands& operands, void* workspace,
-                                                      size_t workspace_bytes) {
+Result<std::function<Status(const ConvOperands&)>> CudnnBackend::Resolve(
+    const ConvProblem& problem, int64_t batch, const Algorithm& algo, void* workspace,
+    size_t workspace_bytes) {
+  using RunOnce = std::function<Status(const ConvOperands&)>;
   if (!algo.is_engine()) {
     const int id = algo.id;
-    return std::function<Status()>(
-        [this, &problem, batch, id, operands, workspace, workspace_bytes] {
-          return Run(problem, batch, id, operands, workspace, workspace_bytes, 1.0f, 0.0f);
-        });
+    return RunOnce([this, &problem, batch, id, workspace, workspace_bytes](const ConvOperands& o) {
+      return Run(problem, batch, id, o, workspace, workspace_bytes, 1.0f, 0.0f);
+    });
   }
   // The plan is looked up once, so that a timed run costs what a bound plan's call costs.
   UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algo, 0.0f));
-  return std::function<Status()>([plan, operands, workspace, workspace_bytes] {
-    return plan->Execute(plan->handle(), operands, workspace, workspace_bytes);
+  return RunOnce([plan, workspace, workspace_bytes](const ConvOperands& o) {
+    return plan->Execute(plan->handle(), o, workspace, workspace_bytes);
   });
 }
 
@@ -715,8 +715,11 @@ Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, i
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const std::function<Status()> run_once,
-                          Resolve(problem, batch, algo, operands, workspace, workspace_bytes));
+  UCUDNN_ASSIGN_OR_RETURN(const auto run, Resolve(problem, batch, algo, workspace, workspace_bytes));
+  int64_t run_index = 0;  // successive runs, successive slices (TimedRunOperands)
+  const auto run_once = [&] {
+    return run(TimedRunOperands(problem, operands, batch, run_index++));
+  };
   for (int i = 0; i < warmup; ++i) {
     UCUDNN_RETURN_IF_ERROR(run_once());
   }
@@ -820,8 +823,11 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const std::function<Status()> run_once,
-                          Resolve(problem, batch, algo, operands, workspace, workspace_bytes));
+  UCUDNN_ASSIGN_OR_RETURN(const auto run, Resolve(problem, batch, algo, workspace, workspace_bytes));
+  int64_t run_index = 0;  // successive runs, successive slices (TimedRunOperands)
+  const auto run_once = [&] {
+    return run(TimedRunOperands(problem, operands, batch, run_index++));
+  };
   for (int i = 0; i < warmup; ++i) {
     UCUDNN_RETURN_IF_ERROR(run_once());
   }

@@ -25,6 +25,9 @@ struct ConvOperands {
   void* y = nullptr;
   void* dx = nullptr;
   void* dw = nullptr;
+  // Samples that x and y (dx and dy) hold: 0 means the batch of the call. Timed runs of fewer
+  // samples walk the slices these hold (TimedRunOperands), as a segment's micro-batches do.
+  int64_t samples = 0;
 };
 
 struct AlgorithmInfo {
@@ -95,7 +98,9 @@ class ConvBackend {
     return Status(StatusCode::kUnsupported, "CopyWithinDevice: not supported by this backend");
   }
   // Runs the op `warmup` times untimed, then `runs` times, each timed on the device's own clock
-  // (CUDA events for cuDNN, a steady clock for the CPU); milliseconds per run.
+  // (CUDA events for cuDNN, a steady clock for the CPU); milliseconds per run. Successive runs
+  // take successive slices of the operands where they hold more samples than `batch`
+  // (TimedRunOperands).
   virtual Result<std::vector<double>> TimeRuns(const ConvProblem& problem, int64_t batch,
                                                const Algorithm& algo, const ConvOperands& operands,
                                                void* workspace, size_t workspace_bytes, int warmup,

@@ -31,6 +31,15 @@ class MicroBatchRunner {
 ConvOperands OffsetOperands(const ConvProblem& problem, const ConvOperands& operands,
                             int64_t first);
 
+// The operands of timed run `run` (0, 1, ...) of `batch` samples: where the operands hold more
+// samples than that (operands.samples), run i takes the (i mod slices)-th slice of `batch`
+// samples, as the micro-batches of a segment take the batch's slices one after another. A
+// micro-batch timed again and again on the same samples finds them in the device's L2 cache,
+// which a step's micro-batches do not: on an H100, ConvNeXt-T's depthwise backward-data plans of
+// 2-8 micro-batches ran 8-13% slower in the step than timed so (docs/torch-models.md).
+ConvOperands TimedRunOperands(const ConvProblem& problem, const ConvOperands& operands,
+                              int64_t batch, int64_t run);
+
 // The beta of segment `index`: backward-filter sums over the batch, so every micro-batch after
 // the first adds onto the result (beta = 1); forward and backward-data write disjoint slices.
 inline float SegmentBeta(ConvOp op, size_t index, float beta) {
