@@ -8,7 +8,7 @@ predicted time-memory curve (torch_models.py curve --check: its predictions agai
 step's convolution time too).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
-                   [--max-batch-cap-gib 24 [--max-batch-range 256:320]]
+                   [--max-batch-cap-gib 24 [--max-batch-range 256:320] [--only-max-batch]]
 
 DIR/step_memory.json: {"device", "rows": [{"model", "precision", "batch", "native_cap_gib"
 (null: unlimited), "native_ms", "native_peak_mib", "converted_ms", "converted_peak_mib",
@@ -53,8 +53,13 @@ def parse_args(argv):
                         help="the batches the search probes (multiples of 8; default 8 to 4x the "
                         "model's batch): each probe is a training run, and a converted one at a "
                         "new batch waits for new plans")
+    parser.add_argument("--only-max-batch", action="store_true",
+                        help="just the largest-batch search (with --max-batch-cap-gib): no rows, "
+                        "no curves")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
+    if args.only_max_batch and args.max_batch_cap_gib <= 0:
+        parser.error("--only-max-batch needs --max-batch-cap-gib")
     for row in args.rows:
         try:
             torch_models.parse_row(row)
@@ -211,7 +216,7 @@ def main(argv=None):
                        "curves": {k: v for k, v in curves.items() if k != "_device"}}, f,
                       indent=1)
 
-    for row in args.rows:
+    for row in [] if args.only_max_batch else args.rows:
         rows += run_row(args, row, curves)
         write()
     if args.max_batch_cap_gib > 0:

@@ -129,7 +129,8 @@ uint64_t MemTotalBytes(std::string_view meminfo) {
 }  // namespace
 
 std::string DeviceFingerprint::Key() const {
-  std::string key = "v1;backend=" + KeySafe(backend) + ";name=" + KeySafe(name);
+  std::string key = std::string(kFingerprintKeyVersion) + ";backend=" + KeySafe(backend) +
+                    ";name=" + KeySafe(name);
   key += ";cc=" + std::to_string(cc_major) + "." + std::to_string(cc_minor);
   key += ";sm=" + std::to_string(sm_count);
   key += ";mem=" + std::to_string(memory_bytes);

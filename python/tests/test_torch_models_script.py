@@ -4,11 +4,13 @@ first time and its JSON has the documented shape."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import types
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_models.py")
@@ -90,6 +92,24 @@ class StepMemoryTest(unittest.TestCase):
         self.assertEqual(step_memory.parse_args(base + ["--max-batch-range", "256:320"])
                          .batch_range, (256, 320))
         self.assertIsNone(step_memory.parse_args(base).batch_range)
+        support.assert_rejected(self, step_memory.parse_args, base + ["--only-max-batch"],
+                                "--only-max-batch needs --max-batch-cap-gib")
+        self.assertTrue(step_memory.parse_args(
+            base + ["--only-max-batch", "--max-batch-cap-gib", "24"]).only_max_batch)
+
+    def test_only_max_batch_runs_no_rows(self):
+        out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, out)
+        searched = []
+        with mock.patch.object(step_memory, "run_row",
+                               side_effect=AssertionError("a row ran")), \
+                mock.patch.object(step_memory, "max_batch_row",
+                                  side_effect=lambda args, row: searched.append(row) or {}):
+            step_memory.main(["--server", "h:1", "--out", out, "--rows", "resnet50:fp32",
+                              "--only-max-batch", "--max-batch-cap-gib", "24"])
+        self.assertEqual(searched, ["resnet50:fp32"])
+        with open(os.path.join(out, "step_memory.json")) as f:
+            self.assertEqual(json.load(f)["rows"], [])
 
 
 class CpusTest(unittest.TestCase):

@@ -264,7 +264,7 @@ const std::vector<Statement>& Statements() {
            "(SELECT count(*) FROM workers w WHERE w.device_id = d.id AND "
            "  w.stopped_at IS NULL AND "
            "  w.last_heartbeat > now() - make_interval(secs => $1::float8)) AS live_workers "
-           "FROM devices d ORDER BY d.name, d.id"},
+           "FROM devices d WHERE starts_with(d.fingerprint_key, $2) ORDER BY d.name, d.id"},
       {"list_workers",
        "SELECT w.id, w.host, w.device_id, " + internal::TimestampSql("w.registered_at") +
            " AS registered_at, " + internal::TimestampSql("w.last_heartbeat") +
@@ -1152,7 +1152,10 @@ Result<std::vector<DeviceInfo>> Store::ListDevices() {
   return impl_->Run("list devices", [&](pqxx::connection& conn) -> Result<std::vector<DeviceInfo>> {
     pqxx::nontransaction tx(conn);
     std::vector<DeviceInfo> devices;
-    for (const pqxx::row& row : tx.exec_prepared("list_devices", window)) {
+    // Devices of older key versions hold timings of an older method (kFingerprintKeyVersion):
+    // no worker or client of this version uses them.
+    const std::string current = std::string(kFingerprintKeyVersion) + ";";
+    for (const pqxx::row& row : tx.exec_prepared("list_devices", window, current)) {
       DeviceInfo d;
       d.hash = FromDb(row["id"].as<int64_t>());
       d.fingerprint = DeviceFromRow(row);

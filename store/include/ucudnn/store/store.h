@@ -345,7 +345,8 @@ class Store {
   Result<int64_t> PruneWorkers(std::chrono::seconds retention);
 
   // ---- Catalog (operators, metrics) ----
-  // Every device, ordered by name then hash, with timing counts and live workers.
+  // Every device of this fingerprint key version (kFingerprintKeyVersion: older ones hold
+  // timings of an older method), ordered by name then hash, with timing counts and live workers.
   Result<std::vector<DeviceInfo>> ListDevices();
   // Registered workers ordered by id; only those alive when `alive_only`.
   Result<std::vector<WorkerInfo>> ListWorkers(bool alive_only = false);
