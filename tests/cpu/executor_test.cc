@@ -293,10 +293,9 @@ TEST(ExecutorTest, TimedRunsWalkTheSlicesTheOperandsHold) {
   const int64_t starts[] = {0, 2, 4, 0};
   for (int64_t run = 0; run < 4; ++run) {
     const ConvOperands slice = TimedRunOperands(p, ops, 2, run);
-    EXPECT_EQ(slice.dy, static_cast<const float*>(ops.dy) +
-                            starts[run] * p.output_elements_per_sample());
-    EXPECT_EQ(slice.dx,
-              static_cast<float*>(ops.dx) + starts[run] * p.input_elements_per_sample());
+    EXPECT_EQ(slice.dy,
+              static_cast<const float*>(ops.dy) + starts[run] * p.output_elements_per_sample());
+    EXPECT_EQ(slice.dx, static_cast<float*>(ops.dx) + starts[run] * p.input_elements_per_sample());
     EXPECT_EQ(slice.w, ops.w);  // the filter is shared
   }
 }

@@ -592,10 +592,9 @@ void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t
   }
 }
 
-Result<std::function<Status(const ConvOperands&)>> CudnnBackend::Resolve(
-    const ConvProblem& problem, int64_t batch, const Algorithm& algo, void* workspace,
-    size_t workspace_bytes) {
-  using RunOnce = std::function<Status(const ConvOperands&)>;
+Result<CudnnBackend::RunOnce> CudnnBackend::Resolve(const ConvProblem& problem, int64_t batch,
+                                                    const Algorithm& algo, void* workspace,
+                                                    size_t workspace_bytes) {
   if (!algo.is_engine()) {
     const int id = algo.id;
     return RunOnce([this, &problem, batch, id, workspace, workspace_bytes](const ConvOperands& o) {
@@ -715,7 +714,8 @@ Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, i
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const auto run, Resolve(problem, batch, algo, workspace, workspace_bytes));
+  UCUDNN_ASSIGN_OR_RETURN(const auto run,
+                          Resolve(problem, batch, algo, workspace, workspace_bytes));
   int64_t run_index = 0;  // successive runs, successive slices (TimedRunOperands)
   const auto run_once = [&] {
     return run(TimedRunOperands(problem, operands, batch, run_index++));
@@ -823,7 +823,8 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const auto run, Resolve(problem, batch, algo, workspace, workspace_bytes));
+  UCUDNN_ASSIGN_OR_RETURN(const auto run,
+                          Resolve(problem, batch, algo, workspace, workspace_bytes));
   int64_t run_index = 0;  // successive runs, successive slices (TimedRunOperands)
   const auto run_once = [&] {
     return run(TimedRunOperands(problem, operands, batch, run_index++));

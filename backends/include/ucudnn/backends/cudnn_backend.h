@@ -144,10 +144,9 @@ class CudnnBackend final : public ConvBackend {
   void ClearEngineCaches();
   // One run of `algo` on the operands given to it, alpha 1, beta 0, everything else looked up
   // beforehand.
-  Result<std::function<Status(const ConvOperands&)>> Resolve(const ConvProblem& problem,
-                                                             int64_t batch, const Algorithm& algo,
-                                                             void* workspace,
-                                                             size_t workspace_bytes);
+  using RunOnce = std::function<Status(const ConvOperands&)>;
+  Result<RunOnce> Resolve(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
+                          void* workspace, size_t workspace_bytes);
 
   // Bounds on the engine caches; past them the caches start again (a worker measures one problem
   // at a time, a client binds its plans once).
