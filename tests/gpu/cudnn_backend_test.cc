@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -228,6 +229,32 @@ TEST_F(CudnnBackendTest, TimeRunsReturnsOnePositiveTimePerRun) {
   for (double t : *times) EXPECT_GT(t, 0.0);
   EXPECT_EQ(b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 0).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Operands of 4 samples timed at a micro-batch of 1: the runs walk the four slices, as a
+// segment's micro-batches do, so every slice of the output is written, plain and grouped.
+TEST_F(CudnnBackendTest, TimedRunsWalkTheOperandsSlices) {
+  ConvProblem p = MakeConv(16, 14, 16, 3, 1, 1);
+  ConvBackend& b = *gpu();
+  ForwardOperands operands = MakeForwardOperands(b, p, 4);
+  ASSERT_FALSE(HasFailure());
+  ConvOperands ops = operands.ops;
+  ops.samples = 4;
+  const size_t y_floats = 4 * static_cast<size_t>(p.output_elements_per_sample());
+  const int algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  for (const int group : {1, 2}) {
+    std::vector<float> y(y_floats, 0.0f);
+    ASSERT_EQ(cudaMemset(ops.y, 0xff, y_floats * sizeof(float)), cudaSuccess);  // NaNs
+    Result<std::vector<double>> times = b.TimeRunGroups(p, 1, algo, ops, nullptr, 0, 0, 2, group);
+    ASSERT_TRUE(times.ok()) << times.status().ToString();
+    ASSERT_TRUE(b.CopyToHost(y.data(), ops.y, y_floats * sizeof(float)).ok());
+    // Two samples of `group` runs: the first 2 * group slices are written.
+    const size_t slice = y_floats / 4;
+    for (size_t i = 0; i < y_floats; ++i) {
+      EXPECT_EQ(std::isnan(y[i]), i >= 2 * group * slice) << "group " << group << " at " << i;
+      if (HasFailure()) break;
+    }
+  }
 }
 
 TEST_F(CudnnBackendTest, ASoundDeviceIsHealthy) {
