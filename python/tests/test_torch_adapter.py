@@ -638,6 +638,27 @@ class HostBoundTest(unittest.TestCase):
             self.assertTrue(torch.equal(p.grad, grad))
         for b, saved in zip(model.buffers(), buffers):
             self.assertTrue(torch.equal(b, saved))
+        # In a torch.distributed job every rank takes rank 0's answer (here: not host-bound).
+        with self._rank0_has(0):
+            got = ut.step_is_host_bound(model, x, loss_fn=lambda y: y.square().sum())
+        self.assertFalse(got["host_bound"], got)
+
+    def _rank0_has(self, value):
+        """torch.distributed as a job's rank whose rank 0 broadcasts `value`."""
+        from contextlib import ExitStack
+        stack = ExitStack()
+        stack.enter_context(mock.patch.object(torch.distributed, "is_available",
+                                              return_value=True))
+        stack.enter_context(mock.patch.object(torch.distributed, "is_initialized",
+                                              return_value=True))
+        stack.enter_context(mock.patch.object(torch.distributed, "broadcast",
+                                              side_effect=lambda t, src: t.fill_(value)))
+        return stack
+
+    def test_ranks_plan_with_rank_0s_figures(self):
+        self.assertEqual(ut._rank0s(5, torch.device("cpu")), 5, "no job: its own")
+        with self._rank0_has(1 << 30):
+            self.assertEqual(ut._rank0s(5, torch.device("cpu")), 1 << 30)
 
 
 class RouteTest(unittest.TestCase):

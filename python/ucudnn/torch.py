@@ -1140,19 +1140,25 @@ def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
             if cuda:
                 torch.cuda.synchronize(device)
             total = time.perf_counter() - start
-    bound = is_host_bound(host, total)
-    distributed = getattr(torch, "distributed", None)
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        flag = torch.tensor([int(bound)], device=device)
-        distributed.broadcast(flag, 0)
-        bound = bool(flag.item())
+    bound = bool(_rank0s(int(is_host_bound(host, total)), device))
     return {"host_bound": bound, "host_ms": host * 1e3, "step_ms": total * 1e3}
+
+
+def _rank0s(value, device):
+    """`value` (an int) as rank 0 of a torch.distributed job has it, so that every rank plans
+    alike; `value` itself outside such a job."""
+    distributed = getattr(torch, "distributed", None)
+    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+        return value
+    held = torch.tensor([value], dtype=torch.int64, device=device)
+    distributed.broadcast(held, 0)
+    return int(held.item())
 
 
 def _allowance_limit(sample_inputs):
     """prepare(budget="allowance"): every kernel's limit, the memory the process may take
-    (_memory_allowance) rounded down to a power of two so that ranks with a little more or less
-    free memory plan alike; the configured limit off CUDA."""
+    (_memory_allowance, rank 0's) rounded down to a power of two, so that few distinct limits
+    reach the planner; None (the configured limit) off CUDA."""
     allowance = _memory_allowance(sample_inputs)
     return None if not allowance else 1 << (allowance.bit_length() - 1)
 
@@ -1220,8 +1226,8 @@ _ALLOWANCE_SHARE = 0.98
 def _memory_allowance(sample_inputs):
     """The bytes PyTorch's allocator may hold at most on the CUDA device of `sample_inputs`: what
     it holds plus what the device has free, and no more than the process's cap
-    (set_per_process_memory_fraction, where PyTorch reads it back); times _ALLOWANCE_SHARE.
-    None without a CUDA input."""
+    (set_per_process_memory_fraction, where PyTorch reads it back); times _ALLOWANCE_SHARE; rank
+    0's in a torch.distributed job. None without a CUDA input."""
     devices = [t.device for t in sample_inputs if torch.is_tensor(t) and t.is_cuda]
     if not devices:
         return None
@@ -1231,7 +1237,8 @@ def _memory_allowance(sample_inputs):
     get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if get_fraction is not None:
         allowance = min(allowance, int(total * get_fraction(index)))
-    return int(allowance * _ALLOWANCE_SHARE)
+    # Rank 0's: the budgets it gives (liveness, allowance) are then every rank's.
+    return _rank0s(int(allowance * _ALLOWANCE_SHARE), devices[0])
 
 
 # How long prepare() waits for the first answers before measuring PyTorch's own time.
