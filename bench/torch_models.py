@@ -185,9 +185,10 @@ def parse_args(argv):
     for option in getattr(args, "option", []):
         if "=" not in option:
             parser.error(f"--option {option!r}: expected KEY=VALUE")
+    args.cpu_set = None
     if getattr(args, "cpus", ""):
         try:
-            cpus = parse_cpus(args.cpus)
+            cpus = args.cpu_set = parse_cpus(args.cpus)
         except ValueError as e:
             parser.error(str(e))
         if not cpus <= available_cpus():
@@ -223,6 +224,12 @@ def parse_args(argv):
 ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 OPTIONS_OF_VARIANT = {"fallback": ["disable=1"]}  # the converted side's convert() options
+
+
+def config_of(args):
+    """A run's arguments as its JSON records them (not the subcommand, the output file or what
+    parse_args derived)."""
+    return {k: v for k, v in vars(args).items() if k not in ("command", "json_out", "cpu_set")}
 
 
 def parse_cpus(text):
@@ -426,7 +433,7 @@ def run_one(args):
     fast_index, fast_s = torch_common.first_fast_step(step_ms, ends, PROCESS_START)
     steady = step_ms[len(step_ms) // 2:]
     result = {
-        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "config": config_of(args),
         "batch": batch,
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
@@ -494,7 +501,7 @@ def kernels_one(args):
                 "plan_step_ms": sum(r["calls"] * ms for r, ms in zip(rows, plan))}
 
     result = {
-        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "config": config_of(args),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
     }
@@ -577,7 +584,7 @@ def paired_one(args):
     return {
         "host_profile": profiles,
         "graph_breaks": graph_breaks,
-        "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+        "config": config_of(args),
         "batch": batch,
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
@@ -704,7 +711,7 @@ def grads_one(args):
         errors[name] = error
         worst = max(worst, error)
     stats = ut.stats(model)
-    return {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+    return {"config": config_of(args),
             "worst_rel_error": worst, "tolerance": GRAD_RTOL[args.precision],
             "ok": worst <= GRAD_RTOL[args.precision], "planned_calls": stats["planned_calls"],
             "errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:10])}
@@ -812,7 +819,7 @@ def curve_one(args):
             f.write(ucurve.format_svg(result, title))
     table = ucurve.format_table(result)
     print(table, file=sys.stderr)
-    out = {"config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
+    out = {"config": config_of(args),
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "batch": batch, "calls": len(profile["calls"]), "curve": result, "table": table}
     if args.check:
@@ -1084,8 +1091,8 @@ def print_table(rows):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if getattr(args, "cpus", ""):
-        os.sched_setaffinity(0, parse_cpus(args.cpus))  # inherited by a suite's runs
+    if args.cpu_set:
+        os.sched_setaffinity(0, args.cpu_set)  # inherited by a suite's runs
     if args.command in ("suite", "warm"):
         # A `timeout` around the suite stops its current run too (subprocess.run kills its child
         # on the exception), not only the suite.

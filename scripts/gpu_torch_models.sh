@@ -104,6 +104,7 @@ results="${OUT:-$(pwd)/torch-models-results}"
 runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
 mkdir -p "$results"
 started=$SECONDS
+time_left() { echo $((budget_s - (SECONDS - started))); }  # seconds of --budget-s left
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/stack_lib.sh
 . "$root/scripts/stack_lib.sh"
@@ -138,7 +139,8 @@ model_run() {  # COMMAND TAG SUMMARY [ARG ...]
   local command="$1" tag="$2" summary="$3"
   shift 3
   local json="$runs/${command}_${tag//:/_}.json"
-  local left=$((budget_s - (SECONDS - started)))
+  local left
+  left=$(time_left)
   if [ "$left" -le 30 ]; then
     log "$command $tag skipped: no time left (--budget-s $budget_s)"; rc=1; return
   fi
@@ -169,14 +171,14 @@ for k in "${kernel_rows[@]}"; do
     --flush-l2 --model "${k%%:*}" --precision "${k#*:}"
 done
 if [ "${#memory_rows[@]}" -gt 0 ]; then
-  left=$((budget_s - (SECONDS - started)))
+  left=$(time_left)
   timeout "$left" "$python" "$root/bench/step_memory.py" --server "$server_addr" \
     --out "$results" --runs-dir "$runs" --device "$device" "${memory_args[@]}" \
     --rows "${memory_rows[@]}" 2>&1 |
     tee -a "$results/stack.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
-left=$((budget_s - (SECONDS - started)))
+left=$(time_left)
 if [ "$left" -gt 10 ] && [ $# -gt 0 ]; then
   timeout "$left" "$python" "$root/bench/torch_models.py" suite --server "$server_addr" \
     --out "$results" --runs-dir "$runs" --device "$device" "${suite_args[@]}" --rows "$@" 2>&1 |
@@ -185,7 +187,7 @@ if [ "$left" -gt 10 ] && [ $# -gt 0 ]; then
 elif [ $# -gt 0 ]; then
   log "no time left for the suite (--budget-s $budget_s)"; rc=1
 fi
-left=$((budget_s - (SECONDS - started)))
+left=$(time_left)
 if [ "${#then_warm[@]}" -gt 0 ] && [ "$left" -gt 30 ]; then
   log "warming ${then_warm[*]} for ${left} s at most"
   timeout "$left" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \

@@ -29,6 +29,7 @@ Configuration is the C++ library's: the UCUDNN_* environment, overridden by keyw
 when convert() is called.
 """
 
+import collections
 import contextlib
 import os
 import re
@@ -1429,9 +1430,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
     for (runtime, device), shapes in recorded.items():
         context = runtime.context(device)
         flush = _l2_flusher(device) if flush_l2 else None
-        calls = {}
-        for shape in shapes:
-            calls[_shape_key(shape)] = calls.get(_shape_key(shape), 0) + 1
+        calls = collections.Counter(_shape_key(shape) for shape in shapes)
         for shape in _unique(shapes):
             kernel = context.kernel(shape, runtime.limit_of(shape))
             operands = _operands(shape, device)

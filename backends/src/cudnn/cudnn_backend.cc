@@ -592,20 +592,29 @@ void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t
   }
 }
 
-Result<CudnnBackend::RunOnce> CudnnBackend::Resolve(const ConvProblem& problem, int64_t batch,
-                                                    const Algorithm& algo, void* workspace,
-                                                    size_t workspace_bytes) {
+Result<std::function<Status()>> CudnnBackend::ResolveTimedRuns(const ConvProblem& problem,
+                                                               int64_t batch, const Algorithm& algo,
+                                                               const ConvOperands& operands,
+                                                               void* workspace,
+                                                               size_t workspace_bytes) {
+  std::function<Status(const ConvOperands&)> run;
   if (!algo.is_engine()) {
     const int id = algo.id;
-    return RunOnce([this, &problem, batch, id, workspace, workspace_bytes](const ConvOperands& o) {
+    run = [this, &problem, batch, id, workspace, workspace_bytes](const ConvOperands& o) {
       return Run(problem, batch, id, o, workspace, workspace_bytes, 1.0f, 0.0f);
-    });
+    };
+  } else {
+    // The plan is looked up once, so that a timed run costs what a bound plan's call costs.
+    UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algo, 0.0f));
+    run = [plan, workspace, workspace_bytes](const ConvOperands& o) {
+      return plan->Execute(plan->handle(), o, workspace, workspace_bytes);
+    };
   }
-  // The plan is looked up once, so that a timed run costs what a bound plan's call costs.
-  UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algo, 0.0f));
-  return RunOnce([plan, workspace, workspace_bytes](const ConvOperands& o) {
-    return plan->Execute(plan->handle(), o, workspace, workspace_bytes);
-  });
+  // Successive runs, successive slices, as a segment's micro-batches take them.
+  return std::function<Status()>(
+      [run = std::move(run), &problem, operands, batch, next = int64_t{0}]() mutable {
+        return run(TimedRunOperands(problem, operands, batch, next++));
+      });
 }
 
 std::vector<Timing> CudnnBackend::Candidates(const ConvProblem& problem, int64_t batch) {
@@ -714,12 +723,9 @@ Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, i
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const auto run,
-                          Resolve(problem, batch, algo, workspace, workspace_bytes));
-  int64_t run_index = 0;  // successive runs, successive slices (TimedRunOperands)
-  const auto run_once = [&] {
-    return run(TimedRunOperands(problem, operands, batch, run_index++));
-  };
+  UCUDNN_ASSIGN_OR_RETURN(
+      std::function<Status()> run_once,
+      ResolveTimedRuns(problem, batch, algo, operands, workspace, workspace_bytes));
   for (int i = 0; i < warmup; ++i) {
     UCUDNN_RETURN_IF_ERROR(run_once());
   }
@@ -823,12 +829,9 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(const auto run,
-                          Resolve(problem, batch, algo, workspace, workspace_bytes));
-  int64_t run_index = 0;  // successive runs, successive slices (TimedRunOperands)
-  const auto run_once = [&] {
-    return run(TimedRunOperands(problem, operands, batch, run_index++));
-  };
+  UCUDNN_ASSIGN_OR_RETURN(
+      std::function<Status()> run_once,
+      ResolveTimedRuns(problem, batch, algo, operands, workspace, workspace_bytes));
   for (int i = 0; i < warmup; ++i) {
     UCUDNN_RETURN_IF_ERROR(run_once());
   }

@@ -142,11 +142,12 @@ class CudnnBackend final : public ConvBackend {
   // At least `count` helper handles for Prepare(), created on this thread one after the other.
   Status EnsureHelperHandles(size_t count);
   void ClearEngineCaches();
-  // One run of `algo` on the operands given to it, alpha 1, beta 0, everything else looked up
-  // beforehand.
-  using RunOnce = std::function<Status(const ConvOperands&)>;
-  Result<RunOnce> Resolve(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
-                          void* workspace, size_t workspace_bytes);
+  // The timed runs of `algo` with alpha 1, beta 0, everything looked up beforehand: each call
+  // runs once, on the next slice of `operands` (TimedRunOperands).
+  Result<std::function<Status()>> ResolveTimedRuns(const ConvProblem& problem, int64_t batch,
+                                                   const Algorithm& algo,
+                                                   const ConvOperands& operands, void* workspace,
+                                                   size_t workspace_bytes);
 
   // Bounds on the engine caches; past them the caches start again (a worker measures one problem
   // at a time, a client binds its plans once).
