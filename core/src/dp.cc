@@ -554,14 +554,22 @@ KernelConfig OneSegment(const Segment& segment, double time_ms) {
 
 }  // namespace
 
+bool FrameworkBenchmarks(std::string_view identity) {
+  const size_t slash = identity.rfind('/');
+  const std::string_view mode =
+      slash == std::string_view::npos ? std::string_view{} : identity.substr(slash + 1);
+  return mode.starts_with("benchmark");
+}
+
 KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
-                                    const Segment& framework) {
-  if (ucudnn && BeatsFramework(ucudnn->time_ms, framework.time_ms)) return *ucudnn;
+                                    const Segment& framework, bool benchmarks) {
+  if (ucudnn && BeatsFramework(ucudnn->time_ms, framework.time_ms, benchmarks)) return *ucudnn;
   return OneSegment(framework, framework.time_ms);
 }
 
-void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front) {
-  const double planning_ms = framework.time_ms * (1 - kFrameworkMargin);
+void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front,
+                       bool benchmarks) {
+  const double planning_ms = FrameworkPlanningMs(framework.time_ms, benchmarks);
   const uint64_t workspace = framework.workspace_bytes;
   // A ucudnn point within the workspace that beats the framework by the margin dominates it.
   for (const KernelConfig& point : *front) {

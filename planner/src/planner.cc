@@ -93,10 +93,11 @@ void ConsiderFramework(const PlanRequest& request, const Kernel& kernel, const T
   const std::optional<Segment> framework =
       FrameworkSegment(table, kernel.mini_batch, request.framework, KernelLimit(request, kernel));
   if (!framework) return;
+  const bool benchmarks = FrameworkBenchmarks(request.framework);
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
-    AddFrameworkPoint(*framework, &result->front);
+    AddFrameworkPoint(*framework, &result->front, benchmarks);
   } else {
-    result->config = ChooseAgainstFramework(result->config, *framework);
+    result->config = ChooseAgainstFramework(result->config, *framework, benchmarks);
   }
   result->infeasible_reason.clear();
 }

@@ -49,6 +49,16 @@ def planned(model, sample, directory, algos="1,2"):
     return count
 
 
+def without_seconds(test, result):
+    """prepare()'s answer without its "seconds" (each phase's time, checked here: three phases,
+    none negative)."""
+    result = dict(result)
+    seconds = result.pop("seconds")
+    test.assertEqual(sorted(seconds), ["budgets", "host_bound", "plans"])
+    test.assertTrue(all(v >= 0 for v in seconds.values()), seconds)
+    return result
+
+
 def step(model, x):
     """Forward and backward of a sum-of-squares loss; (y, grad_x, {param: grad})."""
     x = x.detach().clone().requires_grad_(True)
@@ -699,7 +709,9 @@ class FrameworkPlanTest(unittest.TestCase):
     kernel runs PyTorch's path, counted as a framework call, and only for the framework identity
     the plans were made for."""
 
-    IDENTITY = "torch-test/benchmark"
+    # PyTorch without its benchmark: ties go to PyTorch's own (the tests of the benchmark mode's
+    # ties set their own).
+    IDENTITY = "torch-test/heuristic"
 
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -769,7 +781,7 @@ class FrameworkPlanTest(unittest.TestCase):
     def test_without_a_server_the_measurement_decides_for_this_process(self):
         reference, model, x, cache, count = self.two_planned_layers(34)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
-        result = ut.prepare(model, x, wait_ms=200)
+        result = without_seconds(self, ut.prepare(model, x, wait_ms=200))
         self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed",
                                   "above_peak": None, "host_bound": None, "compiled": False})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
@@ -809,7 +821,8 @@ class FrameworkPlanTest(unittest.TestCase):
                                        side_effect=info), \
                         mock.patch.object(_lib.Context, "kernel", autospec=True,
                                           side_effect=kernel):
-                    result = ut.prepare(model, x, wait_ms=200, host_bound=bound)
+                    result = without_seconds(
+                        self, ut.prepare(model, x, wait_ms=200, host_bound=bound))
                 self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
                                           "above_peak": None,
                                           "host_bound": None if bound is None else
@@ -856,6 +869,77 @@ class FrameworkPlanTest(unittest.TestCase):
         for bad in (-1, "30", True):
             with self.assertRaisesRegex(ValueError, "min_layer_gain_us must be a number >= 0"):
                 ut.convert(model, min_layer_gain_us=bad)
+
+    def test_where_pytorch_benchmarks_a_layer_keeps_the_plans_it_tied_with(self):
+        self.IDENTITY = "torch-test/benchmark"
+        reference, model, x, cache, count = self.two_planned_layers(37)
+        real_info, real_kernel = _lib.Context.kernel_info, _lib.Context.kernel
+        channels = {}  # kernel handle -> its input's channels
+
+        def kernel(context, shape, limit=0):
+            handle = real_kernel(context, shape, limit)
+            channels[handle] = shape.c
+            return handle
+
+        layer1_framework_ms = [0.099]
+
+        def info(context, handle):
+            # Layer 1's plans 1% slower than PyTorch's own (a tie the planner gave to ucudnn),
+            # layer 2's 50 us faster an op.
+            got = dict(real_info(context, handle))
+            framework_ms = 0.150 if channels[handle] == 4 else layer1_framework_ms[0]
+            got.update(state="planned", predicted_ms=0.1, framework_ms=framework_ms)
+            return got
+
+        # Not host-bound: every plan runs, however little it saves, so no PyTorch benchmark runs
+        # in the job; host-bound, or with an infinite threshold, both layers run PyTorch's own.
+        for gain_us, bound, routed_layers in ((None, False, 0), (200.0, False, 0),
+                                              (None, True, 2), (float("inf"), False, 2)):
+            with self.subTest(min_layer_gain_us=gain_us, host_bound=bound):
+                ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY,
+                           min_layer_gain_us=gain_us)
+                self.assertTrue(model[0]._ucudnn_runtime.framework_benchmarks)
+                with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                       side_effect=info), \
+                        mock.patch.object(_lib.Context, "kernel", autospec=True,
+                                          side_effect=kernel):
+                    ut.prepare(model, x, wait_ms=200, host_bound=bound)
+                self.assertEqual([model[0]._ucudnn_framework_layer,
+                                  model[2]._ucudnn_framework_layer], [routed_layers == 2] * 2)
+                assert_same_step(self, model, reference, x)
+                stats = ut.stats(model)
+                self.assertEqual(stats["planned_calls"], 5 if routed_layers == 0 else 0, stats)
+                self.assertEqual(stats["framework_calls"], 3 * routed_layers, stats)
+        # Where PyTorch does not benchmark the planner keeps its ties, and a layer whose plans
+        # save little (layer 1's: 5 us an op) runs PyTorch's own whole.
+        layer1_framework_ms[0] = 0.105
+        self.IDENTITY = "torch-test/heuristic"
+        reference, model, x, cache, count = self.two_planned_layers(37)
+        ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
+        self.assertFalse(model[0]._ucudnn_runtime.framework_benchmarks)
+        with mock.patch.object(_lib.Context, "kernel_info", autospec=True, side_effect=info), \
+                mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel):
+            ut.prepare(model, x, wait_ms=200, host_bound=False)
+        self.assertEqual([model[0]._ucudnn_framework_layer, model[2]._ucudnn_framework_layer],
+                         [True, False])
+
+    def test_the_tie_rule_mirrors_the_planners(self):
+        self.assertTrue(ut.framework_benchmarks("torch-2.11.0+cu130/benchmark"))
+        self.assertTrue(ut.framework_benchmarks("torch-2.11.0+cu130/benchmark-deterministic"))
+        self.assertFalse(ut.framework_benchmarks("torch-2.11.0+cu130/heuristic"))
+        self.assertFalse(ut.framework_benchmarks("benchmark"))
+        self.assertFalse(ut.framework_benchmarks(""))
+        # 3% either way: ucudnn's 4.0 against PyTorch's 4.1 and 3.9 (cf. the planner's tests).
+        self.assertFalse(ut._beats_framework(4.0, 4.1))
+        self.assertTrue(ut._beats_framework(4.0, 4.2))
+        self.assertTrue(ut._beats_framework(4.0, 4.1, True))
+        self.assertTrue(ut._beats_framework(4.0, 3.9, True))
+        self.assertFalse(ut._beats_framework(4.0, 3.85, True))
+        torch.backends.cudnn.benchmark, saved = True, torch.backends.cudnn.benchmark
+        try:
+            self.assertTrue(ut.framework_benchmarks(ut.framework_identity()))
+        finally:
+            torch.backends.cudnn.benchmark = saved
 
     def test_a_plan_chosen_for_memory_keeps_its_layer(self):
         reference, model, x, cache, _ = self.planned_copy(
@@ -944,6 +1028,29 @@ class LivenessTest(unittest.TestCase):
         self.assertTrue(torch.equal(model[1].running_mean, running), "batch norm restored")
         with self.assertRaisesRegex(ValueError, "CUDA device"):
             ut.memory_profile(model, x)
+
+    def test_the_profiled_and_recorded_passes_run_no_convolution(self):
+        # No cuDNN call in them: PyTorch's benchmark is left to the layers that run its own.
+        torch.manual_seed(43)
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                         nn.ReLU(), nn.Conv2d(4, 6, 3, stride=2, bias=False)),
+                           server="", cache_path="off").to(memory_format=torch.channels_last)
+        x = torch.randn(4, 3, 9, 9, requires_grad=True).contiguous(
+            memory_format=torch.channels_last)
+        expected = ut.kernels(model, x)  # the shapes, as the library is asked for them
+        no_conv = AssertionError("a convolution ran")
+        with mock.patch.object(ut.F, "conv2d", side_effect=no_conv), \
+                mock.patch.object(torch.ops.aten, "convolution_backward", side_effect=no_conv), \
+                mock.patch.object(ut, "_torch_backward", side_effect=no_conv):
+            recorded = ut.kernels(model, x)
+            profile = ut.memory_profile(model, x, reader=lambda: 0)
+        self.assertEqual([[ut._shape_key(s) for s in g] for g in recorded.values()],
+                         [[ut._shape_key(s) for s in g] for g in expected.values()])
+        # Each op's output bytes are the real output's: y1 4x4x9x9, y2 4x6x4x4, then the
+        # gradients of layer 2's input and weight, of layer 1's input and weight (fp32).
+        self.assertEqual([out for _, _, out in profile["calls"]],
+                         [4 * 4 * 9 * 9 * 4, 4 * 6 * 4 * 4 * 4, 4 * 4 * 9 * 9 * 4,
+                          6 * 4 * 3 * 3 * 4, 4 * 3 * 9 * 9 * 4, 4 * 3 * 3 * 3 * 4])
 
     def test_prepare_declares_each_kernel_with_its_budget(self):
         torch.manual_seed(42)

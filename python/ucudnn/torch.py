@@ -164,6 +164,9 @@ class Runtime:
         self.workspace_limit = workspace_limit
         self.min_layer_gain_us = (MIN_LAYER_GAIN_US if min_layer_gain_us is None
                                   else min_layer_gain_us)
+        # PyTorch benchmarks its own convolution at each job's first calls: a layer whose plans
+        # tie with it runs them (decide_layer), and no benchmark of its own runs in the job.
+        self.framework_benchmarks = framework_benchmarks(self.config.get("framework") or "")
         self.library = _lib.load()
         self._contexts = {}
         # prepare(): convolutions are recorded, not run through the library.
@@ -257,13 +260,25 @@ _ROUTE_NO_PLAN = 2    # no plan now: PyTorch's own, ask again after _RECHECK_NO_
 _ROUTE_FRAMEWORK = 3  # the plan chose PyTorch's own: ask again after _RECHECK_FRAMEWORK_S
 _RECHECK_NO_PLAN_S = 0.25  # plans arrive in the background: pick them up soon
 _RECHECK_FRAMEWORK_S = 5.0  # re-planned only when timings change
-# A ucudnn plan runs only where it is faster than PyTorch's own by more than this: the planner's
+# Within this share of each other PyTorch's time and ucudnn's are a tie: the planner's
 # kFrameworkMargin, applied here where the decision cannot be shared or is read back.
 FRAMEWORK_MARGIN = 0.03
 
 
-def _beats_framework(ucudnn_ms, framework_ms):
-    """The planner's BeatsFramework: ucudnn's time under PyTorch's by more than the margin."""
+def framework_benchmarks(identity):
+    """The planner's FrameworkBenchmarks: whether the framework of `identity` (framework_identity())
+    benchmarks its own convolution in every job (its mode, after the last '/', begins with
+    "benchmark"). Ties then go to ucudnn, whose plans spare the job that benchmark."""
+    slash = identity.rfind("/")
+    return slash >= 0 and identity[slash + 1:].startswith("benchmark")
+
+
+def _beats_framework(ucudnn_ms, framework_ms, benchmarks=False):
+    """The planner's BeatsFramework: ucudnn's time under PyTorch's less the margin, or, where ties
+    go to ucudnn (`benchmarks`), under PyTorch's plus it (PyTorch's own kept only where faster
+    than ucudnn's by the margin)."""
+    if benchmarks:
+        return ucudnn_ms < framework_ms / (1 - FRAMEWORK_MARGIN)
     return ucudnn_ms < framework_ms * (1 - FRAMEWORK_MARGIN)
 
 
@@ -475,34 +490,48 @@ class _Conv:
         self.layer_recheck = 0.0
 
     def decide_layer(self, ops, now):
-        """Whether the layer runs PyTorch's own whole: its plans for `ops` save less per step
-        than the runtime's min_layer_gain_us (the library's host cost per layer, which a
-        host-bound step pays), or save only device time of a step that prepare() found
-        host-bound. By the cluster's timings and rank 0's measurement, so every rank decides
-        alike; undecided (the per-op routes) while a plan or PyTorch's time is missing."""
-        gain = self.plan_gain_ms(ops)
-        if gain is not None and self.runtime.host_bound and gain != _INFINITY:
-            gain = 0.0  # the device's saving does not reach a host-bound step
-        self.framework_layer = gain is not None and gain * 1e3 < self.runtime.min_layer_gain_us
+        """Whether the layer runs PyTorch's own whole: its plans for `ops` save only device time
+        of a step that prepare() found host-bound, or, where PyTorch does not benchmark in the
+        job, save less per step than the runtime's min_layer_gain_us (the library's host cost
+        per layer). Where it benchmarks (Runtime.framework_benchmarks) a layer with a plan keeps
+        it in a step that is not host-bound: the planner gave it the ties, whose plans spare the
+        job PyTorch's benchmark, and the library's host cost is hidden behind the device's work.
+        By the cluster's timings and rank 0's measurement, so every rank decides alike;
+        undecided (the per-op routes) while a plan or PyTorch's time is missing."""
+        gain, planned = self.plan_gain_ms(ops)
+        runtime = self.runtime
+        if gain is None or gain == _INFINITY:
+            self.framework_layer = False
+        elif runtime.host_bound:
+            # The device's saving does not reach a host-bound step.
+            self.framework_layer = runtime.min_layer_gain_us > 0
+        elif runtime.framework_benchmarks and planned and runtime.min_layer_gain_us != _INFINITY:
+            self.framework_layer = False
+        else:
+            self.framework_layer = gain * 1e3 < runtime.min_layer_gain_us
         self.layer_recheck = now + (_RECHECK_NO_PLAN_S if gain is None else _RECHECK_FRAMEWORK_S)
 
     def plan_gain_ms(self, ops):
-        """What this layer's plans of `ops` save per call against PyTorch's own (device time),
-        or None while one has no plan or no PyTorch time yet."""
+        """(what this layer's plans of `ops` save per call against PyTorch's own, device time,
+        negative for ties that went to ucudnn; how many of `ops` run a plan), the saving None
+        while one has no plan or no PyTorch time yet, infinite where a plan is kept for memory."""
         gain = 0.0
+        planned = 0
         for op in ops:
             kernel = self.kernels[op] or self._declare(op)
             info = self.context.kernel_info(kernel)
             if info["state"] == "framework" or self.local[op]:
                 continue
             if info["state"] != "planned" or info["framework_ms"] <= 0:
-                return None
-            if not _beats_framework(info["predicted_ms"], info["framework_ms"]):
-                # The plan was chosen though not faster: PyTorch's own needs more workspace than
-                # the kernel's limit. The layer keeps its plans.
-                return float("inf")
+                return None, planned
+            planned += 1
+            if not _beats_framework(info["predicted_ms"], info["framework_ms"],
+                                    self.runtime.framework_benchmarks):
+                # The plan was chosen though PyTorch's own is faster: PyTorch's needs more
+                # workspace than the kernel's limit. The layer keeps its plans.
+                return _INFINITY, planned
             gain += info["framework_ms"] - info["predicted_ms"]
-        return gain
+        return gain, planned
 
 
 def _output_size(dims, stride, padding, dilation):
@@ -805,10 +834,12 @@ class UcudnnConv2d(nn.Conv2d):
         if conv is not None and runtime.recording is not None:
             grad = torch.is_grad_enabled()
             conv.record(grad and input.requires_grad, grad and weight.requires_grad)
+            input, weight, bias = _cast_operands(cast, input, weight, bias)
+            return _shape_only_conv(None, conv, input, weight, bias)
         # PyTorch's own on the operands as given: autocast casts them inside F.conv2d as for an
         # unconverted layer (in C++, its weight cast cached for the autocast region), which a
         # cast here in Python would cost a host-bound step several microseconds per operand.
-        if conv is None or runtime.recording is not None:
+        if conv is None:
             return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
         grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
         need_x = grad and input.requires_grad
@@ -823,7 +854,7 @@ class UcudnnConv2d(nn.Conv2d):
                                 self.groups)
         input, weight, bias = _cast_operands(cast, input, weight, bias)
         if runtime.profiling is not None:
-            return _profiled_conv(runtime.profiling, conv, input, weight, bias)
+            return _shape_only_conv(runtime.profiling, conv, input, weight, bias)
         memory_format = conv.memory_format
         input = input.contiguous(memory_format=memory_format)
         weight = weight.contiguous(memory_format=memory_format)
@@ -895,10 +926,15 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
     UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
     here (ValueError or TypeError naming the bad one). `framework` defaults to
     framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in
-    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: a layer
-    runs the library's plans only where they save at least this much per step against
-    PyTorch's own (device time, by the cluster's timings; default MIN_LAYER_GAIN_US, about
-    the library's host cost per layer); elsewhere it runs PyTorch's own whole, as unconverted.
+    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: in a
+    host-bound step, and where PyTorch does not benchmark (torch.backends.cudnn.benchmark off
+    when converted), a layer runs the library's plans only where they save at least this much
+    per step against PyTorch's own (device time, by the cluster's timings; default
+    MIN_LAYER_GAIN_US, about the library's host cost per layer); elsewhere it runs PyTorch's
+    own whole, as unconverted. Where PyTorch benchmarks, the planner gives a kernel's ties
+    (within FRAMEWORK_MARGIN) to ucudnn, and a layer of a step that is not host-bound runs
+    every plan it has (unless min_layer_gain_us is infinite): no benchmark of PyTorch's runs in
+    the job for it.
     Subclasses of Conv2d are left as they are (their forward may do more than a
     convolution)."""
     if not isinstance(model, nn.Module):
@@ -960,8 +996,10 @@ def kernels(model, *sample_inputs):
     """The convolutions a training step of `model` on `sample_inputs` runs through the library:
     {(runtime, device): [ConvShape, ...]} from one forward pass run by PyTorch (the backward ops
     are those the gradients need: no backward-data for a layer whose input needs no gradient).
-    The pass keeps no activation for a backward (none runs): it holds the memory of an inference
-    forward, not of a training step. A torch.compile'd model's pass runs its original module."""
+    The converted layers compute nothing in it (zero outputs, _ShapeOnlyConv2dFunction): no
+    cuDNN call, so no PyTorch benchmark. The pass keeps no activation for a backward (none
+    runs): it holds the memory of an inference forward, not of a training step. A
+    torch.compile'd model's pass runs its original module."""
     model = _compiled_original(model) or model
     runtimes = _runtimes(model)
     for runtime in runtimes:
@@ -1042,7 +1080,10 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
     other budgets), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
     given} ({"host_bound": True, "assumed": "compiled"} for a compiled model), or None when not
-    measured, "compiled": whether `model` was torch.compile's}."""
+    measured, "compiled": whether `model` was torch.compile's, "seconds": {"budgets": the memory
+    profile, "plans": declaring the kernels, the plans' answers and PyTorch's timings measured
+    here, "host_bound": the steps that measure it (PyTorch's benchmark for the layers that run
+    its own, the plans' first calls)}}."""
     if budget not in _BUDGETS:
         raise ValueError(f"ucudnn.torch.prepare: budget must be one of {', '.join(_BUDGETS)}, "
                          f"got {budget!r}")
@@ -1052,6 +1093,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     limits = {}
     budget_limit = None
     allowed_above_peak = None
+    started = time.perf_counter()
     if budget == "auto":
         budget = _auto_budget(model, sample_inputs)
         if budget == "liveness" and compiled:
@@ -1075,6 +1117,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         runtime.budget_limit = budget_limit
     for conv in _convs(model):
         conv.forget_kernels()  # declared again with the limits now in force
+    budgeted = time.perf_counter()
     declared = measured = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
@@ -1101,6 +1144,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
+    planned = time.perf_counter()
     bound = None
     for runtime in _runtimes(model):
         runtime.host_bound = False  # the rule alone, for the step measured below
@@ -1120,7 +1164,9 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     if wait_ms > 0:
         _decide_layers(model)
     return {"kernels": declared, "measured": measured, "budget": budget,
-            "above_peak": allowed_above_peak, "host_bound": bound, "compiled": compiled}
+            "above_peak": allowed_above_peak, "host_bound": bound, "compiled": compiled,
+            "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
+                        "host_bound": time.perf_counter() - planned}}
 
 
 def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
@@ -1267,15 +1313,17 @@ def _measure_framework(runtime, context, device, shapes):
 
 
 def _decide_locally(runtime, context, measured):
-    """PyTorch's own convolution for the kernels whose plan is not faster than the measured time
-    by FRAMEWORK_MARGIN, where PyTorch's workspace fits the kernel's limit: the planner's rule,
-    applied in this process alone."""
+    """PyTorch's own convolution for the kernels whose plan does not beat the measured time
+    (_beats_framework: by FRAMEWORK_MARGIN, or within it where ties go to ucudnn), where
+    PyTorch's workspace fits the kernel's limit: the planner's rule, applied in this process
+    alone."""
     for shape, framework_ms, workspace in measured:
         limit = runtime.limit_of(shape)
         if limit and workspace > limit:
             continue
         info = context.kernel_info(context.kernel(shape, limit))
-        if info["state"] != "planned" or not _beats_framework(info["predicted_ms"], framework_ms):
+        if info["state"] != "planned" or not _beats_framework(
+                info["predicted_ms"], framework_ms, runtime.framework_benchmarks):
             runtime.local_framework.add(_shape_key(shape))
 
 
@@ -1486,16 +1534,28 @@ def _bytes(t):
     return t.numel() * t.element_size()
 
 
-class _ProfiledConv2dFunction(torch.autograd.Function):
-    """PyTorch's own convolution, with the memory in use recorded at each op's start."""
+def _zero_output(conv, x, weight):
+    """A zero tensor shaped, typed and laid out as the convolution's output: what a pass that
+    needs the step's shapes and memory, not its values, takes for the convolution."""
+    return torch.empty(conv.out_size, dtype=x.dtype, device=x.device,
+                       memory_format=_op_memory_format(x, weight)).zero_()
+
+
+class _ShapeOnlyConv2dFunction(torch.autograd.Function):
+    """A convolution that computes nothing: zero outputs and zero gradients of the real ones'
+    shapes, layouts and dtypes (kernels()' and memory_profile()'s passes, which need the step's
+    shapes and memory). So no cuDNN call runs in them: PyTorch's benchmark, which keeps the
+    first algorithm it finds for a kernel for the whole process, is left to the layers that run
+    PyTorch's own in the job. With `profile`, the memory in use is recorded at each op's start."""
 
     @staticmethod
     def forward(ctx, x, weight, conv, profile):
         ctx.conv, ctx.profile = conv, profile
         ctx.save_for_backward(x, weight)
-        in_use = profile.reader()
-        y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
-        profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
+        in_use = profile.reader() if profile is not None else 0
+        y = _zero_output(conv, x, weight)
+        if profile is not None:
+            profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
         return y
 
     @staticmethod
@@ -1503,31 +1563,39 @@ class _ProfiledConv2dFunction(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[:2]
-        in_use = ctx.profile.reader()
-        if need_x:
-            ctx.profile.add(ctx.conv, _lib.BACKWARD_DATA, in_use, _bytes(x))
-        if need_w:
-            ctx.profile.add(ctx.conv, _lib.BACKWARD_FILTER, in_use, _bytes(weight))
-        grad_x, grad_w = _torch_backward(ctx.conv, x, weight, grad_y, need_x, need_w)
+        profile = ctx.profile
+        if profile is not None:
+            in_use = profile.reader()
+            if need_x:
+                profile.add(ctx.conv, _lib.BACKWARD_DATA, in_use, _bytes(x))
+            if need_w:
+                profile.add(ctx.conv, _lib.BACKWARD_FILTER, in_use, _bytes(weight))
+        grad_x = torch.zeros_like(x) if need_x else None
+        grad_w = torch.zeros_like(weight) if need_w else None
         return grad_x, grad_w, None, None
 
 
-def _profiled_conv(profile, conv, input, weight, bias):
+def _shape_only_conv(profile, conv, input, weight, bias):
+    """The layer's output from _ShapeOnlyConv2dFunction (the operands already cast)."""
     grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
     if not grad:
-        in_use = profile.reader()
-        y = F.conv2d(input, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
-        profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
-        return y
-    y = _ProfiledConv2dFunction.apply(input, weight, conv, profile)
+        in_use = profile.reader() if profile is not None else 0
+        y = _zero_output(conv, input, weight)
+        if profile is not None:
+            profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
+    else:
+        y = _ShapeOnlyConv2dFunction.apply(input, weight, conv, profile)
     return y if bias is None else y + bias.view(1, -1, 1, 1)
 
 
 def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
     """One training step of `model` on `sample_inputs` (forward, `loss_fn(output)` or the output's
-    sum, backward), every convolution PyTorch's own, recording for each convolution op the
-    device memory in use at its start (PyTorch's counter: `reader`, default
-    torch.cuda.memory_allocated) and its output's bytes. The model is left as it was (gradients
+    sum, backward), every converted convolution computing nothing (zero outputs and gradients of
+    the real ones' shapes, _ShapeOnlyConv2dFunction: the memory is the step's, with no
+    workspace and no PyTorch benchmark), recording for each convolution op the device memory in
+    use at its start (PyTorch's counter: `reader`, default torch.cuda.memory_allocated) and its
+    output's bytes. A model whose control flow reads its activations' values is profiled on
+    zeros. The model is left as it was (gradients
     and buffers restored). {"calls": [(shape key, in use, output bytes), ...], "base": in use
     before the step}, in the order the step runs them; deterministic for a model, batch and
     precision, so every rank computes the same budgets."""

@@ -1,5 +1,6 @@
 // The framework's own convolution as a planning candidate (kFrameworkAlgo): the whole kernel
-// only, chosen unless ucudnn's configuration wins by kFrameworkMargin, in every workspace mode.
+// only, in every workspace mode; within kFrameworkMargin a tie, which goes to ucudnn where the
+// framework benchmarks in the job ("/benchmark" identities) and to the framework otherwise.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -20,6 +21,7 @@ namespace ucudnn {
 namespace {
 
 constexpr char kTorch[] = "torch-2.11.0+cu130/benchmark";
+constexpr char kTorchHeuristic[] = "torch-2.11.0+cu130/heuristic";
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 Timing Legacy(int64_t b, int algo, double ms, uint64_t ws) {
@@ -34,18 +36,19 @@ Timing Framework(int64_t b, double ms, uint64_t ws, const std::string& identity 
 
 // Batch 4: ucudnn's best is 2 x (size 2, 2.0 ms) = 4.0 ms within 16 MiB; undivided 5.0 ms.
 TimingTable Table(double framework_ms, uint64_t framework_ws = 8 * kMiB,
-                  int64_t framework_batch = 4) {
+                  int64_t framework_batch = 4, const std::string& identity = kTorch) {
   TimingTable t;
   t.entries = {Legacy(4, 0, 5.0, 0), Legacy(2, 1, 2.0, 16 * kMiB), Legacy(1, 0, 1.5, 0),
-               Framework(framework_batch, framework_ms, framework_ws)};
+               Framework(framework_batch, framework_ms, framework_ws, identity)};
   return t;
 }
 
-PlanRequest Request(WorkspaceMode mode, uint64_t workspace = 64 * kMiB, int kernels = 1) {
+PlanRequest Request(WorkspaceMode mode, uint64_t workspace = 64 * kMiB, int kernels = 1,
+                    const std::string& identity = kTorch) {
   PlanRequest request;
   request.workspace_mode = mode;
   request.workspace_bytes = workspace;
-  request.framework = kTorch;
+  request.framework = identity;
   for (int i = 0; i < kernels; ++i) {
     Kernel kernel;
     kernel.problem = test_support::SquareConv(ConvOp::kForward, 8, 8, 8);
@@ -97,16 +100,48 @@ TEST(FrameworkPlanningTest, UcudnnFasterByMoreThanTheMarginWins) {
   }
 }
 
-TEST(FrameworkPlanningTest, UcudnnFasterByLessThanTheMarginLeavesTheFramework) {
-  // 4.0 >= 4.1 * 0.97 = 3.977.
+TEST(FrameworkPlanningTest, TiesGoToTheFrameworkThatDoesNotBenchmark) {
+  // A heuristic framework's own costs the job nothing more: 4.0 >= 4.1 * 0.97 = 3.977.
   for (WorkspaceMode mode : kModes) {
     SCOPED_TRACE(std::string(ToString(mode)));
-    const KernelPlan kp = PlanOne(Request(mode), Table(4.1));
+    const KernelPlan kp = PlanOne(Request(mode, 64 * kMiB, 1, kTorchHeuristic),
+                                  Table(4.1, 8 * kMiB, 4, kTorchHeuristic));
     ASSERT_TRUE(ChoseFramework(kp));
     EXPECT_DOUBLE_EQ(kp.config.time_ms, 4.1);
   }
   EXPECT_TRUE(BeatsFramework(4.0, 4.2));
   EXPECT_FALSE(BeatsFramework(4.0, 4.1));
+}
+
+TEST(FrameworkPlanningTest, TiesGoToUcudnnWhereTheFrameworkBenchmarksInTheJob) {
+  // ucudnn's 4.0 ms against the framework's 4.1 (ucudnn faster by less than the margin) and 3.9
+  // (the framework faster by less: 3.9 > 4.0 * 0.97 = 3.88): ucudnn's, which spares the job the
+  // framework's benchmark. At 3.85 the framework is faster by more than the margin: kept.
+  for (WorkspaceMode mode : kModes) {
+    SCOPED_TRACE(std::string(ToString(mode)));
+    for (double framework_ms : {4.1, 3.9}) {
+      const KernelPlan kp = PlanOne(Request(mode), Table(framework_ms));
+      ASSERT_EQ(kp.status, KernelPlanStatus::kPlanned);
+      EXPECT_FALSE(ChoseFramework(kp)) << framework_ms;
+      EXPECT_DOUBLE_EQ(kp.config.time_ms, 4.0);
+      EXPECT_DOUBLE_EQ(kp.framework_ms, framework_ms);
+    }
+    const KernelPlan kept = PlanOne(Request(mode), Table(3.85));
+    ASSERT_TRUE(ChoseFramework(kept));
+    EXPECT_DOUBLE_EQ(kept.config.time_ms, 3.85);
+  }
+  EXPECT_TRUE(BeatsFramework(4.0, 3.9, true));
+  EXPECT_FALSE(BeatsFramework(4.0, 3.85, true));
+}
+
+TEST(FrameworkPlanningTest, OnlyABenchmarkModeBenchmarksInTheJob) {
+  EXPECT_TRUE(FrameworkBenchmarks("torch-2.11.0+cu130/benchmark"));
+  EXPECT_TRUE(FrameworkBenchmarks("torch-2.11.0+cu130/benchmark-deterministic"));
+  EXPECT_FALSE(FrameworkBenchmarks("torch-2.11.0+cu130/heuristic"));
+  EXPECT_FALSE(FrameworkBenchmarks("torch-2.11.0+cu130/heuristic-deterministic"));
+  EXPECT_FALSE(FrameworkBenchmarks("benchmark"));          // no mode: the name is not one
+  EXPECT_FALSE(FrameworkBenchmarks("mine/benchmark/v2"));  // the mode is the last part
+  EXPECT_FALSE(FrameworkBenchmarks(""));
 }
 
 TEST(FrameworkPlanningTest, FrameworkTimingAtAnotherMicroBatchIsIgnored) {

@@ -48,23 +48,39 @@ const Timing* FindFramework(const TimingTable& table, int64_t mini_batch,
 std::optional<Segment> FrameworkSegment(const TimingTable& table, int64_t mini_batch,
                                         std::string_view framework, uint64_t workspace_limit);
 
+// Whether the framework of `identity` benchmarks its own convolution in every job at its first
+// calls: its mode, the text after the identity's last '/', begins with "benchmark" (PyTorch's
+// cudnn.benchmark: "torch-2.11.0+cu130/benchmark"). Its own convolution then costs each job that
+// benchmark, and ucudnn's configuration (timed once for the cluster) does not: ties go to
+// ucudnn. Any other identity's ties go to the framework, whose own path costs nothing more.
+bool FrameworkBenchmarks(std::string_view identity);
+
+// The time the planner weighs the framework's own convolution of `framework_ms` at: within
+// kFrameworkMargin it is a tie, so framework_ms * (1 - kFrameworkMargin) where ties go to the
+// framework, framework_ms / (1 - kFrameworkMargin) where they go to ucudnn (`benchmarks`).
+inline double FrameworkPlanningMs(double framework_ms, bool benchmarks) {
+  return benchmarks ? framework_ms / (1 - kFrameworkMargin) : framework_ms * (1 - kFrameworkMargin);
+}
+
 // Whether ucudnn's configuration of `ucudnn_ms` replaces the framework's of `framework_ms`:
-// only when faster than framework_ms * (1 - kFrameworkMargin).
-inline bool BeatsFramework(double ucudnn_ms, double framework_ms) {
-  return ucudnn_ms < framework_ms * (1 - kFrameworkMargin);
+// only when faster than FrameworkPlanningMs. Where ties go to ucudnn (`benchmarks`), the
+// framework's own is kept only when faster than ucudnn_ms * (1 - kFrameworkMargin).
+inline bool BeatsFramework(double ucudnn_ms, double framework_ms, bool benchmarks = false) {
+  return ucudnn_ms < FrameworkPlanningMs(framework_ms, benchmarks);
 }
 
 // One kernel (per-kernel and shared workspace modes): ucudnn's configuration (absent when none
 // fits) against the framework's segment; the framework unless BeatsFramework. The chosen
 // configuration reports its measured time.
 KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
-                                    const Segment& framework);
+                                    const Segment& framework, bool benchmarks = false);
 
 // The sum-budget ILP's view: `front` (ParetoFront's order) with the framework's segment as one
-// more point of its measured workspace and of time framework_ms * (1 - kFrameworkMargin), so
-// that minimising the sum of times applies the margin; points it dominates are dropped. A chosen
-// point goes through ReportedConfig before it is reported.
-void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front);
+// more point of its measured workspace and of time FrameworkPlanningMs, so that minimising the
+// sum of times applies the margin; points it dominates are dropped. A chosen point goes through
+// ReportedConfig before it is reported.
+void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front,
+                       bool benchmarks = false);
 // `config` with its time the sum of its segments' measured times (undoes AddFrameworkPoint's
 // scaling; any other configuration is returned as it is).
 KernelConfig ReportedConfig(KernelConfig config);

@@ -26,9 +26,9 @@ inline constexpr int kEngineAlgo = -1;
 // segment at the full mini-batch), never run by a backend. Its `engine_config` holds the
 // framework's identity (CheckFrameworkIdentity), e.g. "torch-2.11.0+cu130/benchmark".
 inline constexpr int kFrameworkAlgo = -2;
-// ucudnn's own configuration replaces the framework's only when faster than
-// framework_time * (1 - kFrameworkMargin): the two are measured in different processes (the
-// worker and the training job), so a ucudnn configuration must win by more than their noise.
+// The framework's time and ucudnn's are measured in different processes (the training job and
+// the worker): within kFrameworkMargin of each other they are a tie, which goes to the side that
+// costs the job nothing more (FrameworkBenchmarks, dp.h BeatsFramework).
 inline constexpr double kFrameworkMargin = 0.03;
 // The longest framework identity, bytes.
 inline constexpr size_t kMaxFrameworkIdentity = 128;

@@ -23,9 +23,11 @@ namespace ucudnn {
 //                 total_workspace_bytes is the largest kernel workspace.
 // With request.framework set, the framework's own timing of that identity at a kernel's full
 // mini-batch is one more candidate of the kernel in every mode (dp.h: ChooseAgainstFramework,
-// AddFrameworkPoint): chosen unless ucudnn's configuration is faster by kFrameworkMargin, and
-// reported with its measured time (the ILP's objective and its undivided comparison count it
-// at its time less the margin).
+// AddFrameworkPoint): within kFrameworkMargin of ucudnn's configuration a tie, which goes to
+// ucudnn where the identity's framework benchmarks in the job (FrameworkBenchmarks: its own
+// convolution costs the job that benchmark) and to the framework otherwise; reported with its
+// measured time (the ILP's objective and its undivided comparison count it at
+// FrameworkPlanningMs).
 // The undivided baseline of each kernel is the fastest algorithm at the full mini-batch within
 // request.workspace_bytes in every mode: in kPerKernel the kernel's own limit; in kTotalSum and
 // kTotalShared the whole budget for that kernel alone, i.e. what cuDNN alone would do with the
