@@ -571,6 +571,13 @@ void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* fron
                        bool benchmarks) {
   const double planning_ms = FrameworkPlanningMs(framework.time_ms, benchmarks);
   const uint64_t workspace = framework.workspace_bytes;
+  if (benchmarks) {
+    // A tie goes to ucudnn only within the framework's own workspace: a point that needs more
+    // stays only where it wins outright.
+    std::erase_if(*front, [&](const KernelConfig& point) {
+      return point.workspace_bytes > workspace && !BeatsFramework(point.time_ms, framework.time_ms);
+    });
+  }
   // A ucudnn point within the workspace that beats the framework by the margin dominates it.
   for (const KernelConfig& point : *front) {
     if (point.workspace_bytes <= workspace && point.time_ms < planning_ms) return;

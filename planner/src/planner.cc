@@ -83,21 +83,32 @@ KernelConfig UndividedConfig(const Segment& segment) {
   return config;
 }
 
-// The framework's own convolution against ucudnn's choice (dp.h): the framework unless beaten by
-// the margin; in kTotalSum one more point of the front, at its time less the margin.
-void ConsiderFramework(const PlanRequest& request, const Kernel& kernel, const TimingTable& table,
+// The framework's own convolution against ucudnn's choice (dp.h): within the margin a tie, which
+// goes to ucudnn where the framework benchmarks in the job (FrameworkBenchmarks), and then only to
+// a configuration within the framework's own workspace (more would raise the job's memory for no
+// time); in kTotalSum one more point of the front (AddFrameworkPoint). `table`: the request's
+// candidates, `all_timings` the framework's too.
+void ConsiderFramework(const PlanRequest& request, const Kernel& kernel,
+                       const TimingTable& all_timings, const TimingTable& table,
                        KernelResult* result) {
-  if (const Timing* t = FindFramework(table, kernel.mini_batch, request.framework)) {
+  if (const Timing* t = FindFramework(all_timings, kernel.mini_batch, request.framework)) {
     result->framework_ms = t->time_ms;
   }
-  const std::optional<Segment> framework =
-      FrameworkSegment(table, kernel.mini_batch, request.framework, KernelLimit(request, kernel));
+  const std::optional<Segment> framework = FrameworkSegment(
+      all_timings, kernel.mini_batch, request.framework, KernelLimit(request, kernel));
   if (!framework) return;
   const bool benchmarks = FrameworkBenchmarks(request.framework);
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     AddFrameworkPoint(*framework, &result->front, benchmarks);
   } else {
-    result->config = ChooseAgainstFramework(result->config, *framework, benchmarks);
+    std::optional<KernelConfig> ucudnn = result->config;
+    if (benchmarks && ucudnn && ucudnn->workspace_bytes > framework->workspace_bytes &&
+        !BeatsFramework(ucudnn->time_ms, framework->time_ms)) {
+      Result<KernelConfig> within =
+          SolveKernelDp(table, kernel.mini_batch, request.policy, framework->workspace_bytes);
+      ucudnn = within.ok() ? std::optional<KernelConfig>(std::move(within).value()) : std::nullopt;
+    }
+    result->config = ChooseAgainstFramework(ucudnn, *framework, benchmarks);
   }
   result->infeasible_reason.clear();
 }
@@ -138,7 +149,7 @@ KernelResult SolveOne(const PlanRequest& request, const Kernel& kernel,
   if (result.config && result.undivided && result.undivided->time_ms < result.config->time_ms) {
     result.config = UndividedConfig(*result.undivided);
   }
-  ConsiderFramework(request, kernel, all_timings, &result);
+  ConsiderFramework(request, kernel, all_timings, table, &result);
   return result;
 }
 

@@ -12,6 +12,7 @@ import os
 import pickle
 import sys
 import tempfile
+import types
 import unittest
 import weakref
 from unittest import mock
@@ -922,6 +923,32 @@ class FrameworkPlanTest(unittest.TestCase):
             ut.prepare(model, x, wait_ms=200, host_bound=False)
         self.assertEqual([model[0]._ucudnn_framework_layer, model[2]._ucudnn_framework_layer],
                          [True, False])
+
+    def test_without_a_server_a_tie_goes_to_ucudnn_within_pytorchs_workspace(self):
+        class Context:  # each kernel's plan: 1.0 ms, its workspace as named
+            def kernel(self, shape, limit):
+                return shape
+
+            def kernel_info(self, kernel):
+                return {"state": "planned", "predicted_ms": 1.0}
+
+            def kernel_workspace_size(self, kernel):
+                return kernel[1]
+
+        runtime = types.SimpleNamespace(limit_of=lambda shape: 0, local_framework=set(),
+                                        framework_benchmarks=True)
+        # (shape, PyTorch's ms, PyTorch's workspace): a tie within PyTorch's workspace (ucudnn's),
+        # a tie needing more (PyTorch's), an outright win needing more (ucudnn's), PyTorch faster
+        # by more than the margin (PyTorch's).
+        measured = [(("tie", 100), 0.99, 100), (("more", 200), 1.01, 100),
+                    (("win", 300), 1.2, 100), (("slower", 0), 0.9, 100)]
+        with mock.patch.object(ut, "_shape_key", side_effect=lambda shape: shape[0]):
+            ut._decide_locally(runtime, Context(), measured)
+            self.assertEqual(runtime.local_framework, {"more", "slower"})
+            runtime.local_framework.clear()
+            runtime.framework_benchmarks = False  # ties to PyTorch: only the outright win
+            ut._decide_locally(runtime, Context(), measured)
+            self.assertEqual(runtime.local_framework, {"tie", "more", "slower"})
 
     def test_the_tie_rule_mirrors_the_planners(self):
         self.assertTrue(ut.framework_benchmarks("torch-2.11.0+cu130/benchmark"))

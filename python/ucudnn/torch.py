@@ -1314,16 +1314,21 @@ def _measure_framework(runtime, context, device, shapes):
 
 def _decide_locally(runtime, context, measured):
     """PyTorch's own convolution for the kernels whose plan does not beat the measured time
-    (_beats_framework: by FRAMEWORK_MARGIN, or within it where ties go to ucudnn), where
-    PyTorch's workspace fits the kernel's limit: the planner's rule, applied in this process
-    alone."""
+    (_beats_framework: by FRAMEWORK_MARGIN, or within it where ties go to ucudnn and the plan
+    needs no more workspace than PyTorch's own), where PyTorch's workspace fits the kernel's
+    limit: the planner's rule, applied in this process alone."""
     for shape, framework_ms, workspace in measured:
         limit = runtime.limit_of(shape)
         if limit and workspace > limit:
             continue
-        info = context.kernel_info(context.kernel(shape, limit))
-        if info["state"] != "planned" or not _beats_framework(
-                info["predicted_ms"], framework_ms, runtime.framework_benchmarks):
+        kernel = context.kernel(shape, limit)
+        info = context.kernel_info(kernel)
+        benchmarks = runtime.framework_benchmarks
+        if benchmarks and not _beats_framework(info["predicted_ms"], framework_ms) and (
+                (context.kernel_workspace_size(kernel) or 0) > workspace):
+            benchmarks = False  # a tie goes to ucudnn only within PyTorch's own workspace
+        if info["state"] != "planned" or not _beats_framework(info["predicted_ms"], framework_ms,
+                                                              benchmarks):
             runtime.local_framework.add(_shape_key(shape))
 
 

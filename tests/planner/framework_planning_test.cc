@@ -114,24 +114,53 @@ TEST(FrameworkPlanningTest, TiesGoToTheFrameworkThatDoesNotBenchmark) {
 }
 
 TEST(FrameworkPlanningTest, TiesGoToUcudnnWhereTheFrameworkBenchmarksInTheJob) {
-  // ucudnn's 4.0 ms against the framework's 4.1 (ucudnn faster by less than the margin) and 3.9
-  // (the framework faster by less: 3.9 > 4.0 * 0.97 = 3.88): ucudnn's, which spares the job the
-  // framework's benchmark. At 3.85 the framework is faster by more than the margin: kept.
+  // ucudnn's 4.0 ms (16 MiB) against the framework's 4.1 (ucudnn faster by less than the
+  // margin) and 3.9 (the framework faster by less: 3.9 > 4.0 * 0.97 = 3.88), the framework's
+  // own workspace as large: ucudnn's, which spares the job the framework's benchmark. At 3.85
+  // the framework is faster by more than the margin: kept.
   for (WorkspaceMode mode : kModes) {
     SCOPED_TRACE(std::string(ToString(mode)));
     for (double framework_ms : {4.1, 3.9}) {
-      const KernelPlan kp = PlanOne(Request(mode), Table(framework_ms));
+      const KernelPlan kp = PlanOne(Request(mode), Table(framework_ms, 16 * kMiB));
       ASSERT_EQ(kp.status, KernelPlanStatus::kPlanned);
       EXPECT_FALSE(ChoseFramework(kp)) << framework_ms;
       EXPECT_DOUBLE_EQ(kp.config.time_ms, 4.0);
       EXPECT_DOUBLE_EQ(kp.framework_ms, framework_ms);
     }
-    const KernelPlan kept = PlanOne(Request(mode), Table(3.85));
+    const KernelPlan kept = PlanOne(Request(mode), Table(3.85, 16 * kMiB));
     ASSERT_TRUE(ChoseFramework(kept));
     EXPECT_DOUBLE_EQ(kept.config.time_ms, 3.85);
   }
   EXPECT_TRUE(BeatsFramework(4.0, 3.9, true));
   EXPECT_FALSE(BeatsFramework(4.0, 3.85, true));
+}
+
+TEST(FrameworkPlanningTest, ATieTakesNoMoreWorkspaceThanTheFrameworksOwn) {
+  // The framework's 4.1 ms needs 8 MiB; ucudnn's 4.0 needs 16 (no outright win: 4.0 >= 4.1 *
+  // 0.97), and within 8 MiB ucudnn's best is 5.0: no tie either. The framework's own, in every
+  // mode; with 16 MiB free for it, ucudnn's (the test above).
+  for (WorkspaceMode mode : kModes) {
+    SCOPED_TRACE(std::string(ToString(mode)));
+    const KernelPlan kp = PlanOne(Request(mode), Table(4.1, 8 * kMiB));
+    ASSERT_TRUE(ChoseFramework(kp));
+    EXPECT_EQ(kp.config.workspace_bytes, 8 * kMiB);
+  }
+  // A tie within the framework's workspace goes to ucudnn's configuration there: 4.0 ms at
+  // 16 MiB, 4.05 ms at 4 MiB (size 2, algo 2) against the framework's 4.1 ms at 8 MiB.
+  TimingTable table = Table(4.1, 8 * kMiB);
+  table.entries.push_back(Legacy(2, 2, 2.025, 4 * kMiB));
+  for (WorkspaceMode mode : kModes) {
+    SCOPED_TRACE(std::string(ToString(mode)));
+    const KernelPlan kp = PlanOne(Request(mode), table);
+    ASSERT_FALSE(ChoseFramework(kp));
+    EXPECT_DOUBLE_EQ(kp.config.time_ms, 4.05);
+    EXPECT_EQ(kp.config.workspace_bytes, 4 * kMiB);
+  }
+  // An outright win keeps its workspace: ucudnn's 4.0 at 16 MiB against 4.2 at 8 MiB.
+  for (WorkspaceMode mode : kModes) {
+    const KernelPlan kp = PlanOne(Request(mode), Table(4.2, 8 * kMiB));
+    EXPECT_EQ(kp.config.workspace_bytes, 16 * kMiB) << ToString(mode);
+  }
 }
 
 TEST(FrameworkPlanningTest, OnlyABenchmarkModeBenchmarksInTheJob) {

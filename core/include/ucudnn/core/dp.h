@@ -77,8 +77,9 @@ KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
 
 // The sum-budget ILP's view: `front` (ParetoFront's order) with the framework's segment as one
 // more point of its measured workspace and of time FrameworkPlanningMs, so that minimising the
-// sum of times applies the margin; points it dominates are dropped. A chosen point goes through
-// ReportedConfig before it is reported.
+// sum of times applies the margin; points it dominates are dropped, and where ties go to ucudnn
+// (`benchmarks`) so are the points that need more workspace than the framework's without
+// beating it by the margin. A chosen point goes through ReportedConfig before it is reported.
 void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front,
                        bool benchmarks = false);
 // `config` with its time the sum of its segments' measured times (undoes AddFrameworkPoint's
