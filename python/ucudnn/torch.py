@@ -1163,10 +1163,20 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         runtime.host_bound = bool(bound and bound["host_bound"])
     if wait_ms > 0:
         _decide_layers(model)
+    _release_cached_memory(sample_inputs)
     return {"kernels": declared, "measured": measured, "budget": budget,
             "above_peak": allowed_above_peak, "host_bound": bound, "compiled": compiled,
             "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
                         "host_bound": time.perf_counter() - planned}}
+
+
+def _release_cached_memory(sample_inputs):
+    """prepare()'s end on CUDA: the blocks its passes left in PyTorch's allocator cache are
+    released (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out
+    their memory from a clean cache rather than around the blocks of the passes' layout (the
+    profiled step's without workspaces, the measuring steps' first calls)."""
+    if any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs):
+        torch.cuda.empty_cache()
 
 
 def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
