@@ -5,6 +5,7 @@ Planned kernels: the local plan cache file is written by ucudnn_test_write_plan_
 kernels the model runs, so the library really executes micro-batches; its counters prove it.
 Run through ctest (tests/python.cmake), which sets UCUDNN_LIBRARY and the tool's path."""
 
+import contextlib
 import copy
 import io
 import itertools
@@ -779,6 +780,31 @@ class FrameworkPlanTest(unittest.TestCase):
             seed, lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
                                         nn.Conv2d(4, 6, 1)), lambda s: False)
 
+    @staticmethod
+    def layer_timings(framework_ms_of):
+        """The cluster's timings, mocked: every op planned at 0.1 ms, PyTorch's own at
+        framework_ms_of(the op's input channels) (4: layer 2 of two_planned_layers)."""
+        real_info, real_kernel = _lib.Context.kernel_info, _lib.Context.kernel
+        channels = {}  # kernel handle -> its input's channels
+
+        def kernel(context, shape, limit=0):
+            handle = real_kernel(context, shape, limit)
+            channels[handle] = shape.c
+            return handle
+
+        def info(context, handle):
+            got = dict(real_info(context, handle))
+            got.update(state="planned", predicted_ms=0.1,
+                       framework_ms=framework_ms_of(channels[handle]))
+            return got
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                              side_effect=info))
+        stack.enter_context(mock.patch.object(_lib.Context, "kernel", autospec=True,
+                                              side_effect=kernel))
+        return stack
+
     def test_without_a_server_the_measurement_decides_for_this_process(self):
         reference, model, x, cache, count = self.two_planned_layers(34)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
@@ -795,21 +821,8 @@ class FrameworkPlanTest(unittest.TestCase):
 
     def test_a_layer_whose_plans_save_little_runs_pytorchs_own_whole(self):
         reference, model, x, cache, count = self.two_planned_layers(35)
-        real_info, real_kernel = _lib.Context.kernel_info, _lib.Context.kernel
-        channels = {}  # kernel handle -> its input's channels
-
-        def kernel(context, shape, limit=0):
-            handle = real_kernel(context, shape, limit)
-            channels[handle] = shape.c
-            return handle
-
-        def info(context, handle):
-            # The cluster's timings: every op planned; layer 1's plans save 5 us an op, layer
-            # 2's 50 us an op (its input has 4 channels).
-            got = dict(real_info(context, handle))
-            saved = 0.050 if channels[handle] == 4 else 0.005
-            got.update(state="planned", predicted_ms=0.1, framework_ms=0.1 + saved)
-            return got
+        # Layer 1's plans save 5 us an op, layer 2's 50 us an op.
+        timings = lambda channels: 0.150 if channels == 4 else 0.105  # noqa: E731
 
         # A host-bound step (prepare()'s host_bound, else measured on CUDA): no layer's
         # device-time saving counts (a threshold of 0 still runs every plan not slower).
@@ -818,10 +831,7 @@ class FrameworkPlanTest(unittest.TestCase):
             with self.subTest(min_layer_gain_us=gain_us, host_bound=bound):
                 ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY,
                            min_layer_gain_us=gain_us)
-                with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
-                                       side_effect=info), \
-                        mock.patch.object(_lib.Context, "kernel", autospec=True,
-                                          side_effect=kernel):
+                with self.layer_timings(timings):
                     result = without_seconds(
                         self, ut.prepare(model, x, wait_ms=200, host_bound=bound))
                 self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
@@ -874,23 +884,9 @@ class FrameworkPlanTest(unittest.TestCase):
     def test_where_pytorch_benchmarks_a_layer_keeps_the_plans_it_tied_with(self):
         self.IDENTITY = "torch-test/benchmark"
         reference, model, x, cache, count = self.two_planned_layers(37)
-        real_info, real_kernel = _lib.Context.kernel_info, _lib.Context.kernel
-        channels = {}  # kernel handle -> its input's channels
-
-        def kernel(context, shape, limit=0):
-            handle = real_kernel(context, shape, limit)
-            channels[handle] = shape.c
-            return handle
-
-        layer1_framework_ms = [0.099]
-
-        def info(context, handle):
-            # Layer 1's plans 1% slower than PyTorch's own (a tie the planner gave to ucudnn),
-            # layer 2's 50 us faster an op.
-            got = dict(real_info(context, handle))
-            framework_ms = 0.150 if channels[handle] == 4 else layer1_framework_ms[0]
-            got.update(state="planned", predicted_ms=0.1, framework_ms=framework_ms)
-            return got
+        # Layer 1's plans 1% slower than PyTorch's own (a tie the planner gave to ucudnn), layer
+        # 2's 50 us faster an op.
+        ties = lambda channels: 0.150 if channels == 4 else 0.099  # noqa: E731
 
         # Not host-bound: every plan runs, however little it saves, so no PyTorch benchmark runs
         # in the job; host-bound, or with an infinite threshold, both layers run PyTorch's own.
@@ -900,10 +896,7 @@ class FrameworkPlanTest(unittest.TestCase):
                 ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY,
                            min_layer_gain_us=gain_us)
                 self.assertTrue(model[0]._ucudnn_runtime.framework_benchmarks)
-                with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
-                                       side_effect=info), \
-                        mock.patch.object(_lib.Context, "kernel", autospec=True,
-                                          side_effect=kernel):
+                with self.layer_timings(ties):
                     ut.prepare(model, x, wait_ms=200, host_bound=bound)
                 self.assertEqual([model[0]._ucudnn_framework_layer,
                                   model[2]._ucudnn_framework_layer], [routed_layers == 2] * 2)
@@ -913,13 +906,11 @@ class FrameworkPlanTest(unittest.TestCase):
                 self.assertEqual(stats["framework_calls"], 3 * routed_layers, stats)
         # Where PyTorch does not benchmark the planner keeps its ties, and a layer whose plans
         # save little (layer 1's: 5 us an op) runs PyTorch's own whole.
-        layer1_framework_ms[0] = 0.105
         self.IDENTITY = "torch-test/heuristic"
         reference, model, x, cache, count = self.two_planned_layers(37)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         self.assertFalse(model[0]._ucudnn_runtime.framework_benchmarks)
-        with mock.patch.object(_lib.Context, "kernel_info", autospec=True, side_effect=info), \
-                mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel):
+        with self.layer_timings(lambda channels: 0.150 if channels == 4 else 0.105):
             ut.prepare(model, x, wait_ms=200, host_bound=False)
         self.assertEqual([model[0]._ucudnn_framework_layer, model[2]._ucudnn_framework_layer],
                          [True, False])
