@@ -47,7 +47,7 @@ from . import profile as _profile
 
 __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
            "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
-           "liveness_limits", "step_curve", "CONFIG_KEYS"]
+           "liveness_limits", "step_curve", "framework_benchmarks", "CONFIG_KEYS"]
 
 # Keyword arguments of convert() and the variables they set (ClientConfig's names).
 CONFIG_KEYS = ("server", "token", "tls", "ca_file", "policy", "workspace_mode", "workspace_bytes",
@@ -926,15 +926,15 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
     UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
     here (ValueError or TypeError naming the bad one). `framework` defaults to
     framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in
-    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: in a
-    host-bound step, and where PyTorch does not benchmark (torch.backends.cudnn.benchmark off
-    when converted), a layer runs the library's plans only where they save at least this much
-    per step against PyTorch's own (device time, by the cluster's timings; default
-    MIN_LAYER_GAIN_US, about the library's host cost per layer); elsewhere it runs PyTorch's
-    own whole, as unconverted. Where PyTorch benchmarks, the planner gives a kernel's ties
-    (within FRAMEWORK_MARGIN) to ucudnn, and a layer of a step that is not host-bound runs
-    every plan it has (unless min_layer_gain_us is infinite): no benchmark of PyTorch's runs in
-    the job for it.
+    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: where
+    PyTorch does not benchmark (torch.backends.cudnn.benchmark off when converted), a layer runs
+    the library's plans only where they save at least this much per step against PyTorch's own
+    (device time, by the cluster's timings; default MIN_LAYER_GAIN_US, about the library's host
+    cost per layer); elsewhere it runs PyTorch's own whole, as unconverted. In a host-bound
+    step their saving counts as nothing (0 keeps every plan). Where PyTorch benchmarks, the
+    planner gives a kernel's ties (within FRAMEWORK_MARGIN) to ucudnn, and a layer of a step
+    that is not host-bound runs every plan it has (unless min_layer_gain_us is infinite): no
+    benchmark of PyTorch's runs in the job for it.
     Subclasses of Conv2d are left as they are (their forward may do more than a
     convolution)."""
     if not isinstance(model, nn.Module):
