@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ucudnn/core/dp.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.pb.h"
 
@@ -137,6 +138,8 @@ Result<std::vector<CacheRecord>> ParseCache(std::string_view bytes) {
         return InvalidArgument(where + ": holds a kernel that is not planned");
       }
     }
+    // Planned under the old tie rule: left for the server to plan again.
+    if (version_number < kTieRulePlanCacheVersion && FrameworkBenchmarks(plan->framework)) continue;
     records.push_back(CacheRecord{std::move(*device), std::move(*plan)});
   }
   return records;

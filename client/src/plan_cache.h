@@ -31,7 +31,11 @@ inline constexpr std::string_view kPlanCacheMagic = "ucudnn-plan-cache";
 // messages either way, so version 1 files still read; the bump makes an older build refuse a
 // newer file by its version instead of by a segment it cannot validate.
 // 3: plans may hold the framework's own convolution (algo -2) and name their framework.
-inline constexpr int kPlanCacheVersion = 3;
+// 4: plans of a framework that benchmarks in the job follow the planner's tie rule (dp.h
+// FrameworkBenchmarks, planner revision 5): such records of older files are not read (the
+// server plans those kernels again), the others are.
+inline constexpr int kPlanCacheVersion = 4;
+inline constexpr int kTieRulePlanCacheVersion = 4;
 inline constexpr int kOldestReadablePlanCacheVersion = 1;
 
 // One cached answer: planned kernels only.

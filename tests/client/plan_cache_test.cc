@@ -94,6 +94,28 @@ TEST(PlanCacheTest, EngineSegmentsRoundTripAndVersionOneFilesStillRead) {
             std::string::npos);
 }
 
+TEST(PlanCacheTest, OlderFilesDropThePlansOfABenchmarkingFramework) {
+  // Version 3 files were planned before ties went to ucudnn where the framework benchmarks in the
+  // job: those records are left for the server to plan again; the others still read.
+  std::vector<CacheRecord> records = {
+      PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20),
+      PerKernel(Device(), Planned(ConvOp::kForward, 16, 4), 1 << 20),
+      PerKernel(Device(), Planned(ConvOp::kForward, 32, 4), 1 << 20)};
+  records[0].plan.framework = "torch-2.11.0+cu130/benchmark";
+  records[1].plan.framework = "torch-2.11.0+cu130/heuristic";
+  const std::string bytes = SerializeCache(records);
+  Result<std::vector<CacheRecord>> current = ParseCache(bytes);
+  ASSERT_TRUE(current.ok()) << current.status().ToString();
+  EXPECT_EQ(current->size(), 3u);
+  std::string version_three = bytes;
+  version_three[std::string("ucudnn-plan-cache ").size()] = '3';
+  Result<std::vector<CacheRecord>> old = ParseCache(version_three);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  ASSERT_EQ(old->size(), 2u);
+  EXPECT_EQ((*old)[0].plan.framework, "torch-2.11.0+cu130/heuristic");
+  EXPECT_EQ((*old)[1].plan.framework, "");
+}
+
 TEST(PlanCacheTest, EveryDamageIsDetected) {
   const std::string good =
       SerializeCache({PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20)});
