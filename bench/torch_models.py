@@ -37,6 +37,7 @@ import time
 PROCESS_START = time.monotonic()  # before importing torch: time to the first fast step
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -341,7 +342,6 @@ def training_step(torch, model, net, device, amp):
 
 def autocast(torch, device, amp):
     """Autocast to `amp` on the device, or nothing (fp32)."""
-    import contextlib
     return torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
 
 
@@ -395,12 +395,19 @@ def run_one(args):
     # The compiled model shares the converted one's modules and parameters; prepare() is given
     # it, as a compiled job calls it (no eager training step of its own).
     net = torch.compile(model, mode=args.compile) if args.compile else model
+    first_calls = None
     if ut is not None:
         start = time.monotonic()
+        # UCUDNN_BENCH_FIRST_CALLS=1: where prepare()'s and the first step's time goes, call by
+        # call (a diagnostic run: each op synchronised, and the step taken as not host-bound,
+        # which the syncs would fake).
+        if os.environ.get("UCUDNN_BENCH_FIRST_CALLS") == "1" and cuda:
+            first_calls = FirstCalls(torch, ut).__enter__()
         with autocast(torch, device, amp):
             prepared = ut.prepare(net, data, wait_ms=int(args.prepare_wait_s * 1000),
                                   budget=args.budget,
-                                  measure_framework=not args.no_measure_framework)
+                                  measure_framework=not args.no_measure_framework,
+                                  **({"host_bound": False} if first_calls else {}))
         prepare_s = time.monotonic() - start
     step = training_step(torch, model, net, device, amp)
 
@@ -427,6 +434,8 @@ def run_one(args):
         end = time.perf_counter()
         step_ms.append((end - start) * 1e3)
         ends.append(time.monotonic())
+        if first_calls is not None and i == 0:
+            first_calls.__exit__(None, None, None)  # prepare() and the first step
         if cuda:
             free, total = torch.cuda.mem_get_info(device)
             used.append(total - free)
@@ -477,7 +486,59 @@ def run_one(args):
                                                   args.steps - args.steps // 2)
         if hasattr(ut, "report"):
             result["kernels"] = ut.report(model)
+    if first_calls is not None:
+        result["first_calls"] = first_calls.summary()
     return result
+
+
+class FirstCalls:
+    """UCUDNN_BENCH_FIRST_CALLS: times each convolution op of the adapter while active (prepare()
+    and the first step of a run), the device
+    synchronised around it: the library's plan runs (_Conv.run: a plan's first call builds its
+    execution plan, compiling a runtime-compiled engine) apart from the whole op (PyTorch's own
+    where no plan runs: its first call searches). summary(): seconds by kind and the slowest
+    calls."""
+
+    SLOW_MS = 20.0
+
+    def __init__(self, torch, ut):
+        self.torch, self.ut, self.calls = torch, ut, []
+        self.saved = []
+
+    def _wrap(self, owner, name, kind, describe):
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            self.torch.cuda.synchronize()
+            begin = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.torch.cuda.synchronize()
+                self.calls.append((kind, describe(*args), (time.perf_counter() - begin) * 1e3))
+        self.saved.append((owner, name, original))
+        setattr(owner, name, timed)
+
+    def __enter__(self):
+        ut = self.ut
+        self._wrap(ut._Conv, "run", "plan", lambda conv, op, *_: (op, conv.dims, conv.groups))
+        self._wrap(ut, "_forward", "forward op", lambda x, w, conv: (0, conv.dims, conv.groups))
+        self._wrap(ut, "_backward", "backward op",
+                   lambda conv, *_: ("bwd", conv.dims, conv.groups))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self.saved):
+            setattr(owner, name, original)
+
+    def summary(self):
+        seconds = {}
+        for kind, _, ms in self.calls:
+            seconds[kind] = seconds.get(kind, 0.0) + ms / 1e3
+        slow = sorted((c for c in self.calls if c[2] >= self.SLOW_MS), key=lambda c: -c[2])
+        return {"seconds": seconds, "calls": len(self.calls),
+                "slowest": [{"kind": k, "what": list(map(str, w)), "ms": round(ms, 1)}
+                            for k, w, ms in slow[:40]]}
 
 
 # ---- per kernel ----------------------------------------------------------------------------------

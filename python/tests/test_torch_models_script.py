@@ -207,6 +207,43 @@ class ConvTimeTest(unittest.TestCase):
             "planned_calls": 2, "unknown_calls": 1})
 
 
+class FirstCallsTest(unittest.TestCase):
+    def test_each_op_is_timed_by_kind_and_the_originals_come_back(self):
+        synced = []
+
+        class Conv:
+            dims, groups = (8, 3, 9, 9, 4, 3, 3), 1
+
+            def run(self, op, a, b, out):
+                return "ran"
+
+        def forward(x, w, conv):
+            return "y"
+
+        def backward(conv, x, w, grad_y, need_x, need_w):
+            return "grads"
+
+        ut = types.SimpleNamespace(_Conv=Conv, _forward=forward, _backward=backward)
+        fake_torch = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(synchronize=lambda: synced.append(1)))
+        first = torch_models.FirstCalls(fake_torch, ut)
+        first.SLOW_MS = 0.0  # every call is "slow" here
+        with first:
+            self.assertEqual(ut._Conv().run(0, None, None, None), "ran")
+            self.assertEqual(ut._forward(None, None, Conv()), "y")
+            self.assertEqual(ut._backward(Conv(), None, None, None, True, True), "grads")
+        self.assertIs(ut._forward, forward)
+        self.assertIs(ut._backward, backward)
+        self.assertIs(Conv.run.__name__, "run")
+        self.assertEqual(len(synced), 6)  # before and after each op
+        summary = first.summary()
+        self.assertEqual(sorted(summary["seconds"]), ["backward op", "forward op", "plan"])
+        self.assertEqual(summary["calls"], 3)
+        self.assertEqual(len(summary["slowest"]), 3)
+        for call in summary["slowest"]:
+            self.assertIn(str(Conv.dims), call["what"])
+
+
 class CpuSuiteTest(unittest.TestCase):
     def test_one_row_with_the_planner_down(self):
         with tempfile.TemporaryDirectory() as out:
