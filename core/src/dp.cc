@@ -561,9 +561,18 @@ bool FrameworkBenchmarks(std::string_view identity) {
   return mode.starts_with("benchmark");
 }
 
-KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
+KernelConfig ChooseAgainstFramework(const TimingTable& table, int64_t mini_batch,
+                                    BatchPolicy policy, const std::optional<KernelConfig>& ucudnn,
                                     const Segment& framework, bool benchmarks) {
-  if (ucudnn && BeatsFramework(ucudnn->time_ms, framework.time_ms, benchmarks)) return *ucudnn;
+  std::optional<KernelConfig> candidate = ucudnn;
+  if (benchmarks && candidate && !WorthItsWorkspace(*candidate, framework)) {
+    Result<KernelConfig> within =
+        SolveKernelDp(table, mini_batch, policy, framework.workspace_bytes);
+    candidate = within.ok() ? std::optional<KernelConfig>(std::move(within).value()) : std::nullopt;
+  }
+  if (candidate && BeatsFramework(candidate->time_ms, framework.time_ms, benchmarks)) {
+    return *candidate;
+  }
   return OneSegment(framework, framework.time_ms);
 }
 
@@ -572,11 +581,8 @@ void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* fron
   const double planning_ms = FrameworkPlanningMs(framework.time_ms, benchmarks);
   const uint64_t workspace = framework.workspace_bytes;
   if (benchmarks) {
-    // A tie goes to ucudnn only within the framework's own workspace: a point that needs more
-    // stays only where it wins outright.
-    std::erase_if(*front, [&](const KernelConfig& point) {
-      return point.workspace_bytes > workspace && !BeatsFramework(point.time_ms, framework.time_ms);
-    });
+    std::erase_if(*front,
+                  [&](const KernelConfig& point) { return !WorthItsWorkspace(point, framework); });
   }
   // A ucudnn point within the workspace that beats the framework by the margin dominates it.
   for (const KernelConfig& point : *front) {

@@ -84,10 +84,9 @@ KernelConfig UndividedConfig(const Segment& segment) {
 }
 
 // The framework's own convolution against ucudnn's choice (dp.h): within the margin a tie, which
-// goes to ucudnn where the framework benchmarks in the job (FrameworkBenchmarks), and then only to
-// a configuration within the framework's own workspace (more would raise the job's memory for no
-// time); in kTotalSum one more point of the front (AddFrameworkPoint). `table`: the request's
-// candidates, `all_timings` the framework's too.
+// goes to ucudnn where the framework benchmarks in the job (FrameworkBenchmarks) and ucudnn's
+// configuration is WorthItsWorkspace; in kTotalSum one more point of the front
+// (AddFrameworkPoint). `table`: the request's candidates, `all_timings` the framework's too.
 void ConsiderFramework(const PlanRequest& request, const Kernel& kernel,
                        const TimingTable& all_timings, const TimingTable& table,
                        KernelResult* result) {
@@ -101,14 +100,8 @@ void ConsiderFramework(const PlanRequest& request, const Kernel& kernel,
   if (request.workspace_mode == WorkspaceMode::kTotalSum) {
     AddFrameworkPoint(*framework, &result->front, benchmarks);
   } else {
-    std::optional<KernelConfig> ucudnn = result->config;
-    if (benchmarks && ucudnn && ucudnn->workspace_bytes > framework->workspace_bytes &&
-        !BeatsFramework(ucudnn->time_ms, framework->time_ms)) {
-      Result<KernelConfig> within =
-          SolveKernelDp(table, kernel.mini_batch, request.policy, framework->workspace_bytes);
-      ucudnn = within.ok() ? std::optional<KernelConfig>(std::move(within).value()) : std::nullopt;
-    }
-    result->config = ChooseAgainstFramework(ucudnn, *framework, benchmarks);
+    result->config = ChooseAgainstFramework(table, kernel.mini_batch, request.policy,
+                                            result->config, *framework, benchmarks);
   }
   result->infeasible_reason.clear();
 }

@@ -69,17 +69,28 @@ inline bool BeatsFramework(double ucudnn_ms, double framework_ms, bool benchmark
   return ucudnn_ms < FrameworkPlanningMs(framework_ms, benchmarks);
 }
 
+// Where ties go to ucudnn, whether `config` may take the framework's place on a tie: it needs no
+// more workspace than the framework's own, or it beats it outright (BeatsFramework with ties to
+// the framework). A tie is not worth more of the job's memory.
+inline bool WorthItsWorkspace(const KernelConfig& config, const Segment& framework) {
+  return config.workspace_bytes <= framework.workspace_bytes ||
+         BeatsFramework(config.time_ms, framework.time_ms);
+}
+
 // One kernel (per-kernel and shared workspace modes): ucudnn's configuration (absent when none
-// fits) against the framework's segment; the framework unless BeatsFramework. The chosen
-// configuration reports its measured time.
-KernelConfig ChooseAgainstFramework(const std::optional<KernelConfig>& ucudnn,
-                                    const Segment& framework, bool benchmarks = false);
+// fits) against the framework's segment; the framework unless BeatsFramework. Where ties go to
+// ucudnn (`benchmarks`), a configuration that is not WorthItsWorkspace gives way to the DP's
+// optimum of `table` within the framework's workspace. The chosen configuration reports its
+// measured time.
+KernelConfig ChooseAgainstFramework(const TimingTable& table, int64_t mini_batch,
+                                    BatchPolicy policy, const std::optional<KernelConfig>& ucudnn,
+                                    const Segment& framework, bool benchmarks);
 
 // The sum-budget ILP's view: `front` (ParetoFront's order) with the framework's segment as one
 // more point of its measured workspace and of time FrameworkPlanningMs, so that minimising the
 // sum of times applies the margin; points it dominates are dropped, and where ties go to ucudnn
-// (`benchmarks`) so are the points that need more workspace than the framework's without
-// beating it by the margin. A chosen point goes through ReportedConfig before it is reported.
+// (`benchmarks`) so are those that are not WorthItsWorkspace. A chosen point goes through
+// ReportedConfig before it is reported.
 void AddFrameworkPoint(const Segment& framework, std::vector<KernelConfig>* front,
                        bool benchmarks = false);
 // `config` with its time the sum of its segments' measured times (undoes AddFrameworkPoint's
