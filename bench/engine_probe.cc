@@ -45,8 +45,9 @@ double MsSince(Clock::time_point t) {
   } while (0)
 
 struct Shape {
-  const char* name;
+  std::string name;
   int64_t c, h, w, k, r, s, pad, stride;
+  int64_t groups = 1;
 };
 
 ConvProblem MakeProblem(const Shape& s, ConvOp op, DataType dt, Layout layout, MathMode math) {
@@ -60,6 +61,7 @@ ConvProblem MakeProblem(const Shape& s, ConvOp op, DataType dt, Layout layout, M
   p.s = s.s;
   p.pad_h = p.pad_w = s.pad;
   p.stride_h = p.stride_w = s.stride;
+  p.groups = s.groups;
   p.data_type = dt;
   p.compute_type = DataType::kFloat32;
   p.layout = layout;
@@ -183,7 +185,7 @@ size_t OutputCount(const ConvProblem& p, int64_t batch) {
 
 // ---- what is probed ----------------------------------------------------------------------------
 
-const Shape kShapes[] = {
+const std::vector<Shape> kShapes = {
     {"r50_conv1_7x7s2", 3, 224, 224, 64, 7, 7, 3, 2},
     {"r50_3x3_64_56", 64, 56, 56, 64, 3, 3, 1, 1},
     {"r50_1x1_256to64_56", 256, 56, 56, 64, 1, 1, 0, 1},
@@ -212,7 +214,36 @@ struct Args {
   std::string out_path = "engine_probe.jsonl";
   bool exhaustive = false;
   bool quick = false;
+  std::vector<Shape> shapes;  // --shape; empty: kShapes
+  std::vector<std::string> precisions, ops;
+  std::vector<int64_t> batches;
+  size_t max_per_engine = 24;
+  double exhaustive_s = 1e9;  // stop building new configurations after this long per problem
+  bool host_overhead = true;
 };
+
+// NAME:C:H:W:K:R:S:PAD:STRIDE[:GROUPS], e.g. dw768_7:768:7:7:768:7:7:3:1:768.
+Result<Shape> ParseShape(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t colon; (colon = text.find(':', start)) != std::string::npos; start = colon + 1)
+    parts.push_back(text.substr(start, colon - start));
+  parts.push_back(text.substr(start));
+  if (parts.size() != 9 && parts.size() != 10)
+    return InvalidArgument("--shape " + text + ": want NAME:C:H:W:K:R:S:PAD:STRIDE[:GROUPS]");
+  std::vector<int64_t> v;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    char* end = nullptr;
+    const long long n = std::strtoll(parts[i].c_str(), &end, 10);
+    if (parts[i].empty() || *end != '\0' || n < (i == 7 ? 0 : 1))
+      return InvalidArgument("--shape " + text + ": field " + std::to_string(i) + " is '" +
+                             parts[i] + "'");
+    v.push_back(n);
+  }
+  Shape s{parts[0], v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  if (v.size() == 9) s.groups = v[8];
+  return s;
+}
 
 // The parsed flags, or the exit status: 0 after --help, 2 for bad flags (CLI11's message).
 std::variant<Args, int> ParseArgs(int argc, char** argv) {
@@ -227,10 +258,34 @@ std::variant<Args, int> ParseArgs(int argc, char** argv) {
   app.add_flag("--exhaustive", a.exhaustive,
                "also time the exhaustive engine x knob space (capped) of the fp32 3x3 layer");
   app.add_flag("--quick", a.quick, "fp32 only, batch 64 only");
+  std::vector<std::string> shapes;
+  app.add_option("--shape", shapes,
+                 "probe this shape instead of ResNet-50's (repeatable): "
+                 "NAME:C:H:W:K:R:S:PAD:STRIDE[:GROUPS]; --exhaustive then covers every one");
+  app.add_option("--precision", a.precisions, "only these (fp32_nchw, fp16_nhwc, bf16_nhwc)");
+  app.add_option("--op", a.ops, "only these (fwd, bwd_data, bwd_filter)");
+  app.add_option("--batch", a.batches, "these batches (default 32 and 256)");
+  app.add_option("--max-per-engine", a.max_per_engine,
+                 "knob combinations per engine in the exhaustive space")
+      ->capture_default_str();
+  app.add_option("--exhaustive-s", a.exhaustive_s,
+                 "seconds the exhaustive space of one problem may take (runtime-compiled engines "
+                 "build in up to a second each)");
+  bool no_host = false;
+  app.add_flag("--no-host-overhead", no_host, "skip the host cost of one call");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  a.host_overhead = !no_host;
+  for (const std::string& text : shapes) {
+    Result<Shape> shape = ParseShape(text);
+    if (!shape.ok()) {
+      std::fprintf(stderr, "ucudnn-engine-probe: %s\n", shape.status().ToString().c_str());
+      return 2;
+    }
+    a.shapes.push_back(*shape);
   }
   return a;
 }
@@ -341,31 +396,58 @@ EngineResult ProbeEngines(CudnnBackend& backend, const Probe& probe, const ConvG
   return r;
 }
 
-// The exhaustive engine x knob space (at most 24 per engine), to compare its best with the
-// heuristics' best.
+// The exhaustive engine x knob space (at most `max_per_engine` per engine), to compare its best
+// with the heuristics' best: a JSON line per configuration timed, the fastest per engine printed.
 void ProbeExhaustive(CudnnBackend& backend, const Probe& probe, const ConvGraph& graph,
-                     const Buffers& b, double heuristic_best, std::ofstream& out) {
+                     const Buffers& b, double heuristic_best, size_t max_per_engine,
+                     double budget_s, std::ofstream& out) {
   const Clock::time_point start = Clock::now();
-  auto all = ExhaustiveCandidates(graph, 24);
+  auto all = ExhaustiveCandidates(graph, max_per_engine);
   double best = kNone;
   int built = 0, timed = 0;
   std::string best_name;
+  std::map<int64_t, std::pair<double, std::string>> engine_best;
+  // Round-robin over the engines, so that a budget cut leaves every engine's first knobs timed.
+  std::vector<const EngineCandidate*> order;
   if (all.ok()) {
-    for (const EngineCandidate& c : *all) {
-      auto plan = EnginePlan::Build(backend.handle(), graph, c.config);
-      if (!plan.ok() || (*plan)->workspace_bytes() > kWorkspaceCap) continue;
-      ++built;
-      auto t = TimeEngine(backend, **plan, b, 3);
-      if (!t.ok()) continue;
-      ++timed;
-      if (*t < best) best = *t, best_name = EngineConfigKey(c.config);
+    std::map<int64_t, std::vector<const EngineCandidate*>> by_engine;
+    for (const EngineCandidate& c : *all) by_engine[c.config.engine].push_back(&c);
+    for (size_t i = 0; order.size() < all->size(); ++i) {
+      for (const auto& [engine, list] : by_engine) {
+        if (i < list.size()) order.push_back(list[i]);
+      }
     }
+  }
+  for (const EngineCandidate* candidate : order) {
+    const EngineCandidate& c = *candidate;
+    if (MsSince(start) > budget_s * 1000) break;
+    auto plan = EnginePlan::Build(backend.handle(), graph, c.config);
+    if (!plan.ok() || (*plan)->workspace_bytes() > kWorkspaceCap) continue;
+    ++built;
+    auto t = TimeEngine(backend, **plan, b, 3);
+    if (!t.ok()) continue;
+    ++timed;
+    const std::string name = EngineConfigKey(c.config);
+    nlohmann::json j = probe.Key();
+    j.update({{"exhaustive_config", name},
+              {"rtc", c.runtime_compiled},
+              {"tensor_core", c.tensor_core},
+              {"workspace", (*plan)->workspace_bytes()},
+              {"ms", *t}});
+    out << j.dump() << "\n";
+    if (*t < best) best = *t, best_name = name;
+    auto [it, added] = engine_best.try_emplace(c.config.engine, *t, name);
+    if (!added && *t < it->second.first) it->second = {*t, name};
   }
   const size_t configs = all.ok() ? all->size() : 0;
   std::printf(
       "  exhaustive: %zu configs, %d built, %d timed, best %.4f ms (%s), %.1f s (heuristics' best "
       "%.4f)\n",
       configs, built, timed, best, best_name.c_str(), MsSince(start) / 1000, heuristic_best);
+  for (const auto& [engine, timing] : engine_best)
+    std::printf("    engine %3ld best %.4f ms (%s)\n", static_cast<long>(engine), timing.first,
+                timing.second.c_str());
+  std::fflush(stdout);
   out << nlohmann::json({{"exhaustive", true},
                          {"shape", probe.shape.name},
                          {"op", std::string(ToString(probe.problem.op))},
@@ -395,13 +477,14 @@ std::pair<std::unique_ptr<ConvGraph>, double> ProbeOne(CudnnBackend& backend, co
   const Clock::time_point start = Clock::now();
   auto graph = ConvGraph::Build(backend.handle(), probe.problem, probe.batch);
   if (!graph.ok()) {
-    std::printf("graph %s: %s\n", probe.shape.name, graph.status().ToString().c_str());
+    std::printf("graph %s: %s\n", probe.shape.name.c_str(), graph.status().ToString().c_str());
     return {nullptr, kNone};
   }
   auto candidates = HeuristicCandidates(**graph);
   const double heuristics_ms = MsSince(start);
   if (!candidates.ok()) {
-    std::printf("heuristics %s: %s\n", probe.shape.name, candidates.status().ToString().c_str());
+    std::printf("heuristics %s: %s\n", probe.shape.name.c_str(),
+                candidates.status().ToString().c_str());
     return {nullptr, kNone};
   }
   const LegacyResult legacy = ProbeLegacy(backend, probe, b);
@@ -410,10 +493,10 @@ std::pair<std::unique_ptr<ConvGraph>, double> ProbeOne(CudnnBackend& backend, co
   std::printf(
       "%-24s %-10s %-10s %5ld | %4zu %7.1f %8.1f | %9.4f %9.4f %9.4f | %9.4f %9.4f | %s (built "
       "%d, failed %d, worst err %.1e)\n",
-      probe.shape.name, probe.precision.name, std::string(ToString(probe.problem.op)).c_str(),
-      static_cast<long>(probe.batch), candidates->size(), heuristics_ms, e.build_ms, e.best,
-      e.best_64mib, e.best_8mib, legacy.best, legacy.best_64mib, e.best_name.c_str(), e.built,
-      e.failed, e.worst_err);
+      probe.shape.name.c_str(), probe.precision.name,
+      std::string(ToString(probe.problem.op)).c_str(), static_cast<long>(probe.batch),
+      candidates->size(), heuristics_ms, e.build_ms, e.best, e.best_64mib, e.best_8mib, legacy.best,
+      legacy.best_64mib, e.best_name.c_str(), e.built, e.failed, e.worst_err);
   std::fflush(stdout);
   nlohmann::json summary = probe.Key();
   summary.update(nlohmann::json{{"summary", true},
@@ -553,31 +636,42 @@ int Main(int argc, char** argv) {
   auto backend = CudnnBackend::Create(0).value();
   std::printf("cuDNN runtime %zu, GPU %s\n", cudnnGetVersion(),
               backend->fingerprint().name.c_str());
-  const std::vector<int64_t> batches =
+  std::vector<int64_t> batches =
       args.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{32, 256};
+  if (!args.batches.empty()) batches = args.batches;
+  const bool own_shapes = !args.shapes.empty();
+  const std::vector<Shape>& shapes = own_shapes ? args.shapes : kShapes;
+  const auto chosen = [](const std::vector<std::string>& only, const std::string& name) {
+    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+  };
   PrintProbeHeader();
   for (const Precision& prec : kPrecisions) {
-    for (const Shape& shape : kShapes) {
+    if (!chosen(args.precisions, prec.name)) continue;
+    for (const Shape& shape : shapes) {
       for (ConvOp op : kOps) {
+        if (!chosen(args.ops, std::string(ToString(op)))) continue;
         for (int64_t batch : batches) {
           const Probe probe{shape, prec, MakeProblem(shape, op, prec.dt, prec.layout, prec.math),
                             batch};
           Buffers b = MakeBuffers(*backend, probe.problem, batch, kWorkspaceCap);
           auto [graph, best] = ProbeOne(*backend, probe, b, out);
-          // The exhaustive space for the first precision's 3x3 layer, first batch only.
-          if (graph != nullptr && args.exhaustive && prec.dt == DataType::kFloat32 &&
-              batch == batches.front() && std::string(shape.name) == "r50_3x3_256_14") {
-            ProbeExhaustive(*backend, probe, *graph, b, best, out);
+          // The exhaustive space: every shape given on the command line, else the first
+          // precision's 3x3 layer at the first batch only.
+          const bool exhaustive =
+              own_shapes || (prec.dt == DataType::kFloat32 && batch == batches.front() &&
+                             shape.name == "r50_3x3_256_14");
+          if (graph != nullptr && args.exhaustive && exhaustive) {
+            ProbeExhaustive(*backend, probe, *graph, b, best, args.max_per_engine,
+                            args.exhaustive_s, out);
           }
         }
       }
     }
     if (args.quick) break;
   }
-  ProbeHostOverhead(*backend, out);
+  if (args.host_overhead) ProbeHostOverhead(*backend, out);
   return 0;
 }
-
 }  // namespace
 }  // namespace ucudnn
 

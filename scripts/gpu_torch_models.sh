@@ -167,7 +167,7 @@ for c in "${curve_rows[@]}"; do
     --check --model "${c%%:*}" --precision "${c#*:}"
 done
 for k in "${kernel_rows[@]}"; do
-  model_run kernels "$k" 'print(sys.argv[2], "kernels alone, per step: PyTorch", round(d["framework_step_ms"], 2), "ms, plans", round(d["plan_step_ms"], 2), "ms; L2 flushed: PyTorch", round(d["l2_flushed"]["framework_step_ms"], 2), "ms, plans", round(d["l2_flushed"]["plan_step_ms"], 2), "ms")' \
+  model_run kernels "$k" 'print(sys.argv[2], "kernels alone, per step: PyTorch", round(d["framework_step_ms"], 2), "ms, plans", round(d["plan_step_ms"], 2), "ms; L2 flushed: PyTorch", round(d["l2_flushed"]["framework_step_ms"], 2), "ms, plans", round(d["l2_flushed"]["plan_step_ms"], 2), "ms; worst relative error of a plan against PyTorch: first call", max([r["plan_first_call_rel_error"] or 0 for r in d["kernels"]]), "later", max([r["plan_rel_error"] or 0 for r in d["kernels"]]))' \
     --flush-l2 --model "${k%%:*}" --precision "${k#*:}"
 done
 if [ "${#memory_rows[@]}" -gt 0 ]; then

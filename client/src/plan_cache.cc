@@ -43,6 +43,11 @@ std::string KernelKey(const Kernel& kernel) {
   return CanonicalKey(kernel.problem) + "@" + std::to_string(kernel.mini_batch);
 }
 
+bool HoldsGroupedKernel(const NetworkPlan& plan) {
+  return std::any_of(plan.kernels.begin(), plan.kernels.end(),
+                     [](const KernelPlan& k) { return k.kernel.problem.groups > 1; });
+}
+
 }  // namespace
 
 std::string CacheKey(const DeviceFingerprint& device, WorkspaceMode mode, BatchPolicy policy,
@@ -138,8 +143,10 @@ Result<std::vector<CacheRecord>> ParseCache(std::string_view bytes) {
         return InvalidArgument(where + ": holds a kernel that is not planned");
       }
     }
-    // Planned under the old tie rule: left for the server to plan again.
+    // Planned under the old tie rule, or from grouped kernels' old timings: left for the server
+    // to plan again.
     if (version_number < kTieRulePlanCacheVersion && FrameworkBenchmarks(plan->framework)) continue;
+    if (version_number < kGroupedRetimedPlanCacheVersion && HoldsGroupedKernel(*plan)) continue;
     records.push_back(CacheRecord{std::move(*device), std::move(*plan)});
   }
   return records;

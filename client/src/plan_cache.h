@@ -34,8 +34,12 @@ inline constexpr std::string_view kPlanCacheMagic = "ucudnn-plan-cache";
 // 4: plans of a framework that benchmarks in the job follow the planner's tie rule (dp.h
 // FrameworkBenchmarks, planner revision 5): such records of older files are not read (the
 // server plans those kernels again), the others are.
-inline constexpr int kPlanCacheVersion = 4;
+// 5: plans of grouped kernels come from timings of workers that warm up runtime-compiled engines
+// at each size (schema 8 measures those problems again): older records holding a grouped kernel
+// are not read.
+inline constexpr int kPlanCacheVersion = 5;
 inline constexpr int kTieRulePlanCacheVersion = 4;
+inline constexpr int kGroupedRetimedPlanCacheVersion = 5;
 inline constexpr int kOldestReadablePlanCacheVersion = 1;
 
 // One cached answer: planned kernels only.

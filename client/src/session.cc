@@ -255,6 +255,24 @@ bool Session::WaitForPlans(std::chrono::milliseconds timeout) {
   return answered;
 }
 
+size_t Session::BindPlans() {
+  std::vector<std::pair<const PlanEntry*, const KernelState*>> unverified;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& kernel : table_.entries()) {
+      const PlanEntry* plan = kernel->plan.load(std::memory_order_acquire);
+      if (plan == nullptr || plan->framework || plan->failed.load(std::memory_order_relaxed) ||
+          plan->required_bytes.load(std::memory_order_acquire) != PlanEntry::kUnverified) {
+        continue;
+      }
+      unverified.emplace_back(plan, kernel.get());
+    }
+  }
+  // Plan entries and kernels live as long as the session: safe outside the lock.
+  for (const auto& [plan, kernel] : unverified) (void)Verify(*plan, kernel->problem);
+  return unverified.size();
+}
+
 ClientStats Session::Stats() const {
   ClientStats stats;
   std::lock_guard lock(mutex_);

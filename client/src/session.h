@@ -198,6 +198,11 @@ class Session {
   // are not started once `timeout` has passed), and the re-asked plans waited for in what is
   // left of `timeout`.
   bool WaitForPlans(std::chrono::milliseconds timeout);
+  // Builds, at a quiet point, what the first call of each plan published so far would: its
+  // workspace query and bound runner (execution plans; a runtime-compiled engine's takes 0.3-1 s
+  // to build), so that the steps after it run at full speed from the first. Calls the backend:
+  // the caller keeps other calls of this session out meanwhile. Returns the plans verified.
+  size_t BindPlans();
   // The same wait without contribution: until no kernel waits for an answer, at most until
   // `deadline`.
   bool WaitForAnswers(std::chrono::steady_clock::time_point deadline);

@@ -367,6 +367,9 @@ ucudnnShapeStatus_t ucudnnShapeWaitForPlans(ucudnnShapeContext_t context, int64_
     context->backend->AtQuietPoint([&] {
       answered = context->session->WaitForPlans(
           std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 0));
+      // The plans' first calls' work now, not in the job's first step.
+      std::lock_guard lock(context->call_mutex);
+      (void)context->session->BindPlans();
     });
     return answered ? UCUDNN_SHAPE_SUCCESS : UCUDNN_SHAPE_NO_PLAN;
   });

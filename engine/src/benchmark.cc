@@ -500,8 +500,12 @@ class TableBenchmark {
         continue;
       }
       // A configuration that already ran at a smaller size has its kernels loaded: its probe
-      // needs no warm-up of its own.
-      const int warmup = probe_history_.count(id) > 0 ? 0 : 1;
+      // needs no warm-up of its own, unless its code is built per size. (A runtime-compiled
+      // engine's first run at a size took 0.5-1 ms more than its 0.05 ms: probed cold, cuDNN's
+      // fastest depthwise kernels were pruned and skipped, docs/torch-models.md.)
+      const bool loaded = probe_history_.count(id) > 0 &&
+                          !backend_.BuildsCodePerSize(problem_, t.micro_batch, AlgorithmOf(t));
+      const int warmup = loaded ? 0 : 1;
       Result<std::vector<double>> probe =
           backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
                                  WorkspaceOf(t), t.workspace_bytes, warmup, 1, 1, false);

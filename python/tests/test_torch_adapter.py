@@ -221,6 +221,20 @@ class PlannedTest(unittest.TestCase):
                 self.assertEqual(stats["fallback_calls"], 0, stats)
                 self.assertEqual(stats["plans_from_cache"], 3, stats)
 
+    def test_compare_kernels_checks_each_plans_output(self):
+        torch.manual_seed(3)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                              nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2))
+        x = torch.randn(4, 3, 9, 9, requires_grad=True)
+        planned(model, x, self.dir.name)
+        rows = ut.compare_kernels(model, x, repeats=2, device_type="cpu")
+        self.assertEqual(len(rows), 6)
+        for row in rows:
+            self.assertIsNotNone(row["plan_ms"], row)
+            # The first, checked call and a later, bound one, each against PyTorch's own.
+            self.assertLess(row["plan_first_call_rel_error"], 1e-5, row)
+            self.assertLess(row["plan_rel_error"], 1e-5, row)
+
     def test_input_gradient(self):
         torch.manual_seed(2)
         reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),

@@ -165,3 +165,33 @@ class CpuRunTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ConvTraceTest(unittest.TestCase):
+    """bench/torch_conv_trace.py (scripts/gpu_conv_trace.sh's PyTorch side): its shapes and the
+    three ops it calls, on the CPU."""
+
+    def test_bad_shapes_are_named(self):
+        import argparse
+
+        import torch_conv_trace
+        for text, message in (("a:1:2", "NAME:C:H:W"), ("a:1:2:2:1:1:1:0:1:x", "integers"),
+                              ("a:6:7:7:6:3:3:1:1:4", "out of range")):
+            with self.assertRaises(argparse.ArgumentTypeError) as raised:
+                torch_conv_trace.parse_shape(text)
+            self.assertIn(message, str(raised.exception))
+
+    def test_each_op_gives_its_output(self):
+        import torch
+
+        import torch_conv_trace
+        shape = torch_conv_trace.parse_shape("dw:8:7:7:8:7:7:3:1:8")
+        self.assertEqual(shape["groups"], 8)
+        x, w, dy = torch_conv_trace.operands(shape, 2, torch.float32, False, "cpu")
+        y = torch_conv_trace.the_call("fwd", shape, x, w, dy)()
+        self.assertEqual(tuple(y.shape), (2, 8, 7, 7))
+        dx = torch_conv_trace.the_call("bwd_data", shape, x, w, dy)()[0]
+        self.assertEqual(tuple(dx.shape), tuple(x.shape))
+        dw = torch_conv_trace.the_call("bwd_filter", shape, x, w, dy)()[1]
+        self.assertEqual(tuple(dw.shape), tuple(w.shape))
+        self.assertGreater(float(dw.abs().sum()), 0.0)

@@ -1373,6 +1373,21 @@ def _framework_call(shape, x, w, dy, geometry):
         dy, x, w, None, list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
 
 
+def _framework_output(shape, operands):
+    """PyTorch's own result of `shape` on `operands`: y, dx or dw."""
+    x, w, dy, geometry = operands
+    result = _framework_call(shape, x, w, dy, geometry)()
+    if shape.op == _lib.FORWARD:
+        return result
+    return result[0] if shape.op == _lib.BACKWARD_DATA else result[1]
+
+
+def _relative_error(got, expected):
+    """||got - expected|| / ||expected||, in fp32."""
+    expected = expected.float()
+    return float((got.float() - expected).norm() / expected.norm().clamp_min(1e-30))
+
+
 class _TF32:
     """PyTorch's cuDNN TF32 switch as the shape's math mode says, for a measurement."""
 
@@ -1505,7 +1520,8 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                                                              flush=flush)
             info = context.kernel_info(kernel)
             needed = context.kernel_workspace_size(kernel)
-            plan_ms = None
+            plan_ms = first_error = plan_error = None
+            expected = _framework_output(shape, operands)
             if needed is not None:
                 workspace = torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
                 stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" \
@@ -1519,13 +1535,20 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                         raise _lib.ShapeError("ucudnnShapeKernelRun", status, "")
 
                 try:
+                    # The first call runs through every check, later ones on the bound plan:
+                    # each one's output against PyTorch's own.
+                    plan_call()
+                    first_error = _relative_error(out, expected)
                     plan_ms, _ = _time_call(plan_call, device, repeats, flush)
+                    plan_call()
+                    plan_error = _relative_error(out, expected)
                 except _lib.ShapeError:
                     plan_ms = None
             rows.append({
                 "shape": dict(zip([n for n, _ in _lib.ConvShape._fields_], _shape_key(shape))),
                 "framework_ms": framework_ms, "framework_spread_ms": framework_spread,
                 "plan_ms": plan_ms, "plan_workspace_bytes": needed,
+                "plan_first_call_rel_error": first_error, "plan_rel_error": plan_error,
                 "calls": calls[_shape_key(shape)], "l2_flushed": flush is not None, **{
                     f"info_{k}": v for k, v in info.items()},
             })

@@ -39,6 +39,14 @@ size_t AllocationsDuring(Body body) {
   return g_allocations;
 }
 
+// Operands whose every tensor is `data` (the backends here read none of them).
+ConvOperands OperandsAt(float* data) {
+  ConvOperands operands;
+  operands.x = operands.w = operands.dy = data;
+  operands.y = operands.dx = operands.dw = data;
+  return operands;
+}
+
 // A backend that accepts everything and computes nothing: what remains is the library's cost.
 class NullBackend final : public ConvBackend {
  public:
@@ -105,9 +113,7 @@ TEST(HotPathTest, CallsAfterTheFirstAllocateNothing) {
   const ConvProblem unplanned = SmallProblem(ConvOp::kBackwardData);
   char workspace[64];
   float data[1] = {1};
-  ConvOperands operands;
-  operands.x = operands.w = operands.dy = data;
-  operands.y = operands.dx = operands.dw = data;
+  const ConvOperands operands = OperandsAt(data);
 
   ASSERT_TRUE(session->Execute(planned, 8, operands, workspace, sizeof(workspace), 1, 0).ok());
   ASSERT_TRUE(session->WaitForPlans(std::chrono::seconds(20)));
@@ -166,9 +172,7 @@ TEST(HotPathTest, PlannedCallsRunOnTheBoundPlanWithoutLookups) {
   const ConvProblem p = SmallProblem(ConvOp::kBackwardFilter);
   char workspace[64];
   float data[1] = {1};
-  ConvOperands operands;
-  operands.x = operands.w = operands.dy = data;
-  operands.y = operands.dx = operands.dw = data;
+  const ConvOperands operands = OperandsAt(data);
   session->Declare(p, 8, sizeof(workspace));
   ASSERT_TRUE(session->WaitForPlans(std::chrono::seconds(20)));
   // The first call verifies, binds and runs with every check, on the backend.
@@ -189,6 +193,35 @@ TEST(HotPathTest, PlannedCallsRunOnTheBoundPlanWithoutLookups) {
   EXPECT_EQ(backend.workspace_queries, queries) << "no workspace query after the first call";
   EXPECT_EQ(binder.binds, 1);
   EXPECT_EQ(session->Stats().planned_calls, 101u);
+}
+
+TEST(HotPathTest, BindPlansDoesTheFirstCallsResolvingAhead) {
+  NullBackend backend;
+  CountingBinder binder;
+  client::SessionHooks hooks;
+  hooks.binder = &binder;
+  auto session =
+      client::Session::Create(backend, ClientConfig{}, std::make_unique<InProcessSource>(), hooks);
+  const ConvProblem forward = SmallProblem(ConvOp::kForward);
+  const ConvProblem filter = SmallProblem(ConvOp::kBackwardFilter);
+  session->Declare(forward, 8, 64);
+  session->Declare(filter, 8, 64);
+  ASSERT_TRUE(session->WaitForPlans(std::chrono::seconds(20)));
+  EXPECT_EQ(binder.binds, 0) << "plans arrive unbound";
+  EXPECT_EQ(session->BindPlans(), 2u);
+  EXPECT_EQ(binder.binds, 2);
+  const int queries = backend.workspace_queries;
+  EXPECT_GT(queries, 0);
+  EXPECT_EQ(session->BindPlans(), 0u) << "nothing left to bind";
+
+  // The first call binds nothing more (its checked run through the backend queries workspaces
+  // again: on cuDNN those find the execution plans built by BindPlans).
+  char workspace[64];
+  float data[1] = {1};
+  const ConvOperands operands = OperandsAt(data);
+  ASSERT_TRUE(session->Execute(forward, 8, operands, workspace, sizeof(workspace), 1, 0).ok());
+  EXPECT_EQ(binder.binds, 2);
+  EXPECT_EQ(session->Stats().planned_calls, 1u);
 }
 
 // Counts the heuristics' runs of the fallback.
@@ -286,9 +319,7 @@ TEST(HotPathTest, KernelsBeyondTheTableRunUntrackedWithoutAllocating) {
   config.max_kernels = 1;
   auto session = client::Session::Create(backend, config);
   float data[1] = {1};
-  ConvOperands operands;
-  operands.x = operands.w = operands.dy = data;
-  operands.y = operands.dx = operands.dw = data;
+  const ConvOperands operands = OperandsAt(data);
   const ConvProblem tracked = SmallProblem(ConvOp::kForward);
   const ConvProblem second = SmallProblem(ConvOp::kBackwardData);
   const ConvProblem third = SmallProblem(ConvOp::kBackwardFilter);

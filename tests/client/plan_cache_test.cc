@@ -116,6 +116,30 @@ TEST(PlanCacheTest, OlderFilesDropThePlansOfABenchmarkingFramework) {
   EXPECT_EQ((*old)[1].plan.framework, "");
 }
 
+TEST(PlanCacheTest, OlderFilesDropThePlansOfGroupedKernels) {
+  // Version 4 files hold plans from grouped kernels' timings taken before workers warmed up
+  // runtime-compiled engines at each size (schema 8 measures those problems again): such records
+  // are left for the server to plan again; dense ones still read.
+  KernelPlan depthwise = Planned(ConvOp::kForward, 8, 4);
+  depthwise.kernel.problem.c = depthwise.kernel.problem.k = 4;
+  depthwise.kernel.problem.groups = 4;
+  ASSERT_TRUE(Validate(depthwise.kernel.problem).ok());
+  const std::vector<CacheRecord> records = {
+      PerKernel(Device(), depthwise, 1 << 20),
+      PerKernel(Device(), Planned(ConvOp::kForward, 16, 4), 1 << 20)};
+  const std::string bytes = SerializeCache(records);
+  Result<std::vector<CacheRecord>> current = ParseCache(bytes);
+  ASSERT_TRUE(current.ok()) << current.status().ToString();
+  ASSERT_EQ(current->size(), 2u);
+  EXPECT_EQ((*current)[0].plan.kernels[0].kernel.problem.groups, 4);
+  std::string version_four = bytes;
+  version_four[std::string("ucudnn-plan-cache ").size()] = '4';
+  Result<std::vector<CacheRecord>> old = ParseCache(version_four);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  ASSERT_EQ(old->size(), 1u);
+  EXPECT_EQ((*old)[0].plan.kernels[0].kernel.problem.groups, 1);
+}
+
 TEST(PlanCacheTest, EveryDamageIsDetected) {
   const std::string good =
       SerializeCache({PerKernel(Device(), Planned(ConvOp::kForward, 8, 4), 1 << 20)});

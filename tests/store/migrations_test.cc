@@ -28,6 +28,44 @@ class MigrationsTest : public test_support::PostgresTest {
     pqxx::nontransaction tx(conn);
     return tx.exec1(sql)[0].as<int64_t>();
   }
+  // The schema as a server of version `last` left it: migrations 1 to `last`, recorded.
+  void ApplyMigrationsThrough(int last) {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    tx.exec(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
+    for (const EmbeddedMigration& m : EmbeddedMigrations()) {
+      if (m.version > last) break;
+      tx.exec(std::string(m.sql));
+      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
+                     std::string(m.name));
+    }
+    tx.commit();
+  }
+  static void InsertDevice(pqxx::work& tx, const DeviceFingerprint& device) {
+    tx.exec_params(
+        "INSERT INTO devices (id, fingerprint_key, backend, name, cc_major, cc_minor, sm_count, "
+        "memory_bytes, cudnn_version, cuda_runtime_version) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        static_cast<int64_t>(device.Hash()), device.Key(), device.backend, device.name,
+        device.cc_major, device.cc_minor, device.sm_count,
+        static_cast<int64_t>(device.memory_bytes), device.cudnn_version,
+        device.cuda_runtime_version);
+  }
+  static void InsertProblem(pqxx::work& tx, const ConvProblem& problem) {
+    tx.exec_params(
+        "INSERT INTO problems (id, canonical_key, op, c, h, w, k, r, s, pad_h, pad_w, stride_h, "
+        "stride_w, dilation_h, dilation_w, groups, data_type, compute_type, layout, math) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, "
+        "$18, $19, $20)",
+        static_cast<int64_t>(StableHash(problem)), CanonicalKey(problem),
+        std::string(ToString(problem.op)), problem.c, problem.h, problem.w, problem.k, problem.r,
+        problem.s, problem.pad_h, problem.pad_w, problem.stride_h, problem.stride_w,
+        problem.dilation_h, problem.dilation_w, problem.groups,
+        std::string(ToString(problem.data_type)), std::string(ToString(problem.compute_type)),
+        std::string(ToString(problem.layout)), std::string(ToString(problem.math)));
+  }
   // Runs `sql` with the device and problem ids as $1 and $2; it must fail with `sqlstate`.
   void ExpectRejected(const std::string& sql, int64_t device, int64_t problem,
                       const std::string& sqlstate) {
@@ -162,36 +200,13 @@ TEST_F(MigrationsTest, EngineConfigsKeepLegacyRowsAndAdmitEngineRows) {
   const ConvProblem problem = Conv3x3(64);
   const auto d = static_cast<int64_t>(device.Hash());
   const auto p = static_cast<int64_t>(StableHash(problem));
+  ApplyMigrationsThrough(kEngineConfigsVersion - 1);  // the schema before 0005
   {
-    // The schema before 0005, as a server of that release left it, with rows it wrote.
+    // Rows a server of that release wrote.
     pqxx::connection conn(url());
     pqxx::work tx(conn);
-    tx.exec(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
-    for (const EmbeddedMigration& m : migrations) {
-      if (m.version >= kEngineConfigsVersion) break;
-      tx.exec(std::string(m.sql));
-      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
-                     std::string(m.name));
-    }
-    tx.exec_params(
-        "INSERT INTO devices (id, fingerprint_key, backend, name, cc_major, cc_minor, sm_count, "
-        "memory_bytes, cudnn_version, cuda_runtime_version) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        d, device.Key(), device.backend, device.name, device.cc_major, device.cc_minor,
-        device.sm_count, static_cast<int64_t>(device.memory_bytes), device.cudnn_version,
-        device.cuda_runtime_version);
-    tx.exec_params(
-        "INSERT INTO problems (id, canonical_key, op, c, h, w, k, r, s, pad_h, pad_w, stride_h, "
-        "stride_w, dilation_h, dilation_w, groups, data_type, compute_type, layout, math) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, "
-        "$18, $19, $20)",
-        p, CanonicalKey(problem), std::string(ToString(problem.op)), problem.c, problem.h,
-        problem.w, problem.k, problem.r, problem.s, problem.pad_h, problem.pad_w, problem.stride_h,
-        problem.stride_w, problem.dilation_h, problem.dilation_w, problem.groups,
-        std::string(ToString(problem.data_type)), std::string(ToString(problem.compute_type)),
-        std::string(ToString(problem.layout)), std::string(ToString(problem.math)));
+    InsertDevice(tx, device);
+    InsertProblem(tx, problem);
     for (int algo : {0, 1, 6}) {
       for (int mb : {8, 16}) {
         tx.exec_params(
@@ -272,6 +287,52 @@ TEST_F(MigrationsTest, EngineConfigsKeepLegacyRowsAndAdmitEngineRows) {
   fails_with("8, -1, 'eng' || repeat('1', 2000), 0.5, 'ok'", "23514");  // bounded length
 }
 
+// 0008 on a database at version 7: the measured tables of grouped problems (legacy algorithms and
+// engine configurations alike: workers before it pruned runtime-compiled engines on cold probes)
+// are dropped, so that the next plan request queues them again; their framework's own times and
+// every row of a dense problem stay.
+TEST_F(MigrationsTest, GroupedProblemsAreMeasuredAgain) {
+  constexpr int kRemeasureVersion = 8;
+  ASSERT_GE(EmbeddedMigrations().size(), static_cast<size_t>(kRemeasureVersion));
+  ASSERT_EQ(EmbeddedMigrations()[kRemeasureVersion - 1].name, "0008_remeasure_grouped_problems");
+  ApplyMigrationsThrough(kRemeasureVersion - 1);
+  const DeviceFingerprint device = H100();
+  const ConvProblem dense = Conv3x3(64);
+  ConvProblem depthwise = Conv3x3(64);
+  depthwise.groups = 64;
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    InsertDevice(tx, device);
+    for (const ConvProblem& problem : {dense, depthwise}) {
+      InsertProblem(tx, problem);
+      for (const auto& [algo, key] : {std::pair<int, std::string>{1, ""},
+                                      {kEngineAlgo, "eng5"},
+                                      {kFrameworkAlgo, "torch-2.11.0/benchmark"}}) {
+        tx.exec_params(
+            "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, "
+            "time_ms, status) VALUES ($1, $2, 8, $3, $4, 0.5, 'ok')",
+            static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(problem)), algo,
+            key);
+      }
+    }
+    tx.commit();
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto summary = store->Migrate();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->from_version, kRemeasureVersion - 1);
+
+  auto kept = store->GetTimings(device, dense);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->entries.size(), 3u);
+  auto grouped = store->GetTimings(device, depthwise);
+  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  ASSERT_EQ(grouped->entries.size(), 1u);
+  EXPECT_EQ(grouped->entries[0].algo, kFrameworkAlgo);
+}
+
 // The schema guards its data even against writers that bypass the store.
 TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
   auto store = Open();
@@ -324,22 +385,7 @@ TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
 // the old '_' key) moves to its escaped key and id with its timings, jobs and workers; a device
 // without those characters keeps key and id; fma problems become storable.
 TEST_F(MigrationsTest, EscapedDeviceKeysMigrationMovesRowsAndKeepsPlainKeys) {
-  {
-    pqxx::connection conn(url());
-    for (const EmbeddedMigration& m : EmbeddedMigrations()) {
-      if (m.version > 3) break;
-      pqxx::work tx(conn);
-      tx.exec(std::string(m.sql));
-      if (m.version == 1) {
-        tx.exec(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT "
-            "NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
-      }
-      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
-                     std::string(m.name));
-      tx.commit();
-    }
-  }
+  ApplyMigrationsThrough(3);
   DeviceFingerprint evil = H100();
   evil.name = "Evil;GPU=1";
   // Migration 0004 writes v1 keys (the key version of its time, kFingerprintKeyVersion now):

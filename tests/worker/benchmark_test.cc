@@ -194,6 +194,66 @@ TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsG
   for (const Timing& t : full->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
 }
 
+// Two configurations; "compiled" is twice as fast as "steady" but, like a runtime-compiled cuDNN
+// engine, runs code built for each batch size: its first run at a size, unless warmed up, takes
+// 1 ms more (the code loading).
+class CodePerSizeBackend : public RenamedCpuBackend {
+ public:
+  explicit CodePerSizeBackend(bool says_so) : RenamedCpuBackend("per-size"), says_so_(says_so) {}
+  std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
+    return {{0, "steady"}, {1, "compiled"}};
+  }
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, const Algorithm&) override {
+    return size_t{0};
+  }
+  bool BuildsCodePerSize(const ConvProblem&, int64_t, const Algorithm& algo) override {
+    return says_so_ && algo.id == 1;
+  }
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t b, const Algorithm& algo,
+                                            const ConvOperands&, void*, size_t, int warmup,
+                                            int samples, int, bool) override {
+    const double steady_ms = 0.01 + 0.001 * static_cast<double>(b);
+    std::vector<double> ms(static_cast<size_t>(samples), algo.id == 1 ? steady_ms / 2 : steady_ms);
+    if (algo.id == 1 && loaded_.insert(b).second && warmup == 0) ms.front() += 1.0;
+    return ms;
+  }
+
+ private:
+  bool says_so_;
+  std::set<int64_t> loaded_;  // sizes whose code "compiled" has run
+};
+
+TEST(BenchmarkProbeTest, CodeBuiltPerSizeIsWarmedUpBeforeItsProbeAtEverySize) {
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 8);
+  const std::vector<int64_t> sizes = {1, 2, 4, 8};
+  BenchmarkOptions options = CountableOptions();
+  options.prune_margin = 0.10;  // probes on, as a worker runs
+  options.skip_factor = 2.0;
+  CodePerSizeBackend backend(/*says_so=*/true);
+  auto table = BenchmarkMicroBatches(backend, p, sizes, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  int compiled = 0;
+  for (const Timing& t : table->entries) {
+    if (t.algo != 1) continue;
+    SCOPED_TRACE("micro-batch " + std::to_string(t.micro_batch));
+    ++compiled;
+    EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+    EXPECT_LT(t.time_ms, 0.01 + 0.001 * static_cast<double>(t.micro_batch)) << "not the fastest";
+  }
+  EXPECT_EQ(compiled, 4);
+
+  // Without the backend saying so, the cold probe at each new size makes the fastest
+  // configuration look 20x slower: pruned to its one slow sample, then skipped at the next size.
+  CodePerSizeBackend silent(/*says_so=*/false);
+  auto fooled = BenchmarkMicroBatches(silent, p, sizes, options);
+  ASSERT_TRUE(fooled.ok()) << fooled.status().ToString();
+  int skipped = 0;
+  for (const Timing& t : fooled->entries) {
+    if (t.algo == 1 && t.status == TimingStatus::kFailed && IsWorkerLimit(t)) ++skipped;
+  }
+  EXPECT_GT(skipped, 0);
+}
+
 TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {
   RenamedCpuBackend gpu("flaky gpu");
   // 2 runs per configuration: the device dies in the third configuration.

@@ -439,9 +439,14 @@ Result<EnginePlan*> CudnnBackend::GetEnginePlan(const ConvProblem& problem, int6
   }
   UCUDNN_ASSIGN_OR_RETURN(EngineConfig config, ParseEngineConfigKey(algorithm.engine_config));
   config.cudnn_version = static_cast<int32_t>(fingerprint_.cudnn_version);
-  UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, beta));
-  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<EnginePlan> plan,
-                          EnginePlan::Build(graph->handle(), *graph, config));
+  std::shared_ptr<EnginePlan> plan;
+  if (owns_handle_) {
+    UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, beta));
+    UCUDNN_ASSIGN_OR_RETURN(plan, EnginePlan::Build(graph->handle(), *graph, config));
+  } else {
+    // A caller's handle (the client library): its bound plans run the same execution plans.
+    UCUDNN_ASSIGN_OR_RETURN(plan, SharedEnginePlan(handle_, problem, batch, beta, config));
+  }
   if (engine_plans_.size() >= kMaxCachedEnginePlans) {
     // Only the plans: the graphs (and the plan about to be cached) stay valid.
     engine_plans_.clear();
@@ -637,6 +642,18 @@ std::vector<Timing> CudnnBackend::Candidates(const ConvProblem& problem, int64_t
     out.push_back(std::move(t));
   }
   return out;
+}
+
+bool CudnnBackend::BuildsCodePerSize(const ConvProblem& problem, int64_t batch,
+                                     const Algorithm& algo) {
+  if (!algo.is_engine()) return false;
+  if (!MakeDeviceCurrent().ok()) return true;
+  Result<const std::vector<EngineCandidate>*> engines = GetEngineCandidates(problem, batch);
+  if (!engines.ok()) return true;
+  for (const EngineCandidate& c : **engines) {
+    if (EngineConfigKey(c.config) == algo.engine_config) return c.runtime_compiled;
+  }
+  return true;
 }
 
 Status CudnnBackend::Healthy() {

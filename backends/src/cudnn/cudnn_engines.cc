@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -552,6 +555,73 @@ Status EnginePlan::Execute(cudnnHandle_t handle, const ConvOperands& o, void* wo
   UCUDNN_RETURN_IF_ERROR(Finalize(vp));
   UCUDNN_GPU_CHECK(cudnnBackendExecute(handle, plan_.get(), vp));
   return Status::Ok();
+}
+
+// ---- Shared plans
+// -------------------------------------------------------------------------------
+
+namespace {
+
+struct SharedPlan {
+  std::unique_ptr<ConvGraph> graph;  // the plan's descriptors refer to it
+  std::unique_ptr<EnginePlan> plan;
+};
+
+// Enough for every plan of a large network on a few handles (ResNet-50: 161 kernels).
+constexpr size_t kMaxSharedPlans = 2048;
+
+struct SharedPlans {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<SharedPlan>> by_key;
+  std::deque<std::string> order;  // insertion order, for eviction
+};
+
+SharedPlans& Shared() {
+  static SharedPlans* plans = new SharedPlans();  // never destroyed: used until exit
+  return *plans;
+}
+
+std::string HandlePrefix(cudnnHandle_t handle) {
+  return std::to_string(reinterpret_cast<uintptr_t>(handle)) + "|";
+}
+
+}  // namespace
+
+Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
+                                                     const ConvProblem& problem, int64_t batch,
+                                                     float beta, const EngineConfig& config) {
+  const std::string key = HandlePrefix(handle) + CanonicalKey(problem) + "|" +
+                          std::to_string(batch) + "|" + (beta == 0.0f ? "0" : "1") + "|" +
+                          EngineConfigKey(config) + "|" + std::to_string(config.cudnn_version);
+  SharedPlans& shared = Shared();
+  {
+    std::lock_guard lock(shared.mutex);
+    if (auto it = shared.by_key.find(key); it != shared.by_key.end()) {
+      return std::shared_ptr<EnginePlan>(it->second, it->second->plan.get());
+    }
+  }
+  // Built outside the lock: building takes up to a second, and other plans need not wait.
+  auto built = std::make_shared<SharedPlan>();
+  UCUDNN_ASSIGN_OR_RETURN(built->graph, ConvGraph::Build(handle, problem, batch, beta));
+  UCUDNN_ASSIGN_OR_RETURN(built->plan, EnginePlan::Build(handle, *built->graph, config));
+  std::lock_guard lock(shared.mutex);
+  auto [it, added] = shared.by_key.try_emplace(key, built);  // another thread's build wins
+  if (added) {
+    shared.order.push_back(key);
+    while (shared.order.size() > kMaxSharedPlans) {
+      shared.by_key.erase(shared.order.front());
+      shared.order.pop_front();
+    }
+  }
+  return std::shared_ptr<EnginePlan>(it->second, it->second->plan.get());
+}
+
+void ForgetSharedEnginePlans(cudnnHandle_t handle) {
+  const std::string prefix = HandlePrefix(handle);
+  SharedPlans& shared = Shared();
+  std::lock_guard lock(shared.mutex);
+  std::erase_if(shared.order, [&](const std::string& key) { return key.starts_with(prefix); });
+  std::erase_if(shared.by_key, [&](const auto& entry) { return entry.first.starts_with(prefix); });
 }
 
 }  // namespace ucudnn

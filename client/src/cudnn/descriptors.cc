@@ -1,6 +1,7 @@
 #include "cudnn/descriptors.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -194,6 +195,7 @@ class BoundCudnnPlan final : public MicroBatchRunner {
   BoundCudnnPlan(cudnnHandle_t handle, ConvOp op) : handle_(handle), op_(op) {}
 
   Status Build(const ConvProblem& p, std::span<const Segment> segments) {
+    problem_ = p;
     runs_.reserve(segments.size());
     for (size_t i = 0; i < segments.size(); ++i) {
       const Segment& segment = segments[i];
@@ -206,10 +208,13 @@ class BoundCudnnPlan final : public MicroBatchRunner {
         // A configuration this cuDNN cannot build fails the bind: the session then never uses
         // the plan's engine segments on the hot path (the call falls back).
         // Both scalars a call may bring: beta 0 (overwrite, what frameworks pass) and beta 1
-        // (accumulate: backward-filter's later micro-batches, and callers that add into their
-        // output). Other scalars run through the legacy path of the fallback.
+        // (accumulate: backward-filter's later micro-batches, built now; callers that add into
+        // the output of another op, built at their first such call). Other scalars run through
+        // the legacy path of the fallback.
         UCUDNN_ASSIGN_OR_RETURN(run.overwrite, BuildEngine(p, segment, 0.0f));
-        UCUDNN_ASSIGN_OR_RETURN(run.accumulate, BuildEngine(p, segment, 1.0f));
+        if (op_ == ConvOp::kBackwardFilter) {
+          UCUDNN_ASSIGN_OR_RETURN(run.accumulate, BuildEngine(p, segment, 1.0f));
+        }
         runs_.push_back(std::move(run));
         continue;
       }
@@ -231,8 +236,11 @@ class BoundCudnnPlan final : public MicroBatchRunner {
   Status RunMicroBatch(size_t index, const Segment& segment, const ConvOperands& o, void* workspace,
                        size_t workspace_bytes, float alpha, float beta) override {
     if (index >= runs_.size()) return Internal("segment index past the bound plan");
-    const SegmentRun& run = runs_[index];
+    SegmentRun& run = runs_[index];
     if (run.overwrite != nullptr) {
+      if (beta == 1.0f && run.accumulate == nullptr) {
+        UCUDNN_ASSIGN_OR_RETURN(run.accumulate, BuildEngine(problem_, segment, 1.0f));
+      }
       EnginePlan* plan = beta == 0.0f   ? run.overwrite.get()
                          : beta == 1.0f ? run.accumulate.get()
                                         : nullptr;
@@ -254,30 +262,24 @@ class BoundCudnnPlan final : public MicroBatchRunner {
   };
   struct SegmentRun {
     size_t descriptor_set = 0;               // legacy
-    std::unique_ptr<EnginePlan> overwrite;   // engine, beta 0
-    std::unique_ptr<EnginePlan> accumulate;  // engine, beta 1 (backward-filter after the first)
+    std::shared_ptr<EnginePlan> overwrite;   // engine, beta 0
+    std::shared_ptr<EnginePlan> accumulate;  // engine, beta 1
   };
 
-  Result<std::unique_ptr<EnginePlan>> BuildEngine(const ConvProblem& p, const Segment& segment,
+  // The process's shared plan (SharedEnginePlan): the backend's checked first run and workspace
+  // query built it already, and segments of one size share it.
+  Result<std::shared_ptr<EnginePlan>> BuildEngine(const ConvProblem& p, const Segment& segment,
                                                   float beta) {
     UCUDNN_ASSIGN_OR_RETURN(EngineConfig config, ParseEngineConfigKey(segment.engine_config));
     // Plans come for this job's own fingerprint, whose cuDNN version is the one loaded.
     config.cudnn_version = static_cast<int32_t>(cudnnGetVersion());
-    const std::string graph_key =
-        std::to_string(segment.micro_batch) + "|" + (beta == 0 ? "0" : "1");
-    auto it = graphs_.find(graph_key);
-    if (it == graphs_.end()) {
-      UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
-                              ConvGraph::Build(handle_, p, segment.micro_batch, beta));
-      it = graphs_.emplace(graph_key, std::move(graph)).first;
-    }
-    return EnginePlan::Build(handle_, *it->second, config);
+    return SharedEnginePlan(handle_, p, segment.micro_batch, beta, config);
   }
 
   cudnnHandle_t handle_;
   ConvOp op_;
+  ConvProblem problem_;  // for plans built at a later call
   std::vector<SizeSet> sets_;
-  std::map<std::string, std::unique_ptr<ConvGraph>> graphs_;  // plans point into them
   std::vector<SegmentRun> runs_;
 };
 

@@ -18,6 +18,7 @@
 #include "cudnn/guard.h"
 #include "session.h"
 #include "ucudnn/backends/cudnn_backend.h"
+#include "ucudnn/backends/cudnn_engines.h"
 
 namespace ucudnn {
 namespace {
@@ -280,7 +281,10 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
   }
 }
 
-Handle::~Handle() = default;
+Handle::~Handle() {
+  // The caller may destroy its cuDNN handle next, and a new one may get its address.
+  if (impl_ != nullptr && cudnn_ != nullptr) ForgetSharedEnginePlans(cudnn_);
+}
 Handle::Handle(Handle&&) noexcept = default;
 Handle& Handle::operator=(Handle&&) noexcept = default;
 

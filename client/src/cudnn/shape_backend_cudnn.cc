@@ -9,6 +9,7 @@
 #include "log.h"
 #include "shape_backend.h"
 #include "ucudnn/backends/cudnn_backend.h"
+#include "ucudnn/backends/cudnn_engines.h"
 
 namespace ucudnn::client {
 namespace {
@@ -38,6 +39,7 @@ class CudnnShapeBackend final : public ShapeBackend {
   ~CudnnShapeBackend() override {
     backend_.reset();
     if (handle_ != nullptr) {
+      ForgetSharedEnginePlans(handle_);
       const cudnnStatus_t destroyed = cudnnDestroy(handle_);
       if (destroyed != CUDNN_STATUS_SUCCESS) {
         Log().warn("cudnnDestroy: {}", cudnnGetErrorString(destroyed));

@@ -111,6 +111,9 @@ class CudnnBackend final : public ConvBackend {
   // Legacy algorithms, then the engine configurations cuDNN's heuristics propose (modes instant
   // and fallback, filtered by the problem's math mode, runtime-compiled engines left out).
   std::vector<Timing> Candidates(const ConvProblem& problem, int64_t batch) override;
+  // True for a runtime-compiled engine configuration (and, to be safe, for an engine
+  // configuration the heuristics of that size do not describe).
+  bool BuildsCodePerSize(const ConvProblem& problem, int64_t batch, const Algorithm& algo) override;
   // The engine heuristics and an execution plan of every candidate for each size not prepared
   // yet, sizes spread over up to `threads` threads, each with a cuDNN handle of its own (cuDNN is
   // thread-safe across handles) on this backend's stream; the results go into the caches that
@@ -165,7 +168,7 @@ class CudnnBackend final : public ConvBackend {
   // Keys: CanonicalKey|batch|beta (graphs), that plus |config (plans, failures), CanonicalKey|batch
   // (candidates).
   std::map<std::string, std::unique_ptr<ConvGraph>> graphs_;
-  std::map<std::string, std::unique_ptr<EnginePlan>> engine_plans_;
+  std::map<std::string, std::shared_ptr<EnginePlan>> engine_plans_;
   std::map<std::string, Status> engine_plan_failures_;  // cuDNN's verdict, not asked again
   std::map<std::string, std::vector<EngineCandidate>> engine_candidates_;
   // Prepare()'s handles, bound to stream(); destroyed after the graphs and plans built on them.

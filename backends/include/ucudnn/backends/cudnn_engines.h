@@ -126,4 +126,18 @@ class EnginePlan {
   std::vector<BackendDescriptor> knob_choices_;
 };
 
+// Execution plans shared by everything in the process that runs on one handle: the client's
+// backend (a plan's workspace query and first, checked run) and its bound plans (the later runs)
+// then build each (problem, size, beta, configuration) once. Building a runtime-compiled engine
+// compiles it (0.3-1 s), again for every build of the same plan: ConvNeXt-T's depthwise plans
+// were built 2-4 times each in a job's first step. The graph is built here and lives with its
+// plan. Thread-safe; bounded (the oldest entries leave first; a plan in use stays alive with its
+// holders). kUnsupported as EnginePlan::Build; failures are not remembered.
+Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
+                                                     const ConvProblem& problem, int64_t batch,
+                                                     float beta, const EngineConfig& config);
+// Drops the shared plans of `handle`; called before the handle is destroyed (a new handle may
+// get its address).
+void ForgetSharedEnginePlans(cudnnHandle_t handle);
+
 }  // namespace ucudnn

@@ -160,7 +160,9 @@ ucudnnShapeStatus_t ucudnnShapeKernelRun(ucudnnShapeKernel_t kernel, const void*
 ucudnnShapeStatus_t ucudnnShapePrepare(ucudnnShapeContext_t context,
                                        const ucudnnConvShape_t* shapes, size_t count, size_t limit);
 /* Waits up to timeout_ms for every kernel's answer from the server: UCUDNN_SHAPE_SUCCESS when
- * none is still waiting, UCUDNN_SHAPE_NO_PLAN on timeout. Not for training steps. */
+ * none is still waiting, UCUDNN_SHAPE_NO_PLAN on timeout. Then builds what the first call of each
+ * plan that arrived needs (cuDNN execution plans: a runtime-compiled one takes up to a second), so
+ * that the training steps after it run at full speed from the first. Not for training steps. */
 ucudnnShapeStatus_t ucudnnShapeWaitForPlans(ucudnnShapeContext_t context, int64_t timeout_ms);
 ucudnnShapeStatus_t ucudnnShapeGetStats(ucudnnShapeContext_t context, ucudnnStats_t* stats);
 

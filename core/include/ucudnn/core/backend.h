@@ -75,6 +75,15 @@ class ConvBackend {
     (void)batches;
     (void)threads;
   }
+  // Whether `algo` runs code built for this batch size alone (cuDNN's runtime-compiled engines
+  // compile each size's execution plan), so that its first run at `batch` loads that code even
+  // after runs at other sizes, and is no measure of its time. The default: no.
+  virtual bool BuildsCodePerSize(const ConvProblem& problem, int64_t batch, const Algorithm& algo) {
+    (void)problem;
+    (void)batch;
+    (void)algo;
+    return false;
+  }
   // Workspace bytes `algo` needs for `problem` at `batch`; kUnsupported when it cannot run it.
   virtual Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
                                        const Algorithm& algo) = 0;
