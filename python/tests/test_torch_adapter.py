@@ -648,6 +648,16 @@ class HostBoundTest(unittest.TestCase):
         self.assertTrue(ut.is_host_bound(edge + 1e-6, 1.0))
         self.assertFalse(ut.is_host_bound(edge - 1e-6, 1.0))
 
+    def test_one_step_on_a_loaded_host_does_not_decide(self):
+        # (host s, total s): one step whose host was slowed looks host-bound; the median is not.
+        samples = [(0.025, 0.051), (0.042, 0.053), (0.027, 0.052)]
+        self.assertTrue(ut.is_host_bound(*samples[1]))
+        self.assertEqual(ut.median_step(samples), (0.027, 0.052))
+        self.assertFalse(ut.is_host_bound(*ut.median_step(samples)))
+        # A host-bound model's steps are all close: the median is one of them.
+        bound = [(0.040, 0.041), (0.045, 0.046), (0.039, 0.041)]
+        self.assertTrue(ut.is_host_bound(*ut.median_step(bound)))
+
     def test_the_measured_steps_leave_the_model_as_it_was(self):
         torch.manual_seed(13)
         model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),

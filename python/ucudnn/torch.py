@@ -1179,16 +1179,30 @@ def _release_cached_memory(sample_inputs):
         torch.cuda.empty_cache()
 
 
-def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
+def median_step(samples):
+    """Of steps measured as (host_s, total_s), the one whose lag (the device's time after the
+    host's launches, as a fraction of the step) is the median: one step alone flips on a loaded
+    host (ConvNeXt-T: 42 ms of host time in a 53 ms step in one run, 25 of 51 in the next,
+    docs/torch-models.md calls 49-50)."""
+    def lag(sample):
+        host, total = sample
+        return (total - host) / total if total > 0 else 0.0
+    ranked = sorted(samples, key=lag)
+    return ranked[len(ranked) // 2]
+
+
+def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=4):
     """Whether a training step of `model` (forward, `loss_fn(output)` or the output's sum,
-    backward; CUDA) is host-bound: the last of `steps` steps' launch time (until backward()
-    returns) against its time until the device finishes (is_host_bound; a CPU step is all
-    host). The model is left as it was (gradients and buffers). In a torch.distributed job every
-    rank gets rank 0's answer. {"host_bound", "host_ms", "step_ms"}."""
+    backward; CUDA) is host-bound: of `steps` steps, the first left out, the median one's
+    launch time (until backward() returns) against its time until the device finishes
+    (median_step, is_host_bound; a CPU step is all host). The model is left as it was
+    (gradients and buffers). In a torch.distributed job every rank gets rank 0's answer.
+    {"host_bound", "host_ms", "step_ms"}."""
     device = next(t.device for t in sample_inputs if torch.is_tensor(t))
     cuda = device.type == "cuda"
+    samples = []
     with _model_kept(model):
-        for _ in range(steps):  # the first: PyTorch's benchmark, the plans' first calls
+        for _ in range(max(2, steps)):  # the first: PyTorch's benchmark, the plans' first calls
             if cuda:
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
@@ -1196,7 +1210,8 @@ def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=3):
             host = time.perf_counter() - start
             if cuda:
                 torch.cuda.synchronize(device)
-            total = time.perf_counter() - start
+            samples.append((host, time.perf_counter() - start))
+    host, total = median_step(samples[1:])
     bound = bool(_rank0s(int(is_host_bound(host, total)), device))
     return {"host_bound": bound, "host_ms": host * 1e3, "step_ms": total * 1e3}
 

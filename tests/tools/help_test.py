@@ -82,7 +82,8 @@ EXPECTED = {
         "environment": ["SPDLOG_LEVEL"],
     },
     "ucudnn-engine-probe": {
-        "": ["--out", "--exhaustive", "--quick"],
+        "": ["--out", "--exhaustive", "--quick", "--shape", "--precision", "--op", "--batch",
+             "--max-per-engine", "--exhaustive-s", "--no-host-overhead"],
     },
     "ucudnn-example-train-step": {
         "": ["--backend", "--network", "--batch", "--dtype", "--layout", "--math", "--limits-mib",
