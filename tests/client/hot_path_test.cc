@@ -162,13 +162,18 @@ class CountingBinder final : public client::PlanBinder {
   int runs = 0;
 };
 
+// A session of `backend` whose plans `binder` binds, planned in process.
+std::unique_ptr<client::Session> SessionBoundBy(NullBackend& backend, CountingBinder& binder) {
+  client::SessionHooks hooks;
+  hooks.binder = &binder;
+  return client::Session::Create(backend, ClientConfig{}, std::make_unique<InProcessSource>(),
+                                 hooks);
+}
+
 TEST(HotPathTest, PlannedCallsRunOnTheBoundPlanWithoutLookups) {
   NullBackend backend;
   CountingBinder binder;
-  client::SessionHooks hooks;
-  hooks.binder = &binder;
-  auto session =
-      client::Session::Create(backend, ClientConfig{}, std::make_unique<InProcessSource>(), hooks);
+  auto session = SessionBoundBy(backend, binder);
   const ConvProblem p = SmallProblem(ConvOp::kBackwardFilter);
   char workspace[64];
   float data[1] = {1};
@@ -198,10 +203,7 @@ TEST(HotPathTest, PlannedCallsRunOnTheBoundPlanWithoutLookups) {
 TEST(HotPathTest, BindPlansDoesTheFirstCallsResolvingAhead) {
   NullBackend backend;
   CountingBinder binder;
-  client::SessionHooks hooks;
-  hooks.binder = &binder;
-  auto session =
-      client::Session::Create(backend, ClientConfig{}, std::make_unique<InProcessSource>(), hooks);
+  auto session = SessionBoundBy(backend, binder);
   const ConvProblem forward = SmallProblem(ConvOp::kForward);
   const ConvProblem filter = SmallProblem(ConvOp::kBackwardFilter);
   session->Declare(forward, 8, 64);
