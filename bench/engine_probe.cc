@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "ucudnn/backends/cudnn_backend.h"
 #include "ucudnn/backends/cudnn_engines.h"
 #include "ucudnn/core/random_fill.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
 namespace ucudnn {
@@ -224,23 +226,24 @@ struct Args {
 
 // NAME:C:H:W:K:R:S:PAD:STRIDE[:GROUPS], e.g. dw768_7:768:7:7:768:7:7:3:1:768.
 Result<Shape> ParseShape(const std::string& text) {
-  std::vector<std::string> parts;
+  std::vector<std::string_view> parts;
+  const std::string_view all = text;
   size_t start = 0;
-  for (size_t colon; (colon = text.find(':', start)) != std::string::npos; start = colon + 1)
-    parts.push_back(text.substr(start, colon - start));
-  parts.push_back(text.substr(start));
+  for (size_t colon; (colon = all.find(':', start)) != std::string_view::npos; start = colon + 1)
+    parts.push_back(all.substr(start, colon - start));
+  parts.push_back(all.substr(start));
   if (parts.size() != 9 && parts.size() != 10)
     return InvalidArgument("--shape " + text + ": want NAME:C:H:W:K:R:S:PAD:STRIDE[:GROUPS]");
+  static constexpr const char* kFields[] = {"c", "h",   "w",      "k",     "r",
+                                            "s", "pad", "stride", "groups"};
   std::vector<int64_t> v;
   for (size_t i = 1; i < parts.size(); ++i) {
-    char* end = nullptr;
-    const long long n = std::strtoll(parts[i].c_str(), &end, 10);
-    if (parts[i].empty() || *end != '\0' || n < (i == 7 ? 0 : 1))
-      return InvalidArgument("--shape " + text + ": field " + std::to_string(i) + " is '" +
-                             parts[i] + "'");
-    v.push_back(n);
+    const int64_t min = std::string_view(kFields[i - 1]) == "pad" ? 0 : 1;
+    Result<int64_t> n = ParseInteger<int64_t>(kFields[i - 1], parts[i], min, int64_t{1} << 20);
+    if (!n.ok()) return n.status().WithContext("--shape " + text);
+    v.push_back(*n);
   }
-  Shape s{parts[0], v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  Shape s{std::string(parts[0]), v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   if (v.size() == 9) s.groups = v[8];
   return s;
 }
