@@ -1,27 +1,28 @@
 """What PyTorch itself runs for one convolution: its time and its device kernels.
 
 For each --shape and op, PyTorch's own convolution (`cudnn.benchmark` on, as a user trains) is
-called until its search is done, timed (median of CUDA-event pairs, L2 flushed before each run
-and not), and profiled once: the names and times of the device kernels it launches. Run it under
-cuDNN's API log (CUDNN_LOGLEVEL_DBG=3, CUDNN_LOGDEST_DBG=FILE) to see which engine configuration
-PyTorch's search kept; scripts/gpu_conv_trace.sh does that per kernel, beside ucudnn's engine
-probe on the same shapes. JSON to --out.
+called until its search is done, timed as ucudnn.torch.compare_kernels times it (device time,
+the L2 flushed before each run and not), and profiled once: the names and times of the device
+kernels it launches. Run it under cuDNN's API log (CUDNN_LOGLEVEL_DBG=3, CUDNN_LOGDEST_DBG=FILE)
+to see which engine configuration PyTorch's search kept; scripts/gpu_conv_trace.sh does that per
+kernel, beside ucudnn's engine probe on the same shapes. JSON to --out.
 
-    python3 bench/torch_conv_trace.py --shape dw768_7:768:7:7:768:7:7:3:1:768 --op fwd \\
-        --precision amp --batch 128 --out trace.json
+    PYTHONPATH=python python3 bench/torch_conv_trace.py \\
+        --shape dw768_7:768:7:7:768:7:7:3:1:768 --op fwd --precision amp --batch 128 --out t.json
 """
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
-import torch.nn.functional as F
 
-from torch_common import event_times_ms  # bench/ is the script's directory
+# The adapter's helpers for PyTorch's own op of a kernel (python/ on the path; the library itself
+# is not loaded).
+from ucudnn import _lib
+from ucudnn import torch as ut
 
-OPS = ("fwd", "bwd_data", "bwd_filter")
+OPS = {"fwd": _lib.FORWARD, "bwd_data": _lib.BACKWARD_DATA, "bwd_filter": _lib.BACKWARD_FILTER}
 
 
 def parse_shape(text):
@@ -43,32 +44,17 @@ def parse_shape(text):
             "stride": stride, "groups": groups}
 
 
-def operands(shape, batch, dtype, channels_last, device):
-    gen = torch.Generator(device=device).manual_seed(0)
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-
-    def rand(*size):
-        return torch.randn(*size, generator=gen, device=device, dtype=dtype).to(memory_format=fmt)
-
-    x = rand(batch, shape["c"], shape["h"], shape["w"])
-    weight = rand(shape["k"], shape["c"] // shape["groups"], shape["r"], shape["s"])
-    y = F.conv2d(x, weight, stride=shape["stride"], padding=shape["pad"], groups=shape["groups"])
-    dy = rand(*y.shape)
-    return x, weight, dy
-
-
-def the_call(op, shape, x, weight, dy):
-    stride, pad, groups = [shape["stride"]] * 2, [shape["pad"]] * 2, shape["groups"]
-    if op == "fwd":
-        return lambda: F.conv2d(x, weight, stride=stride, padding=pad, groups=groups)
-    mask = [op == "bwd_data", op == "bwd_filter", False]
-    return lambda: torch.ops.aten.convolution_backward(
-        dy, x, weight, None, stride, pad, [1, 1], False, [0, 0], groups, mask)
-
-
-def median_ms(call, repeats, flush=None):
-    before = flush.zero_ if flush is not None else None
-    return statistics.median(event_times_ms(call, repeats, before))
+def conv_shape(shape, op, batch, precision):
+    """The kernel as the library names it (ucudnnConvShape_t): amp is fp16 channels-last, fp32
+    NCHW with TF32."""
+    amp = precision == "amp"
+    return _lib.ConvShape(
+        op=OPS[op], n=batch, c=shape["c"], h=shape["h"], w=shape["w"], k=shape["k"],
+        r=shape["r"], s=shape["s"], pad_h=shape["pad"], pad_w=shape["pad"],
+        stride_h=shape["stride"], stride_w=shape["stride"], dilation_h=1, dilation_w=1,
+        groups=shape["groups"], data_type=_lib.HALF if amp else _lib.FLOAT,
+        layout=_lib.NHWC if amp else _lib.NCHW,
+        math=_lib.MATH_TENSOR_OP if amp else _lib.MATH_DEFAULT)
 
 
 def device_kernels(call, runs=3):
@@ -103,23 +89,18 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.exit("torch_conv_trace.py: needs a CUDA device")
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = True
     device = torch.device("cuda")
-    amp = args.precision == "amp"
-    dtype = torch.float16 if amp else torch.float32
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)  # twice an H200's L2
+    flush = ut._l2_flusher(device)
     rows = []
     for shape in args.shape:
-        x, weight, dy = operands(shape, args.batch, dtype, amp, device)
         for op in args.op or OPS:
-            call = the_call(op, shape, x, weight, dy)
-            for _ in range(3):  # the search, then steady calls
-                call()
-            torch.cuda.synchronize()
+            kernel = conv_shape(shape, op, args.batch, args.precision)
+            operands = ut._operands(kernel, device)
+            ms, spread = ut._time_framework(kernel, device, args.repeats, operands)
+            flushed, _ = ut._time_framework(kernel, device, args.repeats, operands, flush=flush)
             row = {"shape": shape, "op": op, "precision": args.precision, "batch": args.batch,
-                   "ms": median_ms(call, args.repeats),
-                   "ms_l2_flushed": median_ms(call, args.repeats, flush),
-                   "kernels": device_kernels(call)}
+                   "ms": ms, "spread_ms": spread, "ms_l2_flushed": flushed,
+                   "kernels": device_kernels(ut._framework_call(kernel, *operands))}
             print(f"{shape['name']} {op}: {row['ms']:.4f} ms ({row['ms_l2_flushed']:.4f} flushed); "
                   + "; ".join(f"{k['name'][:90]} {k['us_per_call']:.1f} us"
                               for k in row["kernels"][:3]), flush=True)

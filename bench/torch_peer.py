@@ -37,8 +37,6 @@ import sys
 
 import torch
 
-from torch_common import event_times_ms  # bench/ is the script's directory
-
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -147,6 +145,17 @@ def main():
         for L in reversed(layers):
             bwd(L, [True, True, False])
 
+    def timed(fn, reps):
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return times
+
     with torch.no_grad():
         for _ in range(args.warmup):
             step()
@@ -155,7 +164,7 @@ def main():
         # one layer at a time): shows whether the cap bound the engines PyTorch chose.
         torch.cuda.reset_peak_memory_stats()
         resident = torch.cuda.memory_allocated()
-        steps = event_times_ms(step, args.steps)
+        steps = timed(step, args.steps)
         peak_extra_mib = (torch.cuda.max_memory_allocated() - resident) / 2**20
         # The workspace each kernel took (plans are cached by now: each call allocates its
         # plan's workspace from the caching allocator), outside the timed steps.
@@ -183,7 +192,7 @@ def main():
                                ("bwd_filter", lambda: bwd(L, [False, True, False]))):
                     fn()
                     per_kernel.append({"layer": L["layer"], "op": op,
-                                       "ms": statistics.median(event_times_ms(fn, 5))})
+                                       "ms": statistics.median(timed(fn, 5))})
     result = {
         "peer": "pytorch cudnn.benchmark",
         "torch": torch.__version__,

@@ -62,7 +62,7 @@ for spec in "${kernels[@]}"; do
   echo "== $spec" | tee -a "$log"
   # PyTorch's side, under cuDNN's API log (its own process: the log covers this kernel alone).
   CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG="$work/cudnn_$name.log" \
-    "$python" "$root/bench/torch_conv_trace.py" --shape "$shape" --op "$op" \
+    PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" "$python" "$root/bench/torch_conv_trace.py" --shape "$shape" --op "$op" \
     --precision "$precision" --batch "$batch" --out "$work/trace_$name.json" 2>&1 | tee -a "$log"
   [ -f "$work/trace_$name.json" ] && traces+=("$work/trace_$name.json")
   if [ -f "$work/cudnn_$name.log" ]; then

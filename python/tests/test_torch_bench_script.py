@@ -185,13 +185,19 @@ class ConvTraceTest(unittest.TestCase):
         import torch
 
         import torch_conv_trace
+        from ucudnn import torch as ut
         shape = torch_conv_trace.parse_shape("dw:8:7:7:8:7:7:3:1:8")
         self.assertEqual(shape["groups"], 8)
-        x, w, dy = torch_conv_trace.operands(shape, 2, torch.float32, False, "cpu")
-        y = torch_conv_trace.the_call("fwd", shape, x, w, dy)()
+
+        def run(op):
+            kernel = torch_conv_trace.conv_shape(shape, op, 2, "fp32")
+            x, w, dy, geometry = ut._operands(kernel, torch.device("cpu"))
+            return x, w, ut._framework_call(kernel, x, w, dy, geometry)()
+
+        _, _, y = run("fwd")
         self.assertEqual(tuple(y.shape), (2, 8, 7, 7))
-        dx = torch_conv_trace.the_call("bwd_data", shape, x, w, dy)()[0]
+        x, _, (dx, _, _) = run("bwd_data")
         self.assertEqual(tuple(dx.shape), tuple(x.shape))
-        dw = torch_conv_trace.the_call("bwd_filter", shape, x, w, dy)()[1]
+        _, w, (_, dw, _) = run("bwd_filter")
         self.assertEqual(tuple(dw.shape), tuple(w.shape))
         self.assertGreater(float(dw.abs().sum()), 0.0)
