@@ -1587,11 +1587,16 @@ def _bytes(t):
     return t.numel() * t.element_size()
 
 
-def _zero_output(conv, x, weight):
+def _zero_output(profile, conv, x, weight):
     """A zero tensor shaped, typed and laid out as the convolution's output: what a pass that
-    needs the step's shapes and memory, not its values, takes for the convolution."""
-    return torch.empty(conv.out_size, dtype=x.dtype, device=x.device,
-                       memory_format=_op_memory_format(x, weight)).zero_()
+    needs the step's shapes and memory, not its values, takes for the convolution. With
+    `profile`, the forward op is recorded (the memory in use at its start, the output's bytes)."""
+    in_use = profile.reader() if profile is not None else 0
+    y = torch.empty(conv.out_size, dtype=x.dtype, device=x.device,
+                    memory_format=_op_memory_format(x, weight)).zero_()
+    if profile is not None:
+        profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
+    return y
 
 
 class _ShapeOnlyConv2dFunction(torch.autograd.Function):
@@ -1605,11 +1610,7 @@ class _ShapeOnlyConv2dFunction(torch.autograd.Function):
     def forward(ctx, x, weight, conv, profile):
         ctx.conv, ctx.profile = conv, profile
         ctx.save_for_backward(x, weight)
-        in_use = profile.reader() if profile is not None else 0
-        y = _zero_output(conv, x, weight)
-        if profile is not None:
-            profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
-        return y
+        return _zero_output(profile, conv, x, weight)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -1632,10 +1633,7 @@ def _shape_only_conv(profile, conv, input, weight, bias):
     """The layer's output from _ShapeOnlyConv2dFunction (the operands already cast)."""
     grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
     if not grad:
-        in_use = profile.reader() if profile is not None else 0
-        y = _zero_output(conv, input, weight)
-        if profile is not None:
-            profile.add(conv, _lib.FORWARD, in_use, _bytes(y))
+        y = _zero_output(profile, conv, input, weight)
     else:
         y = _ShapeOnlyConv2dFunction.apply(input, weight, conv, profile)
     return y if bias is None else y + bias.view(1, -1, 1, 1)
