@@ -95,6 +95,7 @@ struct KernelState {
   std::string reason;
   // The framework's measured time for this kernel, as the server's last answer said (0: unknown).
   double framework_ms = 0;
+  uint64_t framework_workspace_bytes = 0;  // of that timing
   // The session's contribution epoch when timings of this kernel's problem were last submitted:
   // an answer to a request sent before then is stale where it says the timings are missing.
   uint64_t contributed_epoch = 0;

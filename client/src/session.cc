@@ -268,8 +268,19 @@ size_t Session::BindPlans() {
       unverified.emplace_back(plan, kernel.get());
     }
   }
+  if (unverified.empty()) return 0;
+  const auto start = Clock::now();
   // Plan entries and kernels live as long as the session: safe outside the lock.
+  if (binder_ != nullptr) {
+    std::vector<PlanBinder::PlanToBind> to_bind;
+    to_bind.reserve(unverified.size());
+    for (const auto& [plan, kernel] : unverified)
+      to_bind.push_back({&kernel->problem, plan->segments});
+    binder_->Prebuild(to_bind);
+  }
   for (const auto& [plan, kernel] : unverified) (void)Verify(*plan, kernel->problem);
+  client::Log().info("bound {} plans in {:.2f} s", unverified.size(),
+                     std::chrono::duration<double>(Clock::now() - start).count());
   return unverified.size();
 }
 
@@ -333,6 +344,7 @@ KernelInfo Session::Info(const KernelState& kernel) const {
   KernelInfo info;
   std::lock_guard lock(mutex_);
   info.framework_ms = kernel.framework_ms;
+  info.framework_workspace_bytes = kernel.framework_workspace_bytes;
   const PlanEntry* plan = kernel.plan.load(std::memory_order_acquire);
   if (plan != nullptr && !plan->failed.load(std::memory_order_relaxed)) {
     info.state = plan->framework ? KernelInfo::State::kFramework : KernelInfo::State::kPlanned;

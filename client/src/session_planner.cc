@@ -250,6 +250,7 @@ void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t
     return;
   }
   p.kernel->framework_ms = kernel_plan.framework_ms;
+  p.kernel->framework_workspace_bytes = kernel_plan.framework_workspace_bytes;
   switch (kernel_plan.status) {
     case KernelPlanStatus::kPlanned: {
       Publish(p.kernel, MakeEntry(kernel_plan, limit, /*from_cache=*/false));
@@ -339,6 +340,7 @@ bool Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
     KernelState* kernel = kernels[i];
     const KernelPlan& kernel_plan = plan.kernels[i];
     kernel->framework_ms = kernel_plan.framework_ms;
+    kernel->framework_workspace_bytes = kernel_plan.framework_workspace_bytes;
     if (kernel_plan.status != KernelPlanStatus::kPlanned) {
       Unpublish(kernel);
       if (kernel_plan.status == KernelPlanStatus::kMissing &&

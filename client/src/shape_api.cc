@@ -406,6 +406,21 @@ ucudnnShapeStatus_t ucudnnShapeGetKernelInfo(ucudnnShapeKernel_t kernel,
   });
 }
 
+ucudnnShapeStatus_t ucudnnShapeGetKernelFrameworkWorkspace(ucudnnShapeKernel_t kernel,
+                                                           uint64_t* workspace_bytes) {
+  if (kernel == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "kernel: must not be NULL");
+  if (workspace_bytes == nullptr) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "workspace_bytes: must not be NULL");
+  }
+  *workspace_bytes = 0;
+  return Guarded("ucudnnShapeGetKernelFrameworkWorkspace", [&] {
+    if (kernel->state != nullptr) {
+      *workspace_bytes = kernel->context->session->Info(*kernel->state).framework_workspace_bytes;
+    }
+    return UCUDNN_SHAPE_SUCCESS;
+  });
+}
+
 ucudnnShapeStatus_t ucudnnShapeSubmitFrameworkTimings(
     ucudnnShapeContext_t context, const ucudnnConvShape_t* shapes, const double* time_ms,
     const double* spread_ms, const uint64_t* workspace_bytes, size_t count) {

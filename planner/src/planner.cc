@@ -64,6 +64,7 @@ struct KernelResult {
   std::string infeasible_reason;  // when neither a config nor a front point exists
   std::optional<Segment> undivided;
   double framework_ms = 0;  // KernelPlan::framework_ms
+  uint64_t framework_workspace_bytes = 0;
 };
 
 // The workspace limit of one kernel: in kPerKernel its own limit when it has one, the request's
@@ -92,6 +93,7 @@ void ConsiderFramework(const PlanRequest& request, const Kernel& kernel,
                        KernelResult* result) {
   if (const Timing* t = FindFramework(all_timings, kernel.mini_batch, request.framework)) {
     result->framework_ms = t->time_ms;
+    result->framework_workspace_bytes = t->workspace_bytes;
   }
   const std::optional<Segment> framework = FrameworkSegment(
       all_timings, kernel.mini_batch, request.framework, KernelLimit(request, kernel));
@@ -192,6 +194,7 @@ DistinctResults SolveDistinctKernels(const PlanRequest& request,
     const KernelResult& result = distinct.results[it->second];
     kp.undivided = result.undivided;
     kp.framework_ms = result.framework_ms;
+    kp.framework_workspace_bytes = result.framework_workspace_bytes;
     if (!result.infeasible_reason.empty()) {
       kp.status = KernelPlanStatus::kInfeasible;
       kp.reason = result.infeasible_reason;

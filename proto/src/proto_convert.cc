@@ -677,6 +677,7 @@ v1::KernelPlan ToProto(const KernelPlan& k) {
   m.set_speedup(known ? k.undivided->time_ms / k.config.time_ms : 0.0);
   m.set_problem_hash(HashHex(StableHash(k.kernel.problem)));
   m.set_framework_ms(k.framework_ms);
+  m.set_framework_workspace_bytes(k.framework_workspace_bytes);
   return m;
 }
 
@@ -736,6 +737,7 @@ Result<KernelPlan> FromProto(const v1::KernelPlan& m) {
   }
   UCUDNN_RETURN_IF_ERROR(CheckTime("framework_ms", m.framework_ms()));
   k.framework_ms = m.framework_ms();
+  k.framework_workspace_bytes = m.framework_workspace_bytes();
 
   if (!m.problem_hash().empty()) {
     const std::string expected = HashHex(StableHash(k.kernel.problem));

@@ -434,6 +434,9 @@ class KernelHandleTest(unittest.TestCase):
         context = self.context(f"UCUDNN_CACHE_PATH={cache}")
         kernel = context.kernel(self.shape)
         self.assertEqual(context.kernel(self.shape), kernel, "one handle per kernel")
+        self.assertIsNotNone(self.lib.ShapeGetKernelFrameworkWorkspace)
+        self.assertEqual(context.kernel_info(kernel)["framework_workspace_bytes"], 0,
+                         "a cached plan knows no framework timing")
         torch.manual_seed(11)
         x, w = torch.randn(4, 3, 6, 6), torch.randn(5, 3, 3, 3)
         y = torch.full((4, 5, 6, 6), float("nan"))
@@ -834,7 +837,8 @@ class FrameworkPlanTest(unittest.TestCase):
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         result = without_seconds(self, ut.prepare(model, x, wait_ms=200))
         self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed",
-                                  "above_peak": None, "host_bound": None, "compiled": False})
+                                  "above_peak": None, "framework_fitted": 0, "host_bound": None,
+                                  "compiled": False})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
@@ -859,7 +863,7 @@ class FrameworkPlanTest(unittest.TestCase):
                     result = without_seconds(
                         self, ut.prepare(model, x, wait_ms=200, host_bound=bound))
                 self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
-                                          "above_peak": None,
+                                          "above_peak": None, "framework_fitted": 0,
                                           "host_bound": None if bound is None else
                                           {"host_bound": bound}, "compiled": False})
                 # Kept on the module for torch.compile.
@@ -1151,6 +1155,84 @@ class LivenessTest(unittest.TestCase):
             self.assertEqual(ut._runtimes(model)[0].kernel_limits,
                              ut.liveness_limits(fake, above_peak))
         self.assertIsNone(ut.prepare(model, x, budget="fixed")["above_peak"])
+
+    def test_a_kernel_gets_the_workspace_of_pytorchs_faster_own(self):
+        mib = self.MIB
+
+        def info(predicted, framework, workspace, state="planned"):
+            return {"state": state, "predicted_ms": predicted, "framework_ms": framework,
+                    "framework_workspace_bytes": workspace}
+
+        fit = ut._framework_fit_limit
+        # VGG-16 fp32's backward-filter 512x14x14: plan 0.852 ms at 42 MiB, PyTorch's own 0.654
+        # ms with 115 MiB.
+        self.assertEqual(fit(42 * mib, info(0.852, 0.654, 115 * mib), True), 115 * mib)
+        self.assertIsNone(fit(128 * mib, info(0.852, 0.654, 115 * mib), True), "it fits already")
+        self.assertIsNone(fit(42 * mib, info(0.640, 0.654, 115 * mib), True), "the plan wins")
+        self.assertIsNone(fit(42 * mib, info(0.66, 0.654, 115 * mib), True),
+                          "a tie goes to ucudnn where PyTorch benchmarks")
+        self.assertEqual(fit(42 * mib, info(0.66, 0.654, 115 * mib), False), 115 * mib)
+        self.assertIsNone(fit(42 * mib, info(0.852, 0.0, 115 * mib), True), "no PyTorch time")
+        self.assertIsNone(fit(42 * mib, info(0.852, 0.654, 0), True), "workspace unknown")
+        self.assertIsNone(fit(42 * mib, info(0.654, 0.654, 115 * mib, "framework"), True))
+        self.assertIsNone(fit(42 * mib, info(0.0, 0.654, 115 * mib, "no plan"), True))
+
+    def test_prepare_raises_the_limit_where_pytorchs_own_is_faster_but_larger(self):
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                         nn.Conv2d(4, 6, 3)), server="", cache_path="off",
+                           workspace_bytes="32MiB", framework="torch-test/benchmark")
+        x = torch.randn(4, 3, 9, 9)
+        shapes = ut._unique([s for g in ut.kernels(model, x).values() for s in g])
+        fake = {"base": 0, "calls": [(ut._shape_key(s), i * self.MIB, 0)
+                                     for i, s in enumerate(shapes)]}
+        target = ut._shape_key(shapes[1])
+        wide = 300 * self.MIB  # above every liveness limit
+        handles = {}
+        declared = []
+        real_kernel, real_prepare = _lib.Context.kernel, _lib.Context.prepare
+
+        def kernel(context, shape, limit=0):
+            handle = real_kernel(context, shape, limit)
+            handles[handle] = (ut._shape_key(shape), limit)
+            return handle
+
+        def kernel_info(context, handle):
+            key, limit = handles[handle]
+            if key == target and limit < wide:  # a plan slower than PyTorch's own, 300 MiB
+                return {"state": "planned", "predicted_ms": 2.0, "framework_ms": 1.0,
+                        "framework_workspace_bytes": wide}
+            return {"state": "planned", "predicted_ms": 1.0, "framework_ms": 2.0,
+                    "framework_workspace_bytes": wide}
+
+        with mock.patch.object(ut, "memory_profile", return_value=fake), \
+                mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel), \
+                mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                  side_effect=kernel_info), \
+                mock.patch.object(_lib.Context, "prepare", autospec=True,
+                                  side_effect=lambda ctx, group, limit: declared.append(
+                                      (limit, [ut._shape_key(s) for s in group])) or
+                                  real_prepare(ctx, group, limit)):
+            result = ut.prepare(model, x, budget="liveness", wait_ms=50,
+                                measure_framework=False, host_bound=False)
+        self.assertEqual(result["framework_fitted"], 1)
+        limits = ut._runtimes(model)[0].kernel_limits
+        expected = ut.liveness_limits(fake, 32 * self.MIB)
+        self.assertEqual(limits[target], wide)
+        self.assertEqual({k: v for k, v in limits.items() if k != target},
+                         {k: v for k, v in expected.items() if k != target})
+        self.assertEqual(declared[-1], (wide, [target]), "asked for again at the raised limit")
+        # The layers hold the kernel declared at the raised limit (prepare() decided them).
+        held = {handles[k] for conv in ut._convs(model) for k in conv.kernels if k is not None}
+        self.assertIn((target, wide), held)
+        self.assertNotIn(target, {key for key, limit in held if limit != wide})
+        # Fixed budgets are the user's limit: never raised.
+        with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                               side_effect=lambda ctx, handle: {
+                                   "state": "planned", "predicted_ms": 2.0, "framework_ms": 1.0,
+                                   "framework_workspace_bytes": wide}):
+            result = ut.prepare(model, x, budget="fixed", wait_ms=50, measure_framework=False,
+                                host_bound=False)
+        self.assertEqual(result["framework_fitted"], 0)
 
     def test_auto_is_liveness_on_cuda_in_per_kernel_mode(self):
         class OnCuda(torch.Tensor):  # a CPU tensor that says it is on CUDA

@@ -172,6 +172,12 @@ class Library:
         lib.ucudnnShapeLastError.restype = ctypes.c_char_p
         self._last_error = lib.ucudnnShapeLastError
         self._version = getattr(lib, "ucudnnShapeGetVersion", None)  # older libraries lack it
+        self.ShapeGetKernelFrameworkWorkspace = getattr(  # older libraries lack it
+            lib, "ucudnnShapeGetKernelFrameworkWorkspace", None)
+        if self.ShapeGetKernelFrameworkWorkspace is not None:
+            self.ShapeGetKernelFrameworkWorkspace.argtypes = [void_p,
+                                                              ctypes.POINTER(ctypes.c_uint64)]
+            self.ShapeGetKernelFrameworkWorkspace.restype = ctypes.c_int
         if self._version is not None:
             self._version.argtypes = []
             self._version.restype = ctypes.c_char_p
@@ -279,6 +285,14 @@ class Context:
                         self._lib.ShapeGetKernelInfo(kernel, ctypes.byref(info)))
         result = {name: getattr(info, name) for name, _ in KernelInfo._fields_}
         result["state"] = KERNEL_STATES[info.state]
+        # The workspace of the framework's time (0: unknown, or a library without the call).
+        result["framework_workspace_bytes"] = 0
+        if self._lib.ShapeGetKernelFrameworkWorkspace is not None:
+            workspace = ctypes.c_uint64()
+            self._lib.check("ucudnnShapeGetKernelFrameworkWorkspace",
+                            self._lib.ShapeGetKernelFrameworkWorkspace(kernel,
+                                                                       ctypes.byref(workspace)))
+            result["framework_workspace_bytes"] = workspace.value
         return result
 
     def submit_framework_timings(self, shapes, times_ms, spreads_ms, workspaces):

@@ -1059,7 +1059,9 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     what is free at its point of the step, memory_profile() and liveness_limits(), plus
     `above_peak` bytes over the step's peak without workspace; default: the configured
     workspace_bytes, else 64 MiB; less where the process may not take that much, by its memory
-    cap or the device's free memory; `loss_fn` makes the profiled step's loss from the output),
+    cap or the device's free memory; `loss_fn` makes the profiled step's loss from the output;
+    a kernel whose plan is slower than PyTorch's own only for want of PyTorch's workspace then
+    gets that workspace, which native's step takes at the same point),
     "allowance" (per-kernel mode, CUDA: every kernel may use the memory the process may take, as
     PyTorch's own benchmark does), or "auto" (the default): liveness where it applies (per-kernel
     mode, CUDA inputs), allowance for a compiled model there, else fixed; a step that cannot be
@@ -1078,7 +1080,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     only save device time is traced as PyTorch's own; host_bound=False keeps them).
     Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
-    other budgets), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
+    other budgets), "framework_fitted": the kernels whose liveness limit was raised to the
+    workspace of PyTorch's own, faster than their plan (_framework_fit_limit), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
     given} ({"host_bound": True, "assumed": "compiled"} for a compiled model), or None when not
     measured, "compiled": whether `model` was torch.compile's, "seconds": {"budgets": the memory
     profile, "plans": declaring the kernels, the plans' answers and PyTorch's timings measured
@@ -1118,7 +1121,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     for conv in _convs(model):
         conv.forget_kernels()  # declared again with the limits now in force
     budgeted = time.perf_counter()
-    declared = measured = 0
+    declared = measured = fitted = 0
     for (runtime, device), shapes in kernels(model, *sample_inputs).items():
         context = runtime.context(device)
         if context is None:
@@ -1144,6 +1147,14 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
+        elif budget == "liveness":
+            raised = _fit_framework(runtime, context, shapes)
+            if raised:
+                fitted += raised
+                context.wait_for_plans(wait_ms)
+    if fitted:
+        for conv in _convs(model):
+            conv.forget_kernels()  # declared again at the raised limits
     planned = time.perf_counter()
     bound = None
     for runtime in _runtimes(model):
@@ -1165,7 +1176,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         _decide_layers(model)
     _release_cached_memory(sample_inputs)
     return {"kernels": declared, "measured": measured, "budget": budget,
-            "above_peak": allowed_above_peak, "host_bound": bound, "compiled": compiled,
+            "above_peak": allowed_above_peak, "framework_fitted": fitted, "host_bound": bound,
+            "compiled": compiled,
             "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
                         "host_bound": time.perf_counter() - planned}}
 
@@ -1335,6 +1347,38 @@ def _measure_framework(runtime, context, device, shapes):
     except _lib.ShapeError:
         shared = False  # no server or token: this process decides alone (_decide_locally)
     return shared, [(shape, t[0], t[2]) for shape, t in zip(unknown, timings)]
+
+
+def _framework_fit_limit(limit, info, benchmarks):
+    """Under liveness budgets, the limit a kernel gets so that PyTorch's own fits it, or None
+    where its limit stays: where its plan (`info`, Context.kernel_info() at `limit`) is slower
+    than PyTorch's own (_beats_framework) and PyTorch's workspace is known and exceeds the limit.
+    Native's step takes that workspace at the same point of the step, so the converted step's
+    peak stays within native's there, and the layer is never slower than native for want of the
+    memory native uses (VGG-16 fp32's backward-filter 512x14x14: PyTorch's own 0.654 ms with
+    115 MiB, the plan within its 42 MiB liveness limit 0.852 ms; docs/torch-models.md)."""
+    workspace = info.get("framework_workspace_bytes", 0)
+    if (info["state"] != "planned" or info["framework_ms"] <= 0 or workspace <= limit or
+            _beats_framework(info["predicted_ms"], info["framework_ms"], benchmarks)):
+        return None
+    return workspace
+
+
+def _fit_framework(runtime, context, shapes):
+    """prepare(budget="liveness"): each kernel's limit raised to _framework_fit_limit() where it
+    applies (in the runtime's kernel_limits, which every rank computes alike from the cluster's
+    timings) and those kernels asked for again; how many were raised."""
+    raised = {}
+    for shape in shapes:
+        limit = runtime.limit_of(shape)
+        fitted = _framework_fit_limit(limit, context.kernel_info(context.kernel(shape, limit)),
+                                      runtime.framework_benchmarks)
+        if fitted is not None:
+            runtime.kernel_limits[_shape_key(shape)] = fitted
+            raised.setdefault(fitted, []).append(shape)
+    for limit, group in sorted(raised.items()):
+        context.prepare(group, limit)
+    return sum(len(group) for group in raised.values())
 
 
 def _decide_locally(runtime, context, measured):

@@ -165,10 +165,9 @@ class FrameworkCandidateTest : public test_support::PostgresTest {
   }
 
   // Submits the framework's time of Shape() through the C API and waits for the new plan.
-  void SubmitFrameworkTime(ucudnnShapeContext_t context, double ms) {
+  void SubmitFrameworkTime(ucudnnShapeContext_t context, double ms, uint64_t workspace = 0) {
     const ucudnnConvShape_t shape = Shape();
     const double spread = 0.01;
-    const uint64_t workspace = 0;
     ASSERT_EQ(ucudnnShapeSubmitFrameworkTimings(context, &shape, &ms, &spread, &workspace, 1),
               UCUDNN_SHAPE_SUCCESS)
         << ucudnnShapeLastError();
@@ -228,6 +227,26 @@ TEST_F(FrameworkCandidateTest, FasterFrameworkTimingsMakeTheKernelAnswerFramewor
   const Timing* stored = FindFramework(*table, kBatch, kTorch);
   ASSERT_NE(stored, nullptr);
   EXPECT_DOUBLE_EQ(stored->time_ms, 0.5);
+}
+
+TEST_F(FrameworkCandidateTest, AFasterFrameworkBeyondTheLimitIsReportedWithItsWorkspace) {
+  ASSERT_TRUE(Submit(problem_, UcudnnTimings()).ok());
+  ucudnnShapeContext_t context = Context(kTorch);
+  ASSERT_NE(context, nullptr);
+  ucudnnShapeKernel_t kernel = PlannedKernel(context);
+  uint64_t workspace = 7;
+  ASSERT_EQ(ucudnnShapeGetKernelFrameworkWorkspace(kernel, &workspace), UCUDNN_SHAPE_SUCCESS);
+  EXPECT_EQ(workspace, 0u) << "nothing known of the framework yet";
+
+  const uint64_t beyond = uint64_t{1} << 30;  // the context's limit is 64 MiB
+  SubmitFrameworkTime(context, 0.5, beyond);
+  const ucudnnShapeKernelInfo_t info = Info(kernel);
+  EXPECT_EQ(info.state, 1) << "the framework's own does not fit: ucudnn's plan";
+  EXPECT_DOUBLE_EQ(info.framework_ms, 0.5);
+  ASSERT_EQ(ucudnnShapeGetKernelFrameworkWorkspace(kernel, &workspace), UCUDNN_SHAPE_SUCCESS);
+  EXPECT_EQ(workspace, beyond) << "what the caller needs to tell where it would fit";
+  EXPECT_EQ(ucudnnShapeGetKernelFrameworkWorkspace(nullptr, &workspace), UCUDNN_SHAPE_BAD_PARAM);
+  EXPECT_EQ(ucudnnShapeGetKernelFrameworkWorkspace(kernel, nullptr), UCUDNN_SHAPE_BAD_PARAM);
 }
 
 TEST_F(FrameworkCandidateTest, SlowerFrameworkLeavesTheUcudnnPlan) {

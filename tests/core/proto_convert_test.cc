@@ -55,6 +55,8 @@ KernelPlan PlannedKernel() {
   k.config.time_ms = 1.0;
   k.config.workspace_bytes = 48 << 20;
   k.undivided = MakeSegment(256, 0, 2.5, 0);
+  k.framework_ms = 1.25;
+  k.framework_workspace_bytes = 120 << 20;
   return k;
 }
 
@@ -528,6 +530,8 @@ void ExpectSameKernelPlan(const KernelPlan& a, const KernelPlan& b) {
   EXPECT_EQ(a.reason, b.reason);
   EXPECT_EQ(a.config, b.config);
   EXPECT_EQ(a.undivided, b.undivided);
+  EXPECT_EQ(a.framework_ms, b.framework_ms);
+  EXPECT_EQ(a.framework_workspace_bytes, b.framework_workspace_bytes);
 }
 
 TEST(ProtoKernelPlan, RoundTrips) {

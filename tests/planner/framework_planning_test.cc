@@ -192,6 +192,7 @@ TEST(FrameworkPlanningTest, FrameworkOverTheWorkspaceLimitIsNotChosen) {
     ASSERT_EQ(kp.status, KernelPlanStatus::kPlanned);
     EXPECT_FALSE(ChoseFramework(kp));
     EXPECT_DOUBLE_EQ(kp.framework_ms, 1.0);  // known, though it does not fit
+    EXPECT_EQ(kp.framework_workspace_bytes, 40 * kMiB) << "what a caller needs to fit it";
   }
 }
 

@@ -180,6 +180,12 @@ typedef struct ucudnnShapeKernelInfo {
 } ucudnnShapeKernelInfo_t;
 ucudnnShapeStatus_t ucudnnShapeGetKernelInfo(ucudnnShapeKernel_t kernel,
                                              ucudnnShapeKernelInfo_t* info);
+/* The workspace (bytes) of the framework's own convolution whose time ucudnnShapeKernelInfo_t's
+ * framework_ms gives, 0 when unknown: with the memory free at the kernel's point of a step, a
+ * caller tells whether the framework's own fits there. (A function of its own, not a field, so
+ * that the struct's layout stays that of earlier libraries.) */
+ucudnnShapeStatus_t ucudnnShapeGetKernelFrameworkWorkspace(ucudnnShapeKernel_t kernel,
+                                                           uint64_t* workspace_bytes);
 
 /* Submits the framework's own measured times (fastest-of-its-own-choice, full batch = shape.n)
  * for `count` kernels, as timings with algo -2 and the context's UCUDNN_FRAMEWORK identity; needs

@@ -87,6 +87,8 @@ struct KernelPlan {
   // The framework's measured time for this kernel at the full mini-batch (PlanRequest::framework),
   // whatever its workspace; 0 when none is known.
   double framework_ms = 0;
+  // That framework timing's workspace, bytes; 0 when none is known.
+  uint64_t framework_workspace_bytes = 0;
 };
 
 // The network-wide ILP's report (ucudnn/planner/ilp.h defines the statuses precisely).
