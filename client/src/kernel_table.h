@@ -19,7 +19,8 @@
 namespace ucudnn::client {
 
 // A hash of every field of the problem and the batch: no canonical string, no allocation.
-// Only for this process's table (StableHash is the cross-machine key).
+// Only for this process's table (StableHash is the cross-machine key). Kernels of one problem
+// and batch at several limits (Session: kernels by limit) share it.
 uint64_t KernelKeyHash(const ConvProblem& problem, int64_t batch);
 
 // One kernel's plan as the hot path uses it. Immutable once published, except for the
@@ -112,12 +113,18 @@ class KernelTable {
   KernelTable(const KernelTable&) = delete;
   KernelTable& operator=(const KernelTable&) = delete;
 
-  KernelState* Find(uint64_t hash, const ConvProblem& problem, int64_t batch) const {
+  // With `limit`, the entry of that limit only (Session: kernels by limit); without, the first
+  // inserted of any limit.
+  KernelState* Find(uint64_t hash, const ConvProblem& problem, int64_t batch,
+                    std::optional<uint64_t> limit = std::nullopt) const {
     size_t i = hash & mask_;
     for (;;) {
       KernelState* state = slots_[i].load(std::memory_order_acquire);
       if (state == nullptr) return nullptr;
-      if (state->hash == hash && state->batch == batch && state->problem == problem) return state;
+      if (state->hash == hash && state->batch == batch && state->problem == problem &&
+          (!limit || state->limit == *limit)) {
+        return state;
+      }
       i = (i + 1) & mask_;
     }
   }

@@ -41,6 +41,7 @@ Session::Session(ConvBackend& backend, const ClientConfig& config,
       algorithms_(ToCore(config.algorithms)),
       table_(config.max_kernels),
       binder_(hooks.binder),
+      kernels_by_limit_(hooks.kernels_by_limit),
       contribution_backend_(std::move(hooks.contribution_backend)),
       benchmark_options_(hooks.benchmark),
       source_(std::move(source)),
@@ -151,7 +152,7 @@ Session::~Session() {
 KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64_t hash,
                                uint64_t limit, std::string_view name) {
   std::lock_guard lock(mutex_);
-  if (KernelState* existing = table_.Find(hash, problem, batch)) return existing;
+  if (KernelState* existing = table_.Find(hash, problem, batch, KeyLimit(limit))) return existing;
 
   auto state = std::make_unique<KernelState>();
   state->hash = hash;

@@ -114,6 +114,12 @@ using ContributionBackendFactory = std::function<Result<std::unique_ptr<ConvBack
 // What a front end (the cuDNN handle, a test) adds to a session.
 struct SessionHooks {
   PlanBinder* binder = nullptr;  // outlives the session
+  // Per-kernel mode: a kernel is its problem, batch and limit, so one declared at another limit
+  // is another kernel with a plan of its own (the shape API, whose callers name each kernel's
+  // limit: a budget changed by prepare(), a curve's limits side by side). Otherwise (the cuDNN
+  // handle, whose calls pass whatever workspace the framework has) a kernel keeps the limit of
+  // its first declaration or call.
+  bool kernels_by_limit = false;
   ContributionBackendFactory contribution_backend;
   // Benchmark effort of contributions (the worker's defaults unless a test lowers them).
   BenchmarkOptions benchmark;
@@ -240,8 +246,9 @@ class Session {
   // The mode in force (a total mode without a budget or workspace runs per kernel).
   WorkspaceMode workspace_mode() const { return mode_; }
   ConvBackend& backend() { return backend_; }
-  // The plan in use for a kernel, or null; for tests (workspace slices, failure flags).
-  const PlanEntry* PlanOf(const ConvProblem& problem, int64_t batch) const;
+  // The plan in use for a kernel (of `limit` where kernels are by limit), or null; for tests
+  // (workspace slices, failure flags).
+  const PlanEntry* PlanOf(const ConvProblem& problem, int64_t batch, uint64_t limit = 0) const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -388,6 +395,13 @@ class Session {
   std::atomic<bool> table_full_{false};
   std::array<std::vector<int>, 3> algorithm_ids_;  // by ConvOp
   PlanBinder* binder_ = nullptr;
+  bool kernels_by_limit_ = false;  // SessionHooks::kernels_by_limit; KeyLimit()
+  // The limit that is part of a kernel's identity: `limit` where kernels are by limit (per-kernel
+  // mode), none otherwise.
+  std::optional<uint64_t> KeyLimit(uint64_t limit) const {
+    return kernels_by_limit_ && mode_ == WorkspaceMode::kPerKernel ? std::optional(limit)
+                                                                   : std::nullopt;
+  }
   ContributionBackendFactory contribution_backend_;
   BenchmarkOptions benchmark_options_;
   bool contribution_enabled_ = false;

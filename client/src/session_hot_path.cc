@@ -63,7 +63,7 @@ Status BackendUndividedRunner::Run(int algo, void* workspace, size_t workspace_b
 KernelState* Session::FindOrRegister(const ConvProblem& problem, int64_t batch, uint64_t limit,
                                      std::string_view name) {
   const uint64_t hash = KernelKeyHash(problem, batch);
-  KernelState* kernel = table_.Find(hash, problem, batch);
+  KernelState* kernel = table_.Find(hash, problem, batch, KeyLimit(limit));
   // Once the table is full, an unknown kernel stays unknown: no mutex, no allocation.
   if (kernel == nullptr && !table_full_.load(std::memory_order_relaxed)) {
     kernel = Register(problem, batch, hash, limit, name);
@@ -84,7 +84,11 @@ Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOpe
     return undivided.Run(algo, workspace, workspace_bytes);
   }
 
-  KernelState* kernel = FindOrRegister(problem, batch, workspace_bytes);
+  // Where kernels are by limit, the caller's workspace is not a limit: the kernel of this
+  // problem declared first, whatever its limit (registered with this workspace if none).
+  KernelState* kernel =
+      KeyLimit(0) ? table_.Find(KernelKeyHash(problem, batch), problem, batch) : nullptr;
+  if (kernel == nullptr) kernel = FindOrRegister(problem, batch, workspace_bytes);
   if (kernel == nullptr) {
     untracked_calls_.fetch_add(1, std::memory_order_relaxed);
     UCUDNN_ASSIGN_OR_RETURN(const int algo, undivided.ChooseAlgorithm(workspace_bytes));
@@ -299,8 +303,9 @@ std::span<const int> Session::AlgorithmIds(ConvOp op) const {
   return algorithm_ids_[index];
 }
 
-const PlanEntry* Session::PlanOf(const ConvProblem& problem, int64_t batch) const {
-  const KernelState* kernel = table_.Find(KernelKeyHash(problem, batch), problem, batch);
+const PlanEntry* Session::PlanOf(const ConvProblem& problem, int64_t batch, uint64_t limit) const {
+  const KernelState* kernel =
+      table_.Find(KernelKeyHash(problem, batch), problem, batch, KeyLimit(limit));
   return kernel != nullptr ? kernel->plan.load(std::memory_order_acquire) : nullptr;
 }
 

@@ -211,8 +211,10 @@ ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char*
     if (!shape_backend.ok()) return FromStatus(shape_backend.status());
     made->backend = std::move(*shape_backend);
     if (made->config.enabled) {
+      ucudnn::client::SessionHooks hooks = made->backend->hooks();
+      hooks.kernels_by_limit = true;  // every call names its kernel's limit
       made->session = ucudnn::client::Session::Create(made->backend->backend(), made->config,
-                                                      nullptr, made->backend->hooks());
+                                                      nullptr, std::move(hooks));
     } else {
       ucudnn::client::Log().info(
           "disabled (UCUDNN_DISABLE); every kernel runs the caller's own "

@@ -135,11 +135,13 @@ class StepCurveTest(unittest.TestCase):
         readings = itertools.count(MIB, 16 * MIB)
         profile = ut.memory_profile(model, x, reader=lambda: next(readings))
         asked = {}
+        handles = {}
         real_kernel = _lib.Context.kernel
 
         def kernel(context, shape, limit=0):
             handle = real_kernel(context, shape, limit)
             asked[handle] = limit
+            handles[(ut._shape_key(shape), limit)] = handle
             return handle
 
         def info(context, handle):
@@ -158,6 +160,10 @@ class StepCurveTest(unittest.TestCase):
         # Layer 1: forward and backward-filter (x needs no gradient); layer 2: all three.
         self.assertEqual([p["ucudnn_calls"] for p in result["points"]], [5, 5, 5])
         self.assertEqual(max(asked.values()), curve.UNLIMITED_BYTES, "unlimited: 1 TiB each")
+        # Each kernel at each limit is a kernel of its own, planned at that limit (one handle for
+        # all limits made every point of the curve the first limit's).
+        self.assertGreater(len({limit for _, limit in handles}), 1)
+        self.assertEqual(len(set(handles.values())), len(handles))
         self.assertEqual(result["native"]["conv_ms"], 2.0)
         with self.assertRaisesRegex(ValueError, "a budget is bytes >= 0 or None"):
             ut.step_curve(model, x, profile=profile, budgets=[-1])

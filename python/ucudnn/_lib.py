@@ -252,7 +252,8 @@ class Context:
         return status == SUCCESS
 
     def kernel(self, shape, limit=0):
-        """The kernel handle of `shape` (an int), declared at first sight with `limit`."""
+        """The kernel handle of `shape` at `limit` (an int), declared at first sight: one per
+        shape and limit, each planned at its own limit (per-kernel mode)."""
         handle = ctypes.c_void_p()
         self._lib.check("ucudnnShapeGetKernel",
                         self._lib.ShapeGetKernel(self.handle, ctypes.byref(shape), limit,

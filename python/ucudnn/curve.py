@@ -21,6 +21,11 @@ def base_peak(profile):
     return max((in_use + output for _, in_use, output in profile["calls"]), default=0)
 
 
+# The smallest limit a kernel is asked with: no workspace (the library reads 0 as "the configured
+# limit", so 0 cannot say none).
+NO_WORKSPACE = 1
+
+
 def liveness_limits(profile, above_peak, floor=0, quantize=True):
     """Each kernel's workspace limit from the step's memory profile: what it may use without
     raising the step's peak without workspace (the largest in-use-plus-output of any op), plus
@@ -40,7 +45,8 @@ def liveness_limits(profile, above_peak, floor=0, quantize=True):
         for key, limit in limits.items():
             rounded = 1 << (limit.bit_length() - 1) if limit > 0 else 0
             limits[key] = max(rounded, min(limit, above_peak))
-    return {key: max(limit, floor) for key, limit in limits.items()}
+    # At least one byte: no workspace. The library reads a limit of 0 as its configured one.
+    return {key: max(limit, floor, NO_WORKSPACE) for key, limit in limits.items()}
 
 
 def budget_limits(profile, budgets):

@@ -229,7 +229,7 @@ TEST_F(FrameworkCandidateTest, FasterFrameworkTimingsMakeTheKernelAnswerFramewor
   EXPECT_DOUBLE_EQ(stored->time_ms, 0.5);
 }
 
-TEST_F(FrameworkCandidateTest, AFasterFrameworkBeyondTheLimitIsReportedWithItsWorkspace) {
+TEST_F(FrameworkCandidateTest, AFasterFrameworkBeyondTheLimitFitsAKernelOfALargerLimit) {
   ASSERT_TRUE(Submit(problem_, UcudnnTimings()).ok());
   ucudnnShapeContext_t context = Context(kTorch);
   ASSERT_NE(context, nullptr);
@@ -247,6 +247,26 @@ TEST_F(FrameworkCandidateTest, AFasterFrameworkBeyondTheLimitIsReportedWithItsWo
   EXPECT_EQ(workspace, beyond) << "what the caller needs to tell where it would fit";
   EXPECT_EQ(ucudnnShapeGetKernelFrameworkWorkspace(nullptr, &workspace), UCUDNN_SHAPE_BAD_PARAM);
   EXPECT_EQ(ucudnnShapeGetKernelFrameworkWorkspace(kernel, nullptr), UCUDNN_SHAPE_BAD_PARAM);
+
+  // The same shape at a limit the framework's workspace fits is another kernel, planned at its
+  // own limit: the framework's own. The first keeps its plan.
+  const ucudnnConvShape_t shape = Shape();
+  ucudnnShapeKernel_t wide = nullptr;
+  ASSERT_EQ(ucudnnShapeGetKernel(context, &shape, 2 * beyond, &wide), UCUDNN_SHAPE_SUCCESS);
+  EXPECT_NE(wide, kernel);
+  ucudnnShapeKernel_t again = nullptr;
+  ASSERT_EQ(ucudnnShapeGetKernel(context, &shape, 2 * beyond, &again), UCUDNN_SHAPE_SUCCESS);
+  EXPECT_EQ(again, wide) << "one handle per shape and limit";
+  ASSERT_EQ(ucudnnShapePrepare(context, &shape, 1, 2 * beyond), UCUDNN_SHAPE_SUCCESS);
+  ASSERT_EQ(ucudnnShapeWaitForPlans(context, 10000), UCUDNN_SHAPE_SUCCESS);
+  EXPECT_EQ(Info(wide).state, 2);
+  EXPECT_EQ(Info(kernel).state, 1);
+  // A call by shape runs the kernel declared first.
+  Buffers buffers;
+  EXPECT_EQ(ucudnnShapeConvolution(context, &shape, buffers.x.data(), buffers.w.data(),
+                                   buffers.y.data(), nullptr, nullptr, 0, 1.0f, 0.0f),
+            UCUDNN_SHAPE_SUCCESS);
+  EXPECT_EQ(Stats(context).kernels, 2u);
 }
 
 TEST_F(FrameworkCandidateTest, SlowerFrameworkLeavesTheUcudnnPlan) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -325,6 +326,7 @@ std::vector<EngineBuild> EngineBuildsOf(std::span<const PlanBinder::PlanToBind> 
 }  // namespace
 
 void CudnnPlanBinder::Prebuild(std::span<const PlanToBind> plans) {
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<EngineBuild> builds = EngineBuildsOf(plans);
   if (builds.empty()) return;
   int device = 0;
@@ -354,7 +356,9 @@ void CudnnPlanBinder::Prebuild(std::span<const PlanToBind> plans) {
   for (unsigned i = 1; i < threads; ++i) helpers.emplace_back(build_some);
   build_some();
   helpers.clear();  // joins
-  client::Log().debug("prebuilt {} execution plans on {} threads", builds.size(), threads);
+  client::Log().info(
+      "built {} execution plans on {} threads in {:.2f} s", builds.size(), threads,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 Result<std::unique_ptr<MicroBatchRunner>> CudnnPlanBinder::Bind(const ConvProblem& problem,

@@ -119,7 +119,9 @@ ucudnnShapeStatus_t ucudnnShapeWorkspaceSize(ucudnnShapeContext_t context,
                                              const ucudnnConvShape_t* shape, size_t limit,
                                              size_t* bytes);
 
-/* Runs the kernel's plan on `stream` (a cudaStream_t; ignored on cpu):
+/* Runs the plan of `shape`'s kernel (the one declared first, whatever its limit; a kernel of
+ * another limit runs through its handle, ucudnnShapeKernelRun) on `stream` (a cudaStream_t;
+ * ignored on cpu):
  *   forward:          a = x,  b = w,  out = y     y  = alpha * conv(x, w)   + beta * y
  *   backward-data:    a = dy, b = w,  out = dx    dx = alpha * convT(dy, w) + beta * dx
  *   backward-filter:  a = x,  b = dy, out = dw    dw = alpha * corr(x, dy)  + beta * dw
@@ -132,8 +134,10 @@ ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
                                            const void* b, void* out, void* stream, void* workspace,
                                            size_t workspace_bytes, float alpha, float beta);
 
-/* The kernel of `shape` (declared at first sight as by ucudnnShapeWorkspaceSize, with `limit`),
- * for the calls below. Every call of one context for the same kernel answers the same handle. A
+/* The kernel of `shape` at `limit` (declared at first sight as by ucudnnShapeWorkspaceSize), for
+ * the calls below. Every call of one context for the same shape and limit answers the same
+ * handle; in per-kernel mode the same shape at another limit is another kernel with a plan of its
+ * own (a budget changed, or plans at several limits side by side). A
  * kernel the context does not track (disabled, or beyond the most kernels it holds) gets a
  * handle too: its runs answer UCUDNN_SHAPE_NO_PLAN. */
 ucudnnShapeStatus_t ucudnnShapeGetKernel(ucudnnShapeContext_t context,
