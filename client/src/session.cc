@@ -185,6 +185,10 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
     std::optional<KernelPlan> cached;
     if (UsesPlanCache()) cached = cache_.FindKernel(device_, policy_, limit, key, framework_);
     if (cached) {
+      // What the server said of the framework's own with it, so that a job whose plans all come
+      // from the file does not measure the framework again.
+      kernel->framework_ms = cached->framework_ms;
+      kernel->framework_workspace_bytes = cached->framework_workspace_bytes;
       Publish(kernel, MakeEntry(*cached, limit, /*from_cache=*/true));
       plans_from_cache_.fetch_add(1, std::memory_order_relaxed);
     } else if (source_ != nullptr) {
@@ -272,13 +276,6 @@ size_t Session::BindPlans() {
   if (unverified.empty()) return 0;
   const auto start = Clock::now();
   // Plan entries and kernels live as long as the session: safe outside the lock.
-  if (binder_ != nullptr) {
-    std::vector<PlanBinder::PlanToBind> to_bind;
-    to_bind.reserve(unverified.size());
-    for (const auto& [plan, kernel] : unverified)
-      to_bind.push_back({&kernel->problem, plan->segments});
-    binder_->Prebuild(to_bind);
-  }
   for (const auto& [plan, kernel] : unverified) (void)Verify(*plan, kernel->problem);
   client::Log().info("bound {} plans in {:.2f} s", unverified.size(),
                      std::chrono::duration<double>(Clock::now() - start).count());

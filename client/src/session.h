@@ -94,16 +94,6 @@ class PlanBinder {
   // A runner for `segments` of `problem`; on error the plan runs through the backend.
   virtual Result<std::unique_ptr<MicroBatchRunner>> Bind(const ConvProblem& problem,
                                                          std::span<const Segment> segments) = 0;
-
-  struct PlanToBind {
-    const ConvProblem* problem = nullptr;
-    std::span<const Segment> segments;
-  };
-  // Builds ahead, side by side on several threads, what Bind() and the backend's workspace query
-  // of each of `plans` would build one after another (cuDNN compiles a runtime-compiled engine's
-  // code when its execution plan is built: up to a second each, and a network has dozens). They
-  // then find it built. Failures are left for Bind() to report. Default: nothing to build.
-  virtual void Prebuild(std::span<const PlanToBind> plans) { (void)plans; }
 };
 
 // The backend contribution benchmarks run on: the library's own (on cuDNN a handle and stream

@@ -87,6 +87,12 @@ class FakePlanner final : public v1::PlannerService::Service {
     std::lock_guard lock(mutex_);
     framework_choice_ = std::move(identity);
   }
+  // Every planned kernel also reports the framework's own as known: its time and workspace.
+  void set_known_framework(double ms, uint64_t workspace_bytes) {
+    std::lock_guard lock(mutex_);
+    known_framework_ms_ = ms;
+    known_framework_workspace_ = workspace_bytes;
+  }
   void set_choice(FakePlanChoice c) {
     std::lock_guard lock(mutex_);
     choice_ = c;
@@ -142,12 +148,16 @@ class FakePlanner final : public v1::PlannerService::Service {
     ++in_handler_;
     FakePlanChoice choice;
     std::string framework_choice;
+    double known_framework_ms = 0;
+    uint64_t known_framework_workspace = 0;
     {
       std::unique_lock lock(mutex_);
       requests_.push_back(*request);
       cv_.wait(lock, [&] { return !held_ || context->IsCancelled(); });
       choice = choice_;
       framework_choice = framework_choice_;
+      known_framework_ms = known_framework_ms_;
+      known_framework_workspace = known_framework_workspace_;
     }
     --in_handler_;
     if (behaviour_ == Behaviour::kError) {
@@ -179,6 +189,8 @@ class FakePlanner final : public v1::PlannerService::Service {
         continue;
       }
       kp.status = KernelPlanStatus::kPlanned;
+      kp.framework_ms = known_framework_ms;
+      kp.framework_workspace_bytes = known_framework_workspace;
       int64_t left = kernel.mini_batch;
       if (!framework_choice.empty()) {
         const double ms = 0.25 * static_cast<double>(kernel.mini_batch);
@@ -337,6 +349,8 @@ class FakePlanner final : public v1::PlannerService::Service {
   bool held_ = false;
   FakePlanChoice choice_;
   std::string framework_choice_;
+  double known_framework_ms_ = 0;
+  uint64_t known_framework_workspace_ = 0;
   std::vector<v1::GetPlanRequest> requests_;
   std::atomic<int> calls_{0};
   std::atomic<int> in_handler_{0};

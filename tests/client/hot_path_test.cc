@@ -3,7 +3,6 @@
 // workspace sizes, and beyond max_kernels (the overflow path takes no lock either: it never
 // reaches the registration). Counted with a replaced global operator new.
 #include <gtest/gtest.h>
-#include <algorithm>
 
 #include <cstdlib>
 #include <new>
@@ -159,20 +158,8 @@ class CountingBinder final : public client::PlanBinder {
     ++binds;
     return std::unique_ptr<MicroBatchRunner>(std::make_unique<Runner>(&runs));
   }
-  void Prebuild(std::span<const PlanToBind> plans) override {
-    ++prebuilds;
-    binds_before_prebuild = binds;
-    for (const PlanToBind& plan : plans) {
-      prebuilt_ops.push_back(plan.problem->op);
-      prebuilt_segments.push_back(plan.segments.size());
-    }
-  }
   int binds = 0;
   int runs = 0;
-  int prebuilds = 0;
-  int binds_before_prebuild = -1;
-  std::vector<ConvOp> prebuilt_ops;
-  std::vector<size_t> prebuilt_segments;
 };
 
 // A session of `backend` whose plans `binder` binds, planned in process.
@@ -225,17 +212,9 @@ TEST(HotPathTest, BindPlansDoesTheFirstCallsResolvingAhead) {
   EXPECT_EQ(binder.binds, 0) << "plans arrive unbound";
   EXPECT_EQ(session->BindPlans(), 2u);
   EXPECT_EQ(binder.binds, 2);
-  // Everything is handed to Prebuild once, before any plan is bound one by one.
-  EXPECT_EQ(binder.prebuilds, 1);
-  EXPECT_EQ(binder.binds_before_prebuild, 0);
-  std::vector<ConvOp> ops = binder.prebuilt_ops;
-  std::sort(ops.begin(), ops.end());
-  EXPECT_EQ(ops, (std::vector<ConvOp>{ConvOp::kForward, ConvOp::kBackwardFilter}));
-  for (size_t segments : binder.prebuilt_segments) EXPECT_GT(segments, 0u);
   const int queries = backend.workspace_queries;
   EXPECT_GT(queries, 0);
   EXPECT_EQ(session->BindPlans(), 0u) << "nothing left to bind";
-  EXPECT_EQ(binder.prebuilds, 1) << "nothing to prebuild either";
 
   // The first call binds nothing more (its checked run through the backend queries workspaces
   // again: on cuDNN those find the execution plans built by BindPlans).

@@ -674,6 +674,33 @@ TEST_F(SessionTest, CachedPlansSurviveARestartWithoutServer) {
   EXPECT_TRUE(session->Kernels().at(0).from_cache);
 }
 
+TEST_F(SessionTest, ACachedPlanKeepsWhatTheServerKnewOfTheFramework) {
+  TempDir dir;
+  const std::string cache = dir.file("plans.bin");
+  const ConvProblem p = SmallProblem(ConvOp::kForward);
+  const uint64_t limit = 1 << 20;
+  fake_->set_known_framework(0.75, 96 << 20);
+  {
+    ClientConfig config = TestConfig(fake_->address());
+    config.cache_path = cache;
+    auto session = Session::Create(backend_, config);
+    session->Declare(p, kBatch, limit);
+    ASSERT_TRUE(session->WaitForPlans(seconds(20)));
+  }
+  fake_->Stop();
+  ClientConfig config = TestConfig("127.0.0.1:1");  // the server is gone
+  config.cache_path = cache;
+  auto session = Session::Create(backend_, config);
+  client::KernelState* kernel = session->FindKernel(p, kBatch, limit);
+  ASSERT_NE(kernel, nullptr);
+  const client::KernelInfo info = session->Info(*kernel);
+  EXPECT_EQ(info.state, client::KernelInfo::State::kPlanned);
+  EXPECT_EQ(session->Stats().plans_from_cache, 1u);
+  // Else a job whose plans all come from the file measures the framework's own again.
+  EXPECT_DOUBLE_EQ(info.framework_ms, 0.75);
+  EXPECT_EQ(info.framework_workspace_bytes, uint64_t{96} << 20);
+}
+
 TEST_F(SessionTest, CachedNetworkPlanSurvivesARestart) {
   TempDir dir;
   ClientConfig config = TestConfig(fake_->address());

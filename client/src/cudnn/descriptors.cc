@@ -1,18 +1,10 @@
 #include "cudnn/descriptors.h"
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
-#include <thread>
 #include <utility>
 
-#include "log.h"
 #include "ucudnn/backends/cudnn_backend.h"
 #include "ucudnn/backends/cudnn_engines.h"
 
@@ -291,75 +283,7 @@ class BoundCudnnPlan final : public MicroBatchRunner {
   std::vector<SegmentRun> runs_;
 };
 
-// One execution plan to build ahead: what BoundCudnnPlan::BuildEngine and the backend build.
-struct EngineBuild {
-  ConvProblem problem;
-  int64_t batch = 0;
-  float beta = 0.0f;
-  EngineConfig config;
-};
-
-std::vector<EngineBuild> EngineBuildsOf(std::span<const PlanBinder::PlanToBind> plans) {
-  std::vector<EngineBuild> builds;
-  std::set<std::string> seen;
-  const auto version = static_cast<int32_t>(cudnnGetVersion());
-  for (const PlanBinder::PlanToBind& plan : plans) {
-    for (const Segment& segment : plan.segments) {
-      if (IsFramework(segment) || !AlgorithmOf(segment).is_engine()) continue;
-      Result<EngineConfig> config = ParseEngineConfigKey(segment.engine_config);
-      if (!config.ok()) continue;  // Bind() reports it
-      config->cudnn_version = version;
-      for (const float beta : {0.0f, 1.0f}) {
-        if (beta == 1.0f && plan.problem->op != ConvOp::kBackwardFilter) break;
-        const std::string key = CanonicalKey(*plan.problem) + "|" +
-                                std::to_string(segment.micro_batch) + "|" + std::to_string(beta) +
-                                "|" + segment.engine_config;
-        if (seen.insert(key).second) {
-          builds.push_back({*plan.problem, segment.micro_batch, beta, *config});
-        }
-      }
-    }
-  }
-  return builds;
-}
-
 }  // namespace
-
-void CudnnPlanBinder::Prebuild(std::span<const PlanToBind> plans) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<EngineBuild> builds = EngineBuildsOf(plans);
-  if (builds.empty()) return;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return;  // Bind() builds them one by one
-  std::atomic<size_t> next{0};
-  auto build_some = [&] {
-    // A new thread's current device is device 0: the code must load where the handle runs.
-    if (const cudaError_t set = cudaSetDevice(device); set != cudaSuccess) {
-      client::Log().debug("prebuilding plans: cudaSetDevice({}): {}", device,
-                          cudaGetErrorString(set));
-      return;
-    }
-    for (size_t i = next++; i < builds.size(); i = next++) {
-      const EngineBuild& b = builds[i];
-      Result<std::shared_ptr<EnginePlan>> built =
-          SharedEnginePlan(handle_, b.problem, b.batch, b.beta, b.config);
-      if (!built.ok()) {
-        client::Log().debug("prebuilding {} at {}: {}", CanonicalKey(b.problem), b.batch,
-                            built.status().ToString());
-      }
-    }
-  };
-  const unsigned threads = std::min<size_t>(
-      {builds.size(), std::max(1u, std::thread::hardware_concurrency()), kMaxPrebuildThreads});
-  std::vector<std::jthread> helpers;
-  helpers.reserve(threads - 1);
-  for (unsigned i = 1; i < threads; ++i) helpers.emplace_back(build_some);
-  build_some();
-  helpers.clear();  // joins
-  client::Log().info(
-      "built {} execution plans on {} threads in {:.2f} s", builds.size(), threads,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-}
 
 Result<std::unique_ptr<MicroBatchRunner>> CudnnPlanBinder::Bind(const ConvProblem& problem,
                                                                 std::span<const Segment> segments) {

@@ -47,11 +47,6 @@ class CudnnPlanBinder final : public PlanBinder {
   explicit CudnnPlanBinder(cudnnHandle_t handle) : handle_(handle) {}
   Result<std::unique_ptr<MicroBatchRunner>> Bind(const ConvProblem& problem,
                                                  std::span<const Segment> segments) override;
-  // The shared execution plans (SharedEnginePlan) of every engine segment, on up to
-  // kMaxPrebuildThreads threads of the calling thread's device.
-  void Prebuild(std::span<const PlanToBind> plans) override;
-
-  static constexpr unsigned kMaxPrebuildThreads = 8;
 
  private:
   cudnnHandle_t handle_;

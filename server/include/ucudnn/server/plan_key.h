@@ -21,8 +21,9 @@ namespace ucudnn::server {
 // cached by an older server are not served by a newer one.
 // 2: engine configurations, algorithm spaces; 3: the framework's own convolution a candidate;
 // 4: ties with a framework that benchmarks in the job go to ucudnn (dp.h FrameworkBenchmarks);
-// 5: such a tie only within the framework's own workspace
-inline constexpr int kPlannerRevision = 5;
+// 5: such a tie only within the framework's own workspace; 6: KernelPlan.framework_workspace_bytes
+// (a cached plan without it tells a client the framework's workspace is unknown)
+inline constexpr int kPlannerRevision = 6;
 
 // FNV-1a over the table's entries in (micro_batch, algo) order, every field exactly (times by
 // their bit patterns): equal tables, in any entry order, give equal digests.
