@@ -47,6 +47,17 @@ class AbovePeakWithinTest(unittest.TestCase):
         self.assertEqual(curve.above_peak_within(profile, 64 * MIB, 100 * MIB), 0,
                          "a step over the allowance already: each kernel its headroom only")
 
+    def test_ceilings_the_headroom_plus_what_the_allowance_leaves(self):
+        profile = recorded_profile()  # headrooms: a0 10 (its later call), b0 160, b1 0, b2 59,
+        #                               a2 159 MiB
+        self.assertEqual(curve.memory_ceilings(profile, 400 * MIB),
+                         {"a0": 50 * MIB, "b0": 200 * MIB, "b1": 40 * MIB, "b2": 99 * MIB,
+                          "a2": 199 * MIB})
+        self.assertEqual(curve.memory_ceilings(profile, 300 * MIB)["b0"], 160 * MIB,
+                         "over the allowance already: the headroom")
+        self.assertEqual(set(curve.memory_ceilings(profile, None).values()),
+                         {curve.UNLIMITED_BYTES}, "no allowance: unbounded")
+
 
 class CurvePointsTest(unittest.TestCase):
     def points(self, budgets=curve.DEFAULT_BUDGETS, plan=front_plan):

@@ -1176,6 +1176,9 @@ class LivenessTest(unittest.TestCase):
         self.assertIsNone(fit(42 * mib, info(0.852, 0.654, 0), True), "workspace unknown")
         self.assertIsNone(fit(42 * mib, info(0.654, 0.654, 115 * mib, "framework"), True))
         self.assertIsNone(fit(42 * mib, info(0.0, 0.654, 115 * mib, "no plan"), True))
+        self.assertEqual(fit(42 * mib, info(0.852, 0.654, 115 * mib), True, 115 * mib), 115 * mib)
+        self.assertIsNone(fit(42 * mib, info(0.852, 0.654, 115 * mib), True, 100 * mib),
+                          "beyond what the process may give the kernel (a memory cap)")
 
     def test_prepare_raises_the_limit_where_pytorchs_own_is_faster_but_larger(self):
         model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
@@ -1225,6 +1228,17 @@ class LivenessTest(unittest.TestCase):
         held = {handles[k] for conv in ut._convs(model) for k in conv.kernels if k is not None}
         self.assertIn((target, wide), held)
         self.assertNotIn(target, {key for key, limit in held if limit != wide})
+        # Under a memory cap that leaves the process less than PyTorch's workspace: not raised.
+        peak = (len(shapes) - 1) * self.MIB
+        with mock.patch.object(ut, "memory_profile", return_value=fake), \
+                mock.patch.object(ut, "_memory_allowance", return_value=peak + 200 * self.MIB), \
+                mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel), \
+                mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                  side_effect=kernel_info):
+            capped = ut.prepare(model, x, budget="liveness", wait_ms=50,
+                                measure_framework=False, host_bound=False)
+        self.assertEqual(capped["framework_fitted"], 0)
+        self.assertLess(ut._runtimes(model)[0].kernel_limits[target], wide)
         # Fixed budgets are the user's limit: never raised.
         with mock.patch.object(_lib.Context, "kernel_info", autospec=True,
                                side_effect=lambda ctx, handle: {

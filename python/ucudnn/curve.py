@@ -49,6 +49,15 @@ def liveness_limits(profile, above_peak, floor=0, quantize=True):
     return {key: max(limit, floor, NO_WORKSPACE) for key, limit in limits.items()}
 
 
+def memory_ceilings(profile, allowance):
+    """Each kernel's most workspace the process may give it: its headroom under the step's peak
+    without workspace plus what `allowance` (the bytes the process may allocate; None: no bound,
+    UNLIMITED_BYTES) leaves above that peak. Exact, not quantized. {shape key: bytes}."""
+    above = above_peak_within(profile, UNLIMITED_BYTES, allowance)
+    return {key: min(limit, UNLIMITED_BYTES)
+            for key, limit in liveness_limits(profile, above, quantize=False).items()}
+
+
 def budget_limits(profile, budgets):
     """{budget: {shape key: limit}}: each budget's liveness limits (None: unlimited, each limit at
     most UNLIMITED_BYTES, the contract's largest)."""
