@@ -661,6 +661,14 @@ class HostBoundTest(unittest.TestCase):
         bound = [(0.040, 0.041), (0.045, 0.046), (0.039, 0.041)]
         self.assertTrue(ut.is_host_bound(*ut.median_step(bound)))
 
+    def test_a_step_whose_allocator_waited_is_not_host_bound(self):
+        before = {"num_alloc_retries": 1, "num_device_free": 3, "num_device_alloc": 9}
+        self.assertEqual(ut.allocator_syncs(before, dict(before, num_device_alloc=20)), 0,
+                         "cudaMalloc alone does not wait for the device")
+        self.assertEqual(ut.allocator_syncs(before, {"num_alloc_retries": 2,
+                                                     "num_device_free": 7}), 5)
+        self.assertEqual(ut.allocator_syncs({}, {}), 0, "a PyTorch without these counters")
+
     def test_the_measured_steps_leave_the_model_as_it_was(self):
         torch.manual_seed(13)
         model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
@@ -670,7 +678,8 @@ class HostBoundTest(unittest.TestCase):
         grads = [p.grad.clone() for p in model.parameters()]
         buffers = [b.clone() for b in model.buffers()]
         got = ut.step_is_host_bound(model, x, loss_fn=lambda y: y.square().sum())
-        self.assertEqual(set(got), {"host_bound", "host_ms", "step_ms"})
+        self.assertEqual(set(got), {"host_bound", "host_ms", "step_ms", "allocator_syncs"})
+        self.assertEqual(got["allocator_syncs"], 0, "no CUDA allocator")
         self.assertTrue(got["host_bound"], got)  # on the CPU the step is all host
         self.assertGreater(got["step_ms"], 0)
         for p, grad in zip(model.parameters(), grads):
