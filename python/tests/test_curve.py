@@ -47,18 +47,6 @@ class AbovePeakWithinTest(unittest.TestCase):
         self.assertEqual(curve.above_peak_within(profile, 64 * MIB, 100 * MIB), 0,
                          "a step over the allowance already: each kernel its headroom only")
 
-    def test_ceilings_the_headroom_plus_what_the_allowance_leaves(self):
-        profile = recorded_profile()  # headrooms: a0 10 (its later call), b0 160, b1 0, b2 59,
-        #                               a2 159 MiB
-        # 40 MiB left above the peak; rounded down to powers of two, at least those 40 MiB.
-        self.assertEqual(curve.memory_ceilings(profile, 400 * MIB),
-                         {"a0": 40 * MIB, "b0": 128 * MIB, "b1": 40 * MIB, "b2": 64 * MIB,
-                          "a2": 128 * MIB})
-        self.assertEqual(curve.memory_ceilings(profile, 300 * MIB)["b0"], 128 * MIB,
-                         "over the allowance already: the headroom, rounded down")
-        self.assertEqual(set(curve.memory_ceilings(profile, None).values()),
-                         {curve.UNLIMITED_BYTES}, "no allowance: unbounded")
-
 
 class CurvePointsTest(unittest.TestCase):
     def points(self, budgets=curve.DEFAULT_BUDGETS, plan=front_plan):

@@ -49,17 +49,6 @@ def liveness_limits(profile, above_peak, floor=0, quantize=True):
     return {key: max(limit, floor, NO_WORKSPACE) for key, limit in limits.items()}
 
 
-def memory_ceilings(profile, allowance):
-    """Each kernel's most workspace the process may give it: its headroom under the step's peak
-    without workspace plus what `allowance` (the bytes the process may allocate; None: no bound,
-    UNLIMITED_BYTES) leaves above that peak, rounded down as liveness_limits rounds (the profiled
-    step is not the job's to the byte: VGG-16 fp32 at its tightest cap ran out of memory with a
-    kernel given its exact headroom). {shape key: bytes}."""
-    above = above_peak_within(profile, UNLIMITED_BYTES, allowance)
-    return {key: min(limit, UNLIMITED_BYTES)
-            for key, limit in liveness_limits(profile, above).items()}
-
-
 def budget_limits(profile, budgets):
     """{budget: {shape key: limit}}: each budget's liveness limits (None: unlimited, each limit at
     most UNLIMITED_BYTES, the contract's largest)."""

@@ -1094,7 +1094,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     compiled = original is not None
     model = original or model  # the eager module: its layers, its passes
     limits = {}
-    ceilings = {}
+    ceiling = None
     budget_limit = None
     allowed_above_peak = None
     started = time.perf_counter()
@@ -1104,15 +1104,15 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
             budget = "allowance"  # an eager step's liveness is not the compiled step's
         if budget == "liveness":
             try:
-                limits, allowed_above_peak, ceilings = _liveness_budgets(
+                limits, allowed_above_peak, ceiling = _liveness_budgets(
                     model, sample_inputs, above_peak, loss_fn)
             except (AttributeError, TypeError) as e:
                 warnings.warn(f"ucudnn.torch.prepare: the step could not be profiled ({e}); "
                               "each kernel gets the configured limit (give loss_fn)")
                 budget = "fixed"
     elif budget == "liveness":
-        limits, allowed_above_peak, ceilings = _liveness_budgets(model, sample_inputs,
-                                                                 above_peak, loss_fn)
+        limits, allowed_above_peak, ceiling = _liveness_budgets(model, sample_inputs,
+                                                                above_peak, loss_fn)
     if budget == "allowance":
         _require_per_kernel(model, "prepare: budget='allowance'")
         budget_limit = _allowance_limit(sample_inputs)
@@ -1149,7 +1149,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
         elif budget == "liveness":
-            raised = _fit_framework(runtime, context, shapes, ceilings)
+            raised = _fit_framework(runtime, context, shapes, ceiling)
             if raised:
                 fitted += raised
                 context.wait_for_plans(wait_ms)
@@ -1309,8 +1309,8 @@ def _require_per_kernel(model, what):
 def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
     """prepare(budget="liveness"): ({shape key: limit} from one profiled step, the bytes above
     the step's peak without workspace they allow: `above_peak`, or less where the process may not
-    take that much (_memory_allowance, curve.above_peak_within), {shape key: the most the process
-    may give the kernel} (curve.memory_ceilings))."""
+    take that much (_memory_allowance, curve.above_peak_within), the most the process may take
+    above that peak (the framework fit's ceiling))."""
     _require_per_kernel(model, "prepare: budget='liveness'")
     if above_peak is None:
         configured = _runtimes(model)[0].config.get("workspace_bytes")
@@ -1319,7 +1319,8 @@ def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
     profile = memory_profile(model, *sample_inputs, loss_fn=loss_fn)
     allowance = _memory_allowance(sample_inputs)
     fitted = _curve.above_peak_within(profile, above_peak, allowance)
-    return liveness_limits(profile, fitted), fitted, _curve.memory_ceilings(profile, allowance)
+    return (liveness_limits(profile, fitted), fitted,
+            _curve.above_peak_within(profile, _curve.UNLIMITED_BYTES, allowance))
 
 
 # Of the memory the process may take, the share that liveness budgets count on: the rest is left
@@ -1378,9 +1379,10 @@ def _framework_fit_limit(limit, info, benchmarks, ceiling=None):
     peak stays within native's there, and the layer is never slower than native for want of the
     memory native uses (VGG-16 fp32's backward-filter 512x14x14: PyTorch's own 0.654 ms with
     115 MiB, the plan within its 42 MiB liveness limit 0.852 ms; docs/torch-models.md). Never
-    above `ceiling`, the most the process may give the kernel (curve.memory_ceilings): under a
-    memory cap native's own cannot take that workspace either, and a plan raised to it ran
-    PyTorch's capped choice (VGG-16 fp32 at 13.1 GiB: 126 ms against 103 unraised)."""
+    above `ceiling`, the bytes the process may take above the step's peak without workspace:
+    under a memory cap native's own cannot take that workspace either, and the headroom of the
+    profiled step is not the job's to the byte (it has no optimizer state): VGG-16 fp32 at its
+    tightest cap ran out of memory with a kernel raised within its headroom."""
     workspace = info.get("framework_workspace_bytes", 0)
     if (info["state"] != "planned" or info["framework_ms"] <= 0 or workspace <= limit or
             (ceiling is not None and workspace > ceiling) or
@@ -1389,17 +1391,16 @@ def _framework_fit_limit(limit, info, benchmarks, ceiling=None):
     return workspace
 
 
-def _fit_framework(runtime, context, shapes, ceilings):
+def _fit_framework(runtime, context, shapes, ceiling):
     """prepare(budget="liveness"): each kernel's limit raised to _framework_fit_limit() where it
-    applies, within its ceiling ({shape key: bytes}, _liveness_budgets; rank 0's allowance) (in
-    the runtime's kernel_limits, which every rank computes alike from the cluster's timings) and
-    those kernels asked for again; how many were raised."""
+    applies, within `ceiling` (_liveness_budgets; rank 0's allowance) (in the runtime's
+    kernel_limits, which every rank computes alike from the cluster's timings) and those kernels
+    asked for again; how many were raised."""
     raised = {}
     for shape in shapes:
         limit = runtime.limit_of(shape)
         fitted = _framework_fit_limit(limit, context.kernel_info(context.kernel(shape, limit)),
-                                      runtime.framework_benchmarks,
-                                      ceilings.get(_shape_key(shape)))
+                                      runtime.framework_benchmarks, ceiling)
         if fitted is not None:
             runtime.kernel_limits[_shape_key(shape)] = fitted
             raised.setdefault(fitted, []).append(shape)
