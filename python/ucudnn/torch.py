@@ -1380,9 +1380,9 @@ def _framework_fit_limit(limit, info, benchmarks, ceiling=None):
     memory native uses (VGG-16 fp32's backward-filter 512x14x14: PyTorch's own 0.654 ms with
     115 MiB, the plan within its 42 MiB liveness limit 0.852 ms; docs/torch-models.md). Never
     above `ceiling`, the bytes the process may take above the step's peak without workspace:
-    under a memory cap native's own cannot take that workspace either, and the headroom of the
-    profiled step is not the job's to the byte (it has no optimizer state): VGG-16 fp32 at its
-    tightest cap ran out of memory with a kernel raised within its headroom."""
+    under a memory cap native's own cannot take its unlimited workspace either, and the
+    profiled step's headroom is not the job's to the byte (the optimizer's state comes after
+    it), so only memory the process has beyond that peak is given."""
     workspace = info.get("framework_workspace_bytes", 0)
     if (info["state"] != "planned" or info["framework_ms"] <= 0 or workspace <= limit or
             (ceiling is not None and workspace > ceiling) or
