@@ -94,9 +94,14 @@ struct KernelState {
   // Written by the planner thread under the session's mutex; read by reports under it.
   KernelReport::State state = KernelReport::State::kWaiting;
   std::string reason;
-  // The framework's measured time for this kernel, as the server's last answer said (0: unknown).
+  // The framework's measured time for this kernel and that timing's workspace, as the server's
+  // last answer (or the plan cache's record of one) said (0: unknown).
   double framework_ms = 0;
-  uint64_t framework_workspace_bytes = 0;  // of that timing
+  uint64_t framework_workspace_bytes = 0;
+  void KnowFramework(const KernelPlan& answer) {
+    framework_ms = answer.framework_ms;
+    framework_workspace_bytes = answer.framework_workspace_bytes;
+  }
   // The session's contribution epoch when timings of this kernel's problem were last submitted:
   // an answer to a request sent before then is stale where it says the timings are missing.
   uint64_t contributed_epoch = 0;

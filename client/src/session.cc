@@ -187,8 +187,7 @@ KernelState* Session::Register(const ConvProblem& problem, int64_t batch, uint64
     if (cached) {
       // What the server said of the framework's own with it, so that a job whose plans all come
       // from the file does not measure the framework again.
-      kernel->framework_ms = cached->framework_ms;
-      kernel->framework_workspace_bytes = cached->framework_workspace_bytes;
+      kernel->KnowFramework(*cached);
       Publish(kernel, MakeEntry(*cached, limit, /*from_cache=*/true));
       plans_from_cache_.fetch_add(1, std::memory_order_relaxed);
     } else if (source_ != nullptr) {

@@ -386,11 +386,12 @@ class Session {
   std::array<std::vector<int>, 3> algorithm_ids_;  // by ConvOp
   PlanBinder* binder_ = nullptr;
   bool kernels_by_limit_ = false;  // SessionHooks::kernels_by_limit; KeyLimit()
-  // The limit that is part of a kernel's identity: `limit` where kernels are by limit (per-kernel
-  // mode), none otherwise.
+  // Whether a kernel's limit is part of its identity (kernels by limit, per-kernel mode).
+  bool KernelsByLimit() const { return kernels_by_limit_ && mode_ == WorkspaceMode::kPerKernel; }
+  // The limit that is part of a kernel's identity: `limit` where kernels are by limit, none
+  // otherwise.
   std::optional<uint64_t> KeyLimit(uint64_t limit) const {
-    return kernels_by_limit_ && mode_ == WorkspaceMode::kPerKernel ? std::optional(limit)
-                                                                   : std::nullopt;
+    return KernelsByLimit() ? std::optional(limit) : std::nullopt;
   }
   ContributionBackendFactory contribution_backend_;
   BenchmarkOptions benchmark_options_;

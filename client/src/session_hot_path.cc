@@ -87,7 +87,7 @@ Status Session::Execute(const ConvProblem& problem, int64_t batch, const ConvOpe
   // Where kernels are by limit, the caller's workspace is not a limit: the kernel of this
   // problem declared first, whatever its limit (registered with this workspace if none).
   KernelState* kernel =
-      KeyLimit(0) ? table_.Find(KernelKeyHash(problem, batch), problem, batch) : nullptr;
+      KernelsByLimit() ? table_.Find(KernelKeyHash(problem, batch), problem, batch) : nullptr;
   if (kernel == nullptr) kernel = FindOrRegister(problem, batch, workspace_bytes);
   if (kernel == nullptr) {
     untracked_calls_.fetch_add(1, std::memory_order_relaxed);

@@ -249,8 +249,7 @@ void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t
     pending_.push_back(p);
     return;
   }
-  p.kernel->framework_ms = kernel_plan.framework_ms;
-  p.kernel->framework_workspace_bytes = kernel_plan.framework_workspace_bytes;
+  p.kernel->KnowFramework(kernel_plan);
   switch (kernel_plan.status) {
     case KernelPlanStatus::kPlanned: {
       Publish(p.kernel, MakeEntry(kernel_plan, limit, /*from_cache=*/false));
@@ -339,8 +338,7 @@ bool Session::PublishNetwork(const std::vector<KernelState*>& kernels, const Net
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelState* kernel = kernels[i];
     const KernelPlan& kernel_plan = plan.kernels[i];
-    kernel->framework_ms = kernel_plan.framework_ms;
-    kernel->framework_workspace_bytes = kernel_plan.framework_workspace_bytes;
+    kernel->KnowFramework(kernel_plan);
     if (kernel_plan.status != KernelPlanStatus::kPlanned) {
       Unpublish(kernel);
       if (kernel_plan.status == KernelPlanStatus::kMissing &&

@@ -1216,16 +1216,23 @@ class LivenessTest(unittest.TestCase):
             return {"state": "planned", "predicted_ms": 1.0, "framework_ms": 2.0,
                     "framework_workspace_bytes": wide}
 
-        with mock.patch.object(ut, "memory_profile", return_value=fake), \
-                mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel), \
-                mock.patch.object(_lib.Context, "kernel_info", autospec=True,
-                                  side_effect=kernel_info), \
-                mock.patch.object(_lib.Context, "prepare", autospec=True,
-                                  side_effect=lambda ctx, group, limit: declared.append(
-                                      (limit, [ut._shape_key(s) for s in group])) or
-                                  real_prepare(ctx, group, limit)):
-            result = ut.prepare(model, x, budget="liveness", wait_ms=50,
-                                measure_framework=False, host_bound=False)
+        def prepared(allowance=None):
+            """prepare() under liveness budgets on the stand-ins, the process allowed
+            `allowance` bytes (None: no bound)."""
+            with mock.patch.object(ut, "memory_profile", return_value=fake), \
+                    mock.patch.object(ut, "_memory_allowance", return_value=allowance), \
+                    mock.patch.object(_lib.Context, "kernel", autospec=True,
+                                      side_effect=kernel), \
+                    mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                      side_effect=kernel_info), \
+                    mock.patch.object(_lib.Context, "prepare", autospec=True,
+                                      side_effect=lambda ctx, group, limit: declared.append(
+                                          (limit, [ut._shape_key(s) for s in group])) or
+                                      real_prepare(ctx, group, limit)):
+                return ut.prepare(model, x, budget="liveness", wait_ms=50,
+                                  measure_framework=False, host_bound=False)
+
+        result = prepared()
         self.assertEqual(result["framework_fitted"], 1)
         limits = ut._runtimes(model)[0].kernel_limits
         expected = ut.liveness_limits(fake, 32 * self.MIB)
@@ -1239,13 +1246,7 @@ class LivenessTest(unittest.TestCase):
         self.assertNotIn(target, {key for key, limit in held if limit != wide})
         # Under a memory cap that leaves the process less than PyTorch's workspace: not raised.
         peak = (len(shapes) - 1) * self.MIB
-        with mock.patch.object(ut, "memory_profile", return_value=fake), \
-                mock.patch.object(ut, "_memory_allowance", return_value=peak + 200 * self.MIB), \
-                mock.patch.object(_lib.Context, "kernel", autospec=True, side_effect=kernel), \
-                mock.patch.object(_lib.Context, "kernel_info", autospec=True,
-                                  side_effect=kernel_info):
-            capped = ut.prepare(model, x, budget="liveness", wait_ms=50,
-                                measure_framework=False, host_bound=False)
+        capped = prepared(allowance=peak + 200 * self.MIB)
         self.assertEqual(capped["framework_fitted"], 0)
         self.assertLess(ut._runtimes(model)[0].kernel_limits[target], wide)
         # Fixed budgets are the user's limit: never raised.

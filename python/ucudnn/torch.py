@@ -1129,12 +1129,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
             continue
         shapes = _unique(shapes)
         declared += len(shapes)
-        by_limit = {}
-        for shape in shapes:
-            limit = runtime.limit_of(shape)
-            by_limit.setdefault(limit, []).append(shape)
-        for limit, group in sorted(by_limit.items()):
-            context.prepare(group, limit)
+        _declare_at_limits(runtime, context, shapes)
         if wait_ms <= 0:
             continue
         not_shared = []
@@ -1396,17 +1391,26 @@ def _fit_framework(runtime, context, shapes, ceiling):
     applies, within `ceiling` (_liveness_budgets; rank 0's allowance) (in the runtime's
     kernel_limits, which every rank computes alike from the cluster's timings) and those kernels
     asked for again; how many were raised."""
-    raised = {}
+    raised = []
     for shape in shapes:
         limit = runtime.limit_of(shape)
         fitted = _framework_fit_limit(limit, context.kernel_info(context.kernel(shape, limit)),
                                       runtime.framework_benchmarks, ceiling)
         if fitted is not None:
             runtime.kernel_limits[_shape_key(shape)] = fitted
-            raised.setdefault(fitted, []).append(shape)
-    for limit, group in sorted(raised.items()):
+            raised.append(shape)
+    _declare_at_limits(runtime, context, raised)
+    return len(raised)
+
+
+def _declare_at_limits(runtime, context, shapes):
+    """Declares `shapes` in `context`, each at its limit (runtime.limit_of), one request per
+    distinct limit."""
+    by_limit = {}
+    for shape in shapes:
+        by_limit.setdefault(runtime.limit_of(shape), []).append(shape)
+    for limit, group in sorted(by_limit.items()):
         context.prepare(group, limit)
-    return sum(len(group) for group in raised.values())
 
 
 def _decide_locally(runtime, context, measured):
