@@ -32,6 +32,14 @@ BenchmarkOptions CountableOptions() {
   return o;
 }
 
+// CountableOptions() with the probes and skips on, as a worker runs.
+BenchmarkOptions ProbingOptions() {
+  BenchmarkOptions o = CountableOptions();
+  o.prune_margin = 0.10;
+  o.skip_factor = 2.0;
+  return o;
+}
+
 void ExpectComplete(const TimingTable& table, ConvBackend& backend, const ConvProblem& p,
                     int64_t max_micro_batch, BatchPolicy policy) {
   ASSERT_EQ(table.entries.size(), ExpectedTimings(backend, p, max_micro_batch, policy));
@@ -164,9 +172,7 @@ class ScriptedTimesBackend : public RenamedCpuBackend {
 TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsGrowing) {
   const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
   const std::vector<int64_t> sizes = {1, 2, 4, 8};
-  BenchmarkOptions options = CountableOptions();
-  options.prune_margin = 0.10;  // probes on, as a worker runs
-  options.skip_factor = 2.0;
+  BenchmarkOptions options = ProbingOptions();
   ScriptedTimesBackend backend;
   auto table = BenchmarkMicroBatches(backend, p, sizes, options);
   ASSERT_TRUE(table.ok()) << table.status().ToString();
@@ -226,9 +232,7 @@ class CodePerSizeBackend : public RenamedCpuBackend {
 TEST(BenchmarkProbeTest, CodeBuiltPerSizeIsWarmedUpBeforeItsProbeAtEverySize) {
   const ConvProblem p = TinyProblem(ConvOp::kForward, 8);
   const std::vector<int64_t> sizes = {1, 2, 4, 8};
-  BenchmarkOptions options = CountableOptions();
-  options.prune_margin = 0.10;  // probes on, as a worker runs
-  options.skip_factor = 2.0;
+  const BenchmarkOptions options = ProbingOptions();
   CodePerSizeBackend backend(/*says_so=*/true);
   auto table = BenchmarkMicroBatches(backend, p, sizes, options);
   ASSERT_TRUE(table.ok()) << table.status().ToString();
