@@ -56,6 +56,9 @@ def parse_args(argv):
     parser.add_argument("--only-max-batch", action="store_true",
                         help="just the largest-batch search (with --max-batch-cap-gib): no rows, "
                         "no curves")
+    parser.add_argument("--memory-trace", action="store_true",
+                        help="the converted liveness runs trace their step's memory against "
+                        "their profile (torch_models.py run --memory-trace)")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
     if args.only_max_batch and args.max_batch_cap_gib <= 0:
@@ -171,7 +174,8 @@ def run_row(args, row, curves):
 
     native = run("native", common)
     curves.setdefault("_device", native.get("device_name"))
-    liveness_run = converted + ["--mode", "ucudnn", "--budget", "liveness"]
+    liveness_run = converted + ["--mode", "ucudnn", "--budget", "liveness"] + (
+        ["--memory-trace"] if args.memory_trace else [])
     fixed = run("converted_64mib", converted + ["--mode", "ucudnn", "--budget", "fixed",
                                                 "--option=workspace_bytes=64MiB"])
     liveness = run("converted_liveness", liveness_run)

@@ -110,6 +110,10 @@ def parse_args(argv):
     run.add_argument("--with-library", action="store_true",
                      help="native: the library loaded and a context of it running on the device "
                      "(a converted 1x1 layer called once), the model itself unconverted")
+    run.add_argument("--memory-trace", action="store_true",
+                     help="ucudnn, eager: after the timed steps, the memory in use at each op of "
+                     "one more step against the profiles liveness budgets come from "
+                     "(memory_trace)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -410,6 +414,9 @@ def run_one(args):
                                   **({"host_bound": False} if first_calls else {}))
         prepare_s = time.monotonic() - start
     step = training_step(torch, model, net, device, amp)
+    tracing = ut is not None and args.memory_trace and cuda and not args.compile
+    # The profile as prepare() took it: before the optimizer's first step.
+    profile_before = ut.memory_profile(model, data) if tracing else None
 
     stats_before = None
     probe_before = host_probe_ms()
@@ -488,7 +495,28 @@ def run_one(args):
             result["kernels"] = ut.report(model)
     if first_calls is not None:
         result["first_calls"] = first_calls.summary()
+    if tracing:
+        result["memory_trace"] = memory_trace(torch, ut, model, step, data, labels,
+                                              profile_before)
     return result
+
+
+def memory_trace(torch, ut, model, step, data, labels, before):
+    """--memory-trace: the memory in use (MiB) at the start of each op that asks the library in
+    one more training step (ut.trace_memory) against the memory profiles liveness budgets come
+    from: `before` (taken as prepare() takes it, before the optimizer's first step) and one
+    taken now (the optimizer's state in). Each op labelled op:c:h:k."""
+    with ut.trace_memory(model) as traced:
+        step(data, labels)
+        torch.cuda.synchronize()
+    after = ut.memory_profile(model, data)
+
+    def side(profile):
+        return {"ops": [f"{key[0]}:{key[2]}:{key[3]}:{key[5]}" for key, _, _ in profile["calls"]],
+                "in_use_mib": [round(in_use / 2**20, 1) for _, in_use, _ in profile["calls"]],
+                "peak_mib": round(max((u + o for _, u, o in profile["calls"]), default=0)
+                                  / 2**20, 1)}
+    return {"step": side(traced), "profile_before": side(before), "profile_after": side(after)}
 
 
 class FirstCalls:

@@ -16,7 +16,7 @@
 #          [--paired-rounds 8] [--paired-steps 8]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
 #          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G]
-#          [--max-batch-range LOW:HIGH] [--only-max-batch]
+#          [--max-batch-range LOW:HIGH] [--only-max-batch] [--memory-trace]
 #          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json; each
@@ -34,7 +34,8 @@
 #     bench/step_memory.py for those models (issue 21: liveness budgets, caps, the curve):
 #     step_memory.json and curve_*.svg (--caps: how many cap levels, default 3); with
 #     --max-batch-cap-gib, also each side's largest batch under that cap (--max-batch-range: the
-#     batches probed; --only-max-batch: that search alone); --curve only the step's curve and
+#     batches probed; --only-max-batch: that search alone; --memory-trace: the converted
+#     liveness runs trace their step's memory against their profile); --curve only the step's curve and
 #     its predictions against the measured step (torch_models.py curve --check: curve_*.json in
 #     runs.tar.gz, the check in stack.log); --cpus runs the suite's and the paired runs on those
 #     CPUs only (a host-bound step's time depends on where it lands).
@@ -84,7 +85,7 @@ while [ $# -gt 0 ]; do
     --overhead) overhead=1; shift ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
     --max-batch-cap-gib|--max-batch-range|--caps) memory_args+=("$1" "$2"); shift 2 ;;
-    --only-max-batch) memory_args+=("$1"); shift ;;
+    --only-max-batch|--memory-trace) memory_args+=("$1"); shift ;;
     --curve) curve_rows+=("$2"); shift 2 ;;
     --cpus) suite_args+=(--cpus "$2"); paired_args+=(--cpus "$2"); shift 2 ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;

@@ -349,6 +349,8 @@ KernelInfo Session::Info(const KernelState& kernel) const {
     info.predicted_ms = plan->predicted_ms;
     info.undivided_ms = plan->undivided_ms;
     info.workspace_bytes = plan->workspace_bytes;
+  } else if (kernel.state == KernelReport::State::kMissing) {
+    info.state = KernelInfo::State::kMissing;
   } else if (kernel.state != KernelReport::State::kWaiting) {
     info.state = KernelInfo::State::kNoPlan;
   }

@@ -126,7 +126,9 @@ struct FrameworkTiming {
 
 // Where a kernel stands, for the shape-level C API's ucudnnShapeGetKernelInfo.
 struct KernelInfo {
-  enum class State { kWaiting = 0, kPlanned = 1, kFramework = 2, kNoPlan = 3 };
+  // kMissing: no plan while the cluster benchmarks its problem (asked again later); kNoPlan: no
+  // plan for another reason (infeasible, disabled, no server, failed).
+  enum class State { kWaiting = 0, kPlanned = 1, kFramework = 2, kNoPlan = 3, kMissing = 4 };
   State state = State::kWaiting;
   int32_t segments = 0;
   double predicted_ms = 0;

@@ -13,8 +13,10 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 import types
 import unittest
+import warnings
 import weakref
 from unittest import mock
 
@@ -534,6 +536,72 @@ class HotPathTest(unittest.TestCase):
         self.assertEqual(stats["planned_calls"], 4 * 5, stats)
         self.assertEqual(stats["fallback_calls"], 4 * 1, stats)
 
+    def test_a_workspace_that_does_not_fit_runs_pytorchs_own_and_lowers_the_limit(self):
+        torch.manual_seed(15)
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 6, 3, stride=2, padding=1))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        planned(model, x, self.dir.name)
+        real_empty = torch.empty
+
+        def no_workspace(*args, **kwargs):  # the allocator has no bytes for a plan's workspace
+            if kwargs.get("dtype") is torch.uint8 and args and args[0] > 0:
+                raise ut._OUT_OF_MEMORY("CUDA out of memory (a test's)")
+            return real_empty(*args, **kwargs)
+
+        with mock.patch.object(ut.torch, "empty", side_effect=no_workspace), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert_same_step(self, model, reference, x)  # the step is not failed
+        stats = ut.stats(model)
+        out_of_memory = stats["workspace_out_of_memory"]
+        self.assertGreaterEqual(out_of_memory, 1, stats)
+        self.assertEqual(len([w for w in caught if "did not fit" in str(w.message)]),
+                         out_of_memory)
+        runtime = model[0]._ucudnn_runtime
+        # Each kernel whose workspace did not fit is planned again within a quarter of it.
+        self.assertEqual(len(runtime.kernel_limits), out_of_memory)
+        convs = [c for m in (model[0], model[2]) for c in m._ucudnn_convs.values()]
+        for limit in runtime.kernel_limits.values():
+            self.assertTrue(limit == 1 or limit & (limit - 1) == 0, limit)
+            self.assertLess(limit, LIMIT)
+        lowered = [op for c in convs for op in range(3)
+                   if runtime.kernel_limits.get(ut._shape_key(c.shape(op))) is not None]
+        self.assertEqual(len(lowered), out_of_memory)
+        for c in convs:
+            for op in range(3):
+                if runtime.kernel_limits.get(ut._shape_key(c.shape(op))) is not None:
+                    self.assertIsNone(c.kernels[op], "declared again at its new limit")
+                    self.assertEqual(c.routes[op], ut._ROUTE_NO_PLAN)
+        assert_same_step(self, model, reference, x)  # and the steps after it
+        self.assertEqual(ut.stats(model)["workspace_out_of_memory"], out_of_memory)
+
+    def test_the_traced_step_records_each_op_that_asks_the_library(self):
+        torch.manual_seed(16)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))
+        x = torch.randn(4, 3, 9, 9)
+        planned(model, x, self.dir.name)
+        readings = itertools.count(1000, 1000)
+        with ut.trace_memory(model, reader=lambda: next(readings)) as traced:
+            step(model, x)
+        ops = [key[0] for key, _, _ in traced["calls"]]
+        # Both forwards, then both layers' backward-data and backward-filter (x needs its
+        # gradient in step()), each read once at its start, in order.
+        self.assertEqual(ops[:2], [_lib.FORWARD, _lib.FORWARD])
+        self.assertEqual(sorted(ops[2:]), [_lib.BACKWARD_DATA, _lib.BACKWARD_DATA,
+                                           _lib.BACKWARD_FILTER, _lib.BACKWARD_FILTER])
+        self.assertEqual([u for _, u, _ in traced["calls"]], list(range(1000, 7000, 1000)))
+        step(model, x)
+        self.assertEqual(len(traced["calls"]), 6, "nothing traced after the block")
+
+    def test_a_lowered_limit_is_a_quarter_as_a_power_of_two(self):
+        self.assertEqual(ut.lowered_limit(108 << 20), 16 << 20)
+        self.assertEqual(ut.lowered_limit(64 << 20), 16 << 20)
+        self.assertEqual(ut.lowered_limit(7), 1)
+        self.assertEqual(ut.lowered_limit(3), 1)  # no workspace: the library reads 0 otherwise
+        self.assertEqual(ut.lowered_limit(1), 1)
+
     def test_no_grad_calls_need_no_autograd_node(self):
         torch.manual_seed(13)
         reference = nn.Conv2d(3, 4, 3, padding=1)
@@ -855,6 +923,44 @@ class FrameworkPlanTest(unittest.TestCase):
         # The 5 kernels, and layer 1's backward-data (step()'s input needs a gradient): the
         # layer is PyTorch's own whole.
         self.assertEqual(stats["framework_calls"], count + 1, stats)
+
+    def test_pytorchs_time_taken_while_plans_are_missing_is_not_shared(self):
+        # The server answers "missing" (a worker benchmarks the problems, maybe on this device)
+        # until wait_ms: PyTorch's times taken then are this process's alone.
+        reference, model, x, cache, count = self.two_planned_layers(38)
+        ut.convert(model, server=f"127.0.0.1:{closed_port()}", deadline_ms=100,
+                   cache_path=os.path.join(self.dir.name, "none.bin"), framework=self.IDENTITY)
+        self.assertTrue(model[0]._ucudnn_runtime.has_server())
+        real_info = _lib.Context.kernel_info
+
+        def missing(context, handle):
+            return dict(real_info(context, handle), state="missing")
+
+        with mock.patch.object(_lib.Context, "submit_framework_timings",
+                               autospec=True) as submit, \
+                mock.patch.object(_lib.Context, "kernel_info", autospec=True,
+                                  side_effect=missing):
+            started = time.monotonic()
+            result = ut.prepare(model, x, wait_ms=400, host_bound=False)
+            waited = time.monotonic() - started
+        self.assertGreaterEqual(waited, 0.4, "waited for the plans")
+        self.assertEqual(result["measured"], count)
+        submit.assert_not_called()
+        # No plan to weigh them against: nothing decided for this process, a plan that comes
+        # later runs.
+        self.assertEqual(model[0]._ucudnn_runtime.local_framework, set())
+        assert_same_step(self, model, reference, x)
+
+    def test_pytorchs_time_is_shared_once_the_plans_are_in(self):
+        reference, model, x, cache, count = self.two_planned_layers(39)
+        ut.convert(model, server=f"127.0.0.1:{closed_port()}", deadline_ms=100,
+                   cache_path=cache, framework=self.IDENTITY)
+        with mock.patch.object(_lib.Context, "submit_framework_timings",
+                               autospec=True) as submit:
+            result = ut.prepare(model, x, wait_ms=400, host_bound=False)
+        self.assertEqual(result["measured"], count)
+        submit.assert_called_once()
+        self.assertEqual(len(submit.call_args.args[1]), count)
 
     def test_a_layer_whose_plans_save_little_runs_pytorchs_own_whole(self):
         reference, model, x, cache, count = self.two_planned_layers(35)

@@ -63,7 +63,7 @@ class KernelInfo(ctypes.Structure):
 
 
 # ucudnnShapeKernelInfo_t.state
-KERNEL_STATES = ("waiting", "planned", "framework", "no_plan")
+KERNEL_STATES = ("waiting", "planned", "framework", "no_plan", "missing")
 
 
 class Stats(ctypes.Structure):

@@ -173,6 +173,10 @@ class Runtime:
         self.recording = None
         # memory_profile(): PyTorch's own convolutions, the memory in use at each op's start.
         self.profiling = None
+        # trace_memory(): the steps' own ops, the memory in use at each one's start.
+        self.tracing = None
+        # Calls whose plan's workspace the allocator could not give (_workspace_out_of_memory).
+        self.workspace_out_of_memory = 0
         # Calls that ran PyTorch's own convolution without asking the library (the route was
         # known): [no plan, framework chosen]. stats() adds them to the library's counters.
         self.skipped = [0, 0]
@@ -194,6 +198,13 @@ class Runtime:
         per_kernel."""
         mode = self.config.get("workspace_mode") or os.environ.get("UCUDNN_WORKSPACE_MODE")
         return (mode or "per_kernel").strip().lower()
+
+    def has_server(self):
+        """Whether a planner server is configured (convert()'s option, else UCUDNN_SERVER): plans
+        and PyTorch's times shared with the cluster."""
+        server = self.config.get("server")
+        return bool(str(server if server is not None else
+                        os.environ.get("UCUDNN_SERVER", "")).strip())
 
     def limit_of(self, shape):
         """The workspace limit `shape`'s kernel is planned with."""
@@ -426,9 +437,16 @@ class _Conv:
                     return self.run(op, a, b, out)
             stream = _raw_stream(index)
         needed = self.workspace_bytes[op]
+        tracing = self.runtime.tracing
+        if tracing is not None:
+            tracing.add(self, op, tracing.reader(), 0)
         # From PyTorch's caching allocator for this call, on its stream: a large workspace late
         # in the backward pass never sits in memory at the step's peak.
-        workspace = torch.empty(needed, dtype=torch.uint8, device=self.device) if needed else None
+        try:
+            workspace = torch.empty(needed, dtype=torch.uint8,
+                                    device=self.device) if needed else None
+        except _OUT_OF_MEMORY:
+            return self._workspace_out_of_memory(op, needed)
         status = self.run_kernel(kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
                                  workspace.data_ptr() if needed else None, needed)
         if status == _SUCCESS:
@@ -454,7 +472,10 @@ class _Conv:
         if status == _lib.WORKSPACE_TOO_SMALL:
             needed = self.context.kernel_workspace_size(kernel) or 0
             self.workspace_bytes[op] = needed
-            workspace = torch.empty(needed, dtype=torch.uint8, device=self.device)
+            try:
+                workspace = torch.empty(needed, dtype=torch.uint8, device=self.device)
+            except _OUT_OF_MEMORY:
+                return self._workspace_out_of_memory(op, needed)
             status = self.run_kernel(kernel, a.data_ptr(), b.data_ptr(), out.data_ptr(), stream,
                                      workspace.data_ptr(), needed)
             if status == _SUCCESS:
@@ -468,6 +489,28 @@ class _Conv:
             self._route(op, _ROUTE_NO_PLAN)
             return False
         self.runtime.library.check("ucudnnShapeKernelRun", status)  # raises
+        return False
+
+    def _workspace_out_of_memory(self, op, needed):
+        """run() when PyTorch's allocator cannot give the plan's `needed` bytes of workspace (the
+        memory in use at this point of the step is more than the kernel's limit assumed: a
+        profile that was not the job's step, a memory cap set after prepare()): False, this call
+        runs PyTorch's own (which finds an algorithm within the memory left, as unconverted), and
+        the kernel is planned again at a smaller limit (lowered_limit), so a plan's workspace
+        never fails a step. A RuntimeWarning says so; stats() counts them
+        ("workspace_out_of_memory")."""
+        shape = self.shape(op)
+        limit = lowered_limit(min(needed, self.runtime.limit_of(shape)))
+        runtime = self.runtime
+        runtime.workspace_out_of_memory += 1
+        runtime.kernel_limits[_shape_key(shape)] = limit
+        in_use = (f" ({torch.cuda.memory_allocated(self.device)} bytes in use)"
+                  if self.device.type == "cuda" else "")
+        warnings.warn(f"ucudnn.torch: a {needed}-byte workspace did not fit{in_use}; op {op} of "
+                      f"{self.dims} planned again within {limit} bytes", RuntimeWarning)
+        self.kernels[op] = None  # declared at the new limit at its next call
+        self.workspace_bytes[op] = 0
+        self._route(op, _ROUTE_NO_PLAN)
         return False
 
     def record(self, needs_x, needs_w):
@@ -532,6 +575,21 @@ class _Conv:
                 return _INFINITY, planned
             gain += info["framework_ms"] - info["predicted_ms"]
         return gain, planned
+
+
+# What PyTorch raises when its allocator has not the bytes (torch.OutOfMemoryError from 2.1,
+# torch.cuda.OutOfMemoryError from 1.13, a RuntimeError before).
+_OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", None) or
+                  getattr(torch.cuda, "OutOfMemoryError", None) or RuntimeError)
+
+
+def lowered_limit(failed):
+    """A kernel's limit after a workspace of `failed` bytes (or its limit, if smaller) did not
+    fit: a quarter of it rounded down to a power of two, at least no workspace
+    (curve.NO_WORKSPACE), so that a kernel reaches a plan that fits in a few steps, each of
+    which costs the allocator a synchronizing retry."""
+    quarter = failed // 4
+    return max(_curve.NO_WORKSPACE, 1 << (quarter.bit_length() - 1) if quarter > 0 else 0)
 
 
 def _output_size(dims, stride, padding, dilation):
@@ -1134,11 +1192,13 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
             continue
         not_shared = []
         if measure_framework:
-            # The first answers say what the cluster knows of PyTorch's time (a warm cluster:
-            # everything, nothing to measure). Kernels still waiting (their timings are being
-            # benchmarked) are measured too, so that their plans weigh PyTorch's own.
-            context.wait_for_plans(min(wait_ms, _FIRST_ANSWER_MS))
-            not_shared = _measure_framework(runtime, context, device, shapes)
+            # PyTorch's own is timed once this job's problems are benchmarked (a warm cluster:
+            # at once, and nothing to time): a worker may be benchmarking them on this very
+            # device (the README's stack, a cluster's first job), and times taken meanwhile are
+            # the shared device's (VGG-16 fp32's: 2x; docs/torch-models.md, session 29). Where
+            # the plans are not all in by wait_ms, the times decide for this process alone.
+            quiet = runtime.has_server() and _wait_planned(runtime, context, shapes, wait_ms)
+            not_shared = _measure_framework(runtime, context, device, shapes, share=quiet)
             measured += len(not_shared[1]) if not_shared else 0
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
@@ -1342,27 +1402,50 @@ def _memory_allowance(sample_inputs):
     return _rank0s(int(allowance * _ALLOWANCE_SHARE), devices[0])
 
 
-# How long prepare() waits for the first answers before measuring PyTorch's own time.
-_FIRST_ANSWER_MS = 5000
+def _kernel_infos(runtime, context, shapes):
+    """Context.kernel_info() of each of `shapes` at its limit (Runtime.limit_of)."""
+    return [context.kernel_info(context.kernel(shape, runtime.limit_of(shape)))
+            for shape in shapes]
 
 
-def _measure_framework(runtime, context, device, shapes):
+# How often _wait_planned() looks at the kernels' states: a missing plan's answer comes from the
+# session's retries (no kernel waits meanwhile), not from one wait.
+_PLANNED_POLL_S = 0.1
+
+
+def _wait_planned(runtime, context, shapes, timeout_ms):
+    """Waits up to `timeout_ms` until no kernel of `shapes` waits for the server's answer or for
+    its problem's benchmark ("missing"): then none of their problems is being benchmarked.
+    Whether that came."""
+    deadline = _monotonic() + timeout_ms / 1e3
+    while True:
+        if not any(info["state"] in ("waiting", "missing")
+                   for info in _kernel_infos(runtime, context, shapes)):
+            return True
+        left = deadline - _monotonic()
+        if left <= 0:
+            return False
+        context.wait_for_plans(int(min(left, _PLANNED_POLL_S) * 1e3))
+        time.sleep(min(max(0.0, deadline - _monotonic()), _PLANNED_POLL_S))
+
+
+def _measure_framework(runtime, context, device, shapes, share=True):
     """Measures PyTorch's own time and workspace for the kernels whose plan does not know them
-    and submits them (their plans are made again: PyTorch's own is a candidate only where its
-    workspace fits the kernel's limit). (shared, [(shape, framework ms, workspace bytes)]), or
-    None: nothing to do."""
-    unknown = [shape for shape in shapes
-               if context.kernel_info(context.kernel(shape, runtime.limit_of(shape)))[
-                   "framework_ms"] <= 0]
+    and, with `share`, submits them (their plans are made again: PyTorch's own is a candidate
+    only where its workspace fits the kernel's limit). (shared, [(shape, framework ms,
+    workspace bytes)]), or None: nothing to do."""
+    unknown = [shape for shape, info in zip(shapes, _kernel_infos(runtime, context, shapes))
+               if info["framework_ms"] <= 0]
     if not unknown:
         return None
     timings = [_time_framework(shape, device, workspace=True) for shape in unknown]
-    try:
-        context.submit_framework_timings(unknown, [t[0] for t in timings],
-                                         [t[1] for t in timings], [t[2] for t in timings])
-        shared = True
-    except _lib.ShapeError:
-        shared = False  # no server or token: this process decides alone (_decide_locally)
+    shared = share
+    if share:
+        try:
+            context.submit_framework_timings(unknown, [t[0] for t in timings],
+                                             [t[1] for t in timings], [t[2] for t in timings])
+        except _lib.ShapeError:
+            shared = False  # no server or token: this process decides alone (_decide_locally)
     return shared, [(shape, t[0], t[2]) for shape, t in zip(unknown, timings)]
 
 
@@ -1417,7 +1500,8 @@ def _decide_locally(runtime, context, measured):
     """PyTorch's own convolution for the kernels whose plan does not beat the measured time
     (_beats_framework: by FRAMEWORK_MARGIN, or within it where ties go to ucudnn and the plan
     needs no more workspace than PyTorch's own), where PyTorch's workspace fits the kernel's
-    limit: the planner's rule, applied in this process alone."""
+    limit: the planner's rule, applied in this process alone (a plan that comes later runs: its
+    problem was being benchmarked, and PyTorch's time then was the shared device's)."""
     for shape, framework_ms, workspace in measured:
         limit = runtime.limit_of(shape)
         if limit and workspace > limit:
@@ -1428,8 +1512,9 @@ def _decide_locally(runtime, context, measured):
         if benchmarks and not _beats_framework(info["predicted_ms"], framework_ms) and (
                 (context.kernel_workspace_size(kernel) or 0) > workspace):
             benchmarks = False  # a tie goes to ucudnn only within PyTorch's own workspace
-        if info["state"] != "planned" or not _beats_framework(info["predicted_ms"], framework_ms,
-                                                              benchmarks):
+        # A kernel without a plan runs PyTorch's own until one comes, which then runs.
+        if info["state"] == "planned" and not _beats_framework(info["predicted_ms"],
+                                                               framework_ms, benchmarks):
             runtime.local_framework.add(_shape_key(shape))
 
 
@@ -1747,6 +1832,25 @@ def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
 
 
 @contextlib.contextmanager
+def trace_memory(model, reader=None):
+    """Within the block, each op that a converted layer of `model` runs through the library
+    records the memory in use at its start (`reader`, default torch.cuda.memory_allocated): the
+    job's own steps, to hold against memory_profile()'s, from which liveness limits are
+    computed (ops on PyTorch's own route are not asked, so not recorded). Yields {"calls":
+    [(shape key, in use, 0), ...]}, memory_profile()'s form, filled as the block runs."""
+    profile = _Profile(reader or torch.cuda.memory_allocated)
+    runtimes = _runtimes(model)
+    for runtime in runtimes:
+        runtime.tracing = profile
+    traced = {"calls": profile.calls}
+    try:
+        yield traced
+    finally:
+        for runtime in runtimes:
+            runtime.tracing = None
+
+
+@contextlib.contextmanager
 def _model_kept(model):
     """The block's training passes leave `model` as it was: its gradients and its buffers
     (batch-norm statistics)."""
@@ -1815,10 +1919,12 @@ def stats(model):
     calls the adapter sent to PyTorch's own convolution without asking the library (the route
     was known) added to fallback_calls (no plan) and framework_calls (the plan chose it), and
     "native_route_layers": how many layers are on the native route now (Runtime.route_native;
-    their calls there are nn.Conv2d's own and counted nowhere)."""
+    their calls there are nn.Conv2d's own and counted nowhere), and "workspace_out_of_memory":
+    the calls whose plan's workspace did not fit (each ran PyTorch's own; _Conv.run)."""
     total = {name: 0 for name in _lib.STATS_FIELDS}
     total.setdefault("framework_calls", 0)
     total["native_route_layers"] = 0
+    total["workspace_out_of_memory"] = 0
     for runtime in _runtimes(model):
         for context in runtime.contexts():
             for name, value in context.stats().items():
@@ -1827,6 +1933,7 @@ def stats(model):
         total["framework_calls"] += runtime.skipped[1]
         total["native_route_layers"] += sum(type(m) is _NativeRoutedConv2d
                                             for m in runtime.native_routed)
+        total["workspace_out_of_memory"] += runtime.workspace_out_of_memory
     return total
 
 

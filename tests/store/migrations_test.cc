@@ -4,7 +4,10 @@
 
 #include <bit>
 #include <pqxx/pqxx>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "store_test_util.h"
 #include "ucudnn/core/problem.h"
@@ -331,6 +334,56 @@ TEST_F(MigrationsTest, GroupedProblemsAreMeasuredAgain) {
   ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
   ASSERT_EQ(grouped->entries.size(), 1u);
   EXPECT_EQ(grouped->entries[0].algo, kFrameworkAlgo);
+}
+
+// 0009 on a database at version 8: a framework's own time older than a timing of the same device
+// and problem (taken while a worker was benchmarking it) is dropped; one taken after the
+// problem's timings, and the timings themselves, stay.
+TEST_F(MigrationsTest, FrameworkTimesTakenDuringBenchmarksAreForgotten) {
+  constexpr int kForgetVersion = 9;
+  ASSERT_GE(EmbeddedMigrations().size(), static_cast<size_t>(kForgetVersion));
+  ASSERT_EQ(EmbeddedMigrations()[kForgetVersion - 1].name,
+            "0009_forget_contended_framework_times");
+  ApplyMigrationsThrough(kForgetVersion - 1);
+  const DeviceFingerprint device = H100();
+  const ConvProblem contended = Conv3x3(64);
+  const ConvProblem quiet = Conv3x3(128);
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    InsertDevice(tx, device);
+    // The contended problem's framework time at 12:00:05, its timings until 12:00:30; the quiet
+    // one's framework time at 12:01:00, after its timings.
+    for (const auto& [problem, framework_at] :
+         {std::pair<ConvProblem, std::string>{contended, "12:00:05"}, {quiet, "12:01:00"}}) {
+      InsertProblem(tx, problem);
+      for (const auto& [algo, key, at] :
+           {std::tuple<int, std::string, std::string>{1, "", "12:00:10"},
+            {kEngineAlgo, "eng5", "12:00:30"},
+            {kFrameworkAlgo, "torch-2.11.0/benchmark", framework_at}}) {
+        tx.exec_params(
+            "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, "
+            "time_ms, status, measured_at) "
+            "VALUES ($1, $2, 8, $3, $4, 0.5, 'ok', ('2026-11-26 ' || $5)::timestamptz)",
+            static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(problem)), algo,
+            key, at);
+      }
+    }
+    tx.commit();
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto summary = store->Migrate();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->from_version, kForgetVersion - 1);
+
+  auto forgotten = store->GetTimings(device, contended);
+  ASSERT_TRUE(forgotten.ok()) << forgotten.status().ToString();
+  ASSERT_EQ(forgotten->entries.size(), 2u);
+  for (const auto& entry : forgotten->entries) EXPECT_NE(entry.algo, kFrameworkAlgo);
+  auto kept = store->GetTimings(device, quiet);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->entries.size(), 3u);
 }
 
 // The schema guards its data even against writers that bypass the store.

@@ -173,8 +173,9 @@ ucudnnShapeStatus_t ucudnnShapeGetStats(ucudnnShapeContext_t context, ucudnnStat
 /* Where a kernel stands. */
 typedef struct ucudnnShapeKernelInfo {
   int32_t state;       /* 0 waiting (no answer yet), 1 planned (ucudnn's configuration), 2
-                          framework (the plan chose the framework), 3 no plan (missing timings,
-                          infeasible, disabled, server away) */
+                          framework (the plan chose the framework), 3 no plan (infeasible,
+                          disabled, server away, failed), 4 missing (no plan while the cluster
+                          benchmarks its problem: asked again later) */
   int32_t segments;    /* segments of the plan, 0 without one */
   double predicted_ms; /* the plan's predicted time, 0 without one */
   double framework_ms; /* the framework's measured time known to the server for this kernel,
