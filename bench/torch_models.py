@@ -415,8 +415,10 @@ def run_one(args):
         prepare_s = time.monotonic() - start
     step = training_step(torch, model, net, device, amp)
     tracing = ut is not None and args.memory_trace and cuda and not args.compile
-    # The profile as prepare() took it: before the optimizer's first step.
-    profile_before = ut.memory_profile(model, data) if tracing else None
+    profile_before = None
+    if tracing:  # the profile as prepare() took it: before the optimizer's first step
+        with autocast(torch, device, amp):
+            profile_before = ut.memory_profile(model, data)
 
     stats_before = None
     probe_before = host_probe_ms()
@@ -496,8 +498,9 @@ def run_one(args):
     if first_calls is not None:
         result["first_calls"] = first_calls.summary()
     if tracing:
-        result["memory_trace"] = memory_trace(torch, ut, model, step, data, labels,
-                                              profile_before)
+        with autocast(torch, device, amp):
+            result["memory_trace"] = memory_trace(torch, ut, model, step, data, labels,
+                                                  profile_before)
     return result
 
 

@@ -561,19 +561,24 @@ class HotPathTest(unittest.TestCase):
                          out_of_memory)
         runtime = model[0]._ucudnn_runtime
         # Each kernel whose workspace did not fit is planned again within a quarter of it.
-        self.assertEqual(len(runtime.kernel_limits), out_of_memory)
+        self.assertEqual(len(runtime.lowered_limits), out_of_memory)
         convs = [c for m in (model[0], model[2]) for c in m._ucudnn_convs.values()]
-        for limit in runtime.kernel_limits.values():
+        for limit in runtime.lowered_limits.values():
             self.assertTrue(limit == 1 or limit & (limit - 1) == 0, limit)
             self.assertLess(limit, LIMIT)
         lowered = [op for c in convs for op in range(3)
-                   if runtime.kernel_limits.get(ut._shape_key(c.shape(op))) is not None]
+                   if runtime.lowered_limits.get(ut._shape_key(c.shape(op))) is not None]
         self.assertEqual(len(lowered), out_of_memory)
         for c in convs:
             for op in range(3):
-                if runtime.kernel_limits.get(ut._shape_key(c.shape(op))) is not None:
+                if runtime.lowered_limits.get(ut._shape_key(c.shape(op))) is not None:
                     self.assertIsNone(c.kernels[op], "declared again at its new limit")
                     self.assertEqual(c.routes[op], ut._ROUTE_NO_PLAN)
+        for c in convs:  # each asks for its kernel at the lowered limit (0: the configured one)
+            for op in range(3):
+                lowered = runtime.lowered_limits.get(ut._shape_key(c.shape(op)))
+                if lowered is not None:
+                    self.assertEqual(runtime.limit_of(c.shape(op)), lowered)
         assert_same_step(self, model, reference, x)  # and the steps after it
         self.assertEqual(ut.stats(model)["workspace_out_of_memory"], out_of_memory)
 
@@ -1270,6 +1275,76 @@ class LivenessTest(unittest.TestCase):
             self.assertEqual(ut._runtimes(model)[0].kernel_limits,
                              ut.liveness_limits(fake, above_peak))
         self.assertIsNone(ut.prepare(model, x, budget="fixed")["above_peak"])
+
+    def test_the_jobs_steps_correct_the_budgets_by_the_memory_they_hold(self):
+        # The profiled step has no optimizer's state; the job's steps hold it from its first
+        # step on: what the process may take above the peak shrinks by as much.
+        mib = self.MIB
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                                         nn.Conv2d(4, 6, 3)), server="", cache_path="off",
+                           workspace_bytes="32MiB")
+        x = torch.randn(4, 3, 9, 9)
+        shapes = ut._unique([s for g in ut.kernels(model, x).values() for s in g])
+        base = 100 * mib
+        fake = {"base": base, "calls": [(ut._shape_key(s), base + i * mib, 0)
+                                        for i, s in enumerate(shapes)]}
+        peak = base + (len(shapes) - 1) * mib
+        with mock.patch.object(ut, "memory_profile", return_value=fake), \
+                mock.patch.object(ut, "_memory_allowance", return_value=peak + 40 * mib):
+            self.assertEqual(ut.prepare(model, x, budget="liveness")["above_peak"], 32 * mib)
+        budget = model._ucudnn_step_budget
+        self.assertIn(ut._check_step_budget, model._forward_pre_hooks.values())
+        runtime = ut._runtimes(model)[0]
+        self.assertEqual(runtime.kernel_limits, ut.liveness_limits(fake, 32 * mib))
+        declared = []
+
+        def prepare(context, group, limit):
+            declared.append((len(group), limit))
+
+        convs = list(ut._convs(model))
+        for conv in convs:  # the workspaces their plans at the old limits needed
+            conv.workspace_bytes = [5 * mib] * 3
+        with mock.patch.object(_lib.Context, "prepare", autospec=True, side_effect=prepare):
+            self.assertFalse(budget.check(model, base + 8 * mib), "within the tolerance")
+            self.assertEqual(declared, [])
+            self.assertTrue(budget.check(model, base + 30 * mib))
+            self.assertEqual(budget.above_peak(), 10 * mib)
+            self.assertEqual(runtime.kernel_limits, ut.liveness_limits(fake, 10 * mib))
+            self.assertEqual(sum(n for n, _ in declared), len(shapes), "every kernel again")
+            for conv in convs:
+                self.assertEqual(conv.kernels, [None] * 3)
+                self.assertEqual(conv.workspace_bytes, [0] * 3, "learnt anew from the new plans")
+            self.assertEqual(ut.stats(model)["budget_replans"], 1)
+            # Beyond the allowance: each kernel its headroom below the peak alone.
+            self.assertTrue(budget.check(model, base + 300 * mib))
+            self.assertEqual(budget.above_peak(), 0)
+            self.assertEqual(runtime.kernel_limits, ut.liveness_limits(fake, 0))
+            self.assertFalse(budget.check(model, base), "budgets never grow back")
+        self.assertEqual(ut.stats(model)["budget_replans"], 2)
+        self.assertIsNone(copy.deepcopy(model).__dict__.get("_ucudnn_step_budget"),
+                          "a copy has no budget of its own")
+        for _ in range(budget.checks_left):
+            model(x)
+        self.assertIn("_ucudnn_step_budget", model.__dict__)
+        model(x)  # the checks are spent: the budget is dropped
+        self.assertNotIn("_ucudnn_step_budget", model.__dict__)
+
+    def test_a_raised_limit_stays_only_within_the_ceiling(self):
+        mib = self.MIB
+        fake = {"base": 0, "calls": [(("a",), 10 * mib, 0), (("b",), 50 * mib, 0)]}
+        budget = ut._StepBudget(fake, 8 * mib, 50 * mib + 100 * mib, torch.device("cpu"))
+        budget.raised = {("a",): 120 * mib}
+        self.assertEqual(budget.ceiling(), 100 * mib)
+        self.assertNotEqual(budget.limits()[("a",)], 120 * mib, "over the ceiling")
+        budget.raised = {("a",): 90 * mib}
+        self.assertEqual(budget.limits()[("a",)], 90 * mib)
+        budget.shift = 20 * mib  # the job holds 20 MiB more: the ceiling is 80 MiB
+        self.assertNotEqual(budget.limits()[("a",)], 90 * mib)
+        # Without a bound on the process (off CUDA) what the job holds changes nothing.
+        unbound = ut._StepBudget(fake, 8 * mib, None, torch.device("cpu"))
+        model = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off")
+        self.assertFalse(unbound.check(model, 500 * mib))
+        self.assertEqual(unbound.checks_left, unbound.CHECKS - 1)
 
     def test_a_kernel_gets_the_workspace_of_pytorchs_faster_own(self):
         mib = self.MIB

@@ -31,6 +31,7 @@ when convert() is called.
 
 import collections
 import contextlib
+import logging
 import os
 import re
 import time
@@ -44,6 +45,8 @@ from torch import nn
 from . import _lib
 from . import curve as _curve
 from . import profile as _profile
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
            "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
@@ -185,6 +188,11 @@ class Runtime:
         self.local_framework = set()
         # prepare(budget="liveness"): each kernel's own workspace limit (shape tuple -> bytes).
         self.kernel_limits = {}
+        # Limits lowered where a plan's workspace did not fit (_Conv._workspace_out_of_memory),
+        # over any budget, until the next prepare().
+        self.lowered_limits = {}
+        # Times the job's steps changed the liveness budgets (_StepBudget.check).
+        self.budget_replans = 0
         # prepare(budget="allowance"): the limit of every kernel not in kernel_limits.
         self.budget_limit = None
         # prepare(): the step is host-bound (is_host_bound): a layer's plans save nothing of it.
@@ -209,7 +217,11 @@ class Runtime:
     def limit_of(self, shape):
         """The workspace limit `shape`'s kernel is planned with."""
         default = self.workspace_limit if self.budget_limit is None else self.budget_limit
-        return self.kernel_limits.get(_shape_key(shape), default)
+        key = _shape_key(shape)
+        limit = self.kernel_limits.get(key, default)
+        lowered = self.lowered_limits.get(key)
+        # 0 is the configured limit, whatever it is: a lowered one replaces it.
+        return lowered if lowered is not None and (limit == 0 or lowered < limit) else limit
 
     def context(self, device):
         key = (device.type, device.index)
@@ -503,7 +515,7 @@ class _Conv:
         limit = lowered_limit(min(needed, self.runtime.limit_of(shape)))
         runtime = self.runtime
         runtime.workspace_out_of_memory += 1
-        runtime.kernel_limits[_shape_key(shape)] = limit
+        runtime.lowered_limits[_shape_key(shape)] = limit
         in_use = (f" ({torch.cuda.memory_allocated(self.device)} bytes in use)"
                   if self.device.type == "cuda" else "")
         warnings.warn(f"ucudnn.torch: a {needed}-byte workspace did not fit{in_use}; op {op} of "
@@ -525,8 +537,10 @@ class _Conv:
         recorded.extend(self.shape(op) for op in ops)
 
     def forget_kernels(self):
-        """Its kernels declared anew at the next call (prepare(): the limits changed)."""
+        """Its kernels declared anew at the next call (prepare(): the limits changed), with the
+        workspace their plans need learnt anew (a plan at a smaller limit needs less)."""
         self.kernels = [None, None, None]
+        self.workspace_bytes = [0, 0, 0]
         self.routes = [_ROUTE_ASK, _ROUTE_ASK, _ROUTE_ASK]
         self.local = [False, False, False]
         self.framework_layer = False
@@ -1151,31 +1165,30 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     original = _compiled_original(model)
     compiled = original is not None
     model = original or model  # the eager module: its layers, its passes
-    limits = {}
-    ceiling = None
+    step_budget = None
     budget_limit = None
-    allowed_above_peak = None
     started = time.perf_counter()
+    model.__dict__.pop("_ucudnn_step_budget", None)
     if budget == "auto":
         budget = _auto_budget(model, sample_inputs)
         if budget == "liveness" and compiled:
             budget = "allowance"  # an eager step's liveness is not the compiled step's
         if budget == "liveness":
             try:
-                limits, allowed_above_peak, ceiling = _liveness_budgets(
-                    model, sample_inputs, above_peak, loss_fn)
+                step_budget = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
             except (AttributeError, TypeError) as e:
                 warnings.warn(f"ucudnn.torch.prepare: the step could not be profiled ({e}); "
                               "each kernel gets the configured limit (give loss_fn)")
                 budget = "fixed"
     elif budget == "liveness":
-        limits, allowed_above_peak, ceiling = _liveness_budgets(model, sample_inputs,
-                                                                above_peak, loss_fn)
+        step_budget = _liveness_budgets(model, sample_inputs, above_peak, loss_fn)
     if budget == "allowance":
         _require_per_kernel(model, "prepare: budget='allowance'")
         budget_limit = _allowance_limit(sample_inputs)
+    limits = step_budget.limits() if step_budget is not None else {}
     for runtime in _runtimes(model):
         runtime.kernel_limits = limits
+        runtime.lowered_limits = {}
         runtime.budget_limit = budget_limit
     for conv in _convs(model):
         conv.forget_kernels()  # declared again with the limits now in force
@@ -1203,10 +1216,11 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
             _decide_locally(runtime, context, not_shared[1])
-        elif budget == "liveness":
-            raised = _fit_framework(runtime, context, shapes, ceiling)
+        elif step_budget is not None:
+            raised = _fit_framework(runtime, context, shapes, step_budget.ceiling())
+            step_budget.raised.update(raised)
             if raised:
-                fitted += raised
+                fitted += len(raised)
                 context.wait_for_plans(wait_ms)
     if fitted:
         for conv in _convs(model):
@@ -1230,9 +1244,16 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         runtime.host_bound = bool(bound and bound["host_bound"])
     if wait_ms > 0:
         _decide_layers(model)
+    if step_budget is not None:
+        # The job's first steps correct the budgets (_StepBudget.check).
+        step_budget.wait_ms = wait_ms
+        model._ucudnn_step_budget = step_budget
+        if _check_step_budget not in model._forward_pre_hooks.values():
+            model.register_forward_pre_hook(_check_step_budget)
     _release_cached_memory(sample_inputs)
     return {"kernels": declared, "measured": measured, "budget": budget,
-            "above_peak": allowed_above_peak, "framework_fitted": fitted, "host_bound": bound,
+            "above_peak": step_budget.above_peak() if step_budget is not None else None,
+            "framework_fitted": fitted, "host_bound": bound,
             "compiled": compiled,
             "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
                         "host_bound": time.perf_counter() - planned}}
@@ -1362,25 +1383,122 @@ def _require_per_kernel(model, what):
 
 
 def _liveness_budgets(model, sample_inputs, above_peak, loss_fn):
-    """prepare(budget="liveness"): ({shape key: limit} from one profiled step, the bytes above
-    the step's peak without workspace they allow: `above_peak`, or less where the process may not
-    take that much (_memory_allowance, curve.above_peak_within), the most the process may take
-    above that peak (the framework fit's ceiling))."""
+    """prepare(budget="liveness"): the _StepBudget of one profiled step, `above_peak` bytes over
+    the step's peak without workspace allowed (default: the configured workspace_bytes, else
+    64 MiB), within what the process may take (_memory_allowance)."""
     _require_per_kernel(model, "prepare: budget='liveness'")
     if above_peak is None:
         configured = _runtimes(model)[0].config.get("workspace_bytes")
         above_peak = parse_bytes(configured) if configured is not None else 64 << 20
     above_peak = parse_bytes(above_peak, "above_peak")
     profile = memory_profile(model, *sample_inputs, loss_fn=loss_fn)
-    allowance = _memory_allowance(sample_inputs)
-    fitted = _curve.above_peak_within(profile, above_peak, allowance)
-    return (liveness_limits(profile, fitted), fitted,
-            _curve.above_peak_within(profile, _curve.UNLIMITED_BYTES, allowance))
+    devices = [t.device for t in sample_inputs if torch.is_tensor(t)]
+    return _StepBudget(profile, above_peak, _memory_allowance(sample_inputs), devices[0])
+
+
+class _StepBudget:
+    """prepare(budget="liveness")'s budgets, kept so that the job's first steps correct them.
+    The profiled step runs before the optimizer's first step, whose state (SGD's momentum, Adam's
+    moments) the job holds through every step after it: a step's in-use memory is then the
+    profile's plus that, everywhere (VGG-16 fp32: 527 MiB, traced op by op; docs/step-memory.md,
+    session 29). Each kernel's headroom below the peak stays; what the process may take above
+    the peak (its allowance) shrinks by as much, and with it `above_peak` and the framework
+    fit's ceiling. So the model's forward pre-hook (_check_step_budget) reads the memory in use
+    at the start of its first CHECKS forwards, and where it has grown past the profile's by more
+    than TOLERANCE, the kernels whose limits change are planned again (check())."""
+
+    # The forwards after prepare() that are read: the optimizer's state comes with its first
+    # step (the second forward), later where gradients accumulate over several forwards.
+    CHECKS = 16
+    # A growth below this is the allocator's rounding, not worth new plans.
+    TOLERANCE = 16 << 20
+
+    def __init__(self, profile, above_peak, allowance, device):
+        self.profile = profile
+        self.requested = above_peak
+        self.allowance = allowance  # None: no bound (off CUDA)
+        self.device = device
+        self.shift = 0  # bytes the job's steps hold beyond the profiled step's
+        self.raised = {}  # shape key -> PyTorch's workspace (the framework fit)
+        self.checks_left = self.CHECKS
+        self.wait_ms = 0
+
+    def __reduce__(self):
+        return (type(None), ())  # a copy or a pickle of the model leaves it behind
+
+    def _allowance(self):
+        return None if self.allowance is None else self.allowance - self.shift
+
+    def above_peak(self):
+        """The bytes above the step's peak without workspace the kernels may take."""
+        return _curve.above_peak_within(self.profile, self.requested, self._allowance())
+
+    def ceiling(self):
+        """The most the process may take above that peak (the framework fit's ceiling)."""
+        return _curve.above_peak_within(self.profile, _curve.UNLIMITED_BYTES, self._allowance())
+
+    def limits(self):
+        """{shape key: limit}: each kernel's liveness limit, or PyTorch's workspace where the
+        framework fit raised it and it stays within the ceiling."""
+        limits = liveness_limits(self.profile, self.above_peak())
+        ceiling = self.ceiling()
+        for key, workspace in self.raised.items():
+            if limits.get(key, 0) < workspace <= ceiling:
+                limits[key] = workspace
+        return limits
+
+    def check(self, model, in_use):
+        """A forward of `model` starts with `in_use` bytes allocated: where that is more than
+        TOLERANCE over the profile's start, and the limits change with it, every kernel is
+        declared again at its new limit and its plans are waited for (up to prepare()'s
+        wait_ms; a kernel without its plan meanwhile runs PyTorch's own). Whether they
+        changed."""
+        self.checks_left -= 1
+        shift = in_use - self.profile["base"]
+        if shift < self.shift + self.TOLERANCE:
+            return False
+        before = self.limits()
+        self.shift = shift
+        limits = self.limits()
+        if limits == before:
+            return False
+        _log.info("ucudnn.torch: the step holds %d MiB more than the profiled one (the "
+                  "optimizer's state): %d kernels planned again within %d MiB above the peak",
+                  shift >> 20, sum(limits[k] != before.get(k) for k in limits),
+                  self.above_peak() >> 20)
+        keys = set(limits)
+        for runtime in _runtimes(model):
+            runtime.kernel_limits = limits
+            runtime.budget_replans += 1
+            context = runtime.context(self.device)
+            shapes = [_lib.ConvShape(*key) for key in keys]
+            if context is not None:
+                _declare_at_limits(runtime, context, shapes)
+                if self.wait_ms > 0:
+                    context.wait_for_plans(self.wait_ms)
+        for conv in _convs(model):
+            conv.forget_kernels()  # their kernels found again at the new limits
+        return True
+
+
+def _check_step_budget(module, args):
+    """A prepared model's forward pre-hook: its first forwards correct prepare()'s liveness
+    budgets by the memory the job's steps hold (_StepBudget). Nothing under torch.compile."""
+    if _is_compiling():
+        return None
+    budget = module.__dict__.get("_ucudnn_step_budget")
+    if budget is not None:
+        if budget.checks_left <= 0:
+            module.__dict__.pop("_ucudnn_step_budget", None)
+        else:
+            budget.check(module, torch.cuda.memory_allocated(budget.device)
+                         if budget.device.type == "cuda" else budget.profile["base"])
+    return None
 
 
 # Of the memory the process may take, the share that liveness budgets count on: the rest is left
-# to the caching allocator's rounding and to what the step allocates outside its convolutions
-# after the profiled step (the optimizer's state at its first step).
+# to the caching allocator's rounding (what the job holds beyond the profiled step, such as the
+# optimizer's state, _StepBudget reads from its steps).
 _ALLOWANCE_SHARE = 0.98
 
 
@@ -1471,19 +1589,20 @@ def _framework_fit_limit(limit, info, benchmarks, ceiling=None):
 
 def _fit_framework(runtime, context, shapes, ceiling):
     """prepare(budget="liveness"): each kernel's limit raised to _framework_fit_limit() where it
-    applies, within `ceiling` (_liveness_budgets; rank 0's allowance) (in the runtime's
+    applies, within `ceiling` (_StepBudget.ceiling(); rank 0's allowance) (in the runtime's
     kernel_limits, which every rank computes alike from the cluster's timings) and those kernels
-    asked for again; how many were raised."""
-    raised = []
+    asked for again; {shape key: raised limit}."""
+    raised = {}
+    shapes_raised = []
     for shape in shapes:
         limit = runtime.limit_of(shape)
         fitted = _framework_fit_limit(limit, context.kernel_info(context.kernel(shape, limit)),
                                       runtime.framework_benchmarks, ceiling)
         if fitted is not None:
-            runtime.kernel_limits[_shape_key(shape)] = fitted
-            raised.append(shape)
-    _declare_at_limits(runtime, context, raised)
-    return len(raised)
+            runtime.kernel_limits[_shape_key(shape)] = raised[_shape_key(shape)] = fitted
+            shapes_raised.append(shape)
+    _declare_at_limits(runtime, context, shapes_raised)
+    return raised
 
 
 def _declare_at_limits(runtime, context, shapes):
@@ -1919,12 +2038,15 @@ def stats(model):
     calls the adapter sent to PyTorch's own convolution without asking the library (the route
     was known) added to fallback_calls (no plan) and framework_calls (the plan chose it), and
     "native_route_layers": how many layers are on the native route now (Runtime.route_native;
-    their calls there are nn.Conv2d's own and counted nowhere), and "workspace_out_of_memory":
-    the calls whose plan's workspace did not fit (each ran PyTorch's own; _Conv.run)."""
+    their calls there are nn.Conv2d's own and counted nowhere), "workspace_out_of_memory":
+    the calls whose plan's workspace did not fit (each ran PyTorch's own; _Conv.run), and
+    "budget_replans": the times the job's steps changed prepare()'s liveness budgets
+    (_StepBudget)."""
     total = {name: 0 for name in _lib.STATS_FIELDS}
     total.setdefault("framework_calls", 0)
     total["native_route_layers"] = 0
     total["workspace_out_of_memory"] = 0
+    total["budget_replans"] = 0
     for runtime in _runtimes(model):
         for context in runtime.contexts():
             for name, value in context.stats().items():
@@ -1934,6 +2056,7 @@ def stats(model):
         total["native_route_layers"] += sum(type(m) is _NativeRoutedConv2d
                                             for m in runtime.native_routed)
         total["workspace_out_of_memory"] += runtime.workspace_out_of_memory
+        total["budget_replans"] += runtime.budget_replans
     return total
 
 
