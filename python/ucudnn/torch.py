@@ -1902,6 +1902,10 @@ class _ShapeOnlyConv2dFunction(torch.autograd.Function):
             in_use = profile.reader()
             if need_x:
                 profile.add(ctx.conv, _lib.BACKWARD_DATA, in_use, _bytes(x))
+                # Backward-filter runs after it (_backward), its gradient of x still held: what
+                # its workspace may take is that much less (VGG-16 fp32's 512x28x28: 196 MiB,
+                # traced; docs/step-memory.md, session 29).
+                in_use += _bytes(x)
             if need_w:
                 profile.add(ctx.conv, _lib.BACKWARD_FILTER, in_use, _bytes(weight))
         grad_x = torch.zeros_like(x) if need_x else None
