@@ -512,14 +512,19 @@ def memory_trace(torch, ut, model, step, data, labels, before):
     with ut.trace_memory(model) as traced:
         step(data, labels)
         torch.cuda.synchronize()
-    after = ut.memory_profile(model, data)
+    model.zero_grad(set_to_none=True)  # as the job's next step starts
+    try:
+        after = ut.memory_profile(model, data)
+    except getattr(torch, "OutOfMemoryError", RuntimeError) as e:  # the run's figures stay
+        after = {"calls": [], "error": str(e).splitlines()[0]}
 
     def side(profile):
         return {"ops": [f"{key[0]}:{key[2]}:{key[3]}:{key[5]}" for key, _, _ in profile["calls"]],
                 "in_use_mib": [round(in_use / 2**20, 1) for _, in_use, _ in profile["calls"]],
                 "peak_mib": round(max((u + o for _, u, o in profile["calls"]), default=0)
                                   / 2**20, 1)}
-    return {"step": side(traced), "profile_before": side(before), "profile_after": side(after)}
+    return {"step": side(traced), "profile_before": side(before),
+            "profile_after": dict(side(after), error=after.get("error"))}
 
 
 class FirstCalls:
