@@ -199,8 +199,8 @@ def run_row(args, row, curves):
     for cap in cap_levels(native["max_memory_allocated_mib"], lowest, args.caps):
         capped = ["--cap-gib", f"{cap:.3f}"]
         rows.append(dict(base, native_cap_gib=round(cap, 3),
-                         **side(run(f"native_cap{cap:.1f}", common + capped), "native"),
-                         **side(run(f"converted_liveness_cap{cap:.1f}",
+                         **side(run(f"native_cap{cap:.2f}", common + capped), "native"),
+                         **side(run(f"converted_liveness_cap{cap:.2f}",
                                     liveness_run + capped),
                                 "converted")))
     return rows

@@ -342,8 +342,7 @@ TEST_F(MigrationsTest, GroupedProblemsAreMeasuredAgain) {
 TEST_F(MigrationsTest, FrameworkTimesTakenDuringBenchmarksAreForgotten) {
   constexpr int kForgetVersion = 9;
   ASSERT_GE(EmbeddedMigrations().size(), static_cast<size_t>(kForgetVersion));
-  ASSERT_EQ(EmbeddedMigrations()[kForgetVersion - 1].name,
-            "0009_forget_contended_framework_times");
+  ASSERT_EQ(EmbeddedMigrations()[kForgetVersion - 1].name, "0009_forget_contended_framework_times");
   ApplyMigrationsThrough(kForgetVersion - 1);
   const DeviceFingerprint device = H100();
   const ConvProblem contended = Conv3x3(64);
