@@ -501,13 +501,19 @@ class HotPathTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def test_kernels_are_resolved_once_and_workspace_taken_per_call(self):
-        torch.manual_seed(12)
+    def planned_pair(self, seed):
+        """(reference, model, x, kernels): two layers made under `seed`, the model a copy of the
+        reference with micro-batched plans of its kernels (im2col's need workspace)."""
+        torch.manual_seed(seed)
         reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
                                   nn.Conv2d(4, 6, 3, stride=2, padding=1))
         model = copy.deepcopy(reference)
         x = torch.randn(4, 3, 9, 9)
-        self.assertEqual(planned(model, x, self.dir.name), 5)
+        return reference, model, x, planned(model, x, self.dir.name)
+
+    def test_kernels_are_resolved_once_and_workspace_taken_per_call(self):
+        reference, model, x, count = self.planned_pair(12)
+        self.assertEqual(count, 5)
         lookups, sizes = [], []
         real_kernel = _lib.Context.kernel
         real_size = _lib.Context.kernel_workspace_size
@@ -537,12 +543,7 @@ class HotPathTest(unittest.TestCase):
         self.assertEqual(stats["fallback_calls"], 4 * 1, stats)
 
     def test_a_workspace_that_does_not_fit_runs_pytorchs_own_and_lowers_the_limit(self):
-        torch.manual_seed(15)
-        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
-                                  nn.Conv2d(4, 6, 3, stride=2, padding=1))
-        model = copy.deepcopy(reference)
-        x = torch.randn(4, 3, 9, 9)
-        planned(model, x, self.dir.name)
+        reference, model, x, _ = self.planned_pair(15)
         real_empty = torch.empty
 
         def no_workspace(*args, **kwargs):  # the allocator has no bytes for a plan's workspace

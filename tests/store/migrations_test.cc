@@ -26,6 +26,18 @@ class MigrationsTest : public test_support::PostgresTest {
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     return store.ok() ? std::move(store).value() : nullptr;
   }
+  // Opens the store and migrates a database at version `from` to the newest: the store (nullptr
+  // on failure) and what was applied.
+  std::pair<std::unique_ptr<Store>, MigrationSummary> MigrateFrom(int from) {
+    auto store = Open();
+    if (store == nullptr) return {nullptr, MigrationSummary{}};
+    auto summary = store->Migrate();
+    EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+    if (!summary.ok()) return {nullptr, MigrationSummary{}};
+    EXPECT_EQ(summary->from_version, from);
+    EXPECT_EQ(summary->to_version, Store::LatestSchemaVersion());
+    return {std::move(store), *summary};
+  }
   int64_t Count(const std::string& sql) {
     pqxx::connection conn(url());
     pqxx::nontransaction tx(conn);
@@ -234,13 +246,10 @@ TEST_F(MigrationsTest, EngineConfigsKeepLegacyRowsAndAdmitEngineRows) {
     before = tx.exec1(legacy_rows)[0].as<std::string>();
   }
 
-  auto store = Open();
+  auto [store, summary] = MigrateFrom(kEngineConfigsVersion - 1);
   ASSERT_NE(store, nullptr);
-  auto summary = store->Migrate();
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  EXPECT_EQ(summary->from_version, kEngineConfigsVersion - 1);
-  ASSERT_FALSE(summary->applied.empty());
-  EXPECT_EQ(summary->applied[0], "0005_engine_configs");
+  ASSERT_FALSE(summary.applied.empty());
+  EXPECT_EQ(summary.applied[0], "0005_engine_configs");
   {
     pqxx::connection conn(url());
     pqxx::nontransaction tx(conn);
@@ -321,11 +330,8 @@ TEST_F(MigrationsTest, GroupedProblemsAreMeasuredAgain) {
     }
     tx.commit();
   }
-  auto store = Open();
+  auto [store, summary] = MigrateFrom(kRemeasureVersion - 1);
   ASSERT_NE(store, nullptr);
-  auto summary = store->Migrate();
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  EXPECT_EQ(summary->from_version, kRemeasureVersion - 1);
 
   auto kept = store->GetTimings(device, dense);
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
@@ -370,11 +376,8 @@ TEST_F(MigrationsTest, FrameworkTimesTakenDuringBenchmarksAreForgotten) {
     }
     tx.commit();
   }
-  auto store = Open();
+  auto [store, summary] = MigrateFrom(kForgetVersion - 1);
   ASSERT_NE(store, nullptr);
-  auto summary = store->Migrate();
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  EXPECT_EQ(summary->from_version, kForgetVersion - 1);
 
   auto forgotten = store->GetTimings(device, contended);
   ASSERT_TRUE(forgotten.ok()) << forgotten.status().ToString();
@@ -487,12 +490,8 @@ TEST_F(MigrationsTest, EscapedDeviceKeysMigrationMovesRowsAndKeepsPlainKeys) {
     tx.commit();
   }
 
-  auto store = Open();
+  auto [store, summary] = MigrateFrom(3);
   ASSERT_NE(store, nullptr);
-  auto summary = store->Migrate();
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  EXPECT_EQ(summary->from_version, 3);
-  EXPECT_EQ(summary->to_version, Store::LatestSchemaVersion());
 
   auto count = [&](const std::string& sql, int64_t id) {
     pqxx::connection conn(url());
