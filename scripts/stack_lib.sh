@@ -60,17 +60,31 @@ stack_start() {
     -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $work/pgdata -c fsync=off" start >/dev/null ||
     { log "postgres did not start"; cat "$work/pgdata/postgres.log"; return 1; }
   as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U ucudnn ucudnn
-  ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
   stack_db_url="$db_url"
   # A warm database from an earlier machine (stack_dump's file): timings, so that plans come
-  # without benchmarking again. Data only, into the schema just migrated.
+  # without benchmarking again. Data only, into the schema it was dumped from (its first line
+  # says which), then migrated the rest of the way, so that the data migrations since (schema
+  # 9's, say) apply to its rows. A dump without that line goes into the newest schema.
+  local dump_version=""
+  if [ -n "${warm_db:-}" ] && [ -f "$warm_db" ]; then
+    dump_version="$( (gzip -dc "$warm_db" | head -n 1) 2>/dev/null |
+      sed -n 's/^-- ucudnn schema version: \([0-9][0-9]*\)$/\1/p')" || true
+  fi
+  if [ -n "$dump_version" ] &&
+    ucudnn migrate --database-url "$db_url" --to-version "$dump_version" | tee -a "$results/stack.log"; then
+    :
+  else
+    dump_version=""
+    ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
+  fi
   if [ -n "${warm_db:-}" ] && [ -f "$warm_db" ]; then
     if gzip -dc "$warm_db" | "$pg_bin/psql" -q -v ON_ERROR_STOP=1 "$db_url" >"$work/restore.log" 2>&1; then
-      log "warm database restored from $warm_db"
+      log "warm database restored from $warm_db${dump_version:+ (schema $dump_version)}"
     else
       log "warm database $warm_db not restored (see restore.log); starting cold"
     fi
   fi
+  [ -z "$dump_version" ] || ucudnn migrate --database-url "$db_url" | tee -a "$results/stack.log"
 
   # Callers without a token may not enqueue benchmarks: the clients of this shell (`ucudnn plan`,
   # the examples, the PyTorch adapter) send this one (role admin) from UCUDNN_TOKEN; the server
@@ -87,11 +101,16 @@ stack_start() {
   for _ in $(seq 1 50); do ucudnn health --server "$server_addr" >/dev/null 2>&1 && break; sleep 0.2; done
 }
 
-# Writes the database's data (schema_migrations left out: the restoring side migrates first) to
-# the gzip file $1, for a later machine's stack_start (warm_db=FILE).
+# Writes the database's data to the gzip file $1, for a later machine's stack_start
+# (warm_db=FILE): its schema version on the first line (stack_start migrates to it, restores,
+# then migrates the rest), schema_migrations left out.
 stack_dump() {
-  "$pg_bin/pg_dump" --data-only --exclude-table=schema_migrations "$stack_db_url" | gzip -6 >"$1" &&
-    log "database dumped to $1 ($(du -h "$1" | cut -f1))"
+  local version
+  version="$("$pg_bin/psql" -tA "$stack_db_url" -c 'SELECT max(version) FROM schema_migrations')" ||
+    return 1
+  { echo "-- ucudnn schema version: $version"
+    "$pg_bin/pg_dump" --data-only --exclude-table=schema_migrations "$stack_db_url"; } |
+    gzip -6 >"$1" && log "database dumped to $1 (schema $version, $(du -h "$1" | cut -f1))"
 }
 
 # For the PyTorch scripts (gpu_torch.sh, gpu_torch_models.sh): checks that `bundle` has the

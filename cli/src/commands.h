@@ -36,7 +36,8 @@ struct CpuBenchOptions {
 int RunCpuBench(const CpuBenchOptions& options);
 
 // ---- Database ----
-int RunMigrate(const std::string& database_url);
+// `to_version` > 0: stop after that schema version (Store::Migrate's up_to).
+int RunMigrate(const std::string& database_url, int to_version);
 int RunImport(const std::string& database_url, const std::string& file);
 
 // ---- Server ----

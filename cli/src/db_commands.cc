@@ -20,10 +20,10 @@ Result<std::unique_ptr<store::Store>> OpenStore(const std::string& url) {
 
 }  // namespace
 
-int RunMigrate(const std::string& database_url) {
+int RunMigrate(const std::string& database_url, int to_version) {
   auto db = OpenStore(database_url);
   if (!db.ok()) return Fail(db.status());
-  auto summary = (*db)->Migrate();
+  auto summary = (*db)->Migrate(to_version > 0 ? std::optional<int>(to_version) : std::nullopt);
   if (!summary.ok()) return Fail(summary.status());
   if (summary->applied.empty()) {
     std::printf("schema is current (version %d)\n", summary->to_version);

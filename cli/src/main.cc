@@ -107,6 +107,8 @@ struct CommandState {
   bool unique_only = false;
   // cpu-bench
   CpuBenchOptions bench;
+  // migrate
+  int migrate_to_version = 0;
   // import
   std::string import_file;
   // workers
@@ -165,7 +167,12 @@ void AddLocalCommands(CLI::App& app, CommandState& s) {
 void AddDatabaseCommands(CLI::App& app, CommandState& s) {
   auto* migrate = app.add_subcommand("migrate", "Apply the schema migrations to a database");
   std::string* migrate_url = AddDatabaseFlag(migrate, &s.database_urls);
-  migrate->callback([&s, migrate_url] { s.rc = RunMigrate(*migrate_url); });
+  migrate
+      ->add_option("--to-version", s.migrate_to_version,
+                   "Stop after this schema version (to restore a data-only dump of that "
+                   "version, then migrate the rest)")
+      ->check(CLI::Range(1, 9999));
+  migrate->callback([&s, migrate_url] { s.rc = RunMigrate(*migrate_url, s.migrate_to_version); });
 
   // Not `import`: clang-format 14 reads that name as the C++20 keyword and stops indenting.
   auto* import_cmd = app.add_subcommand(

@@ -1483,16 +1483,20 @@ class _StepBudget:
 
 def _check_step_budget(module, args):
     """A prepared model's forward pre-hook: its first forwards correct prepare()'s liveness
-    budgets by the memory the job's steps hold (_StepBudget). Nothing under torch.compile."""
+    budgets by the memory the job's steps hold (_StepBudget; rank 0's in a torch.distributed
+    job, whose ranks run their forwards in step). Nothing under torch.compile."""
     if _is_compiling():
         return None
     budget = module.__dict__.get("_ucudnn_step_budget")
     if budget is not None:
         if budget.checks_left <= 0:
             module.__dict__.pop("_ucudnn_step_budget", None)
+        elif budget.device.type == "cuda":
+            # Rank 0's reading in a torch.distributed job: every rank plans alike.
+            budget.check(module, _rank0s(torch.cuda.memory_allocated(budget.device),
+                                         budget.device))
         else:
-            budget.check(module, torch.cuda.memory_allocated(budget.device)
-                         if budget.device.type == "cuda" else budget.profile["base"])
+            budget.check(module, budget.profile["base"])
     return None
 
 

@@ -79,7 +79,11 @@ Result<int> Store::SchemaVersion() {
   });
 }
 
-Result<MigrationSummary> Store::Migrate() {
+Result<MigrationSummary> Store::Migrate(std::optional<int> up_to) {
+  if (up_to && (*up_to < 1 || *up_to > LatestSchemaVersion())) {
+    return InvalidArgument("migrate: version " + std::to_string(*up_to) + " is not in [1, " +
+                           std::to_string(LatestSchemaVersion()) + "]");
+  }
   return impl_->Run("migrate", [&](pqxx::connection& conn) -> Result<MigrationSummary> {
     MigrationSummary summary;
     bool first = true;
@@ -106,7 +110,7 @@ Result<MigrationSummary> Store::Migrate() {
           break;
         }
       }
-      if (next == nullptr) {
+      if (next == nullptr || (up_to && next->version > *up_to)) {
         tx.commit();
         break;
       }

@@ -388,6 +388,37 @@ TEST_F(MigrationsTest, FrameworkTimesTakenDuringBenchmarksAreForgotten) {
   EXPECT_EQ(kept->entries.size(), 3u);
 }
 
+// Migrate(up_to) stops after that version, so a data-only dump of that schema can be restored
+// and the data migrations after it still apply to its rows; a version outside the embedded ones
+// is refused before anything runs.
+TEST_F(MigrationsTest, MigratesUpToAVersionThenTheRest) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  for (int bad : {0, -1, Store::LatestSchemaVersion() + 1}) {
+    auto refused = store->Migrate(bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("is not in [1, "), std::string::npos);
+  }
+  EXPECT_EQ(Count("SELECT count(*) FROM information_schema.tables WHERE table_name = 'timings'"),
+            0);
+  auto partial = store->Migrate(3);
+  ASSERT_TRUE(partial.ok()) << partial.status().ToString();
+  EXPECT_EQ(partial->from_version, 0);
+  EXPECT_EQ(partial->to_version, 3);
+  ASSERT_EQ(partial->applied.size(), 3u);
+  EXPECT_EQ(partial->applied[2], "0003_plan_cache");
+  auto same = store->Migrate(2);  // already past it: nothing to do
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_TRUE(same->applied.empty());
+  EXPECT_EQ(same->to_version, 3);
+  auto rest = store->Migrate();
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_EQ(rest->from_version, 3);
+  EXPECT_EQ(rest->to_version, Store::LatestSchemaVersion());
+  EXPECT_EQ(rest->applied.size(), EmbeddedMigrations().size() - 3);
+}
+
 // The schema guards its data even against writers that bypass the store.
 TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
   auto store = Open();

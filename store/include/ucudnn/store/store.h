@@ -216,7 +216,10 @@ class Store {
   // migrators serialise on a transaction-level advisory lock, so each migration is applied once.
   // Already current: a no-op with an empty `applied`. A database whose newest version is newer
   // than LatestSchemaVersion() is refused with kFailedPrecondition (upgrade the binary).
-  Result<MigrationSummary> Migrate();
+  // `up_to`: stop after that version (a data-only dump restored into the schema it was taken
+  // from, then migrated the rest of the way, so that data migrations apply to its rows);
+  // kInvalidArgument outside [1, LatestSchemaVersion()].
+  Result<MigrationSummary> Migrate(std::optional<int> up_to = std::nullopt);
   // The newest applied version; 0 for an empty database (no schema_migrations table).
   Result<int> SchemaVersion();
   // The newest version embedded in this binary.
