@@ -1124,16 +1124,20 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
     With `measure_framework` (and wait_ms > 0), PyTorch's own time and workspace are measured
     for the kernels the cluster has no measurement of (this resets the device's peak memory
-    counter), and submitted so that every job of this framework on this device plans with them
-    (PyTorch's own is a candidate only where its workspace fits the kernel's limit); without a
-    server or token the measurement decides for this process alone. `budget`: "fixed" (each
+    counter), once their problems are benchmarked (within wait_ms), and submitted so that every
+    job of this framework on this device plans with them (PyTorch's own is a candidate only
+    where its workspace fits the kernel's limit); without a server or token, or where the plans
+    did not come within wait_ms (a worker may have shared the device), the measurement decides
+    for this process alone. `budget`: "fixed" (each
     kernel's limit is the configured one), "liveness" (per-kernel mode, CUDA: each kernel may use
     what is free at its point of the step, memory_profile() and liveness_limits(), plus
     `above_peak` bytes over the step's peak without workspace; default: the configured
     workspace_bytes, else 64 MiB; less where the process may not take that much, by its memory
     cap or the device's free memory; `loss_fn` makes the profiled step's loss from the output;
     a kernel whose plan is slower than PyTorch's own only for want of PyTorch's workspace then
-    gets that workspace, which native's step takes at the same point),
+    gets that workspace, which native's step takes at the same point; the model's first
+    forwards after this correct the budgets by the memory the job holds beyond the profiled
+    step, the optimizer's state: _StepBudget),
     "allowance" (per-kernel mode, CUDA: every kernel may use the memory the process may take, as
     PyTorch's own benchmark does), or "auto" (the default): liveness where it applies (per-kernel
     mode, CUDA inputs), allowance for a compiled model there, else fixed; a step that cannot be
