@@ -34,7 +34,7 @@ EXPECTED = {
         "problem": NETWORK + ["--unique", "--json"],
         "gpus": ["--json"],
         "cpu-bench": NETWORK + ["--policy", "--workspace", "--output", "--threads"],
-        "migrate": DATABASE,
+        "migrate": DATABASE + ["--to-version"],
         "import": ["file"] + DATABASE,
         "health": SERVER + ["--json"],
         "devices": SERVER + ["--json"],
