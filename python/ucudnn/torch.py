@@ -1471,9 +1471,10 @@ class _StepBudget:
                   shift >> 20, sum(limits[k] != before.get(k) for k in limits),
                   self.above_peak() >> 20)
         keys = set(limits)
-        for runtime in _runtimes(model):
+        runtimes = _runtimes(model)
+        runtimes[0].budget_replans += 1  # once for the model: stats() sums its runtimes
+        for runtime in runtimes:
             runtime.kernel_limits = limits
-            runtime.budget_replans += 1
             context = runtime.context(self.device)
             shapes = [_lib.ConvShape(*key) for key in keys]
             if context is not None:
