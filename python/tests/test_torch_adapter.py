@@ -583,6 +583,32 @@ class HotPathTest(unittest.TestCase):
         assert_same_step(self, model, reference, x)  # and the steps after it
         self.assertEqual(ut.stats(model)["workspace_out_of_memory"], out_of_memory)
 
+    def test_a_lowered_limit_reaches_every_layer_of_that_shape(self):
+        # Two layers of one shape: the second's kernels are declared anew when the first's
+        # workspace does not fit, so each shape's workspace fails once, not once per layer.
+        torch.manual_seed(16)
+        reference = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(4, 4, 3, padding=1))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 4, 9, 9)
+        planned(model, x, self.dir.name)
+        assert_same_step(self, model, reference, x)  # every layer holds its kernels
+        self.assertEqual(ut.stats(model)["workspace_out_of_memory"], 0)
+        real_empty = torch.empty
+
+        def no_workspace(*args, **kwargs):  # then the memory runs short
+            if kwargs.get("dtype") is torch.uint8 and args and args[0] > 0:
+                raise ut._OUT_OF_MEMORY("CUDA out of memory (a test's)")
+            return real_empty(*args, **kwargs)
+
+        with mock.patch.object(ut.torch, "empty", side_effect=no_workspace), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert_same_step(self, model, reference, x)
+        runtime = model[0]._ucudnn_runtime
+        self.assertGreaterEqual(len(runtime.lowered_limits), 1)
+        self.assertEqual(ut.stats(model)["workspace_out_of_memory"], len(runtime.lowered_limits))
+
     def test_the_traced_step_records_each_op_that_asks_the_library(self):
         torch.manual_seed(16)
         model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 1))

@@ -191,6 +191,9 @@ class Runtime:
         # Limits lowered where a plan's workspace did not fit (_Conv._workspace_out_of_memory),
         # over any budget, until the next prepare().
         self.lowered_limits = {}
+        # Every converted layer's _ConvCache by id: a lowered limit reaches the layers of that
+        # shape (a dict is not hashable, so no WeakSet).
+        self.conv_caches = weakref.WeakValueDictionary()
         # Times the job's steps changed the liveness budgets (_StepBudget.check).
         self.budget_replans = 0
         # prepare(budget="allowance"): the limit of every kernel not in kernel_limits.
@@ -515,7 +518,12 @@ class _Conv:
         limit = lowered_limit(min(needed, self.runtime.limit_of(shape)))
         runtime = self.runtime
         runtime.workspace_out_of_memory += 1
-        runtime.lowered_limits[_shape_key(shape)] = limit
+        key = _shape_key(shape)
+        runtime.lowered_limits[key] = limit
+        for cache in list(runtime.conv_caches.values()):  # the layers of this shape, at once
+            for conv in cache.values():
+                if conv is not None:
+                    conv.forget_kernel(key)
         in_use = (f" ({torch.cuda.memory_allocated(self.device)} bytes in use)"
                   if self.device.type == "cuda" else "")
         warnings.warn(f"ucudnn.torch: a {needed}-byte workspace did not fit{in_use}; op {op} of "
@@ -524,6 +532,15 @@ class _Conv:
         self.workspace_bytes[op] = 0
         self._route(op, _ROUTE_NO_PLAN)
         return False
+
+    def forget_kernel(self, key):
+        """Its op whose kernel is `key` (a shape key) declared anew at its next call (another
+        layer's plan of that shape did not find its workspace: its limit was lowered)."""
+        for op in range(3):
+            if self.kernels[op] is not None and _shape_key(self.shape(op)) == key:
+                self.kernels[op] = None
+                self.workspace_bytes[op] = 0
+                self.routes[op] = _ROUTE_ASK
 
     def record(self, needs_x, needs_w):
         """prepare(): the kernels this convolution will run in a training step."""
@@ -967,6 +984,7 @@ class UcudnnConv2d(nn.Conv2d):
     def __setstate__(self, state):
         super().__setstate__(state)
         if "_ucudnn_runtime" in state:  # unpickled or copied: a key of this process, nothing
+            self._ucudnn_runtime.conv_caches[id(self._ucudnn_convs)] = self._ucudnn_convs
             self._ucudnn_key = _module_key(self)  # decided, the adapter's route
             self._ucudnn_framework_layer = False
             if type(self) is _NativeRoutedConv2d:
@@ -1032,6 +1050,7 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
         if isinstance(module, UcudnnConv2d):
             module._ucudnn_runtime = runtime
             module._ucudnn_convs = _ConvCache()
+            runtime.conv_caches[id(module._ucudnn_convs)] = module._ucudnn_convs
             module._ucudnn_key = _module_key(module)
             module._ucudnn_framework_layer = False
     return model
