@@ -524,12 +524,11 @@ class _Conv:
             for conv in cache.values():
                 if conv is not None:
                     conv.forget_kernel(key)
+        self.forget_kernel(key)  # this layer too where it is not registered (a copy)
         in_use = (f" ({torch.cuda.memory_allocated(self.device)} bytes in use)"
                   if self.device.type == "cuda" else "")
         warnings.warn(f"ucudnn.torch: a {needed}-byte workspace did not fit{in_use}; op {op} of "
                       f"{self.dims} planned again within {limit} bytes", RuntimeWarning)
-        self.kernels[op] = None  # declared at the new limit at its next call
-        self.workspace_bytes[op] = 0
         self._route(op, _ROUTE_NO_PLAN)
         return False
 
@@ -1489,13 +1488,12 @@ class _StepBudget:
                   "optimizer's state): %d kernels planned again within %d MiB above the peak",
                   shift >> 20, sum(limits[k] != before.get(k) for k in limits),
                   self.above_peak() >> 20)
-        keys = set(limits)
+        shapes = [_lib.ConvShape(*key) for key in limits]
         runtimes = _runtimes(model)
         runtimes[0].budget_replans += 1  # once for the model: stats() sums its runtimes
         for runtime in runtimes:
             runtime.kernel_limits = limits
             context = runtime.context(self.device)
-            shapes = [_lib.ConvShape(*key) for key in keys]
             if context is not None:
                 _declare_at_limits(runtime, context, shapes)
                 if self.wait_ms > 0:
@@ -1621,15 +1619,13 @@ def _fit_framework(runtime, context, shapes, ceiling):
     kernel_limits, which every rank computes alike from the cluster's timings) and those kernels
     asked for again; {shape key: raised limit}."""
     raised = {}
-    shapes_raised = []
     for shape in shapes:
         limit = runtime.limit_of(shape)
         fitted = _framework_fit_limit(limit, context.kernel_info(context.kernel(shape, limit)),
                                       runtime.framework_benchmarks, ceiling)
         if fitted is not None:
             runtime.kernel_limits[_shape_key(shape)] = raised[_shape_key(shape)] = fitted
-            shapes_raised.append(shape)
-    _declare_at_limits(runtime, context, shapes_raised)
+    _declare_at_limits(runtime, context, [s for s in shapes if _shape_key(s) in raised])
     return raised
 
 
