@@ -11,6 +11,7 @@ import io
 import itertools
 import os
 import pickle
+import re
 import sys
 import tempfile
 import time
@@ -567,6 +568,11 @@ class HotPathTest(unittest.TestCase):
         for limit in runtime.lowered_limits.values():
             self.assertTrue(limit == 1 or limit & (limit - 1) == 0, limit)
             self.assertLess(limit, LIMIT)
+        # Planned at the configured limit (0): a quarter of the workspace that failed, not none.
+        for w in caught:
+            failed, lowered = re.search(r"a (\d+)-byte workspace.* within (\d+) bytes",
+                                        str(w.message)).groups()
+            self.assertEqual(int(lowered), ut.lowered_limit(int(failed)))
         lowered = [op for c in convs for op in range(3)
                    if runtime.lowered_limits.get(ut._shape_key(c.shape(op))) is not None]
         self.assertEqual(len(lowered), out_of_memory)

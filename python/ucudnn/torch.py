@@ -515,8 +515,10 @@ class _Conv:
         never fails a step. A RuntimeWarning says so; stats() counts them
         ("workspace_out_of_memory")."""
         shape = self.shape(op)
-        limit = lowered_limit(min(needed, self.runtime.limit_of(shape)))
         runtime = self.runtime
+        current = runtime.limit_of(shape)
+        # 0 is the configured limit (not none): then the workspace that failed is the bound.
+        limit = lowered_limit(min(needed, current) if current else needed)
         runtime.workspace_out_of_memory += 1
         key = _shape_key(shape)
         runtime.lowered_limits[key] = limit
