@@ -226,9 +226,30 @@ def parse_args(argv):
 # planned kernel running its plan (what the rule saves). "library" runs native on both sides, the
 # "converted" one with the library loaded and a context of it running (run --with-library): what
 # its presence in the process costs.
-ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library")
+ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library",
+                "cold")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
-OPTIONS_OF_VARIANT = {"fallback": ["disable=1"]}  # the converted side's convert() options
+# The converted side's convert() options. cold: without the compiled-plan cache, as the first
+# job on a machine (every runtime-compiled plan compiled in the job).
+OPTIONS_OF_VARIANT = {"fallback": ["disable=1"], "cold": ["compiled_plan_cache=off"]}
+
+
+def converted_options_of(args):
+    """The converted runs' convert() options: the suite's server, no plan cache file (every run
+    asks the server), the suite's own compiled-plan cache (filled by the warm-up's runs, as a
+    machine's earlier jobs fill it; none before), then --option."""
+    return [f"server={args.server}", "cache_path=off",
+            f"compiled_plan_cache={os.path.join(args.runs_dir, 'compiled_plans')}"] + args.option
+
+
+def compiled_plans_in(options):
+    """How many compiled plans the cache of `options` (--option values) holds, None without one."""
+    directory = dict(option.split("=", 1) for option in options).get("compiled_plan_cache", "")
+    if directory.strip().lower() in ("", "off", "none", "0"):
+        return None
+    if not os.path.isdir(directory):
+        return 0
+    return sum(1 for name in os.listdir(directory) if name.endswith(".plan"))
 
 
 def config_of(args):
@@ -384,6 +405,7 @@ def run_one(args):
     prepare_s = 0.0
     prepared = None
     library_loaded = None
+    compiled_at_start = compiled_plans_in(args.option) if args.mode == "ucudnn" else None
     if args.with_library and args.mode == "native":
         # What the library's presence costs the process apart from the model's layers: its
         # context (planner thread, cuDNN handle, the planner's channel) made by one call.
@@ -472,6 +494,8 @@ def run_one(args):
         # host-bound model on a slow host shows it here.
         "host_probe_ms": [probe_before, host_probe_ms()],
         "library_loaded": library_loaded,  # --with-library: the library and its probe's kernels
+        # The compiled-plan cache's plans when the run began (None: no cache, or a native run).
+        "compiled_plans_at_start": compiled_at_start,
     }
     if cuda:
         result.update({
@@ -1037,6 +1061,7 @@ def summarise(side):
         "steady_allocated_peak_mib": med("steady_max_memory_allocated_mib"),
         "first_fast_s": med("time_to_first_fast_step_s"),
         "ready_to_fast_s": med("model_ready_to_first_fast_step_s"),
+        "compiled_plans_at_start": [r.get("compiled_plans_at_start") for r in good],
     }
     last = good[-1]
     if "calls_per_step" in last:
@@ -1078,7 +1103,7 @@ def run_suite(args):
     began = time.monotonic()
     rows, errors = [], []
     device_name = None
-    converted_options = [f"server={args.server}", "cache_path=off"] + args.option
+    converted_options = converted_options_of(args)
     if args.warm_wait_s > 0:
         errors += warm_up(args, converted_options)
     for row_text in args.rows:
@@ -1152,6 +1177,8 @@ def run_suite(args):
             "native_ready_to_fast_s": native["ready_to_fast_s"],
             "converted_ready_to_fast_s": conv["ready_to_fast_s"],
             "converted_calls_per_step": conv.get("calls_per_step"),
+            # Per converted run: the compiled plans its machine had before it (None: no cache).
+            "converted_compiled_plans_at_start": conv["compiled_plans_at_start"],
             # The first step's loss is the same function of the same weights and data.
             "loss_native_first": native["losses"][0], "loss_converted_first": conv["losses"][0],
             "loss_native_last": native["losses"][-1], "loss_converted_last": conv["losses"][-1],
@@ -1202,7 +1229,7 @@ def main(argv=None):
         return run_suite(args)
     if args.command == "warm":
         os.makedirs(args.runs_dir, exist_ok=True)
-        errors = warm_up(args, [f"server={args.server}", "cache_path=off"] + args.option)
+        errors = warm_up(args, converted_options_of(args))
         for error in errors:
             print(f"[torch_models] ERROR: {error}", file=sys.stderr)
         return 1 if errors else 0

@@ -7,7 +7,8 @@ proto=$here/../proto
 encode() { protoc --proto_path="$proto" --encode="ucudnn.v1.$1" ucudnn/v1/ucudnn.proto <"$2"; }
 rm -rf "$here/corpus"
 mkdir -p "$here/corpus/plan_request_fuzzer" "$here/corpus/plan_decode_fuzzer" \
-  "$here/corpus/plan_cache_fuzzer" "$here/corpus/rpc_request_fuzzer"
+  "$here/corpus/plan_cache_fuzzer" "$here/corpus/compiled_plan_fuzzer" \
+  "$here/corpus/rpc_request_fuzzer"
 for seed in request_valid request_gpu_total request_invalid; do
   encode GetPlanRequest "$here/seeds/$seed.txtpb" >"$here/corpus/plan_request_fuzzer/$seed"
 done
@@ -69,5 +70,15 @@ header = b"ucudnn-plan-cache 1\n" + struct.pack("<QQ", len(payload), fnv1a64(pay
 open(os.path.join(out, "file_one_record"), "wb").write(b"\x01" + header + payload)
 open(os.path.join(out, "file_bad_checksum"), "wb").write(
     b"\x01" + header[:-1] + bytes([header[-1] ^ 1]) + payload)
+# compiled_plan_fuzzer: odd first byte, the rest is a payload it encodes; even, a whole file for
+# the fuzzer's key (compiled_plan_fuzzer.cc).
+key = b"v2;backend=cudnn;name=GPU|v1;op=fwd;c=8|4|0|e=5"
+plan = b'{"version": "9.19.0", "engine": 5, "knobs": [1, 2]}'
+file = (b"ucudnn-compiled-plan 1\n" + key + b"\n" + str(len(plan)).encode() + b" " +
+        b"%016x" % fnv1a64(plan) + b"\n" + plan)
+out = os.path.join(here, "corpus", "compiled_plan_fuzzer")
+open(os.path.join(out, "payload"), "wb").write(b"\x01" + plan)
+open(os.path.join(out, "file_valid"), "wb").write(b"\x00" + file)
+open(os.path.join(out, "file_other_key"), "wb").write(b"\x00" + file.replace(b"c=8", b"c=9"))
 PY
 ls -l "$here"/corpus/*

@@ -110,6 +110,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/stack_lib.sh
 . "$root/scripts/stack_lib.sh"
 log() { echo "[gpu_torch_models $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
+# Every run's JSON and runs.log, without the compiled plans (the machine's, not results; their
+# count and size go to stack.log).
+pack_runs() {
+  if [ -d "$runs/compiled_plans" ]; then
+    log "compiled plans: $(find "$runs/compiled_plans" -name '*.plan' | wc -l) files, $(du -sh "$runs/compiled_plans" | cut -f1)"
+  fi
+  tar -czf "$results/runs.tar.gz" --exclude=./compiled_plans -C "$runs" . 2>/dev/null
+}
 die() { log "$*"; exit 1; }
 
 stack_prepare_torch "$python" "$device" || exit 1
@@ -151,7 +159,7 @@ model_run() {  # COMMAND TAG SUMMARY [ARG ...]
   [ -z "$summary" ] || "$python" -c "import json,sys; d=json.load(open(sys.argv[1])); $summary" \
     "$json" "$tag" 2>/dev/null | tee -a "$results/stack.log"
   # What ran so far comes back even if the call is cut short after this.
-  tar -czf "$results/runs.tar.gz" -C "$runs" . 2>/dev/null
+  pack_runs
 }
 for g in "${grad_rows[@]}"; do
   model_run grads "$g" 'print(sys.argv[2], "worst", d["worst_rel_error"], "ok", d["ok"], "planned", d["planned_calls"])' \
@@ -196,6 +204,6 @@ if [ "${#then_warm[@]}" -gt 0 ] && [ "$left" -gt 30 ]; then
     2>&1 | tail -n 20 >>"$results/stack.log"
 fi
 stack_dump "$results/warm_db.sql.gz"
-tar -czf "$results/runs.tar.gz" -C "$runs" . 2>/dev/null
+pack_runs
 log "done: exit $rc"
 exit "$rc"

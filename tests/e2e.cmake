@@ -32,7 +32,8 @@ add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker ucudnn)
 # Each ctest test builds (a no-op when up to date) and runs one target for a bounded time over the
 # committed seed corpus; without clang it skips (exit code 77).
 set(UCUDNN_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs in the test suite")
-set(ucudnn_fuzz_targets plan_request_fuzzer plan_decode_fuzzer plan_cache_fuzzer rpc_request_fuzzer)
+set(ucudnn_fuzz_targets plan_request_fuzzer plan_decode_fuzzer plan_cache_fuzzer compiled_plan_fuzzer
+    rpc_request_fuzzer)
 # Builds the fuzzers ahead of the tests (ninja ucudnn_fuzzers); the tests build them otherwise.
 add_custom_target(ucudnn_fuzzers
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/e2e/run_fuzz.sh --build-only ${PROJECT_SOURCE_DIR}

@@ -11,7 +11,7 @@ set(UCUDNN_GPU_TEST_SOURCES
 )
 set(UCUDNN_GPU_TEST_LIBS ucudnn::engine ucudnn::backends ucudnn::core)
 if(UCUDNN_ENABLE_CUDNN)
-  list(APPEND UCUDNN_GPU_TEST_SOURCES gpu/cudnn_backend_test.cc)
+  list(APPEND UCUDNN_GPU_TEST_SOURCES gpu/cudnn_backend_test.cc gpu/compiled_plans_test.cc)
   list(APPEND UCUDNN_GPU_TEST_LIBS ucudnn::cudnn)
 endif()
 ucudnn_add_test(NAME ucudnn_gpu_tests

@@ -34,12 +34,23 @@ bool ReadInt(std::string_view text, int64_t lo, int64_t hi, int64_t* value) {
   return parsed.ok();
 }
 
-std::string DefaultCachePath() {
+// `name` in the user's cache directory: $XDG_CACHE_HOME/ucudnn/, else ~/.cache/ucudnn/; empty
+// when neither is an absolute path.
+std::string DefaultCachePath(std::string_view name) {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/ucudnn/plans.bin";
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/ucudnn/" + std::string(name);
   const char* home = std::getenv("HOME");
-  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/ucudnn/plans.bin";
+  if (home != nullptr && home[0] == '/') {
+    return std::string(home) + "/.cache/ucudnn/" + std::string(name);
+  }
   return "";
+}
+
+// A path setting: "off", "none" or "0" turn it off (empty).
+std::string PathSetting(std::string_view text) {
+  const std::string s = Trimmed(text);
+  const std::string lower = Lowercase(s);
+  return (lower == "off" || lower == "none" || lower == "0") ? "" : s;
 }
 
 void Warn(std::vector<std::string>* warnings, std::string message) {
@@ -121,11 +132,8 @@ void ApplySettings(const SettingLookup& lookup, ClientConfig* config,
                          *v + "'; ignored");
     }
   }
-  if (auto v = get("UCUDNN_CACHE_PATH")) {
-    const std::string s = Trimmed(*v);
-    const std::string lower = Lowercase(s);
-    config->cache_path = (lower == "off" || lower == "none" || lower == "0") ? "" : s;
-  }
+  if (auto v = get("UCUDNN_CACHE_PATH")) config->cache_path = PathSetting(*v);
+  if (auto v = get("UCUDNN_COMPILED_PLAN_CACHE")) config->compiled_plan_cache = PathSetting(*v);
   if (auto v = get("UCUDNN_DEADLINE_MS")) {
     int64_t ms = 0;
     if (ReadInt(*v, 1, 3600000, &ms)) {
@@ -181,7 +189,8 @@ std::vector<std::pair<std::string, std::string>> SplitOptions(std::string_view o
 
 ClientConfig ClientConfig::FromEnvironment() {
   ClientConfig config;
-  config.cache_path = DefaultCachePath();
+  config.cache_path = DefaultCachePath("plans.bin");
+  config.compiled_plan_cache = DefaultCachePath("compiled_plans");
   return config.WithEnvironment();
 }
 

@@ -16,10 +16,13 @@ namespace ucudnn::client {
 
 // The variables ApplySettings() reads, in the order the README lists them.
 inline constexpr std::string_view kSettingNames[] = {
-    "UCUDNN_DISABLE",    "UCUDNN_SERVER",      "UCUDNN_TOKEN",          "UCUDNN_TLS",
-    "UCUDNN_CA_FILE",    "UCUDNN_POLICY",      "UCUDNN_WORKSPACE_MODE", "UCUDNN_WORKSPACE_BYTES",
-    "UCUDNN_CACHE_PATH", "UCUDNN_DEADLINE_MS", "UCUDNN_SERVER_WAIT_MS", "UCUDNN_CONTRIBUTE",
-    "UCUDNN_FRAMEWORK",
+    "UCUDNN_DISABLE",        "UCUDNN_SERVER",
+    "UCUDNN_TOKEN",          "UCUDNN_TLS",
+    "UCUDNN_CA_FILE",        "UCUDNN_POLICY",
+    "UCUDNN_WORKSPACE_MODE", "UCUDNN_WORKSPACE_BYTES",
+    "UCUDNN_CACHE_PATH",     "UCUDNN_COMPILED_PLAN_CACHE",
+    "UCUDNN_DEADLINE_MS",    "UCUDNN_SERVER_WAIT_MS",
+    "UCUDNN_CONTRIBUTE",     "UCUDNN_FRAMEWORK",
 };
 
 // The value of a setting by name, or nullopt when it is not set.

@@ -2,17 +2,13 @@
 #include "log.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/files.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.pb.h"
 
@@ -154,16 +150,15 @@ Result<std::vector<CacheRecord>> ParseCache(std::string_view bytes) {
 
 PlanCache PlanCache::Load(const std::string& path) {
   PlanCache cache;
-  std::error_code ec;
-  if (path.empty() || !std::filesystem::exists(path, ec)) return cache;
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (!in.good() && !in.eof()) {
-    client::Log().warn("plan cache {} is unreadable; ignoring it", path);
+  if (path.empty()) return cache;
+  Result<std::string> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) {
+    if (bytes.status().code() != StatusCode::kNotFound) {
+      client::Log().warn("plan cache {} is unreadable; ignoring it", path);
+    }
     return cache;
   }
-  Result<std::vector<CacheRecord>> records = ParseCache(buffer.str());
+  Result<std::vector<CacheRecord>> records = ParseCache(*bytes);
   if (!records.ok()) {
     client::Log().warn("ignoring corrupt plan cache {}: {}", path, records.status().message());
     return cache;
@@ -199,41 +194,13 @@ void PlanCache::Put(CacheRecord record) {
 
 Status PlanCache::Save(const std::string& path) const {
   if (path.empty()) return InvalidArgument("cache path: empty");
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path target(path);
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) {
-      return Unavailable("cannot create " + target.parent_path().string() + ": " + ec.message());
-    }
-  }
   // What another process saved since we loaded stays, unless we have the same key.
   PlanCache merged = Load(path);
   for (const auto& [key, record] : records_) merged.records_.insert_or_assign(key, record);
   std::vector<CacheRecord> records;
   records.reserve(merged.records_.size());
   for (auto& [key, record] : merged.records_) records.push_back(std::move(record));
-  const std::string bytes = SerializeCache(records);
-
-  static std::atomic<uint64_t> counter{0};
-  const std::string temp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out.good()) {
-      fs::remove(temp, ec);
-      return Unavailable("cannot write " + temp);
-    }
-  }
-  fs::rename(temp, target, ec);
-  if (ec) {
-    fs::remove(temp, ec);
-    return Unavailable("cannot replace " + path + ": " + ec.message());
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, SerializeCache(records));
 }
 
 }  // namespace ucudnn::client

@@ -211,6 +211,7 @@ ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char*
     if (!shape_backend.ok()) return FromStatus(shape_backend.status());
     made->backend = std::move(*shape_backend);
     if (made->config.enabled) {
+      made->backend->UseCompiledPlans(made->config.compiled_plan_cache);
       ucudnn::client::SessionHooks hooks = made->backend->hooks();
       hooks.kernels_by_limit = true;  // every call names its kernel's limit
       made->session = ucudnn::client::Session::Create(made->backend->backend(), made->config,

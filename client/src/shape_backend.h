@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "session.h"
@@ -21,6 +22,9 @@ class ShapeBackend {
   virtual SessionHooks hooks() = 0;
   // Issues the next calls on `stream` (a cudaStream_t; ignored where there are no streams).
   virtual Status UseStream(void* stream) = 0;
+  // Keeps the execution plans it compiles in `directory` (ClientConfig::compiled_plan_cache;
+  // empty: none). Backends that compile nothing ignore it.
+  virtual void UseCompiledPlans(const std::string& /*directory*/) {}
   // Runs `body` at a quiet point (Prepare, contribution), keeping the caller's current device.
   virtual void AtQuietPoint(const std::function<void()>& body) { body(); }
 };

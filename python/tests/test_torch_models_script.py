@@ -263,6 +263,8 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(len(row["native_runs_ms"]), 2)
         self.assertEqual(len(row["converted_runs_ms"]), 2)
         self.assertAlmostEqual(row["ratio"], row["native_ms"] / row["converted_ms"])
+        # The suite's own compiled-plan cache, empty on the CPU (nothing is compiled there).
+        self.assertEqual(row["converted_compiled_plans_at_start"], [0, 0])
         # The planner is down: every convolution ran PyTorch's own (53 layers, the first
         # without backward-data), through the adapter or, between its rechecks, on the native
         # route (uncounted); the first step's loss is native's (later ones drift apart:
@@ -273,6 +275,18 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertLessEqual(calls["fallback_calls"] + calls["framework_calls"], 53 * 3 - 1)
         self.assertLessEqual(calls["native_route_layers"], 53)
         self.assertAlmostEqual(row["loss_native_first"], row["loss_converted_first"], places=4)
+
+    def test_compiled_plans_counted(self):
+        count = torch_models.compiled_plans_in
+        with tempfile.TemporaryDirectory() as cache:
+            self.assertIsNone(count(["server=a:1"]))
+            self.assertIsNone(count([f"compiled_plan_cache={cache}", "compiled_plan_cache=Off"]))
+            self.assertEqual(count([f"compiled_plan_cache={cache}/absent"]), 0)
+            for name in ("a.plan", "b.plan", "a.plan.tmp.12.0", "notes"):
+                open(os.path.join(cache, name), "w").close()
+            self.assertEqual(count([f"compiled_plan_cache={cache}"]), 2)
+        self.assertEqual(torch_models.parse_row("convnext_tiny:amp::cold")[3], "cold")
+        self.assertEqual(torch_models.OPTIONS_OF_VARIANT["cold"], ["compiled_plan_cache=off"])
 
     def test_native_with_the_library_loaded(self):
         with tempfile.TemporaryDirectory() as out:

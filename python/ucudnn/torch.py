@@ -54,8 +54,8 @@ __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats"
 
 # Keyword arguments of convert() and the variables they set (ClientConfig's names).
 CONFIG_KEYS = ("server", "token", "tls", "ca_file", "policy", "workspace_mode", "workspace_bytes",
-               "algorithms", "cache_path", "deadline_ms", "server_wait_ms", "contribute",
-               "log_level", "disable", "framework")
+               "algorithms", "cache_path", "compiled_plan_cache", "deadline_ms", "server_wait_ms",
+               "contribute", "log_level", "disable", "framework")
 # Options that a checkpoint (torch.save of a converted model) does not carry: a bearer token is a
 # secret, and a server and CA file belong to the cluster that loads it, not the one that saved it.
 # A loaded model takes them from the loading process's UCUDNN_* environment.

@@ -84,6 +84,7 @@ TEST(ClientConfigTest, ReadsEverySetting) {
                         {"UCUDNN_WORKSPACE_MODE", "total"},
                         {"UCUDNN_WORKSPACE_BYTES", "1.5GiB"},
                         {"UCUDNN_CACHE_PATH", "/tmp/plans.bin"},
+                        {"UCUDNN_COMPILED_PLAN_CACHE", " /tmp/compiled "},
                         {"UCUDNN_DEADLINE_MS", "750"},
                         {"UCUDNN_SERVER_WAIT_MS", "5000"},
                         {"UCUDNN_DISABLE", "0"}}),
@@ -97,6 +98,7 @@ TEST(ClientConfigTest, ReadsEverySetting) {
   EXPECT_EQ(config.workspace_mode, ClientConfig::WorkspaceMode::kTotalShared);
   EXPECT_EQ(config.workspace_bytes, 1536ull << 20);
   EXPECT_EQ(config.cache_path, "/tmp/plans.bin");
+  EXPECT_EQ(config.compiled_plan_cache, "/tmp/compiled");
   EXPECT_EQ(config.deadline_ms, 750);
   EXPECT_EQ(config.server_wait_ms, 5000u);
 }
@@ -145,9 +147,14 @@ TEST(ClientConfigTest, InvalidValuesAreIgnoredWithAWarning) {
 TEST(ClientConfigTest, OffSwitchAndCacheOff) {
   ClientConfig config;
   config.cache_path = "/somewhere";
-  ApplySettings(Lookup({{"UCUDNN_DISABLE", "1"}, {"UCUDNN_CACHE_PATH", "off"}}), &config, nullptr);
+  config.compiled_plan_cache = "/elsewhere";
+  ApplySettings(Lookup({{"UCUDNN_DISABLE", "1"},
+                        {"UCUDNN_CACHE_PATH", "off"},
+                        {"UCUDNN_COMPILED_PLAN_CACHE", "None"}}),
+                &config, nullptr);
   EXPECT_FALSE(config.enabled);
   EXPECT_TRUE(config.cache_path.empty());
+  EXPECT_TRUE(config.compiled_plan_cache.empty());
 }
 
 TEST(ClientConfigTest, EnvironmentOverridesCode) {
@@ -164,8 +171,23 @@ TEST(ClientConfigTest, EnvironmentOverridesCode) {
 
 TEST(ClientConfigTest, FromEnvironmentDefaultsTheCachePath) {
   unsetenv("UCUDNN_CACHE_PATH");
+  unsetenv("UCUDNN_COMPILED_PLAN_CACHE");
   setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
   EXPECT_EQ(ClientConfig::FromEnvironment().cache_path, "/tmp/xdg/ucudnn/plans.bin");
+  EXPECT_EQ(ClientConfig::FromEnvironment().compiled_plan_cache, "/tmp/xdg/ucudnn/compiled_plans");
+  // A relative XDG_CACHE_HOME is not one (the XDG rule): HOME's .cache then.
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home != nullptr ? home : "";
+  setenv("XDG_CACHE_HOME", "relative", 1);
+  setenv("HOME", "/tmp/home", 1);
+  EXPECT_EQ(ClientConfig::FromEnvironment().compiled_plan_cache,
+            "/tmp/home/.cache/ucudnn/compiled_plans");
+  if (home != nullptr) {
+    setenv("HOME", saved_home.c_str(), 1);
+  } else {
+    unsetenv("HOME");
+  }
+  setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
   setenv("UCUDNN_CACHE_PATH", "", 1);
   EXPECT_EQ(ClientConfig::FromEnvironment().cache_path, "");
   unsetenv("UCUDNN_CACHE_PATH");

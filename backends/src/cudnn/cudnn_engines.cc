@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "cuda_check.h"
+#include "ucudnn/backends/cudnn_backend.h"
+#include "ucudnn/core/compiled_plans.h"
 
 namespace ucudnn {
 namespace {
@@ -470,6 +472,9 @@ Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, cons
   plan->op_ = graph.problem().op;
   plan->alignment_ = graph.alignment();
   UCUDNN_ASSIGN_OR_RETURN(plan->engine_, EngineByIndex(graph, config.engine));
+  EngineCandidate notes;
+  UCUDNN_RETURN_IF_ERROR(DescribeEngine(plan->engine_.get(), notes));
+  plan->runtime_compiled_ = notes.runtime_compiled;
   std::vector<cudnnBackendDescriptor_t> raw_knobs;
   for (const EngineKnob& knob : config.knobs) {
     UCUDNN_ASSIGN_OR_RETURN(BackendDescriptor choice,
@@ -499,11 +504,53 @@ Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, cons
   UCUDNN_RETURN_IF_ERROR(
       SetDescriptor(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, plan->config_));
   UCUDNN_RETURN_IF_ERROR(Finalize(plan->plan_.get()));
-  UCUDNN_ASSIGN_OR_RETURN(const int64_t ws,
-                          GetInt64(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE));
-  if (ws < 0) return Internal("execution plan reports a negative workspace");
-  plan->workspace_bytes_ = static_cast<size_t>(ws);
+  UCUDNN_RETURN_IF_ERROR(plan->ReadWorkspace());
   return plan;
+}
+
+Result<std::unique_ptr<EnginePlan>> EnginePlan::Load(cudnnHandle_t handle, const ConvGraph& graph,
+                                                     std::string_view serialized) {
+  if (handle == nullptr) return InvalidArgument("handle: must not be null");
+  if (serialized.empty()) return InvalidArgument("serialized plan: empty");
+  std::unique_ptr<EnginePlan> plan(new EnginePlan());
+  plan->handle_ = handle;
+  plan->op_ = graph.problem().op;
+  plan->alignment_ = graph.alignment();
+  plan->runtime_compiled_ = true;  // only those are serialized (SharedEnginePlan)
+  UCUDNN_ASSIGN_OR_RETURN(plan->plan_,
+                          BackendDescriptor::Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
+  UCUDNN_RETURN_IF_ERROR(Set(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                             CUDNN_TYPE_CHAR, static_cast<int64_t>(serialized.size()),
+                             serialized.data()));
+  UCUDNN_RETURN_IF_ERROR(Set(plan->plan_.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+  UCUDNN_RETURN_IF_ERROR(Finalize(plan->plan_.get()));
+  UCUDNN_RETURN_IF_ERROR(plan->ReadWorkspace());
+  return plan;
+}
+
+Status EnginePlan::ReadWorkspace() {
+  UCUDNN_ASSIGN_OR_RETURN(const int64_t ws,
+                          GetInt64(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE));
+  if (ws < 0) return Internal("execution plan reports a negative workspace");
+  workspace_bytes_ = static_cast<size_t>(ws);
+  return Status::Ok();
+}
+
+Result<std::string> EnginePlan::Serialize() const {
+  int64_t count = 0;
+  UCUDNN_GPU_CHECK(cudnnBackendGetAttribute(plan_.get(),
+                                            CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                            CUDNN_TYPE_CHAR, 0, &count, nullptr));
+  if (count <= 0) return Unsupported("cuDNN serialized the plan as nothing");
+  std::string text(static_cast<size_t>(count), '\0');
+  UCUDNN_GPU_CHECK(cudnnBackendGetAttribute(plan_.get(),
+                                            CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                            CUDNN_TYPE_CHAR, count, &count, text.data()));
+  text.resize(
+      static_cast<size_t>(std::clamp<int64_t>(count, 0, static_cast<int64_t>(text.size()))));
+  while (!text.empty() && text.back() == '\0') text.pop_back();  // a C string's terminator
+  if (text.empty()) return Unsupported("cuDNN serialized the plan as nothing");
+  return text;
 }
 
 Status EnginePlan::Execute(cudnnHandle_t handle, const ConvOperands& o, void* workspace,
@@ -573,7 +620,10 @@ constexpr size_t kMaxSharedPlans = 2048;
 struct SharedPlans {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<SharedPlan>> by_key;
-  std::deque<std::string> order;  // insertion order, for eviction
+  std::deque<std::string> order;                   // insertion order, for eviction
+  std::shared_ptr<const CompiledPlanStore> store;  // null: none
+  std::map<int, std::string> device_keys;          // fingerprint keys by device index
+  CompiledPlanCounts counts;
 };
 
 SharedPlans& Shared() {
@@ -585,14 +635,98 @@ std::string HandlePrefix(cudnnHandle_t handle) {
   return std::to_string(reinterpret_cast<uintptr_t>(handle)) + "|";
 }
 
+// The key of a plan in the compiled-plan store: the current device's fingerprint (a handle runs
+// on the device current at its creation, which is current at its calls) and the plan's identity.
+Result<std::string> CompiledPlanKey(SharedPlans& shared, const std::string& plan_key) {
+  int device = 0;
+  UCUDNN_GPU_CHECK(cudaGetDevice(&device));
+  {
+    std::lock_guard lock(shared.mutex);
+    if (auto it = shared.device_keys.find(device); it != shared.device_keys.end()) {
+      return it->second + "|" + plan_key;
+    }
+  }
+  UCUDNN_ASSIGN_OR_RETURN(const DeviceFingerprint fingerprint, GpuFingerprint(device));
+  std::lock_guard lock(shared.mutex);
+  const std::string& key = shared.device_keys.try_emplace(device, fingerprint.Key()).first->second;
+  return key + "|" + plan_key;
+}
+
+// The plan from the store, or null when it has none or cuDNN does not take what it has (then it
+// is built and replaced).
+std::unique_ptr<EnginePlan> LoadCompiledPlan(SharedPlans& shared, const CompiledPlanStore& store,
+                                             const std::string& key, cudnnHandle_t handle,
+                                             const ConvGraph& graph) {
+  Result<std::string> serialized = store.Load(key);
+  if (!serialized.ok()) {
+    if (serialized.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("compiled plan not used, built again: {}", serialized.status().message());
+    }
+    return nullptr;
+  }
+  Result<std::unique_ptr<EnginePlan>> loaded = EnginePlan::Load(handle, graph, *serialized);
+  if (!loaded.ok()) {
+    spdlog::warn("compiled plan {} not taken by cuDNN, built again: {}", store.PathOf(key),
+                 loaded.status().message());
+    return nullptr;
+  }
+  std::lock_guard lock(shared.mutex);
+  ++shared.counts.loaded;
+  return std::move(*loaded);
+}
+
+void SaveCompiledPlan(SharedPlans& shared, const CompiledPlanStore& store, const std::string& key,
+                      const EnginePlan& plan) {
+  Result<std::string> serialized = plan.Serialize();
+  Status saved = serialized.ok() ? store.Save(key, *serialized) : serialized.status();
+  std::lock_guard lock(shared.mutex);
+  if (saved.ok()) {
+    ++shared.counts.saved;
+  } else {
+    ++shared.counts.save_failures;
+    spdlog::debug("compiled plan not saved: {}", saved.message());
+  }
+}
+
+// The plan of `key`, built (or loaded from the compiled-plan store) for the shared plans.
+Result<std::shared_ptr<SharedPlan>> BuildSharedPlan(SharedPlans& shared, cudnnHandle_t handle,
+                                                    const ConvProblem& problem, int64_t batch,
+                                                    float beta, const EngineConfig& config,
+                                                    const std::string& plan_key) {
+  std::shared_ptr<const CompiledPlanStore> store;
+  {
+    std::lock_guard lock(shared.mutex);
+    store = shared.store;
+  }
+  auto built = std::make_shared<SharedPlan>();
+  UCUDNN_ASSIGN_OR_RETURN(built->graph, ConvGraph::Build(handle, problem, batch, beta));
+  std::string compiled_key;
+  if (store != nullptr) {
+    Result<std::string> key = CompiledPlanKey(shared, plan_key);
+    if (key.ok()) {
+      compiled_key = std::move(*key);
+      built->plan = LoadCompiledPlan(shared, *store, compiled_key, handle, *built->graph);
+      if (built->plan != nullptr) return built;
+    } else {
+      spdlog::debug("no compiled-plan key: {}", key.status().message());
+    }
+  }
+  UCUDNN_ASSIGN_OR_RETURN(built->plan, EnginePlan::Build(handle, *built->graph, config));
+  if (built->plan->runtime_compiled() && !compiled_key.empty()) {
+    SaveCompiledPlan(shared, *store, compiled_key, *built->plan);
+  }
+  return built;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
                                                      const ConvProblem& problem, int64_t batch,
                                                      float beta, const EngineConfig& config) {
-  const std::string key = HandlePrefix(handle) + CanonicalKey(problem) + "|" +
-                          std::to_string(batch) + "|" + (beta == 0.0f ? "0" : "1") + "|" +
-                          EngineConfigKey(config) + "|" + std::to_string(config.cudnn_version);
+  const std::string plan_key = CanonicalKey(problem) + "|" + std::to_string(batch) + "|" +
+                               (beta == 0.0f ? "0" : "1") + "|" + EngineConfigKey(config) + "|" +
+                               std::to_string(config.cudnn_version);
+  const std::string key = HandlePrefix(handle) + plan_key;
   SharedPlans& shared = Shared();
   {
     std::lock_guard lock(shared.mutex);
@@ -601,9 +735,8 @@ Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
     }
   }
   // Built outside the lock: building takes up to a second, and other plans need not wait.
-  auto built = std::make_shared<SharedPlan>();
-  UCUDNN_ASSIGN_OR_RETURN(built->graph, ConvGraph::Build(handle, problem, batch, beta));
-  UCUDNN_ASSIGN_OR_RETURN(built->plan, EnginePlan::Build(handle, *built->graph, config));
+  UCUDNN_ASSIGN_OR_RETURN(std::shared_ptr<SharedPlan> built,
+                          BuildSharedPlan(shared, handle, problem, batch, beta, config, plan_key));
   std::lock_guard lock(shared.mutex);
   auto [it, added] = shared.by_key.try_emplace(key, built);  // another thread's build wins
   if (added) {
@@ -614,6 +747,22 @@ Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
     }
   }
   return std::shared_ptr<EnginePlan>(it->second, it->second->plan.get());
+}
+
+void SetCompiledPlanDirectory(const std::string& directory) {
+  SharedPlans& shared = Shared();
+  std::lock_guard lock(shared.mutex);
+  if (directory.empty()) {
+    shared.store.reset();
+  } else if (shared.store == nullptr || shared.store->directory() != directory) {
+    shared.store = std::make_shared<const CompiledPlanStore>(directory);
+  }
+}
+
+CompiledPlanCounts GetCompiledPlanCounts() {
+  SharedPlans& shared = Shared();
+  std::lock_guard lock(shared.mutex);
+  return shared.counts;
 }
 
 void ForgetSharedEnginePlans(cudnnHandle_t handle) {

@@ -265,6 +265,7 @@ Handle::Handle(cudnnHandle_t cudnn, const ClientConfig& config)
     return;
   }
   impl_->backend = std::move(*backend);
+  SetCompiledPlanDirectory(config.compiled_plan_cache);
   const bool started = Guard("Handle", false, [&] {
     impl_->binder = std::make_unique<client::CudnnPlanBinder>(cudnn);
     client::SessionHooks hooks;

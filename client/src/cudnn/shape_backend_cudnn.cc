@@ -65,6 +65,9 @@ class CudnnShapeBackend final : public ShapeBackend {
     stream_ = stream;
     return Status::Ok();
   }
+  void UseCompiledPlans(const std::string& directory) override {
+    SetCompiledPlanDirectory(directory);
+  }
   void AtQuietPoint(const std::function<void()>& body) override {
     CurrentDeviceGuard device;
     body();

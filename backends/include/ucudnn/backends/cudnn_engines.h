@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ucudnn/core/backend.h"
@@ -105,6 +106,17 @@ class EnginePlan {
   // (another version's identity, a shape the engine does not take).
   static Result<std::unique_ptr<EnginePlan>> Build(cudnnHandle_t handle, const ConvGraph& graph,
                                                    const EngineConfig& config);
+  // A plan from Serialize()'s text, without compiling: the caller vouches that it is a plan of
+  // `graph` built on the same GPU model and cuDNN version (the compiled-plan store's key). cuDNN
+  // refuses text it cannot take (kUnsupported or kInvalidArgument with its status).
+  static Result<std::unique_ptr<EnginePlan>> Load(cudnnHandle_t handle, const ConvGraph& graph,
+                                                  std::string_view serialized);
+  // cuDNN's serialized form (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, which cuDNN gives for
+  // runtime-compiled engines); kUnsupported (or cuDNN's status) for a plan it does not serialize.
+  Result<std::string> Serialize() const;
+  // Whether the engine compiles its kernel when the plan is built
+  // (CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION): what a serialized plan saves.
+  bool runtime_compiled() const { return runtime_compiled_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   // The handle the plan was built on (the graph's).
   cudnnHandle_t handle() const { return handle_; }
@@ -118,7 +130,9 @@ class EnginePlan {
 
  private:
   EnginePlan() = default;
+  Status ReadWorkspace();  // workspace_bytes_ from the finalized plan
   cudnnHandle_t handle_ = nullptr;
+  bool runtime_compiled_ = false;
   ConvOp op_ = ConvOp::kForward;
   int64_t alignment_ = 16;
   size_t workspace_bytes_ = 0;
@@ -136,6 +150,20 @@ class EnginePlan {
 Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
                                                      const ConvProblem& problem, int64_t batch,
                                                      float beta, const EngineConfig& config);
+// The compiled-plan store of the shared plans (ucudnn/core/compiled_plans.h), process-wide like
+// them: a shared plan of a runtime-compiled engine is loaded from `directory` when it holds one
+// for this GPU model and cuDNN version, and saved there after it was built. Empty: none (the
+// default). The client sets it from ClientConfig::compiled_plan_cache when a handle or shape
+// context starts; the last one set wins.
+void SetCompiledPlanDirectory(const std::string& directory);
+// What the store did in this process.
+struct CompiledPlanCounts {
+  uint64_t loaded = 0;         // plans loaded instead of compiled
+  uint64_t saved = 0;          // runtime-compiled plans built here and saved
+  uint64_t save_failures = 0;  // of those built, not saved (cuDNN did not serialize, disk)
+};
+CompiledPlanCounts GetCompiledPlanCounts();
+
 // Drops the shared plans of `handle`; called before the handle is destroyed (a new handle may
 // get its address).
 void ForgetSharedEnginePlans(cudnnHandle_t handle);

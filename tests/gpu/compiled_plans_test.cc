@@ -1,0 +1,176 @@
+// Runtime-compiled execution plans serialized and loaded back (EnginePlan::Serialize / Load), and
+// the shared plans' compiled-plan store: a loaded plan computes what the compiled one does, and
+// the store saves, loads, and replaces a damaged file.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <chrono>
+#include <cstdio>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "ucudnn/backends/cudnn_engines.h"
+#include "ucudnn/core/random_fill.h"
+
+namespace ucudnn::gputest {
+namespace {
+
+// ConvNeXt's 7x7 depthwise convolution, fp16 channels-last: cuDNN runs it with runtime-compiled
+// engines on Hopper.
+ConvProblem Depthwise() {
+  ConvProblem p = MakeConv(96, 28, 96, 7, 3, 1, /*groups=*/96);
+  p.data_type = DataType::kFloat16;
+  p.layout = Layout::kNHWC;
+  return p;
+}
+constexpr int64_t kBatch = 8;
+
+class CompiledPlanTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_EQ(cudnnCreate(&handle_), CUDNN_STATUS_SUCCESS);
+    const ConvProblem p = Depthwise();
+    ConvBackend& b = *gpu();
+    const size_t x = kBatch * p.input_bytes_per_sample(), y = kBatch * p.output_bytes_per_sample();
+    auto xb = b.Allocate(x), wb = b.Allocate(p.filter_bytes()), yb = b.Allocate(y);
+    ASSERT_TRUE(xb.ok() && wb.ok() && yb.ok());
+    x_ = std::move(*xb);
+    w_ = std::move(*wb);
+    y_ = std::move(*yb);
+    ASSERT_TRUE(
+        FillRandom(b, x_->data(), kBatch * p.input_elements_per_sample(), p.data_type, 7).ok());
+    ASSERT_TRUE(FillRandom(b, w_->data(), p.filter_elements(), p.data_type, 8).ok());
+    y_bytes_ = y;
+  }
+  void TearDown() override {
+    if (handle_ != nullptr) {
+      ForgetSharedEnginePlans(handle_);
+      EXPECT_EQ(cudnnDestroy(handle_), CUDNN_STATUS_SUCCESS);
+    }
+    SetCompiledPlanDirectory("");
+  }
+
+  // The first runtime-compiled configuration cuDNN's heuristics propose, or none.
+  std::optional<EngineConfig> RuntimeCompiledConfig(const ConvGraph& graph) {
+    Result<std::vector<EngineCandidate>> candidates = HeuristicCandidates(graph);
+    EXPECT_TRUE(candidates.ok()) << candidates.status().ToString();
+    if (!candidates.ok()) return std::nullopt;
+    for (const EngineCandidate& c : *candidates) {
+      if (c.runtime_compiled) return c.config;
+    }
+    return std::nullopt;
+  }
+
+  // The plan's output bytes for the fixture's operands.
+  std::vector<char> Run(EnginePlan& plan) {
+    void* workspace = nullptr;
+    if (plan.workspace_bytes() > 0) {
+      EXPECT_EQ(cudaMalloc(&workspace, plan.workspace_bytes()), cudaSuccess);
+    }
+    EXPECT_EQ(cudaMemset(y_->data(), 0, y_bytes_), cudaSuccess);
+    const ConvOperands ops{.x = x_->data(), .w = w_->data(), .y = y_->data()};
+    Status ran = plan.Execute(handle_, ops, workspace, plan.workspace_bytes());
+    EXPECT_TRUE(ran.ok()) << ran.ToString();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<char> out(y_bytes_);
+    EXPECT_EQ(cudaMemcpy(out.data(), y_->data(), y_bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (workspace != nullptr) {
+      EXPECT_EQ(cudaFree(workspace), cudaSuccess);
+    }
+    return out;
+  }
+
+  cudnnHandle_t handle_ = nullptr;
+  std::unique_ptr<BackendBuffer> x_, w_, y_;
+  size_t y_bytes_ = 0;
+};
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST_F(CompiledPlanTest, ALoadedPlanComputesWhatTheCompiledOneDoes) {
+  Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle_, Depthwise(), kBatch);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  const std::optional<EngineConfig> config = RuntimeCompiledConfig(**graph);
+  if (!config) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
+  auto start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<EnginePlan>> built = EnginePlan::Build(handle_, **graph, *config);
+  const double build_s = SecondsSince(start);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_TRUE((*built)->runtime_compiled());
+  Result<std::string> serialized = (*built)->Serialize();
+  ASSERT_TRUE(serialized.ok()) << serialized.status().ToString();
+  EXPECT_FALSE(serialized->empty());
+  start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<EnginePlan>> loaded = EnginePlan::Load(handle_, **graph, *serialized);
+  const double load_s = SecondsSince(start);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  std::printf("  engine %d: built in %.3f s, loaded in %.3f s (%zu bytes serialized)\n",
+              config->engine, build_s, load_s, serialized->size());
+  EXPECT_EQ((*loaded)->workspace_bytes(), (*built)->workspace_bytes());
+  const std::vector<char> expected = Run(**built);
+  EXPECT_EQ(Run(**loaded), expected) << "the loaded plan computes other bytes";
+  // Text that is not a plan is refused by cuDNN, not run.
+  EXPECT_FALSE(EnginePlan::Load(handle_, **graph, "{\"not\": \"a plan\"}").ok());
+  EXPECT_FALSE(EnginePlan::Load(handle_, **graph, "").ok());
+}
+
+TEST_F(CompiledPlanTest, SharedPlansGoThroughTheStore) {
+  Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle_, Depthwise(), kBatch);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  std::optional<EngineConfig> config = RuntimeCompiledConfig(**graph);
+  if (!config) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
+  config->cudnn_version = static_cast<int32_t>(cudnnGetVersion());
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("ucudnn_compiled_plans_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  SetCompiledPlanDirectory(dir.string());
+  const auto shared = [&] {
+    ForgetSharedEnginePlans(handle_);
+    Result<std::shared_ptr<EnginePlan>> plan =
+        SharedEnginePlan(handle_, Depthwise(), kBatch, 0.0f, *config);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? *plan : nullptr;
+  };
+  const CompiledPlanCounts before = GetCompiledPlanCounts();
+  std::shared_ptr<EnginePlan> compiled = shared();
+  ASSERT_NE(compiled, nullptr);
+  CompiledPlanCounts after = GetCompiledPlanCounts();
+  EXPECT_EQ(after.saved, before.saved + 1);
+  EXPECT_EQ(after.loaded, before.loaded);
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u) << "one file per plan, no temporary left behind";
+  EXPECT_EQ(files[0].extension(), ".plan");
+  const std::vector<char> expected = Run(*compiled);
+
+  std::shared_ptr<EnginePlan> loaded = shared();
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_NE(loaded.get(), compiled.get());
+  EXPECT_EQ(GetCompiledPlanCounts().loaded, after.loaded + 1);
+  EXPECT_EQ(Run(*loaded), expected);
+
+  // A damaged file is not used: the plan is compiled again and the file replaced.
+  std::filesystem::resize_file(files[0], std::filesystem::file_size(files[0]) / 2);
+  after = GetCompiledPlanCounts();
+  std::shared_ptr<EnginePlan> rebuilt = shared();
+  ASSERT_NE(rebuilt, nullptr);
+  EXPECT_EQ(GetCompiledPlanCounts().loaded, after.loaded);
+  EXPECT_EQ(GetCompiledPlanCounts().saved, after.saved + 1);
+  EXPECT_EQ(Run(*rebuilt), expected);
+  EXPECT_NE(shared(), nullptr);
+  EXPECT_EQ(GetCompiledPlanCounts().loaded, after.loaded + 1) << "the replaced file loads";
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ucudnn::gputest
