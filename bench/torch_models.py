@@ -1031,8 +1031,12 @@ def run_process(args, name, run_args, timeout_s=None):
     with open(log_path, "a") as log:
         log.write(f"==== {name}: {' '.join(command)}\n")
         log.flush()
+        # The suite's own host-bound records (prepare() remembers its answers on the machine),
+        # as its compiled plans: filled by its first converted run of each step.
+        env = dict(os.environ)
+        env.setdefault("UCUDNN_HOST_BOUND_CACHE", os.path.join(args.runs_dir, "host_bound.json"))
         try:
-            rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+            rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 timeout=timeout_s or args.run_timeout_s).returncode
         except subprocess.TimeoutExpired:
             return {"error": f"{name}: timed out after {timeout_s or args.run_timeout_s} s"}
@@ -1040,6 +1044,16 @@ def run_process(args, name, run_args, timeout_s=None):
         return {"error": f"{name}: exit {rc} (see runs.log)"}
     with open(json_path) as f:
         return json.load(f)
+
+
+def host_bound_of(run):
+    """A converted run's host-bound answer from prepare(): "yes" or "no", "(remembered)" when it
+    came from the machine's records; None where prepare() gave none (native, compiled)."""
+    bound = (run.get("prepare") or {}).get("host_bound")
+    if not isinstance(bound, dict) or "host_ms" not in bound and "remembered" not in bound:
+        return None
+    return ("yes" if bound["host_bound"] else "no") + (
+        " (remembered)" if bound.get("remembered") else "")
 
 
 def summarise(side):
@@ -1062,6 +1076,7 @@ def summarise(side):
         "first_fast_s": med("time_to_first_fast_step_s"),
         "ready_to_fast_s": med("model_ready_to_first_fast_step_s"),
         "compiled_plans_at_start": [r.get("compiled_plans_at_start") for r in good],
+        "host_bound": [host_bound_of(r) for r in good],
     }
     last = good[-1]
     if "calls_per_step" in last:
@@ -1179,6 +1194,9 @@ def run_suite(args):
             "converted_calls_per_step": conv.get("calls_per_step"),
             # Per converted run: the compiled plans its machine had before it (None: no cache).
             "converted_compiled_plans_at_start": conv["compiled_plans_at_start"],
+            # Per converted run: whether prepare() found the step host-bound (every layer whose
+            # plans only save device time then runs PyTorch's own), and whether remembered.
+            "converted_host_bound": conv["host_bound"],
             # The first step's loss is the same function of the same weights and data.
             "loss_native_first": native["losses"][0], "loss_converted_first": conv["losses"][0],
             "loss_native_last": native["losses"][-1], "loss_converted_last": conv["losses"][-1],

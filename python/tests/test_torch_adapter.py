@@ -9,6 +9,7 @@ import contextlib
 import copy
 import io
 import itertools
+import json
 import os
 import pickle
 import re
@@ -808,6 +809,75 @@ class HostBoundTest(unittest.TestCase):
         stack.enter_context(mock.patch.object(torch.distributed, "broadcast",
                                               side_effect=lambda t, src: t.fill_(value)))
         return stack
+
+    def test_the_answer_is_remembered_for_the_same_step(self):
+        torch.manual_seed(14)
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1)),
+                           server="", cache_path="off")
+        x = torch.randn(2, 3, 8, 8)
+        measured = []
+
+        def measure(model, *inputs, loss_fn=None):
+            measured.append(model)
+            return {"host_bound": len(measured) % 2 == 1, "host_ms": 1.0, "step_ms": 2.0,
+                    "allocator_syncs": 0}
+
+        with tempfile.TemporaryDirectory() as directory, \
+                mock.patch.object(ut, "step_is_host_bound", side_effect=measure):
+            path = os.path.join(directory, "nested", "host_bound.json")
+            with mock.patch.dict(os.environ, {"UCUDNN_HOST_BOUND_CACHE": path}):
+                first = ut._step_host_bound(model, (x,), None)
+                again = ut._step_host_bound(model, (x,), None)
+                # The next measure would say False: the remembered True stands.
+                self.assertEqual(len(measured), 1)
+                self.assertTrue(first["host_bound"])
+                self.assertNotIn("remembered", first)
+                self.assertEqual(again, dict(first, remembered=True))
+                # Another step (inputs, loss) is measured anew.
+                other = ut._step_host_bound(model, (torch.randn(4, 3, 8, 8),), None)
+                self.assertEqual((len(measured), other["host_bound"]), (2, False))
+                ut._step_host_bound(model, (x,), lambda y: y.square().sum())
+                self.assertEqual(len(measured), 3)
+                # In a job, rank 0's record decides: its False reaches a rank that has True.
+                with self._rank0_has(0):
+                    ranked = ut._step_host_bound(model, (x,), None)
+                self.assertEqual(len(measured), 3)
+                self.assertFalse(ranked["host_bound"])
+                # A damaged file is no record: measured again, and the file rewritten.
+                with open(path, "w") as f:
+                    f.write("{not json")
+                ut._step_host_bound(model, (x,), None)
+                self.assertEqual(len(measured), 4)
+                with open(path) as f:
+                    self.assertEqual(len(json.load(f)), 1)
+            # Off: nothing read or written.
+            with mock.patch.dict(os.environ, {"UCUDNN_HOST_BOUND_CACHE": "off"}):
+                self.assertIsNone(ut._host_bound_records_path())
+                ut._step_host_bound(model, (x,), None)
+                ut._step_host_bound(model, (x,), None)
+                self.assertEqual(len(measured), 6)
+
+    def test_a_memory_bound_answer_is_not_remembered(self):
+        model = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off")
+        x = torch.randn(2, 3, 8, 8)
+        synced = {"host_bound": False, "host_ms": 1.0, "step_ms": 2.0, "allocator_syncs": 3}
+        with tempfile.TemporaryDirectory() as directory, \
+                mock.patch.object(ut, "step_is_host_bound", return_value=synced) as measure, \
+                mock.patch.dict(os.environ, {"UCUDNN_HOST_BOUND_CACHE":
+                                             os.path.join(directory, "h.json")}):
+            ut._step_host_bound(model, (x,), None)
+            ut._step_host_bound(model, (x,), None)
+            self.assertEqual(measure.call_count, 2)
+            self.assertFalse(os.path.exists(os.path.join(directory, "h.json")))
+
+    def test_the_records_live_in_the_users_cache(self):
+        environ = {k: v for k, v in os.environ.items()
+                   if k not in ("UCUDNN_HOST_BOUND_CACHE", "XDG_CACHE_HOME")}
+        with mock.patch.dict(os.environ, dict(environ, XDG_CACHE_HOME="/x/cache"), clear=True):
+            self.assertEqual(ut._host_bound_records_path(), "/x/cache/ucudnn/host_bound.json")
+        with mock.patch.dict(os.environ, dict(environ, HOME="/home/u"), clear=True):
+            self.assertEqual(ut._host_bound_records_path(),
+                             "/home/u/.cache/ucudnn/host_bound.json")
 
     def test_ranks_plan_with_rank_0s_figures(self):
         self.assertEqual(ut._rank0s(5, torch.device("cpu")), 5, "no job: its own")

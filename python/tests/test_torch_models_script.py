@@ -265,6 +265,7 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertAlmostEqual(row["ratio"], row["native_ms"] / row["converted_ms"])
         # The suite's own compiled-plan cache, empty on the CPU (nothing is compiled there).
         self.assertEqual(row["converted_compiled_plans_at_start"], [0, 0])
+        self.assertEqual(row["converted_host_bound"], [None, None])  # not measured on the CPU
         # The planner is down: every convolution ran PyTorch's own (53 layers, the first
         # without backward-data), through the adapter or, between its rechecks, on the native
         # route (uncounted); the first step's loss is native's (later ones drift apart:
@@ -287,6 +288,18 @@ class CpuSuiteTest(unittest.TestCase):
             self.assertEqual(count([f"compiled_plan_cache={cache}"]), 2)
         self.assertEqual(torch_models.parse_row("convnext_tiny:amp::cold")[3], "cold")
         self.assertEqual(torch_models.OPTIONS_OF_VARIANT["cold"], ["compiled_plan_cache=off"])
+
+    def test_host_bound_answers_summarised(self):
+        of = torch_models.host_bound_of
+        self.assertIsNone(of({}))
+        self.assertIsNone(of({"prepare": {"host_bound": None}}))
+        self.assertIsNone(of({"prepare": {"host_bound": {"host_bound": True,
+                                                         "assumed": "compiled"}}}))
+        self.assertEqual(of({"prepare": {"host_bound": {"host_bound": True, "host_ms": 3.0}}}),
+                         "yes")
+        self.assertEqual(of({"prepare": {"host_bound": {"host_bound": False, "host_ms": 3.0,
+                                                        "remembered": True}}}),
+                         "no (remembered)")
 
     def test_native_with_the_library_loaded(self):
         with tempfile.TemporaryDirectory() as out:

@@ -31,8 +31,11 @@ when convert() is called.
 
 import collections
 import contextlib
+import hashlib
+import json
 import logging
 import os
+import platform
 import re
 import time
 import warnings
@@ -1263,7 +1266,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         bound = {"host_bound": True, "assumed": "compiled"}
     elif wait_ms > 0 and any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs):
         _decide_layers(model)  # the step measured as it will run
-        bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
+        bound = _step_host_bound(model, sample_inputs, loss_fn)
     for runtime in _runtimes(model):
         runtime.host_bound = bool(bound and bound["host_bound"])
     if wait_ms > 0:
@@ -1345,6 +1348,105 @@ def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=4):
     bound = bool(_rank0s(int(is_host_bound(host, total) and syncs == 0), device))
     return {"host_bound": bound, "host_ms": host * 1e3, "step_ms": total * 1e3,
             "allocator_syncs": syncs}
+
+
+# prepare()'s host-bound answers, remembered on the machine (UCUDNN_HOST_BOUND_CACHE, a JSON file;
+# default $XDG_CACHE_HOME/ucudnn/host_bound.json or ~/.cache/ucudnn/host_bound.json; "off" for
+# none): a later job of the same step skips the measuring steps (DenseNet-121 AMP: 4.0-4.7 s of
+# its start on an H100, docs/torch-models.md call 71), and near the threshold every job of the
+# machine decides alike (one measure flipped between runs of ConvNeXt-T and ResNeXt-50, calls
+# 56-60). Keyed by the host, the GPU, PyTorch's version, the model (its repr), the inputs,
+# autocast, loss_fn and the layers' routes; the newest HOST_BOUND_RECORDS are kept. Delete the
+# file (or pass host_bound=) to decide again.
+HOST_BOUND_RECORDS = 256
+
+
+def _host_bound_records_path():
+    """Where prepare() remembers host-bound answers, or None for nowhere."""
+    value = os.environ.get("UCUDNN_HOST_BOUND_CACHE")
+    if value is not None:
+        value = value.strip()
+        return None if value.lower() in ("", "off", "none", "0") else value
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not base.startswith("/"):
+        home = os.path.expanduser("~")
+        if not home.startswith("/"):
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "ucudnn", "host_bound.json")
+
+
+def _host_bound_key(model, sample_inputs, loss_fn):
+    """What a host-bound answer holds for: this host and GPU, PyTorch, the model, its inputs,
+    autocast, loss_fn and which layers run PyTorch's own (the step as it will run)."""
+    device = next(t.device for t in sample_inputs if torch.is_tensor(t))
+    inputs = [(tuple(t.shape), str(t.dtype), tuple(t.stride())) if torch.is_tensor(t) else repr(t)
+              for t in sample_inputs]
+    autocast = str(_autocast_dtype(device.type == "cuda"))
+    routes = "".join("f" if conv.framework_layer else "p" for conv in _convs(model))
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    parts = [platform.node(), gpu, torch.__version__,
+             hashlib.sha256(repr(model).encode()).hexdigest(), repr(inputs), autocast,
+             getattr(loss_fn, "__qualname__", repr(loss_fn)) if loss_fn is not None else "sum",
+             routes]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _read_host_bound_records(path):
+    """The file's records ({key: answer}); none where it is missing or not ours."""
+    try:
+        with open(path) as f:
+            records = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def _remember_host_bound(path, key, answer):
+    """Adds `answer` to the file, replaced atomically (jobs may share it); a file that cannot be
+    written is a warning in the log, never an error of the job."""
+    records = _read_host_bound_records(path)
+    records.pop(key, None)
+    records[key] = dict(answer, remembered_at=time.time())
+    newest = sorted(records.items(), key=lambda item: item[1].get("remembered_at", 0))
+    records = dict(newest[-HOST_BOUND_RECORDS:])
+    temporary = f"{path}.tmp.{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(temporary, "w") as f:
+            json.dump(records, f)
+        os.replace(temporary, path)
+    except OSError as e:
+        _log.warning("ucudnn.torch: cannot remember the host-bound answer in %s: %s", path, e)
+
+
+def _step_host_bound(model, sample_inputs, loss_fn):
+    """prepare()'s host-bound answer: remembered for this step on this machine (rank 0's record
+    decides for every rank of a torch.distributed job, so that all measure or none do), else
+    measured (step_is_host_bound) and remembered, unless PyTorch's allocator synchronized in the
+    measured steps (a memory-bound step's answer is not kept)."""
+    device = next(t.device for t in sample_inputs if torch.is_tensor(t))
+    path = _host_bound_records_path()
+    key = _host_bound_key(model, sample_inputs, loss_fn) if path else None
+    record = _read_host_bound_records(path).get(key) if key else None
+    if not isinstance(record, dict) or not isinstance(record.get("host_bound"), bool):
+        record = None
+    known = _rank0s(-1 if record is None else int(record["host_bound"]), device)
+    if known >= 0:
+        answer = {k: v for k, v in (record or {}).items() if k != "remembered_at"}
+        return dict(answer, host_bound=bool(known), remembered=True)
+    bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
+    if key and not bound["allocator_syncs"] and _rank() == 0:
+        _remember_host_bound(path, key, bound)
+    return bound
+
+
+def _rank():
+    """This process's rank in a torch.distributed job, 0 outside one."""
+    distributed = getattr(torch, "distributed", None)
+    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+        return 0
+    return distributed.get_rank()
 
 
 def _rank0s(value, device):
