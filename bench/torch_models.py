@@ -1035,6 +1035,12 @@ def run_process(args, name, run_args, timeout_s=None):
         # as its compiled plans: filled by its first converted run of each step.
         env = dict(os.environ)
         env.setdefault("UCUDNN_HOST_BOUND_CACHE", os.path.join(args.runs_dir, "host_bound.json"))
+        # Each run compiles from scratch: torch.compile's caches (inductor's FX graphs, Triton's
+        # kernels) are per user and machine, so a run after another of the same graph would
+        # load its compilation (call 73: a converted compiled run after its native one).
+        compile_cache = os.path.join(args.runs_dir, "compile_caches", name)
+        env["TORCHINDUCTOR_CACHE_DIR"] = compile_cache
+        env["TRITON_CACHE_DIR"] = os.path.join(compile_cache, "triton")
         try:
             rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 timeout=timeout_s or args.run_timeout_s).returncode

@@ -110,13 +110,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/stack_lib.sh
 . "$root/scripts/stack_lib.sh"
 log() { echo "[gpu_torch_models $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
-# Every run's JSON and runs.log, without the compiled plans (the machine's, not results; their
-# count and size go to stack.log).
+# Every run's JSON and runs.log, without the compiled plans and torch.compile's caches (the
+# machine's, not results; the plans' count and size go to stack.log).
 pack_runs() {
   if [ -d "$runs/compiled_plans" ]; then
     log "compiled plans: $(find "$runs/compiled_plans" -name '*.plan' | wc -l) files, $(du -sh "$runs/compiled_plans" | cut -f1)"
   fi
-  tar -czf "$results/runs.tar.gz" --exclude=./compiled_plans -C "$runs" . 2>/dev/null
+  tar -czf "$results/runs.tar.gz" --exclude=./compiled_plans --exclude=./compile_caches \
+    -C "$runs" . 2>/dev/null
 }
 die() { log "$*"; exit 1; }
 

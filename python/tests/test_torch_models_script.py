@@ -289,6 +289,25 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(torch_models.parse_row("convnext_tiny:amp::cold")[3], "cold")
         self.assertEqual(torch_models.OPTIONS_OF_VARIANT["cold"], ["compiled_plan_cache=off"])
 
+    def test_each_run_compiles_from_scratch(self):
+        seen = []
+
+        def run(command, **kwargs):
+            seen.append(kwargs["env"])
+            return types.SimpleNamespace(returncode=1)
+
+        with tempfile.TemporaryDirectory() as runs, \
+                mock.patch.object(torch_models.subprocess, "run", side_effect=run):
+            args = types.SimpleNamespace(runs_dir=runs, python=sys.executable, run_timeout_s=5)
+            for name in ("a_native_0", "a_converted_0"):
+                self.assertIn("error", torch_models.run_process(args, name, ["run"]))
+        caches = [env["TORCHINDUCTOR_CACHE_DIR"] for env in seen]
+        self.assertEqual(len(set(caches)), 2, "one torch.compile cache per run")
+        self.assertTrue(all(c.startswith(runs) for c in caches))
+        self.assertEqual(seen[1]["TRITON_CACHE_DIR"], os.path.join(caches[1], "triton"))
+        self.assertEqual({env["UCUDNN_HOST_BOUND_CACHE"] for env in seen},
+                         {os.path.join(runs, "host_bound.json")}, "one record file per suite")
+
     def test_host_bound_answers_summarised(self):
         of = torch_models.host_bound_of
         self.assertIsNone(of({}))
