@@ -850,12 +850,19 @@ class HostBoundTest(unittest.TestCase):
                 self.assertEqual(len(measured), 4)
                 with open(path) as f:
                     self.assertEqual(len(json.load(f)), 1)
+                # A record older than HOST_BOUND_RECORD_DAYS is measured again and replaced.
+                later = time.time() + ut.HOST_BOUND_RECORD_DAYS * 86400 + 60
+                with mock.patch.object(ut.time, "time", return_value=later):
+                    self.assertTrue(ut._step_host_bound(model, (x,), None)["host_bound"])
+                    self.assertEqual(len(measured), 5)
+                    self.assertTrue(ut._step_host_bound(model, (x,), None)["remembered"])
+                self.assertEqual(len(measured), 5)
             # Off: nothing read or written.
             with mock.patch.dict(os.environ, {"UCUDNN_HOST_BOUND_CACHE": "off"}):
                 self.assertIsNone(ut._host_bound_records_path())
                 ut._step_host_bound(model, (x,), None)
                 ut._step_host_bound(model, (x,), None)
-                self.assertEqual(len(measured), 6)
+                self.assertEqual(len(measured), 7)
 
     def test_a_memory_bound_answer_is_not_remembered(self):
         model = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off")

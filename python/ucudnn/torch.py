@@ -1356,9 +1356,11 @@ def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=4):
 # its start on an H100, docs/torch-models.md call 71), and near the threshold every job of the
 # machine decides alike (one measure flipped between runs of ConvNeXt-T and ResNeXt-50, calls
 # 56-60). Keyed by the host, the GPU, PyTorch's version, the model (its repr), the inputs,
-# autocast, loss_fn and the layers' routes; the newest HOST_BOUND_RECORDS are kept. Delete the
+# autocast, loss_fn and the layers' routes; the newest HOST_BOUND_RECORDS are kept, each for
+# HOST_BOUND_RECORD_DAYS (an answer taken on a busy host does not stand for good). Delete the
 # file (or pass host_bound=) to decide again.
 HOST_BOUND_RECORDS = 256
+HOST_BOUND_RECORD_DAYS = 7
 
 
 def _host_bound_records_path():
@@ -1429,7 +1431,9 @@ def _step_host_bound(model, sample_inputs, loss_fn):
     path = _host_bound_records_path()
     key = _host_bound_key(model, sample_inputs, loss_fn) if path else None
     record = _read_host_bound_records(path).get(key) if key else None
-    if not isinstance(record, dict) or not isinstance(record.get("host_bound"), bool):
+    if (not isinstance(record, dict) or not isinstance(record.get("host_bound"), bool)
+            or not isinstance(record.get("remembered_at"), (int, float))
+            or time.time() - record["remembered_at"] > HOST_BOUND_RECORD_DAYS * 86400):
         record = None
     known = _rank0s(-1 if record is None else int(record["host_bound"]), device)
     if known >= 0:
