@@ -1,8 +1,12 @@
 #include "ucudnn/core/compiled_plans.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "ucudnn/core/files.h"
 #include "ucudnn/core/problem.h"
@@ -80,7 +84,26 @@ Result<std::string> CompiledPlanStore::Load(std::string_view key) const {
   UCUDNN_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   Result<std::string> payload = DecodeCompiledPlan(key, bytes);
   if (!payload.ok()) return payload.status().WithContext(path);
+  // Used now: the last to be removed (a read-only directory keeps its order).
+  std::error_code ignored;
+  std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now(), ignored);
   return payload;
+}
+
+void CompiledPlanStore::RemoveLeastRecentlyUsed() const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::pair<fs::file_time_type, fs::path>> plans;
+  for (fs::directory_iterator it(directory_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".plan") continue;
+    std::error_code time_error;
+    const fs::file_time_type used = it->last_write_time(time_error);
+    if (!time_error) plans.emplace_back(used, it->path());
+  }
+  if (ec || plans.size() <= max_files_) return;
+  const auto excess = static_cast<std::ptrdiff_t>(plans.size() - max_files_);
+  std::nth_element(plans.begin(), plans.begin() + excess, plans.end());
+  for (auto it = plans.begin(); it != plans.begin() + excess; ++it) fs::remove(it->second, ec);
 }
 
 Status CompiledPlanStore::Save(std::string_view key, std::string_view payload) const {
@@ -88,7 +111,9 @@ Status CompiledPlanStore::Save(std::string_view key, std::string_view payload) c
   if (key.find('\n') != std::string_view::npos) {
     return InvalidArgument("compiled plan key: holds a line break");
   }
-  return WriteFileAtomically(PathOf(key), EncodeCompiledPlan(key, payload));
+  UCUDNN_RETURN_IF_ERROR(WriteFileAtomically(PathOf(key), EncodeCompiledPlan(key, payload)));
+  RemoveLeastRecentlyUsed();
+  return Status::Ok();
 }
 
 }  // namespace ucudnn

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -84,6 +85,29 @@ TEST_F(CompiledPlanStoreTest, SavesLoadsAndReplaces) {
   EXPECT_EQ(damaged.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(damaged.status().message().find(store.PathOf(kKey)), std::string::npos);
   EXPECT_EQ(store.Save("two\nlines", "x").code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CompiledPlanStoreTest, KeepsTheMostRecentlyUsedPlans) {
+  namespace fs = std::filesystem;
+  const CompiledPlanStore store(dir_.string(), /*max_files=*/2);
+  ASSERT_TRUE(store.Save("a", "plan a").ok());
+  ASSERT_TRUE(store.Save("b", "plan b").ok());
+  // a was saved before b, long ago; loading it makes it the most recently used.
+  const auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(store.PathOf("a"), long_ago);
+  fs::last_write_time(store.PathOf("b"), long_ago + std::chrono::minutes(1));
+  ASSERT_TRUE(store.Load("a").ok());
+  ASSERT_TRUE(store.Save("c", "plan c").ok());
+  EXPECT_EQ(*store.Load("a"), "plan a");
+  EXPECT_EQ(*store.Load("c"), "plan c");
+  EXPECT_EQ(store.Load("b").status().code(), StatusCode::kNotFound) << "the least recently used";
+  std::ofstream(dir_ / "notes.txt") << "not a plan";  // other files are not counted or removed
+  ASSERT_TRUE(store.Save("d", "plan d").ok());
+  EXPECT_TRUE(fs::exists(dir_ / "notes.txt"));
+  size_t plans = 0;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    plans += entry.path().extension() == ".plan";
+  EXPECT_EQ(plans, 2u);
 }
 
 TEST_F(CompiledPlanStoreTest, AnEmptyDirectoryIsNoStore) {

@@ -13,10 +13,12 @@
 //   <payload: cuDNN's serialized plan>
 // A file that fails a check (another key under a colliding name, a truncated write, another
 // format) is not used; the plan is built and the file replaced. Files are replaced atomically,
-// so processes sharing the directory never read half a file. Nothing is evicted: removing the
-// directory is always safe (the plans are built again).
+// so processes sharing the directory never read half a file. The directory keeps at most
+// max_files plans: a save beyond it removes the least recently used (by modification time, which
+// a load refreshes). Removing the directory is always safe (the plans are built again).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -35,8 +37,12 @@ Result<std::string> DecodeCompiledPlan(std::string_view key, std::string_view by
 
 class CompiledPlanStore {
  public:
+  // Some thousand plans: a few hundred megabytes at most (cuDNN's are 70-140 KB), the plans of
+  // dozens of networks.
+  static constexpr size_t kDefaultMaxFiles = 4096;
   // Empty: no store (Load finds nothing, Save does nothing).
-  explicit CompiledPlanStore(std::string directory) : directory_(std::move(directory)) {}
+  explicit CompiledPlanStore(std::string directory, size_t max_files = kDefaultMaxFiles)
+      : directory_(std::move(directory)), max_files_(max_files) {}
   const std::string& directory() const { return directory_; }
   bool enabled() const { return !directory_.empty(); }
   // Where `key`'s plan lives.
@@ -44,10 +50,13 @@ class CompiledPlanStore {
   // The payload stored for `key`: kNotFound when there is none, kInvalidArgument when the file is
   // damaged or holds another key, kUnavailable when it cannot be read.
   Result<std::string> Load(std::string_view key) const;
+  // Writes `key`'s plan, then removes the least recently used plans beyond max_files.
   Status Save(std::string_view key, std::string_view payload) const;
 
  private:
+  void RemoveLeastRecentlyUsed() const;
   std::string directory_;
+  size_t max_files_;
 };
 
 }  // namespace ucudnn
