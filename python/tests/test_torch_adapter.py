@@ -892,6 +892,50 @@ class HostBoundTest(unittest.TestCase):
             self.assertEqual(ut._rank0s(5, torch.device("cpu")), 1 << 30)
 
 
+class CachesTest(unittest.TestCase):
+    """The machine's caches: one path rule (the client library's, client/src/config.cc) for the
+    library's and the adapter's, and ucudnn-doctor's report of them."""
+
+    def test_paths_follow_the_library_rule(self):
+        from ucudnn import _cache
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("UCUDNN_")}
+        with mock.patch.dict(os.environ, dict(environ, XDG_CACHE_HOME="/c"), clear=True):
+            self.assertEqual(_cache.cache_path("UCUDNN_COMPILED_PLAN_CACHE", "compiled_plans"),
+                             "/c/ucudnn/compiled_plans")
+        with mock.patch.dict(os.environ, dict(environ, XDG_CACHE_HOME="rel", HOME="/h"),
+                             clear=True):
+            self.assertEqual(_cache.cache_path("UCUDNN_CACHE_PATH", "plans.bin"),
+                             "/h/.cache/ucudnn/plans.bin")
+        for off in ("off", " None ", "0", ""):
+            with mock.patch.dict(os.environ, dict(environ, UCUDNN_CACHE_PATH=off), clear=True):
+                self.assertIsNone(_cache.cache_path("UCUDNN_CACHE_PATH", "plans.bin"), off)
+        with mock.patch.dict(os.environ, dict(environ, UCUDNN_CACHE_PATH=" /p/x.bin "),
+                             clear=True):
+            self.assertEqual(_cache.cache_path("UCUDNN_CACHE_PATH", "plans.bin"), "/p/x.bin")
+
+    def test_doctor_reports_what_the_caches_hold(self):
+        from ucudnn import doctor
+        with tempfile.TemporaryDirectory() as home:
+            compiled = os.path.join(home, "ucudnn", "compiled_plans")
+            os.makedirs(compiled)
+            for name, data in (("a.plan", "12345"), ("b.plan", "678"), ("a.plan.tmp.1.0", "9")):
+                with open(os.path.join(compiled, name), "w") as f:
+                    f.write(data)
+            with open(os.path.join(home, "ucudnn", "host_bound.json"), "w") as f:
+                json.dump({"k1": {}, "k2": {}}, f)
+            environ = {k: v for k, v in os.environ.items() if not k.startswith("UCUDNN_")}
+            with mock.patch.dict(os.environ, dict(environ, XDG_CACHE_HOME=home), clear=True):
+                caches = doctor._caches()
+            with mock.patch.dict(os.environ, dict(environ, XDG_CACHE_HOME=home,
+                                                  UCUDNN_COMPILED_PLAN_CACHE="off"), clear=True):
+                off = doctor._caches()
+        self.assertEqual(caches["plan_cache"],
+                         {"path": os.path.join(home, "ucudnn", "plans.bin"), "bytes": None})
+        self.assertEqual(caches["compiled_plans"], {"path": compiled, "plans": 2, "bytes": 8})
+        self.assertEqual(caches["host_bound_answers"]["records"], 2)
+        self.assertEqual(off["compiled_plans"], {"path": None, "plans": 0, "bytes": 0})
+
+
 class RouteTest(unittest.TestCase):
     """A kernel the library declines is routed to PyTorch's own without asking it again at every
     call, and asked again later (plans arrive in the background)."""

@@ -3,8 +3,9 @@
     ucudnn-doctor [--server HOST:PORT] [--wait-s 5] [--json]
 
 Says which client library it loads (and why that one), the library's version, the PyTorch and
-device it would run on, whether the planner server answers, and whether a plan arrives for a
-probe kernel (a 3x3 convolution of ResNet-50 at batch 32, on this device). Exit 0 when the
+device it would run on, whether the planner server answers, whether a plan arrives for a
+probe kernel (a 3x3 convolution of ResNet-50 at batch 32, on this device), and what the
+machine's caches hold (the plan cache, the compiled plans, prepare()'s host-bound answers). Exit 0 when the
 library loads and, with a server, the server answers; 1 otherwise. The server and token come from
 --server or UCUDNN_SERVER and UCUDNN_TOKEN, as the adapter's do.
 """
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 
+from . import _cache
 from . import _lib
 
 
@@ -70,6 +72,28 @@ def _probe(library, backend, server, wait_s):
     }
 
 
+def _caches():
+    """Each cache's path (None: off) and what it holds; nothing is read beyond sizes and the
+    host-bound file's record count."""
+    def size(path):
+        return os.path.getsize(path) if path and os.path.isfile(path) else None
+
+    plans = _cache.cache_path("UCUDNN_CACHE_PATH", "plans.bin")
+    compiled = _cache.cache_path("UCUDNN_COMPILED_PLAN_CACHE", "compiled_plans")
+    files = ([os.path.join(compiled, f) for f in os.listdir(compiled) if f.endswith(".plan")]
+             if compiled and os.path.isdir(compiled) else [])
+    answers = _cache.cache_path("UCUDNN_HOST_BOUND_CACHE", "host_bound.json")
+    try:
+        with open(answers) as f:
+            records = len(json.load(f))
+    except (TypeError, OSError, ValueError):
+        records = None
+    return {"plan_cache": {"path": plans, "bytes": size(plans)},
+            "compiled_plans": {"path": compiled, "plans": len(files),
+                               "bytes": sum(size(f) or 0 for f in files)},
+            "host_bound_answers": {"path": answers, "records": records}}
+
+
 def diagnose(server, wait_s):
     report = {}
     report["library"], library = _library()
@@ -81,7 +105,12 @@ def diagnose(server, wait_s):
     else:
         report["server"] = {"ok": None, "note": "no server given (--server or UCUDNN_SERVER): "
                             "convolutions run PyTorch's own"}
+    report["caches"] = _caches()
     return report
+
+
+def _megabytes(count):
+    return "none yet" if count is None else f"{count / 1e6:.1f} MB"
 
 
 def _print(report):
@@ -110,6 +139,16 @@ def _print(report):
                      "no plan yet for the probe kernel (no timings for this device: is a worker "
                      "serving it, and does the token let requests queue benchmarks?)")
             print(f"plans:    {plans}")
+    c = report["caches"]
+    plan_cache, compiled, answers = (c["plan_cache"], c["compiled_plans"],
+                                     c["host_bound_answers"])
+    print("caches:   plan cache " + (f"{plan_cache['path']} ({_megabytes(plan_cache['bytes'])})"
+                                     if plan_cache["path"] else "off"))
+    print("          compiled plans " +
+          (f"{compiled['path']} ({compiled['plans']} plans, {_megabytes(compiled['bytes'])})"
+           if compiled["path"] else "off"))
+    print("          host-bound answers " +
+          (f"{answers['path']} ({answers['records'] or 0} steps)" if answers["path"] else "off"))
 
 
 def main(argv=None):

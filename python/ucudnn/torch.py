@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import _cache
 from . import _lib
 from . import curve as _curve
 from . import profile as _profile
@@ -1365,17 +1366,7 @@ HOST_BOUND_RECORD_DAYS = 7
 
 def _host_bound_records_path():
     """Where prepare() remembers host-bound answers, or None for nowhere."""
-    value = os.environ.get("UCUDNN_HOST_BOUND_CACHE")
-    if value is not None:
-        value = value.strip()
-        return None if value.lower() in ("", "off", "none", "0") else value
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not base.startswith("/"):
-        home = os.path.expanduser("~")
-        if not home.startswith("/"):
-            return None
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "ucudnn", "host_bound.json")
+    return _cache.cache_path("UCUDNN_HOST_BOUND_CACHE", "host_bound.json")
 
 
 def _host_bound_key(model, sample_inputs, loss_fn):
