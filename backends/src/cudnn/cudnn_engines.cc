@@ -682,8 +682,11 @@ void SaveCompiledPlan(SharedPlans& shared, const CompiledPlanStore& store, const
   std::lock_guard lock(shared.mutex);
   if (saved.ok()) {
     ++shared.counts.saved;
+  } else if (++shared.counts.save_failures == 1) {
+    // Once: an unwritable directory fails every save alike.
+    spdlog::warn("compiled plan not saved (later jobs will compile it again): {}",
+                 saved.message());
   } else {
-    ++shared.counts.save_failures;
     spdlog::debug("compiled plan not saved: {}", saved.message());
   }
 }
