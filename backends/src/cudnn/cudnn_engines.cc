@@ -684,8 +684,7 @@ void SaveCompiledPlan(SharedPlans& shared, const CompiledPlanStore& store, const
     ++shared.counts.saved;
   } else if (++shared.counts.save_failures == 1) {
     // Once: an unwritable directory fails every save alike.
-    spdlog::warn("compiled plan not saved (later jobs will compile it again): {}",
-                 saved.message());
+    spdlog::warn("compiled plan not saved (later jobs will compile it again): {}", saved.message());
   } else {
     spdlog::debug("compiled plan not saved: {}", saved.message());
   }
