@@ -49,6 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch_common  # noqa: E402
 REPO = os.path.dirname(HERE)
+# The source tree's package (ucudnn.torch imported where a run converts; ucudnn._cache anywhere).
+sys.path.insert(0, os.path.join(REPO, "python"))
 
 # model -> (family, default batch). torchvision's constructors with weights=None.
 MODELS = {
@@ -244,12 +246,9 @@ def converted_options_of(args):
 
 def compiled_plans_in(options):
     """How many compiled plans the cache of `options` (--option values) holds, None without one."""
+    from ucudnn import _cache  # no PyTorch, no library loaded
     directory = dict(option.split("=", 1) for option in options).get("compiled_plan_cache", "")
-    if directory.strip().lower() in ("", "off", "none", "0"):
-        return None
-    if not os.path.isdir(directory):
-        return 0
-    return sum(1 for name in os.listdir(directory) if name.endswith(".plan"))
+    return None if _cache.is_off(directory) else len(_cache.compiled_plan_files(directory))
 
 
 def config_of(args):
@@ -379,7 +378,6 @@ def convert(ut, model, args):
 
 
 def load_adapter():
-    sys.path.insert(0, os.path.join(REPO, "python"))
     import ucudnn.torch as ut
     return ut
 

@@ -3,9 +3,9 @@
     ucudnn-doctor [--server HOST:PORT] [--wait-s 5] [--json]
 
 Says which client library it loads (and why that one), the library's version, the PyTorch and
-device it would run on, whether the planner server answers, whether a plan arrives for a
-probe kernel (a 3x3 convolution of ResNet-50 at batch 32, on this device), and what the
-machine's caches hold (the plan cache, the compiled plans, prepare()'s host-bound answers). Exit 0 when the
+device it would run on, whether the planner server answers, whether a plan arrives for a probe
+kernel (a 3x3 convolution of ResNet-50 at batch 32, on this device), and what the machine's
+caches hold (the plan cache, the compiled plans, prepare()'s host-bound answers). Exit 0 when the
 library loads and, with a server, the server answers; 1 otherwise. The server and token come from
 --server or UCUDNN_SERVER and UCUDNN_TOKEN, as the adapter's do.
 """
@@ -80,8 +80,7 @@ def _caches():
 
     plans = _cache.cache_path("UCUDNN_CACHE_PATH", "plans.bin")
     compiled = _cache.cache_path("UCUDNN_COMPILED_PLAN_CACHE", "compiled_plans")
-    files = ([os.path.join(compiled, f) for f in os.listdir(compiled) if f.endswith(".plan")]
-             if compiled and os.path.isdir(compiled) else [])
+    files = _cache.compiled_plan_files(compiled)
     answers = _cache.cache_path("UCUDNN_HOST_BOUND_CACHE", "host_bound.json")
     try:
         with open(answers) as f:

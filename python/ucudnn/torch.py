@@ -1436,19 +1436,25 @@ def _step_host_bound(model, sample_inputs, loss_fn):
     return bound
 
 
-def _rank():
-    """This process's rank in a torch.distributed job, 0 outside one."""
+def _distributed():
+    """torch.distributed when this process is in an initialized job, else None."""
     distributed = getattr(torch, "distributed", None)
     if distributed is None or not distributed.is_available() or not distributed.is_initialized():
-        return 0
-    return distributed.get_rank()
+        return None
+    return distributed
+
+
+def _rank():
+    """This process's rank in a torch.distributed job, 0 outside one."""
+    distributed = _distributed()
+    return distributed.get_rank() if distributed is not None else 0
 
 
 def _rank0s(value, device):
     """`value` (an int) as rank 0 of a torch.distributed job has it, so that every rank plans
     alike; `value` itself outside such a job."""
-    distributed = getattr(torch, "distributed", None)
-    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+    distributed = _distributed()
+    if distributed is None:
         return value
     held = torch.tensor([value], dtype=torch.int64, device=device)
     distributed.broadcast(held, 0)
