@@ -68,6 +68,17 @@ class MigrationsTest : public test_support::PostgresTest {
         static_cast<int64_t>(device.memory_bytes), device.cudnn_version,
         device.cuda_runtime_version);
   }
+  // A timing of 0.5 ms at micro-batch 8, measured at `measured_at` (a timestamp, or "now").
+  static void InsertTiming(pqxx::work& tx, const DeviceFingerprint& device,
+                           const ConvProblem& problem, int algo, const std::string& engine_config,
+                           const std::string& measured_at) {
+    tx.exec_params(
+        "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, time_ms, "
+        "status, measured_at) VALUES ($1, $2, 8, $3, $4, 0.5, 'ok', $5::timestamptz)",
+        static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(problem)), algo,
+        engine_config, measured_at);
+  }
+
   static void InsertProblem(pqxx::work& tx, const ConvProblem& problem) {
     tx.exec_params(
         "INSERT INTO problems (id, canonical_key, op, c, h, w, k, r, s, pad_h, pad_w, stride_h, "
@@ -321,11 +332,7 @@ TEST_F(MigrationsTest, GroupedProblemsAreMeasuredAgain) {
       for (const auto& [algo, key] : {std::pair<int, std::string>{1, ""},
                                       {kEngineAlgo, "eng5"},
                                       {kFrameworkAlgo, "torch-2.11.0/benchmark"}}) {
-        tx.exec_params(
-            "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, "
-            "time_ms, status) VALUES ($1, $2, 8, $3, $4, 0.5, 'ok')",
-            static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(problem)), algo,
-            key);
+        InsertTiming(tx, device, problem, algo, key, "now");
       }
     }
     tx.commit();
@@ -366,12 +373,7 @@ TEST_F(MigrationsTest, FrameworkTimesTakenDuringBenchmarksAreForgotten) {
            {std::tuple<int, std::string, std::string>{1, "", "12:00:10"},
             {kEngineAlgo, "eng5", "12:00:30"},
             {kFrameworkAlgo, "torch-2.11.0/benchmark", framework_at}}) {
-        tx.exec_params(
-            "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, "
-            "time_ms, status, measured_at) "
-            "VALUES ($1, $2, 8, $3, $4, 0.5, 'ok', ('2026-11-26 ' || $5)::timestamptz)",
-            static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(problem)), algo,
-            key, at);
+        InsertTiming(tx, device, problem, algo, key, "2026-11-26 " + at);
       }
     }
     tx.commit();
