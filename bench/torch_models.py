@@ -116,6 +116,9 @@ def parse_args(argv):
                      help="ucudnn, eager: after the timed steps, the memory in use at each op of "
                      "one more step against the profiles liveness budgets come from "
                      "(memory_trace)")
+    run.add_argument("--cudnn-benchmark", default="on", choices=("on", "off"),
+                     help="torch.backends.cudnn.benchmark for the run (off: cuDNN's heuristics "
+                     "choose each convolution's algorithm, nothing searched in the first step)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -322,7 +325,7 @@ def build(args):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_models.py: --device cuda but CUDA is not available")
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = getattr(args, "cudnn_benchmark", "on") == "on"
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
@@ -494,6 +497,9 @@ def run_one(args):
         "library_loaded": library_loaded,  # --with-library: the library and its probe's kernels
         # The compiled-plan cache's plans when the run began (None: no cache, or a native run).
         "compiled_plans_at_start": compiled_at_start,
+        # PyTorch's cuDNN benchmark after the steps (--cudnn-benchmark; a converted run's
+        # prepare() turns it off where the step is host-bound).
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
     }
     if cuda:
         result.update({
@@ -506,6 +512,10 @@ def run_one(args):
             "device_peak_mib": (max(used) - baseline_used) / 2**20,
             "device_baseline_mib": baseline_used / 2**20,
         })
+    if cuda:
+        # After the timed steps: the device's work per step, which a host-bound step's time
+        # hides (a step's kernels chosen otherwise: PyTorch's heuristics against its benchmark).
+        result.update(device_time_per_step(torch, step, data, labels))
     if args.compile:
         from torch._dynamo.utils import counters
         result["graph_breaks"] = sum(counters["graph_break"].values())
@@ -686,8 +696,14 @@ def paired_one(args):
             times.append((time.perf_counter() - start) * 1e3)
         return times
 
+    # PyTorch keeps its first choice of a kernel for the process, for both sides (the same
+    # shapes): native's warm-up goes first, with the benchmark on as native's jobs have it, and
+    # the converted side runs those choices whatever prepare() did with the flag.
+    searching = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
     for step in sides.values():  # PyTorch's benchmark, the plans' first calls, compiling
         timed(step, 3)
+    torch.backends.cudnn.benchmark = searching
     stats_before = ut.stats(converted)
     rounds = {"native": [], "converted": []}
     for i in range(args.rounds):
@@ -764,6 +780,23 @@ def host_profiles(torch, sides, cuda):
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
     result["converted_python"] = text.getvalue().splitlines()[:60]
     return result
+
+
+def device_time_per_step(torch, step, data, labels, steps=2):
+    """{"device_ms_per_step": the device kernels' time per step of `step` (torch.profiler),
+    "device_kernels": the top ones}, or {"device_profile_error"} where this PyTorch's profiler
+    cannot say."""
+    from torch.profiler import profile
+    try:
+        with profile(activities=profiler_activities(torch, True)) as prof:
+            for _ in range(steps):
+                step(data, labels)
+            torch.cuda.synchronize()
+        kernels = device_kernels(torch, prof, "step")
+    except (AttributeError, TypeError, RuntimeError) as e:
+        return {"device_profile_error": repr(e)}
+    return {"device_ms_per_step": kernels["step_device_us"] / steps / 1e3,
+            "device_kernels": kernels["step_kernels"][:10]}
 
 
 def profiler_activities(torch, cuda):
@@ -1052,12 +1085,15 @@ def run_process(args, name, run_args, timeout_s=None):
 
 def host_bound_of(run):
     """A converted run's host-bound answer from prepare(): "yes" or "no", "(remembered)" when it
-    came from the machine's records; None where prepare() gave none (native, compiled)."""
-    bound = (run.get("prepare") or {}).get("host_bound")
+    came from the machine's records, ", heuristics" where PyTorch's benchmark was off after it;
+    None where prepare() gave none (native, compiled)."""
+    prepared = run.get("prepare") or {}
+    bound = prepared.get("host_bound")
     if not isinstance(bound, dict) or "host_ms" not in bound and "remembered" not in bound:
         return None
     return ("yes" if bound["host_bound"] else "no") + (
-        " (remembered)" if bound.get("remembered") else "")
+        " (remembered)" if bound.get("remembered") else "") + (
+        ", heuristics" if prepared.get("cudnn_benchmark") is False else "")
 
 
 def summarise(side):
@@ -1079,6 +1115,7 @@ def summarise(side):
         "steady_allocated_peak_mib": med("steady_max_memory_allocated_mib"),
         "first_fast_s": med("time_to_first_fast_step_s"),
         "ready_to_fast_s": med("model_ready_to_first_fast_step_s"),
+        "device_ms": med("device_ms_per_step"),
         "compiled_plans_at_start": [r.get("compiled_plans_at_start") for r in good],
         "host_bound": [host_bound_of(r) for r in good],
     }
@@ -1195,6 +1232,9 @@ def run_suite(args):
             # From the model on the device (imports and construction, common to both, left out).
             "native_ready_to_fast_s": native["ready_to_fast_s"],
             "converted_ready_to_fast_s": conv["ready_to_fast_s"],
+            # The device's kernel time per step (torch.profiler, after the timed steps): the
+            # device work a host-bound step's time hides.
+            "native_device_ms": native["device_ms"], "converted_device_ms": conv["device_ms"],
             "converted_calls_per_step": conv.get("calls_per_step"),
             # Per converted run: the compiled plans its machine had before it (None: no cache).
             "converted_compiled_plans_at_start": conv["compiled_plans_at_start"],
@@ -1226,8 +1266,8 @@ def write_suite(args, device_name, rows, errors):
 def print_table(rows):
     print("| model | precision | compiled | variant | cap GiB | batch | native ms | converted ms | ratio "
           "| native peak MiB | converted peak MiB | native first fast s | converted first fast s "
-          "| native ready→fast s | converted ready→fast s |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| native ready→fast s | converted ready→fast s | device ms native / converted |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         cap = f"{r['cap_gib']:.1f}" if r["cap_gib"] else "-"
         print(f"| {r['model']} | {r['precision']} | {r['compiled'] or 'eager'} | {r['variant']} | "
@@ -1236,7 +1276,8 @@ def print_table(rows):
               f"{r['ratio']:.3f} | {r['native_peak_mib'] or 0:.0f} | "
               f"{r['converted_peak_mib'] or 0:.0f} | {r['native_first_fast_s']:.1f} | "
               f"{r['converted_first_fast_s']:.1f} | {r['native_ready_to_fast_s'] or 0:.1f} | "
-              f"{r['converted_ready_to_fast_s'] or 0:.1f} |")
+              f"{r['converted_ready_to_fast_s'] or 0:.1f} | "
+              f"{r.get('native_device_ms') or 0:.2f} / {r.get('converted_device_ms') or 0:.2f} |")
 
 
 def main(argv=None):

@@ -749,6 +749,17 @@ class FallbackTest(unittest.TestCase):
         self.assertTrue(torch.equal(y, y_ref))
 
 
+@contextlib.contextmanager
+def _benchmark_kept():
+    """torch.backends.cudnn.benchmark as it was after the block (a module property mock.patch
+    cannot delete)."""
+    before = torch.backends.cudnn.benchmark
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
 class HostBoundTest(unittest.TestCase):
     def test_a_step_whose_device_ends_with_its_launches_is_host_bound(self):
         self.assertTrue(ut.is_host_bound(0.040, 0.041))   # the device waited for the host
@@ -876,6 +887,70 @@ class HostBoundTest(unittest.TestCase):
             ut._step_host_bound(model, (x,), None)
             self.assertEqual(measure.call_count, 2)
             self.assertFalse(os.path.exists(os.path.join(directory, "h.json")))
+
+    def _searching(self, answers, search="heuristics"):
+        """_step_host_bound called once per answer of its measuring steps (None: the call should
+        not measure), with PyTorch benchmarking before each call as a new job would be: [(its
+        answer, the benchmark flag after it, the record's framework_search)]."""
+        model = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off")
+        x = torch.randn(2, 3, 8, 8)
+        got = []
+        with tempfile.TemporaryDirectory() as directory, \
+                mock.patch.dict(os.environ, {"UCUDNN_HOST_BOUND_CACHE":
+                                             os.path.join(directory, "h.json")}), \
+                _benchmark_kept(), mock.patch.object(ut, "step_is_host_bound") as measure:
+            for bound in answers:
+                ut._restore_framework_search()  # the job before ended
+                torch.backends.cudnn.benchmark = True
+                measure.reset_mock()
+                measure.return_value = {"host_bound": bound, "host_ms": 1.0, "step_ms": 2.0,
+                                        "allocator_syncs": 0}
+                answer = ut._step_host_bound(model, (x,), None, search)
+                self.assertEqual(measure.call_count, 0 if bound is None else 1, answer)
+                with open(os.path.join(directory, "h.json")) as f:
+                    record, = json.load(f).values()
+                got.append((answer["host_bound"], torch.backends.cudnn.benchmark,
+                            record.get("framework_search")))
+            ut._restore_framework_search()
+        return got
+
+    def test_a_host_bound_step_turns_pytorchs_benchmark_off(self):
+        # Measured host-bound with the benchmark's choices: off; the next job measures it with
+        # the heuristics' choices, and the one after trusts that.
+        self.assertEqual(self._searching([True, True, None, None]), [
+            (True, False, "heuristics"), (True, False, "heuristics-checked"),
+            (True, False, "heuristics-checked"), (True, False, "heuristics-checked")])
+        # Not host-bound with the heuristics' choices: that job and the later ones benchmark.
+        with self.assertLogs("ucudnn.torch", "WARNING") as logged:
+            self.assertEqual(self._searching([True, False, None]), [
+                (True, False, "heuristics"), (False, True, "benchmark"),
+                (True, True, "benchmark")])
+        self.assertIn("not host-bound with cuDNN's heuristic choices", logged.output[0])
+        # A step that is not host-bound keeps the benchmark; so does host_bound_search.
+        self.assertEqual(self._searching([False, None]), [(False, True, None)] * 2)
+        self.assertEqual(self._searching([True, None], search="benchmark"), [
+            (True, True, "benchmark"), (True, True, "benchmark")])
+
+    def test_an_older_record_is_checked_with_the_heuristics(self):
+        self.assertEqual(ut._host_bound_code({"host_bound": True}), ut._HOST_BOUND_UNCHECKED)
+        self.assertEqual(ut._host_bound_code({"host_bound": False}), ut._HOST_BOUND_NO)
+        self.assertEqual(ut._host_bound_code(None), ut._HOST_BOUND_NONE)
+
+    def test_prepare_and_unconvert_give_the_benchmark_back(self):
+        model = ut.convert(nn.Conv2d(3, 4, 3), server="", cache_path="off")
+        x = torch.randn(2, 3, 8, 8)
+        with _benchmark_kept():
+            torch.backends.cudnn.benchmark = True
+            ut._turn_off_framework_search()
+            self.assertFalse(torch.backends.cudnn.benchmark)
+            got = ut.prepare(model, x)  # on the CPU: nothing measured, nothing turned off
+            self.assertTrue(torch.backends.cudnn.benchmark)
+            self.assertTrue(got["cudnn_benchmark"])
+            ut._turn_off_framework_search()
+            ut.unconvert(model)
+            self.assertTrue(torch.backends.cudnn.benchmark)
+        with self.assertRaisesRegex(ValueError, "host_bound_search must be one of"):
+            ut.prepare(model, x, host_bound_search="fast")
 
     def test_the_records_live_in_the_users_cache(self):
         environ = {k: v for k, v in os.environ.items()
@@ -1074,7 +1149,7 @@ class FrameworkPlanTest(unittest.TestCase):
         result = without_seconds(self, ut.prepare(model, x, wait_ms=200))
         self.assertEqual(result, {"kernels": count, "measured": count, "budget": "fixed",
                                   "above_peak": None, "framework_fitted": 0, "host_bound": None,
-                                  "compiled": False})
+                                  "compiled": False, "cudnn_benchmark": False})
         self.assertEqual(len(model[0]._ucudnn_runtime.local_framework), count)
         assert_same_step(self, model, reference, x)
         stats = ut.stats(model)
@@ -1139,7 +1214,8 @@ class FrameworkPlanTest(unittest.TestCase):
                 self.assertEqual(result, {"kernels": count, "measured": 0, "budget": "fixed",
                                           "above_peak": None, "framework_fitted": 0,
                                           "host_bound": None if bound is None else
-                                          {"host_bound": bound}, "compiled": False})
+                                          {"host_bound": bound}, "compiled": False,
+                                          "cudnn_benchmark": False})
                 # Kept on the module for torch.compile.
                 self.assertEqual([model[0]._ucudnn_framework_layer,
                                   model[2]._ucudnn_framework_layer],

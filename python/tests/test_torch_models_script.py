@@ -319,6 +319,9 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(of({"prepare": {"host_bound": {"host_bound": False, "host_ms": 3.0,
                                                         "remembered": True}}}),
                          "no (remembered)")
+        self.assertEqual(of({"prepare": {"host_bound": {"host_bound": True, "remembered": True},
+                                         "cudnn_benchmark": False}}),
+                         "yes (remembered), heuristics")
 
     def test_native_with_the_library_loaded(self):
         with tempfile.TemporaryDirectory() as out:
@@ -327,9 +330,12 @@ class CpuSuiteTest(unittest.TestCase):
                             "resnet50", "--precision", "fp32", "--batch", "2", "--steps", "4",
                             "--image-size", "32", "--with-library", "--option",
                             f"server=127.0.0.1:{closed_port()}", "--option", "cache_path=off",
-                            "--json-out", path], stdout=subprocess.DEVNULL, check=True)
+                            "--cudnn-benchmark", "off", "--json-out", path],
+                           stdout=subprocess.DEVNULL, check=True)
             with open(path) as f:
                 result = json.load(f)
+        self.assertEqual((result["config"]["cudnn_benchmark"], result["cudnn_benchmark"]),
+                         ("off", False))
         # The model is native (no counters of the adapter); the library was loaded beside it.
         self.assertEqual(len(result["losses"]), 4)
         self.assertNotIn("calls_per_step", result)

@@ -1063,7 +1063,9 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
 
 def unconvert(model):
     """Undoes convert(): every UcudnnConv2d of `model` is a torch.nn.Conv2d again (the same
-    parameters), with nothing of the library left on it. Returns the model."""
+    parameters), with nothing of the library left on it (PyTorch's cuDNN benchmark as it was
+    before a prepare() turned it off). Returns the model."""
+    _restore_framework_search()
     for key, hook in list(model._forward_pre_hooks.items()):
         if hook is _recheck_native_routes:
             del model._forward_pre_hooks[key]
@@ -1142,7 +1144,7 @@ def _unique(shapes):
 
 
 def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="auto",
-            above_peak=None, loss_fn=None, host_bound=None):
+            above_peak=None, loss_fn=None, host_bound=None, host_bound_search="heuristics"):
     """Declares every kernel of a training step (kernels()) and plans them now: in the total
     modes, the whole network under one budget. `sample_inputs` at the training batch size.
     `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
@@ -1178,18 +1180,31 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     on an H100), and `host_bound` defaults to True (a compiled step does not gain from a
     plan's device-time saving what its custom op costs on the host: every layer whose plans
     only save device time is traced as PyTorch's own; host_bound=False keeps them).
+    `host_bound_search`: how PyTorch chooses its own convolutions' algorithms in a step measured
+    host-bound: "heuristics" (the default) turns its cuDNN benchmark off for the process
+    (torch.backends.cudnn.benchmark = False, restored by the next prepare() or unconvert())
+    where the step is host-bound, which spares the job's first step the benchmark of every
+    kernel and costs its steps nothing (measured: _HOST_BOUND_SEARCHES; the machine's next job
+    checks that the step stays host-bound with the heuristics' choices, and keeps the benchmark
+    in later jobs where it does not); "benchmark" leaves the flag as it is.
     Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
     other budgets), "framework_fitted": the kernels whose liveness limit was raised to the
     workspace of PyTorch's own, faster than their plan (_framework_fit_limit), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
     given} ({"host_bound": True, "assumed": "compiled"} for a compiled model), or None when not
-    measured, "compiled": whether `model` was torch.compile's, "seconds": {"budgets": the memory
+    measured (a host-bound answer's "framework_search": _HOST_BOUND_CODES), "compiled": whether
+    `model` was torch.compile's, "cudnn_benchmark": torch.backends.cudnn.benchmark after it,
+    "seconds": {"budgets": the memory
     profile, "plans": declaring the kernels, the plans' answers and PyTorch's timings measured
     here, "host_bound": the steps that measure it (PyTorch's benchmark for the layers that run
     its own, the plans' first calls)}}."""
     if budget not in _BUDGETS:
         raise ValueError(f"ucudnn.torch.prepare: budget must be one of {', '.join(_BUDGETS)}, "
                          f"got {budget!r}")
+    if host_bound_search not in _HOST_BOUND_SEARCHES:
+        raise ValueError(f"ucudnn.torch.prepare: host_bound_search must be one of "
+                         f"{', '.join(_HOST_BOUND_SEARCHES)}, got {host_bound_search!r}")
+    _restore_framework_search()  # this prepare() decides again
     original = _compiled_original(model)
     compiled = original is not None
     model = original or model  # the eager module: its layers, its passes
@@ -1267,7 +1282,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         bound = {"host_bound": True, "assumed": "compiled"}
     elif wait_ms > 0 and any(torch.is_tensor(t) and t.is_cuda for t in sample_inputs):
         _decide_layers(model)  # the step measured as it will run
-        bound = _step_host_bound(model, sample_inputs, loss_fn)
+        bound = _step_host_bound(model, sample_inputs, loss_fn, host_bound_search)
     for runtime in _runtimes(model):
         runtime.host_bound = bool(bound and bound["host_bound"])
     if wait_ms > 0:
@@ -1282,7 +1297,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     return {"kernels": declared, "measured": measured, "budget": budget,
             "above_peak": step_budget.above_peak() if step_budget is not None else None,
             "framework_fitted": fitted, "host_bound": bound,
-            "compiled": compiled,
+            "compiled": compiled, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
                         "host_bound": time.perf_counter() - planned}}
 
@@ -1413,11 +1428,66 @@ def _remember_host_bound(path, key, answer):
         _log.warning("ucudnn.torch: cannot remember the host-bound answer in %s: %s", path, e)
 
 
-def _step_host_bound(model, sample_inputs, loss_fn):
+# A host-bound step gains nothing from PyTorch's cuDNN benchmark (the device waits for the host
+# whichever algorithm runs), and its first step loses the search of every kernel. Native
+# PyTorch, AMP, on an H100, each run its own process, benchmark on / off (docs/torch-models.md,
+# call 75): EfficientNet-B0 (batch 128) 44.6-51.2 / 43.3-45.1 ms a step, 18.4-47.1 / 4.7-5.4 s
+# from the model on the device to the first fast step; DenseNet-121 72.3-77.6 / 71.6-80.6 ms,
+# 11.7-18.3 / 1.5 s; MobileNet-V3-Large 35.6-39.9 / 29.0-34.0 ms, 22.6-23.0 / 5.5-6.4 s;
+# ResNeXt-50 37.9-39.9 / 36.3-37.3 ms, 8.6-13.9 / 0.9-1.1 s. prepare(host_bound_search=...).
+_HOST_BOUND_SEARCHES = ("heuristics", "benchmark")
+# A host-bound record's "framework_search": how the step's PyTorch convolutions choose their
+# algorithms in the machine's jobs. "heuristics": the benchmark turned off, the step measured
+# host-bound with the benchmark's choices (the job that measured it had run them already: PyTorch
+# keeps a kernel's first choice for the process), so the next job measures it with cuDNN's
+# heuristic choices; "heuristics-checked": host-bound with them too; "benchmark": not with them,
+# or a job that keeps the benchmark. A record without it (older) is "heuristics".
+_HOST_BOUND_NONE, _HOST_BOUND_NO, _HOST_BOUND_BENCHMARK, _HOST_BOUND_UNCHECKED, \
+    _HOST_BOUND_CHECKED = -1, 0, 1, 2, 3
+_HOST_BOUND_CODES = {"benchmark": _HOST_BOUND_BENCHMARK, "heuristics": _HOST_BOUND_UNCHECKED,
+                     "heuristics-checked": _HOST_BOUND_CHECKED}
+# The benchmark flag as a prepare() found it before turning it off (None: untouched).
+_benchmark_before = None
+
+
+def _host_bound_code(record):
+    """A remembered record (or None) as the one int rank 0 sends every rank (_HOST_BOUND_*)."""
+    if record is None:
+        return _HOST_BOUND_NONE
+    if not record["host_bound"]:
+        return _HOST_BOUND_NO
+    return _HOST_BOUND_CODES.get(record.get("framework_search"), _HOST_BOUND_UNCHECKED)
+
+
+def _turn_off_framework_search():
+    """PyTorch's cuDNN benchmark off for the process (the value before kept for
+    _restore_framework_search)."""
+    global _benchmark_before
+    if torch.backends.cudnn.benchmark:
+        if _benchmark_before is None:
+            _benchmark_before = True
+            _log.info("ucudnn.torch: the step is host-bound: PyTorch's cuDNN benchmark is off for "
+                      "this process, cuDNN's heuristics choose (prepare(host_bound_search="
+                      "'benchmark') keeps it)")
+        torch.backends.cudnn.benchmark = False
+
+
+def _restore_framework_search():
+    """PyTorch's cuDNN benchmark as it was before a prepare() turned it off."""
+    global _benchmark_before
+    if _benchmark_before is not None:
+        torch.backends.cudnn.benchmark = _benchmark_before
+        _benchmark_before = None
+
+
+def _step_host_bound(model, sample_inputs, loss_fn, search="heuristics"):
     """prepare()'s host-bound answer: remembered for this step on this machine (rank 0's record
     decides for every rank of a torch.distributed job, so that all measure or none do), else
     measured (step_is_host_bound) and remembered, unless PyTorch's allocator synchronized in the
-    measured steps (a memory-bound step's answer is not kept)."""
+    measured steps (a memory-bound step's answer is not kept). With `search` "heuristics" and
+    PyTorch benchmarking, a host-bound step turns the benchmark off (_HOST_BOUND_CODES: the job
+    after the one that measured it measures it again with cuDNN's heuristic choices, and keeps
+    the benchmark where the step is not host-bound with them)."""
     device = next(t.device for t in sample_inputs if torch.is_tensor(t))
     path = _host_bound_records_path()
     key = _host_bound_key(model, sample_inputs, loss_fn) if path else None
@@ -1426,14 +1496,41 @@ def _step_host_bound(model, sample_inputs, loss_fn):
             or not isinstance(record.get("remembered_at"), (int, float))
             or time.time() - record["remembered_at"] > HOST_BOUND_RECORD_DAYS * 86400):
         record = None
-    known = _rank0s(-1 if record is None else int(record["host_bound"]), device)
-    if known >= 0:
+    code = _rank0s(_host_bound_code(record), device)
+    heuristics = search == "heuristics" and torch.backends.cudnn.benchmark
+
+    def remember(answer):
+        if key and not answer["allocator_syncs"] and _rank() == 0:
+            _remember_host_bound(path, key, answer)
+        return answer
+
+    if code == _HOST_BOUND_UNCHECKED and heuristics:
+        _turn_off_framework_search()
+        bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
+        if bound["host_bound"]:
+            return remember(dict(bound, framework_search="heuristics-checked"))
+        # Slower with the heuristics' choices than the step the record was measured on: later
+        # jobs keep the benchmark; this one keeps the choices made (PyTorch's, for the process).
+        _restore_framework_search()
+        _log.warning("ucudnn.torch: the step is not host-bound with cuDNN's heuristic choices "
+                     "(%.1f ms launched in a %.1f ms step): PyTorch's benchmark stays on in this "
+                     "machine's later jobs", bound["host_ms"], bound["step_ms"])
+        if bound["allocator_syncs"] == 0:
+            remember(dict(record or {}, host_bound=True, framework_search="benchmark",
+                          allocator_syncs=0))
+        return bound
+    if code != _HOST_BOUND_NONE:
+        if code == _HOST_BOUND_CHECKED and heuristics:
+            _turn_off_framework_search()
         answer = {k: v for k, v in (record or {}).items() if k != "remembered_at"}
-        return dict(answer, host_bound=bool(known), remembered=True)
+        return dict(answer, host_bound=code != _HOST_BOUND_NO, remembered=True)
     bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
-    if key and not bound["allocator_syncs"] and _rank() == 0:
-        _remember_host_bound(path, key, bound)
-    return bound
+    if bound["host_bound"]:
+        if heuristics:
+            _turn_off_framework_search()
+        bound["framework_search"] = ("heuristics" if heuristics else "benchmark"
+                                     if torch.backends.cudnn.benchmark else "heuristics-checked")
+    return remember(bound)
 
 
 def _distributed():
