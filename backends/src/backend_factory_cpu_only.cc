@@ -18,4 +18,6 @@ int GpuCount() { return 0; }
 
 bool BuildHasCudnn() { return false; }
 
+void UseCompiledPlanDirectory(const std::string& /*directory*/) {}
+
 }  // namespace ucudnn

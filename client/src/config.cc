@@ -8,6 +8,7 @@
 #include <string>
 
 #include "config_internal.h"
+#include "ucudnn/core/files.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
@@ -32,25 +33,6 @@ bool ReadInt(std::string_view text, int64_t lo, int64_t hi, int64_t* value) {
   Result<int64_t> parsed = ParseInteger<int64_t>("", Trim(text), lo, hi);
   if (parsed.ok()) *value = *parsed;
   return parsed.ok();
-}
-
-// `name` in the user's cache directory: $XDG_CACHE_HOME/ucudnn/, else ~/.cache/ucudnn/; empty
-// when neither is an absolute path.
-std::string DefaultCachePath(std::string_view name) {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/ucudnn/" + std::string(name);
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && home[0] == '/') {
-    return std::string(home) + "/.cache/ucudnn/" + std::string(name);
-  }
-  return "";
-}
-
-// A path setting: "off", "none" or "0" turn it off (empty).
-std::string PathSetting(std::string_view text) {
-  const std::string s = Trimmed(text);
-  const std::string lower = Lowercase(s);
-  return (lower == "off" || lower == "none" || lower == "0") ? "" : s;
 }
 
 void Warn(std::vector<std::string>* warnings, std::string message) {
@@ -189,8 +171,8 @@ std::vector<std::pair<std::string, std::string>> SplitOptions(std::string_view o
 
 ClientConfig ClientConfig::FromEnvironment() {
   ClientConfig config;
-  config.cache_path = DefaultCachePath("plans.bin");
-  config.compiled_plan_cache = DefaultCachePath("compiled_plans");
+  config.cache_path = UserCachePath("plans.bin");
+  config.compiled_plan_cache = UserCachePath("compiled_plans");
   return config.WithEnvironment();
 }
 

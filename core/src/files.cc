@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "ucudnn/core/text.h"
 
 namespace ucudnn {
 
@@ -51,6 +54,22 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
     return Unavailable("cannot replace " + path + ": " + reason);
   }
   return Status::Ok();
+}
+
+std::string UserCachePath(std::string_view name) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/ucudnn/" + std::string(name);
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/') {
+    return std::string(home) + "/.cache/ucudnn/" + std::string(name);
+  }
+  return "";
+}
+
+std::string PathSetting(std::string_view text) {
+  const std::string path(Trim(text));
+  const std::string lower = Lowercase(path);
+  return (lower == "off" || lower == "none" || lower == "0") ? "" : path;
 }
 
 }  // namespace ucudnn

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -134,6 +135,27 @@ TEST_F(CompiledPlanStoreTest, FilesAreReplacedWhole) {
     ++entries;
   }
   EXPECT_EQ(entries, 1u);
+}
+
+TEST(CachePathsTest, PathSettingsTurnOffOrTrim) {
+  for (const char* off : {"off", "OFF", " none ", "0", ""}) EXPECT_EQ(PathSetting(off), "") << off;
+  EXPECT_EQ(PathSetting(" /var/cache/ucudnn/plans "), "/var/cache/ucudnn/plans");
+  EXPECT_EQ(PathSetting("relative/dir"), "relative/dir");
+}
+
+TEST(CachePathsTest, TheUsersCacheFollowsXdgThenHome) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string saved_xdg = xdg ? xdg : "", saved_home = home ? home : "";
+  setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  EXPECT_EQ(UserCachePath("compiled_plans"), "/x/cache/ucudnn/compiled_plans");
+  setenv("XDG_CACHE_HOME", "relative", 1);  // not an XDG directory: HOME's .cache
+  setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(UserCachePath("plans.bin"), "/home/u/.cache/ucudnn/plans.bin");
+  setenv("HOME", "relative", 1);
+  EXPECT_EQ(UserCachePath("plans.bin"), "");
+  xdg ? setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1) : unsetenv("XDG_CACHE_HOME");
+  home ? setenv("HOME", saved_home.c_str(), 1) : unsetenv("HOME");
 }
 
 }  // namespace

@@ -172,5 +172,42 @@ TEST_F(CompiledPlanTest, SharedPlansGoThroughTheStore) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(CompiledPlanTest, APlanTheWorkerBuiltIsLoadedByTheClientsSharedPlans) {
+  // The worker builds on its own handles and graphs (StoredEnginePlan); a job on the same machine
+  // then loads that plan for its shared plans instead of compiling it.
+  Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle_, Depthwise(), kBatch);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  std::optional<EngineConfig> config = RuntimeCompiledConfig(**graph);
+  if (!config) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
+  config->cudnn_version = static_cast<int32_t>(cudnnGetVersion());
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("ucudnn_worker_plans_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+
+  // Without a store: built, nothing saved.
+  CompiledPlanCounts before = GetCompiledPlanCounts();
+  Result<std::unique_ptr<EnginePlan>> unstored =
+      StoredEnginePlan(handle_, **graph, Depthwise(), kBatch, 0.0f, *config);
+  ASSERT_TRUE(unstored.ok()) << unstored.status().ToString();
+  EXPECT_EQ(GetCompiledPlanCounts().saved, before.saved);
+
+  SetCompiledPlanDirectory(dir.string());
+  Result<std::unique_ptr<EnginePlan>> worker =
+      StoredEnginePlan(handle_, **graph, Depthwise(), kBatch, 0.0f, *config);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ(GetCompiledPlanCounts().saved, before.saved + 1);
+  const std::vector<char> expected = Run(**worker);
+
+  before = GetCompiledPlanCounts();
+  ForgetSharedEnginePlans(handle_);
+  Result<std::shared_ptr<EnginePlan>> job =
+      SharedEnginePlan(handle_, Depthwise(), kBatch, 0.0f, *config);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(GetCompiledPlanCounts().loaded, before.loaded + 1) << "the job compiled it again";
+  EXPECT_EQ(GetCompiledPlanCounts().saved, before.saved);
+  EXPECT_EQ(Run(**job), expected);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ucudnn::gputest

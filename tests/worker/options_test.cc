@@ -56,7 +56,28 @@ class OptionsTest : public ::testing::Test {
   ScopedEnv level_{"UCUDNN_LOG_LEVEL", nullptr};
   ScopedEnv backend_{"UCUDNN_WORKER_BACKEND", nullptr};
   ScopedEnv lease_{"UCUDNN_WORKER_LEASE_SECONDS", nullptr};
+  ScopedEnv plans_{"UCUDNN_COMPILED_PLAN_CACHE", nullptr};
+  ScopedEnv xdg_{"XDG_CACHE_HOME", "/x/cache"};
 };
+
+TEST_F(OptionsTest, CompiledPlansGoWhereTheMachinesJobsLookForThem) {
+  // The client's default and variable: a worker and the jobs of one user share the directory.
+  auto by_default = Parse({"--database-url", "postgresql://h/db"});
+  ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
+  EXPECT_EQ(by_default->options.compiled_plan_cache, "/x/cache/ucudnn/compiled_plans");
+  ScopedEnv shared("UCUDNN_COMPILED_PLAN_CACHE", "/srv/ucudnn/plans");
+  auto from_env = Parse({"--database-url", "postgresql://h/db"});
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_EQ(from_env->options.compiled_plan_cache, "/srv/ucudnn/plans");
+  for (const char* off : {"off", "None", "0"}) {
+    auto none = Parse({"--database-url", "postgresql://h/db", "--compiled-plan-cache", off});
+    ASSERT_TRUE(none.ok());
+    EXPECT_EQ(none->options.compiled_plan_cache, "") << off;
+  }
+  auto flag = Parse({"--database-url", "postgresql://h/db", "--compiled-plan-cache", " /tmp/p "});
+  ASSERT_TRUE(flag.ok());
+  EXPECT_EQ(flag->options.compiled_plan_cache, "/tmp/p");
+}
 
 TEST_F(OptionsTest, FlagsAreParsedWithUnitsAndLists) {
   auto cl = Parse({"--database-url",
@@ -178,6 +199,8 @@ TEST_F(OptionsTest, HelpDocumentsFlagsAndVariables) {
                              "UCUDNN_DATABASE_URL",
                              "--backend",
                              "--gpus",
+                             "--compiled-plan-cache",
+                             "UCUDNN_COMPILED_PLAN_CACHE",
                              "--lease-seconds",
                              "--heartbeat-seconds",
                              "--drain-seconds",

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "ucudnn/core/files.h"
 #include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 
@@ -16,6 +17,7 @@ namespace {
 // Flags whose text needs our own parsing (units, lists, enums) land here first.
 struct RawFlags {
   std::string gpus;
+  std::string compiled_plan_cache = UserCachePath("compiled_plans");
   std::string workspace_cap;
   std::string policy = "power_of_two";
   std::string dtype = "fp32";
@@ -70,6 +72,14 @@ void AddDeviceFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
   app.add_option("--gpus", raw.gpus,
                  "comma-separated GPU indices to benchmark on (default: every visible GPU)")
       ->envname("UCUDNN_WORKER_GPUS")
+      ->group("Devices");
+  app.add_option("--compiled-plan-cache", raw.compiled_plan_cache,
+                 "directory where the runtime-compiled cuDNN plans the worker builds are kept, "
+                 "and loaded from, for this GPU model and cuDNN version; the training jobs of the "
+                 "machine load them from the same directory (the client's "
+                 "UCUDNN_COMPILED_PLAN_CACHE) instead of compiling them; off for none")
+      ->envname("UCUDNN_COMPILED_PLAN_CACHE")
+      ->capture_default_str()
       ->group("Devices");
 }
 
@@ -345,6 +355,7 @@ Result<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
   if (!raw.gpus.empty()) {
     UCUDNN_ASSIGN_OR_RETURN(o.gpus, ParseGpuList(raw.gpus));
   }
+  o.compiled_plan_cache = PathSetting(raw.compiled_plan_cache);
   if (!raw.workspace_cap.empty()) {
     auto cap = ParseByteSize(raw.workspace_cap);
     if (!cap.ok()) return InvalidArgument("--workspace-cap: " + cap.status().message());

@@ -232,6 +232,11 @@ Result<std::vector<BenchmarkDevice>> MakeBenchmarkDevices(const WorkerOptions& o
     devices.push_back({"gpu" + std::to_string(gpu), std::move(backend).value()});
   }
   spdlog::info("backend: cudnn on {} GPU(s)", devices.size());
+  UseCompiledPlanDirectory(options.compiled_plan_cache);
+  if (!options.compiled_plan_cache.empty()) {
+    spdlog::info("compiled plans kept in {} for the machine's jobs (--compiled-plan-cache)",
+                 options.compiled_plan_cache);
+  }
   return devices;
 }
 

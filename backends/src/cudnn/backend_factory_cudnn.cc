@@ -7,6 +7,7 @@
 #include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/backends/cudnn_backend.h"
+#include "ucudnn/backends/cudnn_engines.h"
 
 namespace ucudnn {
 namespace {
@@ -53,5 +54,7 @@ int GpuCount() {
 }
 
 bool BuildHasCudnn() { return true; }
+
+void UseCompiledPlanDirectory(const std::string& directory) { SetCompiledPlanDirectory(directory); }
 
 }  // namespace ucudnn

@@ -442,7 +442,8 @@ Result<EnginePlan*> CudnnBackend::GetEnginePlan(const ConvProblem& problem, int6
   std::shared_ptr<EnginePlan> plan;
   if (owns_handle_) {
     UCUDNN_ASSIGN_OR_RETURN(const ConvGraph* graph, GetGraph(problem, batch, beta));
-    UCUDNN_ASSIGN_OR_RETURN(plan, EnginePlan::Build(graph->handle(), *graph, config));
+    UCUDNN_ASSIGN_OR_RETURN(
+        plan, StoredEnginePlan(graph->handle(), *graph, problem, batch, beta, config));
   } else {
     // A caller's handle (the client library): its bound plans run the same execution plans.
     UCUDNN_ASSIGN_OR_RETURN(plan, SharedEnginePlan(handle_, problem, batch, beta, config));
@@ -527,7 +528,7 @@ void PrepareSize(cudnnHandle_t handle, const ConvProblem& problem, int32_t cudnn
     EngineConfig config = c.config;
     config.cudnn_version = cudnn_version;
     out.plans.emplace_back(EngineConfigKey(c.config),
-                           EnginePlan::Build(handle, *out.graph, config));
+                           StoredEnginePlan(handle, *out.graph, problem, out.batch, 0.0f, config));
   }
 }
 

@@ -690,33 +690,54 @@ void SaveCompiledPlan(SharedPlans& shared, const CompiledPlanStore& store, const
   }
 }
 
-// The plan of `key`, built (or loaded from the compiled-plan store) for the shared plans.
-Result<std::shared_ptr<SharedPlan>> BuildSharedPlan(SharedPlans& shared, cudnnHandle_t handle,
-                                                    const ConvProblem& problem, int64_t batch,
-                                                    float beta, const EngineConfig& config,
+// The plan of `graph` for `config`: loaded from the process's compiled-plan store when it holds
+// the plan of `plan_key` for this device, else built, and saved there when runtime-compiled.
+Result<std::unique_ptr<EnginePlan>> LoadOrBuildPlan(SharedPlans& shared, cudnnHandle_t handle,
+                                                    const ConvGraph& graph,
+                                                    const EngineConfig& config,
                                                     const std::string& plan_key) {
   std::shared_ptr<const CompiledPlanStore> store;
   {
     std::lock_guard lock(shared.mutex);
     store = shared.store;
   }
-  auto built = std::make_shared<SharedPlan>();
-  UCUDNN_ASSIGN_OR_RETURN(built->graph, ConvGraph::Build(handle, problem, batch, beta));
   std::string compiled_key;
   if (store != nullptr) {
     Result<std::string> key = CompiledPlanKey(shared, plan_key);
     if (key.ok()) {
       compiled_key = std::move(*key);
-      built->plan = LoadCompiledPlan(shared, *store, compiled_key, handle, *built->graph);
-      if (built->plan != nullptr) return built;
+      std::unique_ptr<EnginePlan> loaded =
+          LoadCompiledPlan(shared, *store, compiled_key, handle, graph);
+      if (loaded != nullptr) return loaded;
     } else {
       spdlog::debug("no compiled-plan key: {}", key.status().message());
     }
   }
-  UCUDNN_ASSIGN_OR_RETURN(built->plan, EnginePlan::Build(handle, *built->graph, config));
-  if (built->plan->runtime_compiled() && !compiled_key.empty()) {
-    SaveCompiledPlan(shared, *store, compiled_key, *built->plan);
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<EnginePlan> built,
+                          EnginePlan::Build(handle, graph, config));
+  if (built->runtime_compiled() && !compiled_key.empty()) {
+    SaveCompiledPlan(shared, *store, compiled_key, *built);
   }
+  return built;
+}
+
+// A plan's identity, apart from the handle and the device: the key of the shared plans and of
+// the compiled-plan store.
+std::string PlanIdentity(const ConvProblem& problem, int64_t batch, float beta,
+                         const EngineConfig& config) {
+  return CanonicalKey(problem) + "|" + std::to_string(batch) + "|" + (beta == 0.0f ? "0" : "1") +
+         "|" + EngineConfigKey(config) + "|" + std::to_string(config.cudnn_version);
+}
+
+// The plan of `key`, built (or loaded from the compiled-plan store) for the shared plans.
+Result<std::shared_ptr<SharedPlan>> BuildSharedPlan(SharedPlans& shared, cudnnHandle_t handle,
+                                                    const ConvProblem& problem, int64_t batch,
+                                                    float beta, const EngineConfig& config,
+                                                    const std::string& plan_key) {
+  auto built = std::make_shared<SharedPlan>();
+  UCUDNN_ASSIGN_OR_RETURN(built->graph, ConvGraph::Build(handle, problem, batch, beta));
+  UCUDNN_ASSIGN_OR_RETURN(built->plan,
+                          LoadOrBuildPlan(shared, handle, *built->graph, config, plan_key));
   return built;
 }
 
@@ -725,9 +746,7 @@ Result<std::shared_ptr<SharedPlan>> BuildSharedPlan(SharedPlans& shared, cudnnHa
 Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
                                                      const ConvProblem& problem, int64_t batch,
                                                      float beta, const EngineConfig& config) {
-  const std::string plan_key = CanonicalKey(problem) + "|" + std::to_string(batch) + "|" +
-                               (beta == 0.0f ? "0" : "1") + "|" + EngineConfigKey(config) + "|" +
-                               std::to_string(config.cudnn_version);
+  const std::string plan_key = PlanIdentity(problem, batch, beta, config);
   const std::string key = HandlePrefix(handle) + plan_key;
   SharedPlans& shared = Shared();
   {
@@ -749,6 +768,13 @@ Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
     }
   }
   return std::shared_ptr<EnginePlan>(it->second, it->second->plan.get());
+}
+
+Result<std::unique_ptr<EnginePlan>> StoredEnginePlan(cudnnHandle_t handle, const ConvGraph& graph,
+                                                     const ConvProblem& problem, int64_t batch,
+                                                     float beta, const EngineConfig& config) {
+  return LoadOrBuildPlan(Shared(), handle, graph, config,
+                         PlanIdentity(problem, batch, beta, config));
 }
 
 void SetCompiledPlanDirectory(const std::string& directory) {

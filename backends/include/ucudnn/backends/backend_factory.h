@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "ucudnn/core/backend.h"
@@ -16,5 +17,9 @@ Result<std::unique_ptr<ConvBackend>> MakeBackend(std::string_view name, int devi
 int GpuCount();
 // Whether this build has the cuDNN backend.
 bool BuildHasCudnn();
+// Where the cuDNN backend keeps the execution plans of runtime-compiled engines it builds, for
+// this and later processes on the machine (SetCompiledPlanDirectory, cudnn_engines.h); empty for
+// nowhere. Nothing in a build without cuDNN.
+void UseCompiledPlanDirectory(const std::string& directory);
 
 }  // namespace ucudnn

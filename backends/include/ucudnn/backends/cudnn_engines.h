@@ -150,11 +150,19 @@ class EnginePlan {
 Result<std::shared_ptr<EnginePlan>> SharedEnginePlan(cudnnHandle_t handle,
                                                      const ConvProblem& problem, int64_t batch,
                                                      float beta, const EngineConfig& config);
+// EnginePlan::Build of `graph` (built for problem, batch and beta) through the compiled-plan store
+// below: loaded when the store holds the plan for this GPU model and cuDNN version, else built,
+// and saved there when runtime-compiled. For plans outside the shared ones (the worker's, on its
+// own handles), so that a worker on a training machine leaves the runtime-compiled plans it
+// timed for the machine's jobs. EnginePlan::Build without a store.
+Result<std::unique_ptr<EnginePlan>> StoredEnginePlan(cudnnHandle_t handle, const ConvGraph& graph,
+                                                     const ConvProblem& problem, int64_t batch,
+                                                     float beta, const EngineConfig& config);
 // The compiled-plan store of the shared plans (ucudnn/core/compiled_plans.h), process-wide like
 // them: a shared plan of a runtime-compiled engine is loaded from `directory` when it holds one
 // for this GPU model and cuDNN version, and saved there after it was built. Empty: none (the
 // default). The client sets it from ClientConfig::compiled_plan_cache when a handle or shape
-// context starts; the last one set wins.
+// context starts, the worker from --compiled-plan-cache; the last one set wins.
 void SetCompiledPlanDirectory(const std::string& directory);
 // What the store did in this process.
 struct CompiledPlanCounts {

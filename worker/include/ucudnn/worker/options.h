@@ -18,6 +18,11 @@ struct WorkerOptions {
   // ---- Devices ----
   std::string backend = "auto";  // --backend: "auto", "cudnn" or "cpu"
   std::vector<int> gpus;         // --gpus 0,2: GPU indices to use; empty = every visible GPU
+  // --compiled-plan-cache / UCUDNN_COMPILED_PLAN_CACHE: where the cuDNN backend keeps the
+  // runtime-compiled plans it builds (ucudnn/core/compiled_plans.h), so that the machine's jobs
+  // load what the worker compiled while timing; default the user's cache (UserCachePath), empty
+  // for none ("off").
+  std::string compiled_plan_cache;
   // ---- Queue ----
   double lease_seconds = 60;      // job lease, renewed while benchmarking
   double heartbeat_seconds = 10;  // worker heartbeat period
