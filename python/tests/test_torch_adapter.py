@@ -968,8 +968,8 @@ class HostBoundTest(unittest.TestCase):
 
 
 class CachesTest(unittest.TestCase):
-    """The machine's caches: one path rule (the client library's, client/src/config.cc) for the
-    library's and the adapter's, and ucudnn-doctor's report of them."""
+    """The machine's caches: one path rule (core/src/files.cc, UserCachePath) for the library's
+    and the adapter's, and ucudnn-doctor's report of them."""
 
     def test_paths_follow_the_library_rule(self):
         from ucudnn import _cache

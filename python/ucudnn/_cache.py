@@ -1,5 +1,6 @@
-"""Where ucudnn keeps its caches on a machine: one rule for the client library's (the plan cache,
-the compiled plans: client/src/config.cc) and the adapter's (prepare()'s host-bound answers)."""
+"""Where ucudnn keeps its caches on a machine: one rule for the library's (the plan cache, the
+compiled plans: UserCachePath and PathSetting, core/src/files.cc) and the adapter's (prepare()'s
+host-bound answers)."""
 
 import os
 

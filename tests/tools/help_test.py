@@ -50,6 +50,7 @@ EXPECTED = {
     "ucudnn-worker": {
         "": ["--version"] + DATABASE + [
             "--backend=UCUDNN_WORKER_BACKEND", "--gpus=UCUDNN_WORKER_GPUS",
+            "--compiled-plan-cache=UCUDNN_COMPILED_PLAN_CACHE",
             "--lease-seconds=UCUDNN_WORKER_LEASE_SECONDS",
             "--heartbeat-seconds=UCUDNN_WORKER_HEARTBEAT_SECONDS",
             "--poll-seconds=UCUDNN_WORKER_POLL_SECONDS",
