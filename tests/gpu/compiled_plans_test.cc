@@ -69,6 +69,28 @@ class CompiledPlanTest : public GpuTest {
     return std::nullopt;
   }
 
+  // What a store test starts from: the depthwise graph, its first runtime-compiled configuration
+  // (for this cuDNN) and an empty directory for the store; none where cuDNN proposes no such
+  // configuration (or the graph fails, a failure of the test).
+  struct StoreCase {
+    std::unique_ptr<ConvGraph> graph;
+    EngineConfig config;
+    std::filesystem::path dir;
+  };
+  std::optional<StoreCase> MakeStoreCase(const std::string& name) {
+    Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle_, Depthwise(), kBatch);
+    EXPECT_TRUE(graph.ok()) << graph.status().ToString();
+    if (!graph.ok()) return std::nullopt;
+    std::optional<EngineConfig> config = RuntimeCompiledConfig(**graph);
+    if (!config) return std::nullopt;
+    config->cudnn_version = static_cast<int32_t>(cudnnGetVersion());
+    StoreCase c{
+        std::move(*graph), *config,
+        std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()))};
+    std::filesystem::remove_all(c.dir);
+    return c;
+  }
+
   // The plan's output bytes for the fixture's operands.
   std::vector<char> Run(EnginePlan& plan) {
     void* workspace = nullptr;
@@ -125,19 +147,14 @@ TEST_F(CompiledPlanTest, ALoadedPlanComputesWhatTheCompiledOneDoes) {
 }
 
 TEST_F(CompiledPlanTest, SharedPlansGoThroughTheStore) {
-  Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle_, Depthwise(), kBatch);
-  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
-  std::optional<EngineConfig> config = RuntimeCompiledConfig(**graph);
-  if (!config) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
-  config->cudnn_version = static_cast<int32_t>(cudnnGetVersion());
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("ucudnn_compiled_plans_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  std::optional<StoreCase> c = MakeStoreCase("ucudnn_compiled_plans");
+  if (!c) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
+  const std::filesystem::path& dir = c->dir;
   SetCompiledPlanDirectory(dir.string());
   const auto shared = [&] {
     ForgetSharedEnginePlans(handle_);
     Result<std::shared_ptr<EnginePlan>> plan =
-        SharedEnginePlan(handle_, Depthwise(), kBatch, 0.0f, *config);
+        SharedEnginePlan(handle_, Depthwise(), kBatch, 0.0f, c->config);
     EXPECT_TRUE(plan.ok()) << plan.status().ToString();
     return plan.ok() ? *plan : nullptr;
   };
@@ -175,25 +192,20 @@ TEST_F(CompiledPlanTest, SharedPlansGoThroughTheStore) {
 TEST_F(CompiledPlanTest, APlanTheWorkerBuiltIsLoadedByTheClientsSharedPlans) {
   // The worker builds on its own handles and graphs (StoredEnginePlan); a job on the same machine
   // then loads that plan for its shared plans instead of compiling it.
-  Result<std::unique_ptr<ConvGraph>> graph = ConvGraph::Build(handle_, Depthwise(), kBatch);
-  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
-  std::optional<EngineConfig> config = RuntimeCompiledConfig(**graph);
-  if (!config) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
-  config->cudnn_version = static_cast<int32_t>(cudnnGetVersion());
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("ucudnn_worker_plans_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  std::optional<StoreCase> c = MakeStoreCase("ucudnn_worker_plans");
+  if (!c) GTEST_SKIP() << "no runtime-compiled engine proposed for the depthwise problem";
+  const auto worker_plan = [&] {
+    return StoredEnginePlan(handle_, *c->graph, Depthwise(), kBatch, 0.0f, c->config);
+  };
 
   // Without a store: built, nothing saved.
   CompiledPlanCounts before = GetCompiledPlanCounts();
-  Result<std::unique_ptr<EnginePlan>> unstored =
-      StoredEnginePlan(handle_, **graph, Depthwise(), kBatch, 0.0f, *config);
+  Result<std::unique_ptr<EnginePlan>> unstored = worker_plan();
   ASSERT_TRUE(unstored.ok()) << unstored.status().ToString();
   EXPECT_EQ(GetCompiledPlanCounts().saved, before.saved);
 
-  SetCompiledPlanDirectory(dir.string());
-  Result<std::unique_ptr<EnginePlan>> worker =
-      StoredEnginePlan(handle_, **graph, Depthwise(), kBatch, 0.0f, *config);
+  SetCompiledPlanDirectory(c->dir.string());
+  Result<std::unique_ptr<EnginePlan>> worker = worker_plan();
   ASSERT_TRUE(worker.ok()) << worker.status().ToString();
   EXPECT_EQ(GetCompiledPlanCounts().saved, before.saved + 1);
   const std::vector<char> expected = Run(**worker);
@@ -201,12 +213,12 @@ TEST_F(CompiledPlanTest, APlanTheWorkerBuiltIsLoadedByTheClientsSharedPlans) {
   before = GetCompiledPlanCounts();
   ForgetSharedEnginePlans(handle_);
   Result<std::shared_ptr<EnginePlan>> job =
-      SharedEnginePlan(handle_, Depthwise(), kBatch, 0.0f, *config);
+      SharedEnginePlan(handle_, Depthwise(), kBatch, 0.0f, c->config);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(GetCompiledPlanCounts().loaded, before.loaded + 1) << "the job compiled it again";
   EXPECT_EQ(GetCompiledPlanCounts().saved, before.saved);
   EXPECT_EQ(Run(**job), expected);
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(c->dir);
 }
 
 }  // namespace
