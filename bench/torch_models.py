@@ -512,7 +512,6 @@ def run_one(args):
             "device_peak_mib": (max(used) - baseline_used) / 2**20,
             "device_baseline_mib": baseline_used / 2**20,
         })
-    if cuda:
         # After the timed steps: the device's work per step, which a host-bound step's time
         # hides (a step's kernels chosen otherwise: PyTorch's heuristics against its benchmark).
         result.update(device_time_per_step(torch, step, data, labels))

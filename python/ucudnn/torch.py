@@ -1515,9 +1515,8 @@ def _step_host_bound(model, sample_inputs, loss_fn, search="heuristics"):
         _log.warning("ucudnn.torch: the step is not host-bound with cuDNN's heuristic choices "
                      "(%.1f ms launched in a %.1f ms step): PyTorch's benchmark stays on in this "
                      "machine's later jobs", bound["host_ms"], bound["step_ms"])
-        if bound["allocator_syncs"] == 0:
-            remember(dict(record or {}, host_bound=True, framework_search="benchmark",
-                          allocator_syncs=0))
+        remember(dict(record or {}, host_bound=True, framework_search="benchmark",
+                      allocator_syncs=bound["allocator_syncs"]))
         return bound
     if code != _HOST_BOUND_NONE:
         if code == _HOST_BOUND_CHECKED and heuristics:

@@ -516,7 +516,7 @@ Result<std::unique_ptr<EnginePlan>> EnginePlan::Load(cudnnHandle_t handle, const
   plan->handle_ = handle;
   plan->op_ = graph.problem().op;
   plan->alignment_ = graph.alignment();
-  plan->runtime_compiled_ = true;  // only those are serialized (SharedEnginePlan)
+  plan->runtime_compiled_ = true;  // only those are serialized (LoadOrBuildPlan)
   UCUDNN_ASSIGN_OR_RETURN(plan->plan_,
                           BackendDescriptor::Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
   UCUDNN_RETURN_IF_ERROR(Set(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
