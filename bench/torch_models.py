@@ -51,6 +51,7 @@ import torch_common  # noqa: E402
 REPO = os.path.dirname(HERE)
 # The source tree's package (ucudnn.torch imported where a run converts; ucudnn._cache anywhere).
 sys.path.insert(0, os.path.join(REPO, "python"))
+from ucudnn import _cache  # noqa: E402  (no PyTorch, no library loaded)
 
 # model -> (family, default batch). torchvision's constructors with weights=None.
 MODELS = {
@@ -131,6 +132,12 @@ def parse_args(argv):
 
     grads = sub.add_parser("grads", help="one step's gradients, converted against native")
     model_args(grads)
+
+    context = sub.add_parser("context-memory", help="the device memory the library's context "
+                             "takes, by stage, in one process: a cuDNN handle, the library, a "
+                             "context on its own handle and on PyTorch's")
+    step_args(context)
+    context.add_argument("--json-out", default="")
 
     paired = sub.add_parser("paired", help="native and converted in one process, their steps "
                             "interleaved in rounds (a host-bound model's ratio)")
@@ -232,11 +239,18 @@ def parse_args(argv):
 # "converted" one with the library loaded and a context of it running (run --with-library): what
 # its presence in the process costs.
 ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library",
-                "cold")
+                "cold", "machine", "own-handle")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 # The converted side's convert() options. cold: without the compiled-plan cache, as the first
-# job on a machine (every runtime-compiled plan compiled in the job).
-OPTIONS_OF_VARIANT = {"fallback": ["disable=1"], "cold": ["compiled_plan_cache=off"]}
+# job on a machine whose worker compiled nothing (every runtime-compiled plan compiled in the
+# job); machine: the machine's own cache (the library's default path, where the stack's worker
+# keeps the plans it compiled benchmarking: the first job on a machine after its worker);
+# own-handle: the library's contexts make their own cuDNN handle rather than borrow PyTorch's.
+OPTIONS_OF_VARIANT = {
+    "fallback": ["disable=1"], "cold": ["compiled_plan_cache=off"],
+    "machine": [f"compiled_plan_cache="
+                f"{_cache.cache_path('UCUDNN_COMPILED_PLAN_CACHE', 'compiled_plans') or 'off'}"],
+    "own-handle": ["cudnn_handle=own"]}
 
 
 def converted_options_of(args):
@@ -249,7 +263,6 @@ def converted_options_of(args):
 
 def compiled_plans_in(options):
     """How many compiled plans the cache of `options` (--option values) holds, None without one."""
-    from ucudnn import _cache  # no PyTorch, no library loaded
     directory = dict(option.split("=", 1) for option in options).get("compiled_plan_cache", "")
     return None if _cache.is_off(directory) else len(_cache.compiled_plan_files(directory))
 
@@ -399,9 +412,11 @@ def run_one(args):
         total = torch.cuda.get_device_properties(device).total_memory
         index = device.index if device.index is not None else torch.cuda.current_device()
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap_gib * 2**30 / total), index)
+    stages = []  # (stage, device MiB outside PyTorch's allocator, PyTorch's reserved MiB)
     if cuda:
         free, total = torch.cuda.mem_get_info(device)
         baseline_used = total - free  # the CUDA context and whatever else is on the card
+        stages.append(memory_stage(torch, device, "ready", baseline_used))
     ut = None
     prepare_s = 0.0
     prepared = None
@@ -436,6 +451,8 @@ def run_one(args):
                                   measure_framework=not args.no_measure_framework,
                                   **({"host_bound": False} if first_calls else {}))
         prepare_s = time.monotonic() - start
+        if cuda:
+            stages.append(memory_stage(torch, device, "prepared"))
     step = training_step(torch, model, net, device, amp)
     tracing = ut is not None and args.memory_trace and cuda and not args.compile
     profile_before = None
@@ -445,7 +462,7 @@ def run_one(args):
 
     stats_before = None
     probe_before = host_probe_ms()
-    losses, step_ms, ends, used = [], [], [], []
+    losses, step_ms, ends, used, outside = [], [], [], [], []
     first_half_peak = 0
     for i in range(args.steps):
         if i == args.steps // 2:
@@ -471,6 +488,11 @@ def run_one(args):
         if cuda:
             free, total = torch.cuda.mem_get_info(device)
             used.append(total - free)
+            outside.append(total - free - torch.cuda.memory_reserved(device))
+            if i == 0:
+                stages.append(memory_stage(torch, device, "first step", total - free))
+    if cuda:
+        stages.append(memory_stage(torch, device, "last step"))
     fast_index, fast_s = torch_common.first_fast_step(step_ms, ends, PROCESS_START)
     steady = step_ms[len(step_ms) // 2:]
     result = {
@@ -511,6 +533,12 @@ def run_one(args):
             # cached blocks, cuDNN's, the library's own), less what was there before the model.
             "device_peak_mib": (max(used) - baseline_used) / 2**20,
             "device_baseline_mib": baseline_used / 2**20,
+            # The device memory outside PyTorch's allocator at its most over the steps, less
+            # that before the model: the CUDA modules loaded (PyTorch's kernels and cuDNN's), the
+            # cuDNN handles, the library's own. With steady_max_memory_reserved_mib it tells a
+            # peak's difference of allocator layout from one of the library's context.
+            "device_outside_allocator_mib": (max(outside) - stages[0][1] * 2**20) / 2**20,
+            "memory_stages": stages,
         })
         # After the timed steps: the device's work per step, which a host-bound step's time
         # hides (a step's kernels chosen otherwise: PyTorch's heuristics against its benchmark).
@@ -533,6 +561,76 @@ def run_one(args):
             result["memory_trace"] = memory_trace(torch, ut, model, step, data, labels,
                                                   profile_before)
     return result
+
+
+def context_memory_one(args):
+    """Where the library's device memory goes, stage by stage in one process (device memory
+    outside PyTorch's allocator, MiB): after PyTorch's own convolution (its handle and kernels),
+    the library loaded, a converted layer's step (--option cudnn_handle=...), a context on
+    PyTorch's handle (made, a kernel declared, closed), the same on a handle of its own, and a
+    bare cuDNN handle made and destroyed."""
+    import ctypes
+
+    import torch
+
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        raise SystemExit("torch_models.py context-memory: needs --device cuda")
+    torch.backends.cudnn.benchmark = True
+    ut = load_adapter()
+    from ucudnn import _lib
+
+    stages = []
+
+    def stage(name):
+        torch.cuda.synchronize(device)
+        stages.append(memory_stage(torch, device, name)[:2])
+
+    stage("CUDA context")
+    x = torch.randn(8, 16, 32, 32, device=device, requires_grad=True)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1).to(device)
+    conv(x).sum().backward()
+    stage("PyTorch's convolution")
+    library = _lib.load()
+    stage("library loaded")
+    given = dict(option.split("=", 1) for option in args.option)
+    options = ut._options({k: v for k, v in given.items() if k != "cudnn_handle"})
+    borrowed = ut.framework_cudnn_handle()
+    shape = _lib.ConvShape(_lib.FORWARD, 8, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1,
+                           _lib.FLOAT, _lib.NCHW, _lib.MATH_DEFAULT)
+    converted = ut.convert(torch.nn.Conv2d(16, 16, 3, padding=1).to(device), **given)
+    converted(x).sum().backward()
+    stage(f"a converted layer's step (cudnn_handle={given.get('cudnn_handle', 'framework')})")
+    # PyTorch's handle first: a cuDNN handle's memory stays with cuDNN after cudnnDestroy (for
+    # the next handle), so what came after a handle of our own would read as free.
+    for name, handle_value in (("PyTorch's handle", borrowed), ("own handle", None)):
+        context = _lib.Context(library, "cudnn", options, handle_value)
+        stage(f"context on {name} (borrowed: {context.borrowed})")
+        context.workspace_size(shape)
+        stage(f"context on {name}, a kernel declared")
+        context.close()
+        stage(f"context on {name} closed")
+    cudnn = ctypes.CDLL("libcudnn.so.9")  # the instance PyTorch loaded (same soname)
+    handle = ctypes.c_void_p()
+    assert cudnn.cudnnCreate(ctypes.byref(handle)) == 0
+    stage("a bare cudnnCreate")
+    assert cudnn.cudnnDestroy(handle) == 0
+    stage("its cudnnDestroy")
+    deltas = {stages[i][0]: round(stages[i][1] - stages[i - 1][1], 1)
+              for i in range(1, len(stages))}
+    return {"device_name": torch.cuda.get_device_name(device),
+            "torch": torch.__version__, "cudnn_version": torch.backends.cudnn.version(),
+            "framework_handle": borrowed is not None, "stages": stages, "deltas_mib": deltas}
+
+
+def memory_stage(torch, device, stage, used=None):
+    """(stage, MiB in use on the device outside PyTorch's allocator, MiB it reserves): where a
+    run's device memory is at one point."""
+    if used is None:
+        free, total = torch.cuda.mem_get_info(device)
+        used = total - free
+    reserved = torch.cuda.memory_reserved(device)
+    return (stage, round((used - reserved) / 2**20, 1), round(reserved / 2**20, 1))
 
 
 def memory_trace(torch, ut, model, step, data, labels, before):
@@ -1112,6 +1210,8 @@ def summarise(side):
         "peak_mib": med("device_peak_mib"),
         "allocated_peak_mib": med("max_memory_allocated_mib"),
         "steady_allocated_peak_mib": med("steady_max_memory_allocated_mib"),
+        "reserved_peak_mib": med("steady_max_memory_reserved_mib"),
+        "outside_allocator_mib": med("device_outside_allocator_mib"),
         "first_fast_s": med("time_to_first_fast_step_s"),
         "ready_to_fast_s": med("model_ready_to_first_fast_step_s"),
         "device_ms": med("device_ms_per_step"),
@@ -1226,6 +1326,10 @@ def run_suite(args):
             "converted_allocated_peak_mib": conv["allocated_peak_mib"],
             "native_steady_allocated_peak_mib": native["steady_allocated_peak_mib"],
             "converted_steady_allocated_peak_mib": conv["steady_allocated_peak_mib"],
+            "native_reserved_peak_mib": native["reserved_peak_mib"],
+            "converted_reserved_peak_mib": conv["reserved_peak_mib"],
+            "native_outside_allocator_mib": native["outside_allocator_mib"],
+            "converted_outside_allocator_mib": conv["outside_allocator_mib"],
             "native_first_fast_s": native["first_fast_s"],
             "converted_first_fast_s": conv["first_fast_s"],
             # From the model on the device (imports and construction, common to both, left out).
@@ -1296,7 +1400,8 @@ def main(argv=None):
             print(f"[torch_models] ERROR: {error}", file=sys.stderr)
         return 1 if errors else 0
     result = {"run": run_one, "kernels": kernels_one, "grads": grads_one,
-              "curve": curve_one, "paired": paired_one}[args.command](args)
+              "curve": curve_one, "paired": paired_one,
+              "context-memory": context_memory_one}[args.command](args)
     torch_common.emit(result, args.json_out, indent=1)
     return 0
 

@@ -186,6 +186,39 @@ ucudnnShapeStatus_t WorkspaceAnswer(int64_t needed, size_t* bytes) {
   return UCUDNN_SHAPE_SUCCESS;
 }
 
+// ucudnnShapeCreate and ucudnnShapeCreateOnHandle: the configuration (the UCUDNN_* environment,
+// then `options`), the backend `make_backend` makes, and the session over it.
+template <typename MakeBackend>
+ucudnnShapeStatus_t CreateContext(ucudnnShapeContext_t* context, const char* options,
+                                  MakeBackend&& make_backend) {
+  auto made = std::make_unique<ucudnnShapeContextImpl>();
+  made->config = ucudnn::ClientConfig::FromEnvironment();
+  if (options != nullptr && options[0] != '\0') made->config = made->config.WithOptions(options);
+  // A framework identity that cannot be sent is refused here rather than planned without.
+  if (!made->config.framework.empty()) {
+    if (Status valid = ucudnn::CheckFrameworkIdentity("UCUDNN_FRAMEWORK", made->config.framework);
+        !valid.ok()) {
+      return FromStatus(valid);
+    }
+  }
+  ucudnn::Result<std::unique_ptr<ucudnn::client::ShapeBackend>> shape_backend = make_backend();
+  if (!shape_backend.ok()) return FromStatus(shape_backend.status());
+  made->backend = std::move(*shape_backend);
+  if (made->config.enabled) {
+    made->backend->UseCompiledPlans(made->config.compiled_plan_cache);
+    ucudnn::client::SessionHooks hooks = made->backend->hooks();
+    hooks.kernels_by_limit = true;  // every call names its kernel's limit
+    made->session = ucudnn::client::Session::Create(made->backend->backend(), made->config, nullptr,
+                                                    std::move(hooks));
+  } else {
+    ucudnn::client::Log().info(
+        "disabled (UCUDNN_DISABLE); every kernel runs the caller's own "
+        "convolution");
+  }
+  *context = made.release();
+  return UCUDNN_SHAPE_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -196,33 +229,22 @@ ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char*
   *context = nullptr;
   if (backend == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "backend: must not be NULL");
   return Guarded("ucudnnShapeCreate", [&] {
-    auto made = std::make_unique<ucudnnShapeContextImpl>();
-    made->config = ucudnn::ClientConfig::FromEnvironment();
-    if (options != nullptr && options[0] != '\0') made->config = made->config.WithOptions(options);
-    // A framework identity that cannot be sent is refused here rather than planned without.
-    if (!made->config.framework.empty()) {
-      if (Status valid = ucudnn::CheckFrameworkIdentity("UCUDNN_FRAMEWORK", made->config.framework);
-          !valid.ok()) {
-        return FromStatus(valid);
-      }
-    }
-    ucudnn::Result<std::unique_ptr<ucudnn::client::ShapeBackend>> shape_backend =
-        ucudnn::client::MakeShapeBackend(backend);
-    if (!shape_backend.ok()) return FromStatus(shape_backend.status());
-    made->backend = std::move(*shape_backend);
-    if (made->config.enabled) {
-      made->backend->UseCompiledPlans(made->config.compiled_plan_cache);
-      ucudnn::client::SessionHooks hooks = made->backend->hooks();
-      hooks.kernels_by_limit = true;  // every call names its kernel's limit
-      made->session = ucudnn::client::Session::Create(made->backend->backend(), made->config,
-                                                      nullptr, std::move(hooks));
-    } else {
-      ucudnn::client::Log().info(
-          "disabled (UCUDNN_DISABLE); every kernel runs the caller's own "
-          "convolution");
-    }
-    *context = made.release();
-    return UCUDNN_SHAPE_SUCCESS;
+    return CreateContext(context, options,
+                         [&] { return ucudnn::client::MakeShapeBackend(backend); });
+  });
+}
+
+ucudnnShapeStatus_t ucudnnShapeCreateOnHandle(ucudnnShapeContext_t* context, void* cudnn_handle,
+                                              const char* options) {
+  if (context == nullptr) return Fail(UCUDNN_SHAPE_BAD_PARAM, "context: must not be NULL");
+  *context = nullptr;
+  if (cudnn_handle == nullptr) {
+    return Fail(UCUDNN_SHAPE_BAD_PARAM, "cudnn_handle: must not be NULL");
+  }
+  return Guarded("ucudnnShapeCreateOnHandle", [&] {
+    return CreateContext(context, options, [&] {
+      return ucudnn::client::MakeBorrowedCudnnShapeBackend(cudnn_handle);
+    });
   });
 }
 

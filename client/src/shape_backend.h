@@ -31,6 +31,9 @@ class ShapeBackend {
 
 // "cpu", or "cudnn" on the calling thread's current GPU.
 Result<std::unique_ptr<ShapeBackend>> MakeShapeBackend(std::string_view name);
+// "cudnn" on the caller's cudnnHandle_t (borrowed: never destroyed here; its stream set at every
+// call), on the calling thread's current GPU.
+Result<std::unique_ptr<ShapeBackend>> MakeBorrowedCudnnShapeBackend(void* cudnn_handle);
 
 // Shared by the factories: the CPU backend, and the error for a name no build knows.
 std::unique_ptr<ShapeBackend> MakeCpuShapeBackend();

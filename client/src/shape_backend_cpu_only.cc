@@ -9,4 +9,8 @@ Result<std::unique_ptr<ShapeBackend>> MakeShapeBackend(std::string_view name) {
   return UnknownShapeBackend(name);
 }
 
+Result<std::unique_ptr<ShapeBackend>> MakeBorrowedCudnnShapeBackend(void* /*cudnn_handle*/) {
+  return Unavailable("backend: this build has no cuDNN backend");
+}
+
 }  // namespace ucudnn::client

@@ -7,6 +7,7 @@ Run through ctest (tests/python.cmake), which sets UCUDNN_LIBRARY and the tool's
 
 import contextlib
 import copy
+import ctypes
 import io
 import itertools
 import json
@@ -188,6 +189,52 @@ class OptionsTest(unittest.TestCase):
             context.workspace_size(shape)
         with self.assertRaisesRegex(_lib.ShapeError, "backend: unknown backend 'tpu'"):
             _lib.Context(_lib.load(), "tpu", "")
+
+    def test_cudnn_handle_choice(self):
+        with self.assertRaisesRegex(ValueError, "cudnn_handle must be one of framework, own"):
+            ut.convert(nn.Conv2d(1, 1, 1), cudnn_handle="mine")
+        model = ut.convert(nn.Conv2d(1, 1, 1), cudnn_handle="own", server="", cache_path="off")
+        self.assertEqual(model._ucudnn_runtime.cudnn_handle, "own")
+        loaded = pickle.loads(pickle.dumps(model))
+        self.assertEqual(loaded._ucudnn_runtime.cudnn_handle, "own", "a checkpoint keeps it")
+        self.assertEqual(ut.convert(nn.Conv2d(1, 1, 1), server="")._ucudnn_runtime.cudnn_handle,
+                         "framework")
+        # This PyTorch has no CUDA: nothing to borrow, each context makes its own.
+        self.assertIsNone(ut.framework_cudnn_handle())
+
+    def test_a_cudnn_handle_is_borrowed_only_from_the_one_cudnn_in_the_process(self):
+        maps = os.path.join(tempfile.mkdtemp(), "maps")
+        lines = [
+            "7f00-7f01 r-xp 00000000 08:01 11 /opt/venv/nvidia/cudnn/lib/libcudnn.so.9",
+            "7f01-7f02 r--p 00001000 08:01 11 /opt/venv/nvidia/cudnn/lib/libcudnn.so.9",
+            "7f02-7f03 r-xp 00000000 08:01 12 /opt/venv/nvidia/cudnn/lib/libcudnn_graph.so.9",
+            "7f03-7f04 rw-p 00000000 00:00 0 ",  # anonymous: five fields
+            "7f04-7f05 rw-p 00000000 00:00 0",
+            "7f05-7f06 r-xp 00000000 08:01 13 /usr/lib/libc.so.6",
+        ]
+        with open(maps, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.assertEqual(ut._cudnn_instances(maps),
+                         {os.path.realpath("/opt/venv/nvidia/cudnn/lib/libcudnn.so.9")})
+        with open(maps, "a") as f:  # the library's own copy beside PyTorch's
+            f.write("7f06-7f07 r-xp 00000000 08:01 14 /usr/local/cuda/lib64/libcudnn.so.9.14.0\n")
+        self.assertEqual(len(ut._cudnn_instances(maps)), 2)
+        self.assertIsNone(ut._cudnn_instances(maps + ".missing"))
+
+    def test_a_context_on_a_borrowed_handle_needs_the_cudnn_backend(self):
+        library = _lib.load()
+        self.assertIsNotNone(library.ShapeCreateOnHandle)
+        # "cpu" never borrows: its context is the CPU backend's whatever the handle.
+        context = _lib.Context(library, "cpu", "UCUDNN_CACHE_PATH=off", cudnn_handle=1234)
+        self.assertFalse(context.borrowed)
+        handle = ctypes.c_void_p()
+        self.assertEqual(library.ShapeCreateOnHandle(ctypes.byref(handle), None, b""),
+                         _lib.BAD_PARAM)
+        self.assertIn(b"cudnn_handle: must not be NULL", library._last_error())
+        # No GPU here: refused before the handle is read.
+        status = library.ShapeCreateOnHandle(ctypes.byref(handle), 1234, b"")
+        self.assertIn(status, (_lib.UNAVAILABLE,), library._last_error())
+        self.assertFalse(handle.value)
 
     def test_subclasses_are_left_alone(self):
         class Mine(nn.Conv2d):

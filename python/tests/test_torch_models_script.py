@@ -288,6 +288,13 @@ class CpuSuiteTest(unittest.TestCase):
             self.assertEqual(count([f"compiled_plan_cache={cache}"]), 2)
         self.assertEqual(torch_models.parse_row("convnext_tiny:amp::cold")[3], "cold")
         self.assertEqual(torch_models.OPTIONS_OF_VARIANT["cold"], ["compiled_plan_cache=off"])
+        # The machine's cache is the library's default path, where the stack's worker keeps the
+        # plans it compiled (core/src/files.cc UserCachePath).
+        machine = torch_models.OPTIONS_OF_VARIANT["machine"]
+        self.assertEqual(len(machine), 1)
+        self.assertTrue(machine[0].endswith("/ucudnn/compiled_plans"), machine)
+        self.assertEqual(torch_models.parse_row("resnet50:amp::own-handle")[3], "own-handle")
+        self.assertEqual(torch_models.OPTIONS_OF_VARIANT["own-handle"], ["cudnn_handle=own"])
 
     def test_each_run_compiles_from_scratch(self):
         seen = []

@@ -172,6 +172,10 @@ class Library:
         lib.ucudnnShapeLastError.restype = ctypes.c_char_p
         self._last_error = lib.ucudnnShapeLastError
         self._version = getattr(lib, "ucudnnShapeGetVersion", None)  # older libraries lack it
+        self.ShapeCreateOnHandle = getattr(lib, "ucudnnShapeCreateOnHandle", None)  # older: none
+        if self.ShapeCreateOnHandle is not None:
+            self.ShapeCreateOnHandle.argtypes = [ctypes.POINTER(void_p), void_p, ctypes.c_char_p]
+            self.ShapeCreateOnHandle.restype = ctypes.c_int
         self.ShapeGetKernelFrameworkWorkspace = getattr(  # older libraries lack it
             lib, "ucudnnShapeGetKernelFrameworkWorkspace", None)
         if self.ShapeGetKernelFrameworkWorkspace is not None:
@@ -211,14 +215,24 @@ def load():
 
 
 class Context:
-    """A ucudnnShapeContext_t: a session on `backend` ("cudnn": the current GPU; "cpu")."""
+    """A ucudnnShapeContext_t: a session on `backend` ("cudnn": the current GPU; "cpu"). On
+    "cudnn", `cudnn_handle` (a cudnnHandle_t as an int, of the same cuDNN library instance) is
+    the framework's handle the context borrows rather than making its own; None, or a library
+    without ucudnnShapeCreateOnHandle: its own. `borrowed` says which it got."""
 
-    def __init__(self, library, backend, options):
+    def __init__(self, library, backend, options, cudnn_handle=None):
         self._lib = library
         handle = ctypes.c_void_p()
-        library.check("ucudnnShapeCreate",
-                      library.ShapeCreate(ctypes.byref(handle), backend.encode(),
-                                          options.encode()))
+        self.borrowed = bool(cudnn_handle) and backend == "cudnn" and (
+            library.ShapeCreateOnHandle is not None)
+        if self.borrowed:
+            library.check("ucudnnShapeCreateOnHandle",
+                          library.ShapeCreateOnHandle(ctypes.byref(handle), cudnn_handle,
+                                                      options.encode()))
+        else:
+            library.check("ucudnnShapeCreate",
+                          library.ShapeCreate(ctypes.byref(handle), backend.encode(),
+                                              options.encode()))
         self.handle = handle
         self.backend = backend
 

@@ -8,7 +8,8 @@
 convert() swaps each torch.nn.Conv2d for a UcudnnConv2d in place (same parameters, buffers and
 state_dict keys: a converted model saves and loads like the original; unconvert() undoes it).
 Its forward, backward-data and backward-filter call the client library's shape-level C API on
-PyTorch's current CUDA stream (or, for CPU tensors, on the library's CPU backend), with the
+PyTorch's current CUDA stream and PyTorch's own cuDNN handle (or, for CPU tensors, on the
+library's CPU backend), with the
 workspace a plan asks for taken from PyTorch's caching allocator for the call and given back
 after it.
 
@@ -31,6 +32,7 @@ when convert() is called.
 
 import collections
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
@@ -54,7 +56,8 @@ _log = logging.getLogger(__name__)
 
 __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
            "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
-           "liveness_limits", "step_curve", "framework_benchmarks", "CONFIG_KEYS"]
+           "liveness_limits", "step_curve", "framework_benchmarks", "framework_cudnn_handle",
+           "CONFIG_KEYS"]
 
 # Keyword arguments of convert() and the variables they set (ClientConfig's names).
 CONFIG_KEYS = ("server", "token", "tls", "ca_file", "policy", "workspace_mode", "workspace_bytes",
@@ -162,13 +165,57 @@ _BUDGETS = ("auto", "fixed", "liveness", "allowance")
 
 
 # ---- the runtime of one convert() call -------------------------------------------------------------
+# at::native::getCudnnHandle(), exported by libtorch_cuda (ATen/cudnn/Handle.h) since PyTorch 1.x.
+_GET_CUDNN_HANDLE = "_ZN2at6native14getCudnnHandleEv"
+_CUDNN_HANDLE_CHOICES = ("framework", "own")
+_MAIN_CUDNN = re.compile(r"libcudnn\.so(\.\d+)*$")
+
+
+def _cudnn_instances(maps="/proc/self/maps"):
+    """The distinct cuDNN libraries (libcudnn.so*, not its sub-libraries) mapped into this
+    process, by real path; None where that cannot be read (not Linux)."""
+    try:
+        with open(maps) as f:
+            fields = [line.split(None, 5) for line in f]
+    except OSError:
+        return None
+    paths = {f[5].strip() for f in fields if len(f) == 6}
+    return {os.path.realpath(p) for p in paths if _MAIN_CUDNN.search(os.path.basename(p))}
+
+
+def framework_cudnn_handle():
+    """PyTorch's cuDNN handle of the calling thread on the current device, as an int, for the
+    library to run its plans on (it then adds no cuDNN handle of its own to the device: measured
+    on an H100, docs/torch-models.md); None where it cannot be borrowed safely: no CUDA build of
+    PyTorch loaded, no such symbol, or not exactly one cuDNN library in the process (a handle of
+    one instance passed to another would crash)."""
+    if not (torch.cuda.is_available() and torch.backends.cudnn.is_available()):
+        return None
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so")
+    try:
+        torch_cuda = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # only if loaded
+        get = getattr(torch_cuda, _GET_CUDNN_HANDLE)
+    except (OSError, AttributeError):
+        return None
+    instances = _cudnn_instances()
+    if instances is None or len(instances) != 1:
+        return None
+    get.argtypes = []
+    get.restype = ctypes.c_void_p
+    return get() or None
+
+
 class Runtime:
     """The contexts of one convert() call: one per device, made at its first convolution."""
 
-    def __init__(self, config, workspace_limit=0, min_layer_gain_us=None):
+    def __init__(self, config, workspace_limit=0, min_layer_gain_us=None,
+                 cudnn_handle="framework"):
         self.config = dict(config)
         self.options = _options(self.config)
         self.workspace_limit = workspace_limit
+        # "framework": the contexts run on PyTorch's cuDNN handle where it can be borrowed
+        # (framework_cudnn_handle()); "own": each makes its own.
+        self.cudnn_handle = cudnn_handle
         self.min_layer_gain_us = (MIN_LAYER_GAIN_US if min_layer_gain_us is None
                                   else min_layer_gain_us)
         # PyTorch benchmarks its own convolution at each job's first calls: a layer whose plans
@@ -236,7 +283,9 @@ class Runtime:
         if context is None:
             if device.type == "cuda":
                 with torch.cuda.device(device):
-                    context = _lib.Context(self.library, "cudnn", self.options)
+                    borrowed = (framework_cudnn_handle() if self.cudnn_handle == "framework"
+                                else None)
+                    context = _lib.Context(self.library, "cudnn", self.options, borrowed)
             elif device.type == "cpu":
                 context = _lib.Context(self.library, "cpu", self.options)
             else:
@@ -273,11 +322,11 @@ class Runtime:
     def __getstate__(self):
         kept = {k: v for k, v in self.config.items() if k not in _NOT_PICKLED}
         return {"config": kept, "workspace_limit": self.workspace_limit,
-                "min_layer_gain_us": self.min_layer_gain_us}
+                "min_layer_gain_us": self.min_layer_gain_us, "cudnn_handle": self.cudnn_handle}
 
     def __setstate__(self, state):
         self.__init__(state.get("config", {}), state["workspace_limit"],
-                      state.get("min_layer_gain_us"))
+                      state.get("min_layer_gain_us"), state.get("cudnn_handle", "framework"))
 
 
 _SUCCESS = _lib.SUCCESS
@@ -1015,7 +1064,8 @@ def _recheck_native_routes(module, args):
     return None
 
 
-def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
+def convert(model, workspace_limit=0, min_layer_gain_us=None, cudnn_handle="framework",
+            **config):
     """Runs every torch.nn.Conv2d of `model` (the model itself included) through ucudnn; the
     model is changed in place and returned. `config`: the library's options by their
     UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
@@ -1029,7 +1079,10 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
     step their saving counts as nothing (0 keeps every plan). Where PyTorch benchmarks, the
     planner gives a kernel's ties (within FRAMEWORK_MARGIN) to ucudnn, and a layer of a step
     that is not host-bound runs every plan it has (unless min_layer_gain_us is infinite): no
-    benchmark of PyTorch's runs in the job for it.
+    benchmark of PyTorch's runs in the job for it. `cudnn_handle`: "framework" (the default)
+    runs the plans on PyTorch's own cuDNN handle where it can be borrowed
+    (framework_cudnn_handle(); else as "own"), so that the library puts no handle of its own on
+    the device; "own" gives each device's context a handle of the library's.
     Subclasses of Conv2d are left as they are (their forward may do more than a
     convolution)."""
     if not isinstance(model, nn.Module):
@@ -1043,8 +1096,11 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, **config):
             not isinstance(min_layer_gain_us, (int, float)) or not min_layer_gain_us >= 0):
         raise ValueError(f"ucudnn.torch.convert: min_layer_gain_us must be a number >= 0, got "
                          f"{min_layer_gain_us!r}")
+    if cudnn_handle not in _CUDNN_HANDLE_CHOICES:
+        raise ValueError(f"ucudnn.torch.convert: cudnn_handle must be one of "
+                         f"{', '.join(_CUDNN_HANDLE_CHOICES)}, got {cudnn_handle!r}")
     config.setdefault("framework", framework_identity())
-    runtime = Runtime(config, workspace_limit, min_layer_gain_us)
+    runtime = Runtime(config, workspace_limit, min_layer_gain_us, cudnn_handle)
     custom_ops_available()  # registered now, not while torch.compile traces
     model._ucudnn_root_runtime = runtime
     if _recheck_native_routes not in model._forward_pre_hooks.values():

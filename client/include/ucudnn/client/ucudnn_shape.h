@@ -106,6 +106,14 @@ typedef struct ucudnnConvShape {
  * UCUDNN_WORKSPACE_BYTES, each kernel's limit is 64 MiB unless its calls give one. */
 ucudnnShapeStatus_t ucudnnShapeCreate(ucudnnShapeContext_t* context, const char* backend,
                                       const char* options);
+/* The same on the caller's cuDNN handle (a cudnnHandle_t of the calling thread's current GPU, from
+ * the same cuDNN library instance as this library's), which must outlive the context and which
+ * the context never destroys: a framework's own handle, so that the library adds no handle of its
+ * own to the device (its memory, its loaded kernels). Its stream is set at every call, since its
+ * owner sets its own between calls; its owner must not use it concurrently with a call of this
+ * context. UCUDNN_SHAPE_UNAVAILABLE in a build without the cuDNN backend. */
+ucudnnShapeStatus_t ucudnnShapeCreateOnHandle(ucudnnShapeContext_t* context, void* cudnn_handle,
+                                              const char* options);
 ucudnnShapeStatus_t ucudnnShapeDestroy(ucudnnShapeContext_t context);
 
 /* The workspace (bytes) the kernel's plan needs from the caller: 0 when it runs in the library's
