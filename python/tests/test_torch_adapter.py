@@ -947,10 +947,11 @@ class HostBoundTest(unittest.TestCase):
                                              os.path.join(directory, "h.json")}), \
                 _benchmark_kept(), mock.patch.object(ut, "step_is_host_bound") as measure:
             for bound in answers:
+                bound, step_ms = bound if isinstance(bound, tuple) else (bound, 2.0)
                 ut._restore_framework_search()  # the job before ended
                 torch.backends.cudnn.benchmark = True
                 measure.reset_mock()
-                measure.return_value = {"host_bound": bound, "host_ms": 1.0, "step_ms": 2.0,
+                measure.return_value = {"host_bound": bound, "host_ms": 1.0, "step_ms": step_ms,
                                         "allocator_syncs": 0}
                 answer = ut._step_host_bound(model, (x,), None, search)
                 self.assertEqual(measure.call_count, 0 if bound is None else 1, answer)
@@ -967,12 +968,22 @@ class HostBoundTest(unittest.TestCase):
         self.assertEqual(self._searching([True, True, None, None]), [
             (True, False, "heuristics"), (True, False, "heuristics-checked"),
             (True, False, "heuristics-checked"), (True, False, "heuristics-checked")])
-        # Not host-bound with the heuristics' choices: that job and the later ones benchmark.
+        # Not host-bound with the heuristics' choices and their step slower than the recorded
+        # one (2.0 ms): that job and the later ones benchmark.
         with self.assertLogs("ucudnn.torch", "WARNING") as logged:
-            self.assertEqual(self._searching([True, False, None]), [
+            self.assertEqual(self._searching([True, (False, 2.1), None]), [
                 (True, False, "heuristics"), (False, True, "benchmark"),
                 (True, True, "benchmark")])
-        self.assertIn("not host-bound with cuDNN's heuristic choices", logged.output[0])
+        self.assertIn("not host-bound with cuDNN's heuristic choices (1.0 ms launched in a 2.1 "
+                      "ms step, 2.0 ms with the recorded choices)", logged.output[0])
+        # Not host-bound with them, but as fast as the recorded step (within 2%): the layers
+        # run PyTorch's own with the heuristics' choices, and no later job searches.
+        self.assertEqual(self._searching([True, (False, 2.03), None]), [
+            (True, False, "heuristics"), (True, False, "heuristics-checked"),
+            (True, False, "heuristics-checked")])
+        self.assertTrue(ut.heuristics_keep_pace(51.8, 52.1))
+        self.assertFalse(ut.heuristics_keep_pace(53.2, 52.1))
+        self.assertFalse(ut.heuristics_keep_pace(1.0, None))
         # A step that is not host-bound keeps the benchmark; so does host_bound_search.
         self.assertEqual(self._searching([False, None]), [(False, True, None)] * 2)
         self.assertEqual(self._searching([True, None], search="benchmark"), [

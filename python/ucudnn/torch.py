@@ -372,6 +372,9 @@ MIN_LAYER_GAIN_US = 40.0
 # the H100 machine (docs/torch-models.md, calls 21-23): EfficientNet-B0 AMP 3-15% (host-bound: its
 # planned layer cost its step), ResNet-50 AMP and ConvNeXt-T 50-52%.
 HOST_BOUND_LAG = 0.25
+# A step with cuDNN's heuristic choices within this share of the step a host-bound record was
+# measured on keeps them (heuristics_keep_pace): the run-to-run spread of a device-bound step.
+HEURISTICS_MARGIN = 0.02
 
 
 def is_host_bound(host_s, total_s):
@@ -1241,8 +1244,9 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     (torch.backends.cudnn.benchmark = False, restored by the next prepare() or unconvert())
     where the step is host-bound, which spares the job's first step the benchmark of every
     kernel and costs its steps nothing (measured: _HOST_BOUND_SEARCHES; the machine's next job
-    checks that the step stays host-bound with the heuristics' choices, and keeps the benchmark
-    in later jobs where it does not); "benchmark" leaves the flag as it is.
+    checks that the step stays host-bound with the heuristics' choices, or at least as fast as
+    the step the answer was measured on (heuristics_keep_pace), and keeps the benchmark in later
+    jobs where it is neither); "benchmark" leaves the flag as it is.
     Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
     other budgets), "framework_fitted": the kernels whose liveness limit was raised to the
@@ -1496,8 +1500,8 @@ _HOST_BOUND_SEARCHES = ("heuristics", "benchmark")
 # algorithms in the machine's jobs. "heuristics": the benchmark turned off, the step measured
 # host-bound with the benchmark's choices (the job that measured it had run them already: PyTorch
 # keeps a kernel's first choice for the process), so the next job measures it with cuDNN's
-# heuristic choices; "heuristics-checked": host-bound with them too; "benchmark": not with them,
-# or a job that keeps the benchmark. A record without it (older) is "heuristics".
+# heuristic choices; "heuristics-checked": host-bound with them too, or as fast as the recorded
+# step (heuristics_keep_pace); "benchmark": neither, or a job that keeps the benchmark. A record without it (older) is "heuristics".
 _HOST_BOUND_NONE, _HOST_BOUND_NO, _HOST_BOUND_BENCHMARK, _HOST_BOUND_UNCHECKED, \
     _HOST_BOUND_CHECKED = -1, 0, 1, 2, 3
 _HOST_BOUND_CODES = {"benchmark": _HOST_BOUND_BENCHMARK, "heuristics": _HOST_BOUND_UNCHECKED,
@@ -1513,6 +1517,14 @@ def _host_bound_code(record):
     if not record["host_bound"]:
         return _HOST_BOUND_NO
     return _HOST_BOUND_CODES.get(record.get("framework_search"), _HOST_BOUND_UNCHECKED)
+
+
+def heuristics_keep_pace(step_ms, recorded_ms):
+    """Whether a step taken with cuDNN's heuristic choices (`step_ms`) is as fast as the one a
+    host-bound record was measured on (`recorded_ms`: with the plans, or PyTorch's benchmarked
+    choices; None: unknown, so no) within HEURISTICS_MARGIN."""
+    return (isinstance(recorded_ms, (int, float)) and recorded_ms > 0 and
+            step_ms <= recorded_ms * (1 + HEURISTICS_MARGIN))
 
 
 def _turn_off_framework_search():
@@ -1543,7 +1555,8 @@ def _step_host_bound(model, sample_inputs, loss_fn, search="heuristics"):
     measured steps (a memory-bound step's answer is not kept). With `search` "heuristics" and
     PyTorch benchmarking, a host-bound step turns the benchmark off (_HOST_BOUND_CODES: the job
     after the one that measured it measures it again with cuDNN's heuristic choices, and keeps
-    the benchmark where the step is not host-bound with them)."""
+    the benchmark where the step is neither host-bound with them nor as fast as the recorded
+    one)."""
     device = next(t.device for t in sample_inputs if torch.is_tensor(t))
     path = _host_bound_records_path()
     key = _host_bound_key(model, sample_inputs, loss_fn) if path else None
@@ -1565,12 +1578,22 @@ def _step_host_bound(model, sample_inputs, loss_fn, search="heuristics"):
         bound = step_is_host_bound(model, *sample_inputs, loss_fn=loss_fn)
         if bound["host_bound"]:
             return remember(dict(bound, framework_search="heuristics-checked"))
+        before = record.get("step_ms") if record else None
+        if heuristics_keep_pace(bound["step_ms"], before):
+            # Device-bound with the heuristics' choices, but their step is the recorded one's
+            # (the plans', or PyTorch's benchmarked choices): the layers run PyTorch's own with
+            # them, and no job searches (ConvNeXt-T on an H100: 51.8 ms against 52.1 with the
+            # plans, docs/torch-models.md session 32).
+            return remember(dict(bound, host_bound=True, framework_search="heuristics-checked",
+                                 recorded_step_ms=before))
         # Slower with the heuristics' choices than the step the record was measured on: later
         # jobs keep the benchmark; this one keeps the choices made (PyTorch's, for the process).
         _restore_framework_search()
         _log.warning("ucudnn.torch: the step is not host-bound with cuDNN's heuristic choices "
-                     "(%.1f ms launched in a %.1f ms step): PyTorch's benchmark stays on in this "
-                     "machine's later jobs", bound["host_ms"], bound["step_ms"])
+                     "(%.1f ms launched in a %.1f ms step, %s ms with the recorded choices): "
+                     "PyTorch's benchmark stays on in this machine's later jobs",
+                     bound["host_ms"], bound["step_ms"],
+                     "?" if before is None else f"{before:.1f}")
         remember(dict(record or {}, host_bound=True, framework_search="benchmark",
                       allocator_syncs=bound["allocator_syncs"]))
         return bound
