@@ -188,7 +188,10 @@ def framework_cudnn_handle():
     library to run its plans on (it then adds no cuDNN handle of its own to the device: measured
     on an H100, docs/torch-models.md); None where it cannot be borrowed safely: no CUDA build of
     PyTorch loaded, no such symbol, or not exactly one cuDNN library in the process (a handle of
-    one instance passed to another would crash)."""
+    one instance passed to another would crash). The handle is the calling thread's: the
+    library's calls from autograd's thread use it while that thread waits on the backward pass,
+    as a training loop does; a job whose thread runs other cuDNN work of PyTorch's meanwhile
+    converts with cudnn_handle="own"."""
     if not (torch.cuda.is_available() and torch.backends.cudnn.is_available()):
         return None
     path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so")
