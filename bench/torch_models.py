@@ -416,6 +416,7 @@ def run_one(args):
     if cuda:
         free, total = torch.cuda.mem_get_info(device)
         baseline_used = total - free  # the CUDA context and whatever else is on the card
+        baseline_outside = baseline_used - torch.cuda.memory_reserved(device)
         stages.append(memory_stage(torch, device, "ready", baseline_used))
     ut = None
     prepare_s = 0.0
@@ -537,7 +538,7 @@ def run_one(args):
             # that before the model: the CUDA modules loaded (PyTorch's kernels and cuDNN's), the
             # cuDNN handles, the library's own. With steady_max_memory_reserved_mib it tells a
             # peak's difference of allocator layout from one of the library's context.
-            "device_outside_allocator_mib": (max(outside) - stages[0][1] * 2**20) / 2**20,
+            "device_outside_allocator_mib": (max(outside) - baseline_outside) / 2**20,
             "memory_stages": stages,
         })
         # After the timed steps: the device's work per step, which a host-bound step's time

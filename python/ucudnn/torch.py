@@ -1253,8 +1253,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
     used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
     other budgets), "framework_fitted": the kernels whose liveness limit was raised to the
-    workspace of PyTorch's own, faster than their plan (_framework_fit_limit), "host_bound": step_is_host_bound()'s answer, or {"host_bound": the value
-    given} ({"host_bound": True, "assumed": "compiled"} for a compiled model), or None when not
+    workspace of PyTorch's own, faster than their plan (_framework_fit_limit), "host_bound":
+    step_is_host_bound()'s answer, or {"host_bound": the value given} ({"host_bound": True, "assumed": "compiled"} for a compiled model), or None when not
     measured (a host-bound answer's "framework_search": _HOST_BOUND_CODES), "compiled": whether
     `model` was torch.compile's, "cudnn_benchmark": torch.backends.cudnn.benchmark after it,
     "seconds": {"budgets": the memory
@@ -1504,7 +1504,8 @@ _HOST_BOUND_SEARCHES = ("heuristics", "benchmark")
 # host-bound with the benchmark's choices (the job that measured it had run them already: PyTorch
 # keeps a kernel's first choice for the process), so the next job measures it with cuDNN's
 # heuristic choices; "heuristics-checked": host-bound with them too, or as fast as the recorded
-# step (heuristics_keep_pace); "benchmark": neither, or a job that keeps the benchmark. A record without it (older) is "heuristics".
+# step (heuristics_keep_pace); "benchmark": neither, or a job that keeps the benchmark. A record
+# without it (older) is "heuristics".
 _HOST_BOUND_NONE, _HOST_BOUND_NO, _HOST_BOUND_BENCHMARK, _HOST_BOUND_UNCHECKED, \
     _HOST_BOUND_CHECKED = -1, 0, 1, 2, 3
 _HOST_BOUND_CODES = {"benchmark": _HOST_BOUND_BENCHMARK, "heuristics": _HOST_BOUND_UNCHECKED,
