@@ -53,7 +53,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 from ucudnn import _cache  # noqa: E402  (no PyTorch, no library loaded)
 
-# model -> (family, default batch). torchvision's constructors with weights=None.
+# model -> (family, default batch). torchvision's constructors with weights=None; "timm-NAME" is
+# timm.create_model(NAME, pretrained=False) where timm is installed (the GPU machine's PyTorch).
 MODELS = {
     "resnet50": ("residual", 256),
     "vgg16": ("plain", 128),
@@ -63,7 +64,26 @@ MODELS = {
     "convnext_tiny": ("7x7 depthwise", 128),
     "resnext50_32x4d": ("grouped", 128),
     "regnet_y_1_6gf": ("grouped", 128),
+    # Issue 37's wider list: families no session tuned the adapter on.
+    "shufflenet_v2_x1_0": ("channel shuffle", 256),
+    "googlenet": ("inception", 128),
+    "mnasnet1_0": ("searched inverted-residual", 128),
+    "efficientnet_v2_s": ("fused inverted-residual", 96),
+    "wide_resnet50_2": ("wide residual", 128),
+    "squeezenet1_1": ("fire", 256),
+    "timm-cspresnet50": ("cross-stage partial", 128),
+    "timm-dla34": ("deep layer aggregation", 128),
+    "timm-res2net50_26w_4s": ("multi-scale residual", 128),
+    "timm-ghostnet_100": ("ghost", 256),
+    "timm-repvgg_a2": ("re-parameterised plain", 128),
+    "timm-dpn68": ("dual path", 128),
+    "timm-rexnet_100": ("rank-expansion", 128),
+    "timm-hrnet_w18_small": ("high-resolution", 96),
 }
+# issue 37's fixed list (one row each, AMP): at least 10 families, most never tuned on.
+WIDE_ROWS = ("resnet50", "convnext_tiny", "shufflenet_v2_x1_0", "googlenet", "mnasnet1_0",
+             "efficientnet_v2_s", "wide_resnet50_2", "timm-cspresnet50", "timm-dla34",
+             "timm-res2net50_26w_4s", "timm-ghostnet_100", "timm-repvgg_a2")
 PRECISIONS = ("fp32", "amp")
 COMPILE_MODES = ("", "default", "reduce-overhead")
 # How long a measured converted run's prepare() may wait for its plans.
@@ -333,7 +353,6 @@ def parse_row(text):
 def build(args):
     """(torch, model, data, labels, device, amp dtype or None, memory format)."""
     import torch
-    import torchvision
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -343,7 +362,7 @@ def build(args):
     torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     batch = args.batch or MODELS[args.model][1]
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=1000).to(device)
+    model = make_model(args.model).to(device)
     generator = torch.Generator().manual_seed(args.seed + 1)
     data = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator)
     labels = torch.randint(0, 1000, (batch,), generator=generator)
@@ -354,6 +373,16 @@ def build(args):
         model = model.to(memory_format=torch.channels_last)
         data = data.contiguous(memory_format=torch.channels_last)
     return torch, model, data, labels, device, amp, batch
+
+
+def make_model(name):
+    """The model of a MODELS name, random weights, 1000 classes, in training mode."""
+    if name.startswith("timm-"):
+        import timm
+        return timm.create_model(name[len("timm-"):], pretrained=False, num_classes=1000)
+    import torchvision
+    kwargs = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
+    return torchvision.models.get_model(name, weights=None, num_classes=1000, **kwargs)
 
 
 def training_step(torch, model, net, device, amp):
@@ -398,6 +427,13 @@ def load_adapter():
     return ut
 
 
+def adapter_modules():
+    """The adapter's modules FirstCalls times the entry points of: (conv, autograd, custom_ops,
+    module)."""
+    from ucudnn.torch import autograd, conv, custom_ops, module
+    return conv, autograd, custom_ops, module
+
+
 def run_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
 
@@ -430,7 +466,8 @@ def run_one(args):
         probe = convert(loaded, torch.nn.Conv2d(3, 3, 1).to(device), args)
         with torch.no_grad():
             probe(torch.randn(1, 3, 8, 8, device=device))
-        library_loaded = {"path": loaded._lib.load().path,
+        from ucudnn import _lib
+        library_loaded = {"path": _lib.load().path,
                           "kernels": loaded.stats(probe)["kernels"]}
     if args.mode == "ucudnn":
         ut = load_adapter()
@@ -445,7 +482,7 @@ def run_one(args):
         # call (a diagnostic run: each op synchronised, and the step taken as not host-bound,
         # which the syncs would fake).
         if os.environ.get("UCUDNN_BENCH_FIRST_CALLS") == "1" and cuda:
-            first_calls = FirstCalls(torch, ut).__enter__()
+            first_calls = FirstCalls(torch, adapter_modules()).__enter__()
         with autocast(torch, device, amp):
             prepared = ut.prepare(net, data, wait_ms=int(args.prepare_wait_s * 1000),
                                   budget=args.budget,
@@ -595,7 +632,8 @@ def context_memory_one(args):
     library = _lib.load()
     stage("library loaded")
     given = dict(option.split("=", 1) for option in args.option)
-    options = ut._options({k: v for k, v in given.items() if k != "cudnn_handle"})
+    from ucudnn.torch.options import library_options
+    options = library_options({k: v for k, v in given.items() if k != "cudnn_handle"})
     borrowed = ut.framework_cudnn_handle()
     shape = _lib.ConvShape(_lib.FORWARD, 8, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1,
                            _lib.FLOAT, _lib.NCHW, _lib.MATH_DEFAULT)
@@ -660,7 +698,7 @@ def memory_trace(torch, ut, model, step, data, labels, before):
 class FirstCalls:
     """UCUDNN_BENCH_FIRST_CALLS: times each convolution op of the adapter while active (prepare()
     and the first step of a run), the device
-    synchronised around it: the library's plan runs (_Conv.run: a plan's first call builds its
+    synchronised around it: the library's plan runs (LayerConv.run: a plan's first call builds its
     execution plan, compiling a runtime-compiled engine) apart from the whole op (PyTorch's own
     where no plan runs: its first call searches). summary(): seconds by kind and the slowest
     calls."""
@@ -686,11 +724,17 @@ class FirstCalls:
         setattr(owner, name, timed)
 
     def __enter__(self):
-        ut = self.ut
-        self._wrap(ut._Conv, "run", "plan", lambda conv, op, *_: (op, conv.dims, conv.groups))
-        self._wrap(ut, "_forward", "forward op", lambda x, w, conv: (0, conv.dims, conv.groups))
-        self._wrap(ut, "_backward", "backward op",
-                   lambda conv, *_: ("bwd", conv.dims, conv.groups))
+        # The adapter's three entry points, wherever a module of the package calls them (each
+        # imports them by name): LayerConv.run (a plan's call), the forward and backward ops.
+        conv, autograd, custom_ops, module = self.ut
+        self._wrap(conv.LayerConv, "run", "plan",
+                   lambda layer, op, *_: (op, layer.dims, layer.groups))
+        for owner in (autograd, custom_ops, module):
+            self._wrap(owner, "conv_forward", "forward op",
+                       lambda x, w, layer: (0, layer.dims, layer.groups))
+        for owner in (autograd, custom_ops):
+            self._wrap(owner, "conv_backward", "backward op",
+                       lambda layer, *_: ("bwd", layer.dims, layer.groups))
         return self
 
     def __exit__(self, *exc):
@@ -1020,11 +1064,12 @@ def predicted_conv_ms(ut, model, profile):
     where a plan runs it, else at PyTorch's own time. {"predicted_ms", "predicted_forward_ms"
     (the forward calls' share), "framework_ms" and "framework_forward_ms" (every call at
     PyTorch's own), "planned_calls", "unknown_calls" (no figure: counted as 0)}."""
+    from ucudnn import _lib
     rows = {(row["op"], tuple(row["dims"]), row["groups"]): row for row in ut.report(model)}
     out = {"predicted_ms": 0.0, "predicted_forward_ms": 0.0, "framework_ms": 0.0,
            "framework_forward_ms": 0.0, "planned_calls": 0, "unknown_calls": 0}
     for key, _, _ in profile["calls"]:
-        shape = ut._lib.ConvShape(*key)
+        shape = _lib.ConvShape(*key)
         dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
         row = rows.get((shape.op, dims, shape.groups), {})
         framework = row.get("framework_ms") or 0.0
@@ -1032,7 +1077,7 @@ def predicted_conv_ms(ut, model, profile):
         ms = row["predicted_ms"] if planned else framework
         out["predicted_ms"] += ms
         out["framework_ms"] += framework
-        if shape.op == ut._lib.FORWARD:
+        if shape.op == _lib.FORWARD:
             out["predicted_forward_ms"] += ms
             out["framework_forward_ms"] += framework
         out["planned_calls"] += planned
