@@ -140,6 +140,9 @@ def parse_args(argv):
     run.add_argument("--cudnn-benchmark", default="on", choices=("on", "off"),
                      help="torch.backends.cudnn.benchmark for the run (off: cuDNN's heuristics "
                      "choose each convolution's algorithm, nothing searched in the first step)")
+    run.add_argument("--route", default="auto", choices=("auto", "measure", "rule"),
+                     help="ucudnn: prepare()'s route decision (the suite's warm-up: rule, so "
+                     "that no route is recorded while the worker shares the GPU)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -215,6 +218,9 @@ def parse_args(argv):
                        "waiting this long for every plan (the worker benchmarks cold kernels "
                        "meanwhile), then one that times PyTorch's own on the idle GPU")
     suite.add_argument("--run-timeout-s", type=float, default=240.0)
+    suite.add_argument("--converted-wait-s", type=float, default=CONVERTED_WAIT_S,
+                       help="how long a converted job's prepare() and the server may wait for "
+                       "plans (0 with no worker running: what is missing runs PyTorch's own)")
     suite.add_argument("--deadline-s", type=float, default=0.0,
                        help="stop starting rows after this many seconds (0: none)")
     suite.add_argument("--python", default=sys.executable)
@@ -485,7 +491,7 @@ def run_one(args):
             first_calls = FirstCalls(torch, adapter_modules()).__enter__()
         with autocast(torch, device, amp):
             prepared = ut.prepare(net, data, wait_ms=int(args.prepare_wait_s * 1000),
-                                  budget=args.budget,
+                                  budget=args.budget, route=args.route,
                                   measure_framework=not args.no_measure_framework,
                                   **({"host_bound": False} if first_calls else {}))
         prepare_s = time.monotonic() - start
@@ -881,7 +887,7 @@ def calls_per_step(before, after, steps):
     any other that moved); and the layers on the native route at the end (a gauge: their calls
     there are counted nowhere)."""
     per_step = {k: (after[k] - before.get(k, 0)) / steps for k in after
-                if k != "native_route_layers" and (
+                if k != "native_route_layers" and isinstance(after[k], (int, float)) and (
                     k in ("planned_calls", "fallback_calls", "framework_calls") or
                     after[k] != before.get(k, 0))}
     if "native_route_layers" in after:
@@ -1209,6 +1215,8 @@ def run_process(args, name, run_args, timeout_s=None):
         # as its compiled plans: filled by its first converted run of each step.
         env = dict(os.environ)
         env.setdefault("UCUDNN_HOST_BOUND_CACHE", os.path.join(args.runs_dir, "host_bound.json"))
+        # And its own route decisions: a row's first converted job decides, the others apply.
+        env.setdefault("UCUDNN_ROUTE_CACHE", os.path.join(args.runs_dir, "routes.json"))
         # Each run compiles from scratch: torch.compile's caches (inductor's FX graphs, Triton's
         # kernels) are per user and machine, so a run after another of the same graph would
         # load its compilation (call 73: a converted compiled run after its native one).
@@ -1239,6 +1247,16 @@ def host_bound_of(run):
         ", heuristics" if prepared.get("cudnn_benchmark") is False else "")
 
 
+def route_of(run):
+    """A converted run's step route from prepare() ("plans (measured)", "native (recorded)", ...)
+    with its reason, None where prepare() gave none (native runs)."""
+    decided = (run.get("prepare") or {}).get("route")
+    if not isinstance(decided, dict):
+        return None
+    return {"route": decided.get("route"), "source": decided.get("source"),
+            "why": decided.get("why")}
+
+
 def summarise(side):
     """Median over a side's runs of each run's figures."""
     good = [r for r in side if "median_step_ms" in r]
@@ -1263,6 +1281,7 @@ def summarise(side):
         "device_ms": med("device_ms_per_step"),
         "compiled_plans_at_start": [r.get("compiled_plans_at_start") for r in good],
         "host_bound": [host_bound_of(r) for r in good],
+        "routes": [route_of(r) for r in good],
     }
     last = good[-1]
     if "calls_per_step" in last:
@@ -1290,6 +1309,7 @@ def warm_up(args, converted_options):
                 run_args += ["--batch", str(args.batch)]
             if not measure_framework:
                 run_args.append("--no-measure-framework")
+            run_args += ["--route", "rule"]  # routes are decided by the measured jobs
             result = run_process(args, tag, run_args + warm_options(args.warm_wait_s),
                                  timeout_s=args.warm_wait_s + args.run_timeout_s)
             if "error" in result:
@@ -1323,7 +1343,7 @@ def run_suite(args):
         mode = ["--mode", "native", "--with-library"] if variant == "library" else [
             "--mode", "ucudnn"]
         converted = mode + [f"--option={o}" for o in converted_options] + (
-            warm_options(CONVERTED_WAIT_S)) + (
+            warm_options(args.converted_wait_s)) + (
             [f"--option={o}" for o in OPTIONS_OF_VARIANT.get(variant, [])]) + (
             ["--budget", "liveness"] if variant == "liveness" else []) + (
             ["--min-layer-gain-us", MIN_LAYER_GAIN_OF_VARIANT[variant]]
@@ -1390,6 +1410,11 @@ def run_suite(args):
             # Per converted run: whether prepare() found the step host-bound (every layer whose
             # plans only save device time then runs PyTorch's own), and whether remembered.
             "converted_host_bound": conv["host_bound"],
+            # Per converted job: the step's route prepare() took, where from and why (the first
+            # job measures and records it, the others apply the record).
+            "converted_routes": conv["routes"],
+            # Per job pair (alternating native and converted jobs): native's step over converted's.
+            "ratios_by_job": [n / c for n, c in zip(native["runs_ms"], conv["runs_ms"])],
             # The first step's loss is the same function of the same weights and data.
             "loss_native_first": native["losses"][0], "loss_converted_first": conv["losses"][0],
             "loss_native_last": native["losses"][-1], "loss_converted_last": conv["losses"][-1],
