@@ -151,11 +151,18 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
             # PyTorch's own is timed once this job's problems are benchmarked (a warm cluster:
             # at once, and nothing to time): a worker may be benchmarking them on this very
             # device (the README's stack, a cluster's first job), and times taken meanwhile are
-            # the shared device's (VGG-16 fp32's: 2x; docs/torch-models.md, session 29). Where
-            # the plans are not all in by wait_ms, the times decide for this process alone.
-            quiet = runtime.has_server() and wait_planned(runtime, context, shapes, wait_ms)
-            not_shared = measure_framework_times(runtime, context, device, shapes, share=quiet)
-            measured += len(not_shared[1]) if not_shared else 0
+            # the shared device's (VGG-16 fp32's: 2x on an H100). Without a server the times
+            # decide for this process alone.
+            server = runtime.has_server()
+            quiet = server and wait_planned(runtime, context, shapes, wait_ms)
+            # With a server whose worker has not benchmarked every problem yet (a model new to
+            # the cluster), nothing is timed: the times would decide for this job alone, every
+            # such job would pay them again (8-20 s of a start on an H200, cspresnet50 and
+            # mnasnet1_0 at batch 64), and the step's route measures what the plans give.
+            if quiet or not server:
+                not_shared = measure_framework_times(runtime, context, device, shapes,
+                                                     share=quiet)
+                measured += len(not_shared[1]) if not_shared else 0
         context.wait_for_plans(wait_ms)
         if not_shared and not not_shared[0]:
             decide_locally(runtime, context, not_shared[1])
