@@ -79,7 +79,8 @@ def model_rows(data):
             continue
         if row.get("ratio") is None:
             continue
-        mode = row.get("compiled") or "eager"
+        compiled = row.get("compiled")
+        mode = "eager" if not compiled else "compiled" if compiled == "default" else compiled
         key = f"{_label(row['model'] + ':' + row['precision'])}, {mode}"
         if key not in rows or row.get("call", 0) >= rows[key].get("call", 0):
             rows[key] = row

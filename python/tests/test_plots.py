@@ -86,7 +86,7 @@ class PlotTest(unittest.TestCase):
     def test_torch_models_picks_plain_rows_latest_call(self):
         import plots
         rows = plots.model_rows(TORCH_MODELS)
-        self.assertEqual(list(rows), ["resnet50 AMP, eager", "resnet50 AMP, default"])
+        self.assertEqual(list(rows), ["resnet50 AMP, eager", "resnet50 AMP, compiled"])
         self.assertEqual(rows["resnet50 AMP, eager"]["call"], 5)
 
     def test_bad_json_is_named_not_a_traceback(self):
