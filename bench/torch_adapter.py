@@ -195,10 +195,11 @@ def run_one(args):
         ut.convert(model, **options)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
             ut.prepare(model, data, wait_ms=int(args.prepare_wait_s * 1000))
-        # The time in the adapter's library calls from here on (_Conv.run: kernel handle,
+        # The time in the adapter's library calls from here on (LayerConv.run: kernel handle,
         # stream, workspace, the C call with the library's cuDNN launches; issued
         # asynchronously). Its overhead against PyTorch's own convolution: the overhead run.
-        original_run = ut._Conv.run
+        from ucudnn.torch.conv import LayerConv
+        original_run = LayerConv.run
 
         def timed_run(self, *a):
             start = time.perf_counter()
@@ -208,7 +209,7 @@ def run_one(args):
                 host["seconds"] += time.perf_counter() - start
                 host["calls"] += 1
 
-        ut._Conv.run = timed_run
+        LayerConv.run = timed_run
 
     losses, step_ms, ends, host_ms = [], [], [], []
     for _ in range(args.steps):
@@ -298,6 +299,8 @@ def overhead_one(args):
     import torch
     from torch import nn
     import ucudnn.torch as ut
+    from ucudnn import _lib
+    from ucudnn.torch.module import layer_convs
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -365,7 +368,7 @@ def overhead_one(args):
         # here (the decision needs PyTorch's timings from a cluster) and held for the run: the
         # native route from its next call on. The layer is the model here, so its once-a-step
         # hook (_recheck_native_routes) is in every call measured.
-        for conv in ut._convs(converted):
+        for conv in layer_convs(converted):
             conv.framework_layer, conv.layer_recheck = True, float("inf")
     native_us, converted_us, differences = [], [], []
     gc.collect()
@@ -392,7 +395,7 @@ def overhead_one(args):
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "adapter": os.path.dirname(ut.__file__),
-        "library": ut._lib.load().path,
+        "library": _lib.load().path,
         "clock": "thread CPU time" if device.type == "cpu" else "wall time",
         "library_calls_per_layer_step": LIBRARY_CALLS_PER_LAYER_STEP,
         "native_us_per_layer_step": statistics.median(native_us),

@@ -20,7 +20,7 @@ import torch
 # The adapter's helpers for PyTorch's own op of a kernel (python/ on the path; the library itself
 # is not loaded).
 from ucudnn import _lib
-from ucudnn import torch as ut
+from ucudnn.torch import measure as ut_measure
 
 OPS = {"fwd": _lib.FORWARD, "bwd_data": _lib.BACKWARD_DATA, "bwd_filter": _lib.BACKWARD_FILTER}
 
@@ -90,17 +90,18 @@ def main(argv=None):
         sys.exit("torch_conv_trace.py: needs a CUDA device")
     torch.backends.cudnn.benchmark = True
     device = torch.device("cuda")
-    flush = ut._l2_flusher(device)
+    flush = ut_measure.l2_flusher(device)
     rows = []
     for shape in args.shape:
         for op in args.op or OPS:
             kernel = conv_shape(shape, op, args.batch, args.precision)
-            operands = ut._operands(kernel, device)
-            ms, spread = ut._time_framework(kernel, device, args.repeats, operands)
-            flushed, _ = ut._time_framework(kernel, device, args.repeats, operands, flush=flush)
+            operands = ut_measure.operands_of(kernel, device)
+            ms, spread = ut_measure.time_framework(kernel, device, args.repeats, operands)
+            flushed, _ = ut_measure.time_framework(kernel, device, args.repeats, operands,
+                                                   flush=flush)
             row = {"shape": shape, "op": op, "precision": args.precision, "batch": args.batch,
                    "ms": ms, "spread_ms": spread, "ms_l2_flushed": flushed,
-                   "kernels": device_kernels(ut._framework_call(kernel, *operands))}
+                   "kernels": device_kernels(ut_measure.framework_call(kernel, *operands))}
             print(f"{shape['name']} {op}: {row['ms']:.4f} ms ({row['ms_l2_flushed']:.4f} flushed); "
                   + "; ".join(f"{k['name'][:90]} {k['us_per_call']:.1f} us"
                               for k in row["kernels"][:3]), flush=True)

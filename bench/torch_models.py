@@ -56,7 +56,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 from ucudnn import _cache  # noqa: E402  (no PyTorch, no library loaded)
 
-# model -> (family, default batch). torchvision's constructors with weights=None.
+# model -> (family, default batch). torchvision's constructors with weights=None; "timm-NAME" is
+# timm.create_model(NAME, pretrained=False) where timm is installed (the GPU machine's PyTorch).
 MODELS = {
     "resnet50": ("residual", 256),
     "vgg16": ("plain", 128),
@@ -66,7 +67,26 @@ MODELS = {
     "convnext_tiny": ("7x7 depthwise", 128),
     "resnext50_32x4d": ("grouped", 128),
     "regnet_y_1_6gf": ("grouped", 128),
+    # Issue 37's wider list: families no session tuned the adapter on.
+    "shufflenet_v2_x1_0": ("channel shuffle", 256),
+    "googlenet": ("inception", 128),
+    "mnasnet1_0": ("searched inverted-residual", 128),
+    "efficientnet_v2_s": ("fused inverted-residual", 96),
+    "wide_resnet50_2": ("wide residual", 128),
+    "squeezenet1_1": ("fire", 256),
+    "timm-cspresnet50": ("cross-stage partial", 128),
+    "timm-dla34": ("deep layer aggregation", 128),
+    "timm-res2net50_26w_4s": ("multi-scale residual", 128),
+    "timm-ghostnet_100": ("ghost", 256),
+    "timm-repvgg_a2": ("re-parameterised plain", 128),
+    "timm-dpn68": ("dual path", 128),
+    "timm-rexnet_100": ("rank-expansion", 128),
+    "timm-hrnet_w18_small": ("high-resolution", 96),
 }
+# issue 37's fixed list (one row each, AMP): at least 10 families, most never tuned on.
+WIDE_ROWS = ("resnet50", "convnext_tiny", "shufflenet_v2_x1_0", "googlenet", "mnasnet1_0",
+             "efficientnet_v2_s", "wide_resnet50_2", "timm-cspresnet50", "timm-dla34",
+             "timm-res2net50_26w_4s", "timm-ghostnet_100", "timm-repvgg_a2")
 PRECISIONS = ("fp32", "amp")
 COMPILE_MODES = ("", "default", "reduce-overhead")
 # How long a measured converted run's prepare() may wait for its plans.
@@ -123,6 +143,9 @@ def parse_args(argv):
     run.add_argument("--cudnn-benchmark", default="on", choices=("on", "off"),
                      help="torch.backends.cudnn.benchmark for the run (off: cuDNN's heuristics "
                      "choose each convolution's algorithm, nothing searched in the first step)")
+    run.add_argument("--route", default="auto", choices=("auto", "measure", "rule"),
+                     help="ucudnn: prepare()'s route decision (the suite's warm-up: rule, so "
+                     "that no route is recorded while the worker shares the GPU)")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -200,6 +223,9 @@ def parse_args(argv):
                        "waiting this long for every plan (the worker benchmarks cold kernels "
                        "meanwhile), then one that times PyTorch's own on the idle GPU")
     suite.add_argument("--run-timeout-s", type=float, default=240.0)
+    suite.add_argument("--converted-wait-s", type=float, default=CONVERTED_WAIT_S,
+                       help="how long a converted job's prepare() and the server may wait for "
+                       "plans (0 with no worker running: what is missing runs PyTorch's own)")
     suite.add_argument("--deadline-s", type=float, default=0.0,
                        help="stop starting rows after this many seconds (0: none)")
     suite.add_argument("--python", default=sys.executable)
@@ -338,7 +364,6 @@ def parse_row(text):
 def build(args):
     """(torch, model, data, labels, device, amp dtype or None, memory format)."""
     import torch
-    import torchvision
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -348,7 +373,7 @@ def build(args):
     torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     batch = args.batch or MODELS[args.model][1]
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=1000).to(device)
+    model = make_model(args.model).to(device)
     generator = torch.Generator().manual_seed(args.seed + 1)
     data = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator)
     labels = torch.randint(0, 1000, (batch,), generator=generator)
@@ -359,6 +384,16 @@ def build(args):
         model = model.to(memory_format=torch.channels_last)
         data = data.contiguous(memory_format=torch.channels_last)
     return torch, model, data, labels, device, amp, batch
+
+
+def make_model(name):
+    """The model of a MODELS name, random weights, 1000 classes, in training mode."""
+    if name.startswith("timm-"):
+        import timm
+        return timm.create_model(name[len("timm-"):], pretrained=False, num_classes=1000)
+    import torchvision
+    kwargs = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
+    return torchvision.models.get_model(name, weights=None, num_classes=1000, **kwargs)
 
 
 def training_step(torch, model, net, device, amp):
@@ -403,6 +438,13 @@ def load_adapter():
     return ut
 
 
+def adapter_modules():
+    """The adapter's modules FirstCalls times the entry points of: (conv, autograd, custom_ops,
+    module)."""
+    from ucudnn.torch import autograd, conv, custom_ops, module
+    return conv, autograd, custom_ops, module
+
+
 def run_one(args):
     torch, model, data, labels, device, amp, batch = build(args)
 
@@ -435,7 +477,8 @@ def run_one(args):
         probe = convert(loaded, torch.nn.Conv2d(3, 3, 1).to(device), args)
         with torch.no_grad():
             probe(torch.randn(1, 3, 8, 8, device=device))
-        library_loaded = {"path": loaded._lib.load().path,
+        from ucudnn import _lib
+        library_loaded = {"path": _lib.load().path,
                           "kernels": loaded.stats(probe)["kernels"]}
     if args.mode == "ucudnn":
         ut = load_adapter()
@@ -450,10 +493,10 @@ def run_one(args):
         # call (a diagnostic run: each op synchronised, and the step taken as not host-bound,
         # which the syncs would fake).
         if os.environ.get("UCUDNN_BENCH_FIRST_CALLS") == "1" and cuda:
-            first_calls = FirstCalls(torch, ut).__enter__()
+            first_calls = FirstCalls(torch, adapter_modules()).__enter__()
         with autocast(torch, device, amp):
             prepared = ut.prepare(net, data, wait_ms=int(args.prepare_wait_s * 1000),
-                                  budget=args.budget,
+                                  budget=args.budget, route=args.route,
                                   measure_framework=not args.no_measure_framework,
                                   **({"host_bound": False} if first_calls else {}))
         prepare_s = time.monotonic() - start
@@ -600,7 +643,8 @@ def context_memory_one(args):
     library = _lib.load()
     stage("library loaded")
     given = dict(option.split("=", 1) for option in args.option)
-    options = ut._options({k: v for k, v in given.items() if k != "cudnn_handle"})
+    from ucudnn.torch.options import library_options
+    options = library_options({k: v for k, v in given.items() if k != "cudnn_handle"})
     borrowed = ut.framework_cudnn_handle()
     shape = _lib.ConvShape(_lib.FORWARD, 8, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1,
                            _lib.FLOAT, _lib.NCHW, _lib.MATH_DEFAULT)
@@ -665,7 +709,7 @@ def memory_trace(torch, ut, model, step, data, labels, before):
 class FirstCalls:
     """UCUDNN_BENCH_FIRST_CALLS: times each convolution op of the adapter while active (prepare()
     and the first step of a run), the device
-    synchronised around it: the library's plan runs (_Conv.run: a plan's first call builds its
+    synchronised around it: the library's plan runs (LayerConv.run: a plan's first call builds its
     execution plan, compiling a runtime-compiled engine) apart from the whole op (PyTorch's own
     where no plan runs: its first call searches). summary(): seconds by kind and the slowest
     calls."""
@@ -691,11 +735,17 @@ class FirstCalls:
         setattr(owner, name, timed)
 
     def __enter__(self):
-        ut = self.ut
-        self._wrap(ut._Conv, "run", "plan", lambda conv, op, *_: (op, conv.dims, conv.groups))
-        self._wrap(ut, "_forward", "forward op", lambda x, w, conv: (0, conv.dims, conv.groups))
-        self._wrap(ut, "_backward", "backward op",
-                   lambda conv, *_: ("bwd", conv.dims, conv.groups))
+        # The adapter's three entry points, wherever a module of the package calls them (each
+        # imports them by name): LayerConv.run (a plan's call), the forward and backward ops.
+        conv, autograd, custom_ops, module = self.ut
+        self._wrap(conv.LayerConv, "run", "plan",
+                   lambda layer, op, *_: (op, layer.dims, layer.groups))
+        for owner in (autograd, custom_ops, module):
+            self._wrap(owner, "conv_forward", "forward op",
+                       lambda x, w, layer: (0, layer.dims, layer.groups))
+        for owner in (autograd, custom_ops):
+            self._wrap(owner, "conv_backward", "backward op",
+                       lambda layer, *_: ("bwd", layer.dims, layer.groups))
         return self
 
     def __exit__(self, *exc):
@@ -842,7 +892,7 @@ def calls_per_step(before, after, steps):
     any other that moved); and the layers on the native route at the end (a gauge: their calls
     there are counted nowhere)."""
     per_step = {k: (after[k] - before.get(k, 0)) / steps for k in after
-                if k != "native_route_layers" and (
+                if k != "native_route_layers" and isinstance(after[k], (int, float)) and (
                     k in ("planned_calls", "fallback_calls", "framework_calls") or
                     after[k] != before.get(k, 0))}
     if "native_route_layers" in after:
@@ -1025,11 +1075,12 @@ def predicted_conv_ms(ut, model, profile):
     where a plan runs it, else at PyTorch's own time. {"predicted_ms", "predicted_forward_ms"
     (the forward calls' share), "framework_ms" and "framework_forward_ms" (every call at
     PyTorch's own), "planned_calls", "unknown_calls" (no figure: counted as 0)}."""
+    from ucudnn import _lib
     rows = {(row["op"], tuple(row["dims"]), row["groups"]): row for row in ut.report(model)}
     out = {"predicted_ms": 0.0, "predicted_forward_ms": 0.0, "framework_ms": 0.0,
            "framework_forward_ms": 0.0, "planned_calls": 0, "unknown_calls": 0}
     for key, _, _ in profile["calls"]:
-        shape = ut._lib.ConvShape(*key)
+        shape = _lib.ConvShape(*key)
         dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
         row = rows.get((shape.op, dims, shape.groups), {})
         framework = row.get("framework_ms") or 0.0
@@ -1037,7 +1088,7 @@ def predicted_conv_ms(ut, model, profile):
         ms = row["predicted_ms"] if planned else framework
         out["predicted_ms"] += ms
         out["framework_ms"] += framework
-        if shape.op == ut._lib.FORWARD:
+        if shape.op == _lib.FORWARD:
             out["predicted_forward_ms"] += ms
             out["framework_forward_ms"] += framework
         out["planned_calls"] += planned
@@ -1169,6 +1220,8 @@ def run_process(args, name, run_args, timeout_s=None):
         # as its compiled plans: filled by its first converted run of each step.
         env = dict(os.environ)
         env.setdefault("UCUDNN_HOST_BOUND_CACHE", os.path.join(args.runs_dir, "host_bound.json"))
+        # And its own route decisions: a row's first converted job decides, the others apply.
+        env.setdefault("UCUDNN_ROUTE_CACHE", os.path.join(args.runs_dir, "routes.json"))
         # Each run compiles from scratch: torch.compile's caches (inductor's FX graphs, Triton's
         # kernels) are per user and machine, so a run after another of the same graph would
         # load its compilation (call 73: a converted compiled run after its native one).
@@ -1199,6 +1252,16 @@ def host_bound_of(run):
         ", heuristics" if prepared.get("cudnn_benchmark") is False else "")
 
 
+def route_of(run):
+    """A converted run's step route from prepare() ("plans (measured)", "native (recorded)", ...)
+    with its reason, None where prepare() gave none (native runs)."""
+    decided = (run.get("prepare") or {}).get("route")
+    if not isinstance(decided, dict):
+        return None
+    return {"route": decided.get("route"), "source": decided.get("source"),
+            "why": decided.get("why")}
+
+
 def summarise(side):
     """Median over a side's runs of each run's figures."""
     good = [r for r in side if "median_step_ms" in r]
@@ -1223,6 +1286,7 @@ def summarise(side):
         "device_ms": med("device_ms_per_step"),
         "compiled_plans_at_start": [r.get("compiled_plans_at_start") for r in good],
         "host_bound": [host_bound_of(r) for r in good],
+        "routes": [route_of(r) for r in good],
     }
     last = good[-1]
     if "calls_per_step" in last:
@@ -1250,6 +1314,7 @@ def warm_up(args, converted_options):
                 run_args += ["--batch", str(args.batch)]
             if not measure_framework:
                 run_args.append("--no-measure-framework")
+            run_args += ["--route", "rule"]  # routes are decided by the measured jobs
             result = run_process(args, tag, run_args + warm_options(args.warm_wait_s),
                                  timeout_s=args.warm_wait_s + args.run_timeout_s)
             if "error" in result:
@@ -1283,7 +1348,7 @@ def run_suite(args):
         mode = ["--mode", "native", "--with-library"] if variant == "library" else [
             "--mode", "ucudnn"]
         converted = mode + [f"--option={o}" for o in converted_options] + (
-            warm_options(CONVERTED_WAIT_S)) + (
+            warm_options(args.converted_wait_s)) + (
             [f"--option={o}" for o in OPTIONS_OF_VARIANT.get(variant, [])]) + (
             ["--budget", "liveness"] if variant == "liveness" else []) + (
             ["--min-layer-gain-us", MIN_LAYER_GAIN_OF_VARIANT[variant]]
@@ -1350,6 +1415,11 @@ def run_suite(args):
             # Per converted run: whether prepare() found the step host-bound (every layer whose
             # plans only save device time then runs PyTorch's own), and whether remembered.
             "converted_host_bound": conv["host_bound"],
+            # Per converted job: the step's route prepare() took, where from and why (the first
+            # job measures and records it, the others apply the record).
+            "converted_routes": conv["routes"],
+            # Per job pair (alternating native and converted jobs): native's step over converted's.
+            "ratios_by_job": [n / c for n, c in zip(native["runs_ms"], conv["runs_ms"])],
             # The first step's loss is the same function of the same weights and data.
             "loss_native_first": native["losses"][0], "loss_converted_first": conv["losses"][0],
             "loss_native_last": native["losses"][-1], "loss_converted_last": conv["losses"][-1],

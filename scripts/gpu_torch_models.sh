@@ -15,10 +15,14 @@
 #          [--paired MODEL:PRECISION[:VARIANT[:COMPILE]] ...] [--host-profile]
 #          [--paired-rounds 8] [--paired-steps 8]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
+#          [--warm-then-stop-worker S] [--converted-wait-s S]
 #          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G]
 #          [--max-batch-range LOW:HIGH] [--only-max-batch] [--memory-trace]
 #          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
+#     --warm-then-stop-worker S gives the worker at most S seconds to benchmark the rows' models
+#     (torch_models.py warm), then stops it, so that no measured job shares the GPU with it;
+#     --converted-wait-s: how long a converted job waits for plans (0 with the worker stopped);
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json; each
 #     kernel timed alone, back to back and with the L2 flushed before each run);
 #     --grads one step's gradients, converted against native (grads_*.json); --paired native and
@@ -62,6 +66,8 @@ grad_rows=()
 paired_rows=()
 paired_args=()
 then_warm=()
+warm_then_stop=""
+warm_args=()
 overhead=0
 memory_rows=()
 memory_args=()
@@ -74,7 +80,8 @@ while [ $# -gt 0 ]; do
     --python) python="$2"; shift 2 ;;
     --warm-db) warm_db="$2"; shift 2 ;;
     --budget-s) budget_s="$2"; shift 2 ;;
-    --warm-wait-s|--repeats|--steps|--deadline-s|--batch|--image-size|--run-timeout-s)
+    --batch|--image-size) suite_args+=("$1" "$2"); warm_args+=("$1" "$2"); shift 2 ;;
+    --warm-wait-s|--repeats|--steps|--deadline-s|--run-timeout-s|--converted-wait-s)
       suite_args+=("$1" "$2"); shift 2 ;;
     --option) suite_args+=("--option" "$2"); shift 2 ;;
     --kernels) kernel_rows+=("$2"); shift 2 ;;
@@ -84,6 +91,7 @@ while [ $# -gt 0 ]; do
     --paired-rounds) paired_args+=(--rounds "$2"); shift 2 ;;
     --paired-steps) paired_args+=(--steps "$2"); shift 2 ;;
     --then-warm) then_warm+=("$2"); shift 2 ;;
+    --warm-then-stop-worker) warm_then_stop="$2"; shift 2 ;;
     --overhead) overhead=1; shift ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
     --max-batch-cap-gib|--max-batch-range|--caps) memory_args+=("$1" "$2"); shift 2 ;;
@@ -189,6 +197,16 @@ if [ "${#memory_rows[@]}" -gt 0 ]; then
     --rows "${memory_rows[@]}" 2>&1 |
     tee -a "$results/stack.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [ -n "$warm_then_stop" ] && [ $# -gt 0 ]; then
+  # The rows' plans from the worker for at most that long, then the worker stopped, so that no
+  # measured job shares the GPU with its benchmarks (what is still missing runs PyTorch's own).
+  log "warming $* for ${warm_then_stop} s at most, then stopping the worker"
+  timeout "$warm_then_stop" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
+    --runs-dir "$runs" --device "$device" --warm-wait-s "$warm_then_stop" --rows "$@" \
+    "${warm_args[@]}" 2>&1 | tail -n 20 >>"$results/stack.log"
+  kill -TERM "${stack_pids[1]}" 2>/dev/null && wait "${stack_pids[1]}" 2>/dev/null
+  log "worker stopped; timings in the database: $("$bundle/lib/postgresql/15/bin/psql" -tA "$stack_db_url" -c 'SELECT count(*) FROM timings')"
 fi
 left=$(time_left)
 if [ "$left" -gt 10 ] && [ $# -gt 0 ]; then

@@ -127,6 +127,7 @@ class StepCurveTest(unittest.TestCase):
         from unittest import mock
         import ucudnn.torch as ut
         from ucudnn import _lib
+        from ucudnn.torch.conv import shape_key
 
         torch.manual_seed(51)
         model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
@@ -141,7 +142,7 @@ class StepCurveTest(unittest.TestCase):
         def kernel(context, shape, limit=0):
             handle = real_kernel(context, shape, limit)
             asked[handle] = limit
-            handles[(ut._shape_key(shape), limit)] = handle
+            handles[(shape_key(shape), limit)] = handle
             return handle
 
         def info(context, handle):

@@ -185,14 +185,14 @@ class ConvTraceTest(unittest.TestCase):
         import torch
 
         import torch_conv_trace
-        from ucudnn import torch as ut
+        from ucudnn.torch import measure as ut_measure
         shape = torch_conv_trace.parse_shape("dw:8:7:7:8:7:7:3:1:8")
         self.assertEqual(shape["groups"], 8)
 
         def run(op):
             kernel = torch_conv_trace.conv_shape(shape, op, 2, "fp32")
-            x, w, dy, geometry = ut._operands(kernel, torch.device("cpu"))
-            return x, w, ut._framework_call(kernel, x, w, dy, geometry)()
+            x, w, dy, geometry = ut_measure.operands_of(kernel, torch.device("cpu"))
+            return x, w, ut_measure.framework_call(kernel, x, w, dy, geometry)()
 
         _, _, y = run("fwd")
         self.assertEqual(tuple(y.shape), (2, 8, 7, 7))

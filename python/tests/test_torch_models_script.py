@@ -223,17 +223,21 @@ class FirstCallsTest(unittest.TestCase):
         def backward(conv, x, w, grad_y, need_x, need_w):
             return "grads"
 
-        ut = types.SimpleNamespace(_Conv=Conv, _forward=forward, _backward=backward)
+        conv = types.SimpleNamespace(LayerConv=Conv)
+        autograd = types.SimpleNamespace(conv_forward=forward, conv_backward=backward)
+        custom_ops = types.SimpleNamespace(conv_forward=forward, conv_backward=backward)
+        module = types.SimpleNamespace(conv_forward=forward)
         fake_torch = types.SimpleNamespace(
             cuda=types.SimpleNamespace(synchronize=lambda: synced.append(1)))
-        first = torch_models.FirstCalls(fake_torch, ut)
+        first = torch_models.FirstCalls(fake_torch, (conv, autograd, custom_ops, module))
         first.SLOW_MS = 0.0  # every call is "slow" here
         with first:
-            self.assertEqual(ut._Conv().run(0, None, None, None), "ran")
-            self.assertEqual(ut._forward(None, None, Conv()), "y")
-            self.assertEqual(ut._backward(Conv(), None, None, None, True, True), "grads")
-        self.assertIs(ut._forward, forward)
-        self.assertIs(ut._backward, backward)
+            self.assertEqual(Conv().run(0, None, None, None), "ran")
+            self.assertEqual(autograd.conv_forward(None, None, Conv()), "y")
+            self.assertEqual(autograd.conv_backward(Conv(), None, None, None, True, True),
+                             "grads")
+        self.assertIs(autograd.conv_forward, forward)
+        self.assertIs(custom_ops.conv_backward, backward)
         self.assertIs(Conv.run.__name__, "run")
         self.assertEqual(len(synced), 6)  # before and after each op
         summary = first.summary()

@@ -1,0 +1,211 @@
+"""ucudnn.torch.decision: the one route per step, from measurements compared with their noise,
+kept on the machine (issue 37). Pure logic and the record file; no library, no device."""
+
+import json
+import os
+import tempfile
+import unittest
+from unittest import mock
+
+from support import planned  # (python/ and bench/ on the path)
+from ucudnn.torch import decision
+
+
+class ChooseTest(unittest.TestCase):
+    def test_plans_faster_beyond_the_noise_are_kept(self):
+        route, why = decision.choose([40.0, 40.3, 40.1], [44.0, 44.2, 43.9])
+        self.assertEqual(route, decision.PLANS)
+        self.assertIn("beyond the noise", why)
+        self.assertIn("40.10", why)  # the plans' median, in the reason
+        self.assertIn("44.00", why)
+
+    def test_a_gain_within_the_noise_keeps_pytorchs_own(self):
+        # Median gain 1.0 ms, but the rounds move by 1.5 and 1.0 ms: chance could give it.
+        route, why = decision.choose([40.0, 41.5, 40.5], [41.5, 42.0, 41.0])
+        self.assertEqual(route, decision.NATIVE)
+        self.assertIn("within the noise", why)
+
+    def test_a_gain_under_the_minimum_share_keeps_pytorchs_own(self):
+        # 0.3 ms of 50 (0.6%) with no noise at all: no user would see it.
+        route, _ = decision.choose([49.7, 49.7, 49.7], [50.0, 50.0, 50.0])
+        self.assertEqual(route, decision.NATIVE)
+        route, _ = decision.choose([49.7, 49.7, 49.7], [50.0, 50.0, 50.0], min_gain=0.001)
+        self.assertEqual(route, decision.PLANS)
+
+    def test_slower_plans_are_never_taken(self):
+        route, why = decision.choose([50.0, 50.0, 50.0], [40.0, 40.0, 40.0])
+        self.assertEqual(route, decision.NATIVE)
+        self.assertIn("as fast or faster", why)
+
+    def test_a_tie_goes_to_pytorchs_own(self):
+        self.assertEqual(decision.choose([40.0], [40.0])[0], decision.NATIVE)
+
+    def test_both_sides_must_be_measured(self):
+        with self.assertRaises(ValueError):
+            decision.choose([], [40.0])
+        with self.assertRaises(ValueError):
+            decision.choose([40.0], [])
+
+    def test_noise_is_the_spread_of_the_round_medians(self):
+        self.assertEqual(decision.noise_ms([3.0, 1.0, 2.0]), 2.0)
+        self.assertEqual(decision.noise_ms([5.0]), 0.0)
+
+
+class RecordTest(unittest.TestCase):
+    def setUp(self):
+        self.directory = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.directory.name, "sub", "routes.json")
+
+    def tearDown(self):
+        self.directory.cleanup()
+
+    def test_a_written_record_is_read_back_and_applies(self):
+        record = decision.make_record(decision.PLANS, "why", ["plan", "framework"], [1.0],
+                                      [2.0], now=1000.0)
+        self.assertTrue(decision.write_record(self.path, "k", record))
+        read = decision.read_records(self.path)["k"]
+        self.assertEqual(read, record)
+        self.assertTrue(decision.valid(read, now=1000.0 + 3600))
+
+    def test_an_old_or_malformed_record_does_not_apply(self):
+        record = decision.make_record(decision.NATIVE, "why", [], [1.0], [1.0], now=0.0)
+        self.assertFalse(decision.valid(record, now=decision.RECORD_DAYS * 86400 + 1.0))
+        self.assertTrue(decision.valid(record, now=decision.RECORD_DAYS * 86400 - 1.0))
+        for broken in (None, [], {"route": "plans"}, dict(record, route="sometimes"),
+                       dict(record, version=0), dict(record, layers="plan")):
+            self.assertFalse(decision.valid(broken, now=1.0), broken)
+
+    def test_a_file_that_is_not_ours_reads_as_no_records(self):
+        os.makedirs(os.path.dirname(self.path))
+        for text in ("not json", "[1, 2]"):
+            with open(self.path, "w") as f:
+                f.write(text)
+            self.assertEqual(decision.read_records(self.path), {})
+        self.assertEqual(decision.read_records(self.path + ".missing"), {})
+
+    def test_only_the_newest_records_are_kept(self):
+        for i in range(decision.RECORDS + 5):
+            decision.write_record(self.path, f"k{i}", decision.make_record(
+                decision.NATIVE, "", [], [1.0], [1.0], now=float(i)))
+        records = decision.read_records(self.path)
+        self.assertEqual(len(records), decision.RECORDS)
+        self.assertNotIn("k0", records)
+        self.assertIn(f"k{decision.RECORDS + 4}", records)
+
+    def test_an_unwritable_place_is_a_warning_not_an_error(self):
+        blocker = os.path.join(self.directory.name, "file")
+        with open(blocker, "w") as f:
+            f.write("")
+
+        class Log:
+            messages = []
+
+            def warning(self, *args):
+                self.messages.append(args[0] % args[1:])
+
+        log = Log()
+        record = decision.make_record(decision.NATIVE, "", [], [1.0], [1.0])
+        self.assertFalse(decision.write_record(os.path.join(blocker, "routes.json"), "k",
+                                               record, log))
+        self.assertIn("cannot keep the route decision", log.messages[0])
+
+    def test_keys_differ_with_what_the_step_depends_on(self):
+        base = ["host", "H200", "2.11", "model", "(256, 3, 224, 224)", "bf16"]
+        key = decision.step_key(base)
+        self.assertEqual(key, decision.step_key(list(base)))
+        for i in range(len(base)):
+            changed = list(base)
+            changed[i] += "x"
+            self.assertNotEqual(decision.step_key(changed), key)
+        self.assertEqual(len(json.dumps(key)), 66)  # sha256 hex, quoted
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class PrepareRouteTest(unittest.TestCase):
+    """prepare()'s route for the step on the CPU backend (route="measure": the rounds run here as
+    on CUDA), kept on the machine and applied alike by every later job."""
+
+    def setUp(self):
+        import torch
+        from torch import nn
+
+        self.torch, self.nn = torch, nn
+        self.directory = tempfile.TemporaryDirectory()
+        self.records = os.path.join(self.directory.name, "routes.json")
+        self.environ = mock.patch.dict(os.environ, {"UCUDNN_ROUTE_CACHE": self.records})
+        self.environ.start()
+
+    def tearDown(self):
+        self.environ.stop()
+        self.directory.cleanup()
+
+    def job(self, seed=0):
+        """A new job's model (the same architecture and input), converted with micro-batched
+        plans for every kernel, and its input."""
+        torch, nn = self.torch, self.nn
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                              nn.Conv2d(8, 8, 3, padding=1))
+        x = torch.randn(4, 3, 16, 16)
+        planned(model, x, self.directory.name)
+        return model, x
+
+    def test_the_first_job_measures_and_every_later_job_takes_its_route(self):
+        import ucudnn.torch as ut
+
+        model, x = self.job()
+        first = ut.prepare(model, x, route="measure")["route"]
+        self.assertEqual(first["source"], "measured")
+        self.assertIn(first["route"], (decision.PLANS, decision.NATIVE))
+        self.assertIn("over 3 rounds", first["why"])
+        self.assertEqual(len(first["layers"]), 2)
+        record = next(iter(decision.read_records(self.records).values()))
+        self.assertEqual((record["route"], record["layers"]), (first["route"], first["layers"]))
+        self.assertEqual((len(record["plans_ms"]), len(record["native_ms"])), (3, 3))
+        for seed in (1, 2):  # later jobs: other weights, same step
+            again, x = self.job(seed)
+            answer = ut.prepare(again, x, route="measure")["route"]
+            self.assertEqual(answer["source"], "recorded")
+            self.assertEqual((answer["route"], answer["layers"], answer["why"]),
+                             (first["route"], first["layers"], first["why"]))
+            stats = ut.stats(again)
+            self.assertEqual(stats["route"], {"route": first["route"], "why": first["why"]})
+            again(x).sum().backward()
+            routes = ut.routes(again)
+            self.assertEqual(len(routes), 2)
+            expected = ["framework"] * 2 if first["route"] == decision.NATIVE else [
+                "framework" if r == "framework" else "plan" for r in first["layers"]]
+            self.assertEqual([r["route"] for r in routes], expected)
+            self.assertTrue(all(first["route"] in r["why"] for r in routes), routes)
+
+    def test_a_recorded_native_route_runs_pytorchs_own_everywhere(self):
+        import ucudnn.torch as ut
+        from ucudnn.torch import route as step_route
+
+        model, x = self.job()
+        key = step_route.step_key(model, (x,), None)
+        decision.write_record(self.records, key, decision.make_record(
+            decision.NATIVE, "measured slower here", ["plan", "plan"], [2.0], [1.0]))
+        answer = ut.prepare(model, x)["route"]  # "auto": a record applies on any device
+        self.assertEqual((answer["route"], answer["source"]), (decision.NATIVE, "recorded"))
+        before = ut.stats(model)["planned_calls"]
+        reference = self.nn.Sequential(*[m for m in model])  # the same layers
+        y = model(x)
+        y.sum().backward()
+        self.assertEqual(ut.stats(model)["planned_calls"], before)  # no plan ran
+        self.assertEqual(ut.stats(model)["layer_routes"], {"plan": 0, "framework": 2,
+                                                           "undecided": 0})
+        self.assertTrue(self.torch.equal(y, reference(x)))
+
+    def test_without_a_record_or_measurement_each_layer_keeps_its_rule(self):
+        import ucudnn.torch as ut
+
+        model, x = self.job()
+        self.assertIsNone(ut.prepare(model, x)["route"])  # CPU, wait_ms=0: nothing measured
+        self.assertEqual(decision.read_records(self.records), {})
+        self.assertIsNone(ut.prepare(model, x, route="rule")["route"])
+        with self.assertRaisesRegex(ValueError, "route must be one of auto, measure, rule"):
+            ut.prepare(model, x, route="sometimes")

@@ -1,0 +1,85 @@
+"""PyTorch adapter: a model's Conv2d layers run through ucudnn plans where they are faster.
+
+    import ucudnn.torch
+    model = ucudnn.torch.convert(model, server="planner:50051", workspace_bytes="64MiB")
+    ucudnn.torch.prepare(model, sample_input)   # declare, plan and decide every layer's route
+    loss = loss_fn(model(x), y); loss.backward()   # convolutions run as planned micro-batches
+
+convert() swaps each torch.nn.Conv2d for a UcudnnConv2d in place (same parameters, buffers and
+state_dict keys: a converted model saves and loads like the original; unconvert() undoes it).
+Its forward, backward-data and backward-filter call the client library's shape-level C API on
+PyTorch's current CUDA stream and PyTorch's own cuDNN handle (or, for CPU tensors, on the
+library's CPU backend), with the workspace a plan asks for taken from PyTorch's caching allocator
+for the call and given back after it.
+
+PyTorch's own convolution is a candidate of every plan, and prepare() keeps the plans' routes only
+where the step with them is measured faster than the step without them, beyond the noise between
+rounds; the answer is kept on the machine, so every later job of the same step takes the same
+route (decision.py). A kernel whose plan chose the framework, or that has no plan (yet, or the
+server is away), runs PyTorch's own convolution, so a converted model is never slower than the
+original beyond that noise, and a step never fails or waits for the planner.
+
+Under torch.compile (PyTorch 2.4 and later: torch.library custom ops) a converted layer is one op
+of the graph, ucudnn::conv2d, with a fake (meta) implementation and its autograd, so compiling
+breaks no graph; older PyTorch keeps the eager path.
+
+Configuration is the C++ library's: the UCUDNN_* environment, overridden by keyword arguments
+(server="h:p" is UCUDNN_SERVER, workspace_mode="total" is UCUDNN_WORKSPACE_MODE, ...), validated
+when convert() is called.
+
+The package, one concern a module, each importing only those above it in this list:
+    options     convert()'s options, their checks, the library's option block, data types
+    handle      PyTorch's cuDNN handle lent to the library, its benchmark flag, torch.distributed
+    routing     the routes and the rules that weigh a plan against PyTorch's own
+    conv        LayerConv: one layer at one input signature, its kernels and library calls
+    autograd    the autograd Function of a converted layer
+    custom_ops  the torch.library ops torch.compile traces, the registry of converted modules
+    recording   the shape-only pass kernels() and memory_profile() read a step with
+    module      UcudnnConv2d, its Runtime, convert() and unconvert()
+    reporting   stats(), routes() and report(): what ran where, and why
+    outputs     the tensors of any model output, the default loss of prepare()'s passes
+    steps       a training pass of prepare()'s measurements, the model kept as it was
+    declare     kernels(): a step's convolutions declared to the library, waiting for plans
+    memory      the step's memory profile, trace and time-memory curve
+    budgets     prepare()'s workspace budgets (fixed, liveness, allowance)
+    host_bound  whether a step is host-bound (prepare(host_bound_search="heuristics"))
+    decision    one route per step and machine, from rounds measured against their noise
+    measure     timing PyTorch's own convolution against the plans, kernel by kernel
+    preparation prepare(): declares, plans and decides every layer's route
+"""
+
+from .custom_ops import custom_ops_available
+from .declare import kernels
+from .handle import framework_cudnn_handle
+from .host_bound import (HOST_BOUND_RECORD_DAYS, HOST_BOUND_RECORDS, allocator_syncs,
+                         heuristics_keep_pace, median_step, step_is_host_bound)
+from .measure import compare_kernels
+from .memory import liveness_limits, memory_profile, step_curve, trace_memory
+from .module import Runtime, UcudnnConv2d, convert, unconvert
+from .options import CONFIG_KEYS, framework_identity, parse_bytes
+from .outputs import output_tensors
+from .preparation import prepare, wait_for_plans
+from .reporting import report, routes, stats
+from .routing import (FRAMEWORK_MARGIN, HEURISTICS_MARGIN, HOST_BOUND_LAG, MIN_LAYER_GAIN_US,
+                      framework_benchmarks, is_host_bound)
+from .conv import lowered_limit
+
+# Pickles of converted models name their classes by these paths (a checkpoint written before the
+# adapter was a package, or by this version, loads in either).
+UcudnnConv2d.__module__ = __name__
+Runtime.__module__ = __name__
+
+__all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
+           "routes", "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
+           "liveness_limits", "step_curve", "framework_benchmarks", "framework_cudnn_handle",
+           "output_tensors", "CONFIG_KEYS", "parse_bytes", "trace_memory", "custom_ops_available",
+           "is_host_bound", "step_is_host_bound", "median_step", "allocator_syncs",
+           "heuristics_keep_pace", "lowered_limit", "Runtime", "FRAMEWORK_MARGIN",
+           "HEURISTICS_MARGIN", "HOST_BOUND_LAG", "MIN_LAYER_GAIN_US", "HOST_BOUND_RECORDS",
+           "HOST_BOUND_RECORD_DAYS"]
+
+# A layer pickled while on the native route (a checkpoint of a model mid-job) names this class.
+from .module import NativeRoutedConv2d as _NativeRoutedConv2d  # noqa: E402
+
+_NativeRoutedConv2d.__module__ = __name__
+_NativeRoutedConv2d.__qualname__ = "_NativeRoutedConv2d"

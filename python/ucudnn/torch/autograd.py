@@ -1,0 +1,120 @@
+"""The autograd Function of a converted layer: forward, backward-data and backward-filter through
+the library or PyTorch."""
+
+import torch
+import torch.nn.functional as F
+
+from .. import _lib
+from .conv import CHANNELS_LAST
+
+
+def conv_forward(x, weight, conv):
+    """y = conv(x, weight) without bias: the plan's, or PyTorch's own."""
+    if not conv.framework_now(_lib.FORWARD):
+        if conv.layout == _lib.NCHW:
+            y = x.new_empty(conv.out_size)  # the cheapest allocation call
+        else:
+            y = torch.empty(conv.out_size, dtype=x.dtype, device=conv.device,
+                            memory_format=CHANNELS_LAST)
+        if conv.run(_lib.FORWARD, x, weight, y):
+            return y
+    y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
+    # Same strides as the plan's output (and the fake op's under torch.compile).
+    return y if y.is_contiguous(memory_format=conv.memory_format) else y.contiguous(
+        memory_format=conv.memory_format)
+
+
+def conv_backward(conv, x, weight, grad_y, need_x, need_w):
+    """(grad_x, grad_w), each None when not needed: the plans', PyTorch's own for the rest."""
+    grad_y = grad_y.contiguous(memory_format=conv.memory_format)
+    grad_x = grad_w = None
+    if need_x and not conv.framework_now(_lib.BACKWARD_DATA):
+        grad_x = torch.empty_like(x)  # x is dense in the signature's layout: so is this
+        if not conv.run(_lib.BACKWARD_DATA, grad_y, weight, grad_x):
+            grad_x = None
+    if need_w and not conv.framework_now(_lib.BACKWARD_FILTER):
+        grad_w = torch.empty_like(weight)
+        if not conv.run(_lib.BACKWARD_FILTER, x, grad_y, grad_w):
+            grad_w = None
+    own_x = need_x and grad_x is None
+    own_w = need_w and grad_w is None
+    if own_x or own_w:
+        fallback_x, fallback_w = torch_backward(conv, x, weight, grad_y, own_x, own_w)
+        grad_x = fallback_x if own_x else grad_x
+        grad_w = fallback_w if own_w else grad_w
+    return grad_x, grad_w
+
+
+def torch_backward(conv, x, weight, grad_y, need_x, need_w):
+    """PyTorch's own convolution backward for the gradients the library did not compute."""
+    if hasattr(torch.ops.aten, "convolution_backward"):
+        grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
+            grad_y, x, weight, None, list(conv.stride), list(conv.padding), list(conv.dilation),
+            False, [0, 0], conv.groups, [need_x, need_w, False])
+        return grad_x, grad_w
+    grad_x = grad_w = None  # PyTorch without aten::convolution_backward (before 1.11)
+    if need_x:
+        grad_x = torch.nn.grad.conv2d_input(x.shape, weight, grad_y, conv.stride, conv.padding,
+                                            conv.dilation, conv.groups)
+    if need_w:
+        grad_w = torch.nn.grad.conv2d_weight(x, weight.shape, grad_y, conv.stride, conv.padding,
+                                             conv.dilation, conv.groups)
+    return grad_x, grad_w
+
+
+class Conv2dFunction(torch.autograd.Function):
+    """conv2d without bias (the bias is added by PyTorch outside): forward, backward-data and
+    backward-filter through the library, PyTorch's own for an op the library declines."""
+
+    @staticmethod
+    def forward(ctx, x, weight, conv):
+        ctx.conv = conv
+        ctx.save_for_backward(x, weight)
+        return conv_forward(x, weight, conv)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        if torch.is_grad_enabled():  # backward(create_graph=True): these are not differentiable
+            return once_differentiable_backward(ctx, grad_y)
+        return function_backward(ctx, grad_y)
+
+
+def function_backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    need_x, need_w, _ = ctx.needs_input_grad
+    grad_x, grad_w = conv_backward(ctx.conv, x, weight, grad_y, need_x, need_w)
+    return grad_x, grad_w, None
+
+
+once_differentiable_backward = torch.autograd.function.once_differentiable(function_backward)
+
+
+if hasattr(torch, "get_autocast_dtype"):  # PyTorch >= 2.4: one API for every device type
+    def autocast_dtype(is_cuda):
+        """The dtype autocast casts a convolution to on the device, or None when it is off."""
+        kind = "cuda" if is_cuda else "cpu"
+        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+else:
+    def autocast_dtype(is_cuda):
+        if is_cuda:
+            return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+
+
+def cast_operands(cast, input, weight, bias):
+    """What autocast does for F.conv2d, done here for the library's path: the floating operands in
+    the autocast dtype `cast` (None: as they are)."""
+    if cast is None:
+        return input, weight, bias
+    return input.to(cast), weight.to(cast), bias.to(cast) if bias is not None else None
+
+
+def same_padding(kernel, dilation):
+    """padding='same' as PyTorch does it: the symmetric part per dimension, and the extra row or
+    column (when the total is odd) that goes at the end through F.pad."""
+    symmetric, extra = [], []
+    for size, dil in zip(kernel, dilation):
+        total = dil * (size - 1)
+        symmetric.append(total // 2)
+        extra.append(total - 2 * (total // 2))
+    return tuple(symmetric), extra

@@ -1,0 +1,244 @@
+"""prepare(): declares and plans every kernel of a training step and decides each layer's route."""
+
+import time
+import warnings
+
+import torch
+
+from .options import BUDGETS
+from .handle import restore_framework_search
+from .module import UcudnnConv2d, layer_convs, require_per_kernel, runtimes_of
+from .declare import compiled_original, declare_at_limits, kernels, unique_shapes, wait_planned
+from .budgets import allowance_limit, auto_budget, check_step_budget, liveness_budgets
+from .host_bound import HOST_BOUND_SEARCHES, host_bound_answer
+from .measure import decide_locally, fit_framework, measure_framework_times
+from . import route as step_route
+from .outputs import inputs_on_cuda
+
+
+# prepare(route=...): "auto" (the machine's record; else measured on CUDA once the plans are in;
+# else each layer's rule), "measure" (measured on any device, for tests and CPU jobs), "rule"
+# (each layer by its rule, nothing measured or recorded).
+ROUTE_CHOICES = ("auto", "measure", "rule")
+
+
+def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="auto",
+            above_peak=None, loss_fn=None, host_bound=None, host_bound_search="benchmark",
+            route="auto"):
+    """Declares every kernel of a training step (kernels()) and plans them now: in the total
+    modes, the whole network under one budget. `sample_inputs` at the training batch size.
+    `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
+    With `measure_framework` (and wait_ms > 0), PyTorch's own time and workspace are measured
+    for the kernels the cluster has no measurement of (this resets the device's peak memory
+    counter), once their problems are benchmarked (within wait_ms), and submitted so that every
+    job of this framework on this device plans with them (PyTorch's own is a candidate only
+    where its workspace fits the kernel's limit); without a server or token, or where the plans
+    did not come within wait_ms (a worker may have shared the device), the measurement decides
+    for this process alone. `budget`: "fixed" (each
+    kernel's limit is the configured one), "liveness" (per-kernel mode, CUDA: each kernel may use
+    what is free at its point of the step, memory_profile() and liveness_limits(), plus
+    `above_peak` bytes over the step's peak without workspace; default: the configured
+    workspace_bytes, else 64 MiB; less where the process may not take that much, by its memory
+    cap or the device's free memory; `loss_fn` makes the profiled step's loss from the output;
+    a kernel whose plan is slower than PyTorch's own only for want of PyTorch's workspace then
+    gets that workspace, which native's step takes at the same point; the model's first
+    forwards after this correct the budgets by the memory the job holds beyond the profiled
+    step, the optimizer's state: StepBudget),
+    "allowance" (per-kernel mode, CUDA: every kernel may use the memory the process may take, as
+    PyTorch's own benchmark does), or "auto" (the default): liveness where it applies (per-kernel
+    mode, CUDA inputs), allowance for a compiled model there, else fixed; a step that cannot be
+    profiled without a loss_fn (an output that is not a tensor) falls back to fixed with a
+    warning. `host_bound`: whether the step is host-bound, where a plan's
+    device-time saving does not shorten it (then every layer whose plans only save device time
+    runs PyTorch's own); None (the default): measured on CUDA once the plans are in
+    (step_is_host_bound(), rank 0's answer for every rank of a torch.distributed job).
+    A torch.compile'd model (prepare(torch.compile(model), ...), as a compiled job should call
+    it) runs no eager training step here, whose memory and host time are not its step's: its
+    kernels are declared by a forward of the original module that keeps no activation, "auto"
+    budgets are allowance (an eager step's liveness is not the compiled step's, and a plan kept
+    under a fixed limit where PyTorch's own needs more ran slower than native: ConvNeXt-T 0.98x
+    on an H100), and `host_bound` defaults to True (a compiled step does not gain from a
+    plan's device-time saving what its custom op costs on the host: every layer whose plans
+    only save device time is traced as PyTorch's own; host_bound=False keeps them).
+    `route`: how the step's route is decided (route.py, decision.py): "auto" (the default) takes
+    the machine's record of this step (UCUDNN_ROUTE_CACHE) where there is one; else, on CUDA with
+    wait_ms > 0 and every plan in, measures the step with the plans' routes (each layer by its
+    rule) against every layer on PyTorch's own, in alternating rounds, keeps the plans only where
+    they are faster beyond the rounds' noise, and records the answer, so that every later job of
+    the same step takes the same route without measuring; while a plan is missing, every layer
+    runs PyTorch's own (a later job decides). "measure": the same on any device; "rule": each
+    layer by its rule alone, nothing measured or recorded. An explicit `host_bound`, a compiled
+    model and host_bound_search="heuristics" keep their own rules.
+    `host_bound_search`: "benchmark" (the default) leaves PyTorch's cuDNN benchmark flag as the
+    job set it; "heuristics" measures whether the step is host-bound and, where it is, turns the
+    benchmark off for the process (torch.backends.cudnn.benchmark = False, restored by the next
+    prepare() or unconvert()), which spares a host-bound job's first step the search of every
+    kernel; the machine's next job checks the step with cuDNN's heuristic choices
+    (heuristics_keep_pace), so the first jobs of a step may run different algorithms.
+    Returns {"kernels": declared, "measured": framework timings taken here, "budget": the budget
+    used, "above_peak": the bytes over the step's peak that liveness budgets allowed (None under
+    other budgets), "framework_fitted": the kernels whose liveness limit was raised to the
+    workspace of PyTorch's own, faster than their plan (framework_fit_limit), "host_bound":
+    step_is_host_bound()'s answer, or {"host_bound": the value given} ({"host_bound": True,
+    "assumed": "compiled"} for a compiled model), or None when not
+    measured (a host-bound answer's "framework_search": HOST_BOUND_CODES), "route": the step's
+    route (route.decide(): {"route", "source", "why", "layers"}, None where not decided),
+    "compiled": whether
+    `model` was torch.compile's, "cudnn_benchmark": torch.backends.cudnn.benchmark after it,
+    "seconds": {"budgets": the memory
+    profile, "plans": declaring the kernels, the plans' answers and PyTorch's timings measured
+    here, "host_bound": the steps that measure it (PyTorch's benchmark for the layers that run
+    its own, the plans' first calls)}}."""
+    if budget not in BUDGETS:
+        raise ValueError(f"ucudnn.torch.prepare: budget must be one of {', '.join(BUDGETS)}, "
+                         f"got {budget!r}")
+    if route not in ROUTE_CHOICES:
+        raise ValueError(f"ucudnn.torch.prepare: route must be one of {', '.join(ROUTE_CHOICES)}, "
+                         f"got {route!r}")
+    if host_bound_search not in HOST_BOUND_SEARCHES:
+        raise ValueError(f"ucudnn.torch.prepare: host_bound_search must be one of "
+                         f"{', '.join(HOST_BOUND_SEARCHES)}, got {host_bound_search!r}")
+    restore_framework_search()  # this prepare() decides again
+    original = compiled_original(model)
+    compiled = original is not None
+    model = original or model  # the eager module: its layers, its passes
+    if not any(isinstance(m, UcudnnConv2d) for m in model.modules()):
+        runtimes_of(model)  # ValueError unless convert() was called (it warned what it left)
+        return {"kernels": 0, "measured": 0, "budget": None, "above_peak": None,
+                "framework_fitted": 0, "host_bound": None, "route": None, "compiled": compiled,
+                "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+                "seconds": {"budgets": 0.0, "plans": 0.0, "host_bound": 0.0}}
+    step_budget = None
+    budget_limit = None
+    started = time.perf_counter()
+    model.__dict__.pop("_ucudnn_step_budget", None)
+    if budget == "auto":
+        budget = auto_budget(model, sample_inputs)
+        if budget == "liveness" and compiled:
+            budget = "allowance"  # an eager step's liveness is not the compiled step's
+        if budget == "liveness":
+            try:
+                step_budget = liveness_budgets(model, sample_inputs, above_peak, loss_fn)
+            except (AttributeError, TypeError) as e:
+                warnings.warn(f"ucudnn.torch.prepare: the step could not be profiled ({e}); "
+                              "each kernel gets the configured limit (give loss_fn)")
+                budget = "fixed"
+    elif budget == "liveness":
+        step_budget = liveness_budgets(model, sample_inputs, above_peak, loss_fn)
+    if budget == "allowance":
+        require_per_kernel(model, "prepare: budget='allowance'")
+        budget_limit = allowance_limit(sample_inputs)
+    limits = step_budget.limits() if step_budget is not None else {}
+    for runtime in runtimes_of(model):
+        runtime.kernel_limits = limits
+        runtime.lowered_limits = {}
+        runtime.budget_limit = budget_limit
+    for conv in layer_convs(model):
+        conv.forget_kernels()  # declared again with the limits now in force
+    budgeted = time.perf_counter()
+    declared = measured = fitted = 0
+    for (runtime, device), shapes in kernels(model, *sample_inputs).items():
+        context = runtime.context(device)
+        if context is None:
+            continue
+        shapes = unique_shapes(shapes)
+        declared += len(shapes)
+        declare_at_limits(runtime, context, shapes)
+        if wait_ms <= 0:
+            continue
+        not_shared = []
+        if measure_framework:
+            # PyTorch's own is timed once this job's problems are benchmarked (a warm cluster:
+            # at once, and nothing to time): a worker may be benchmarking them on this very
+            # device (the README's stack, a cluster's first job), and times taken meanwhile are
+            # the shared device's (VGG-16 fp32's: 2x; docs/torch-models.md, session 29). Where
+            # the plans are not all in by wait_ms, the times decide for this process alone.
+            quiet = runtime.has_server() and wait_planned(runtime, context, shapes, wait_ms)
+            not_shared = measure_framework_times(runtime, context, device, shapes, share=quiet)
+            measured += len(not_shared[1]) if not_shared else 0
+        context.wait_for_plans(wait_ms)
+        if not_shared and not not_shared[0]:
+            decide_locally(runtime, context, not_shared[1])
+        elif step_budget is not None:
+            raised = fit_framework(runtime, context, shapes, step_budget.ceiling())
+            step_budget.raised.update(raised)
+            if raised:
+                fitted += len(raised)
+                context.wait_for_plans(wait_ms)
+    if fitted:
+        for conv in layer_convs(model):
+            conv.forget_kernels()  # declared again at the raised limits
+    planned = time.perf_counter()
+    bound = None
+    for runtime in runtimes_of(model):
+        runtime.host_bound = False  # the rule alone, for the step measured below
+        runtime.decided_route, runtime.decided_why = None, ""  # this prepare() decides again
+    on_device = inputs_on_cuda(sample_inputs)
+    if host_bound is not None:
+        bound = {"host_bound": bool(host_bound)}
+    elif compiled:
+        # Measured on H100 (session 24): under torch.compile a planned layer's custom op costs
+        # more host time than its plans save (ConvNeXt-T AMP with 31 planned calls 0.94x,
+        # RegNet-Y-1.6GF 0.84x); with every such layer traced as F.conv2d the graph is native's.
+        # Plans kept for memory stay.
+        bound = {"host_bound": True, "assumed": "compiled"}
+    elif wait_ms > 0 and on_device and host_bound_search == "heuristics":
+        decide_layers(model)  # the step measured as it will run
+        bound = host_bound_answer(model, sample_inputs, loss_fn, host_bound_search)
+    for runtime in runtimes_of(model):
+        runtime.host_bound = bool(bound and bound["host_bound"])
+    if wait_ms > 0:
+        decide_layers(model)
+    decided = None
+    if route != "rule" and bound is None:
+        # One route for the step, the same in every job (route.py): the machine's record, else
+        # measured where the plans are in (wait_ms) on the device, else each layer's rule.
+        measurable = route == "measure" or (wait_ms > 0 and on_device)
+        decided = step_route.decide(model, sample_inputs, loss_fn, measure=measurable,
+                                    only_recorded=not measurable)
+    if step_budget is not None:
+        # The job's first steps correct the budgets (StepBudget.check).
+        step_budget.wait_ms = wait_ms
+        model._ucudnn_step_budget = step_budget
+        if check_step_budget not in model._forward_pre_hooks.values():
+            model.register_forward_pre_hook(check_step_budget)
+    release_cached_memory(sample_inputs)
+    return {"kernels": declared, "measured": measured, "budget": budget,
+            "above_peak": step_budget.above_peak() if step_budget is not None else None,
+            "framework_fitted": fitted, "host_bound": bound, "route": decided,
+            "compiled": compiled, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
+                        "host_bound": time.perf_counter() - planned}}
+
+
+def release_cached_memory(sample_inputs):
+    """prepare()'s end on CUDA: the blocks its passes left in PyTorch's allocator cache are
+    released (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out
+    their memory from a clean cache rather than around the blocks of the passes' layout (the
+    profiled step's without workspaces, the measuring steps' first calls)."""
+    if inputs_on_cuda(sample_inputs):
+        torch.cuda.empty_cache()
+
+
+def decide_layers(model):
+    """prepare(), the plans in: each layer's decision (LayerConv.decide_layer) for the ops its step
+    runs, also kept on the module for torch.compile, which then traces PyTorch's own convolution
+    for a layer decided so (a module attribute: dynamo guards on it)."""
+    now = time.monotonic()
+    for module in model.modules():
+        convs = [c for c in getattr(module, "_ucudnn_convs", {}).values()
+                 if c is not None and c.ops]
+        for conv in convs:
+            conv.decide_layer(conv.ops, now)
+        if convs:
+            module._ucudnn_framework_layer = all(c.framework_layer for c in convs)
+
+
+def wait_for_plans(model, timeout_ms):
+    """Waits up to timeout_ms for the server's answers for every kernel seen; True when none is
+    still waiting. For setup and tests, not inside a training step."""
+    answered = True
+    for runtime in runtimes_of(model):
+        for context in runtime.contexts():
+            answered = context.wait_for_plans(timeout_ms) and answered
+    return answered
