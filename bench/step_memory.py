@@ -9,6 +9,7 @@ step's convolution time too).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
                    [--max-batch-cap-gib 24 [--max-batch-range 256:320] [--only-max-batch]]
+    step_memory.py plot [--json bench/results/h100/step_memory.json] [--svg docs/img/step_memory.svg]
 
 DIR/step_memory.json: {"device", "rows": [{"model", "precision", "batch", "native_cap_gib"
 (null: unlimited), "native_ms", "native_peak_mib", "converted_ms", "converted_peak_mib",
@@ -207,7 +208,11 @@ def run_row(args, row, curves):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plot"]:
+        import plots
+        return plots.main("step_memory", argv[1:])
+    args = parse_args(argv)
     args.runs_dir = args.runs_dir or args.out
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.runs_dir, exist_ok=True)

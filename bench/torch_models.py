@@ -18,6 +18,8 @@ start), native and converted runs alternated and repeated so that a ratio is not
         native and converted models in one process, steps interleaved in rounds (alternating
         which side goes first): the ratio per round pair, without the run-to-run noise of a
         host-bound model on a shared machine (both sides meet the same machine state)
+    torch_models.py plot [--json bench/results/h100/torch_models.json] [--svg docs/img/torch_models.svg]
+        the rows as SVG for docs/results.md
     torch_models.py warm --server h:p --runs-dir DIR --rows resnet50:amp ...
         only the suite's warm-up (every plan in the database, PyTorch's own timed), say for the
         next machine's --warm-db
@@ -47,6 +49,7 @@ import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import plots  # noqa: E402  (the plot subcommand; matplotlib loaded only when it runs)
 import torch_common  # noqa: E402
 REPO = os.path.dirname(HERE)
 # The source tree's package (ucudnn.torch imported where a run converts; ucudnn._cache anywhere).
@@ -202,6 +205,8 @@ def parse_args(argv):
     warm.add_argument("--run-timeout-s", type=float, default=240.0)
     warm.add_argument("--python", default=sys.executable)
 
+    plot = sub.add_parser("plot", help="draw the results JSON as SVG (docs/results.md)")
+    plots.add_arguments(plot, "torch_models")
     suite = sub.add_parser("suite", help="rows of native against converted")
     suite.add_argument("--server", required=True, help="planner HOST:PORT")
     suite.add_argument("--out", required=True,
@@ -1462,6 +1467,8 @@ def main(argv=None):
         # A `timeout` around the suite stops its current run too (subprocess.run kills its child
         # on the exception), not only the suite.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.command == "plot":
+        return plots.run("torch_models", args)
     if args.command == "suite":
         return run_suite(args)
     if args.command == "warm":

@@ -18,6 +18,7 @@
 # Results go to $OUT when set (the device runner collects it), else ./gpu-results:
 #   env.txt, gpu_tests.{json,log}, gpu_tests_tf32.{json,log}, bench_engine.{json,log},
 #   summary.txt. Exit status: 0 when every test passed and the benchmark ran, 1 otherwise.
+#   The newest bench_engine.json is kept in bench/results/<gpu>/ (docs/results.md).
 set -uo pipefail
 
 bundle=".bundle"

@@ -48,7 +48,9 @@
 #
 # Results go to $OUT (or ./torch-models-results), few files and written as they come, so that a
 # run cut short still returns what it measured: torch_models.json (rewritten after every row) and
-# .md, stack.log, logs.txt, warm_db.sql.gz, runs.tar.gz (every run's JSON and runs.log).
+# .md, stack.log, logs.txt, warm_db.sql.gz, runs.tar.gz (every run's JSON and runs.log). The
+# newest rows are kept in bench/results/<gpu>/{torch_models,step_memory}.json (docs/results.md;
+# `python3 bench/torch_models.py plot` and `bench/step_memory.py plot` redraw docs/img/).
 # --budget-s S stops the measuring after S seconds (default 480), leaving time for the dump: a
 # model run that would start with 30 s or less left is skipped, and one still running is stopped.
 # Exit 1 when a run failed.

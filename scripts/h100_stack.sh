@@ -3,7 +3,7 @@
 # of its own, the planner server, a cuDNN worker, then the example training step through the
 # client library. Measures the time from an empty database to a complete ResNet-50 plan, the time
 # for the same plan from a warm database, and the step times with and without the library.
-# Needs no compiler, cmake or network on the GPU machine. See docs/h100.md.
+# Needs no compiler, cmake or network on the GPU machine. Results: docs/results.md, JSON under bench/results/.
 #
 #   bash scripts/h100_stack.sh [BUNDLE_DIR=.bundle] [--network resnet50] [--batch 256]
 #                              [--backend cudnn|cpu] [--dtype fp32|fp16|bf16] [--layout nchw|nhwc]
@@ -13,6 +13,7 @@
 #
 # Results go to $OUT (or ./stack-results): summary.txt, stack.log, plan_cold.txt, plan_warm.txt,
 # train_step.json, and the last lines of the server's, worker's and example's logs (logs.txt).
+# The newest train_step JSON is kept in bench/results/<gpu>/ (docs/results.md).
 set -uo pipefail
 
 bundle=".bundle"

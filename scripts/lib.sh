@@ -22,6 +22,8 @@ UCUDNN_DEBIAN_PACKAGES=(
   # its pip install into a venv (tests/tools/python_package_test.sh), and the real-model
   # benchmark's CPU smoke test (bench/torch_models.py: torchvision's models).
   python3-torch python3-torchvision python3-venv python3-pip python3-setuptools
+  # The benchmarks' `plot` subcommand (bench/plots.py: docs/img/*.svg) and its test.
+  python3-matplotlib
 )
 
 # Tools installed from Debian only when their command is missing: a machine may have them from

@@ -34,6 +34,15 @@ add_test(NAME deploy_validate
          COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${PROJECT_SOURCE_DIR}/deploy/validate.py
                  --bin-dir ${PROJECT_BINARY_DIR}/bin)
 set_tests_properties(deploy_validate PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 120)
+# docs/ holds prose (.md, .svg) of at most 100 KB a file, and the README's and docs' relative
+# links resolve (issue 38); docs_check_catches_mistakes shows the check is not vacuous.
+add_test(NAME docs_check
+         COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/docs_test.py
+                 ${PROJECT_SOURCE_DIR})
+add_test(NAME docs_check_catches_mistakes
+         COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/docs_test.py --self-test)
+set_tests_properties(docs_check docs_check_catches_mistakes PROPERTIES LABELS unit TIMEOUT 60)
+
 # ... and it is not vacuous: each mistake it is meant to catch, made in a copy, makes it fail.
 add_test(NAME deploy_validate_catches_mistakes
          COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/validate_mutations.py

@@ -502,7 +502,7 @@ class TableBenchmark {
       // A configuration that already ran at a smaller size has its kernels loaded: its probe
       // needs no warm-up of its own, unless its code is built per size. (A runtime-compiled
       // engine's first run at a size took 0.5-1 ms more than its 0.05 ms: probed cold, cuDNN's
-      // fastest depthwise kernels were pruned and skipped, docs/torch-models.md.)
+      // fastest depthwise kernels were pruned and skipped; the torch-models log in git history.)
       const bool loaded = probe_history_.count(id) > 0 &&
                           !backend_.BuildsCodePerSize(problem_, t.micro_batch, AlgorithmOf(t));
       const int warmup = loaded ? 0 : 1;

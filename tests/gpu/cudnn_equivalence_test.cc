@@ -66,7 +66,7 @@ bool Tf32Possible(const ConvBackend& gpu) {
 //  - bf16 (8 mantissa bits, inputs rounded to bf16 too): bound 3e-2.
 //  - Winograd on filters larger than 3x3 (cuDNN's non-fused variant handles 5x5): its transform
 //    needs more interpolation points, with larger matrix entries; measured 1.5e-3 on the H100
-//    (AlexNet conv2 5x5 backward-data, docs/h100.md): bound 5e-3 in fp32.
+//    (AlexNet conv2 5x5 backward-data, docs/results.md): bound 5e-3 in fp32.
 double Tolerance(const Precision& prec, const std::string& algo, bool tf32, int64_t filter) {
   const bool transform = IsTransformAlgorithm(algo);
   switch (prec.data_type) {
