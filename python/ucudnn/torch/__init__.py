@@ -78,8 +78,15 @@ __all__ = ["UcudnnConv2d", "convert", "unconvert", "kernels", "prepare", "stats"
            "HEURISTICS_MARGIN", "HOST_BOUND_LAG", "MIN_LAYER_GAIN_US", "HOST_BOUND_RECORDS",
            "HOST_BOUND_RECORD_DAYS"]
 
-# A layer pickled while on the native route (a checkpoint of a model mid-job) names this class.
+# Pickles name these by their paths in the adapter's single-module days (ucudnn.torch._X): a layer
+# pickled while on the native route, a layer's per-signature cache, the forward hooks convert()
+# and prepare() put on the model. They keep those paths, so that checkpoints load either way.
+from .budgets import check_step_budget as _check_step_budget  # noqa: E402
+from .conv import ConvCache as _ConvCache  # noqa: E402
 from .module import NativeRoutedConv2d as _NativeRoutedConv2d  # noqa: E402
+from .module import recheck_native_routes as _recheck_native_routes  # noqa: E402
 
-_NativeRoutedConv2d.__module__ = __name__
-_NativeRoutedConv2d.__qualname__ = "_NativeRoutedConv2d"
+for _pickled in (_check_step_budget, _ConvCache, _NativeRoutedConv2d, _recheck_native_routes):
+    _pickled.__module__ = __name__
+    _pickled.__qualname__ = "_" + _pickled.__name__.lstrip("_")
+del _pickled

@@ -52,7 +52,7 @@ class StepBudget:
     """prepare(budget="liveness")'s budgets, kept so that the job's first steps correct them.
     The profiled step runs before the optimizer's first step, whose state (SGD's momentum, Adam's
     moments) the job holds through every step after it: a step's in-use memory is then the
-    profile's plus that, everywhere (VGG-16 fp32: 527 MiB, traced op by op; docs/step-memory.md,
+    profile's plus that, everywhere (VGG-16 fp32: 527 MiB, traced op by op; docs/results.md,
     session 29). Each kernel's headroom below the peak stays; what the process may take above
     the peak (its allowance) shrinks by as much, and with it `above_peak` and the framework
     fit's ceiling. So the model's forward pre-hook (check_step_budget) reads the memory in use

@@ -37,7 +37,7 @@ def cudnn_instances(maps="/proc/self/maps"):
 def framework_cudnn_handle():
     """PyTorch's cuDNN handle of the calling thread on the current device, as an int, for the
     library to run its plans on (it then adds no cuDNN handle of its own to the device: measured
-    on an H100, docs/torch-models.md); None where it cannot be borrowed safely: no CUDA build of
+    on an H100, docs/results.md); None where it cannot be borrowed safely: no CUDA build of
     PyTorch loaded, no such symbol, or not exactly one cuDNN library in the process (a handle of
     one instance passed to another would crash). The handle is the calling thread's: the
     library's calls from autograd's thread use it while that thread waits on the backward pass,

@@ -25,7 +25,7 @@ def median_step(samples):
     """Of steps measured as (host_s, total_s), the one whose lag (the device's time after the
     host's launches, as a fraction of the step) is the median: one step alone flips on a loaded
     host (ConvNeXt-T: 42 ms of host time in a 53 ms step in one run, 25 of 51 in the next,
-    docs/torch-models.md calls 49-50)."""
+    docs/results.md)."""
     def lag(sample):
         host, total = sample
         return (total - host) / total if total > 0 else 0.0
@@ -79,7 +79,7 @@ def step_is_host_bound(model, *sample_inputs, loss_fn=None, steps=4):
 # prepare()'s host-bound answers, remembered on the machine (UCUDNN_HOST_BOUND_CACHE, a JSON file;
 # default $XDG_CACHE_HOME/ucudnn/host_bound.json or ~/.cache/ucudnn/host_bound.json; "off" for
 # none): a later job of the same step skips the measuring steps (DenseNet-121 AMP: 4.0-4.7 s of
-# its start on an H100, docs/torch-models.md call 71), and near the threshold every job of the
+# its start on an H100, docs/results.md), and near the threshold every job of the
 # machine decides alike (one measure flipped between runs of ConvNeXt-T and ResNeXt-50, calls
 # 56-60). Keyed by the host, the GPU, PyTorch's version, the model (its repr), the inputs,
 # autocast, loss_fn and the layers' routes; the newest HOST_BOUND_RECORDS are kept, each for
@@ -141,7 +141,7 @@ def remember_host_bound(path, key, answer):
 
 # A host-bound step gains nothing from PyTorch's cuDNN benchmark (the device waits for the host
 # whichever algorithm runs), and its first step loses the search of every kernel. Native
-# PyTorch, AMP, on an H100, each run its own process, benchmark on / off (docs/torch-models.md,
+# PyTorch, AMP, on an H100, each run its own process, benchmark on / off (docs/results.md,
 # call 75): EfficientNet-B0 (batch 128) 44.6-51.2 / 43.3-45.1 ms a step, 18.4-47.1 / 4.7-5.4 s
 # from the model on the device to the first fast step; DenseNet-121 72.3-77.6 / 71.6-80.6 ms,
 # 11.7-18.3 / 1.5 s; MobileNet-V3-Large 35.6-39.9 / 29.0-34.0 ms, 22.6-23.0 / 5.5-6.4 s;
@@ -216,7 +216,7 @@ def host_bound_answer(model, sample_inputs, loss_fn, search="heuristics"):
             # Device-bound with the heuristics' choices, but their step is the recorded one's
             # (the plans', or PyTorch's benchmarked choices): the layers run PyTorch's own with
             # them, and no job searches (ConvNeXt-T on an H100: 51.8 ms against 52.1 with the
-            # plans, docs/torch-models.md session 32).
+            # plans, docs/results.md).
             return remember(dict(bound, host_bound=True, framework_search="heuristics-checked",
                                  recorded_step_ms=before))
         # Slower with the heuristics' choices than the step the record was measured on: later

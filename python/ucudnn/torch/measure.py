@@ -40,7 +40,7 @@ def framework_fit_limit(limit, info, benchmarks, ceiling=None):
     Native's step takes that workspace at the same point of the step, so the converted step's
     peak stays within native's there, and the layer is never slower than native for want of the
     memory native uses (VGG-16 fp32's backward-filter 512x14x14: PyTorch's own 0.654 ms with
-    115 MiB, the plan within its 42 MiB liveness limit 0.852 ms; docs/torch-models.md). Never
+    115 MiB, the plan within its 42 MiB liveness limit 0.852 ms; docs/results.md). Never
     above `ceiling`, the bytes the process may take above the step's peak without workspace:
     under a memory cap native's own cannot take its unlimited workspace either, and the
     profiled step's headroom is not the job's to the byte (the optimizer's state comes after

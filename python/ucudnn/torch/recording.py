@@ -61,7 +61,7 @@ class ShapeOnlyConv2dFunction(torch.autograd.Function):
                 profile.add(ctx.conv, _lib.BACKWARD_DATA, in_use, tensor_bytes(x))
                 # Backward-filter runs after it (conv_backward), its gradient of x still held: what
                 # its workspace may take is that much less (VGG-16 fp32's 512x28x28: 196 MiB,
-                # traced; docs/step-memory.md, session 29).
+                # traced; docs/results.md).
                 in_use += tensor_bytes(x)
             if need_w:
                 profile.add(ctx.conv, _lib.BACKWARD_FILTER, in_use, tensor_bytes(weight))

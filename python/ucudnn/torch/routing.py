@@ -45,14 +45,14 @@ def beats_framework(ucudnn_ms, framework_ms, benchmarks=False):
 
 # convert()'s default min_layer_gain_us: what the library's path costs on the host per layer and
 # step over PyTorch's own (the autograd Function, the ctypes calls, the workspace): 38 us on the
-# H100 machine (bench/torch_adapter.py overhead, docs/torch-models.md), 17 us on a CPU.
+# H100 machine (bench/torch_adapter.py overhead, docs/results.md), 17 us on a CPU.
 MIN_LAYER_GAIN_US = 40.0
 
 
 # A step is host-bound when its device work ends within this share of the step after the host
 # has launched its last kernel: the device waits for the host, so a plan's device-time saving
 # does not shorten the step while its path's host cost lengthens it (step_is_host_bound()). On
-# the H100 machine (docs/torch-models.md, calls 21-23): EfficientNet-B0 AMP 3-15% (host-bound: its
+# the H100 machine (docs/results.md): EfficientNet-B0 AMP 3-15% (host-bound: its
 # planned layer cost its step), ResNet-50 AMP and ConvNeXt-T 50-52%.
 HOST_BOUND_LAG = 0.25
 

@@ -36,7 +36,7 @@ ConvOperands OffsetOperands(const ConvProblem& problem, const ConvOperands& oper
 // samples, as the micro-batches of a segment take the batch's slices one after another. A
 // micro-batch timed again and again on the same samples finds them in the device's L2 cache,
 // which a step's micro-batches do not: on an H100, ConvNeXt-T's depthwise backward-data plans of
-// 2-8 micro-batches ran 8-13% slower in the step than timed so (docs/torch-models.md).
+// 2-8 micro-batches ran 8-13% slower in the step than timed so (docs/results.md).
 ConvOperands TimedRunOperands(const ConvProblem& problem, const ConvOperands& operands,
                               int64_t batch, int64_t run);
 

@@ -48,7 +48,7 @@ struct BenchmarkOptions {
   // Groups timed as the device alone runs them (queued before they start), leaving out the host's
   // cost of issuing each run even where it exceeds the run. Off by default: a step issues its
   // micro-batches from the host, and on an H200 device-only times predicted a 1 GiB ResNet-50
-  // step 12.6% too fast and chose a plan 3.6% slower than issued-group times did (docs/h100.md).
+  // step 12.6% too fast and chose a plan 3.6% slower than issued-group times did (docs/results.md).
   bool short_runs_device_time_only = false;
   double group_target_ms = 0.2;
   int max_group = 64;
