@@ -8,7 +8,7 @@ import unittest
 from unittest import mock
 
 from support import planned  # (python/ and bench/ on the path)
-from ucudnn.torch import decision
+from ucudnn.torch import decision, records
 
 
 class ChooseTest(unittest.TestCase):
@@ -63,7 +63,7 @@ class RecordTest(unittest.TestCase):
         record = decision.make_record(decision.PLANS, "why", ["plan", "framework"], [1.0],
                                       [2.0], now=1000.0)
         self.assertTrue(decision.write_record(self.path, "k", record))
-        read = decision.read_records(self.path)["k"]
+        read = records.read_records(self.path)["k"]
         self.assertEqual(read, record)
         self.assertTrue(decision.valid(read, now=1000.0 + 3600))
 
@@ -80,17 +80,17 @@ class RecordTest(unittest.TestCase):
         for text in ("not json", "[1, 2]"):
             with open(self.path, "w") as f:
                 f.write(text)
-            self.assertEqual(decision.read_records(self.path), {})
-        self.assertEqual(decision.read_records(self.path + ".missing"), {})
+            self.assertEqual(records.read_records(self.path), {})
+        self.assertEqual(records.read_records(self.path + ".missing"), {})
 
     def test_only_the_newest_records_are_kept(self):
         for i in range(decision.RECORDS + 5):
             decision.write_record(self.path, f"k{i}", decision.make_record(
                 decision.NATIVE, "", [], [1.0], [1.0], now=float(i)))
-        records = decision.read_records(self.path)
-        self.assertEqual(len(records), decision.RECORDS)
-        self.assertNotIn("k0", records)
-        self.assertIn(f"k{decision.RECORDS + 4}", records)
+        kept = records.read_records(self.path)
+        self.assertEqual(len(kept), decision.RECORDS)
+        self.assertNotIn("k0", kept)
+        self.assertIn(f"k{decision.RECORDS + 4}", kept)
 
     def test_an_unwritable_place_is_a_warning_not_an_error(self):
         blocker = os.path.join(self.directory.name, "file")
@@ -162,7 +162,7 @@ class PrepareRouteTest(unittest.TestCase):
         self.assertIn(first["route"], (decision.PLANS, decision.NATIVE))
         self.assertIn("over 3 rounds", first["why"])
         self.assertEqual(len(first["layers"]), 2)
-        record = next(iter(decision.read_records(self.records).values()))
+        record = next(iter(records.read_records(self.records).values()))
         self.assertEqual((record["route"], record["layers"]), (first["route"], first["layers"]))
         self.assertEqual((len(record["plans_ms"]), len(record["native_ms"])), (3, 3))
         for seed in (1, 2):  # later jobs: other weights, same step
@@ -205,7 +205,7 @@ class PrepareRouteTest(unittest.TestCase):
 
         model, x = self.job()
         self.assertIsNone(ut.prepare(model, x)["route"])  # CPU, wait_ms=0: nothing measured
-        self.assertEqual(decision.read_records(self.records), {})
+        self.assertEqual(records.read_records(self.records), {})
         self.assertIsNone(ut.prepare(model, x, route="rule")["route"])
         with self.assertRaisesRegex(ValueError, "route must be one of auto, measure, rule"):
             ut.prepare(model, x, route="sometimes")

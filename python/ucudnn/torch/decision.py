@@ -16,10 +16,10 @@ same machine state on both sides; the spread of each side's round medians is the
 Pure logic and the record file; the measuring itself is prepare()'s."""
 
 import hashlib
-import json
-import os
 import statistics
 import time
+
+from .records import keep_record
 
 
 # A record is applied for this long: an answer taken on a machine that has changed since
@@ -81,16 +81,6 @@ def structure_hash(model):
     return hashlib.sha256(repr(model).encode()).hexdigest()
 
 
-def read_records(path):
-    """The file's records ({key: record}); none where it is missing or not ours."""
-    try:
-        with open(path) as f:
-            records = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return records if isinstance(records, dict) else {}
-
-
 def valid(record, now=None):
     """Whether `record` (read from the file) is one this version applies: well formed and not
     older than RECORD_DAYS."""
@@ -111,23 +101,6 @@ def make_record(route, why, layers, plans_rounds, native_rounds, now=None):
 
 
 def write_record(path, key, record, log=None):
-    """Adds `record` to the file at `path`, replaced atomically (jobs of a machine share it),
-    the newest RECORDS kept. A file that cannot be written is a warning in `log`, never an error
-    of the job; returns whether it was written."""
-    records = read_records(path)
-    records.pop(key, None)
-    records[key] = record
-    newest = sorted(records.items(), key=lambda item: item[1].get("decided_at", 0)
-                    if isinstance(item[1], dict) else 0)
-    records = dict(newest[-RECORDS:])
-    temporary = f"{path}.tmp.{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(temporary, "w") as f:
-            json.dump(records, f)
-        os.replace(temporary, path)
-        return True
-    except OSError as e:
-        if log is not None:
-            log.warning("ucudnn.torch: cannot keep the route decision in %s: %s", path, e)
-        return False
+    """Adds `record` to the file at `path` (records.keep_record: atomically, the newest RECORDS
+    kept; a file that cannot be written is a warning in `log`); whether it was written."""
+    return keep_record(path, key, record, "decided_at", RECORDS, log, "route decision")

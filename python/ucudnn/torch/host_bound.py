@@ -1,9 +1,7 @@
 """Whether a step is host-bound, and the answers remembered on the machine."""
 
 import hashlib
-import json
 import logging
-import os
 import platform
 import time
 
@@ -16,6 +14,7 @@ from .autograd import autocast_dtype
 from .module import layer_convs
 from .steps import model_kept, training_pass
 from .outputs import inputs_device, inputs_signature
+from .records import keep_record, read_records
 
 
 _log = logging.getLogger("ucudnn.torch")
@@ -111,32 +110,11 @@ def host_bound_key(model, sample_inputs, loss_fn):
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def read_host_bound_records(path):
-    """The file's records ({key: answer}); none where it is missing or not ours."""
-    try:
-        with open(path) as f:
-            records = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return records if isinstance(records, dict) else {}
-
-
 def remember_host_bound(path, key, answer):
-    """Adds `answer` to the file, replaced atomically (jobs may share it); a file that cannot be
-    written is a warning in the log, never an error of the job."""
-    records = read_host_bound_records(path)
-    records.pop(key, None)
-    records[key] = dict(answer, remembered_at=time.time())
-    newest = sorted(records.items(), key=lambda item: item[1].get("remembered_at", 0))
-    records = dict(newest[-HOST_BOUND_RECORDS:])
-    temporary = f"{path}.tmp.{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(temporary, "w") as f:
-            json.dump(records, f)
-        os.replace(temporary, path)
-    except OSError as e:
-        _log.warning("ucudnn.torch: cannot remember the host-bound answer in %s: %s", path, e)
+    """Adds `answer` to the file (records.keep_record: atomically, the newest
+    HOST_BOUND_RECORDS kept; a file that cannot be written is a warning in the log)."""
+    keep_record(path, key, dict(answer, remembered_at=time.time()), "remembered_at",
+                HOST_BOUND_RECORDS, _log, "host-bound answer")
 
 
 # A host-bound step gains nothing from PyTorch's cuDNN benchmark (the device waits for the host
@@ -193,7 +171,7 @@ def host_bound_answer(model, sample_inputs, loss_fn, search="heuristics"):
     device = inputs_device(sample_inputs)
     path = host_bound_records_path()
     key = host_bound_key(model, sample_inputs, loss_fn) if path else None
-    record = read_host_bound_records(path).get(key) if key else None
+    record = read_records(path).get(key) if key else None
     if (not isinstance(record, dict) or not isinstance(record.get("host_bound"), bool)
             or not isinstance(record.get("remembered_at"), (int, float))
             or time.time() - record["remembered_at"] > HOST_BOUND_RECORD_DAYS * 86400):

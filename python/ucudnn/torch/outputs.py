@@ -15,24 +15,28 @@ def output_tensors(output):
     """Every floating-point tensor of `output`, depth first, in the structure's order (a dict's
     by insertion). TypeError naming the type where a part is neither a tensor, a sequence, a
     mapping, a dataclass nor None (an int or a string in an output is skipped)."""
-    if torch.is_tensor(output):
-        if output.is_floating_point():
-            yield output
-    elif isinstance(output, dict):
-        for value in output.values():
-            yield from output_tensors(value)
-    elif isinstance(output, (list, tuple)):
-        for value in output:
-            yield from output_tensors(value)
-    elif dataclasses.is_dataclass(output) and not isinstance(output, type):
-        for field in dataclasses.fields(output):
-            yield from output_tensors(getattr(output, field.name))
-    elif output is None or isinstance(output, (bool, int, float, str, bytes)):
-        return
-    else:
-        raise TypeError(f"ucudnn.torch: a model output of type {type(output).__name__} has no "
-                        "tensors this adapter can find: give prepare(..., loss_fn=) a function "
-                        "from the output to the scalar loss")
+    return (t for t in _walk(output, strict=True) if t.is_floating_point())
+
+
+def _walk(structure, strict):
+    """The tensors of `structure` through tuples, lists, dicts and dataclasses, depth first;
+    another part is skipped, or (`strict`) a TypeError unless a plain value."""
+    if torch.is_tensor(structure):
+        yield structure
+    elif isinstance(structure, dict):
+        for value in structure.values():
+            yield from _walk(value, strict)
+    elif isinstance(structure, (list, tuple)):
+        for value in structure:
+            yield from _walk(value, strict)
+    elif dataclasses.is_dataclass(structure) and not isinstance(structure, type):
+        for field in dataclasses.fields(structure):
+            yield from _walk(getattr(structure, field.name), strict)
+    elif strict and not (structure is None or
+                         isinstance(structure, (bool, int, float, str, bytes))):
+        raise TypeError(f"ucudnn.torch: a model output of type {type(structure).__name__} has "
+                        "no tensors this adapter can find: give prepare(..., loss_fn=) a "
+                        "function from the output to the scalar loss")
 
 
 def default_loss(output):
@@ -52,17 +56,7 @@ def tensors_in(structure):
     """Every tensor of a model's inputs or outputs (any dtype), through tuples, lists, dicts and
     dataclasses, depth first: a detection model's inputs are a list of images and a list of
     dicts of targets."""
-    if torch.is_tensor(structure):
-        yield structure
-    elif isinstance(structure, dict):
-        for value in structure.values():
-            yield from tensors_in(value)
-    elif isinstance(structure, (list, tuple)):
-        for value in structure:
-            yield from tensors_in(value)
-    elif dataclasses.is_dataclass(structure) and not isinstance(structure, type):
-        for field in dataclasses.fields(structure):
-            yield from tensors_in(getattr(structure, field.name))
+    return _walk(structure, strict=False)
 
 
 def inputs_device(sample_inputs):

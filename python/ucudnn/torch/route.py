@@ -14,6 +14,7 @@ from .autograd import autocast_dtype
 from .handle import process_rank, rank0s
 from .module import runtimes_of
 from .options import INFINITY
+from .records import read_records
 from .steps import model_kept, training_pass
 from .outputs import inputs_device, inputs_signature
 
@@ -137,7 +138,7 @@ def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
     device = inputs_device(sample_inputs)
     path = records_path()
     key = step_key(model, sample_inputs, loss_fn) if path else None
-    record = decision.read_records(path).get(key) if key else None
+    record = read_records(path).get(key) if key else None
     usable = decision.valid(record) and len(record["layers"]) == len(layers)
     # Rank 0's record decides for every rank: 0 none, 1 native, 2 plans.
     code = rank0s(0 if not usable else 1 if record["route"] == decision.NATIVE else 2, device)
