@@ -14,12 +14,14 @@
 #include <thread>
 
 #include "support/postgres_fixture.h"
+#include "ucudnn/core/networks.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/store/import.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/daemon.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/worker_main.h"
+#include "worker/fanout_util.h"
 #include "worker/worker_test_util.h"
 
 namespace ucudnn::worker {
@@ -616,6 +618,96 @@ TEST_F(WorkerDaemonTest, OfflineCsvRoundTripsThroughImport) {
   EXPECT_EQ(ImportTimingsFile(*store_, dir + "/missing.csv").status().code(),
             StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
+}
+
+// Fan-out: three workers of one fingerprint share a network's queue (one job per problem), and
+// every timing of every job is stored exactly once, by the worker that completed the job.
+TEST_F(WorkerDaemonTest, ThreeWorkersDrainANetworksQueueStoringEveryTimingOnce) {
+  const std::string device_name = "fan-out model";
+  const SleepingBackend reference(device_name, std::chrono::microseconds(0));
+  auto kernels = NetworkKernels("resnet18", 8);
+  ASSERT_TRUE(kernels.ok()) << kernels.status().ToString();
+  std::vector<EnqueuedJob> jobs;
+  for (const Kernel& k : UniqueKernels(*kernels)) {
+    jobs.push_back(Enqueue(reference.fingerprint(), k.problem, 8, BatchPolicy::kPowerOfTwo));
+  }
+  ASSERT_GT(jobs.size(), 20u);
+  const DrainResult drained =
+      DrainWithWorkers(*store_, 3, device_name, std::chrono::microseconds(500), FastConfig("x"));
+  ASSERT_TRUE(drained.status.ok()) << drained.status.ToString();
+  EXPECT_EQ(drained.claimed, static_cast<int64_t>(jobs.size()));
+  EXPECT_EQ(drained.completed, static_cast<int64_t>(jobs.size()));
+  SleepingBackend backend(device_name, std::chrono::microseconds(0));
+  for (const EnqueuedJob& job : jobs) {
+    const store::Job stored = GetJob(job.id);
+    ASSERT_THAT(stored.worker_id, ::testing::AnyOf("fan0:gpu0", "fan1:gpu0", "fan2:gpu0"));
+    EXPECT_EQ(stored.attempts, 1);
+    ExpectDoneOnce(job, backend, stored.worker_id);
+  }
+}
+
+// The idle gate: while another process uses the GPU nothing is claimed; once it is idle the job
+// is measured and its timings are stored with what the gate saw.
+TEST_F(WorkerDaemonTest, ABusyGpuIsNotClaimedAndTimingsRecordTheirConditions) {
+  class SwitchProbe : public GpuActivityProbe {
+   public:
+    std::string_view name() const override { return "switch"; }
+    Result<GpuActivitySample> Sample() override {
+      ++samples;
+      if (busy.load()) return GpuActivitySample{{1, 2}, 95};
+      return GpuActivitySample{{1}, 0};
+    }
+    std::atomic<bool> busy{true};
+    std::atomic<int> samples{0};
+  };
+  auto probe = std::make_unique<SwitchProbe>();
+  SwitchProbe& switch_probe = *probe;
+  IdleGateConfig gate_config;
+  gate_config.self_pid = 1;
+  gate_config.poll = std::chrono::milliseconds(5);
+  gate_config.sample_interval = std::chrono::milliseconds(1);
+  std::vector<BenchmarkDevice> devices;
+  devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>("gated model"),
+                       std::make_unique<IdleGate>(std::move(probe), gate_config));
+  ConvBackend& backend = *devices[0].backend;
+  const EnqueuedJob job =
+      Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("gated");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread runner([&] { run = daemon.Run(); });
+  ASSERT_TRUE(WaitUntil([&] { return switch_probe.samples.load() >= 20; }));
+  EXPECT_EQ(daemon.stats().claimed, 0);
+  EXPECT_EQ(GetJob(job.id).state, store::JobState::kQueued);
+  EXPECT_GE(daemon.stats().idle_gate_pauses, 1);
+  switch_probe.busy = false;
+  runner.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ExpectDoneOnce(job, backend, "gated:gpu0");
+  auto records = store_->GetTimingRecords(backend.fingerprint(), job.problem);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  for (const store::TimingRecord& r : *records) {
+    EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"idle_gate\": \"switch\""));
+    EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"contended\": false"));
+  }
+}
+
+// Rows written without conditions (imports, framework times, rows from before the column) read
+// as unknown.
+TEST_F(WorkerDaemonTest, TimingsWithoutConditionsReadUnknown) {
+  auto backend = std::move(MakeBackend("cpu")).value();
+  Timing t;
+  t.micro_batch = 1;
+  t.algo = 0;
+  t.time_ms = 0.5;
+  t.samples = 3;
+  const ConvProblem problem = TinyProblem(ConvOp::kForward, 4);
+  ASSERT_TRUE(store_->PutTimings(backend->fingerprint(), problem, {t}, "test").ok());
+  auto records = store_->GetTimingRecords(backend->fingerprint(), problem);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ(records->front().conditions, "{\"idle_gate\": \"unknown\"}");
 }
 
 }  // namespace

@@ -167,6 +167,10 @@ class Daemon::Impl {
     stats.released = released_.load();
     stats.abandoned = abandoned_.load();
     stats.devices_lost = devices_lost_.load();
+    stats.idle_gate_pauses = claims_put_off_.load();
+    for (const auto& slot : slots_) {
+      if (slot->device.gate != nullptr) stats.idle_gate_pauses += slot->device.gate->pauses();
+    }
     stats.configurations_measured = configurations_measured_.load();
     stats.last_heartbeat_unix_seconds = last_heartbeat_unix_seconds_.load();
     stats.schema_too_new = store_.schema_too_new();
@@ -237,7 +241,7 @@ class Daemon::Impl {
   bool ran_ = false;
 
   std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0},
-      devices_lost_{0}, configurations_measured_{0};
+      devices_lost_{0}, configurations_measured_{0}, claims_put_off_{0};
   std::atomic<double> last_heartbeat_unix_seconds_{0};
 
   void RecordHeartbeat() {
@@ -419,6 +423,7 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
   Backoff backoff = RetryBackoff();
   Backoff failure_backoff(milliseconds(1000), milliseconds(60000), kRetryJitter);
   int consecutive_failures = 0;
+  bool gate_busy = false;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::mt19937_64 rng(std::random_device{}());
   while (!stop_requested()) {
@@ -427,6 +432,22 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
     if (store_.RecheckSchema().code() == StatusCode::kFailedPrecondition) {
       if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
       continue;
+    }
+    // A GPU that runs other work (a training job) is left to it: nothing is claimed until it is
+    // idle, so the queue's jobs go to idle workers meanwhile.
+    if (slot.device.gate != nullptr && !slot.device.gate->IdleForClaim()) {
+      if (!gate_busy) {
+        gate_busy = true;
+        ++claims_put_off_;
+        spdlog::info("[{}] idle gate: the GPU runs other work; not claiming until it is idle",
+                     slot.device.slot);
+      }
+      if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
+      continue;
+    }
+    if (gate_busy) {
+      gate_busy = false;
+      spdlog::info("[{}] idle gate: the GPU is idle; claiming again", slot.device.slot);
     }
     auto claimed =
         store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease, config_.max_attempts);
@@ -493,6 +514,10 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   LeaseKeeper keeper(*this, slot, job.id);
   BenchmarkOptions options = config_.benchmark;
   options.cancel = keeper.cancel_flag();
+  // A pause for other work keeps the job's lease (the keeper renews it) and what was measured:
+  // the job is one problem, so the model's other problems stay claimable by idle workers, and
+  // the benchmark resumes at the configuration it stopped before. A stop request still cancels.
+  options.gate = slot.device.gate.get();
   // The first configuration is reported at once (the job is under way), then one line every
   // progress_log_interval.
   Clock::time_point last_log = start - config_.progress_log_interval;
