@@ -533,7 +533,8 @@ class TableBenchmark {
     if (options_.gate == nullptr || options_.gate->WaitUntilIdle(options_.cancel)) {
       return Status::Ok();
     }
-    return Unavailable("benchmark cancelled: " + key_);
+    if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
+    return Unavailable("benchmark paused: the device runs other work: " + key_);
   }
   DeviceActivity LookAfter() {
     return options_.gate != nullptr ? options_.gate->Look() : DeviceActivity{};

@@ -72,6 +72,7 @@ EXPECTED = {
             "--idle-gate=UCUDNN_WORKER_IDLE_GATE",
             "--idle-max-utilization=UCUDNN_WORKER_IDLE_MAX_UTILIZATION",
             "--idle-poll-seconds=UCUDNN_WORKER_IDLE_POLL_SECONDS",
+            "--idle-max-pause-seconds=UCUDNN_WORKER_IDLE_MAX_PAUSE_SECONDS",
             "--contended-spread=UCUDNN_WORKER_CONTENDED_SPREAD",
             "--offline", "--network", "--batch", "--policy", "--dtype", "--layout", "--output",
             "--log-level=UCUDNN_LOG_LEVEL"],

@@ -710,5 +710,57 @@ TEST_F(WorkerDaemonTest, TimingsWithoutConditionsReadUnknown) {
   EXPECT_EQ(records->front().conditions, "{\"idle_gate\": \"unknown\"}");
 }
 
+// A GPU busy for longer than the gate's max pause mid-benchmark: what was measured is stored
+// (nothing lost), the job goes back to the queue, nothing is claimed while the GPU stays busy,
+// and once it is idle the job is measured to the end and done.
+TEST_F(WorkerDaemonTest, APauseLongerThanTheMaximumStoresWhatWasMeasuredAndReleasesTheJob) {
+  // Idle for the claim (3 samples) and three configurations (a look before and after each),
+  // then busy until the test says otherwise.
+  class TurningBusyProbe : public GpuActivityProbe {
+   public:
+    std::string_view name() const override { return "turning"; }
+    Result<GpuActivitySample> Sample() override {
+      const int n = samples++;
+      if (idle_again.load() || n < 9) return GpuActivitySample{{1}, 0};
+      return GpuActivitySample{{1, 2}, 95};
+    }
+    std::atomic<bool> idle_again{false};
+    std::atomic<int> samples{0};
+  };
+  auto probe = std::make_unique<TurningBusyProbe>();
+  TurningBusyProbe& turning = *probe;
+  IdleGateConfig gate_config;
+  gate_config.self_pid = 1;
+  gate_config.poll = std::chrono::milliseconds(5);
+  gate_config.sample_interval = std::chrono::milliseconds(0);
+  gate_config.max_pause = std::chrono::milliseconds(50);
+  std::vector<BenchmarkDevice> devices;
+  devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>("paused model"),
+                       std::make_unique<IdleGate>(std::move(probe), gate_config));
+  ConvBackend& backend = *devices[0].backend;
+  const EnqueuedJob job =
+      Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("paused");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread runner([&] { run = daemon.Run(); });
+  ASSERT_TRUE(WaitUntil([&] { return daemon.stats().released == 1; }));
+  EXPECT_EQ(GetJob(job.id).state, store::JobState::kQueued);
+  auto partial = store_->GetTimingRecords(backend.fingerprint(), job.problem);
+  ASSERT_TRUE(partial.ok()) << partial.status().ToString();
+  EXPECT_EQ(partial->size(), 3u);
+  for (const store::TimingRecord& r : *partial) EXPECT_EQ(r.timing.status, TimingStatus::kOk);
+  // Still busy: not claimed again.
+  const int seen = turning.samples.load();
+  ASSERT_TRUE(WaitUntil([&] { return turning.samples.load() >= seen + 6; }));
+  EXPECT_EQ(daemon.stats().claimed, 1);
+  turning.idle_again = true;
+  runner.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(daemon.stats().claimed, 2);
+  ExpectDoneOnce(job, backend, "paused:gpu0");
+}
+
 }  // namespace
 }  // namespace ucudnn::worker

@@ -174,6 +174,18 @@ TEST(IdleGateTest, WaitPausesWhileBusyAndStopsWhenCancelled) {
   EXPECT_FALSE(gate.paused());
 }
 
+TEST(IdleGateTest, GivesUpAfterTheMaximumPause) {
+  IdleGateConfig config = TestConfig();
+  config.poll = std::chrono::milliseconds(10);
+  config.max_pause = std::chrono::milliseconds(40);
+  int polls = 0;
+  IdleGate gate(std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{}, Busy()), config,
+                [&](std::chrono::milliseconds) { ++polls; });
+  EXPECT_FALSE(gate.WaitUntilIdle(nullptr));
+  EXPECT_TRUE(gate.gave_up());
+  EXPECT_EQ(polls, 4);
+}
+
 // The device turns busy in the middle of the table: the benchmark pauses (nothing runs while it
 // is busy), resumes, and every configuration is measured exactly once, none lost.
 TEST(IdleGateBenchmarkTest, BusyPausesIdleResumesNothingLostNothingTwice) {

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "ucudnn/core/backoff.h"
 #include "ucudnn/core/dp.h"
@@ -218,6 +219,8 @@ class Daemon::Impl {
                    double elapsed_s);
   Outcome Fail(Slot& slot, const store::Job& job, const Status& error, LeaseKeeper& keeper);
   void Release(Slot& slot, const store::Job& job);
+  // A benchmark given up for a busy GPU: its finished entries written (retrying a short while).
+  void StorePartial(Slot& slot, const store::Job& job, const std::vector<Timing>& finished);
   // The slot's device is gone: its thread stops after releasing its job; the last one stops the
   // daemon.
   void MarkLost(Slot& slot, const Status& status);
@@ -516,7 +519,8 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   options.cancel = keeper.cancel_flag();
   // A pause for other work keeps the job's lease (the keeper renews it) and what was measured:
   // the job is one problem, so the model's other problems stay claimable by idle workers, and
-  // the benchmark resumes at the configuration it stopped before. A stop request still cancels.
+  // the benchmark resumes at the configuration it stopped before. A stop request still cancels;
+  // a pause longer than the gate's max_pause stores what was measured and releases the job.
   options.gate = slot.device.gate.get();
   // The first configuration is reported at once (the job is under way), then one line every
   // progress_log_interval.
@@ -524,10 +528,13 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   slot.configurations_done = 0;
   slot.configurations_total = static_cast<int64_t>(sizes * algos);
   slot.job_id = job.id;
+  // Every finished entry, stored before the job is given back should the gate give up waiting.
+  std::vector<Timing> finished;
   auto progress = [&](const BenchmarkProgress& p) {
     slot.configurations_done = static_cast<int64_t>(p.done);
     slot.configurations_total = static_cast<int64_t>(p.total);
     if (p.latest != nullptr) {
+      finished.push_back(*p.latest);
       ++configurations_measured_;
       spdlog::debug("[{}] job {}: {}/{} micro-batch {} algo {}: {} {:.4f} ms, workspace {}",
                     slot.device.slot, job.id, p.done, p.total, p.latest->micro_batch,
@@ -569,6 +576,15 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   }
   if (!device_lost && keeper.drain_expired() && !table.ok()) {
     keeper.Finish();
+    Release(slot, job);
+    return true;
+  }
+  if (!table.ok() && slot.device.gate != nullptr && slot.device.gate->gave_up()) {
+    // The GPU has run other work for --idle-max-pause-seconds: what was measured is stored
+    // (nothing lost; the planner can use it at once) and the job goes back to the queue for a
+    // worker whose GPU is idle, instead of waiting here for the training to end.
+    keeper.Finish();
+    StorePartial(slot, job, finished);
     Release(slot, job);
     return true;
   }
@@ -725,6 +741,29 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
     health_.Failed(slot.device.slot, st);
     if (keeper.lost() || DrainExpired()) return Outcome::kGaveUp;
     SleepWithinDrain(backoff.Next());
+  }
+}
+
+void Daemon::Impl::StorePartial(Slot& slot, const store::Job& job,
+                                const std::vector<Timing>& finished) {
+  if (finished.empty()) return;
+  Backoff backoff = RetryBackoff();
+  const Clock::time_point give_up = Clock::now() + std::min(config_.lease, milliseconds(10000));
+  while (true) {
+    const Status st = store_.PutTimings(slot.fingerprint, job.problem, finished, slot.worker_id);
+    if (st.ok()) {
+      health_.Succeeded();
+      spdlog::info("[{}] job {}: {} timings measured before the pause stored", slot.device.slot,
+                   job.id, finished.size());
+      return;
+    }
+    if (!IsTransient(st) || Clock::now() >= give_up) {
+      spdlog::warn("[{}] job {}: the {} timings measured before the pause were not stored: {}",
+                   slot.device.slot, job.id, finished.size(), st.ToString());
+      return;
+    }
+    health_.Failed(slot.device.slot, st);
+    std::this_thread::sleep_for(std::min(backoff.Next(), milliseconds(1000)));
   }
 }
 

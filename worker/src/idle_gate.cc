@@ -202,7 +202,15 @@ DeviceActivity IdleGate::Look() {
 bool IdleGate::WaitUntilIdle(const std::atomic<bool>* cancel) {
   const auto cancelled = [&] { return cancel != nullptr && cancel->load(); };
   bool waited = false;
+  gave_up_ = false;
   const auto start = std::chrono::steady_clock::now();
+  // Counted in polls, not wall time, so that a test's sleep function decides it.
+  const int64_t max_polls =
+      config_.max_pause.count() > 0
+          ? std::max<int64_t>(
+                1, config_.max_pause.count() / std::max<int64_t>(1, config_.poll.count()))
+          : -1;
+  int64_t polls = 0;
   while (!cancelled()) {
     const DeviceActivity activity = Look();
     if (!activity.known || activity.other_processes == 0) {
@@ -223,7 +231,16 @@ bool IdleGate::WaitUntilIdle(const std::atomic<bool>* cancel) {
           "is kept), polling every {} ms",
           probe_->name(), activity.other_processes, config_.poll.count());
     }
+    if (max_polls >= 0 && polls >= max_polls) {
+      spdlog::warn(
+          "idle gate ({}): the GPU has run other work for {} ms; giving the job back to idle "
+          "workers",
+          probe_->name(), config_.max_pause.count());
+      gave_up_ = true;
+      break;
+    }
     sleep_(config_.poll);
+    ++polls;
   }
   paused_ = false;
   return false;

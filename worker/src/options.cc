@@ -203,6 +203,12 @@ void AddIdleGateFlags(CLI::App& app, WorkerOptions& o) {
       ->envname("UCUDNN_WORKER_IDLE_POLL_SECONDS")
       ->capture_default_str()
       ->group("Idle gate");
+  app.add_option("--idle-max-pause-seconds", o.idle_max_pause_seconds,
+                 "a benchmark paused this long for other work stores what it measured and "
+                 "releases its job to workers whose GPU is idle; 0: wait as long as it takes")
+      ->envname("UCUDNN_WORKER_IDLE_MAX_PAUSE_SECONDS")
+      ->capture_default_str()
+      ->group("Idle gate");
   app.add_option("--contended-spread", o.contended_spread,
                  "a measurement whose interquartile range exceeds this fraction of its median is "
                  "taken again (twice at most) and, still so, stored as contended, never planned "
@@ -315,6 +321,7 @@ Status ValidateNumbers(const WorkerOptions& o) {
       {"--metrics-port", double(o.metrics_port), -1, 65535, "[-1, 65535]"},
       {"--idle-max-utilization", o.idle_max_utilization, 0, 100, "[0, 100]"},
       {"--idle-poll-seconds", o.idle_poll_seconds, 0.01, 3600, "[0.01, 3600]"},
+      {"--idle-max-pause-seconds", o.idle_max_pause_seconds, 0, 86400 * 7, "[0, 604800]"},
       {"--contended-spread", o.contended_spread, -1, 100, "[-1, 100]"},
   };
   for (const Bound& b : bounds) {

@@ -210,6 +210,7 @@ IdleGateConfig MakeIdleGateConfig(const WorkerOptions& o, bool holds_context) {
   IdleGateConfig c;
   c.max_utilization_percent = o.idle_max_utilization;
   c.poll = std::chrono::milliseconds(static_cast<int64_t>(o.idle_poll_seconds * 1000));
+  c.max_pause = std::chrono::milliseconds(static_cast<int64_t>(o.idle_max_pause_seconds * 1000));
   c.self_pid = static_cast<uint32_t>(getpid());
   c.self_has_context = holds_context;
   return c;

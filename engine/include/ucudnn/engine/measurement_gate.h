@@ -24,8 +24,9 @@ class MeasurementGate {
   // "nvml", "idle" (a device nothing else uses, e.g. the CPU backend's), ...: recorded.
   virtual std::string_view name() const = 0;
   // Blocks while other work runs on the device and returns once it is idle (true), or false
-  // as soon as `cancel` (may be null) is true. Measurements taken so far stay with the caller:
-  // a pause loses nothing.
+  // as soon as `cancel` (may be null) is true or the gate gives up waiting (the benchmark then
+  // ends with kUnavailable; its progress callback has had every finished entry). Measurements
+  // taken so far stay with the caller: a pause loses nothing.
   virtual bool WaitUntilIdle(const std::atomic<bool>* cancel) = 0;
   // A fresh look, taken right after a measurement.
   virtual DeviceActivity Look() = 0;

@@ -54,6 +54,10 @@ struct IdleGateConfig {
   int window_samples = 3;
   std::chrono::milliseconds sample_interval{100};
   std::chrono::milliseconds poll{1000};  // between looks while paused
+  // A benchmark paused this long gives up waiting (WaitUntilIdle false, gave_up() true): the
+  // worker stores what it measured and releases the job to workers whose GPU is idle. 0: wait
+  // as long as it takes.
+  std::chrono::milliseconds max_pause{600000};
   uint32_t self_pid = 0;
   bool self_has_context = true;
 };
@@ -70,8 +74,10 @@ class IdleGate : public MeasurementGate {
   IdleGate(std::unique_ptr<GpuActivityProbe> probe, IdleGateConfig config, SleepFn sleep = nullptr);
 
   std::string_view name() const override { return probe_->name(); }
-  // Between measurements: waits while another process has a compute context on the GPU.
+  // Between measurements: waits while another process has a compute context on the GPU; false
+  // when cancelled or paused longer than max_pause (then gave_up() until the next call).
   bool WaitUntilIdle(const std::atomic<bool>* cancel) override;
+  bool gave_up() const { return gave_up_.load(); }
   DeviceActivity Look() override;
   // Before a claim: one window of samples (IdleForClaim).
   bool IdleForClaim();
@@ -89,6 +95,7 @@ class IdleGate : public MeasurementGate {
   bool warned_ = false;
   std::atomic<int64_t> pauses_{0};
   std::atomic<bool> paused_{false};
+  std::atomic<bool> gave_up_{false};
 };
 
 }  // namespace ucudnn::worker

@@ -57,6 +57,8 @@ struct WorkerOptions {
   std::string idle_gate = "auto";
   double idle_max_utilization = 10;  // percent, mean over the window before a claim
   double idle_poll_seconds = 1;      // between looks while paused or waiting to claim
+  // A benchmark paused this long stores what it measured and releases its job; 0: no limit.
+  double idle_max_pause_seconds = 600;
   // Spread (IQR / median) above which a measurement is contended (kContendedRelativeSpread);
   // negative: that default on GPUs, off on the CPU backend (host timings on shared cores); 0 off.
   double contended_spread = -1;
