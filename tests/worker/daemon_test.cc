@@ -646,29 +646,45 @@ TEST_F(WorkerDaemonTest, ThreeWorkersDrainANetworksQueueStoringEveryTimingOnce) 
   }
 }
 
-// The idle gate: while another process uses the GPU nothing is claimed; once it is idle the job
-// is measured and its timings are stored with what the gate saw.
-TEST_F(WorkerDaemonTest, ABusyGpuIsNotClaimedAndTimingsRecordTheirConditions) {
-  class SwitchProbe : public GpuActivityProbe {
-   public:
-    std::string_view name() const override { return "switch"; }
-    Result<GpuActivitySample> Sample() override {
-      ++samples;
-      if (busy.load()) return GpuActivitySample{{1, 2}, 95};
-      return GpuActivitySample{{1}, 0};
-    }
-    std::atomic<bool> busy{true};
-    std::atomic<int> samples{0};
-  };
-  auto probe = std::make_unique<SwitchProbe>();
-  SwitchProbe& switch_probe = *probe;
+// A GPU whose activity the test switches: idle for its first `idle_samples` samples, then busy
+// (another process, high utilization) until `idle_again`.
+class SwitchedProbe : public GpuActivityProbe {
+ public:
+  explicit SwitchedProbe(int idle_samples) : idle_samples_(idle_samples) {}
+  std::string_view name() const override { return "switched"; }
+  Result<GpuActivitySample> Sample() override {
+    const int n = samples++;
+    if (idle_again.load() || n < idle_samples_) return GpuActivitySample{{1}, 0};
+    return GpuActivitySample{{1, 2}, 95};
+  }
+  std::atomic<bool> idle_again{false};
+  std::atomic<int> samples{0};
+
+ private:
+  const int idle_samples_;
+};
+
+// One device of `name` gated by `probe` (the worker's pid is 1), polling every 5 ms.
+std::vector<BenchmarkDevice> GatedDevice(const std::string& name,
+                                         std::unique_ptr<GpuActivityProbe> probe,
+                                         std::chrono::milliseconds max_pause) {
   IdleGateConfig gate_config;
   gate_config.self_pid = 1;
   gate_config.poll = std::chrono::milliseconds(5);
-  gate_config.sample_interval = std::chrono::milliseconds(1);
+  gate_config.sample_interval = std::chrono::milliseconds(0);
+  gate_config.max_pause = max_pause;
   std::vector<BenchmarkDevice> devices;
-  devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>("gated model"),
+  devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>(name),
                        std::make_unique<IdleGate>(std::move(probe), gate_config));
+  return devices;
+}
+
+// The idle gate: while another process uses the GPU nothing is claimed; once it is idle the job
+// is measured and its timings are stored with what the gate saw.
+TEST_F(WorkerDaemonTest, ABusyGpuIsNotClaimedAndTimingsRecordTheirConditions) {
+  auto probe = std::make_unique<SwitchedProbe>(0);
+  SwitchedProbe& gpu = *probe;
+  auto devices = GatedDevice("gated model", std::move(probe), std::chrono::milliseconds(0));
   ConvBackend& backend = *devices[0].backend;
   const EnqueuedJob job =
       Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);
@@ -677,18 +693,18 @@ TEST_F(WorkerDaemonTest, ABusyGpuIsNotClaimedAndTimingsRecordTheirConditions) {
   Daemon daemon(*store_, std::move(devices), config);
   Status run;
   std::thread runner([&] { run = daemon.Run(); });
-  ASSERT_TRUE(WaitUntil([&] { return switch_probe.samples.load() >= 20; }));
+  ASSERT_TRUE(WaitUntil([&] { return gpu.samples.load() >= 20; }));
   EXPECT_EQ(daemon.stats().claimed, 0);
   EXPECT_EQ(GetJob(job.id).state, store::JobState::kQueued);
   EXPECT_GE(daemon.stats().idle_gate_pauses, 1);
-  switch_probe.busy = false;
+  gpu.idle_again = true;
   runner.join();
   ASSERT_TRUE(run.ok()) << run.ToString();
   ExpectDoneOnce(job, backend, "gated:gpu0");
   auto records = store_->GetTimingRecords(backend.fingerprint(), job.problem);
   ASSERT_TRUE(records.ok()) << records.status().ToString();
   for (const store::TimingRecord& r : *records) {
-    EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"idle_gate\": \"switch\""));
+    EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"idle_gate\": \"switched\""));
     EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"contended\": false"));
   }
 }
@@ -716,27 +732,9 @@ TEST_F(WorkerDaemonTest, TimingsWithoutConditionsReadUnknown) {
 TEST_F(WorkerDaemonTest, APauseLongerThanTheMaximumStoresWhatWasMeasuredAndReleasesTheJob) {
   // Idle for the claim (3 samples) and three configurations (a look before and after each),
   // then busy until the test says otherwise.
-  class TurningBusyProbe : public GpuActivityProbe {
-   public:
-    std::string_view name() const override { return "turning"; }
-    Result<GpuActivitySample> Sample() override {
-      const int n = samples++;
-      if (idle_again.load() || n < 9) return GpuActivitySample{{1}, 0};
-      return GpuActivitySample{{1, 2}, 95};
-    }
-    std::atomic<bool> idle_again{false};
-    std::atomic<int> samples{0};
-  };
-  auto probe = std::make_unique<TurningBusyProbe>();
-  TurningBusyProbe& turning = *probe;
-  IdleGateConfig gate_config;
-  gate_config.self_pid = 1;
-  gate_config.poll = std::chrono::milliseconds(5);
-  gate_config.sample_interval = std::chrono::milliseconds(0);
-  gate_config.max_pause = std::chrono::milliseconds(50);
-  std::vector<BenchmarkDevice> devices;
-  devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>("paused model"),
-                       std::make_unique<IdleGate>(std::move(probe), gate_config));
+  auto probe = std::make_unique<SwitchedProbe>(9);
+  SwitchedProbe& turning = *probe;
+  auto devices = GatedDevice("paused model", std::move(probe), std::chrono::milliseconds(50));
   ConvBackend& backend = *devices[0].backend;
   const EnqueuedJob job =
       Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);

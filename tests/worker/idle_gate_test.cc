@@ -99,6 +99,28 @@ BenchmarkOptions OneCallPerConfiguration() {
   return o;
 }
 
+// A benchmark of TinyProblem(fwd, 4) up to `max_micro_batch` whose gate answers `script`, then
+// idle; the table, how many pauses the gate made, and the timed calls per configuration.
+struct GatedRun {
+  Result<TimingTable> table = TimingTable{};
+  int64_t pauses = 0;
+  std::map<std::pair<int64_t, int>, int> calls;
+};
+GatedRun RunGated(std::deque<GpuActivitySample> script, int64_t max_micro_batch,
+                  BatchPolicy policy) {
+  auto probe = std::make_unique<ScriptedProbe>(std::move(script), Idle());
+  RecordingBackend backend(probe.get());
+  IdleGate gate(std::move(probe), TestConfig());
+  BenchmarkOptions options = OneCallPerConfiguration();
+  options.gate = &gate;
+  GatedRun run;
+  run.table =
+      BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), max_micro_batch, policy, options);
+  run.pauses = gate.pauses();
+  run.calls = backend.calls();
+  return run;
+}
+
 TEST(IdleGateLogicTest, OtherProcessesLeaveOutTheWorkerItself) {
   EXPECT_EQ(OtherProcesses({}, kSelf, true), 0);
   EXPECT_EQ(OtherProcesses({kSelf}, kSelf, true), 0);
@@ -189,52 +211,38 @@ TEST(IdleGateTest, GivesUpAfterTheMaximumPause) {
 // The device turns busy in the middle of the table: the benchmark pauses (nothing runs while it
 // is busy), resumes, and every configuration is measured exactly once, none lost.
 TEST(IdleGateBenchmarkTest, BusyPausesIdleResumesNothingLostNothingTwice) {
-  const ConvProblem problem = TinyProblem(ConvOp::kForward, 4);
   // Per configuration the gate looks twice: before (wait) and after (contention). Samples 0-3
   // cover two configurations; the third's wait finds the GPU busy three times in a row.
-  auto probe = std::make_unique<ScriptedProbe>(
-      std::deque<GpuActivitySample>{Idle(), Idle(), Idle(), Idle(), Busy(), Busy(), Busy()},
-      Idle());
-  ScriptedProbe* p = probe.get();
-  IdleGate gate(std::move(probe), TestConfig());
-  RecordingBackend backend(p);
-  BenchmarkOptions options = OneCallPerConfiguration();
-  options.gate = &gate;
-  auto table = BenchmarkProblem(backend, problem, 4, BatchPolicy::kPowerOfTwo, options);
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  EXPECT_EQ(gate.pauses(), 1);
-  ASSERT_EQ(table->entries.size(), ExpectedTimings(backend, problem, 4, BatchPolicy::kPowerOfTwo));
-  for (const Timing& t : table->entries) {
+  const GatedRun run = RunGated({Idle(), Idle(), Idle(), Idle(), Busy(), Busy(), Busy()}, 4,
+                                BatchPolicy::kPowerOfTwo);
+  ASSERT_TRUE(run.table.ok()) << run.table.status().ToString();
+  EXPECT_EQ(run.pauses, 1);
+  auto backend = std::move(MakeBackend("cpu")).value();
+  ASSERT_EQ(run.table->entries.size(), ExpectedTimings(*backend, TinyProblem(ConvOp::kForward, 4),
+                                                       4, BatchPolicy::kPowerOfTwo));
+  for (const Timing& t : run.table->entries) {
     EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
-    EXPECT_EQ((backend.calls().at({t.micro_batch, t.algo})), 1)
+    EXPECT_EQ((run.calls.at({t.micro_batch, t.algo})), 1)
         << "micro-batch " << t.micro_batch << " algo " << t.algo;
     EXPECT_THAT(t.conditions, HasSubstr("\"idle_gate\":\"scripted\""));
     EXPECT_THAT(t.conditions, HasSubstr("\"contended\":false"));
   }
-  EXPECT_EQ(backend.calls().size(), table->entries.size());
+  EXPECT_EQ(run.calls.size(), run.table->entries.size());
 }
 
 // Another process seen right after a measurement: taken again once the device is idle, and the
 // stored time is the undisturbed one.
 TEST(IdleGateBenchmarkTest, AMeasurementDisturbedOnceIsTakenAgain) {
-  const ConvProblem problem = TinyProblem(ConvOp::kForward, 4);
   // Wait (idle), after (busy) -> again: wait (idle), after (idle).
-  auto probe = std::make_unique<ScriptedProbe>(
-      std::deque<GpuActivitySample>{Idle(), Busy(), Idle(), Idle()}, Idle());
-  ScriptedProbe* p = probe.get();
-  IdleGate gate(std::move(probe), TestConfig());
-  RecordingBackend backend(p);
-  BenchmarkOptions options = OneCallPerConfiguration();
-  options.gate = &gate;
-  auto table = BenchmarkProblem(backend, problem, 1, BatchPolicy::kUndivided, options);
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  const Timing& first = table->entries.front();
+  const GatedRun run = RunGated({Idle(), Busy(), Idle(), Idle()}, 1, BatchPolicy::kUndivided);
+  ASSERT_TRUE(run.table.ok()) << run.table.status().ToString();
+  const Timing& first = run.table->entries.front();
   EXPECT_EQ(first.status, TimingStatus::kOk);
-  EXPECT_EQ((backend.calls().at({first.micro_batch, first.algo})), 2);
+  EXPECT_EQ((run.calls.at({first.micro_batch, first.algo})), 2);
   EXPECT_THAT(first.conditions, HasSubstr("\"remeasured\":1"));
-  for (size_t i = 1; i < table->entries.size(); ++i) {
-    const Timing& t = table->entries[i];
-    EXPECT_EQ((backend.calls().at({t.micro_batch, t.algo})), 1);
+  for (size_t i = 1; i < run.table->entries.size(); ++i) {
+    const Timing& t = run.table->entries[i];
+    EXPECT_EQ((run.calls.at({t.micro_batch, t.algo})), 1);
     EXPECT_THAT(t.conditions, HasSubstr("\"remeasured\":0"));
   }
 }
@@ -242,28 +250,21 @@ TEST(IdleGateBenchmarkTest, AMeasurementDisturbedOnceIsTakenAgain) {
 // Still disturbed after kContentionRemeasures more tries: stored kFailed as contended, a worker
 // limit (never planned with, never replacing a measurement), with its conditions.
 TEST(IdleGateBenchmarkTest, AMeasurementThatStaysDisturbedIsStoredContended) {
-  const ConvProblem problem = TinyProblem(ConvOp::kForward, 4);
   std::deque<GpuActivitySample> script;
   for (int i = 0; i <= kContentionRemeasures; ++i) {
     script.push_back(Idle());  // wait
     script.push_back(Busy());  // after
   }
-  auto probe = std::make_unique<ScriptedProbe>(std::move(script), Idle());
-  ScriptedProbe* p = probe.get();
-  IdleGate gate(std::move(probe), TestConfig());
-  RecordingBackend backend(p);
-  BenchmarkOptions options = OneCallPerConfiguration();
-  options.gate = &gate;
-  auto table = BenchmarkProblem(backend, problem, 1, BatchPolicy::kUndivided, options);
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  const Timing& first = table->entries.front();
+  const GatedRun run = RunGated(std::move(script), 1, BatchPolicy::kUndivided);
+  ASSERT_TRUE(run.table.ok()) << run.table.status().ToString();
+  const Timing& first = run.table->entries.front();
   EXPECT_EQ(first.status, TimingStatus::kFailed);
   EXPECT_TRUE(IsWorkerLimit(first));
   EXPECT_THAT(first.error, HasSubstr(std::string(kContendedError)));
   EXPECT_THAT(first.conditions, HasSubstr("\"contended\":true"));
-  EXPECT_EQ((backend.calls().at({first.micro_batch, first.algo})), kContentionRemeasures + 1);
-  for (size_t i = 1; i < table->entries.size(); ++i) {
-    EXPECT_EQ(table->entries[i].status, TimingStatus::kOk);
+  EXPECT_EQ((run.calls.at({first.micro_batch, first.algo})), kContentionRemeasures + 1);
+  for (size_t i = 1; i < run.table->entries.size(); ++i) {
+    EXPECT_EQ(run.table->entries[i].status, TimingStatus::kOk);
   }
 }
 
