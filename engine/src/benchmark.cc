@@ -493,7 +493,7 @@ class TableBenchmark {
       Timing& t = table_.entries[i];
       const std::string id = AlgorithmText(AlgorithmOf(t));
       // Ruled out at a smaller size: recorded as this worker's choice, never as a time.
-      if (const std::string* why = RuledOut(id); why != nullptr) {
+      if (const std::string* why = RuledOut(id, t.micro_batch); why != nullptr) {
         t.status = TimingStatus::kFailed;
         t.error = WorkerLimit(*why);
         runnable_[i] = false;
@@ -540,10 +540,14 @@ class TableBenchmark {
     return options_.gate != nullptr ? options_.gate->Look() : DeviceActivity{};
   }
 
-  // Why a smaller size ruled configuration `id` out at this one, or nullptr.
-  const std::string* RuledOut(const std::string& id) const {
+  // Why a smaller size, or the database's nearby problems (options.prior), ruled configuration
+  // `id` out at `micro_batch`, or nullptr.
+  const std::string* RuledOut(const std::string& id, int64_t micro_batch) const {
     if (auto it = skip_next_.find(id); it != skip_next_.end()) return &it->second;
     if (auto it = skip_larger_.find(id); it != skip_larger_.end()) return &it->second;
+    if (options_.prior != nullptr && micro_batch >= kPriorFromMicroBatch) {
+      if (auto it = options_.prior->find(id); it != options_.prior->end()) return &it->second;
+    }
     return nullptr;
   }
 

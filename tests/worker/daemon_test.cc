@@ -760,5 +760,63 @@ TEST_F(WorkerDaemonTest, APauseLongerThanTheMaximumStoresWhatWasMeasuredAndRelea
   ExpectDoneOnce(job, backend, "paused:gpu0");
 }
 
+// The search prior: a configuration that lost by a wide margin on two nearby problems this
+// device's done jobs measured is not timed at large micro-batch sizes of a new problem; with
+// use_prior off (--exhaustive) it is.
+TEST_F(WorkerDaemonTest, ConfigurationsThatLostOnEveryNearbyProblemAreNotTimedAtLargeSizes) {
+  auto make_devices = [] {
+    std::vector<BenchmarkDevice> devices;
+    devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>("prior model"));
+    return devices;
+  };
+  RenamedCpuBackend reference("prior model");
+  const DeviceFingerprint device = reference.fingerprint();
+  ASSERT_TRUE(store_->RegisterWorker("seed:gpu0", "test-host", device).ok());
+  // Two nearby problems done, algorithm 1 four times slower than algorithm 0 at 16 and 32.
+  for (int64_t channels : {4, 8}) {
+    const EnqueuedJob seed =
+        Enqueue(device, TinyProblem(ConvOp::kForward, channels), 32, BatchPolicy::kPowerOfTwo);
+    auto claimed = store_->ClaimJob(device.Hash(), "seed:gpu0", std::chrono::seconds(30));
+    ASSERT_TRUE(claimed.ok() && claimed->has_value());
+    std::vector<Timing> timings;
+    for (int64_t b : MicroBatchSizes(BatchPolicy::kPowerOfTwo, 32)) {
+      for (int algo : {0, 1, 2}) {
+        Timing t;
+        t.micro_batch = b;
+        t.algo = algo;
+        t.time_ms = (algo == 1 ? 4.0 : 1.0 + 0.1 * algo) * static_cast<double>(b);
+        t.samples = 5;
+        timings.push_back(t);
+      }
+    }
+    ASSERT_TRUE(store_->CompleteJob(seed.id, "seed:gpu0", timings).ok());
+  }
+  for (bool use_prior : {true, false}) {
+    SCOPED_TRACE(use_prior ? "with the prior" : "exhaustive");
+    ConvProblem problem = TinyProblem(ConvOp::kForward, 6);
+    problem.k = use_prior ? 6 : 7;  // a new problem each time
+    const EnqueuedJob job = Enqueue(device, problem, 32, BatchPolicy::kPowerOfTwo);
+    DaemonConfig config = FastConfig(use_prior ? "prior" : "full");
+    config.once = true;
+    config.use_prior = use_prior;
+    config.benchmark.prune_margin = 0.10;  // the prior works with the probes
+    config.benchmark.skip_factor = 0;
+    Daemon daemon(*store_, make_devices(), config);
+    ASSERT_TRUE(daemon.Run().ok());
+    auto records = store_->GetTimingRecords(device, job.problem);
+    ASSERT_TRUE(records.ok()) << records.status().ToString();
+    int left_out = 0;
+    for (const store::TimingRecord& r : *records) {
+      if (IsWorkerLimit(r.timing)) {
+        EXPECT_EQ(r.timing.algo, 1);
+        EXPECT_GE(r.timing.micro_batch, kPriorFromMicroBatch);
+        EXPECT_THAT(r.timing.error, ::testing::HasSubstr("nearby problems"));
+        ++left_out;
+      }
+    }
+    EXPECT_EQ(left_out, use_prior ? 2 : 0);
+  }
+}
+
 }  // namespace
 }  // namespace ucudnn::worker

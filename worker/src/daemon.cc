@@ -219,6 +219,8 @@ class Daemon::Impl {
                    double elapsed_s);
   Outcome Fail(Slot& slot, const store::Job& job, const Status& error, LeaseKeeper& keeper);
   void Release(Slot& slot, const store::Job& job);
+  // What the device's nearby problems say not to time (PriorLosers); empty when none or off.
+  std::map<std::string, std::string> LoadPrior(const Slot& slot, const store::Job& job);
   // A benchmark given up for a busy GPU: its finished entries written (retrying a short while).
   void StorePartial(Slot& slot, const store::Job& job, const std::vector<Timing>& finished);
   // The slot's device is gone: its thread stops after releasing its job; the last one stops the
@@ -522,6 +524,8 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   // the benchmark resumes at the configuration it stopped before. A stop request still cancels;
   // a pause longer than the gate's max_pause stores what was measured and releases the job.
   options.gate = slot.device.gate.get();
+  const std::map<std::string, std::string> prior = LoadPrior(slot, job);
+  if (!prior.empty()) options.prior = &prior;
   // The first configuration is reported at once (the job is under way), then one line every
   // progress_log_interval.
   Clock::time_point last_log = start - config_.progress_log_interval;
@@ -742,6 +746,43 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
     if (keeper.lost() || DrainExpired()) return Outcome::kGaveUp;
     SleepWithinDrain(backoff.Next());
   }
+}
+
+// The newest done jobs looked at for nearby problems: one query's worth, enough to cover a few
+// networks of one device.
+constexpr int kPriorJobs = 2000;
+
+std::map<std::string, std::string> Daemon::Impl::LoadPrior(const Slot& slot,
+                                                           const store::Job& job) {
+  if (!config_.use_prior || config_.benchmark.prune_margin < 0) return {};
+  // An optimisation only: any error leaves the search complete.
+  auto done = store_.ListJobs(store::JobState::kDone, kPriorJobs);
+  if (!done.ok()) {
+    spdlog::debug("[{}] no search prior: {}", slot.device.slot, done.status().ToString());
+    return {};
+  }
+  std::vector<ConvProblem> nearby;
+  for (const store::Job& j : *done) {
+    if (j.device_hash == slot.device_hash && Nearby(job.problem, j.problem)) {
+      nearby.push_back(j.problem);
+    }
+  }
+  if (static_cast<int>(nearby.size()) < kPriorMinNeighbours) return {};
+  auto tables = store_.GetTimingsForProblems(slot.fingerprint, nearby);
+  if (!tables.ok()) {
+    spdlog::debug("[{}] no search prior: {}", slot.device.slot, tables.status().ToString());
+    return {};
+  }
+  std::vector<KnownTable> known;
+  for (size_t i = 0; i < nearby.size(); ++i) known.push_back({nearby[i], (*tables)[i]});
+  std::map<std::string, std::string> losers = PriorLosers(job.problem, known);
+  if (!losers.empty()) {
+    spdlog::info(
+        "[{}] job {}: {} configurations not timed from micro-batch {} (lost on every "
+        "one of the device's nearby problems)",
+        slot.device.slot, job.id, losers.size(), kPriorFromMicroBatch);
+  }
+  return losers;
 }
 
 void Daemon::Impl::StorePartial(Slot& slot, const store::Job& job,

@@ -159,8 +159,9 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
       ->capture_default_str();
   app.add_flag("--exhaustive", o.exhaustive,
                "time every configuration at every micro-batch size with the full protocol "
-               "(no probe pruning, no skipping across sizes; overrides --prune-margin and "
-               "--skip-factor): the search the pruned one is compared with")
+               "(no probe pruning, no skipping across sizes, nothing left out for losing on "
+               "the device's nearby problems; overrides --prune-margin and --skip-factor): the "
+               "search the pruned one is compared with")
       ->envname("UCUDNN_WORKER_EXHAUSTIVE")
       ->group("Benchmark");
   app.add_option("--prepare-threads", o.prepare_threads,

@@ -314,6 +314,7 @@ DaemonConfig MakeDaemonConfig(const WorkerOptions& o) {
   c.max_attempts = o.max_attempts;
   c.once = o.once;
   c.benchmark = MakeBenchmarkOptions(o);
+  c.use_prior = !o.exhaustive;
   // Retry no slower than a third of the lease, so a short outage does not cost the lease.
   c.retry_max = std::max(c.retry_initial, std::min(milliseconds(5000), c.lease / 3));
   return c;

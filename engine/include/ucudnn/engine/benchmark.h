@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "ucudnn/core/status.h"
 #include "ucudnn/core/timing.h"
 #include "ucudnn/engine/measurement_gate.h"
+#include "ucudnn/engine/search_prior.h"
 
 namespace ucudnn {
 
@@ -84,6 +87,10 @@ struct BenchmarkOptions {
   // gate saw other work is taken again (at most kContentionRemeasures times) and, still
   // contended, recorded kFailed with a kContendedError reason: never a time the planner uses.
   MeasurementGate* gate = nullptr;
+  // With the probes on: configurations not run at micro-batch sizes >= kPriorFromMicroBatch,
+  // with the reason recorded in their place (kFailed, a worker limit): those that lost by a wide
+  // margin on every nearby problem of the device (PriorLosers, search_prior.h). Null: none.
+  const std::map<std::string, std::string>* prior = nullptr;
   // Spread (IQR / median) above which a measurement counts as contended (see
   // kContendedRelativeSpread); 0 judges by the gate alone. The worker sets it on GPUs.
   double contended_relative_spread = 0;

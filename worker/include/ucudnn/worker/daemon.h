@@ -53,6 +53,9 @@ struct DaemonConfig {
   int max_attempts = 3;
   bool once = false;           // stop each thread when its device has nothing claimable
   BenchmarkOptions benchmark;  // `cancel` is ignored: the daemon sets its own per job
+  // Skip at large micro-batch sizes the configurations that lost by a wide margin on every
+  // nearby problem this device's done jobs measured (search_prior.h); off with --exhaustive.
+  bool use_prior = true;
 };
 
 Status Validate(const DaemonConfig& config);
