@@ -133,13 +133,16 @@ TEST(IdleGateLogicTest, OtherProcessesLeaveOutTheWorkerItself) {
 
 TEST(IdleGateLogicTest, ClaimsOnlyWithoutOthersAndUnderTheUtilizationThreshold) {
   const IdleGateConfig c = TestConfig();
-  EXPECT_TRUE(IdleForClaim({Idle(), Idle(), Idle()}, c));
-  EXPECT_FALSE(IdleForClaim({Idle(), Busy(), Idle()}, c));
+  EXPECT_TRUE(IdleForClaim({Idle(), Idle(), Idle()}, c, true));
+  EXPECT_FALSE(IdleForClaim({Idle(), Busy(), Idle()}, c, true));
   // No other process listed, yet the GPU is used (e.g. a job in another container NVML cannot
   // attribute): the mean utilization over the window decides.
-  EXPECT_FALSE(IdleForClaim({{{kSelf}, 60}, {{kSelf}, 40}, {{kSelf}, 50}}, c));
-  EXPECT_TRUE(IdleForClaim({{{kSelf}, 0}, {{kSelf}, 30}, {{kSelf}, 0}}, c));  // mean 10
-  EXPECT_TRUE(IdleForClaim({{{kSelf}, -1}}, c));                              // unknown: not busy
+  EXPECT_FALSE(IdleForClaim({{{kSelf}, 60}, {{kSelf}, 40}, {{kSelf}, 50}}, c, true));
+  EXPECT_TRUE(IdleForClaim({{{kSelf}, 0}, {{kSelf}, 30}, {{kSelf}, 0}}, c, true));  // mean 10
+  EXPECT_TRUE(IdleForClaim({{{kSelf}, -1}}, c, true));  // unknown: not busy
+  // Right after our own job the utilization is ours: only the processes decide.
+  EXPECT_TRUE(IdleForClaim({{{kSelf}, 95}}, c, false));
+  EXPECT_FALSE(IdleForClaim({Busy()}, c, false));
 }
 
 TEST(IdleGateLogicTest, ContentionBySpreadNeedsEnoughSamplesAndByOthersAlways) {
@@ -194,6 +197,20 @@ TEST(IdleGateTest, WaitPausesWhileBusyAndStopsWhenCancelled) {
   EXPECT_EQ(polls, 5);
   EXPECT_FALSE(cancelling.paused());
   EXPECT_FALSE(gate.paused());
+}
+
+// Between consecutive jobs the utilization NVML reports is our own benchmark's: the next claim
+// is judged by the processes alone (one sample); a worker idle for a while judges both.
+TEST(IdleGateTest, OwnRecentWorkIsNotOtherWork) {
+  auto probe = std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{},
+                                               GpuActivitySample{{kSelf}, 95});
+  ScriptedProbe& p = *probe;
+  IdleGate gate(std::move(probe), TestConfig(), [](std::chrono::milliseconds) {});
+  EXPECT_FALSE(gate.IdleForClaim());  // never worked: 95% is someone else's
+  EXPECT_EQ(p.samples(), 3);
+  gate.Look();  // our benchmark's look after a measurement
+  EXPECT_TRUE(gate.IdleForClaim());
+  EXPECT_EQ(p.samples(), 5);
 }
 
 TEST(IdleGateTest, GivesUpAfterTheMaximumPause) {

@@ -155,7 +155,8 @@ int OtherProcesses(const std::vector<uint32_t>& pids, uint32_t self_pid, bool se
   return others;
 }
 
-bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateConfig& config) {
+bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateConfig& config,
+                  bool judge_utilization) {
   double utilization_sum = 0;
   int utilization_known = 0;
   for (const GpuActivitySample& s : window) {
@@ -167,7 +168,7 @@ bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateCo
       ++utilization_known;
     }
   }
-  return utilization_known == 0 ||
+  return !judge_utilization || utilization_known == 0 ||
          utilization_sum / utilization_known <= config.max_utilization_percent;
 }
 
@@ -195,6 +196,7 @@ DeviceActivity IdleGate::ToActivity(const Result<GpuActivitySample>& sample) {
 }
 
 DeviceActivity IdleGate::Look() {
+  last_own_work_ = std::chrono::steady_clock::now().time_since_epoch().count();
   std::lock_guard lock(mu_);
   return ToActivity(probe_->Sample());
 }
@@ -247,8 +249,13 @@ bool IdleGate::WaitUntilIdle(const std::atomic<bool>* cancel) {
 }
 
 bool IdleGate::IdleForClaim() {
+  const auto last = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(last_own_work_.load()));
+  const bool judge_utilization = last_own_work_.load() == 0 ||
+                                 std::chrono::steady_clock::now() - last >= config_.own_work_quiet;
+  const int samples = judge_utilization ? config_.window_samples : 1;
   std::vector<GpuActivitySample> window;
-  for (int i = 0; i < config_.window_samples; ++i) {
+  for (int i = 0; i < samples; ++i) {
     if (i > 0) sleep_(config_.sample_interval);
     Result<GpuActivitySample> sample = [&] {
       std::lock_guard lock(mu_);
@@ -261,7 +268,7 @@ bool IdleGate::IdleForClaim() {
     }
     window.push_back(std::move(sample).value());
   }
-  return worker::IdleForClaim(window, config_);
+  return worker::IdleForClaim(window, config_, judge_utilization);
 }
 
 }  // namespace ucudnn::worker

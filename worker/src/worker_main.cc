@@ -250,8 +250,9 @@ Result<std::vector<BenchmarkDevice>> MakeBenchmarkDevices(const WorkerOptions& o
     if (options.idle_gate != "off") {
       // Nothing else runs on the CPU backend's "device" as the gate counts it: its timings
       // record the gate as "idle", and noisy host timings are left to the spread check.
-      devices.back().gate =
-          std::make_unique<IdleGate>(MakeIdleProbe(), MakeIdleGateConfig(options, false));
+      IdleGateConfig config = MakeIdleGateConfig(options, false);
+      config.window_samples = 1;  // nothing to average: the probe always says idle
+      devices.back().gate = std::make_unique<IdleGate>(MakeIdleProbe(), config);
     }
     return devices;
   }

@@ -53,6 +53,10 @@ struct IdleGateConfig {
   double max_utilization_percent = 10;
   int window_samples = 3;
   std::chrono::milliseconds sample_interval{100};
+  // Utilization is judged only once the worker's own benchmark has left the GPU alone this long:
+  // NVML's reading covers up to the last second, which right after a job is our own runs. Until
+  // then (between consecutive jobs) one sample of the processes decides.
+  std::chrono::milliseconds own_work_quiet{2000};
   std::chrono::milliseconds poll{1000};  // between looks while paused
   // A benchmark paused this long gives up waiting (WaitUntilIdle false, gave_up() true): the
   // worker stores what it measured and releases the job to workers whose GPU is idle. 0: wait
@@ -62,8 +66,10 @@ struct IdleGateConfig {
   bool self_has_context = true;
 };
 
-// Pure: whether a window of samples allows a claim.
-bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateConfig& config);
+// Pure: whether a window of samples allows a claim: no other process in any sample and, when
+// `judge_utilization`, a mean utilization at most the threshold.
+bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateConfig& config,
+                  bool judge_utilization);
 
 // The gate over a probe. Probe errors count as idle (logged once per run of errors): a gate that
 // cannot see must not stop the worker for good; the timing's conditions record "device_known":
@@ -79,7 +85,8 @@ class IdleGate : public MeasurementGate {
   bool WaitUntilIdle(const std::atomic<bool>* cancel) override;
   bool gave_up() const { return gave_up_.load(); }
   DeviceActivity Look() override;
-  // Before a claim: one window of samples (IdleForClaim).
+  // Before a claim: one window of samples (IdleForClaim), or a single one of the processes
+  // while our own benchmark used the GPU within own_work_quiet.
   bool IdleForClaim();
 
   int64_t pauses() const { return pauses_.load(); }  // waits that found the GPU busy
@@ -96,6 +103,8 @@ class IdleGate : public MeasurementGate {
   std::atomic<int64_t> pauses_{0};
   std::atomic<bool> paused_{false};
   std::atomic<bool> gave_up_{false};
+  // When our benchmark last looked before or after a measurement (steady clock ticks; 0: never).
+  std::atomic<std::chrono::steady_clock::rep> last_own_work_{0};
 };
 
 }  // namespace ucudnn::worker
