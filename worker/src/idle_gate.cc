@@ -21,6 +21,8 @@ struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 layout, used by the _v3 query
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
+// nvml.h's layout (the driver writes an array of these): 4 + 4 (padding) + 8 + 4 + 4 bytes.
+static_assert(sizeof(NvmlProcessInfo) == 24, "nvmlProcessInfo_t is 24 bytes");
 struct NvmlUtilization {  // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
