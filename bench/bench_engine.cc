@@ -26,6 +26,7 @@
 #include <variant>
 #include <vector>
 
+#include "pruning_replay.h"
 #include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/logging.h"
@@ -68,6 +69,8 @@ const std::map<std::string, ConvProblem>& KnownLayers() {
 
 struct Args {
   bool json = false;
+  bool replay_pruning = false;
+  double probe_noise = 0.03;
   std::string backend = "cudnn";
   int device = 0;
   int repeat = 1;
@@ -202,6 +205,14 @@ std::variant<Args, int> ParseArgs(int argc, char** argv) {
   app.add_option("--data-dir", a.data_dir,
                  "the measured H100 tables to compare with (default: data/h100 here, else the "
                  "source tree's)");
+  app.add_flag("--replay-pruning", a.replay_pruning,
+               "no measurement: replay the worker's pruning and skipping on the measured tables "
+               "of --data-dir against the exhaustive search (search cost, planned step time), "
+               "as JSON");
+  app.add_option("--probe-noise", a.probe_noise,
+                 "with --replay-pruning: each replayed sample is the row's time times 1 + a "
+                 "uniform error within this fraction (an idle GPU's spread)")
+      ->capture_default_str();
   app.add_option("--log-level", a.log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember(
           {"trace", "debug", "info", "warn", "warning", "error", "err", "critical", "off"}))
@@ -556,6 +567,15 @@ int Run(int argc, char** argv) {
     args.data_dir = std::filesystem::is_directory("data/h100")
                         ? "data/h100"
                         : std::string(UCUDNN_SOURCE_DIR) + "/data/h100";
+  }
+  if (args.replay_pruning) {
+    Result<nlohmann::ordered_json> replay = ReplayPruning(args.data_dir, args.probe_noise);
+    if (!replay.ok()) {
+      std::fprintf(stderr, "ucudnn-bench-engine: %s\n", replay.status().ToString().c_str());
+      return 1;
+    }
+    std::cout << replay->dump(2) << std::endl;
+    return 0;
   }
   Result<std::vector<NamedProblem>> problems = SelectProblems(args);
   if (!problems.ok()) {

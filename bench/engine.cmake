@@ -1,8 +1,9 @@
 # ucudnn-bench-engine: how long the benchmark engine takes per op and how repeatable its tables
 # are (the worker issue's targets), compared with the measured H100 tables in data/h100/.
-add_executable(ucudnn-bench-engine bench_engine.cc)
+add_executable(ucudnn-bench-engine bench_engine.cc pruning_replay.cc)
 target_link_libraries(ucudnn-bench-engine PRIVATE
-  ucudnn::engine ucudnn::backends ucudnn::core CLI11::CLI11 nlohmann_json::nlohmann_json
+  ucudnn::engine ucudnn::backends ucudnn::planner ucudnn::core CLI11::CLI11
+  nlohmann_json::nlohmann_json
   spdlog::spdlog)
 target_compile_definitions(ucudnn-bench-engine PRIVATE UCUDNN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # Inside a bundle (scripts/bundle.sh) the binary finds its libraries in ../lib.

@@ -16,6 +16,10 @@ Result<std::unique_ptr<ConvBackend>> MakeBackend(std::string_view name, int /*de
 
 int GpuCount() { return 0; }
 
+Result<std::string> GpuPciBusId(int /*device_index*/) {
+  return Unavailable("GPU PCI bus id: this build has no cuDNN backend");
+}
+
 bool BuildHasCudnn() { return false; }
 
 void UseCompiledPlanDirectory(const std::string& /*directory*/) {}

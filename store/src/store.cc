@@ -67,7 +67,7 @@ constexpr const char* kDisplayStateSql =
 
 const std::string kTimingColumns =
     "micro_batch, algo, engine_config, time_ms, spread_ms, samples, workspace_bytes, status, "
-    "error, measured_by, " +
+    "error, measured_by, conditions::text AS conditions, " +
     internal::TimestampSql("measured_at") + " AS measured_at";
 
 // Policies ordered narrow to wide, for widening a live job.
@@ -93,18 +93,20 @@ const std::vector<Statement>& Statements() {
       {"problem_key", "SELECT canonical_key FROM problems WHERE id = $1"},
       {"put_timings",
        "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, time_ms, "
-       "spread_ms, samples, workspace_bytes, status, error, measured_by, measured_at) "
+       "spread_ms, samples, workspace_bytes, status, error, measured_by, measured_at, "
+       "conditions) "
        "SELECT $1, $2, t.micro_batch, t.algo, t.engine_config, t.time_ms, t.spread_ms, "
-       "t.samples, t.workspace_bytes, t.status, t.error, $11, now() "
+       "t.samples, t.workspace_bytes, t.status, t.error, $11, now(), "
+       "coalesce(nullif(t.conditions, '')::jsonb, '{\"idle_gate\": \"unknown\"}'::jsonb) "
        "FROM unnest($3::int[], $4::int[], $5::float8[], $6::float8[], $7::int[], $8::bigint[], "
-       "$9::text[], $10::text[], $13::text[]) "
+       "$9::text[], $10::text[], $13::text[], $14::text[]) "
        "AS t(micro_batch, algo, time_ms, spread_ms, samples, workspace_bytes, status, error, "
-       "engine_config) "
+       "engine_config, conditions) "
        "ON CONFLICT (device_id, problem_id, micro_batch, algo, engine_config) DO UPDATE SET "
        "time_ms = EXCLUDED.time_ms, spread_ms = EXCLUDED.spread_ms, samples = EXCLUDED.samples, "
        "workspace_bytes = EXCLUDED.workspace_bytes, status = EXCLUDED.status, "
        "error = EXCLUDED.error, measured_by = EXCLUDED.measured_by, "
-       "measured_at = EXCLUDED.measured_at "
+       "measured_at = EXCLUDED.measured_at, conditions = EXCLUDED.conditions "
        // A worker's own limit (kWorkerLimitError, $12) never replaces a measurement: another
        // worker with a larger cap or more free memory measured that configuration. A
        // framework's own time (algo -2) is kept as first stored: the ranks of a job that
@@ -445,8 +447,9 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
                        const std::vector<Timing>& timings, const std::string& measured_by) {
   std::vector<int64_t> micro_batch, algo, samples, workspace;
   std::vector<double> time_ms, spread_ms;
-  std::vector<std::string> status, error, engine_config;
+  std::vector<std::string> status, error, engine_config, conditions;
   for (const Timing& t : timings) {
+    conditions.push_back(t.conditions);
     micro_batch.push_back(t.micro_batch);
     algo.push_back(t.algo);
     time_ms.push_back(t.time_ms);
@@ -463,7 +466,7 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
       internal::DoubleArrayLiteral(spread_ms), internal::IntArrayLiteral(samples),
       internal::IntArrayLiteral(workspace), internal::TextArrayLiteral(status),
       internal::TextArrayLiteral(error), measured_by, std::string(kWorkerLimitError),
-      internal::TextArrayLiteral(engine_config));
+      internal::TextArrayLiteral(engine_config), internal::TextArrayLiteral(conditions));
   tx.exec_prepared("notify_timings", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
   return written.affected_rows();
 }
@@ -630,6 +633,7 @@ Result<std::vector<TimingRecord>> Store::GetTimingRecords(const DeviceFingerprin
           UCUDNN_ASSIGN_OR_RETURN(record.timing, TimingFromRow(row));
           record.measured_by = row["measured_by"].as<std::string>();
           record.measured_at = row["measured_at"].as<std::string>();
+          record.conditions = row["conditions"].as<std::string>();
           records.push_back(std::move(record));
         }
         return records;

@@ -149,6 +149,13 @@ Status ValidateTimings(const std::vector<Timing>& timings) {
       return InvalidArgument(Field(i, "spread_ms") + ": must be finite and >= 0, got " +
                              FormatDouble(t.spread_ms));
     }
+    // A JSON object the database parses (a malformed one fails the whole write there); the
+    // bound keeps rows small.
+    if (!t.conditions.empty() &&
+        (t.conditions.size() > 1024 || t.conditions.front() != '{' || t.conditions.back() != '}')) {
+      return InvalidArgument(Field(i, "conditions") +
+                             ": must be empty or a JSON object of at most 1024 bytes");
+    }
     if (t.samples < 0) {
       return InvalidArgument(Field(i, "samples") + ": must be >= 0, got " +
                              std::to_string(t.samples));

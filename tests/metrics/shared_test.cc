@@ -118,6 +118,10 @@ TEST(SharedMetricsTest, TheFamiliesOfTheHandWrittenRegistryStay) {
       {"ucudnn_worker_configurations_measured_total", "counter",
        "(micro-batch, algorithm) configurations benchmarked, all jobs",
        "ucudnn_worker_configurations_measured_total 0"},
+      {"ucudnn_worker_idle_gate_pauses_total", "counter",
+       "Benchmarks paused, and claims put off, because another process used the GPU "
+       "(--idle-gate)",
+       "ucudnn_worker_idle_gate_pauses_total 0"},
       {"ucudnn_worker_devices_lost", "gauge",
        "Benchmarking threads stopped by a lost device (restart the worker)",
        "ucudnn_worker_devices_lost 0"},

@@ -27,6 +27,32 @@ TEST(MicroBatchSizes, FollowThePolicy) {
   EXPECT_TRUE(MicroBatchSizes(BatchPolicy::kAll, 0).empty());
 }
 
+// A measurement stored as contended (other work on the GPU while it was taken: kFailed with a
+// "worker limit: contended:" reason, engine/measurement_gate.h) is never planned with, however
+// fast it looks; the undisturbed configuration is.
+TEST(SolveKernelDp, NeverPlansWithAContendedMeasurement) {
+  TimingTable table;
+  for (int64_t b : {1, 2}) {
+    Timing clean;
+    clean.micro_batch = b;
+    clean.algo = 0;
+    clean.time_ms = 1.0 * static_cast<double>(b);
+    clean.samples = 5;
+    table.entries.push_back(clean);
+    Timing contended = clean;
+    contended.algo = 1;
+    contended.time_ms = 0.1;  // a lucky sample beside a training job
+    contended.status = TimingStatus::kFailed;
+    contended.error = std::string(kWorkerLimitError) + std::string(kContendedError) + "test";
+    table.entries.push_back(contended);
+  }
+  Result<KernelConfig> config = SolveKernelDp(table, 2, BatchPolicy::kPowerOfTwo, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_FALSE(config->segments.empty());
+  for (const Segment& s : config->segments) EXPECT_EQ(s.algo, 0);
+  EXPECT_DOUBLE_EQ(config->time_ms, 2.0);
+}
+
 TEST(PolicyNames, RoundTrip) {
   for (BatchPolicy p : {BatchPolicy::kUndivided, BatchPolicy::kPowerOfTwo, BatchPolicy::kAll}) {
     Result<BatchPolicy> parsed = ParseBatchPolicy(ToString(p));

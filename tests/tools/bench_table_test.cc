@@ -48,7 +48,7 @@ NetworkPlan TinyPlan() {
   TimingTable table;
   for (int64_t b : {1, 2, 4}) {
     table.entries.push_back(
-        {b, 0, 1.0 * static_cast<double>(b), 0, 5, 0, TimingStatus::kOk, "", {}});
+        {b, 0, 1.0 * static_cast<double>(b), 0, 5, 0, TimingStatus::kOk, "", {}, {}});
     table.entries.push_back({b,
                              1,
                              0.25 * static_cast<double>(b),
@@ -57,6 +57,7 @@ NetworkPlan TinyPlan() {
                              static_cast<uint64_t>(b) << 20,
                              TimingStatus::kOk,
                              "",
+                             {},
                              {}});
   }
   auto plan = PlanNetwork(request, {&table});

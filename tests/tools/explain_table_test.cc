@@ -18,7 +18,7 @@ TimingTable Table() {
   TimingTable table;
   for (int64_t b : {1, 2, 4, 8}) {
     table.entries.push_back(
-        {b, 0, 1.0 * static_cast<double>(b), 0.01, 5, 0, TimingStatus::kOk, "", {}});
+        {b, 0, 1.0 * static_cast<double>(b), 0.01, 5, 0, TimingStatus::kOk, "", {}, {}});
     table.entries.push_back({b,
                              1,
                              0.25 * static_cast<double>(b) + 0.1,
@@ -27,6 +27,7 @@ TimingTable Table() {
                              static_cast<uint64_t>(b) << 20,
                              TimingStatus::kOk,
                              "",
+                             {},
                              {}});
   }
   return table;

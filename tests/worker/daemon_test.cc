@@ -14,12 +14,14 @@
 #include <thread>
 
 #include "support/postgres_fixture.h"
+#include "ucudnn/core/networks.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/store/import.h"
 #include "ucudnn/store/store.h"
 #include "ucudnn/worker/daemon.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/worker_main.h"
+#include "worker/fanout_util.h"
 #include "worker/worker_test_util.h"
 
 namespace ucudnn::worker {
@@ -616,6 +618,204 @@ TEST_F(WorkerDaemonTest, OfflineCsvRoundTripsThroughImport) {
   EXPECT_EQ(ImportTimingsFile(*store_, dir + "/missing.csv").status().code(),
             StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
+}
+
+// Fan-out: three workers of one fingerprint share a network's queue (one job per problem), and
+// every timing of every job is stored exactly once, by the worker that completed the job.
+TEST_F(WorkerDaemonTest, ThreeWorkersDrainANetworksQueueStoringEveryTimingOnce) {
+  const std::string device_name = "fan-out model";
+  const SleepingBackend reference(device_name, std::chrono::microseconds(0));
+  auto kernels = NetworkKernels("resnet18", 8);
+  ASSERT_TRUE(kernels.ok()) << kernels.status().ToString();
+  std::vector<EnqueuedJob> jobs;
+  for (const Kernel& k : UniqueKernels(*kernels)) {
+    jobs.push_back(Enqueue(reference.fingerprint(), k.problem, 8, BatchPolicy::kPowerOfTwo));
+  }
+  ASSERT_GT(jobs.size(), 20u);
+  const DrainResult drained =
+      DrainWithWorkers(*store_, 3, device_name, std::chrono::microseconds(500), FastConfig("x"));
+  ASSERT_TRUE(drained.status.ok()) << drained.status.ToString();
+  EXPECT_EQ(drained.claimed, static_cast<int64_t>(jobs.size()));
+  EXPECT_EQ(drained.completed, static_cast<int64_t>(jobs.size()));
+  SleepingBackend backend(device_name, std::chrono::microseconds(0));
+  for (const EnqueuedJob& job : jobs) {
+    const store::Job stored = GetJob(job.id);
+    ASSERT_THAT(stored.worker_id, ::testing::AnyOf("fan0:gpu0", "fan1:gpu0", "fan2:gpu0"));
+    EXPECT_EQ(stored.attempts, 1);
+    ExpectDoneOnce(job, backend, stored.worker_id);
+  }
+}
+
+// A GPU whose activity the test switches: idle for its first `idle_samples` samples, then busy
+// (another process, high utilization) until `idle_again`.
+class SwitchedProbe : public GpuActivityProbe {
+ public:
+  explicit SwitchedProbe(int idle_samples) : idle_samples_(idle_samples) {}
+  std::string_view name() const override { return "switched"; }
+  Result<GpuActivitySample> Sample() override {
+    const int n = samples++;
+    if (idle_again.load() || n < idle_samples_) return GpuActivitySample{{1}, 0};
+    return GpuActivitySample{{1, 2}, 95};
+  }
+  std::atomic<bool> idle_again{false};
+  std::atomic<int> samples{0};
+
+ private:
+  const int idle_samples_;
+};
+
+// One device of `name` gated by `probe` (the worker's pid is 1), polling every 5 ms.
+std::vector<BenchmarkDevice> GatedDevice(const std::string& name,
+                                         std::unique_ptr<GpuActivityProbe> probe,
+                                         std::chrono::milliseconds max_pause) {
+  IdleGateConfig gate_config;
+  gate_config.self_pid = 1;
+  gate_config.poll = std::chrono::milliseconds(5);
+  gate_config.sample_interval = std::chrono::milliseconds(0);
+  gate_config.max_pause = max_pause;
+  std::vector<BenchmarkDevice> devices;
+  devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>(name),
+                       std::make_unique<IdleGate>(std::move(probe), gate_config));
+  return devices;
+}
+
+// The idle gate: while another process uses the GPU nothing is claimed; once it is idle the job
+// is measured and its timings are stored with what the gate saw.
+TEST_F(WorkerDaemonTest, ABusyGpuIsNotClaimedAndTimingsRecordTheirConditions) {
+  auto probe = std::make_unique<SwitchedProbe>(0);
+  SwitchedProbe& gpu = *probe;
+  auto devices = GatedDevice("gated model", std::move(probe), std::chrono::milliseconds(0));
+  ConvBackend& backend = *devices[0].backend;
+  const EnqueuedJob job =
+      Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("gated");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread runner([&] { run = daemon.Run(); });
+  ASSERT_TRUE(WaitUntil([&] { return gpu.samples.load() >= 20; }));
+  EXPECT_EQ(daemon.stats().claimed, 0);
+  EXPECT_EQ(GetJob(job.id).state, store::JobState::kQueued);
+  EXPECT_GE(daemon.stats().idle_gate_pauses, 1);
+  gpu.idle_again = true;
+  runner.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ExpectDoneOnce(job, backend, "gated:gpu0");
+  auto records = store_->GetTimingRecords(backend.fingerprint(), job.problem);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  for (const store::TimingRecord& r : *records) {
+    EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"idle_gate\": \"switched\""));
+    EXPECT_THAT(r.conditions, ::testing::HasSubstr("\"contended\": false"));
+  }
+}
+
+// Rows written without conditions (imports, framework times, rows from before the column) read
+// as unknown.
+TEST_F(WorkerDaemonTest, TimingsWithoutConditionsReadUnknown) {
+  auto backend = std::move(MakeBackend("cpu")).value();
+  Timing t;
+  t.micro_batch = 1;
+  t.algo = 0;
+  t.time_ms = 0.5;
+  t.samples = 3;
+  const ConvProblem problem = TinyProblem(ConvOp::kForward, 4);
+  ASSERT_TRUE(store_->PutTimings(backend->fingerprint(), problem, {t}, "test").ok());
+  auto records = store_->GetTimingRecords(backend->fingerprint(), problem);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ(records->front().conditions, "{\"idle_gate\": \"unknown\"}");
+}
+
+// A GPU busy for longer than the gate's max pause mid-benchmark: what was measured is stored
+// (nothing lost), the job goes back to the queue, nothing is claimed while the GPU stays busy,
+// and once it is idle the job is measured to the end and done.
+TEST_F(WorkerDaemonTest, APauseLongerThanTheMaximumStoresWhatWasMeasuredAndReleasesTheJob) {
+  // Idle for the claim (3 samples) and three configurations (a look before and after each),
+  // then busy until the test says otherwise.
+  auto probe = std::make_unique<SwitchedProbe>(9);
+  SwitchedProbe& turning = *probe;
+  auto devices = GatedDevice("paused model", std::move(probe), std::chrono::milliseconds(50));
+  ConvBackend& backend = *devices[0].backend;
+  const EnqueuedJob job =
+      Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kPowerOfTwo);
+  DaemonConfig config = FastConfig("paused");
+  config.once = true;
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread runner([&] { run = daemon.Run(); });
+  ASSERT_TRUE(WaitUntil([&] { return daemon.stats().released == 1; }));
+  EXPECT_EQ(GetJob(job.id).state, store::JobState::kQueued);
+  auto partial = store_->GetTimingRecords(backend.fingerprint(), job.problem);
+  ASSERT_TRUE(partial.ok()) << partial.status().ToString();
+  EXPECT_EQ(partial->size(), 3u);
+  for (const store::TimingRecord& r : *partial) EXPECT_EQ(r.timing.status, TimingStatus::kOk);
+  // Still busy: not claimed again.
+  const int seen = turning.samples.load();
+  ASSERT_TRUE(WaitUntil([&] { return turning.samples.load() >= seen + 6; }));
+  EXPECT_EQ(daemon.stats().claimed, 1);
+  turning.idle_again = true;
+  runner.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(daemon.stats().claimed, 2);
+  ExpectDoneOnce(job, backend, "paused:gpu0");
+}
+
+// The search prior: a configuration that lost by a wide margin on two nearby problems this
+// device's done jobs measured is not timed at large micro-batch sizes of a new problem; with
+// use_prior off (--exhaustive) it is.
+TEST_F(WorkerDaemonTest, ConfigurationsThatLostOnEveryNearbyProblemAreNotTimedAtLargeSizes) {
+  auto make_devices = [] {
+    std::vector<BenchmarkDevice> devices;
+    devices.emplace_back("gpu0", std::make_unique<RenamedCpuBackend>("prior model"));
+    return devices;
+  };
+  RenamedCpuBackend reference("prior model");
+  const DeviceFingerprint device = reference.fingerprint();
+  ASSERT_TRUE(store_->RegisterWorker("seed:gpu0", "test-host", device).ok());
+  // Two nearby problems done, algorithm 1 four times slower than algorithm 0 at 16 and 32.
+  for (int64_t channels : {4, 8}) {
+    const EnqueuedJob seed =
+        Enqueue(device, TinyProblem(ConvOp::kForward, channels), 32, BatchPolicy::kPowerOfTwo);
+    auto claimed = store_->ClaimJob(device.Hash(), "seed:gpu0", std::chrono::seconds(30));
+    ASSERT_TRUE(claimed.ok() && claimed->has_value());
+    std::vector<Timing> timings;
+    for (int64_t b : MicroBatchSizes(BatchPolicy::kPowerOfTwo, 32)) {
+      for (int algo : {0, 1, 2}) {
+        Timing t;
+        t.micro_batch = b;
+        t.algo = algo;
+        t.time_ms = (algo == 1 ? 4.0 : 1.0 + 0.1 * algo) * static_cast<double>(b);
+        t.samples = 5;
+        timings.push_back(t);
+      }
+    }
+    ASSERT_TRUE(store_->CompleteJob(seed.id, "seed:gpu0", timings).ok());
+  }
+  for (bool use_prior : {true, false}) {
+    SCOPED_TRACE(use_prior ? "with the prior" : "exhaustive");
+    ConvProblem problem = TinyProblem(ConvOp::kForward, 6);
+    problem.k = use_prior ? 6 : 7;  // a new problem each time
+    const EnqueuedJob job = Enqueue(device, problem, 32, BatchPolicy::kPowerOfTwo);
+    DaemonConfig config = FastConfig(use_prior ? "prior" : "full");
+    config.once = true;
+    config.use_prior = use_prior;
+    config.benchmark.prune_margin = 0.10;  // the prior works with the probes
+    config.benchmark.skip_factor = 0;
+    Daemon daemon(*store_, make_devices(), config);
+    ASSERT_TRUE(daemon.Run().ok());
+    auto records = store_->GetTimingRecords(device, job.problem);
+    ASSERT_TRUE(records.ok()) << records.status().ToString();
+    int left_out = 0;
+    for (const store::TimingRecord& r : *records) {
+      if (IsWorkerLimit(r.timing)) {
+        EXPECT_EQ(r.timing.algo, 1);
+        EXPECT_GE(r.timing.micro_batch, kPriorFromMicroBatch);
+        EXPECT_THAT(r.timing.error, ::testing::HasSubstr("nearby problems"));
+        ++left_out;
+      }
+    }
+    EXPECT_EQ(left_out, use_prior ? 2 : 0);
+  }
 }
 
 }  // namespace

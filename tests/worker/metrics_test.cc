@@ -16,6 +16,7 @@ TEST(WorkerMetricsTest, RendersTheCountersAndEachWorkersJobInHand) {
   stats.failed = 1;
   stats.released = 1;
   stats.configurations_measured = 123;
+  stats.idle_gate_pauses = 4;
   stats.last_heartbeat_unix_seconds = 1764000000.5;
   stats.slots = {{"node:1:gpu0", 42, 10, 36}, {"node:1:gpu1", 0, 3, 9}};
   const std::string text = RenderWorkerMetrics(stats);
@@ -25,6 +26,7 @@ TEST(WorkerMetricsTest, RendersTheCountersAndEachWorkersJobInHand) {
   EXPECT_THAT(text, HasSubstr("ucudnn_worker_jobs_total{outcome=\"failed\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("ucudnn_worker_jobs_total{outcome=\"abandoned\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("ucudnn_worker_configurations_measured_total 123\n"));
+  EXPECT_THAT(text, HasSubstr("ucudnn_worker_idle_gate_pauses_total 4\n"));
   EXPECT_THAT(text, HasSubstr("ucudnn_worker_last_heartbeat_timestamp_seconds 1764000000.5\n"));
   EXPECT_THAT(text, HasSubstr("ucudnn_worker_current_job{worker=\"node:1:gpu0\"} 42\n"));
   EXPECT_THAT(

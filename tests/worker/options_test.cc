@@ -180,6 +180,42 @@ TEST_F(OptionsTest, ErrorsNameTheFlag) {
   }
 }
 
+TEST_F(OptionsTest, IdleGateFlagsAndTheExhaustiveSearch) {
+  ScopedEnv gate("UCUDNN_WORKER_IDLE_GATE", "off");
+  auto parsed = Parse({"--database-url", "postgresql://h/db"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->options.idle_gate, "off");
+  parsed =
+      Parse({"--database-url", "postgresql://h/db", "--idle-gate", "nvml", "--idle-max-utilization",
+             "25", "--idle-poll-seconds", "0.5", "--contended-spread", "0.3", "--exhaustive"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->options.idle_gate, "nvml");
+  EXPECT_EQ(parsed->options.idle_max_utilization, 25);
+  EXPECT_EQ(parsed->options.idle_poll_seconds, 0.5);
+  const BenchmarkOptions exhaustive = MakeBenchmarkOptions(parsed->options);
+  EXPECT_LT(exhaustive.prune_margin, 0);
+  EXPECT_EQ(exhaustive.skip_factor, 0);
+  EXPECT_EQ(exhaustive.contended_relative_spread, 0.3);
+
+  // The spread's default: judged on GPUs, not on the CPU backend's host timings.
+  parsed = Parse({"--database-url", "postgresql://h/db"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(MakeBenchmarkOptions(parsed->options).contended_relative_spread,
+            kContendedRelativeSpread);
+  EXPECT_GT(MakeBenchmarkOptions(parsed->options).prune_margin, 0);
+  parsed = Parse({"--database-url", "postgresql://h/db", "--backend", "cpu"});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(MakeBenchmarkOptions(parsed->options).contended_relative_spread, 0);
+
+  EXPECT_THAT(Parse({"--database-url", "x", "--idle-gate", "maybe"}).status().message(),
+              HasSubstr("--idle-gate"));
+  EXPECT_THAT(Parse({"--database-url", "x", "--idle-max-utilization", "101"}).status().message(),
+              HasSubstr("--idle-max-utilization"));
+  EXPECT_THAT(
+      Parse({"--database-url", "x", "--backend", "cpu", "--idle-gate", "nvml"}).status().message(),
+      HasSubstr("--idle-gate nvml"));
+}
+
 TEST_F(OptionsTest, OfflineNeedsNoDatabase) {
   auto cl = Parse({"--offline", "--network", "resnet50", "--batch", "256", "--policy", "all",
                    "--output", "timings.csv", "--backend", "cpu", "--dtype", "fp32"});

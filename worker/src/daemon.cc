@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "ucudnn/core/backoff.h"
 #include "ucudnn/core/dp.h"
@@ -167,6 +168,10 @@ class Daemon::Impl {
     stats.released = released_.load();
     stats.abandoned = abandoned_.load();
     stats.devices_lost = devices_lost_.load();
+    stats.idle_gate_pauses = claims_put_off_.load();
+    for (const auto& slot : slots_) {
+      if (slot->device.gate != nullptr) stats.idle_gate_pauses += slot->device.gate->pauses();
+    }
     stats.configurations_measured = configurations_measured_.load();
     stats.last_heartbeat_unix_seconds = last_heartbeat_unix_seconds_.load();
     stats.schema_too_new = store_.schema_too_new();
@@ -214,6 +219,10 @@ class Daemon::Impl {
                    double elapsed_s);
   Outcome Fail(Slot& slot, const store::Job& job, const Status& error, LeaseKeeper& keeper);
   void Release(Slot& slot, const store::Job& job);
+  // What the device's nearby problems say not to time (PriorLosers); empty when none or off.
+  std::map<std::string, std::string> LoadPrior(const Slot& slot, const store::Job& job);
+  // A benchmark given up for a busy GPU: its finished entries written (retrying a short while).
+  void StorePartial(Slot& slot, const store::Job& job, const std::vector<Timing>& finished);
   // The slot's device is gone: its thread stops after releasing its job; the last one stops the
   // daemon.
   void MarkLost(Slot& slot, const Status& status);
@@ -237,7 +246,7 @@ class Daemon::Impl {
   bool ran_ = false;
 
   std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0},
-      devices_lost_{0}, configurations_measured_{0};
+      devices_lost_{0}, configurations_measured_{0}, claims_put_off_{0};
   std::atomic<double> last_heartbeat_unix_seconds_{0};
 
   void RecordHeartbeat() {
@@ -419,6 +428,7 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
   Backoff backoff = RetryBackoff();
   Backoff failure_backoff(milliseconds(1000), milliseconds(60000), kRetryJitter);
   int consecutive_failures = 0;
+  bool gate_busy = false;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::mt19937_64 rng(std::random_device{}());
   while (!stop_requested()) {
@@ -427,6 +437,22 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
     if (store_.RecheckSchema().code() == StatusCode::kFailedPrecondition) {
       if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
       continue;
+    }
+    // A GPU that runs other work (a training job) is left to it: nothing is claimed until it is
+    // idle, so the queue's jobs go to idle workers meanwhile.
+    if (slot.device.gate != nullptr && !slot.device.gate->IdleForClaim()) {
+      if (!gate_busy) {
+        gate_busy = true;
+        ++claims_put_off_;
+        spdlog::info("[{}] idle gate: the GPU runs other work; not claiming until it is idle",
+                     slot.device.slot);
+      }
+      if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
+      continue;
+    }
+    if (gate_busy) {
+      gate_busy = false;
+      spdlog::info("[{}] idle gate: the GPU is idle; claiming again", slot.device.slot);
     }
     auto claimed =
         store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease, config_.max_attempts);
@@ -493,16 +519,26 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   LeaseKeeper keeper(*this, slot, job.id);
   BenchmarkOptions options = config_.benchmark;
   options.cancel = keeper.cancel_flag();
+  // A pause for other work keeps the job's lease (the keeper renews it) and what was measured:
+  // the job is one problem, so the model's other problems stay claimable by idle workers, and
+  // the benchmark resumes at the configuration it stopped before. A stop request still cancels;
+  // a pause longer than the gate's max_pause stores what was measured and releases the job.
+  options.gate = slot.device.gate.get();
+  const std::map<std::string, std::string> prior = LoadPrior(slot, job);
+  if (!prior.empty()) options.prior = &prior;
   // The first configuration is reported at once (the job is under way), then one line every
   // progress_log_interval.
   Clock::time_point last_log = start - config_.progress_log_interval;
   slot.configurations_done = 0;
   slot.configurations_total = static_cast<int64_t>(sizes * algos);
   slot.job_id = job.id;
+  // Every finished entry, stored before the job is given back should the gate give up waiting.
+  std::vector<Timing> finished;
   auto progress = [&](const BenchmarkProgress& p) {
     slot.configurations_done = static_cast<int64_t>(p.done);
     slot.configurations_total = static_cast<int64_t>(p.total);
     if (p.latest != nullptr) {
+      finished.push_back(*p.latest);
       ++configurations_measured_;
       spdlog::debug("[{}] job {}: {}/{} micro-batch {} algo {}: {} {:.4f} ms, workspace {}",
                     slot.device.slot, job.id, p.done, p.total, p.latest->micro_batch,
@@ -544,6 +580,15 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   }
   if (!device_lost && keeper.drain_expired() && !table.ok()) {
     keeper.Finish();
+    Release(slot, job);
+    return true;
+  }
+  if (!table.ok() && slot.device.gate != nullptr && slot.device.gate->gave_up()) {
+    // The GPU has run other work for --idle-max-pause-seconds: what was measured is stored
+    // (nothing lost; the planner can use it at once) and the job goes back to the queue for a
+    // worker whose GPU is idle, instead of waiting here for the training to end.
+    keeper.Finish();
+    StorePartial(slot, job, finished);
     Release(slot, job);
     return true;
   }
@@ -700,6 +745,66 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
     health_.Failed(slot.device.slot, st);
     if (keeper.lost() || DrainExpired()) return Outcome::kGaveUp;
     SleepWithinDrain(backoff.Next());
+  }
+}
+
+// The newest done jobs looked at for nearby problems: one query's worth, enough to cover a few
+// networks of one device.
+constexpr int kPriorJobs = 2000;
+
+std::map<std::string, std::string> Daemon::Impl::LoadPrior(const Slot& slot,
+                                                           const store::Job& job) {
+  if (!config_.use_prior || config_.benchmark.prune_margin < 0) return {};
+  // An optimisation only: any error leaves the search complete.
+  auto done = store_.ListJobs(store::JobState::kDone, kPriorJobs);
+  if (!done.ok()) {
+    spdlog::debug("[{}] no search prior: {}", slot.device.slot, done.status().ToString());
+    return {};
+  }
+  std::vector<ConvProblem> nearby;
+  for (const store::Job& j : *done) {
+    if (j.device_hash == slot.device_hash && Nearby(job.problem, j.problem)) {
+      nearby.push_back(j.problem);
+    }
+  }
+  if (static_cast<int>(nearby.size()) < kPriorMinNeighbours) return {};
+  auto tables = store_.GetTimingsForProblems(slot.fingerprint, nearby);
+  if (!tables.ok()) {
+    spdlog::debug("[{}] no search prior: {}", slot.device.slot, tables.status().ToString());
+    return {};
+  }
+  std::vector<KnownTable> known;
+  for (size_t i = 0; i < nearby.size(); ++i) known.push_back({nearby[i], (*tables)[i]});
+  std::map<std::string, std::string> losers = PriorLosers(job.problem, known);
+  if (!losers.empty()) {
+    spdlog::info(
+        "[{}] job {}: {} configurations not timed from micro-batch {} (lost on every "
+        "one of the device's nearby problems)",
+        slot.device.slot, job.id, losers.size(), kPriorFromMicroBatch);
+  }
+  return losers;
+}
+
+void Daemon::Impl::StorePartial(Slot& slot, const store::Job& job,
+                                const std::vector<Timing>& finished) {
+  if (finished.empty()) return;
+  Backoff backoff = RetryBackoff();
+  const Clock::time_point give_up = Clock::now() + std::min(config_.lease, milliseconds(10000));
+  while (true) {
+    const Status st = store_.PutTimings(slot.fingerprint, job.problem, finished, slot.worker_id);
+    if (st.ok()) {
+      health_.Succeeded();
+      spdlog::info("[{}] job {}: {} timings measured before the pause stored", slot.device.slot,
+                   job.id, finished.size());
+      return;
+    }
+    if (!IsTransient(st) || Clock::now() >= give_up) {
+      spdlog::warn("[{}] job {}: the {} timings measured before the pause were not stored: {}",
+                   slot.device.slot, job.id, finished.size(), st.ToString());
+      return;
+    }
+    health_.Failed(slot.device.slot, st);
+    std::this_thread::sleep_for(std::min(backoff.Next(), milliseconds(1000)));
   }
 }
 

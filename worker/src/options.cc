@@ -157,6 +157,13 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
                  "with at most their workspace (0: off)")
       ->envname("UCUDNN_WORKER_SKIP_FACTOR")
       ->capture_default_str();
+  app.add_flag("--exhaustive", o.exhaustive,
+               "time every configuration at every micro-batch size with the full protocol "
+               "(no probe pruning, no skipping across sizes, nothing left out for losing on "
+               "the device's nearby problems; overrides --prune-margin and --skip-factor): the "
+               "search the pruned one is compared with")
+      ->envname("UCUDNN_WORKER_EXHAUSTIVE")
+      ->group("Benchmark");
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates (cuDNN heuristics "
                  "and execution plans) before the timed runs; 1: one size at a time")
@@ -174,6 +181,42 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
                "(leaves out the host's cost of issuing each run, which a step pays)")
       ->envname("UCUDNN_WORKER_SHORT_RUNS_DEVICE_TIME_ONLY")
       ->group("Benchmark");
+}
+
+void AddIdleGateFlags(CLI::App& app, WorkerOptions& o) {
+  app.add_option("--idle-gate", o.idle_gate,
+                 "measure only while the GPU runs no other work: nvml (NVML, loaded at run time: "
+                 "claim only when no other process has a context on the GPU and its utilization "
+                 "is low; pause a benchmark, keeping its lease and what it measured, while "
+                 "another process appears); auto: nvml when it loads, else off; off")
+      ->envname("UCUDNN_WORKER_IDLE_GATE")
+      ->check(CLI::IsMember({"auto", "nvml", "off"}))
+      ->capture_default_str()
+      ->group("Idle gate");
+  app.add_option("--idle-max-utilization", o.idle_max_utilization,
+                 "GPU utilization (percent, mean of 3 readings 100 ms apart) above which the "
+                 "worker does not claim")
+      ->envname("UCUDNN_WORKER_IDLE_MAX_UTILIZATION")
+      ->capture_default_str()
+      ->group("Idle gate");
+  app.add_option("--idle-poll-seconds", o.idle_poll_seconds,
+                 "how often a paused benchmark looks whether the GPU is idle again")
+      ->envname("UCUDNN_WORKER_IDLE_POLL_SECONDS")
+      ->capture_default_str()
+      ->group("Idle gate");
+  app.add_option("--idle-max-pause-seconds", o.idle_max_pause_seconds,
+                 "a benchmark paused this long for other work stores what it measured and "
+                 "releases its job to workers whose GPU is idle; 0: wait as long as it takes")
+      ->envname("UCUDNN_WORKER_IDLE_MAX_PAUSE_SECONDS")
+      ->capture_default_str()
+      ->group("Idle gate");
+  app.add_option("--contended-spread", o.contended_spread,
+                 "a measurement whose interquartile range exceeds this fraction of its median is "
+                 "taken again (twice at most) and, still so, stored as contended, never planned "
+                 "with; negative: 0.25 on GPUs, off on the CPU backend; 0: off")
+      ->envname("UCUDNN_WORKER_CONTENDED_SPREAD")
+      ->capture_default_str()
+      ->group("Idle gate");
 }
 
 void AddOfflineFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
@@ -202,6 +245,7 @@ std::unique_ptr<CLI::App> BuildApp(WorkerOptions& o, RawFlags& raw) {
   AddQueueFlags(*app, o);
   AddMetricsFlags(*app, o);
   AddBenchmarkFlags(*app, o, raw);
+  AddIdleGateFlags(*app, o);
   AddOfflineFlags(*app, o, raw);
   app->add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off")
       ->envname("UCUDNN_LOG_LEVEL")
@@ -276,6 +320,10 @@ Status ValidateNumbers(const WorkerOptions& o) {
       {"--short-run-us", o.short_run_us, 0, 1e6, "[0, 1000000]"},
       {"--config-budget-ms", o.config_budget_ms, 0.001, 3.6e6, "[0.001, 3600000]"},
       {"--metrics-port", double(o.metrics_port), -1, 65535, "[-1, 65535]"},
+      {"--idle-max-utilization", o.idle_max_utilization, 0, 100, "[0, 100]"},
+      {"--idle-poll-seconds", o.idle_poll_seconds, 0.01, 3600, "[0.01, 3600]"},
+      {"--idle-max-pause-seconds", o.idle_max_pause_seconds, 0, 86400 * 7, "[0, 604800]"},
+      {"--contended-spread", o.contended_spread, -1, 100, "[-1, 100]"},
   };
   for (const Bound& b : bounds) {
     if (!FiniteIn(b.value, b.lo, b.hi)) {
@@ -313,6 +361,12 @@ Status ValidateMode(const WorkerOptions& o) {
 Status ValidateOptions(const WorkerOptions& o) {
   if (o.backend != "auto" && o.backend != "cudnn" && o.backend != "cpu") {
     return InvalidArgument("--backend: must be auto, cudnn or cpu, got '" + o.backend + "'");
+  }
+  if (o.idle_gate != "auto" && o.idle_gate != "nvml" && o.idle_gate != "off") {
+    return InvalidArgument("--idle-gate: must be auto, nvml or off, got '" + o.idle_gate + "'");
+  }
+  if (o.backend == "cpu" && o.idle_gate == "nvml") {
+    return InvalidArgument("--idle-gate nvml: only with a GPU backend, not with --backend cpu");
   }
   if (o.backend == "cpu" && !o.gpus.empty()) {
     return InvalidArgument("--gpus: only with the cudnn backend, not with --backend cpu");

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string_view>
 
+#include <unistd.h>
+
 #include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
@@ -21,6 +23,7 @@
 #include "ucudnn/metrics/endpoint.h"
 #include "ucudnn/metrics/registry.h"
 #include "ucudnn/store/store.h"
+#include "ucudnn/worker/idle_gate.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/worker_metrics.h"
 
@@ -201,6 +204,41 @@ void WarnAboutTf32Override(const std::vector<BenchmarkDevice>& devices) {
 
 }  // namespace
 
+namespace {
+
+IdleGateConfig MakeIdleGateConfig(const WorkerOptions& o, bool holds_context) {
+  IdleGateConfig c;
+  c.max_utilization_percent = o.idle_max_utilization;
+  c.poll = std::chrono::milliseconds(static_cast<int64_t>(o.idle_poll_seconds * 1000));
+  c.max_pause = std::chrono::milliseconds(static_cast<int64_t>(o.idle_max_pause_seconds * 1000));
+  c.self_pid = static_cast<uint32_t>(getpid());
+  c.self_has_context = holds_context;
+  return c;
+}
+
+// GPU `gpu`'s idle gate as --idle-gate asks: nullptr for off, or for auto without NVML.
+Result<std::unique_ptr<IdleGate>> MakeGpuIdleGate(const WorkerOptions& o, int gpu) {
+  if (o.idle_gate == "off") return std::unique_ptr<IdleGate>();
+  Result<std::string> bus_id = GpuPciBusId(gpu);
+  Result<std::unique_ptr<GpuActivityProbe>> probe =
+      MakeNvmlProbe(bus_id.ok() ? *bus_id : std::string(), gpu);
+  if (!probe.ok()) {
+    if (o.idle_gate == "nvml") {
+      return probe.status().WithContext("--idle-gate nvml on GPU " + std::to_string(gpu));
+    }
+    spdlog::warn(
+        "GPU {}: idle gate off (--idle-gate auto without NVML): the worker may measure while "
+        "other work runs on the GPU: {}",
+        gpu, probe.status().ToString());
+    return std::unique_ptr<IdleGate>();
+  }
+  spdlog::info("GPU {}: idle gate nvml (PCI {}): claims only while no other process uses it", gpu,
+               bus_id.ok() ? *bus_id : "unknown, by NVML index");
+  return std::make_unique<IdleGate>(std::move(probe).value(), MakeIdleGateConfig(o, true));
+}
+
+}  // namespace
+
 Result<std::vector<BenchmarkDevice>> MakeBenchmarkDevices(const WorkerOptions& options) {
   std::vector<BenchmarkDevice> devices;
   if (options.backend == "cpu") {
@@ -208,7 +246,14 @@ Result<std::vector<BenchmarkDevice>> MakeBenchmarkDevices(const WorkerOptions& o
     spdlog::info(
         "backend: cpu (the CPU reference backend; its timings are stored under a cpu "
         "fingerprint and never serve a GPU)");
-    devices.push_back({"cpu", std::move(backend)});
+    devices.push_back({"cpu", std::move(backend), nullptr});
+    if (options.idle_gate != "off") {
+      // Nothing else runs on the CPU backend's "device" as the gate counts it: its timings
+      // record the gate as "idle", and noisy host timings are left to the spread check.
+      IdleGateConfig config = MakeIdleGateConfig(options, false);
+      config.window_samples = 1;  // nothing to average: the probe always says idle
+      devices.back().gate = std::make_unique<IdleGate>(MakeIdleProbe(), config);
+    }
     return devices;
   }
   const int count = GpuCount();
@@ -229,7 +274,8 @@ Result<std::vector<BenchmarkDevice>> MakeBenchmarkDevices(const WorkerOptions& o
     }
     auto backend = MakeBackend("cudnn", gpu);
     if (!backend.ok()) return backend.status().WithContext("GPU " + std::to_string(gpu));
-    devices.push_back({"gpu" + std::to_string(gpu), std::move(backend).value()});
+    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<IdleGate> gate, MakeGpuIdleGate(options, gpu));
+    devices.push_back({"gpu" + std::to_string(gpu), std::move(backend).value(), std::move(gate)});
   }
   spdlog::info("backend: cudnn on {} GPU(s)", devices.size());
   UseCompiledPlanDirectory(options.compiled_plan_cache);
@@ -249,9 +295,12 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.config_time_budget_ms = o.config_budget_ms;
   b.short_run_ms = o.short_run_us / 1000.0;
   b.short_runs_device_time_only = o.short_runs_device_time_only;
-  b.prune_margin = o.prune_margin;
-  b.skip_factor = o.skip_factor;
+  b.prune_margin = o.exhaustive ? -1.0 : o.prune_margin;
+  b.skip_factor = o.exhaustive ? 0.0 : o.skip_factor;
   b.prepare_threads = o.prepare_threads;
+  b.contended_relative_spread = o.contended_spread >= 0 ? o.contended_spread
+                                : o.backend == "cpu"    ? 0.0
+                                                        : kContendedRelativeSpread;
   return b;
 }
 
@@ -266,6 +315,7 @@ DaemonConfig MakeDaemonConfig(const WorkerOptions& o) {
   c.max_attempts = o.max_attempts;
   c.once = o.once;
   c.benchmark = MakeBenchmarkOptions(o);
+  c.use_prior = !o.exhaustive;
   // Retry no slower than a third of the lease, so a short outage does not cost the lease.
   c.retry_max = std::max(c.retry_initial, std::min(milliseconds(5000), c.lease / 3));
   return c;

@@ -13,6 +13,9 @@ std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& st
   auto& measured = metrics::AddCounter(registry, "ucudnn_worker_configurations_measured_total",
                                        "(micro-batch, algorithm) configurations benchmarked, all "
                                        "jobs");
+  auto& idle_gate = metrics::AddCounter(
+      registry, "ucudnn_worker_idle_gate_pauses_total",
+      "Benchmarks paused, and claims put off, because another process used the GPU (--idle-gate)");
   auto& devices_lost =
       metrics::AddGauge(registry, "ucudnn_worker_devices_lost",
                         "Benchmarking threads stopped by a lost device (restart the worker)");
@@ -39,6 +42,7 @@ std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& st
     jobs.Add({{"outcome", outcome}}).Increment(static_cast<double>(count));
   }
   measured.Add({}).Increment(static_cast<double>(stats.configurations_measured));
+  idle_gate.Add({}).Increment(static_cast<double>(stats.idle_gate_pauses));
   devices_lost.Add({}).Set(static_cast<double>(stats.devices_lost));
   heartbeat.Add({}).Set(stats.last_heartbeat_unix_seconds);
   ready.Add({}).Set(stats.schema_too_new ? 0.0 : 1.0);

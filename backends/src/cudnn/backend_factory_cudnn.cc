@@ -53,6 +53,13 @@ int GpuCount() {
   return *count;
 }
 
+Result<std::string> GpuPciBusId(int device_index) {
+  UCUDNN_RETURN_IF_ERROR(gpu::CheckDeviceIndex(device_index));
+  char id[32] = {};  // "dddd:bb:dd.f" and its terminator fit in 13 bytes
+  UCUDNN_GPU_CHECK(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof(id)), device_index));
+  return std::string(id);
+}
+
 bool BuildHasCudnn() { return true; }
 
 void UseCompiledPlanDirectory(const std::string& directory) { SetCompiledPlanDirectory(directory); }

@@ -15,6 +15,9 @@ namespace ucudnn {
 Result<std::unique_ptr<ConvBackend>> MakeBackend(std::string_view name, int device_index = 0);
 // GPUs visible to the cuDNN backend; 0 without cuDNN in the build or without a GPU.
 int GpuCount();
+// The PCI bus id of visible GPU `device_index` ("0000:3B:00.0"), which names the same GPU to NVML
+// whatever CUDA_VISIBLE_DEVICES renumbers; kUnavailable without cuDNN in the build or without it.
+Result<std::string> GpuPciBusId(int device_index);
 // Whether this build has the cuDNN backend.
 bool BuildHasCudnn();
 // Where the cuDNN backend keeps the execution plans of runtime-compiled engines it builds, for

@@ -59,6 +59,9 @@ struct Timing {
   std::string error;  // cuDNN status or reason, for kFailed / kUnsupported
   // An engine configuration's key, or the framework's identity; empty for a legacy algorithm.
   std::string engine_config;
+  // The conditions it was measured under, a JSON object (ConditionsJson in
+  // ucudnn/engine/measurement_gate.h: idle gate, other work seen on the device); empty: unknown.
+  std::string conditions;
   bool operator==(const Timing&) const = default;
 };
 
@@ -72,6 +75,11 @@ inline bool IsWorkerLimit(const Timing& timing) {
   return timing.status == TimingStatus::kFailed &&
          std::string_view(timing.error).substr(0, kWorkerLimitError.size()) == kWorkerLimitError;
 }
+
+// Prefix (after kWorkerLimitError) of a measurement still disturbed by other work on the device
+// after being taken again: stored kFailed so that the planner never plans with it, and, like any
+// worker limit, never replacing an undisturbed measurement.
+inline constexpr std::string_view kContendedError = "contended: ";
 
 // Every measurement of one problem on one device. Order is irrelevant; lookups by
 // (micro_batch, algo) are unique.

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -14,6 +16,8 @@
 #include "ucudnn/core/problem.h"
 #include "ucudnn/core/status.h"
 #include "ucudnn/core/timing.h"
+#include "ucudnn/engine/measurement_gate.h"
+#include "ucudnn/engine/search_prior.h"
 
 namespace ucudnn {
 
@@ -78,6 +82,18 @@ struct BenchmarkOptions {
   // When set and true, the benchmark stops before its next configuration and returns
   // kUnavailable ("benchmark cancelled"); e.g. a worker shutting down.
   const std::atomic<bool>* cancel = nullptr;
+  // When set, every probe and measurement waits until the device runs no other work
+  // (MeasurementGate::WaitUntilIdle: a pause keeps what was measured), and one after which the
+  // gate saw other work is taken again (at most kContentionRemeasures times) and, still
+  // contended, recorded kFailed with a kContendedError reason: never a time the planner uses.
+  MeasurementGate* gate = nullptr;
+  // With the probes on: configurations not run at micro-batch sizes >= kPriorFromMicroBatch,
+  // with the reason recorded in their place (kFailed, a worker limit): those that lost by a wide
+  // margin on every nearby problem of the device (PriorLosers, search_prior.h). Null: none.
+  const std::map<std::string, std::string>* prior = nullptr;
+  // Spread (IQR / median) above which a measurement counts as contended (see
+  // kContendedRelativeSpread); 0 judges by the gate alone. The worker sets it on GPUs.
+  double contended_relative_spread = 0;
 };
 
 Status Validate(const BenchmarkOptions& options);

@@ -66,6 +66,9 @@ struct TimingRecord {
   Timing timing;
   std::string measured_by;  // worker id, or "import:FILE", or whatever PutTimings was given
   std::string measured_at;  // RFC 3339
+  // What the worker saw while measuring (Timing::conditions as stored, a JSON object);
+  // {"idle_gate": "unknown"} for rows from before the column and from writers that say nothing.
+  std::string conditions;
 };
 
 // One problem's timings, for batched writes (ImportTimings).

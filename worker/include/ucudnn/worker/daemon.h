@@ -12,19 +12,30 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ucudnn/core/backend.h"
 #include "ucudnn/core/status.h"
 #include "ucudnn/engine/benchmark.h"
 #include "ucudnn/store/store.h"
+#include "ucudnn/worker/idle_gate.h"
 
 namespace ucudnn::worker {
 
 // One benchmarking thread's device.
 struct BenchmarkDevice {
+  BenchmarkDevice() = default;
+  BenchmarkDevice(std::string slot_name, std::unique_ptr<ConvBackend> device_backend,
+                  std::unique_ptr<IdleGate> idle_gate = nullptr)
+      : slot(std::move(slot_name)),
+        backend(std::move(device_backend)),
+        gate(std::move(idle_gate)) {}
   std::string slot;  // "gpu0", "gpu1", "cpu": the suffix of the worker id
   std::unique_ptr<ConvBackend> backend;
+  // When set (--idle-gate), the slot claims only while the device is idle and its benchmark
+  // pauses while other work runs on it, keeping its lease and what it measured (idle_gate.h).
+  std::unique_ptr<IdleGate> gate;
 };
 
 struct DaemonConfig {
@@ -42,6 +53,9 @@ struct DaemonConfig {
   int max_attempts = 3;
   bool once = false;           // stop each thread when its device has nothing claimable
   BenchmarkOptions benchmark;  // `cancel` is ignored: the daemon sets its own per job
+  // Skip at large micro-batch sizes the configurations that lost by a wide margin on every
+  // nearby problem this device's done jobs measured (search_prior.h); off with --exhaustive.
+  bool use_prior = true;
 };
 
 Status Validate(const DaemonConfig& config);
@@ -62,6 +76,7 @@ struct DaemonStats {
   int64_t released = 0;   // jobs given back on shutdown
   int64_t abandoned = 0;  // lease lost (or shutdown while the database was away): nothing written
   int64_t devices_lost = 0;  // benchmarking threads stopped by a lost device (their job released)
+  int64_t idle_gate_pauses = 0;  // benchmarks paused, and claims put off, for other work on a GPU
   int64_t configurations_measured = 0;     // (micro-batch, algorithm) pairs benchmarked, all jobs
   double last_heartbeat_unix_seconds = 0;  // last heartbeat (or registration) stored; 0: none
   bool schema_too_new = false;    // the database's schema is newer than this binary's: not claiming

@@ -47,6 +47,21 @@ struct WorkerOptions {
   double prune_margin = 0.10;
   double skip_factor = 2.0;
   int prepare_threads = 8;  // BenchmarkOptions::prepare_threads
+  // --exhaustive: every configuration at every size with the full protocol (no probe pruning,
+  // no skipping across sizes), to compare plans of the pruned search with; overrides
+  // --prune-margin and --skip-factor.
+  bool exhaustive = false;
+  // ---- Idle gate (idle_gate.h) ----
+  // --idle-gate / UCUDNN_WORKER_IDLE_GATE: "auto" (NVML when it loads, else off with a warning;
+  // the CPU backend's device counts idle), "nvml" (refuse to start without it) or "off".
+  std::string idle_gate = "auto";
+  double idle_max_utilization = 10;  // percent, mean over the window before a claim
+  double idle_poll_seconds = 1;      // between looks while paused or waiting to claim
+  // A benchmark paused this long stores what it measured and releases its job; 0: no limit.
+  double idle_max_pause_seconds = 600;
+  // Spread (IQR / median) above which a measurement is contended (kContendedRelativeSpread);
+  // negative: that default on GPUs, off on the CPU backend (host timings on shared cores); 0 off.
+  double contended_spread = -1;
   // ---- Offline mode (no database) ----
   bool offline = false;
   std::string network;  // --network resnet50

@@ -1,0 +1,305 @@
+// ucudnn-bench-engine --replay-pruning: the worker's search rules replayed on the measured H100
+// tables (data/h100/*.csv), without a GPU. A backend answers every timed call from the table
+// (each sample the row's median, times 1 + a uniform error within --probe-noise, for the spread of
+// an idle GPU), so the real engine (BenchmarkMicroBatches) makes its probe-pruning and skipping
+// decisions in the worker's order exactly as on the device. Reported per network and precision:
+// configurations given the full protocol, kept at their probe, or not run; runs and device time
+// spent; and the planner's predicted step (PlanNetwork per kernel at 64 MiB and 1 GiB) from the
+// pruned tables against the exhaustive ones.
+//
+//   build/bin/ucudnn-bench-engine --replay-pruning --json > bench/results/cpu/pruning.json
+#include "pruning_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ucudnn/core/networks.h"
+#include "ucudnn/core/timing_csv.h"
+#include "ucudnn/engine/benchmark.h"
+#include "ucudnn/engine/search_prior.h"
+#include "ucudnn/planner/planner.h"
+
+namespace ucudnn {
+namespace {
+
+// Answers from one problem's measured table.
+class ReplayBackend : public ConvBackend {
+ public:
+  ReplayBackend(const TimingTable& table, double noise, uint64_t seed)
+      : table_(table), noise_(noise), rng_(seed) {
+    fingerprint_.backend = "replay";
+    fingerprint_.name = "H100 tables (data/h100)";
+  }
+  const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
+  std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
+    std::set<int> ids;
+    for (const Timing& t : table_.entries) ids.insert(t.algo);
+    std::vector<AlgorithmInfo> out;
+    for (int id : ids) out.push_back({id, std::to_string(id)});
+    return out;
+  }
+  std::vector<Timing> Candidates(const ConvProblem&, int64_t batch) override {
+    std::vector<Timing> out;
+    for (const Timing& t : table_.entries) {
+      if (t.micro_batch != batch) continue;
+      Timing c;
+      c.algo = t.algo;
+      c.engine_config = t.engine_config;
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t batch, const Algorithm& algo) override {
+    const Timing* t = Find(batch, algo);
+    if (t == nullptr) return Unsupported("not in the table");
+    if (t->status == TimingStatus::kUnsupported) return Unsupported(t->error);
+    return static_cast<size_t>(t->workspace_bytes);
+  }
+  Status Run(const ConvProblem&, int64_t, const Algorithm&, const ConvOperands&, void*, size_t,
+             float, float) override {
+    return Status::Ok();
+  }
+  Status Synchronize() override { return Status::Ok(); }
+  Result<std::unique_ptr<BackendBuffer>> Allocate(size_t bytes) override {
+    return std::unique_ptr<BackendBuffer>(std::make_unique<Dummy>(bytes));
+  }
+  Status CopyToDevice(void*, const void*, size_t) override { return Status::Ok(); }
+  Status CopyToHost(void*, const void*, size_t) override { return Status::Ok(); }
+  Status CopyWithinDevice(void*, const void*, size_t) override { return Status::Ok(); }
+  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
+                                       const ConvOperands& o, void* ws, size_t ws_bytes, int warmup,
+                                       int runs) override {
+    return TimeRunGroups(p, batch, algo, o, ws, ws_bytes, warmup, runs, 1, false);
+  }
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t batch,
+                                            const Algorithm& algo, const ConvOperands&, void*,
+                                            size_t, int warmup, int samples, int group,
+                                            bool) override {
+    const Timing* t = Find(batch, algo);
+    if (t == nullptr || t->status != TimingStatus::kOk) {
+      return Internal("replay: no measured time for this configuration");
+    }
+    const int64_t runs = warmup + static_cast<int64_t>(samples) * group;
+    runs_ += runs;
+    device_ms_ += static_cast<double>(runs) * t->time_ms;
+    std::uniform_real_distribution<double> error(-noise_, noise_);
+    std::vector<double> out;
+    for (int i = 0; i < samples; ++i) out.push_back(t->time_ms * (1.0 + error(rng_)));
+    return out;
+  }
+  int64_t runs() const { return runs_; }
+  double device_ms() const { return device_ms_; }
+
+ private:
+  class Dummy : public BackendBuffer {
+   public:
+    explicit Dummy(size_t bytes) : bytes_(bytes) {}
+    void* data() override { return &byte_; }
+    size_t size() const override { return bytes_; }
+
+   private:
+    size_t bytes_;
+    char byte_ = 0;
+  };
+  const Timing* Find(int64_t batch, const Algorithm& algo) const {
+    for (const Timing& t : table_.entries) {
+      if (t.micro_batch == batch && t.algo == algo.id &&
+          t.engine_config == std::string(algo.engine_config)) {
+        return &t;
+      }
+    }
+    return nullptr;
+  }
+
+  const TimingTable& table_;
+  DeviceFingerprint fingerprint_;
+  double noise_;
+  std::mt19937_64 rng_;
+  int64_t runs_ = 0;
+  double device_ms_ = 0;
+};
+
+struct SearchCost {
+  int64_t configurations = 0;  // (size, algorithm) entries with a measured time in the data
+  int64_t full_protocol = 0;   // timed with the full protocol
+  int64_t probe_only = 0;      // kept at their probe (dominated)
+  int64_t not_run = 0;         // skipped across sizes
+  int64_t runs = 0;
+  double device_ms = 0;
+};
+
+// Replays every problem of `tables` with `options`; the tables the engine returns, by key.
+// With `use_prior`, each problem also leaves out what lost on every nearby problem replayed
+// before it (PriorLosers over the tables the pruned search produced), as a worker does with its
+// device's done jobs.
+Result<std::map<std::string, TimingTable>> Replay(const TimingTables& tables,
+                                                  BenchmarkOptions options, double noise,
+                                                  bool use_prior, SearchCost& cost) {
+  std::map<std::string, TimingTable> out;
+  uint64_t seed = 1;
+  for (const auto& [key, measured] : tables) {
+    std::vector<KnownTable> known;
+    for (const auto& [done_key, done] : out) known.push_back({tables.at(done_key).problem, done});
+    const std::map<std::string, std::string> prior =
+        use_prior ? PriorLosers(measured.problem, known) : std::map<std::string, std::string>{};
+    options.prior = prior.empty() ? nullptr : &prior;
+    std::set<int64_t> size_set;
+    for (const Timing& t : measured.table.entries) {
+      size_set.insert(t.micro_batch);
+      cost.configurations += t.status == TimingStatus::kOk ? 1 : 0;
+    }
+    ReplayBackend backend(measured.table, noise, seed++);
+    UCUDNN_ASSIGN_OR_RETURN(
+        TimingTable table,
+        BenchmarkMicroBatches(backend, measured.problem,
+                              std::vector<int64_t>(size_set.begin(), size_set.end()), options));
+    for (const Timing& t : table.entries) {
+      if (t.status == TimingStatus::kOk && t.samples == 1) ++cost.probe_only;
+      if (t.status == TimingStatus::kOk && t.samples > 1) ++cost.full_protocol;
+      if (IsWorkerLimit(t) && t.error.find("not measured") != std::string::npos) ++cost.not_run;
+    }
+    cost.runs += backend.runs();
+    cost.device_ms += backend.device_ms();
+    out[key] = std::move(table);
+  }
+  return out;
+}
+
+// The step a plan made from `tables` really takes: its segments timed with the measured medians
+// (`measured`), so that neither search is credited with a lucky noisy sample.
+struct PlanTimes {
+  double predicted_ms = 0;  // as the planner predicted from the replayed tables
+  double measured_ms = 0;   // its segments at the measured medians
+};
+Result<PlanTimes> PlanTime(const std::vector<Kernel>& kernels,
+                           const std::map<std::string, TimingTable>& tables,
+                           const TimingTables& measured, uint64_t workspace) {
+  PlanRequest request;
+  request.kernels = kernels;
+  request.policy = BatchPolicy::kPowerOfTwo;
+  request.workspace_mode = WorkspaceMode::kPerKernel;
+  request.workspace_bytes = workspace;
+  std::vector<const TimingTable*> pointers;
+  for (const Kernel& k : kernels) {
+    auto it = tables.find(CanonicalKey(k.problem));
+    pointers.push_back(it == tables.end() ? nullptr : &it->second);
+  }
+  UCUDNN_ASSIGN_OR_RETURN(NetworkPlan plan, PlanNetwork(request, pointers));
+  PlanTimes times;
+  times.predicted_ms = plan.total_time_ms;
+  for (const KernelPlan& k : plan.kernels) {
+    if (k.status != KernelPlanStatus::kPlanned) continue;
+    const TimingTable& table = measured.at(CanonicalKey(k.kernel.problem)).table;
+    for (const Segment& segment : k.config.segments) {
+      const auto row =
+          std::find_if(table.entries.begin(), table.entries.end(), [&](const Timing& t) {
+            return t.micro_batch == segment.micro_batch && t.algo == segment.algo &&
+                   t.engine_config == segment.engine_config;
+          });
+      if (row == table.entries.end()) return Internal("a planned segment is not in the data");
+      times.measured_ms += row->time_ms;
+    }
+  }
+  return times;
+}
+
+nlohmann::ordered_json CostJson(const SearchCost& c) {
+  return {{"configurations", c.configurations},
+          {"full_protocol", c.full_protocol},
+          {"probe_only", c.probe_only},
+          {"not_run", c.not_run},
+          {"runs", c.runs},
+          {"device_ms", c.device_ms}};
+}
+
+}  // namespace
+
+Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double probe_noise) {
+  nlohmann::ordered_json networks = nlohmann::ordered_json::array();
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir)) {
+    if (entry.path().extension() == ".csv") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  BenchmarkOptions exhaustive;
+  exhaustive.prune_margin = -1;
+  exhaustive.skip_factor = 0;
+  exhaustive.prepare_threads = 1;
+  BenchmarkOptions pruned;  // the worker's defaults
+  pruned.prepare_threads = 1;
+  for (const auto& file : files) {
+    UCUDNN_ASSIGN_OR_RETURN(TimingTables tables, ReadTimingCsvFile(file.string()));
+    if (tables.empty()) continue;
+    // The kernels of the network the file measured: its layer names say which ("r50." ...),
+    // its problems which precision; every kernel is planned from its problem's table.
+    const ProblemTimings& first = tables.begin()->second;
+    std::vector<Kernel> kernels;
+    for (const auto& [key, measured] : tables) {
+      Kernel k;
+      k.problem = measured.problem;
+      k.mini_batch = measured.mini_batch;
+      k.name = measured.layer + "/" + std::string(ToString(measured.problem.op));
+      kernels.push_back(std::move(k));
+    }
+    SearchCost full_cost, pruned_cost, prior_cost;
+    UCUDNN_ASSIGN_OR_RETURN(auto full_tables,
+                            Replay(tables, exhaustive, probe_noise, false, full_cost));
+    UCUDNN_ASSIGN_OR_RETURN(auto pruned_tables,
+                            Replay(tables, pruned, probe_noise, false, pruned_cost));
+    UCUDNN_ASSIGN_OR_RETURN(auto prior_tables,
+                            Replay(tables, pruned, probe_noise, true, prior_cost));
+    nlohmann::ordered_json plans = nlohmann::ordered_json::array();
+    for (uint64_t workspace : {uint64_t{64} << 20, uint64_t{1} << 30}) {
+      UCUDNN_ASSIGN_OR_RETURN(PlanTimes full, PlanTime(kernels, full_tables, tables, workspace));
+      UCUDNN_ASSIGN_OR_RETURN(PlanTimes pruned,
+                              PlanTime(kernels, pruned_tables, tables, workspace));
+      UCUDNN_ASSIGN_OR_RETURN(PlanTimes with_prior,
+                              PlanTime(kernels, prior_tables, tables, workspace));
+      plans.push_back({{"workspace_bytes", workspace},
+                       {"exhaustive_plan_predicted_ms", full.predicted_ms},
+                       {"pruned_plan_predicted_ms", pruned.predicted_ms},
+                       {"exhaustive_plan_measured_ms", full.measured_ms},
+                       {"pruned_plan_measured_ms", pruned.measured_ms},
+                       {"pruned_vs_exhaustive_measured",
+                        (pruned.measured_ms - full.measured_ms) / full.measured_ms},
+                       {"pruned_with_prior_plan_measured_ms", with_prior.measured_ms},
+                       {"pruned_with_prior_vs_exhaustive_measured",
+                        (with_prior.measured_ms - full.measured_ms) / full.measured_ms}});
+    }
+    networks.push_back(
+        {{"file", file.filename().string()},
+         {"problems", tables.size()},
+         {"mini_batch", first.mini_batch},
+         {"exhaustive", CostJson(full_cost)},
+         {"pruned", CostJson(pruned_cost)},
+         {"runs_saved", 1.0 - static_cast<double>(pruned_cost.runs) / full_cost.runs},
+         {"device_time_saved", 1.0 - pruned_cost.device_ms / full_cost.device_ms},
+         {"pruned_with_prior", CostJson(prior_cost)},
+         {"device_time_saved_with_prior", 1.0 - prior_cost.device_ms / full_cost.device_ms},
+         {"plans", plans}});
+  }
+  return nlohmann::ordered_json{
+      {"benchmark", "pruning replay"},
+      {"command", "build/bin/ucudnn-bench-engine --replay-pruning --json"},
+      {"probe_noise", probe_noise},
+      {"note",
+       "the real engine's probe pruning and skipping (BenchmarkOptions defaults) against "
+       "--exhaustive, each timed call answered from the measured H100 table (median x (1 + "
+       "uniform error within probe_noise)); plans are PlanNetwork per kernel on each search's "
+       "replayed tables (predicted), then timed with the table's measured medians (measured): "
+       "pruned_vs_exhaustive_measured is what pruning costs the step; pruned_with_prior also "
+       "leaves out, from micro-batch 16, what lost on every nearby problem replayed before "
+       "(search_prior.h), problems in canonical-key order"},
+      {"networks", networks}};
+}
+
+}  // namespace ucudnn
