@@ -27,7 +27,7 @@ Configuration is the C++ library's: the UCUDNN_* environment, overridden by keyw
 (server="h:p" is UCUDNN_SERVER, workspace_mode="total" is UCUDNN_WORKSPACE_MODE, ...), validated
 when convert() is called.
 
-The package, one concern a module, each importing only those above it in this list:
+The package, one concern a module (decision, outputs and records import none of the others):
     options     convert()'s options, their checks, the library's option block, data types
     handle      PyTorch's cuDNN handle lent to the library, its benchmark flag, torch.distributed
     routing     the routes and the rules that weigh a plan against PyTorch's own
@@ -42,8 +42,10 @@ The package, one concern a module, each importing only those above it in this li
     declare     kernels(): a step's convolutions declared to the library, waiting for plans
     memory      the step's memory profile, trace and time-memory curve
     budgets     prepare()'s workspace budgets (fixed, liveness, allowance)
+    records     the machine's record files (route decisions, host-bound answers)
     host_bound  whether a step is host-bound (prepare(host_bound_search="heuristics"))
     decision    one route per step and machine, from rounds measured against their noise
+    route       the step's route: read from the record, or measured and recorded; applied
     measure     timing PyTorch's own convolution against the plans, kernel by kernel
     preparation prepare(): declares, plans and decides every layer's route
 """

@@ -7,6 +7,7 @@ import torch
 
 from .. import _lib
 from .. import curve as _curve
+from .decision import NATIVE
 from .options import DATA_TYPES, INFINITY
 from .routing import (RECHECK_FRAMEWORK_S, RECHECK_NO_PLAN_S, ROUTE_ASK, ROUTE_FRAMEWORK,
                       ROUTE_NO_PLAN, ROUTE_PLAN, beats_framework)
@@ -269,7 +270,7 @@ class LayerConv:
         By the cluster's timings and rank 0's measurement, so every rank decides alike;
         undecided (the per-op routes) while a plan or PyTorch's time is missing."""
         runtime = self.runtime
-        if runtime.decided_route == "native":  # prepare()'s route for the step (route.py)
+        if runtime.decided_route == NATIVE:  # prepare()'s route for the step (route.py)
             self.framework_layer = True
             self.layer_recheck = INFINITY
             self.why = f"step route native: {runtime.decided_why}"
