@@ -175,6 +175,8 @@ class CachesTest(unittest.TestCase):
                     f.write(data)
             with open(os.path.join(home, "ucudnn", "host_bound.json"), "w") as f:
                 json.dump({"k1": {}, "k2": {}}, f)
+            with open(os.path.join(home, "ucudnn", "routes.json"), "w") as f:
+                json.dump({"k1": {}, "k2": {}, "k3": {}}, f)
             environ = {k: v for k, v in os.environ.items() if not k.startswith("UCUDNN_")}
             with mock.patch.dict(os.environ, dict(environ, XDG_CACHE_HOME=home), clear=True):
                 caches = doctor._caches()
@@ -185,6 +187,8 @@ class CachesTest(unittest.TestCase):
                          {"path": os.path.join(home, "ucudnn", "plans.bin"), "bytes": None})
         self.assertEqual(caches["compiled_plans"], {"path": compiled, "plans": 2, "bytes": 8})
         self.assertEqual(caches["host_bound_answers"]["records"], 2)
+        self.assertEqual(caches["route_decisions"],
+                         {"path": os.path.join(home, "ucudnn", "routes.json"), "records": 3})
         self.assertEqual(off["compiled_plans"], {"path": None, "plans": 0, "bytes": 0})
 
 

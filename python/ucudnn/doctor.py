@@ -74,23 +74,27 @@ def _probe(library, backend, server, wait_s):
 
 def _caches():
     """Each cache's path (None: off) and what it holds; nothing is read beyond sizes and the
-    host-bound file's record count."""
+    record files' counts (prepare()'s host-bound answers and route decisions)."""
     def size(path):
         return os.path.getsize(path) if path and os.path.isfile(path) else None
 
     plans = _cache.cache_path("UCUDNN_CACHE_PATH", "plans.bin")
     compiled = _cache.cache_path("UCUDNN_COMPILED_PLAN_CACHE", "compiled_plans")
     files = _cache.compiled_plan_files(compiled)
+    def records(path):  # the record files' count (ucudnn/torch/records.py's format)
+        try:
+            with open(path) as f:
+                return len(json.load(f))
+        except (TypeError, OSError, ValueError):
+            return None
+
     answers = _cache.cache_path("UCUDNN_HOST_BOUND_CACHE", "host_bound.json")
-    try:
-        with open(answers) as f:
-            records = len(json.load(f))
-    except (TypeError, OSError, ValueError):
-        records = None
+    routes = _cache.cache_path("UCUDNN_ROUTE_CACHE", "routes.json")
     return {"plan_cache": {"path": plans, "bytes": size(plans)},
             "compiled_plans": {"path": compiled, "plans": len(files),
                                "bytes": sum(size(f) or 0 for f in files)},
-            "host_bound_answers": {"path": answers, "records": records}}
+            "host_bound_answers": {"path": answers, "records": records(answers)},
+            "route_decisions": {"path": routes, "records": records(routes)}}
 
 
 def diagnose(server, wait_s):
@@ -148,6 +152,9 @@ def _print(report):
            if compiled["path"] else "off"))
     print("          host-bound answers " +
           (f"{answers['path']} ({answers['records'] or 0} steps)" if answers["path"] else "off"))
+    routes = c["route_decisions"]
+    print("          route decisions " +
+          (f"{routes['path']} ({routes['records'] or 0} steps)" if routes["path"] else "off"))
 
 
 def main(argv=None):
