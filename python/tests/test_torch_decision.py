@@ -159,6 +159,10 @@ class PrepareRouteTest(unittest.TestCase):
         model, x = self.job()
         first = ut.prepare(model, x, route="measure")["route"]
         self.assertEqual(first["source"], "measured")
+        # The plans' side ran its plans in every round, not only in its warm-up step (a layer
+        # the native side had put on the native route comes back to the adapter's).
+        rounds_steps = decision.ROUNDS * decision.STEPS_PER_ROUND
+        self.assertGreaterEqual(ut.stats(model)["planned_calls"], 2 * (rounds_steps + 1))
         self.assertIn(first["route"], (decision.PLANS, decision.NATIVE))
         self.assertIn("over 3 rounds", first["why"])
         self.assertEqual(len(first["layers"]), 2)

@@ -58,22 +58,36 @@ def step_key(model, sample_inputs, loss_fn):
         torch.backends.cudnn.benchmark, options])
 
 
-def apply(model, route, layer_routes, why):
-    """Every converted layer on its route for the rest of the job: "framework" runs PyTorch's own
-    whole (the native route: nothing of the adapter in its calls), "plan" its plans (the
-    library's per-op routes: PyTorch's own where an op has no plan). Frozen: no recheck moves a
-    layer off it; a shape first seen later follows the step's route."""
+def set_routes(model, layer_routes):
+    """Each converted layer on its route ("framework": PyTorch's own whole; "plan": its plans),
+    frozen: no recheck moves it. Every layer first leaves the native route (Runtime.route_native
+    holds a layer there until its recheck, which a frozen route never reaches), so that a layer
+    set to its plans runs them at its next call and one set to PyTorch's own goes back to the
+    native route at its next call."""
     for runtime in runtimes_of(model):
-        runtime.decided_route = route
-        runtime.decided_why = why
+        runtime.restore_native()
     for (module, convs), layer_route in zip(converted_layers(model), layer_routes):
-        framework = route == decision.NATIVE or layer_route == "framework"
+        framework = layer_route == "framework"
         for conv in convs:
             conv.framework_layer = framework
             conv.layer_recheck = INFINITY
+        module._ucudnn_framework_layer = framework
+
+
+def apply(model, route, layer_routes, why):
+    """Every converted layer on its route for the rest of the job (set_routes): under the step's
+    route "native" all run PyTorch's own; under "plans" each its `layer_routes` entry. A shape
+    first seen later follows the step's route (LayerConv.decide_layer)."""
+    for runtime in runtimes_of(model):
+        runtime.decided_route = route
+        runtime.decided_why = why
+    if route == decision.NATIVE:
+        layer_routes = ["framework"] * len(layer_routes)
+    set_routes(model, layer_routes)
+    for (_, convs), layer_route in zip(converted_layers(model), layer_routes):
+        for conv in convs:  # the rule's reason (decide_layer's) kept under the step's
             conv.why = (f"step route {route}: {why}" if route == decision.NATIVE
                         else f"step route {route}, layer {layer_route}: {conv.why}")
-        module._ucudnn_framework_layer = framework
 
 
 def rule_routes(model):
@@ -103,7 +117,7 @@ def measure_rounds(model, sample_inputs, loss_fn, plan_routes, rounds=decision.R
     measured = {decision.PLANS: [], decision.NATIVE: []}
 
     def run(side, count):
-        apply(model, decision.PLANS, sides[side], "measuring")
+        set_routes(model, sides[side])
         times = []
         for _ in range(count):
             if cuda:
