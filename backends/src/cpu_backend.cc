@@ -38,41 +38,51 @@ class HostBuffer : public BackendBuffer {
   size_t size_;
 };
 
-// The sizes of one call, as element counts and strides that index NCHW tensors.
+// The sizes of one call, as element counts and strides that index NC(D)HW tensors. A 2-D problem
+// is a 3-D one of depth 1: every loop below runs over filter rows (t, r) and output rows
+// (out_d, out_h), one each way in 2-D.
 struct Geometry {
-  int64_t n, c, h, w, k, r, s;
-  int64_t out_h, out_w;
-  int64_t pad_h, pad_w, stride_h, stride_w, dil_h, dil_w;
+  int64_t n, c, d, h, w, k, t, r, s;
+  int64_t out_d, out_h, out_w;
+  int64_t pad_d, pad_h, pad_w, stride_d, stride_h, stride_w, dil_d, dil_h, dil_w;
   int64_t groups;
   int64_t c_per_group, k_per_group;
-  int64_t in_plane;   // h * w
-  int64_t out_plane;  // out_h * out_w
-  int64_t crs;        // c_per_group * r * s: the rows of a group's im2col matrix
+  int64_t in_plane;     // d * h * w
+  int64_t out_plane;    // out_d * out_h * out_w
+  int64_t filter_rows;  // t * r
+  int64_t crs;          // c_per_group * t * r * s: the rows of a group's im2col matrix
 };
 
 Geometry MakeGeometry(const ConvProblem& p, int64_t batch) {
   Geometry g{};
   g.n = batch;
   g.c = p.c;
+  g.d = p.d;
   g.h = p.h;
   g.w = p.w;
   g.k = p.k;
+  g.t = p.t;
   g.r = p.r;
   g.s = p.s;
+  g.out_d = p.out_d();
   g.out_h = p.out_h();
   g.out_w = p.out_w();
+  g.pad_d = p.pad_d;
   g.pad_h = p.pad_h;
   g.pad_w = p.pad_w;
+  g.stride_d = p.stride_d;
   g.stride_h = p.stride_h;
   g.stride_w = p.stride_w;
+  g.dil_d = p.dilation_d;
   g.dil_h = p.dilation_h;
   g.dil_w = p.dilation_w;
   g.groups = p.groups;
   g.c_per_group = p.c / p.groups;
   g.k_per_group = p.k / p.groups;
-  g.in_plane = g.h * g.w;
-  g.out_plane = g.out_h * g.out_w;
-  g.crs = g.c_per_group * g.r * g.s;
+  g.in_plane = g.d * g.h * g.w;
+  g.out_plane = g.out_d * g.out_h * g.out_w;
+  g.filter_rows = g.t * g.r;
+  g.crs = g.c_per_group * g.filter_rows * g.s;
   return g;
 }
 
@@ -88,6 +98,33 @@ Range ValidOutputs(int64_t out, int64_t in, int64_t stride, int64_t offset) {
   lo = std::min(lo, out);
   hi = std::clamp(hi, lo, out);
   return {lo, hi};
+}
+
+// Filter row `row` (tt * r + rr): the output rows whose input row it reaches in depth and height.
+struct FilterRow {
+  int64_t d_off, h_off;
+  Range depths, rows;
+};
+
+FilterRow MakeFilterRow(const Geometry& g, int64_t row) {
+  FilterRow f{};
+  f.d_off = (row / g.r) * g.dil_d - g.pad_d;
+  f.h_off = (row % g.r) * g.dil_h - g.pad_h;
+  f.depths = ValidOutputs(g.out_d, g.d, g.stride_d, f.d_off);
+  f.rows = ValidOutputs(g.out_h, g.h, g.stride_h, f.h_off);
+  return f;
+}
+
+// Calls visit(out_row, in_row) for every output row (od * out_h + oh) that filter row `f` reaches
+// inside the input, with the input row (id * h + ih) it reads.
+template <typename Visit>
+void ForEachReachedRow(const Geometry& g, const FilterRow& f, Visit visit) {
+  for (int64_t od = f.depths.lo; od < f.depths.hi; ++od) {
+    const int64_t in_depth = od * g.stride_d + f.d_off;
+    for (int64_t oh = f.rows.lo; oh < f.rows.hi; ++oh) {
+      visit(od * g.out_h + oh, in_depth * g.h + oh * g.stride_h + f.h_off);
+    }
+  }
 }
 
 // dst = beta * dst, without reading dst when beta is 0 (cuDNN's rule: then it may hold NaN).
@@ -112,17 +149,16 @@ void ForwardDirect(const Geometry& g, const float* x, const float* w, float* y, 
       float* y_plane = y + (n * g.k + kk) * g.out_plane;
       for (int64_t cg = 0; cg < g.c_per_group; ++cg) {
         const float* x_plane = x + (n * g.c + group * g.c_per_group + cg) * g.in_plane;
-        const float* w_rs = w + (kk * g.c_per_group + cg) * g.r * g.s;
-        for (int64_t r = 0; r < g.r; ++r) {
-          const int64_t h_off = r * g.dil_h - g.pad_h;
-          const Range rows = ValidOutputs(g.out_h, g.h, g.stride_h, h_off);
+        const float* w_rs = w + (kk * g.c_per_group + cg) * g.filter_rows * g.s;
+        for (int64_t row = 0; row < g.filter_rows; ++row) {
+          const FilterRow f = MakeFilterRow(g, row);
           for (int64_t s = 0; s < g.s; ++s) {
             const int64_t w_off = s * g.dil_w - g.pad_w;
             const Range cols = ValidOutputs(g.out_w, g.w, g.stride_w, w_off);
-            const float weight = alpha * w_rs[r * g.s + s];
-            for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
-              const float* x_row = x_plane + (oh * g.stride_h + h_off) * g.w + w_off;
-              float* y_row = y_plane + oh * g.out_w;
+            const float weight = alpha * w_rs[row * g.s + s];
+            ForEachReachedRow(g, f, [&](int64_t out_row, int64_t in_row) {
+              const float* x_row = x_plane + in_row * g.w + w_off;
+              float* y_row = y_plane + out_row * g.out_w;
               if (g.stride_w == 1) {
                 for (int64_t ow = cols.lo; ow < cols.hi; ++ow) y_row[ow] += weight * x_row[ow];
               } else {
@@ -130,7 +166,7 @@ void ForwardDirect(const Geometry& g, const float* x, const float* w, float* y, 
                   y_row[ow] += weight * x_row[ow * g.stride_w];
                 }
               }
-            }
+            });
           }
         }
       }
@@ -147,21 +183,20 @@ void BackwardDataDirect(const Geometry& g, const float* dy, const float* w, floa
       const float* dy_plane = dy + (n * g.k + kk) * g.out_plane;
       for (int64_t cg = 0; cg < g.c_per_group; ++cg) {
         float* dx_plane = dx + (n * g.c + group * g.c_per_group + cg) * g.in_plane;
-        const float* w_rs = w + (kk * g.c_per_group + cg) * g.r * g.s;
-        for (int64_t r = 0; r < g.r; ++r) {
-          const int64_t h_off = r * g.dil_h - g.pad_h;
-          const Range rows = ValidOutputs(g.out_h, g.h, g.stride_h, h_off);
+        const float* w_rs = w + (kk * g.c_per_group + cg) * g.filter_rows * g.s;
+        for (int64_t row = 0; row < g.filter_rows; ++row) {
+          const FilterRow f = MakeFilterRow(g, row);
           for (int64_t s = 0; s < g.s; ++s) {
             const int64_t w_off = s * g.dil_w - g.pad_w;
             const Range cols = ValidOutputs(g.out_w, g.w, g.stride_w, w_off);
-            const float weight = alpha * w_rs[r * g.s + s];
-            for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
-              float* dx_row = dx_plane + (oh * g.stride_h + h_off) * g.w + w_off;
-              const float* dy_row = dy_plane + oh * g.out_w;
+            const float weight = alpha * w_rs[row * g.s + s];
+            ForEachReachedRow(g, f, [&](int64_t out_row, int64_t in_row) {
+              float* dx_row = dx_plane + in_row * g.w + w_off;
+              const float* dy_row = dy_plane + out_row * g.out_w;
               for (int64_t ow = cols.lo; ow < cols.hi; ++ow) {
                 dx_row[ow * g.stride_w] += weight * dy_row[ow];
               }
-            }
+            });
           }
         }
       }
@@ -174,9 +209,8 @@ void BackwardFilterDirect(const Geometry& g, const float* x, const float* dy, fl
   for (int64_t kk = 0; kk < g.k; ++kk) {
     const int64_t group = kk / g.k_per_group;
     for (int64_t cg = 0; cg < g.c_per_group; ++cg) {
-      for (int64_t r = 0; r < g.r; ++r) {
-        const int64_t h_off = r * g.dil_h - g.pad_h;
-        const Range rows = ValidOutputs(g.out_h, g.h, g.stride_h, h_off);
+      for (int64_t row = 0; row < g.filter_rows; ++row) {
+        const FilterRow f = MakeFilterRow(g, row);
         for (int64_t s = 0; s < g.s; ++s) {
           const int64_t w_off = s * g.dil_w - g.pad_w;
           const Range cols = ValidOutputs(g.out_w, g.w, g.stride_w, w_off);
@@ -185,17 +219,17 @@ void BackwardFilterDirect(const Geometry& g, const float* x, const float* dy, fl
           for (int64_t n = 0; n < g.n; ++n) {
             const float* x_plane = x + (n * g.c + group * g.c_per_group + cg) * g.in_plane;
             const float* dy_plane = dy + (n * g.k + kk) * g.out_plane;
-            for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
-              const float* x_row = x_plane + (oh * g.stride_h + h_off) * g.w + w_off;
-              const float* dy_row = dy_plane + oh * g.out_w;
+            ForEachReachedRow(g, f, [&](int64_t out_row, int64_t in_row) {
+              const float* x_row = x_plane + in_row * g.w + w_off;
+              const float* dy_row = dy_plane + out_row * g.out_w;
               float row_sum = 0.0f;
               for (int64_t ow = cols.lo; ow < cols.hi; ++ow) {
                 row_sum += x_row[ow * g.stride_w] * dy_row[ow];
               }
               sum += row_sum;
-            }
+            });
           }
-          float& out = dw[((kk * g.c_per_group + cg) * g.r + r) * g.s + s];
+          float& out = dw[((kk * g.c_per_group + cg) * g.filter_rows + row) * g.s + s];
           const float scaled = alpha * static_cast<float>(sum);
           out = beta == 0.0f ? scaled : scaled + beta * out;
         }
@@ -206,34 +240,29 @@ void BackwardFilterDirect(const Geometry& g, const float* x, const float* dy, fl
 
 // ---- im2col + GEMM ---------------------------------------------------------------------------
 
-// Writes the im2col matrix of sample `n`, group `group` into `col`: row (cg, r, s), column
-// `col_offset + oh * out_w + ow` of a matrix with leading dimension `ld`.
+// Writes the im2col matrix of sample `n`, group `group` into `col`: row (cg, t, r, s), column
+// `col_offset + (od * out_h + oh) * out_w + ow` of a matrix with leading dimension `ld`.
 void Im2col(const Geometry& g, const float* x, int64_t n, int64_t group, float* col, int64_t ld,
             int64_t col_offset) {
   for (int64_t cg = 0; cg < g.c_per_group; ++cg) {
     const float* x_plane = x + (n * g.c + group * g.c_per_group + cg) * g.in_plane;
-    for (int64_t r = 0; r < g.r; ++r) {
-      const int64_t h_off = r * g.dil_h - g.pad_h;
-      const Range rows = ValidOutputs(g.out_h, g.h, g.stride_h, h_off);
+    for (int64_t row = 0; row < g.filter_rows; ++row) {
+      const FilterRow f = MakeFilterRow(g, row);
       for (int64_t s = 0; s < g.s; ++s) {
         const int64_t w_off = s * g.dil_w - g.pad_w;
         const Range cols = ValidOutputs(g.out_w, g.w, g.stride_w, w_off);
-        float* col_row = col + ((cg * g.r + r) * g.s + s) * ld + col_offset;
-        for (int64_t oh = 0; oh < g.out_h; ++oh) {
-          float* out = col_row + oh * g.out_w;
-          if (oh < rows.lo || oh >= rows.hi) {
-            std::fill(out, out + g.out_w, 0.0f);
-            continue;
-          }
-          const float* x_row = x_plane + (oh * g.stride_h + h_off) * g.w + w_off;
-          std::fill(out, out + cols.lo, 0.0f);
+        float* col_row = col + ((cg * g.filter_rows + row) * g.s + s) * ld + col_offset;
+        // Rows the filter row reaches outside the input read zeros.
+        std::fill(col_row, col_row + g.out_plane, 0.0f);
+        ForEachReachedRow(g, f, [&](int64_t out_row, int64_t in_row) {
+          float* out = col_row + out_row * g.out_w;
+          const float* x_row = x_plane + in_row * g.w + w_off;
           if (g.stride_w == 1) {
             std::copy(x_row + cols.lo, x_row + cols.hi, out + cols.lo);
           } else {
             for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow] = x_row[ow * g.stride_w];
           }
-          std::fill(out + cols.hi, out + g.out_w, 0.0f);
-        }
+        });
       }
     }
   }
@@ -244,18 +273,17 @@ void Col2imAdd(const Geometry& g, const float* col, int64_t ld, int64_t col_offs
                int64_t group, float* dx) {
   for (int64_t cg = 0; cg < g.c_per_group; ++cg) {
     float* dx_plane = dx + (n * g.c + group * g.c_per_group + cg) * g.in_plane;
-    for (int64_t r = 0; r < g.r; ++r) {
-      const int64_t h_off = r * g.dil_h - g.pad_h;
-      const Range rows = ValidOutputs(g.out_h, g.h, g.stride_h, h_off);
+    for (int64_t row = 0; row < g.filter_rows; ++row) {
+      const FilterRow f = MakeFilterRow(g, row);
       for (int64_t s = 0; s < g.s; ++s) {
         const int64_t w_off = s * g.dil_w - g.pad_w;
         const Range cols = ValidOutputs(g.out_w, g.w, g.stride_w, w_off);
-        const float* col_row = col + ((cg * g.r + r) * g.s + s) * ld + col_offset;
-        for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
-          const float* in = col_row + oh * g.out_w;
-          float* dx_row = dx_plane + (oh * g.stride_h + h_off) * g.w + w_off;
+        const float* col_row = col + ((cg * g.filter_rows + row) * g.s + s) * ld + col_offset;
+        ForEachReachedRow(g, f, [&](int64_t out_row, int64_t in_row) {
+          const float* in = col_row + out_row * g.out_w;
+          float* dx_row = dx_plane + in_row * g.w + w_off;
           for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dx_row[ow * g.stride_w] += in[ow];
-        }
+        });
       }
     }
   }
@@ -420,7 +448,8 @@ Status CheckProblem(const ConvProblem& problem, int64_t batch, int algo) {
 // live outside the workspace).
 
 // The dimensions of a 4-d tensor in NCHW order; a filter is (k, c / groups, r, s), which
-// channels-last stores as k r s c.
+// channels-last stores as k r s c. A 3-D tensor folds its depth into the height (n, c, d * h, w):
+// NCDHW and NDHWC index it exactly so.
 struct Dims {
   int64_t n, c, h, w;
   size_t count() const { return static_cast<size_t>(n * c * h * w); }
@@ -625,9 +654,9 @@ Status CpuBackend::Run(const ConvProblem& problem, int64_t batch, const Algorith
 Status CpuBackend::RunConverted(const ConvProblem& problem, int64_t batch, int algo,
                                 const ConvOperands& operands, void* workspace,
                                 size_t workspace_bytes, float alpha, float beta) {
-  const Dims x_dims{batch, problem.c, problem.h, problem.w};
-  const Dims y_dims{batch, problem.k, problem.out_h(), problem.out_w()};
-  const Dims w_dims{problem.k, problem.c / problem.groups, problem.r, problem.s};
+  const Dims x_dims{batch, problem.c, problem.d * problem.h, problem.w};
+  const Dims y_dims{batch, problem.k, problem.out_d() * problem.out_h(), problem.out_w()};
+  const Dims w_dims{problem.k, problem.c / problem.groups, problem.t * problem.r, problem.s};
   // The op's two inputs and its output, as fp32 NCHW copies.
   std::vector<float> x, w, dy, out;
   void* out_data = nullptr;

@@ -23,8 +23,9 @@ uint64_t Combine(uint64_t seed, uint64_t value) {
 
 uint64_t KernelKeyHash(const ConvProblem& p, int64_t batch) {
   uint64_t h = 0x75636375646e6e31ULL;  // "ucucudnn1"
-  for (int64_t v : {p.c, p.h, p.w, p.k, p.r, p.s, p.pad_h, p.pad_w, p.stride_h, p.stride_w,
-                    p.dilation_h, p.dilation_w, p.groups, batch}) {
+  for (int64_t v :
+       {p.c, p.h, p.w, p.k, p.r, p.s, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
+        p.dilation_w, p.groups, batch, p.d, p.t, p.pad_d, p.stride_d, p.dilation_d}) {
     h = Combine(h, static_cast<uint64_t>(v));
   }
   const uint64_t enums = static_cast<uint64_t>(p.op) | static_cast<uint64_t>(p.data_type) << 8 |

@@ -68,6 +68,14 @@ Result<ShapeKernel> ToShapeKernel(const ucudnnConvShape_t& shape) {
   p.dilation_h = shape.dilation_h;
   p.dilation_w = shape.dilation_w;
   p.groups = shape.groups;
+  // 0 is "not set": a 2-D caller's zeroed depth fields.
+  auto or_one = [](int64_t v) { return v == 0 ? int64_t{1} : v; };
+  p.d = or_one(shape.d);
+  p.t = or_one(shape.t);
+  p.pad_d = shape.pad_d;
+  p.stride_d = or_one(shape.stride_d);
+  p.dilation_d = or_one(shape.dilation_d);
+  NormalizeDepth(p);
   if (Status valid = Validate(p); !valid.ok()) {
     return InvalidArgument("shape." + valid.message());
   }

@@ -18,10 +18,15 @@ namespace {
 constexpr std::string_view kHeader =
     "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups";
 constexpr size_t kColumns = 14;
+// Networks of 3-D convolutions add the depth columns.
+constexpr std::string_view kHeader3d =
+    "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups,d,t,pad_d,"
+    "stride_d,dilation_d";
+constexpr size_t kColumns3d = 19;
 
-// The name of column `index` (0-based) of kHeader, for errors: "c: not an integer: 'x'".
+// The name of column `index` (0-based) of kHeader3d, for errors: "c: not an integer: 'x'".
 std::string_view ColumnName(size_t index) {
-  std::string_view rest = kHeader;
+  std::string_view rest = kHeader3d;
   for (size_t i = 0; i < index; ++i) rest.remove_prefix(rest.find(',') + 1);
   return rest.substr(0, rest.find(','));
 }
@@ -58,14 +63,17 @@ Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::
   std::vector<NetworkLayer> layers;
   std::map<std::string, int, std::less<>> first_line;  // layer name -> its line
   bool header_seen = false;
+  size_t columns = kColumns;
   CsvLineReader lines(text);
   std::string_view line;
   while (lines.Next(line)) {
     const std::string where = std::string(source) + " " + lines.Where();
     if (!header_seen) {
-      if (line != kHeader) {
-        return InvalidArgument(where + ": the header must be " + std::string(kHeader));
+      if (line != kHeader && line != kHeader3d) {
+        return InvalidArgument(where + ": the header must be " + std::string(kHeader) +
+                               " (and, for 3-D convolutions, ,d,t,pad_d,stride_d,dilation_d)");
       }
+      columns = line == kHeader ? kColumns : kColumns3d;
       header_seen = true;
       continue;
     }
@@ -77,8 +85,8 @@ Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::
     Result<std::vector<std::string>> fields = SplitCsvRecord(line);
     if (!fields.ok()) return fields.status().WithContext(where);
     const std::vector<std::string>& f = *fields;
-    if (f.size() != kColumns) {
-      return InvalidArgument(where + ": expected " + std::to_string(kColumns) + " fields, got " +
+    if (f.size() != columns) {
+      return InvalidArgument(where + ": expected " + std::to_string(columns) + " fields, got " +
                              std::to_string(f.size()));
     }
     UCUDNN_RETURN_IF_ERROR(CheckLayerName(f[0]).WithContext(where));
@@ -90,15 +98,17 @@ Result<std::vector<NetworkLayer>> ParseNetworkCsv(std::string_view source, std::
     NetworkLayer layer;
     layer.name = f[0];
     ConvProblem& p = layer.problem;
-    int64_t* const targets[] = {&p.c,          &p.h,          &p.w,     &p.k,        &p.r,
-                                &p.s,          &p.pad_h,      &p.pad_w, &p.stride_h, &p.stride_w,
-                                &p.dilation_h, &p.dilation_w, &p.groups};
-    static_assert(std::size(targets) == kColumns - 1);
-    for (size_t i = 0; i < std::size(targets); ++i) {
+    int64_t* const targets[] = {
+        &p.c,      &p.h,     &p.w,        &p.k,        &p.r,          &p.s,
+        &p.pad_h,  &p.pad_w, &p.stride_h, &p.stride_w, &p.dilation_h, &p.dilation_w,
+        &p.groups, &p.d,     &p.t,        &p.pad_d,    &p.stride_d,   &p.dilation_d};
+    static_assert(std::size(targets) == kColumns3d - 1);
+    for (size_t i = 0; i + 1 < columns; ++i) {
       Result<int64_t> value = ParseInteger<int64_t>(ColumnName(i + 1), Trim(f[i + 1]));
       if (!value.ok()) return value.status().WithContext(where);
       *targets[i] = *value;
     }
+    NormalizeDepth(p);
     UCUDNN_RETURN_IF_ERROR(Validate(p).WithContext(where));
     layers.push_back(std::move(layer));
   }

@@ -4,7 +4,6 @@
 #include <charconv>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -107,20 +106,25 @@ Status CheckGroups(const ConvProblem& p, bool c_ok, bool k_ok) {
   return Status::Ok();
 }
 
-// The output along `axis` ('h' or 'w') is positive: the padded input covers the dilated filter.
-// The bounds checked before keep the sum far from overflow (at most about 2^21).
+std::string_view ExtentName(char axis) {
+  return axis == 'd' ? "depth" : axis == 'h' ? "height" : "width";
+}
+
+// The output along `axis` ('d', 'h' or 'w') is positive: the padded input covers the dilated
+// filter. The bounds checked before keep the sum far from overflow (at most about 2^21).
 Status CheckOutputExtent(char axis, int64_t size, int64_t pad, int64_t extent) {
   if (size + 2 * pad >= extent) return Status::Ok();
   const std::string a(1, axis);
   return InvalidArgument("out_" + a + ": must be positive, but " + a + " + 2 * pad_" + a + " (" +
                          std::to_string(size + 2 * pad) + ") is smaller than the dilated filter " +
-                         (axis == 'h' ? "height" : "width") + " (" + std::to_string(extent) + ")");
+                         std::string(ExtentName(axis)) + " (" + std::to_string(extent) + ")");
 }
 
 // ---- Canonical key parsing -----------------------------------------------------------------
 
 constexpr std::string_view kKeyVersion = "v1";
 constexpr size_t kKeyFields = 16;
+constexpr size_t kKeyFields3d = 18;  // with d and t
 
 // ParseCanonicalKey() prefixes every error with "canonical key: ".
 Status KeyError(std::string message) { return InvalidArgument(std::move(message)); }
@@ -137,15 +141,21 @@ Result<int64_t> ParseCanonicalInt(std::string_view name, std::string_view text) 
   return value;
 }
 
-// "a,b" -> (a, b).
-Result<std::pair<int64_t, int64_t>> ParseIntPair(std::string_view name, std::string_view text) {
-  size_t comma = text.find(',');
-  if (comma == std::string_view::npos) {
-    return KeyError(std::string(name) + ": expected two integers \"A,B\", got " + Quoted(text));
+std::vector<std::string_view> Split(std::string_view s, char separator);
+
+// "a,b" -> {a, b}; "a,b,c" -> {a, b, c} with `count` 3 (a 3-D key's depth, height and width).
+Result<std::vector<int64_t>> ParseInts(std::string_view name, std::string_view text, size_t count) {
+  const std::vector<std::string_view> parts = Split(text, ',');
+  if (parts.size() != count) {
+    return KeyError(std::string(name) + ": expected " + std::to_string(count) +
+                    " integers separated by ',', got " + Quoted(text));
   }
-  UCUDNN_ASSIGN_OR_RETURN(int64_t first, ParseCanonicalInt(name, text.substr(0, comma)));
-  UCUDNN_ASSIGN_OR_RETURN(int64_t second, ParseCanonicalInt(name, text.substr(comma + 1)));
-  return std::make_pair(first, second);
+  std::vector<int64_t> values;
+  for (std::string_view part : parts) {
+    UCUDNN_ASSIGN_OR_RETURN(int64_t value, ParseCanonicalInt(name, part));
+    values.push_back(value);
+  }
+  return values;
 }
 
 std::vector<std::string_view> Split(std::string_view s, char separator) {
@@ -202,6 +212,10 @@ size_t ElementSize(DataType t) {
   return 0;  // not a DataType; Validate() rejects it
 }
 
+int64_t ConvProblem::out_d() const {
+  return (d + 2 * pad_d - DilatedExtent(t, dilation_d)) / stride_d + 1;
+}
+
 int64_t ConvProblem::out_h() const {
   return (h + 2 * pad_h - DilatedExtent(r, dilation_h)) / stride_h + 1;
 }
@@ -228,9 +242,14 @@ size_t ConvProblem::filter_bytes() const {
 }
 
 double ConvProblem::flops(int64_t batch) const {
-  return 2.0 * static_cast<double>(batch) * static_cast<double>(k) * static_cast<double>(out_h()) *
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(k) *
+         static_cast<double>(out_d() * t) * static_cast<double>(out_h()) *
          static_cast<double>(out_w()) * static_cast<double>(c / groups) * static_cast<double>(r) *
          static_cast<double>(s);
+}
+
+void NormalizeDepth(ConvProblem& p) {
+  if (p.d == 1 && p.t == 1 && p.pad_d == 0) p.stride_d = p.dilation_d = 1;
 }
 
 Status Validate(const ConvProblem& p) {
@@ -245,20 +264,27 @@ Status Validate(const ConvProblem& p) {
   };
   check(CheckEnum("op", p.op));
   const bool c_ok = check(CheckRange("c", p.c, 1, kMaxChannels));
+  const bool d_ok = check(CheckRange("d", p.d, 1, kMaxSpatial));
   const bool h_ok = check(CheckRange("h", p.h, 1, kMaxSpatial));
   const bool w_ok = check(CheckRange("w", p.w, 1, kMaxSpatial));
   const bool k_ok = check(CheckRange("k", p.k, 1, kMaxChannels));
+  const bool t_ok = check(CheckRange("t", p.t, 1, kMaxFilterSpatial));
   const bool r_ok = check(CheckRange("r", p.r, 1, kMaxFilterSpatial));
   const bool s_ok = check(CheckRange("s", p.s, 1, kMaxFilterSpatial));
-  check(CheckRange("stride_h", p.stride_h, 1, kMaxStrideOrDilation));
-  check(CheckRange("stride_w", p.stride_w, 1, kMaxStrideOrDilation));
+  const bool sd_ok = check(CheckRange("stride_d", p.stride_d, 1, kMaxStrideOrDilation));
+  const bool sh_ok = check(CheckRange("stride_h", p.stride_h, 1, kMaxStrideOrDilation));
+  const bool sw_ok = check(CheckRange("stride_w", p.stride_w, 1, kMaxStrideOrDilation));
+  const bool dd_ok = check(CheckRange("dilation_d", p.dilation_d, 1, kMaxStrideOrDilation));
   const bool dh_ok = check(CheckRange("dilation_h", p.dilation_h, 1, kMaxStrideOrDilation));
   const bool dw_ok = check(CheckRange("dilation_w", p.dilation_w, 1, kMaxStrideOrDilation));
 
+  const bool extent_d_ok = t_ok && dd_ok;
   const bool extent_h_ok = r_ok && dh_ok;
   const bool extent_w_ok = s_ok && dw_ok;
+  const int64_t extent_d = extent_d_ok ? DilatedExtent(p.t, p.dilation_d) : 0;
   const int64_t extent_h = extent_h_ok ? DilatedExtent(p.r, p.dilation_h) : 0;
   const int64_t extent_w = extent_w_ok ? DilatedExtent(p.s, p.dilation_w) : 0;
+  const bool pad_d_ok = check(CheckPad("pad_d", p.pad_d, extent_d_ok, extent_d, "depth"));
   const bool pad_h_ok = check(CheckPad("pad_h", p.pad_h, extent_h_ok, extent_h, "height"));
   const bool pad_w_ok = check(CheckPad("pad_w", p.pad_w, extent_w_ok, extent_w, "width"));
   const bool groups_ok = check(CheckGroups(p, c_ok, k_ok));
@@ -268,42 +294,84 @@ Status Validate(const ConvProblem& p) {
   check(CheckEnum("layout", p.layout));
   check(CheckEnum("math", p.math));
 
+  const bool out_d_ok =
+      d_ok && extent_d_ok && pad_d_ok && check(CheckOutputExtent('d', p.d, p.pad_d, extent_d));
   const bool out_h_ok =
       h_ok && extent_h_ok && pad_h_ok && check(CheckOutputExtent('h', p.h, p.pad_h, extent_h));
   const bool out_w_ok =
       w_ok && extent_w_ok && pad_w_ok && check(CheckOutputExtent('w', p.w, p.pad_w, extent_w));
+  if (d_ok && t_ok && pad_d_ok && p.d == 1 && p.t == 1 && p.pad_d == 0 &&
+      (p.stride_d != 1 || p.dilation_d != 1)) {
+    // Only NormalizeDepth's form is valid, so that a problem has one key.
+    check(InvalidArgument(
+        "stride_d, dilation_d: must be 1 for a problem of depth 1 (d = t = 1, pad_d = 0), got " +
+        std::to_string(p.stride_d) + " and " + std::to_string(p.dilation_d)));
+  }
 
-  if (c_ok && h_ok && w_ok) {
-    check(CheckElements("c * h * w", "input elements per sample", {p.c, p.h, p.w}));
+  const bool three_d = p.is_3d();
+  if (c_ok && d_ok && h_ok && w_ok) {
+    check(three_d
+              ? CheckElements("c * d * h * w", "input elements per sample", {p.c, p.d, p.h, p.w})
+              : CheckElements("c * h * w", "input elements per sample", {p.c, p.h, p.w}));
   }
-  if (k_ok && out_h_ok && out_w_ok && p.stride_h >= 1 && p.stride_w >= 1) {
-    check(CheckElements("k * out_h * out_w", "output elements per sample",
-                        {p.k, p.out_h(), p.out_w()}));
+  if (k_ok && out_d_ok && out_h_ok && out_w_ok && sd_ok && sh_ok && sw_ok) {
+    check(three_d ? CheckElements("k * out_d * out_h * out_w", "output elements per sample",
+                                  {p.k, p.out_d(), p.out_h(), p.out_w()})
+                  : CheckElements("k * out_h * out_w", "output elements per sample",
+                                  {p.k, p.out_h(), p.out_w()}));
   }
-  if (k_ok && c_ok && groups_ok && r_ok && s_ok) {
-    check(CheckElements("k * (c / groups) * r * s", "filter elements",
-                        {p.k, p.c / p.groups, p.r, p.s}));
+  if (k_ok && c_ok && groups_ok && t_ok && r_ok && s_ok) {
+    check(three_d ? CheckElements("k * (c / groups) * t * r * s", "filter elements",
+                                  {p.k, p.c / p.groups, p.t, p.r, p.s})
+                  : CheckElements("k * (c / groups) * r * s", "filter elements",
+                                  {p.k, p.c / p.groups, p.r, p.s}));
   }
   return JoinFieldErrors(errors);
 }
 
 Status ValidateBatch(int64_t batch) { return CheckRange("batch", batch, 1, kMaxBatch); }
 
+namespace {
+
+// The layout's name in a key: a 3-D problem's names its depth too ("ncdhw", "ndhwc").
+std::string_view KeyLayoutName(Layout layout, bool three_d) {
+  if (!three_d) return ToString(layout);
+  return layout == Layout::kNCHW ? "ncdhw" : layout == Layout::kNHWC ? "ndhwc" : kUnnamedEnumValue;
+}
+
+Result<Layout> ParseKeyLayout(std::string_view name, bool three_d) {
+  if (!three_d) return ParseLayout(name);
+  if (name == "ncdhw") return Layout::kNCHW;
+  if (name == "ndhwc") return Layout::kNHWC;
+  return KeyError("layout: a 3-D key's layout is \"ncdhw\" or \"ndhwc\", got " + Quoted(name));
+}
+
+}  // namespace
+
 std::string CanonicalKey(const ConvProblem& p) {
   using std::to_string;
+  const bool three_d = p.is_3d();
+  // "a,b" in 2-D, "depth,a,b" in 3-D.
+  auto spatial = [three_d](int64_t depth, int64_t a, int64_t b) {
+    return (three_d ? to_string(depth) + "," : std::string()) + to_string(a) + "," + to_string(b);
+  };
   std::string key;
-  key.reserve(160);
+  key.reserve(192);
   key += kKeyVersion;
   key += ";op=" + std::string(ToString(p.op));
-  key += ";c=" + to_string(p.c) + ";h=" + to_string(p.h) + ";w=" + to_string(p.w);
-  key += ";k=" + to_string(p.k) + ";r=" + to_string(p.r) + ";s=" + to_string(p.s);
-  key += ";pad=" + to_string(p.pad_h) + "," + to_string(p.pad_w);
-  key += ";stride=" + to_string(p.stride_h) + "," + to_string(p.stride_w);
-  key += ";dil=" + to_string(p.dilation_h) + "," + to_string(p.dilation_w);
+  key += ";c=" + to_string(p.c);
+  if (three_d) key += ";d=" + to_string(p.d);
+  key += ";h=" + to_string(p.h) + ";w=" + to_string(p.w);
+  key += ";k=" + to_string(p.k);
+  if (three_d) key += ";t=" + to_string(p.t);
+  key += ";r=" + to_string(p.r) + ";s=" + to_string(p.s);
+  key += ";pad=" + spatial(p.pad_d, p.pad_h, p.pad_w);
+  key += ";stride=" + spatial(p.stride_d, p.stride_h, p.stride_w);
+  key += ";dil=" + spatial(p.dilation_d, p.dilation_h, p.dilation_w);
   key += ";g=" + to_string(p.groups);
   key += ";dtype=" + std::string(ToString(p.data_type));
   key += ";ctype=" + std::string(ToString(p.compute_type));
-  key += ";layout=" + std::string(ToString(p.layout));
+  key += ";layout=" + std::string(KeyLayoutName(p.layout, three_d));
   key += ";math=" + std::string(ToString(p.math));
   return key;
 }
@@ -311,50 +379,78 @@ std::string CanonicalKey(const ConvProblem& p) {
 namespace {
 
 Result<ConvProblem> ParseCanonicalKeyFields(std::string_view key) {
-  static constexpr std::array<std::string_view, kKeyFields> kNames = {
+  static constexpr std::array<std::string_view, kKeyFields> kNames2d = {
       "",    "op",     "c",   "h", "w",     "k",     "r",      "s",
       "pad", "stride", "dil", "g", "dtype", "ctype", "layout", "math"};
+  static constexpr std::array<std::string_view, kKeyFields3d> kNames3d = {
+      "",  "op",  "c",      "d",   "h", "w",     "k",     "t",      "r",
+      "s", "pad", "stride", "dil", "g", "dtype", "ctype", "layout", "math"};
   std::vector<std::string_view> parts = Split(key, ';');
-  if (parts.size() != kKeyFields) {
-    return KeyError("expected " + std::to_string(kKeyFields) + " fields separated by ';', got " +
+  if (parts.size() != kKeyFields && parts.size() != kKeyFields3d) {
+    return KeyError("expected " + std::to_string(kKeyFields) + " fields (" +
+                    std::to_string(kKeyFields3d) + " in 3-D) separated by ';', got " +
                     std::to_string(parts.size()));
   }
   if (parts[0] != kKeyVersion) {
     return KeyError("unsupported version " + Quoted(parts[0]) + " (expected \"v1\")");
   }
-  std::array<std::string_view, kKeyFields> values;
-  for (size_t i = 1; i < kKeyFields; ++i) {
+  const bool three_d = parts.size() == kKeyFields3d;
+  // The values by name: the 2-D names' fields, and d and t in 3-D.
+  std::array<std::string_view, kKeyFields3d> values;
+  auto name_of = [&](size_t i) { return three_d ? kNames3d[i] : kNames2d[i]; };
+  for (size_t i = 1; i < parts.size(); ++i) {
     const std::string_view part = parts[i];
-    const std::string prefix = std::string(kNames[i]) + "=";
+    const std::string prefix = std::string(name_of(i)) + "=";
     if (part.substr(0, prefix.size()) != prefix) {
       return KeyError("field " + std::to_string(i) + " must start with " + Quoted(prefix) +
                       ", got " + Quoted(part));
     }
     values[i] = part.substr(prefix.size());
   }
+  auto value = [&](std::string_view name) {
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (name_of(i) == name) return values[i];
+    }
+    return std::string_view();
+  };
 
   ConvProblem p;
-  UCUDNN_ASSIGN_OR_RETURN(p.op, ParseConvOp(values[1]));
-  UCUDNN_ASSIGN_OR_RETURN(p.c, ParseCanonicalInt("c", values[2]));
-  UCUDNN_ASSIGN_OR_RETURN(p.h, ParseCanonicalInt("h", values[3]));
-  UCUDNN_ASSIGN_OR_RETURN(p.w, ParseCanonicalInt("w", values[4]));
-  UCUDNN_ASSIGN_OR_RETURN(p.k, ParseCanonicalInt("k", values[5]));
-  UCUDNN_ASSIGN_OR_RETURN(p.r, ParseCanonicalInt("r", values[6]));
-  UCUDNN_ASSIGN_OR_RETURN(p.s, ParseCanonicalInt("s", values[7]));
-  UCUDNN_ASSIGN_OR_RETURN(auto pad, ParseIntPair("pad", values[8]));
-  UCUDNN_ASSIGN_OR_RETURN(auto stride, ParseIntPair("stride", values[9]));
-  UCUDNN_ASSIGN_OR_RETURN(auto dilation, ParseIntPair("dil", values[10]));
-  std::tie(p.pad_h, p.pad_w) = pad;
-  std::tie(p.stride_h, p.stride_w) = stride;
-  std::tie(p.dilation_h, p.dilation_w) = dilation;
-  UCUDNN_ASSIGN_OR_RETURN(p.groups, ParseCanonicalInt("g", values[11]));
-  UCUDNN_ASSIGN_OR_RETURN(p.data_type, ParseDataType(values[12]));
-  UCUDNN_ASSIGN_OR_RETURN(p.compute_type, ParseDataType(values[13]));
-  UCUDNN_ASSIGN_OR_RETURN(p.layout, ParseLayout(values[14]));
-  UCUDNN_ASSIGN_OR_RETURN(p.math, ParseMathMode(values[15]));
+  UCUDNN_ASSIGN_OR_RETURN(p.op, ParseConvOp(value("op")));
+  UCUDNN_ASSIGN_OR_RETURN(p.c, ParseCanonicalInt("c", value("c")));
+  UCUDNN_ASSIGN_OR_RETURN(p.h, ParseCanonicalInt("h", value("h")));
+  UCUDNN_ASSIGN_OR_RETURN(p.w, ParseCanonicalInt("w", value("w")));
+  UCUDNN_ASSIGN_OR_RETURN(p.k, ParseCanonicalInt("k", value("k")));
+  UCUDNN_ASSIGN_OR_RETURN(p.r, ParseCanonicalInt("r", value("r")));
+  UCUDNN_ASSIGN_OR_RETURN(p.s, ParseCanonicalInt("s", value("s")));
+  if (three_d) {
+    UCUDNN_ASSIGN_OR_RETURN(p.d, ParseCanonicalInt("d", value("d")));
+    UCUDNN_ASSIGN_OR_RETURN(p.t, ParseCanonicalInt("t", value("t")));
+  }
+  const size_t dims = three_d ? 3 : 2;
+  UCUDNN_ASSIGN_OR_RETURN(auto pad, ParseInts("pad", value("pad"), dims));
+  UCUDNN_ASSIGN_OR_RETURN(auto stride, ParseInts("stride", value("stride"), dims));
+  UCUDNN_ASSIGN_OR_RETURN(auto dilation, ParseInts("dil", value("dil"), dims));
+  const size_t h = dims - 2;  // the height's index in the lists
+  if (three_d) {
+    p.pad_d = pad[0];
+    p.stride_d = stride[0];
+    p.dilation_d = dilation[0];
+  }
+  p.pad_h = pad[h];
+  p.pad_w = pad[h + 1];
+  p.stride_h = stride[h];
+  p.stride_w = stride[h + 1];
+  p.dilation_h = dilation[h];
+  p.dilation_w = dilation[h + 1];
+  UCUDNN_ASSIGN_OR_RETURN(p.groups, ParseCanonicalInt("g", value("g")));
+  UCUDNN_ASSIGN_OR_RETURN(p.data_type, ParseDataType(value("dtype")));
+  UCUDNN_ASSIGN_OR_RETURN(p.compute_type, ParseDataType(value("ctype")));
+  UCUDNN_ASSIGN_OR_RETURN(p.layout, ParseKeyLayout(value("layout"), three_d));
+  UCUDNN_ASSIGN_OR_RETURN(p.math, ParseMathMode(value("math")));
 
   UCUDNN_RETURN_IF_ERROR(Validate(p));
-  // Every piece was checked to be canonical above; this guards the whole against future drift.
+  // Every piece was checked to be canonical above; this guards the whole against future drift
+  // (and against a 3-D key of a problem of depth 1, which has a 2-D key).
   if (CanonicalKey(p) != key) return KeyError("not in canonical form: " + Quoted(key));
   return p;
 }

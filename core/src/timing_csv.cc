@@ -52,6 +52,12 @@ enum Column {
   kSpreadMs,
   kSamples,
   kError,
+  // Optional depth columns (3-D problems).
+  kDepth,
+  kFilterDepth,
+  kPadD,
+  kStrideD,
+  kDilationD,
   kColumnCount,
 };
 
@@ -82,7 +88,12 @@ constexpr std::array<std::string_view, kColumnCount> kColumnNames = {"layer",
                                                                      "status",
                                                                      "spread_ms",
                                                                      "samples",
-                                                                     "error"};
+                                                                     "error",
+                                                                     "d",
+                                                                     "t",
+                                                                     "pad_d",
+                                                                     "stride_d",
+                                                                     "dilation_d"};
 
 // A time: finite and non-negative.
 Result<double> ParseMilliseconds(std::string_view column, std::string_view text) {
@@ -139,6 +150,11 @@ Result<Row> ParseRow(const std::vector<std::string>& fields,
   UCUDNN_ASSIGN_OR_RETURN(p.dilation_h, integer(kDilationH, 1));
   UCUDNN_ASSIGN_OR_RETURN(p.dilation_w, integer(kDilationW, p.dilation_h));
   UCUDNN_ASSIGN_OR_RETURN(p.groups, integer(kGroups, 1));
+  UCUDNN_ASSIGN_OR_RETURN(p.d, integer(kDepth, 1));
+  UCUDNN_ASSIGN_OR_RETURN(p.t, integer(kFilterDepth, 1));
+  UCUDNN_ASSIGN_OR_RETURN(p.pad_d, integer(kPadD, 0));
+  UCUDNN_ASSIGN_OR_RETURN(p.stride_d, integer(kStrideD, 1));
+  UCUDNN_ASSIGN_OR_RETURN(p.dilation_d, integer(kDilationD, 1));
   UCUDNN_ASSIGN_OR_RETURN(p.data_type, ParseDataType(Lowercase(*field(kDtype))));
   UCUDNN_ASSIGN_OR_RETURN(p.layout, ParseLayout(Lowercase(*field(kLayout))));
   p.compute_type = DataType::kFloat32;
@@ -305,6 +321,7 @@ bool NeedsMeasurementColumns(const Timing& t) {
 Result<std::string> WriteTimingCsv(const TimingTables& tables) {
   bool problem_columns = false;
   bool measurement_columns = false;
+  bool depth_columns = false;
   for (const auto& [key, timings] : tables) {
     UCUDNN_RETURN_IF_ERROR(Validate(timings.problem).WithContext(key));
     if (timings.layer.find_first_of("\r\n") != std::string::npos) {
@@ -315,6 +332,7 @@ Result<std::string> WriteTimingCsv(const TimingTables& tables) {
                              "], got " + std::to_string(timings.mini_batch));
     }
     problem_columns = problem_columns || NeedsProblemColumns(timings.problem);
+    depth_columns = depth_columns || timings.problem.is_3d();
     for (const Timing& t : timings.table.entries) {
       measurement_columns = measurement_columns || NeedsMeasurementColumns(t);
     }
@@ -322,7 +340,8 @@ Result<std::string> WriteTimingCsv(const TimingTables& tables) {
   std::string out;
   for (int c = 0; c < kColumnCount; ++c) {
     if (c >= kPadW && c < kStatus && !problem_columns) continue;
-    if (c >= kStatus && !measurement_columns) continue;
+    if (c >= kStatus && c < kDepth && !measurement_columns) continue;
+    if (c >= kDepth && !depth_columns) continue;
     if (c > 0) out += ',';
     out += kColumnNames[static_cast<size_t>(c)];
   }
@@ -358,6 +377,11 @@ Result<std::string> WriteTimingCsv(const TimingTables& tables) {
       if (measurement_columns) {
         out += ',' + std::string(ToString(t.status)) + ',' + FormatDouble(t.spread_ms) + ',' +
                std::to_string(t.samples) + ',' + QuoteIfNeeded(OneLine(t.error));
+      }
+      if (depth_columns) {
+        for (int64_t v : {p.d, p.t, p.pad_d, p.stride_d, p.dilation_d}) {
+          out += ',' + std::to_string(v);
+        }
       }
       out += '\n';
     }

@@ -20,8 +20,9 @@ bool Nearby(const ConvProblem& p, const ConvProblem& o) {
          p.compute_type == o.compute_type && p.layout == o.layout && p.math == o.math &&
          p.r == o.r && p.s == o.s && p.pad_h == o.pad_h && p.pad_w == o.pad_w &&
          p.stride_h == o.stride_h && p.stride_w == o.stride_w && p.dilation_h == o.dilation_h &&
-         p.dilation_w == o.dilation_w && p.groups == o.groups && WithinFactorTwo(p.c, o.c) &&
-         WithinFactorTwo(p.k, o.k);
+         p.dilation_w == o.dilation_w && p.groups == o.groups && p.t == o.t && p.pad_d == o.pad_d &&
+         p.stride_d == o.stride_d && p.dilation_d == o.dilation_d && p.is_3d() == o.is_3d() &&
+         WithinFactorTwo(p.c, o.c) && WithinFactorTwo(p.k, o.k);
 }
 
 std::map<std::string, std::string> PriorLosers(const ConvProblem& problem,

@@ -91,11 +91,23 @@ std::string FormatSegments(const std::vector<Segment>& segments, ConvOp op,
 
 std::string FormatShape(const Kernel& kernel) {
   const ConvProblem& p = kernel.problem;
+  const bool three_d = p.is_3d();
+  // Sizes "HxW" ("DxHxW" in 3-D); strides, pads and dilations one number when equal (Pair).
+  auto size = [three_d](int64_t depth, int64_t a, int64_t b) {
+    return (three_d ? std::to_string(depth) + "x" : std::string()) + std::to_string(a) + "x" +
+           std::to_string(b);
+  };
+  auto each = [three_d](int64_t depth, int64_t a, int64_t b) {
+    if (!three_d || (depth == a && a == b)) return Pair(a, b);
+    return std::to_string(depth) + "x" + std::to_string(a) + "x" + std::to_string(b);
+  };
   std::string out = "n" + std::to_string(kernel.mini_batch) + " c" + std::to_string(p.c) + " " +
-                    std::to_string(p.h) + "x" + std::to_string(p.w) + " k" + std::to_string(p.k) +
-                    " " + std::to_string(p.r) + "x" + std::to_string(p.s) + " s" +
-                    Pair(p.stride_h, p.stride_w) + " p" + Pair(p.pad_h, p.pad_w);
-  if (p.dilation_h != 1 || p.dilation_w != 1) out += " d" + Pair(p.dilation_h, p.dilation_w);
+                    size(p.d, p.h, p.w) + " k" + std::to_string(p.k) + " " + size(p.t, p.r, p.s) +
+                    " s" + each(p.stride_d, p.stride_h, p.stride_w) + " p" +
+                    each(p.pad_d, p.pad_h, p.pad_w);
+  if (p.dilation_h != 1 || p.dilation_w != 1 || p.dilation_d != 1) {
+    out += " d" + each(p.dilation_d, p.dilation_h, p.dilation_w);
+  }
   if (p.groups != 1) out += " g" + std::to_string(p.groups);
   return out;
 }

@@ -442,6 +442,13 @@ v1::ConvProblem ToProto(const ConvProblem& p) {
   m.set_compute_type(ToProto(p.compute_type));
   m.set_layout(ToProto(p.layout));
   m.set_math(ToProto(p.math));
+  if (p.is_3d()) {  // a 2-D problem's message stays as it was before 3-D
+    m.set_d(p.d);
+    m.set_t(p.t);
+    m.set_pad_d(p.pad_d);
+    m.set_stride_d(p.stride_d);
+    m.set_dilation_d(p.dilation_d);
+  }
   return m;
 }
 
@@ -476,6 +483,12 @@ Result<ConvProblem> FromProto(const v1::ConvProblem& m) {
   take(DataTypeFromProto("compute_type", m.compute_type()), p.compute_type);
   take(LayoutFromProto(m.layout()), p.layout);
   take(MathModeFromProto(m.math()), p.math);
+  p.d = or_one(m.d());
+  p.t = or_one(m.t());
+  p.pad_d = m.pad_d();
+  p.stride_d = or_one(m.stride_d());
+  p.dilation_d = or_one(m.dilation_d());
+  NormalizeDepth(p);
   errors.Add(Validate(p));
   if (!errors.ok()) return errors.ToStatus();
   return p;

@@ -44,7 +44,8 @@ class ConvShape(ctypes.Structure):
         (name, ctypes.c_int64)
         for name in ("n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
                      "dilation_h", "dilation_w", "groups")
-    ] + [("data_type", ctypes.c_int), ("layout", ctypes.c_int), ("math", ctypes.c_int)]
+    ] + [("data_type", ctypes.c_int), ("layout", ctypes.c_int), ("math", ctypes.c_int)] + [
+        (name, ctypes.c_int64) for name in ("d", "t", "pad_d", "stride_d", "dilation_d")]
 
 
 STATS_FIELDS = ("kernels", "kernels_planned", "planned_calls", "fallback_calls",

@@ -30,9 +30,12 @@ namespace {
 
 std::string ProblemColumns(const std::string& t) {
   std::string out;
-  for (const char* c :
-       {"op", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h",
-        "dilation_w", "groups", "data_type", "compute_type", "layout", "math"}) {
+  for (const char* c : {"op",         "c",        "h",         "w",
+                        "k",          "r",        "s",         "pad_h",
+                        "pad_w",      "stride_h", "stride_w",  "dilation_h",
+                        "dilation_w", "groups",   "data_type", "compute_type",
+                        "layout",     "math",     "d",         "t",
+                        "pad_d",      "stride_d", "dilation_d"}) {
     if (!out.empty()) out += ", ";
     out += t + "." + c;
   }
@@ -87,9 +90,10 @@ const std::vector<Statement>& Statements() {
       {"device_key", "SELECT fingerprint_key FROM devices WHERE id = $1"},
       {"upsert_problem",
        "INSERT INTO problems (id, canonical_key, op, c, h, w, k, r, s, pad_h, pad_w, stride_h, "
-       "stride_w, dilation_h, dilation_w, groups, data_type, compute_type, layout, math) "
+       "stride_w, dilation_h, dilation_w, groups, data_type, compute_type, layout, math, d, t, "
+       "pad_d, stride_d, dilation_d) "
        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
-       "$19, $20) ON CONFLICT DO NOTHING"},
+       "$19, $20, $21, $22, $23, $24, $25) ON CONFLICT DO NOTHING"},
       {"problem_key", "SELECT canonical_key FROM problems WHERE id = $1"},
       {"put_timings",
        "INSERT INTO timings (device_id, problem_id, micro_batch, algo, engine_config, time_ms, "
@@ -328,6 +332,11 @@ Result<ConvProblem> ProblemFromRow(const pqxx::row& row) {
   UCUDNN_ASSIGN_OR_RETURN(p.compute_type, ParseDataType(row["compute_type"].as<std::string>()));
   UCUDNN_ASSIGN_OR_RETURN(p.layout, ParseLayout(row["layout"].as<std::string>()));
   UCUDNN_ASSIGN_OR_RETURN(p.math, ParseMathMode(row["math"].as<std::string>()));
+  p.d = row["d"].as<int64_t>();
+  p.t = row["t"].as<int64_t>();
+  p.pad_d = row["pad_d"].as<int64_t>();
+  p.stride_d = row["stride_d"].as<int64_t>();
+  p.dilation_d = row["dilation_d"].as<int64_t>();
   return p;
 }
 
@@ -428,7 +437,7 @@ Result<uint64_t> UpsertProblemTx(pqxx::transaction_base& tx, const ConvProblem& 
                    p.k, p.r, p.s, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
                    p.dilation_w, p.groups, std::string(ToString(p.data_type)),
                    std::string(ToString(p.compute_type)), std::string(ToString(p.layout)),
-                   std::string(ToString(p.math)));
+                   std::string(ToString(p.math)), p.d, p.t, p.pad_d, p.stride_d, p.dilation_d);
   pqxx::result stored = tx.exec_prepared("problem_key", ToDb(hash));
   if (stored.empty()) {
     return Unavailable("problem " + FormatHash(hash) + " is being inserted concurrently; retry");

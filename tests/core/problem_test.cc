@@ -696,11 +696,11 @@ TEST(CanonicalKey, ParseRejectsMalformedKeys) {
     return k;
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", "expected 16 fields separated by ';', got 1"},
-      {"v1", "expected 16 fields separated by ';', got 1"},
-      {good + ";", "expected 16 fields separated by ';', got 17"},
-      {good + ";extra=1", "expected 16 fields separated by ';', got 17"},
-      {replace(";math=default", ""), "expected 16 fields separated by ';', got 15"},
+      {"", "expected 16 fields (18 in 3-D) separated by ';', got 1"},
+      {"v1", "expected 16 fields (18 in 3-D) separated by ';', got 1"},
+      {good + ";", "expected 16 fields (18 in 3-D) separated by ';', got 17"},
+      {good + ";extra=1", "expected 16 fields (18 in 3-D) separated by ';', got 17"},
+      {replace(";math=default", ""), "expected 16 fields (18 in 3-D) separated by ';', got 15"},
       {replace("v1;", "v2;"), "unsupported version \"v2\" (expected \"v1\")"},
       {replace("v1;", "V1;"), "unsupported version \"V1\" (expected \"v1\")"},
       {replace("op=fwd", "op=FWD"), "op: unknown value \"FWD\""},
@@ -716,10 +716,11 @@ TEST(CanonicalKey, ParseRejectsMalformedKeys) {
       {replace("c=64", "c=99999999999999999999"),
        "c: not a canonical decimal integer: \"99999999999999999999\""},
       {replace("h=56", "h=-0"), "h: not a canonical decimal integer: \"-0\""},
-      {replace("pad=1,1", "pad=1"), "pad: expected two integers \"A,B\", got \"1\""},
-      {replace("pad=1,1", "pad=1,1,1"), "pad: not a canonical decimal integer: \"1,1\""},
+      {replace("pad=1,1", "pad=1"), "pad: expected 2 integers separated by ',', got \"1\""},
+      {replace("pad=1,1", "pad=1,1,1"), "pad: expected 2 integers separated by ',', got \"1,1,1\""},
       {replace("pad=1,1", "pad=,1"), "pad: not a canonical decimal integer: \"\""},
-      {replace("stride=1,1", "stride=1;1"), "expected 16 fields separated by ';', got 17"},
+      {replace("stride=1,1", "stride=1;1"),
+       "expected 16 fields (18 in 3-D) separated by ';', got 17"},
       {replace("dil=1,1", "dil=1,01"), "dil: not a canonical decimal integer: \"01\""},
       {replace("g=1", "groups=1"), "field 11 must start with \"g=\", got \"groups=1\""},
       {replace("dtype=fp32", "dtype=fp64"), "data type: unknown value \"fp64\""},
@@ -744,6 +745,136 @@ TEST(CanonicalKey, ParseRejectsMalformedKeys) {
   std::string with_nul = good;
   with_nul.insert(with_nul.find("c=64") + 3, 1, '\0');
   EXPECT_FALSE(ParseCanonicalKey(with_nul).ok());
+}
+
+// ---- 3-D -----------------------------------------------------------------------------------
+
+// A 3-D U-Net layer of nnU-Net's shape: 32 channels, a 3x3x3 filter, NDHWC, fp16.
+ConvProblem Unet3d() {
+  ConvProblem p = Resnet3x3();
+  p.c = p.k = 32;
+  p.d = 16;
+  p.h = p.w = 64;
+  p.t = 3;
+  p.pad_d = 1;
+  p.data_type = DataType::kFloat16;
+  p.layout = Layout::kNHWC;
+  p.math = MathMode::kTensorOp;
+  return p;
+}
+
+TEST(Problem3d, KeyNamesTheDepthAndKeepsTwoDKeys) {
+  EXPECT_EQ(CanonicalKey(Unet3d()),
+            "v1;op=fwd;c=32;d=16;h=64;w=64;k=32;t=3;r=3;s=3;pad=1,1,1;stride=1,1,1;dil=1,1,1;g=1;"
+            "dtype=fp16;ctype=fp32;layout=ndhwc;math=tensor_op");
+  // A 2-D problem is a 3-D one of depth 1: its key (and the pinned hashes above) has no depth.
+  EXPECT_FALSE(Resnet3x3().is_3d());
+  EXPECT_EQ(CanonicalKey(Resnet3x3()).find(";d="), std::string::npos);
+  ConvProblem deep = Unet3d();
+  deep.stride_d = 2;
+  deep.dilation_d = 2;
+  deep.pad_d = 2;
+  deep.layout = Layout::kNCHW;
+  Result<ConvProblem> parsed = ParseCanonicalKey(CanonicalKey(deep));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, deep);
+  EXPECT_THAT(CanonicalKey(deep), HasSubstr(";layout=ncdhw;"));
+}
+
+TEST(Problem3d, EveryDepthFieldChangesTheKey) {
+  const ConvProblem base = Unet3d();
+  std::set<std::string> keys = {CanonicalKey(base)};
+  for (auto change : std::vector<std::function<void(ConvProblem&)>>{
+           [](ConvProblem& p) { p.d = 8; },
+           [](ConvProblem& p) {
+             p.t = 1;
+             p.pad_d = 0;
+           },
+           [](ConvProblem& p) { p.pad_d = 0; }, [](ConvProblem& p) { p.stride_d = 2; },
+           [](ConvProblem& p) { p.dilation_d = 2; }}) {
+    ConvProblem p = base;
+    change(p);
+    ASSERT_TRUE(Validate(p).ok()) << Validate(p).ToString();
+    EXPECT_TRUE(keys.insert(CanonicalKey(p)).second) << CanonicalKey(p);
+  }
+}
+
+TEST(Problem3d, SizesCountTheDepth) {
+  ConvProblem p = Unet3d();
+  p.stride_d = 2;  // out_d = (16 + 2 - 3) / 2 + 1 = 8
+  ASSERT_TRUE(Validate(p).ok());
+  EXPECT_EQ(p.out_d(), 8);
+  EXPECT_EQ(p.input_elements_per_sample(), 32 * 16 * 64 * 64);
+  EXPECT_EQ(p.output_elements_per_sample(), 32 * 8 * 64 * 64);
+  EXPECT_EQ(p.filter_elements(), 32 * 32 * 27);
+  EXPECT_EQ(p.input_bytes_per_sample(), size_t{2} * 32 * 16 * 64 * 64);
+  EXPECT_DOUBLE_EQ(p.flops(2), 2.0 * 2 * 32 * 8 * 64 * 64 * 32 * 27);
+}
+
+TEST(Problem3d, ValidateNamesDepthFields) {
+  ConvProblem p = Unet3d();
+  p.d = 0;
+  p.t = 2000;
+  EXPECT_THAT(Validate(p).message(), HasSubstr("d: must be in [1, 32768], got 0"));
+  EXPECT_THAT(Validate(p).message(), HasSubstr("t: must be in [1, 1024], got 2000"));
+  p = Unet3d();
+  p.pad_d = 3;
+  EXPECT_EQ(Validate(p).message(),
+            "pad_d: must be in [0, 2] (below the dilated filter depth 3), "
+            "got 3");
+  p = Unet3d();
+  p.d = 1;
+  p.pad_d = 0;  // out_d = 1 - 3 + 1 < 1
+  EXPECT_EQ(Validate(p).message(),
+            "out_d: must be positive, but d + 2 * pad_d (1) is smaller than the dilated filter "
+            "depth (3)");
+  p = Unet3d();
+  p.stride_d = 0;
+  EXPECT_THAT(Validate(p).message(), HasSubstr("stride_d: must be in [1, 1024], got 0"));
+}
+
+TEST(Problem3d, DepthOneIsTwoD) {
+  // A 3-D problem of depth 1 with a 1-deep filter is its 2-D problem: one key for both.
+  ConvProblem p = Resnet3x3();
+  p.stride_d = 2;
+  p.dilation_d = 3;
+  EXPECT_THAT(Validate(p).message(), StartsWith("stride_d, dilation_d: must be 1"));
+  NormalizeDepth(p);
+  EXPECT_TRUE(Validate(p).ok());
+  EXPECT_EQ(p, Resnet3x3());
+  // A 3-D key of a depth-1 problem is not canonical.
+  const std::string key3d =
+      "v1;op=fwd;c=64;d=1;h=56;w=56;k=64;t=1;r=3;s=3;pad=0,1,1;stride=1,1,1;dil=1,1,1;g=1;"
+      "dtype=fp32;ctype=fp32;layout=ncdhw;math=default";
+  EXPECT_THAT(ParseCanonicalKey(key3d).status().message(), HasSubstr("not in canonical form"));
+  // Nor is a 2-D layout name in a 3-D key.
+  std::string wrong_layout = CanonicalKey(Unet3d());
+  wrong_layout.replace(wrong_layout.find("ndhwc"), 5, "nhwc");
+  EXPECT_THAT(ParseCanonicalKey(wrong_layout).status().message(),
+              HasSubstr("a 3-D key's layout is \"ncdhw\" or \"ndhwc\""));
+}
+
+TEST(Problem3d, RoundTripsRandomProblems) {
+  std::mt19937_64 rng(39);
+  auto uniform = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int three_d = 0;
+  for (int i = 0; i < 2000; ++i) {
+    ConvProblem p = RandomValidProblem(rng);
+    p.d = uniform(1, 64);
+    p.t = uniform(1, 5);
+    p.dilation_d = uniform(1, 2);
+    p.stride_d = uniform(1, 3);
+    p.pad_d = uniform(0, (p.t - 1) * p.dilation_d);
+    NormalizeDepth(p);
+    if (!Validate(p).ok()) continue;
+    three_d += p.is_3d();
+    Result<ConvProblem> parsed = ParseCanonicalKey(CanonicalKey(p));
+    ASSERT_TRUE(parsed.ok()) << CanonicalKey(p) << ": " << parsed.status().ToString();
+    EXPECT_EQ(*parsed, p);
+  }
+  EXPECT_GT(three_d, 500);
 }
 
 }  // namespace

@@ -285,6 +285,40 @@ TEST(ProtoConvProblem, InvalidFields) {
   ExpectInvalid(with([](auto& m) { m.set_groups(-4); }), "groups: must be in [1, 65536], got -4");
 }
 
+TEST(ProtoConvProblem, ThreeDRoundTripsAndTwoDMessagesHaveNoDepth) {
+  ConvProblem p = Resnet3x3();
+  p.d = 8;
+  p.t = 3;
+  p.pad_d = 1;
+  p.stride_d = 2;
+  p.dilation_d = 1;
+  const v1::ConvProblem m = ToProto(p);
+  EXPECT_EQ(m.d(), 8);
+  EXPECT_EQ(m.t(), 3);
+  EXPECT_EQ(m.pad_d(), 1);
+  EXPECT_EQ(m.stride_d(), 2);
+  Result<ConvProblem> back = FromProto(m);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, p);
+  // A 2-D problem's message is the one of before 3-D: no depth field on the wire.
+  const v1::ConvProblem flat = ToProto(Resnet3x3());
+  EXPECT_EQ(flat.d(), 0);
+  EXPECT_EQ(flat.t(), 0);
+  EXPECT_EQ(flat.stride_d(), 0);
+  // A depth of 1 with a depth stride is the 2-D problem (one key for both).
+  v1::ConvProblem depth_one = flat;
+  depth_one.set_d(1);
+  depth_one.set_t(1);
+  depth_one.set_stride_d(2);
+  Result<ConvProblem> normalized = FromProto(depth_one);
+  ASSERT_TRUE(normalized.ok()) << normalized.status().ToString();
+  EXPECT_EQ(*normalized, Resnet3x3());
+  v1::ConvProblem bad = m;
+  bad.set_pad_d(5);
+  ExpectInvalid(FromProto(bad),
+                "pad_d: must be in [0, 2] (below the dilated filter depth 3), got 5");
+}
+
 // ---- DeviceFingerprint ------------------------------------------------------------------------
 
 TEST(ProtoFingerprint, RoundTrips) {

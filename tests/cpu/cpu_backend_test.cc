@@ -90,6 +90,20 @@ TEST_P(CpuBackendReferenceTest, MatchesFloat64ReferenceOnRandomProblems) {
   }
 }
 
+TEST_P(CpuBackendReferenceTest, MatchesFloat64ReferenceOnRandom3dProblems) {
+  const auto [op, algo] = GetParam();
+  CpuBackend backend;
+  std::mt19937_64 rng(3000 + static_cast<int>(op) * 10 + algo);
+  constexpr int kProblems = 25;
+  for (int i = 0; i < kProblems; ++i) {
+    const ConvProblem p = testing::RandomSmall3dProblem(op, rng);
+    const int64_t batch = std::uniform_int_distribution<int64_t>(1, 3)(rng);
+    const AlphaBeta ab = kAlphaBetas[i % std::size(kAlphaBetas)];
+    CheckAgainstReference(backend, p, batch, algo, ab, 177 + i);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST_P(CpuBackendReferenceTest, MatchesReferenceOnAFixedLayer) {
   const auto [op, algo] = GetParam();
   CpuBackend backend;

@@ -305,7 +305,8 @@ std::string ParseError(const std::string& text) {
 TEST(Networks, UserFileErrorsNameTheLineAndColumn) {
   const std::string header(kHeader);
   EXPECT_EQ(ParseError("layer,c\nl,1\n"),
-            "x.csv line 1: the header must be " + header.substr(0, header.size() - 1));
+            "x.csv line 1: the header must be " + header.substr(0, header.size() - 1) +
+                " (and, for 3-D convolutions, ,d,t,pad_d,stride_d,dilation_d)");
   EXPECT_EQ(ParseError("# only a comment\n\n"), "x.csv: no header line");
   EXPECT_EQ(ParseError(header), "x.csv: no layers");
   EXPECT_EQ(ParseError("# c\n" + header + "l,3,32,32,16,3,3,1,1,1,1,1,1,one\n"),

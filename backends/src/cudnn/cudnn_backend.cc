@@ -18,6 +18,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "cuda_check.h"
 #include "ucudnn/backends/cudnn_engines.h"
@@ -74,20 +75,25 @@ cudnnMathType_t CudnnMath(MathMode m) {
   return CUDNN_DEFAULT_MATH;
 }
 
-// cuDNN's 4-d descriptors take int dimensions and compute int strides.
+// cuDNN's 4-d and 5-d descriptors take int dimensions and compute int strides.
 Status CheckFitsInt(const char* tensor, int64_t elements) {
   if (elements > INT_MAX) {
     return Unsupported(std::string(tensor) + " has " + std::to_string(elements) +
-                       " elements, more than cuDNN's 4-d descriptors can address (2^31-1)");
+                       " elements, more than cuDNN's descriptors can address (2^31-1)");
   }
   return Status::Ok();
 }
 
 // Descriptors depend on the convolution, not on the op: forward, backward-data and
 // backward-filter of one shape share them.
-using DescriptorKey = std::array<int64_t, 18>;
+using DescriptorKey = std::array<int64_t, 23>;
 DescriptorKey KeyOf(const ConvProblem& p, int64_t batch) {
-  return {p.c,
+  return {p.d,
+          p.t,
+          p.pad_d,
+          p.stride_d,
+          p.dilation_d,
+          p.c,
           p.h,
           p.w,
           p.k,
@@ -174,26 +180,48 @@ Result<std::unique_ptr<CudnnDescriptors>> CudnnDescriptors::Build(const ConvProb
   UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&d->y));
   UCUDNN_GPU_CHECK(cudnnCreateFilterDescriptor(&d->w));
   UCUDNN_GPU_CHECK(cudnnCreateConvolutionDescriptor(&d->conv));
-  UCUDNN_GPU_CHECK(
-      cudnnSetTensor4dDescriptor(d->x, format, data_type, i(batch), i(p.c), i(p.h), i(p.w)));
-  UCUDNN_GPU_CHECK(
-      cudnnSetTensor4dDescriptor(d->y, format, data_type, i(batch), i(p.k), i(out_h), i(out_w)));
-  UCUDNN_GPU_CHECK(cudnnSetFilter4dDescriptor(d->w, data_type, format, i(p.k), i(p.c / p.groups),
-                                              i(p.r), i(p.s)));
-  UCUDNN_GPU_CHECK(cudnnSetConvolution2dDescriptor(d->conv, i(p.pad_h), i(p.pad_w), i(p.stride_h),
-                                                   i(p.stride_w), i(p.dilation_h), i(p.dilation_w),
-                                                   CUDNN_CROSS_CORRELATION, compute_type));
+  if (p.is_3d()) {
+    // 5-d descriptors: NCDHW or NDHWC by `format`, the filter KCTRS or KTRSC.
+    const int x_dims[] = {i(batch), i(p.c), i(p.d), i(p.h), i(p.w)};
+    const int y_dims[] = {i(batch), i(p.k), i(p.out_d()), i(out_h), i(out_w)};
+    const int w_dims[] = {i(p.k), i(p.c / p.groups), i(p.t), i(p.r), i(p.s)};
+    const int pads[] = {i(p.pad_d), i(p.pad_h), i(p.pad_w)};
+    const int strides[] = {i(p.stride_d), i(p.stride_h), i(p.stride_w)};
+    const int dilations[] = {i(p.dilation_d), i(p.dilation_h), i(p.dilation_w)};
+    UCUDNN_GPU_CHECK(cudnnSetTensorNdDescriptorEx(d->x, format, data_type, 5, x_dims));
+    UCUDNN_GPU_CHECK(cudnnSetTensorNdDescriptorEx(d->y, format, data_type, 5, y_dims));
+    UCUDNN_GPU_CHECK(cudnnSetFilterNdDescriptor(d->w, data_type, format, 5, w_dims));
+    UCUDNN_GPU_CHECK(cudnnSetConvolutionNdDescriptor(d->conv, 3, pads, strides, dilations,
+                                                     CUDNN_CROSS_CORRELATION, compute_type));
+  } else {
+    UCUDNN_GPU_CHECK(
+        cudnnSetTensor4dDescriptor(d->x, format, data_type, i(batch), i(p.c), i(p.h), i(p.w)));
+    UCUDNN_GPU_CHECK(
+        cudnnSetTensor4dDescriptor(d->y, format, data_type, i(batch), i(p.k), i(out_h), i(out_w)));
+    UCUDNN_GPU_CHECK(cudnnSetFilter4dDescriptor(d->w, data_type, format, i(p.k), i(p.c / p.groups),
+                                                i(p.r), i(p.s)));
+    UCUDNN_GPU_CHECK(cudnnSetConvolution2dDescriptor(
+        d->conv, i(p.pad_h), i(p.pad_w), i(p.stride_h), i(p.stride_w), i(p.dilation_h),
+        i(p.dilation_w), CUDNN_CROSS_CORRELATION, compute_type));
+  }
   UCUDNN_GPU_CHECK(cudnnSetConvolutionGroupCount(d->conv, i(p.groups)));
   UCUDNN_GPU_CHECK(cudnnSetConvolutionMathType(d->conv, CudnnMath(p.math)));
 
   // Our output-size arithmetic and cuDNN's must agree, or every operand size would be wrong.
-  int n = 0, k = 0, oh = 0, ow = 0;
-  UCUDNN_GPU_CHECK(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &n, &k, &oh, &ow));
-  if (n != batch || k != p.k || oh != out_h || ow != out_w) {
-    return Internal("cuDNN computes output " + std::to_string(n) + "x" + std::to_string(k) + "x" +
-                    std::to_string(oh) + "x" + std::to_string(ow) + ", problem says " +
-                    std::to_string(batch) + "x" + std::to_string(p.k) + "x" +
-                    std::to_string(out_h) + "x" + std::to_string(out_w));
+  const int dims = p.is_3d() ? 5 : 4;
+  int out[5] = {};
+  UCUDNN_GPU_CHECK(cudnnGetConvolutionNdForwardOutputDim(d->conv, d->x, d->w, dims, out));
+  const std::vector<int64_t> expected =
+      p.is_3d() ? std::vector<int64_t>{batch, p.k, p.out_d(), out_h, out_w}
+                : std::vector<int64_t>{batch, p.k, out_h, out_w};
+  auto shape_text = [](auto begin, auto end) {
+    std::string text;
+    for (auto it = begin; it != end; ++it) text += (text.empty() ? "" : "x") + std::to_string(*it);
+    return text;
+  };
+  if (!std::equal(expected.begin(), expected.end(), out)) {
+    return Internal("cuDNN computes output " + shape_text(out, out + dims) + ", problem says " +
+                    shape_text(expected.begin(), expected.end()));
   }
   return d;
 }

@@ -56,19 +56,43 @@ Status Finalize(cudnnBackendDescriptor_t d) {
   return Status::Ok();
 }
 
-// Dimensions are always given in NCHW order; the strides say where each element lives.
-std::vector<int64_t> Strides(Layout layout, int64_t c, int64_t h, int64_t w) {
-  if (layout == Layout::kNHWC) return {h * w * c, 1, w * c, c};
-  return {c * h * w, h * w, w, 1};
+// Dimensions are always given in NC(D)HW order, {n, c, spatial...}; the strides say where each
+// element lives: dense in that order, or with the channels innermost (NHWC, NDHWC).
+std::vector<int64_t> Strides(Layout layout, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size());
+  int64_t stride = 1;
+  if (layout == Layout::kNHWC) {
+    strides[1] = 1;
+    stride = dims[1];
+    for (size_t i = dims.size() - 1; i >= 2; --i) {
+      strides[i] = stride;
+      stride *= dims[i];
+    }
+    strides[0] = stride;
+    return strides;
+  }
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= dims[i];
+  }
+  return strides;
 }
 
-Result<BackendDescriptor> Tensor(int64_t uid, cudnnDataType_t type, int64_t n, int64_t c, int64_t h,
-                                 int64_t w, Layout layout, int64_t alignment) {
+// The dimensions of an operand: {n, c, (d,) h, w} of the problem's rank.
+std::vector<int64_t> Dims(const ConvProblem& p, int64_t n, int64_t c, int64_t d, int64_t h,
+                          int64_t w) {
+  if (p.is_3d()) return {n, c, d, h, w};
+  return {n, c, h, w};
+}
+
+Result<BackendDescriptor> Tensor(int64_t uid, cudnnDataType_t type,
+                                 const std::vector<int64_t>& dims, Layout layout,
+                                 int64_t alignment) {
   UCUDNN_ASSIGN_OR_RETURN(BackendDescriptor d,
                           BackendDescriptor::Create(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
   UCUDNN_RETURN_IF_ERROR(Set(d.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
-  UCUDNN_RETURN_IF_ERROR(SetInt64s(d.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, {n, c, h, w}));
-  UCUDNN_RETURN_IF_ERROR(SetInt64s(d.get(), CUDNN_ATTR_TENSOR_STRIDES, Strides(layout, c, h, w)));
+  UCUDNN_RETURN_IF_ERROR(SetInt64s(d.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, dims));
+  UCUDNN_RETURN_IF_ERROR(SetInt64s(d.get(), CUDNN_ATTR_TENSOR_STRIDES, Strides(layout, dims)));
   UCUDNN_RETURN_IF_ERROR(Set(d.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
   UCUDNN_RETURN_IF_ERROR(
       Set(d.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment));
@@ -286,18 +310,25 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
   g->alignment_ = SampleAlignment(p);
   UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, CudnnDataTypeOf(p.data_type));
   UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnDataTypeOf(p.compute_type));
-  UCUDNN_ASSIGN_OR_RETURN(
-      g->x_, Tensor(kInputUid, data_type, batch, p.c, p.h, p.w, p.layout, g->alignment_));
-  UCUDNN_ASSIGN_OR_RETURN(g->y_, Tensor(kOutputUid, data_type, batch, p.k, p.out_h(), p.out_w(),
+  UCUDNN_ASSIGN_OR_RETURN(g->x_, Tensor(kInputUid, data_type, Dims(p, batch, p.c, p.d, p.h, p.w),
                                         p.layout, g->alignment_));
-  // The filter as PyTorch lays it out for each layout: K x C/g x R x S, channels innermost in NHWC.
   UCUDNN_ASSIGN_OR_RETURN(
-      g->w_, Tensor(kFilterUid, data_type, p.k, p.c / p.groups, p.r, p.s, p.layout, 16));
+      g->y_, Tensor(kOutputUid, data_type, Dims(p, batch, p.k, p.out_d(), p.out_h(), p.out_w()),
+                    p.layout, g->alignment_));
+  // The filter as PyTorch lays it out for each layout: K x C/g x (T x) R x S, channels innermost
+  // in NHWC and NDHWC.
+  UCUDNN_ASSIGN_OR_RETURN(g->w_, Tensor(kFilterUid, data_type,
+                                        Dims(p, p.k, p.c / p.groups, p.t, p.r, p.s), p.layout, 16));
 
   UCUDNN_ASSIGN_OR_RETURN(g->conv_,
                           BackendDescriptor::Create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t spatial = 2;
+  const int64_t spatial = p.is_3d() ? 3 : 2;
+  // Per spatial dimension, depth first in 3-D.
+  auto per_axis = [&p](int64_t depth, int64_t height, int64_t width) {
+    return p.is_3d() ? std::vector<int64_t>{depth, height, width}
+                     : std::vector<int64_t>{height, width};
+  };
   cudnnBackendDescriptor_t c = g->conv_.get();
   UCUDNN_RETURN_IF_ERROR(
       Set(c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute_type));
@@ -305,12 +336,14 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
       Set(c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
   UCUDNN_RETURN_IF_ERROR(
       Set(c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial));
+  UCUDNN_RETURN_IF_ERROR(SetInt64s(c, CUDNN_ATTR_CONVOLUTION_DILATIONS,
+                                   per_axis(p.dilation_d, p.dilation_h, p.dilation_w)));
+  UCUDNN_RETURN_IF_ERROR(SetInt64s(c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+                                   per_axis(p.stride_d, p.stride_h, p.stride_w)));
   UCUDNN_RETURN_IF_ERROR(
-      SetInt64s(c, CUDNN_ATTR_CONVOLUTION_DILATIONS, {p.dilation_h, p.dilation_w}));
+      SetInt64s(c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, per_axis(p.pad_d, p.pad_h, p.pad_w)));
   UCUDNN_RETURN_IF_ERROR(
-      SetInt64s(c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {p.stride_h, p.stride_w}));
-  UCUDNN_RETURN_IF_ERROR(SetInt64s(c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {p.pad_h, p.pad_w}));
-  UCUDNN_RETURN_IF_ERROR(SetInt64s(c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {p.pad_h, p.pad_w}));
+      SetInt64s(c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, per_axis(p.pad_d, p.pad_h, p.pad_w)));
   UCUDNN_RETURN_IF_ERROR(Finalize(c));
 
   const OpAttributes a = AttributesOf(p.op);

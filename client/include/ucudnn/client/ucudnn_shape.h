@@ -89,7 +89,14 @@ typedef enum {
 
 /* One convolution (cross-correlation) at mini-batch n. Tensors: x n x c x h x w, w k x (c/groups)
  * x r x s, y n x k x out_h x out_w, all dense in `layout` (the filter too: KCRS or KRSC). The
- * data type is that of every tensor; accumulation is fp32. */
+ * data type is that of every tensor; accumulation is fp32.
+ * A 3-D convolution sets the depth fields too: x n x c x d x h x w, w k x (c/groups) x t x r x s,
+ * in NCDHW (UCUDNN_SHAPE_NCHW) or NDHWC (UCUDNN_SHAPE_NHWC). Left 0 (as by `= {...}` or memset),
+ * the depth fields describe a 2-D convolution: d, t, stride_d and dilation_d read as 1. A 1-D
+ * convolution is a 2-D one with h = r = 1 (as cuDNN runs it); a transposed convolution is the
+ * backward-data of its forward, its backward passes that forward and a backward-filter.
+ * (The depth fields were added at the end: a caller built against a header without them must be
+ * rebuilt.) */
 typedef struct ucudnnConvShape {
   ucudnnConvolutionOp_t op;
   int64_t n, c, h, w, k, r, s;
@@ -97,6 +104,7 @@ typedef struct ucudnnConvShape {
   ucudnnShapeDataType_t data_type;
   ucudnnShapeLayout_t layout;
   ucudnnShapeMath_t math;
+  int64_t d, t, pad_d, stride_d, dilation_d;
 } ucudnnConvShape_t;
 
 /* A context on `backend`: "cudnn" (a cuDNN handle of the library's own on the calling thread's

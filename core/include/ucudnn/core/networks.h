@@ -41,7 +41,8 @@ std::vector<std::string> NetworkNames();
 Result<std::vector<NetworkLayer>> NetworkLayers(std::string_view name);
 
 // A network file in the format of networks/*.csv: '#' comment lines and blank lines, the header
-// "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups", then one line
+// "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups" (with
+// ",d,t,pad_d,stride_d,dilation_d" after it for a network of 3-D convolutions), then one line
 // per convolution layer, 1 to kMaxNetworkLayers of them. Layer names are unique, valid UTF-8
 // without control characters, 1 to kMaxNetworkLayerNameBytes bytes (a name may be
 // double-quoted, "" for a quote); numbers are decimal integers (spaces around them allowed) and

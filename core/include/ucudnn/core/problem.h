@@ -43,8 +43,15 @@ inline constexpr int64_t kMaxElementsPerSample = int64_t{1} << 36;
 
 // One convolution of a network. Tensor shapes (batch n excluded):
 //   input  x: c x h x w     filter w: k x (c / groups) x r x s     output y: k x out_h x out_w
+// and for a 3-D convolution, with the depth in front of the height:
+//   input  x: c x d x h x w  filter w: k x (c / groups) x t x r x s  output y: k x out_d x ...
+// A 2-D problem is a 3-D one of depth 1 (d = t = 1, pad_d = 0, stride_d = dilation_d = 1), so
+// the depth fields cost 2-D problems nothing: their keys and hashes are those of before. A 1-D
+// convolution is a 2-D one of height 1 (h = r = 1), as cuDNN and PyTorch run it.
 // For backward-data the problem describes the same forward convolution (dy -> dx);
-// for backward-filter likewise (x, dy -> dw).
+// for backward-filter likewise (x, dy -> dw). A transposed convolution is the backward-data of
+// its forward (its backward passes are that forward and a backward-filter), so it needs no op.
+// The layout names the channels' place: kNCHW is NCDHW and kNHWC is NDHWC in 3-D.
 struct ConvProblem {
   ConvOp op = ConvOp::kForward;
   int64_t c = 0, h = 0, w = 0;  // input channels and spatial size
@@ -53,6 +60,8 @@ struct ConvProblem {
   int64_t stride_h = 1, stride_w = 1;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t groups = 1;
+  int64_t d = 1, t = 1;  // input depth and filter depth (3-D only)
+  int64_t pad_d = 0, stride_d = 1, dilation_d = 1;
   DataType data_type = DataType::kFloat32;
   DataType compute_type = DataType::kFloat32;
   Layout layout = Layout::kNCHW;
@@ -60,13 +69,16 @@ struct ConvProblem {
 
   bool operator==(const ConvProblem&) const = default;
 
+  // A convolution over depth too: anything but the 2-D defaults of the depth fields.
+  bool is_3d() const { return d != 1 || t != 1 || pad_d != 0 || stride_d != 1 || dilation_d != 1; }
   // Valid only after Validate() succeeded.
+  int64_t out_d() const;
   int64_t out_h() const;
   int64_t out_w() const;
   // Elements of one sample of x, of one sample of y, and of the whole filter.
-  int64_t input_elements_per_sample() const { return c * h * w; }
-  int64_t output_elements_per_sample() const { return k * out_h() * out_w(); }
-  int64_t filter_elements() const { return k * (c / groups) * r * s; }
+  int64_t input_elements_per_sample() const { return c * d * h * w; }
+  int64_t output_elements_per_sample() const { return k * out_d() * out_h() * out_w(); }
+  int64_t filter_elements() const { return k * (c / groups) * t * r * s; }
   // Per-sample tensors the op reads and writes along the batch: for kForward x (in) and y (out);
   // for kBackwardData dy (in) and dx (out); for kBackwardFilter x and dy (both in).
   size_t input_bytes_per_sample() const;
@@ -79,12 +91,19 @@ struct ConvProblem {
 // Checks every field: positive and bounded dimensions, padding in range, a positive output size,
 // groups dividing both c and k, element counts without overflow. The error names the field:
 // "c: must be in [1, 65536], got 0".
+// A 3-D problem of depth 1 with a 1-deep filter and no depth padding is a 2-D one whatever its
+// depth stride and dilation: those two are set to 1, so that it shares the 2-D problem's key and
+// timings. Called where problems enter (the C and gRPC APIs), before Validate().
+void NormalizeDepth(ConvProblem& p);
 Status Validate(const ConvProblem& p);
 Status ValidateBatch(int64_t batch);
 
 // Canonical text form, the database key. Fixed field order, lowercase names, no spaces:
 // "v1;op=fwd;c=64;h=56;w=56;k=64;r=3;s=3;pad=1,1;stride=1,1;dil=1,1;g=1;dtype=fp32;
 //  ctype=fp32;layout=nchw;math=default"
+// A 3-D problem adds the depths and a depth part to each pair, and names its layout in 3-D:
+// "v1;op=fwd;c=32;d=16;h=64;w=64;k=32;t=3;r=3;s=3;pad=1,1,1;stride=1,1,1;dil=1,1,1;g=1;
+//  dtype=fp16;ctype=fp32;layout=ndhwc;math=tensor_op"
 std::string CanonicalKey(const ConvProblem& p);
 Result<ConvProblem> ParseCanonicalKey(std::string_view key);
 // 64-bit FNV-1a of CanonicalKey(), identical on every machine (stored as BIGINT by bit-cast).

@@ -9,6 +9,7 @@
 // exactly the columns above:
 //   pad_w,stride_w,dilation_h,dilation_w,groups,ctype,math  (then `pad`/`stride` are the h parts)
 //   status,spread_ms,samples,error                            (status: ok, unsupported, failed)
+//   d,t,pad_d,stride_d,dilation_d                             (3-D problems; 1,1,0,1,1 is 2-D)
 // `algo` is a legacy algorithm's number, or a cuDNN graph-API engine configuration's canonical
 // key ("eng34{k3=2;k14=-1}", EngineConfigKey(); it has no commas, so no new column is needed and
 // older files read as before), or the framework's own convolution, "framework(<identity>)"
