@@ -1034,8 +1034,8 @@ def grads_one(args):
 CONV_OPS = {
     "aten::cudnn_convolution": "forward", "aten::_conv_depthwise2d": "forward",
     "aten::mkldnn_convolution": "forward", "aten::_slow_conv2d_forward": "forward",
-    "_Conv2dFunction": "forward",
-    "aten::convolution_backward": "backward", "_Conv2dFunctionBackward": "backward"}
+    "ConvFunction": "forward",
+    "aten::convolution_backward": "backward", "ConvFunctionBackward": "backward"}
 # curve --check's budgets above the step's peak without workspace, each a point of the curve.
 CHECK_BUDGETS = (("0", 0), ("64 MiB", 64 << 20), ("unlimited", None))
 

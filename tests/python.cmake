@@ -10,7 +10,7 @@ target_include_directories(ucudnn_test_write_plan_cache PRIVATE
 
 foreach(python_suite test_torch_options test_torch_module test_torch_routing
                      test_torch_host_bound test_torch_budgets test_torch_decision test_torch_zoo
-                     test_torch_pickle
+                     test_torch_pickle test_torch_nd
                      test_curve test_torch_bench_script test_torch_models_script
                      test_plots)
   add_test(NAME python_${python_suite}

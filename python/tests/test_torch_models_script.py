@@ -143,15 +143,15 @@ class Event:
 
 class ConvTimeTest(unittest.TestCase):
     def test_outermost_convolution_ops_count_once(self):
-        backward = Event("_Conv2dFunctionBackward", device_us=900.0, cpu_us=50.0)
+        backward = Event("ConvFunctionBackward", device_us=900.0, cpu_us=50.0)
         forward_op = Event("aten::convolution")
         events = [
-            Event("autograd::engine::evaluate_function: _Conv2dFunctionBackward",
+            Event("autograd::engine::evaluate_function: ConvFunctionBackward",
                   device_us=950.0),
             backward,
             # PyTorch's own for one gradient inside the planned layer's backward: in the 900.
             Event("aten::convolution_backward", parent=backward, device_us=400.0),
-            Event("_Conv2dFunction", device_us=300.0, cpu_us=20.0),
+            Event("ConvFunction", device_us=300.0, cpu_us=20.0),
             forward_op,
             Event("aten::cudnn_convolution", parent=Event("aten::_convolution", forward_op),
                   device_us=200.0, cpu_us=10.0),

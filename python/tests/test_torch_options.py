@@ -3,6 +3,7 @@ the README's recipe.
 
 Run through ctest (tests/python.cmake), which sets UCUDNN_LIBRARY and the plan-cache tool's path."""
 
+import copy
 import ctypes
 import io
 import json
@@ -134,14 +135,33 @@ class OptionsTest(unittest.TestCase):
         self.assertEqual(status, _lib.UNAVAILABLE, library._last_error())
         self.assertFalse(handle.value)
 
-    def test_subclasses_are_left_alone(self):
-        class Mine(nn.Conv2d):
-            pass
-
-        model = nn.Sequential(Mine(1, 1, 1), nn.Conv2d(1, 1, 1))
+    def test_subclasses_keeping_torchs_forward_are_converted_others_left_alone(self):
+        model = nn.Sequential(Mine(1, 1, 1), nn.Conv2d(1, 1, 1), Gated(1, 1, 1))
+        reference = copy.deepcopy(model)
         ut.convert(model, server="", cache_path="off")
-        self.assertIs(type(model[0]), Mine)
+        self.assertIsInstance(model[0], Mine)
+        self.assertIsInstance(model[0], ut.UcudnnConv2d)
         self.assertIs(type(model[1]), ut.UcudnnConv2d)
+        self.assertIs(type(model[2]), Gated)
+        x = torch.randn(2, 1, 4, 4)
+        self.assertTrue(torch.allclose(model(x), reference(x)))
+        # Copied and pickled as what it is; unconvert() gives the subclass back.
+        for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            self.assertIs(type(copied[0]), type(model[0]))
+            self.assertTrue(torch.allclose(copied(x), reference(x)))
+        ut.unconvert(model)
+        self.assertIs(type(model[0]), Mine)
+
+
+class Mine(nn.Conv2d):
+    """A subclass with torch.nn's forward (torchvision's Conv3DSimple: only its constructor)."""
+
+
+class Gated(nn.Conv2d):
+    """A subclass whose forward does more than a convolution."""
+
+    def forward(self, x):
+        return super().forward(x).sigmoid()
 
 
 class CachesTest(unittest.TestCase):

@@ -120,7 +120,7 @@ class FrameworkPlanTest(unittest.TestCase):
         self.assertEqual(count, 3)
         ut.convert(model, server="", cache_path=cache, framework=self.IDENTITY)
         assert_same_step(self, model, reference, x)  # learns the routes
-        with mock.patch.object(ut_autograd.Conv2dFunction, "apply",
+        with mock.patch.object(ut_autograd.ConvFunction, "apply",
                                side_effect=AssertionError("through the adapter's function")):
             assert_same_step(self, model, reference, x)
         stats = ut.stats(model)

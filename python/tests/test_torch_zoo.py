@@ -130,10 +130,9 @@ TORCHVISION = {} if torchvision is None else {
     "fcos_resnet50_fpn": ("detection, anchor-free", tv(tvm.detection.fcos_resnet50_fpn,
                                                        num_classes=5, weights_backbone=None,
                                                        **SMALL_DETECTION), detection, ()),
-    # Video: every convolution is a Conv3d.
-    "r3d_18": ("video, 3-D", tv(tvm.video.r3d_18, num_classes=5), clips, ("Conv3d",)),
-    "r2plus1d_18": ("video, (2+1)-D", tv(tvm.video.r2plus1d_18, num_classes=5), clips,
-                    ("Conv3d",)),
+    # Video: every convolution is a Conv3d (subclasses of it that keep its forward).
+    "r3d_18": ("video, 3-D", tv(tvm.video.r3d_18, num_classes=5), clips, ()),
+    "r2plus1d_18": ("video, (2+1)-D", tv(tvm.video.r2plus1d_18, num_classes=5), clips, ()),
 }
 
 # timm families beyond torchvision's (pretrained=False: no download).

@@ -13,9 +13,9 @@
 // (one whole-batch segment of algo -2).
 //
 // KERNELS_FILE: one kernel a line, the fields of ucudnnConvShape_t (ucudnn_shape.h) in its order,
-// "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w groups [data_type layout math]",
-// with op 0 (forward), 1 (backward-data) or 2 (backward-filter); without the last three, fp32
-// NCHW, default math.
+// "op n c h w k r s pad_h pad_w stride_h stride_w dil_h dil_w groups [data_type layout math
+// [d t pad_d stride_d dilation_d]]", with op 0 (forward), 1 (backward-data) or 2
+// (backward-filter); without the last three, fp32 NCHW, default math; without the depth, 2-D.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -115,6 +115,10 @@ int main(int argc, char** argv) {
     }
     if (fields >> data_type && !(fields >> layout >> math)) {
       return Fail("bad kernel line: '" + line + "' (data_type needs layout and math after it)");
+    }
+    if (fields >> shape.d &&
+        !(fields >> shape.t >> shape.pad_d >> shape.stride_d >> shape.dilation_d)) {
+      return Fail("bad kernel line: '" + line + "' (d needs t pad_d stride_d dilation_d after it)");
     }
     shape.op = static_cast<ucudnnConvolutionOp_t>(op);
     shape.data_type = static_cast<ucudnnShapeDataType_t>(data_type);

@@ -1,5 +1,6 @@
 #include "cudnn/descriptors.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,38 +47,49 @@ bool ToMathMode(cudnnMathType_t math, MathMode* out) {
   }
 }
 
-struct Tensor4d {
+// A tensor of a 2-D (4-d) or 3-D (5-d) convolution: {n, c, (d,) h, w}.
+struct TensorNd {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  int n = 0, c = 0, h = 0, w = 0;
+  int rank = 0;
+  int dims[5] = {};
+  int n() const { return dims[0]; }
+  int c() const { return dims[1]; }
 };
 
-// A fully packed 4-D tensor in `layout`. Strides of dimensions of size 1 are free (cuDNN and the
-// frameworks put anything there).
-bool ReadTensor(cudnnTensorDescriptor_t desc, Layout layout, Tensor4d* t, const char** why) {
-  int dims[CUDNN_DIM_MAX] = {};
+// A fully packed 4-d or 5-d tensor of rank `rank` in `layout` (NCHW/NCDHW or NHWC/NDHWC). Strides
+// of dimensions of size 1 are free (cuDNN and the frameworks put anything there).
+bool ReadTensor(cudnnTensorDescriptor_t desc, Layout layout, int rank, TensorNd* t,
+                const char** why) {
   int strides[CUDNN_DIM_MAX] = {};
-  int rank = 0;
-  if (cudnnGetTensorNdDescriptor(desc, CUDNN_DIM_MAX, &t->type, &rank, dims, strides) !=
+  int dims[CUDNN_DIM_MAX] = {};
+  if (cudnnGetTensorNdDescriptor(desc, CUDNN_DIM_MAX, &t->type, &t->rank, dims, strides) !=
       CUDNN_STATUS_SUCCESS) {
     *why = "cannot read a tensor descriptor";
     return false;
   }
-  if (rank != 4) {
-    *why = "tensor is not 4-D";
+  if (t->rank != rank) {
+    *why = rank == 4 ? "tensor is not 4-D" : "tensor is not 5-D";
     return false;
   }
-  t->n = dims[0];
-  t->c = dims[1];
-  t->h = dims[2];
-  t->w = dims[3];
-  const int64_t c = t->c, h = t->h, w = t->w;
-  int64_t expected[4];
+  std::copy(dims, dims + rank, t->dims);
+  // The packed strides: innermost last in NC(D)HW, the channels innermost in N(D)HWC.
+  int64_t expected[5] = {};
+  int64_t stride = 1;
   if (layout == Layout::kNCHW) {
-    expected[0] = c * h * w, expected[1] = h * w, expected[2] = w, expected[3] = 1;
+    for (int i = rank - 1; i >= 0; --i) {
+      expected[i] = stride;
+      stride *= dims[i];
+    }
   } else {
-    expected[0] = h * w * c, expected[1] = 1, expected[2] = w * c, expected[3] = c;
+    expected[1] = 1;
+    stride = dims[1];
+    for (int i = rank - 1; i >= 2; --i) {
+      expected[i] = stride;
+      stride *= dims[i];
+    }
+    expected[0] = stride;
   }
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < rank; ++i) {
     if (dims[i] > 1 && strides[i] != expected[i]) {
       *why = "tensor is not packed in the filter's layout";
       return false;
@@ -100,10 +112,11 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
     *why = "cannot read the filter descriptor";
     return false;
   }
-  if (filter_rank != 4) {
-    *why = "filter is not 4-D";
+  if (filter_rank != 4 && filter_rank != 5) {
+    *why = "filter is neither 4-D nor 5-D";
     return false;
   }
+  const int spatial = filter_rank - 2;
   Layout layout = Layout::kNCHW;
   if (format == CUDNN_TENSOR_NHWC) {
     layout = Layout::kNHWC;
@@ -112,14 +125,14 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
     return false;
   }
 
-  int pads[2] = {}, strides[2] = {}, dilations[2] = {};
+  int pads[3] = {}, strides[3] = {}, dilations[3] = {};
   int conv_rank = 0;
   cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  if (cudnnGetConvolutionNdDescriptor(conv, 2, &conv_rank, pads, strides, dilations, &mode,
+  if (cudnnGetConvolutionNdDescriptor(conv, 3, &conv_rank, pads, strides, dilations, &mode,
                                       &compute) != CUDNN_STATUS_SUCCESS ||
-      conv_rank != 2) {
-    *why = "convolution is not 2-D";
+      conv_rank != spatial) {
+    *why = "convolution's rank is not the filter's (2-D or 3-D)";
     return false;
   }
   if (mode != CUDNN_CROSS_CORRELATION) {
@@ -134,9 +147,11 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
     return false;
   }
 
-  Tensor4d in, out;
-  if (!ReadTensor(input, layout, &in, why) || !ReadTensor(output, layout, &out, why)) return false;
-
+  TensorNd in, out;
+  if (!ReadTensor(input, layout, filter_rank, &in, why) ||
+      !ReadTensor(output, layout, filter_rank, &out, why)) {
+    return false;
+  }
   ConvProblem& p = parsed->problem;
   p = ConvProblem{};
   p.op = op;
@@ -153,29 +168,42 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
     return false;
   }
   p.layout = layout;
-  p.c = in.c;
-  p.h = in.h;
-  p.w = in.w;
+  p.c = in.c();
   p.k = filter_dims[0];
-  p.r = filter_dims[2];
-  p.s = filter_dims[3];
-  p.pad_h = pads[0];
-  p.pad_w = pads[1];
-  p.stride_h = strides[0];
-  p.stride_w = strides[1];
-  p.dilation_h = dilations[0];
-  p.dilation_w = dilations[1];
   p.groups = groups;
-  parsed->batch = in.n;
+  // The spatial axes from the last: w, h, then d in 3-D.
+  const int h = spatial == 3 ? 1 : 0;  // the height's index among the spatial axes
+  if (spatial == 3) {
+    p.d = in.dims[2];
+    p.t = filter_dims[2];
+    p.pad_d = pads[0];
+    p.stride_d = strides[0];
+    p.dilation_d = dilations[0];
+  }
+  p.h = in.dims[2 + h];
+  p.w = in.dims[3 + h];
+  p.r = filter_dims[2 + h];
+  p.s = filter_dims[3 + h];
+  p.pad_h = pads[h];
+  p.pad_w = pads[h + 1];
+  p.stride_h = strides[h];
+  p.stride_w = strides[h + 1];
+  p.dilation_h = dilations[h];
+  p.dilation_w = dilations[h + 1];
+  NormalizeDepth(p);
+  parsed->batch = in.n();
   if (groups < 1 || int64_t{filter_dims[1]} * groups != p.c) {
     *why = "filter channels times groups differ from the input's channels";
     return false;
   }
-  if (!Validate(p).ok() || !ValidateBatch(in.n).ok()) {
+  if (!Validate(p).ok() || !ValidateBatch(in.n()).ok()) {
     *why = "shape outside the problem model's bounds";
     return false;
   }
-  if (out.n != in.n || out.c != p.k || out.h != p.out_h() || out.w != p.out_w()) {
+  const bool out_ok = out.n() == in.n() && out.c() == p.k &&
+                      (spatial == 2 || out.dims[2] == p.out_d()) && out.dims[2 + h] == p.out_h() &&
+                      out.dims[3 + h] == p.out_w();
+  if (!out_ok) {
     *why = "output tensor shape does not match the convolution";
     return false;
   }

@@ -2,39 +2,43 @@
 the library or PyTorch."""
 
 import torch
-import torch.nn.functional as F
 
 from .. import _lib
-from .conv import CHANNELS_LAST
 
 
 def conv_forward(x, weight, conv):
-    """y = conv(x, weight) without bias: the plan's, or PyTorch's own."""
-    if not conv.framework_now(_lib.FORWARD):
+    """y = conv(x, weight) without bias (a transposed layer's conv_transpose): the plan's, or
+    PyTorch's own."""
+    op = conv.passes[0]
+    if not conv.framework_now(op):
         if conv.layout == _lib.NCHW:
             y = x.new_empty(conv.out_size)  # the cheapest allocation call
         else:
             y = torch.empty(conv.out_size, dtype=x.dtype, device=conv.device,
-                            memory_format=CHANNELS_LAST)
-        if conv.run(_lib.FORWARD, x, weight, y):
+                            memory_format=conv.memory_format)
+        if conv.run(op, x, weight, y):
             return y
-    y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
+    y = conv.torch_forward(x, weight)
     # Same strides as the plan's output (and the fake op's under torch.compile).
     return y if y.is_contiguous(memory_format=conv.memory_format) else y.contiguous(
         memory_format=conv.memory_format)
 
 
 def conv_backward(conv, x, weight, grad_y, need_x, need_w):
-    """(grad_x, grad_w), each None when not needed: the plans', PyTorch's own for the rest."""
+    """(grad_x, grad_w), each None when not needed: the plans', PyTorch's own for the rest. A
+    transposed layer's gradient of x is its forward problem's forward (of grad_y), and that of
+    its weight the problem's backward-filter with grad_y as the problem's input."""
     grad_y = grad_y.contiguous(memory_format=conv.memory_format)
     grad_x = grad_w = None
-    if need_x and not conv.framework_now(_lib.BACKWARD_DATA):
+    _, op_x, op_w = conv.passes
+    if need_x and not conv.framework_now(op_x):
         grad_x = torch.empty_like(x)  # x is dense in the signature's layout: so is this
-        if not conv.run(_lib.BACKWARD_DATA, grad_y, weight, grad_x):
+        if not conv.run(op_x, grad_y, weight, grad_x):
             grad_x = None
-    if need_w and not conv.framework_now(_lib.BACKWARD_FILTER):
+    if need_w and not conv.framework_now(op_w):
         grad_w = torch.empty_like(weight)
-        if not conv.run(_lib.BACKWARD_FILTER, x, grad_y, grad_w):
+        problem_x, problem_dy = (grad_y, x) if conv.transposed else (x, grad_y)
+        if not conv.run(op_w, problem_x, problem_dy, grad_w):
             grad_w = None
     own_x = need_x and grad_x is None
     own_w = need_w and grad_w is None
@@ -47,24 +51,15 @@ def conv_backward(conv, x, weight, grad_y, need_x, need_w):
 
 def torch_backward(conv, x, weight, grad_y, need_x, need_w):
     """PyTorch's own convolution backward for the gradients the library did not compute."""
-    if hasattr(torch.ops.aten, "convolution_backward"):
-        grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
-            grad_y, x, weight, None, list(conv.stride), list(conv.padding), list(conv.dilation),
-            False, [0, 0], conv.groups, [need_x, need_w, False])
-        return grad_x, grad_w
-    grad_x = grad_w = None  # PyTorch without aten::convolution_backward (before 1.11)
-    if need_x:
-        grad_x = torch.nn.grad.conv2d_input(x.shape, weight, grad_y, conv.stride, conv.padding,
-                                            conv.dilation, conv.groups)
-    if need_w:
-        grad_w = torch.nn.grad.conv2d_weight(x, weight.shape, grad_y, conv.stride, conv.padding,
-                                             conv.dilation, conv.groups)
+    grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
+        grad_y, x, weight, None, list(conv.stride), list(conv.padding), list(conv.dilation),
+        conv.transposed, list(conv.output_padding), conv.groups, [need_x, need_w, False])
     return grad_x, grad_w
 
 
-class Conv2dFunction(torch.autograd.Function):
-    """conv2d without bias (the bias is added by PyTorch outside): forward, backward-data and
-    backward-filter through the library, PyTorch's own for an op the library declines."""
+class ConvFunction(torch.autograd.Function):
+    """A convolution (1-D, 2-D, 3-D, or transposed) without bias (the bias is added by PyTorch
+    outside): its passes through the library, PyTorch's own for an op the library declines."""
 
     @staticmethod
     def forward(ctx, x, weight, conv):
@@ -111,10 +106,23 @@ def cast_operands(cast, input, weight, bias):
 
 def same_padding(kernel, dilation):
     """padding='same' as PyTorch does it: the symmetric part per dimension, and the extra row or
-    column (when the total is odd) that goes at the end through F.pad."""
+    column (when the total is odd) that goes at the end through F.pad (same_pad_list)."""
     symmetric, extra = [], []
     for size, dil in zip(kernel, dilation):
         total = dil * (size - 1)
         symmetric.append(total // 2)
         extra.append(total - 2 * (total // 2))
     return tuple(symmetric), extra
+
+
+def same_pad_list(extra):
+    """F.pad's list for same_padding's extra ends: the last axis first, each (before, after)."""
+    pads = []
+    for end in reversed(extra):
+        pads += [0, end]
+    return pads
+
+
+def bias_view(bias, spatial):
+    """The bias broadcast over an output of `spatial` axes."""
+    return bias.view((1, -1) + (1,) * spatial)

@@ -4,6 +4,7 @@ library."""
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from .. import _lib
 from .. import curve as _curve
@@ -17,6 +18,11 @@ SUCCESS = _lib.SUCCESS
 
 
 CHANNELS_LAST = torch.channels_last
+# torch.nn's convolutions by the rank of their input.
+CONV_FUNCTIONS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}
+TRANSPOSED_FUNCTIONS = {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}
+# Channels-last by tensor rank: NHWC for 2-D convolutions, NDHWC for 3-D; 1-D has none.
+CHANNELS_LAST_OF_RANK = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 # What the hot path asks PyTorch, through the cheapest call each version has: these run per
@@ -35,13 +41,20 @@ current_device = getattr(torch._C, "_cuda_getDevice", None) or (
 
 
 def is_channels_last(t):
-    return not t.is_contiguous() and t.is_contiguous(memory_format=CHANNELS_LAST)
+    memory_format = CHANNELS_LAST_OF_RANK.get(t.dim())
+    return (memory_format is not None and not t.is_contiguous() and
+            t.is_contiguous(memory_format=memory_format))
 
 
 def channels_last_call(x, weight):
     """PyTorch's cuDNN convolution's layout rule: channels-last when either operand is (the
     layout of a call's outputs, which the custom op's fake implementation must predict too)."""
     return is_channels_last(x) or is_channels_last(weight)
+
+
+def memory_format_of(rank, channels_last):
+    """The memory format of a call's tensors of `rank` dimensions (channels_last_call)."""
+    return CHANNELS_LAST_OF_RANK[rank] if channels_last else torch.contiguous_format
 
 
 def math_mode(dtype, is_cuda, allow_tf32):
@@ -55,6 +68,48 @@ def shape_key(shape):
     return tuple(getattr(shape, name) for name, _ in _lib.ConvShape._fields_)
 
 
+def problem_fields(n, c, sizes, k, kernel, stride, padding, dilation, groups):
+    """The ucudnnConvShape_t fields (op, dtype, layout and math aside) of a convolution over 1, 2
+    or 3 spatial axes: `sizes` the input's, `kernel` the filter's, the rest per axis. A 1-D
+    convolution is a 2-D one of height 1 (as PyTorch runs it through cuDNN); a 3-D one sets the
+    depth fields."""
+    spatial = len(sizes)
+    if spatial == 1:
+        sizes, kernel = (1,) + tuple(sizes), (1,) + tuple(kernel)
+        stride, padding, dilation = ((1,) + tuple(stride), (0,) + tuple(padding),
+                                     (1,) + tuple(dilation))
+    fields = dict(n=n, c=c, h=sizes[-2], w=sizes[-1], k=k, r=kernel[-2], s=kernel[-1],
+                  pad_h=padding[-2], pad_w=padding[-1], stride_h=stride[-2], stride_w=stride[-1],
+                  dilation_h=dilation[-2], dilation_w=dilation[-1], groups=groups)
+    if spatial == 3:
+        fields.update(d=sizes[0], t=kernel[0], pad_d=padding[0], stride_d=stride[0],
+                      dilation_d=dilation[0])
+    return fields
+
+
+def shape_is_3d(shape):
+    """Whether a ucudnnConvShape_t is 3-D (its depth fields other than a 2-D one's)."""
+    return (max(shape.d, 1), max(shape.t, 1), shape.pad_d, max(shape.stride_d, 1),
+            max(shape.dilation_d, 1)) != (1, 1, 0, 1, 1)
+
+
+def problem_tensors(shape):
+    """The torch-side geometry of a shape's forward problem: (x size, w size, y size, stride,
+    padding, dilation), 5-d and per 3 axes for a 3-D shape, else 4-d and per 2."""
+    if shape_is_3d(shape):
+        sizes, kernel = (shape.d, shape.h, shape.w), (shape.t, shape.r, shape.s)
+        stride = (shape.stride_d, shape.stride_h, shape.stride_w)
+        padding = (shape.pad_d, shape.pad_h, shape.pad_w)
+        dilation = (shape.dilation_d, shape.dilation_h, shape.dilation_w)
+    else:
+        sizes, kernel = (shape.h, shape.w), (shape.r, shape.s)
+        stride, padding = (shape.stride_h, shape.stride_w), (shape.pad_h, shape.pad_w)
+        dilation = (shape.dilation_h, shape.dilation_w)
+    x = (shape.n, shape.c) + sizes
+    w = (shape.k, shape.c // shape.groups) + kernel
+    return x, w, conv_output_size(x, w, stride, padding, dilation), stride, padding, dilation
+
+
 class LayerConv:
     """One convolution of one module at one input signature (shape, dtype, device, layout, math):
     its geometry (padding already symmetric), output size, and per op the library's kernel
@@ -62,24 +117,43 @@ class LayerConv:
     (ConvCache), so that a call reads no shape and builds no ctypes structure."""
 
     __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
-                 "dilation", "groups", "memory_format", "out_size", "dims", "data_type", "layout",
-                 "math", "kernels", "routes", "recheck", "workspace_bytes", "local", "ops",
-                 "framework_layer", "layer_recheck", "why")
+                 "dilation", "groups", "output_padding", "transposed", "passes", "memory_format",
+                 "out_size", "dims", "fields", "data_type", "layout", "math", "kernels", "routes",
+                 "recheck", "workspace_bytes", "local", "ops", "framework_layer",
+                 "layer_recheck", "why")
 
-    def __init__(self, runtime, context, x, weight, dtype, geometry, channels_last, math):
+    def __init__(self, runtime, context, x, weight, dtype, geometry, channels_last, math,
+                 transposed=False):
+        """`geometry`: (stride, padding, dilation, groups, output_padding), per spatial axis of
+        x (1, 2 or 3 of them). A transposed convolution (`transposed`) is planned as the
+        backward-data of its forward problem, whose input is the transposed one's output: its
+        passes run the library's (backward-data, forward, backward-filter)."""
         self.runtime, self.context = runtime, context
         self.run_kernel = runtime.library.ShapeKernelRun
         self.device = x.device
         self.index = x.get_device() if x.is_cuda else -1
-        self.stride, self.padding, self.dilation, self.groups = geometry
-        self.memory_format = CHANNELS_LAST if channels_last else torch.contiguous_format
+        self.stride, self.padding, self.dilation, self.groups, self.output_padding = geometry
+        self.transposed = transposed
+        self.memory_format = memory_format_of(x.dim(), channels_last)
         self.layout = _lib.NHWC if channels_last else _lib.NCHW
         self.data_type = DATA_TYPES[dtype]  # the call's, after autocast
         self.math = math
-        n, c, h, w = x.shape
-        k, _, r, s = weight.shape
-        self.dims = (n, c, h, w, k, r, s)
-        self.out_size = output_size(self.dims, self.stride, self.padding, self.dilation)
+        if transposed:
+            self.out_size = transposed_output_size(x.shape, weight.shape, self.stride,
+                                                   self.padding, self.dilation,
+                                                   self.output_padding, self.groups)
+            problem_x, problem_k = self.out_size, x.shape[1]
+            self.passes = (_lib.BACKWARD_DATA, _lib.FORWARD, _lib.BACKWARD_FILTER)
+        else:
+            self.out_size = conv_output_size(x.shape, weight.shape, self.stride, self.padding,
+                                             self.dilation)
+            problem_x, problem_k = x.shape, weight.shape[0]
+            self.passes = (_lib.FORWARD, _lib.BACKWARD_DATA, _lib.BACKWARD_FILTER)
+        n, c, sizes, kernel = problem_x[0], problem_x[1], tuple(problem_x[2:]), tuple(
+            weight.shape[2:])
+        self.dims = (n, c) + sizes + (problem_k,) + kernel  # the forward problem's
+        self.fields = problem_fields(n, c, sizes, problem_k, kernel, self.stride, self.padding,
+                                     self.dilation, self.groups)
         self.kernels = [None, None, None]  # by op
         self.routes = [ROUTE_ASK, ROUTE_ASK, ROUTE_ASK]
         self.recheck = [0.0, 0.0, 0.0]
@@ -94,9 +168,22 @@ class LayerConv:
 
     def shape(self, op):
         """The ucudnnConvShape_t of `op`."""
-        return _lib.ConvShape(op, *self.dims, self.padding[0], self.padding[1], self.stride[0],
-                              self.stride[1], self.dilation[0], self.dilation[1], self.groups,
-                              self.data_type, self.layout, self.math)
+        return _lib.ConvShape(op=op, data_type=self.data_type, layout=self.layout,
+                              math=self.math, **self.fields)
+
+    def torch_forward(self, x, weight):
+        """PyTorch's own convolution of the layer's forward pass (no bias), through torch.nn's
+        function (the cheapest call on the host)."""
+        if self.transposed:
+            return TRANSPOSED_FUNCTIONS[x.dim()](x, weight, None, self.stride, self.padding,
+                                                 self.output_padding, self.groups, self.dilation)
+        return CONV_FUNCTIONS[x.dim()](x, weight, None, self.stride, self.padding, self.dilation,
+                                       self.groups)
+
+    def pass_ops(self, need_x, need_w):
+        """The library's ops of a call's passes: its forward, then those of the gradients."""
+        fwd, grad_x, grad_w = self.passes
+        return (fwd,) + ((grad_x,) if need_x else ()) + ((grad_w,) if need_w else ())
 
     def _routed(self, op, now):
         """Whether `op` runs PyTorch's own without asking the library (its route, until its
@@ -117,8 +204,7 @@ class LayerConv:
         """When every op of this call runs PyTorch's own now (each counted as such): until when
         that holds without asking the library (the layer's decision or the ops' routes, till
         their recheck); else 0.0."""
-        ops = (_lib.FORWARD,) + ((_lib.BACKWARD_DATA,) if need_x else ()) + (
-            (_lib.BACKWARD_FILTER,) if need_w else ())
+        ops = self.pass_ops(need_x, need_w)
         now = self.runtime.clock()
         if now >= self.layer_recheck:
             self.decide_layer(ops, now)
@@ -241,12 +327,7 @@ class LayerConv:
 
     def record(self, needs_x, needs_w):
         """prepare(): the kernels this convolution will run in a training step."""
-        ops = [_lib.FORWARD]
-        if needs_x:
-            ops.append(_lib.BACKWARD_DATA)
-        if needs_w:
-            ops.append(_lib.BACKWARD_FILTER)
-        self.ops = tuple(ops)
+        ops = self.ops = self.pass_ops(needs_x, needs_w)
         recorded = self.runtime.recording.setdefault(self.device, [])
         recorded.extend(self.shape(op) for op in ops)
 
@@ -337,12 +418,23 @@ def lowered_limit(failed):
     return max(_curve.NO_WORKSPACE, 1 << (quarter.bit_length() - 1) if quarter > 0 else 0)
 
 
-def output_size(dims, stride, padding, dilation):
-    n, _, h, w, k, r, s = dims
-    sizes = [n, k]
-    for i, extent in enumerate((h, w)):
-        span = dilation[i] * ((r, s)[i] - 1) + 1
+def conv_output_size(x_size, w_size, stride, padding, dilation):
+    """The output size (n, k, spatial...) of a convolution of x by w."""
+    sizes = [x_size[0], w_size[0]]
+    for i, extent in enumerate(x_size[2:]):
+        span = dilation[i] * (w_size[2 + i] - 1) + 1
         sizes.append((extent + 2 * padding[i] - span) // stride[i] + 1)
+    return sizes
+
+
+def transposed_output_size(x_size, w_size, stride, padding, dilation, output_padding, groups):
+    """The output size (n, c, spatial...) of a transposed convolution of x by w (w is
+    c_in x c_out / groups x kernel): the input size of the convolution it is the backward-data
+    of."""
+    sizes = [x_size[0], w_size[1] * groups]
+    for i, extent in enumerate(x_size[2:]):
+        sizes.append((extent - 1) * stride[i] - 2 * padding[i] + dilation[i] * (w_size[2 + i] - 1)
+                     + output_padding[i] + 1)
     return sizes
 
 

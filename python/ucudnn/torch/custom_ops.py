@@ -1,12 +1,12 @@
-"""The torch.library custom ops (ucudnn::conv2d and its backward) that torch.compile traces, and the
-registry of converted modules they find."""
+"""The torch.library custom ops (ucudnn::convolution and its backward) that torch.compile traces,
+and the registry of converted modules they find."""
 
 import weakref
 
 import torch
-import torch.nn.functional as F
 
-from .conv import CHANNELS_LAST, channels_last_call, output_size
+from .conv import (channels_last_call, conv_output_size, memory_format_of,
+                   transposed_output_size)
 from .autograd import conv_backward, conv_forward
 
 
@@ -28,60 +28,66 @@ _custom_ops = None  # not tried yet; then torch.ops.ucudnn, or False (this PyTor
 
 
 def register_custom_ops():
-    """ucudnn::conv2d and ucudnn::conv2d_backward with fake implementations and autograd; None
-    where this PyTorch has no torch.library.register_fake / register_autograd (before 2.4)."""
+    """ucudnn::convolution and ucudnn::convolution_backward (every rank, transposed or not) with
+    fake implementations and autograd; None where this PyTorch has no
+    torch.library.register_fake / register_autograd (before 2.4)."""
     library = torch.library
     if not (hasattr(library, "register_fake") and hasattr(library, "register_autograd")):
         return None
     lib = library.Library("ucudnn", "FRAGMENT")
-    geometry = "int[2] stride, int[2] padding, int[2] dilation, int groups, int key"
-    lib.define(f"conv2d(Tensor x, Tensor weight, {geometry}) -> Tensor")
-    lib.define(f"conv2d_backward(Tensor grad_y, Tensor x, Tensor weight, {geometry}, "
+    geometry = ("int[] stride, int[] padding, int[] dilation, bool transposed, "
+                "int[] output_padding, int groups, int key")
+    lib.define(f"convolution(Tensor x, Tensor weight, {geometry}) -> Tensor")
+    lib.define(f"convolution_backward(Tensor grad_y, Tensor x, Tensor weight, {geometry}, "
                "bool need_x, bool need_w) -> (Tensor, Tensor)")
 
-    def conv_of(x, weight, padding, key):
+    def conv_of(x, weight, padding, output_padding, key):
         module = MODULES.get(key)
         # The op's operands are cast already (the caller casts for autocast): no cast here.
-        return None if module is None else module._ucudnn_conv_of(x, weight, tuple(padding),
-                                                                  None)
+        return None if module is None else module._ucudnn_conv_of(
+            x, weight, tuple(padding), None, tuple(output_padding))
 
-    def conv2d(x, weight, stride, padding, dilation, groups, key):
-        conv = conv_of(x, weight, padding, key)
+    def convolution(x, weight, stride, padding, dilation, transposed, output_padding, groups,
+                    key):
+        conv = conv_of(x, weight, padding, output_padding, key)
         if conv is None:
-            memory_format = op_memory_format(x, weight)
-            y = F.conv2d(x, weight, None, stride, padding, dilation, groups)
-            return y.contiguous(memory_format=memory_format)
+            y = torch.ops.aten.convolution(x, weight, None, stride, padding, dilation, transposed,
+                                           output_padding, groups)
+            return y.contiguous(memory_format=op_memory_format(x, weight))
         return conv_forward(x.contiguous(memory_format=conv.memory_format),
-                        weight.contiguous(memory_format=conv.memory_format), conv)
+                            weight.contiguous(memory_format=conv.memory_format), conv)
 
-    def conv2d_backward(grad_y, x, weight, stride, padding, dilation, groups, key, need_x,
-                        need_w):
-        conv = conv_of(x, weight, padding, key)
+    def convolution_backward(grad_y, x, weight, stride, padding, dilation, transposed,
+                             output_padding, groups, key, need_x, need_w):
+        conv = conv_of(x, weight, padding, output_padding, key)
         memory_format = op_memory_format(x, weight)
         x = x.contiguous(memory_format=memory_format)
         weight = weight.contiguous(memory_format=memory_format)
         if conv is None:
             grad_x, grad_w, _ = torch.ops.aten.convolution_backward(
-                grad_y, x, weight, None, stride, padding, dilation, False, [0, 0], groups,
-                [need_x, need_w, False])
+                grad_y, x, weight, None, stride, padding, dilation, transposed, output_padding,
+                groups, [need_x, need_w, False])
         else:
             grad_x, grad_w = conv_backward(conv, x, weight, grad_y, need_x, need_w)
         return (or_empty(grad_x, x, memory_format), or_empty(grad_w, weight, memory_format))
 
     for device in ("CPU", "CUDA"):
-        lib.impl("conv2d", conv2d, device)
-        lib.impl("conv2d_backward", conv2d_backward, device)
+        lib.impl("convolution", convolution, device)
+        lib.impl("convolution_backward", convolution_backward, device)
 
-    @library.register_fake("ucudnn::conv2d", lib=lib)
-    def conv2d_fake(x, weight, stride, padding, dilation, groups, key):
-        n, c, h, w = x.shape
-        k, _, r, s = weight.shape
-        size = output_size((n, c, h, w, k, r, s), stride, padding, dilation)
+    @library.register_fake("ucudnn::convolution", lib=lib)
+    def convolution_fake(x, weight, stride, padding, dilation, transposed, output_padding, groups,
+                         key):
+        if transposed:
+            size = transposed_output_size(x.shape, weight.shape, stride, padding, dilation,
+                                          output_padding, groups)
+        else:
+            size = conv_output_size(x.shape, weight.shape, stride, padding, dilation)
         return x.new_empty(size).contiguous(memory_format=op_memory_format(x, weight))
 
-    @library.register_fake("ucudnn::conv2d_backward", lib=lib)
-    def conv2d_backward_fake(grad_y, x, weight, stride, padding, dilation, groups, key, need_x,
-                             need_w):
+    @library.register_fake("ucudnn::convolution_backward", lib=lib)
+    def convolution_backward_fake(grad_y, x, weight, stride, padding, dilation, transposed,
+                                  output_padding, groups, key, need_x, need_w):
         memory_format = op_memory_format(x, weight)
         grad_x = torch.empty_like(x, memory_format=memory_format) if need_x else x.new_empty(0)
         grad_w = (torch.empty_like(weight, memory_format=memory_format) if need_w else
@@ -89,26 +95,27 @@ def register_custom_ops():
         return grad_x, grad_w
 
     def setup_context(ctx, inputs, output):
-        x, weight, stride, padding, dilation, groups, key = inputs
+        x, weight = inputs[:2]
         ctx.save_for_backward(x, weight)
-        ctx.geometry = (stride, padding, dilation, groups, key)
+        ctx.geometry = inputs[2:]
 
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[:2]
-        grad_x, grad_w = torch.ops.ucudnn.conv2d_backward(grad_y, x, weight, *ctx.geometry,
-                                                          need_x, need_w)
-        return (grad_x if need_x else None, grad_w if need_w else None, None, None, None, None,
-                None)
+        grad_x, grad_w = torch.ops.ucudnn.convolution_backward(grad_y, x, weight, *ctx.geometry,
+                                                               need_x, need_w)
+        return (grad_x if need_x else None, grad_w if need_w else None) + (None,) * len(
+            ctx.geometry)
 
-    library.register_autograd("ucudnn::conv2d", backward, setup_context=setup_context, lib=lib)
+    library.register_autograd("ucudnn::convolution", backward, setup_context=setup_context,
+                              lib=lib)
     register_custom_ops.lib = lib  # the registrations live as long as the library object
     return torch.ops.ucudnn
 
 
 def op_memory_format(x, weight):
     """The memory format of the op's outputs (channels_last_call)."""
-    return CHANNELS_LAST if channels_last_call(x, weight) else torch.contiguous_format
+    return memory_format_of(x.dim(), channels_last_call(x, weight))
 
 
 def or_empty(tensor, like, memory_format):

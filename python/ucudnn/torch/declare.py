@@ -16,7 +16,7 @@ def kernels(model, *sample_inputs):
     """The convolutions a training step of `model` on `sample_inputs` runs through the library:
     {(runtime, device): [ConvShape, ...]} from one forward pass run by PyTorch (the backward ops
     are those the gradients need: no backward-data for a layer whose input needs no gradient).
-    The converted layers compute nothing in it (zero outputs, ShapeOnlyConv2dFunction): no
+    The converted layers compute nothing in it (zero outputs, ShapeOnlyConvFunction): no
     cuDNN call, so no PyTorch benchmark. The pass keeps no activation for a backward (none
     runs): it holds the memory of an inference forward, not of a training step. A
     torch.compile'd model's pass runs its original module."""

@@ -4,12 +4,11 @@ import collections
 import time
 
 import torch
-import torch.nn.functional as F
 
 from .. import _lib
 from .options import TORCH_DTYPES
 from .routing import beats_framework
-from .conv import CHANNELS_LAST, SUCCESS, output_size, shape_key
+from .conv import CONV_FUNCTIONS, SUCCESS, memory_format_of, problem_tensors, shape_key
 from .declare import declare_at_limits, kernel_infos, kernels, unique_shapes
 
 
@@ -92,33 +91,30 @@ def decide_locally(runtime, context, measured):
 
 
 def operands_of(shape, device):
-    """Random (not zero) operands of `shape`: x, w, dy in its dtype and layout."""
+    """Random (not zero) operands of `shape`'s forward problem: x, w, dy in its dtype and layout
+    (5-d for a 3-D shape), and its geometry."""
     dtype = TORCH_DTYPES[shape.data_type]
-    memory_format = CHANNELS_LAST if shape.layout == _lib.NHWC else torch.contiguous_format
-    dims = (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s)
-    stride, padding, dilation = ((shape.stride_h, shape.stride_w), (shape.pad_h, shape.pad_w),
-                                 (shape.dilation_h, shape.dilation_w))
-    out = output_size(dims, stride, padding, dilation)
+    x_size, w_size, y_size, stride, padding, dilation = problem_tensors(shape)
+    memory_format = memory_format_of(len(x_size), shape.layout == _lib.NHWC)
 
-    def rand(*size):
+    def rand(size):
         return torch.randn(*size, device=device, dtype=dtype).contiguous(
             memory_format=memory_format)
 
-    x = rand(shape.n, shape.c, shape.h, shape.w)
-    w = rand(shape.k, shape.c // shape.groups, shape.r, shape.s)
-    dy = rand(*out)
-    return x, w, dy, (stride, padding, dilation, shape.groups)
+    return rand(x_size), rand(w_size), rand(y_size), (stride, padding, dilation, shape.groups)
 
 
 def framework_call(shape, x, w, dy, geometry):
-    """PyTorch's own op of `shape` as a closure."""
+    """PyTorch's own op of `shape` as a closure: a transposed layer's forward is the backward-data
+    of its forward problem, which is what PyTorch's own runs in cuDNN for it."""
     stride, padding, dilation, groups = geometry
     op = shape.op
     if op == _lib.FORWARD:
-        return lambda: F.conv2d(x, w, None, stride, padding, dilation, groups)
+        return lambda: CONV_FUNCTIONS[x.dim()](x, w, None, stride, padding, dilation, groups)
     mask = [op == _lib.BACKWARD_DATA, op == _lib.BACKWARD_FILTER, False]
     return lambda: torch.ops.aten.convolution_backward(
-        dy, x, w, None, list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
+        dy, x, w, None, list(stride), list(padding), list(dilation), False, [0] * len(stride),
+        groups, mask)
 
 
 def framework_output(shape, operands):

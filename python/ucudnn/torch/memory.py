@@ -15,7 +15,7 @@ from .outputs import inputs_on_cuda, tensors_in
 def memory_profile(model, *sample_inputs, loss_fn=None, reader=None):
     """One training step of `model` on `sample_inputs` (forward, `loss_fn(output)` or the output's
     sum, backward), every converted convolution computing nothing (zero outputs and gradients of
-    the real ones' shapes, ShapeOnlyConv2dFunction: the memory is the step's, with no
+    the real ones' shapes, ShapeOnlyConvFunction: the memory is the step's, with no
     workspace and no PyTorch benchmark), recording for each convolution op the device memory in
     use at its start (PyTorch's counter: `reader`, default torch.cuda.memory_allocated) and its
     output's bytes. A model whose control flow reads its activations' values is profiled on

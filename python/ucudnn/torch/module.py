@@ -14,8 +14,10 @@ from .. import _lib
 from .options import DATA_TYPES, INFINITY, NOT_PICKLED, framework_identity, library_options
 from .handle import CUDNN_HANDLE_CHOICES, framework_cudnn_handle, restore_framework_search
 from .routing import MIN_LAYER_GAIN_US, framework_benchmarks
-from .conv import ConvCache, LayerConv, allow_tf32_now, channels_last_call, math_mode, shape_key
-from .autograd import Conv2dFunction, autocast_dtype, cast_operands, conv_forward, same_padding
+from .conv import (CONV_FUNCTIONS, TRANSPOSED_FUNCTIONS, ConvCache, LayerConv, allow_tf32_now,
+                   channels_last_call, math_mode, shape_key)
+from .autograd import (ConvFunction, autocast_dtype, bias_view, cast_operands, conv_forward,
+                       same_pad_list, same_padding)
 from .custom_ops import custom_ops_available, is_compiling, module_key
 from .recording import shape_only_conv
 
@@ -117,10 +119,10 @@ class Runtime:
         return list(self._contexts.values())
 
     def route_native(self, module, until):
-        """`module`'s calls run nn.Conv2d's own forward, unasked and uncounted, until `until`
+        """`module`'s calls run torch.nn's own forward, unasked and uncounted, until `until`
         (the step's root hook or restore_native() brings it back): a layer whose every op runs
         PyTorch's own then costs a host-bound step exactly what it costs unconverted."""
-        module.__class__ = NativeRoutedConv2d
+        module.__class__ = NATIVE_OF_CONVERTED[type(module)]
         self.native_routed.append(module)
         self.native_until = min(self.native_until, until)
 
@@ -128,8 +130,9 @@ class Runtime:
         """Every layer on the native route back on the adapter's, which asks the library again
         at its next call (at the routes' recheck; before prepare() records or profiles a step)."""
         for module in self.native_routed:
-            if type(module) is NativeRoutedConv2d:  # not unconverted meanwhile
-                module.__class__ = UcudnnConv2d
+            converted = CONVERTED_OF_NATIVE.get(type(module))
+            if converted is not None:  # not unconverted meanwhile
+                module.__class__ = converted
         self.native_routed = []
         self.native_until = INFINITY
 
@@ -149,50 +152,54 @@ class Runtime:
                       state.get("min_layer_gain_us"), state.get("cudnn_handle", "framework"))
 
 
-class UcudnnConv2d(nn.Conv2d):
-    """A torch.nn.Conv2d whose convolution runs through ucudnn. Made by convert() from an existing
-    Conv2d (its class is swapped in place), so parameters and state_dict keys are the same. Its
-    stride, padding, dilation and groups are read at an input signature's first call."""
+class UcudnnConvolution:
+    """What every converted convolution layer has: its convolution through ucudnn. Mixed into a
+    subclass of each torch.nn convolution (UcudnnConv1d ... UcudnnConvTranspose3d), made by
+    convert() from an existing layer (its class is swapped in place), so parameters and
+    state_dict keys are the same. Its stride, padding, dilation and groups are read at an input
+    signature's first call."""
 
-    def _conv_forward(self, input, weight, bias):
-        unbatched = input.dim() == 3
-        if unbatched:
-            input = input.unsqueeze(0)
-        elif input.dim() != 4:
-            raise ValueError(f"UcudnnConv2d: expected a 3-D or 4-D input, got {input.dim()}-D")
-        if self.padding_mode != "zeros":
-            # As nn.Conv2d: explicit padding of the mode, then a convolution without padding.
-            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            padding = (0, 0)
-        elif self.padding == "valid":
-            padding = (0, 0)
-        elif self.padding == "same":
-            padding, extra = same_padding(self.kernel_size, self.dilation)
-            if any(extra):
-                input = F.pad(input, [0, extra[1], 0, extra[0]])
-        else:
-            padding = self.padding
-        output = self._ucudnn_conv(input, weight, bias, padding)
-        return output.squeeze(0) if unbatched else output
+    _ucudnn_transposed = False
 
-    def _ucudnn_conv(self, input, weight, bias, padding):
+    def _ucudnn_batched(self, input):
+        """(input with a batch axis, whether it had none), as torch.nn takes unbatched input."""
+        spatial = self._ucudnn_spatial
+        if input.dim() == spatial + 1:
+            return input.unsqueeze(0), True
+        if input.dim() != spatial + 2:
+            raise ValueError(f"{type(self).__name__}: expected a {spatial + 1}-D or "
+                             f"{spatial + 2}-D input, got {input.dim()}-D")
+        return input, False
+
+    def _ucudnn_torch(self, input, weight, bias, padding, output_padding):
+        """PyTorch's own convolution of the layer, as unconverted."""
+        if self._ucudnn_transposed:
+            return TRANSPOSED_FUNCTIONS[input.dim()](input, weight, bias, self.stride, padding,
+                                                     output_padding, self.groups, self.dilation)
+        return CONV_FUNCTIONS[input.dim()](input, weight, bias, self.stride, padding,
+                                           self.dilation, self.groups)
+
+    def _ucudnn_conv(self, input, weight, bias, padding, output_padding=None):
         is_cuda = input.is_cuda
         if not is_cuda and not input.is_cpu:
             # A device the library has no backend for.
-            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+            return self._ucudnn_torch(input, weight, bias, padding, output_padding)
+        spatial = self._ucudnn_spatial
+        output_padding = tuple(output_padding) if output_padding is not None else (0,) * spatial
         cast = autocast_dtype(is_cuda)
         if cast is not None and not (input.is_floating_point() and input.dtype != torch.float64):
             cast = None  # autocast leaves it as it is
         if is_compiling():
             if custom_ops_available() and not self._ucudnn_framework_layer:
                 input, weight, bias = cast_operands(cast, input, weight, bias)
-                y = torch.ops.ucudnn.conv2d(input, weight, list(self.stride), list(padding),
-                                            list(self.dilation), self.groups,
-                                            self._ucudnn_key)
-                return y if bias is None else y + bias.view(1, -1, 1, 1)
-            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+                y = torch.ops.ucudnn.convolution(input, weight, list(self.stride), list(padding),
+                                                 list(self.dilation), self._ucudnn_transposed,
+                                                 list(output_padding), self.groups,
+                                                 self._ucudnn_key)
+                return y if bias is None else y + bias_view(bias, spatial)
+            return self._ucudnn_torch(input, weight, bias, padding, output_padding)
         runtime = self._ucudnn_runtime
-        conv = self._ucudnn_conv_of(input, weight, padding, cast)
+        conv = self._ucudnn_conv_of(input, weight, padding, cast, output_padding)
         if conv is not None and runtime.recording is not None:
             grad = torch.is_grad_enabled()
             conv.record(grad and input.requires_grad, grad and weight.requires_grad)
@@ -202,7 +209,7 @@ class UcudnnConv2d(nn.Conv2d):
         # unconverted layer (in C++, its weight cast cached for the autocast region), which a
         # cast here in Python would cost a host-bound step several microseconds per operand.
         if conv is None:
-            return F.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
+            return self._ucudnn_torch(input, weight, bias, padding, output_padding)
         grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
         need_x = grad and input.requires_grad
         need_w = grad and weight.requires_grad
@@ -210,21 +217,20 @@ class UcudnnConv2d(nn.Conv2d):
             until = conv.framework_until(need_x, need_w)
             if until:
                 # Every op of the call runs PyTorch's own: the unconverted layer's path, and
-                # nn.Conv2d's own forward for the layer's next calls till then (route_native).
+                # torch.nn's own forward for the layer's next calls till then (route_native).
                 runtime.route_native(self, until)
-                return F.conv2d(input, weight, bias, self.stride, padding, self.dilation,
-                                self.groups)
+                return self._ucudnn_torch(input, weight, bias, padding, output_padding)
         input, weight, bias = cast_operands(cast, input, weight, bias)
         if runtime.profiling is not None:
             return shape_only_conv(runtime.profiling, conv, input, weight, bias)
         memory_format = conv.memory_format
         input = input.contiguous(memory_format=memory_format)
         weight = weight.contiguous(memory_format=memory_format)
-        y = Conv2dFunction.apply(input, weight, conv) if grad else conv_forward(input, weight, conv)
+        y = ConvFunction.apply(input, weight, conv) if grad else conv_forward(input, weight, conv)
         # In place: the op's output is not saved for its backward.
-        return y if bias is None else y.add_(bias.view(1, -1, 1, 1))
+        return y if bias is None else y.add_(bias_view(bias, spatial))
 
-    def _ucudnn_conv_of(self, input, weight, padding, cast):
+    def _ucudnn_conv_of(self, input, weight, padding, cast, output_padding=None):
         """The LayerConv of the call's signature (the operands' dtype that of autocast's `cast` when
         set), made at its first sight; None when the library has no words for it (a dtype it does
         not plan, operands of two dtypes, no context)."""
@@ -232,7 +238,7 @@ class UcudnnConv2d(nn.Conv2d):
         allow_tf32 = allow_tf32_now()
         dtype, weight_dtype = (cast, cast) if cast is not None else (input.dtype, weight.dtype)
         signature = (input.shape, dtype, input.device, weight.shape, weight_dtype, channels_last,
-                     allow_tf32, padding)
+                     allow_tf32, padding, output_padding)
         convs = self._ucudnn_convs
         conv = convs.get(signature, False)
         if conv is False:
@@ -240,19 +246,34 @@ class UcudnnConv2d(nn.Conv2d):
                 convs.clear()
             conv = None
             if dtype in DATA_TYPES and weight_dtype == dtype:
-                conv = self._ucudnn_make_conv(input, weight, padding, channels_last, allow_tf32,
-                                              dtype)
+                conv = self._ucudnn_make_conv(input, weight, padding, output_padding,
+                                              channels_last, allow_tf32, dtype)
             convs[signature] = conv
         return conv
 
-    def _ucudnn_make_conv(self, input, weight, padding, channels_last, allow_tf32, dtype):
+    def _ucudnn_make_conv(self, input, weight, padding, output_padding, channels_last,
+                          allow_tf32, dtype):
         runtime = self._ucudnn_runtime
         context = runtime.context(input.device)
         if context is None:
             return None
-        geometry = (tuple(self.stride), tuple(padding), tuple(self.dilation), self.groups)
+        spatial = self._ucudnn_spatial
+        geometry = (tuple(self.stride), tuple(padding), tuple(self.dilation), self.groups,
+                    tuple(output_padding) if output_padding is not None else (0,) * spatial)
         math = math_mode(dtype, input.is_cuda, allow_tf32)
-        return LayerConv(runtime, context, input, weight, dtype, geometry, channels_last, math)
+        return LayerConv(runtime, context, input, weight, dtype, geometry, channels_last, math,
+                         self._ucudnn_transposed)
+
+    def __reduce_ex__(self, protocol):
+        # A class made for a subclass (converted_class) has no importable name: pickled as its
+        # subclass, made again when loaded.
+        cls = type(self)
+        converted = CONVERTED_OF_NATIVE.get(cls, cls)
+        original = TORCH_OF_CONVERTED.get(converted)
+        if original is None or CONVERTED_OF_TORCH.get(original) is converted:
+            return super().__reduce_ex__(protocol)
+        state = self.__getstate__() if hasattr(self, "__getstate__") else self.__dict__
+        return (rebuild_converted, (original, cls is not converted), state)
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -260,15 +281,151 @@ class UcudnnConv2d(nn.Conv2d):
             self._ucudnn_runtime.conv_caches[id(self._ucudnn_convs)] = self._ucudnn_convs
             self._ucudnn_key = module_key(self)  # decided, the adapter's route
             self._ucudnn_framework_layer = False
-            if type(self) is NativeRoutedConv2d:
-                self.__class__ = UcudnnConv2d
+            converted = CONVERTED_OF_NATIVE.get(type(self))
+            if converted is not None:
+                self.__class__ = converted
 
 
-class NativeRoutedConv2d(UcudnnConv2d):
-    """A converted layer on the native route (Runtime.route_native): nn.Conv2d's own forward,
-    with nothing of the adapter's in the call."""
+class UcudnnConvNd(UcudnnConvolution):
+    """A converted convolution (not transposed): torch.nn's _conv_forward through ucudnn."""
 
-    _conv_forward = nn.Conv2d._conv_forward
+    def _conv_forward(self, input, weight, bias):
+        input, unbatched = self._ucudnn_batched(input)
+        if self.padding_mode != "zeros":
+            # As torch.nn: explicit padding of the mode, then a convolution without padding.
+            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            padding = (0,) * self._ucudnn_spatial
+        elif self.padding == "valid":
+            padding = (0,) * self._ucudnn_spatial
+        elif self.padding == "same":
+            padding, extra = same_padding(self.kernel_size, self.dilation)
+            if any(extra):
+                input = F.pad(input, same_pad_list(extra))
+        else:
+            padding = self.padding
+        output = self._ucudnn_conv(input, weight, bias, tuple(padding))
+        return output.squeeze(0) if unbatched else output
+
+
+class UcudnnConvTransposeNd(UcudnnConvolution):
+    """A converted transposed convolution: torch.nn's forward through ucudnn, planned as the
+    backward-data of its forward problem."""
+
+    _ucudnn_transposed = True
+
+    def forward(self, input, output_size=None):
+        if self.padding_mode != "zeros":
+            raise ValueError(f"Only \"zeros\" padding mode is supported for "
+                             f"{type(self).__name__}")
+        input, unbatched = self._ucudnn_batched(input)
+        if output_size is not None and len(output_size) == self._ucudnn_spatial + 1:
+            output_size = [input.shape[0]] + list(output_size)  # an unbatched call's
+        output_padding = self._output_padding(input, output_size, self.stride, self.padding,
+                                              self.kernel_size, self._ucudnn_spatial,
+                                              self.dilation)
+        output = self._ucudnn_conv(input, self.weight, self.bias, tuple(self.padding),
+                                   tuple(output_padding))
+        return output.squeeze(0) if unbatched else output
+
+
+class UcudnnConv1d(UcudnnConvNd, nn.Conv1d):
+    """A torch.nn.Conv1d through ucudnn (planned as a 2-D convolution of height 1)."""
+    _ucudnn_spatial = 1
+
+
+class UcudnnConv2d(UcudnnConvNd, nn.Conv2d):
+    """A torch.nn.Conv2d through ucudnn."""
+    _ucudnn_spatial = 2
+
+
+class UcudnnConv3d(UcudnnConvNd, nn.Conv3d):
+    """A torch.nn.Conv3d through ucudnn."""
+    _ucudnn_spatial = 3
+
+
+class UcudnnConvTranspose1d(UcudnnConvTransposeNd, nn.ConvTranspose1d):
+    """A torch.nn.ConvTranspose1d through ucudnn."""
+    _ucudnn_spatial = 1
+
+
+class UcudnnConvTranspose2d(UcudnnConvTransposeNd, nn.ConvTranspose2d):
+    """A torch.nn.ConvTranspose2d through ucudnn."""
+    _ucudnn_spatial = 2
+
+
+class UcudnnConvTranspose3d(UcudnnConvTransposeNd, nn.ConvTranspose3d):
+    """A torch.nn.ConvTranspose3d through ucudnn."""
+    _ucudnn_spatial = 3
+
+
+# torch.nn's convolution layers and what convert() makes of each.
+CONVERTED_OF_TORCH = {
+    nn.Conv1d: UcudnnConv1d, nn.Conv2d: UcudnnConv2d, nn.Conv3d: UcudnnConv3d,
+    nn.ConvTranspose1d: UcudnnConvTranspose1d, nn.ConvTranspose2d: UcudnnConvTranspose2d,
+    nn.ConvTranspose3d: UcudnnConvTranspose3d,
+}
+TORCH_OF_CONVERTED = {converted: torch_class
+                      for torch_class, converted in CONVERTED_OF_TORCH.items()}
+
+
+def native_routed_class(converted):
+    """A converted layer's class on the native route (Runtime.route_native): torch.nn's own
+    forward, with nothing of the adapter's in the call."""
+    torch_class = TORCH_OF_CONVERTED[converted]
+    method = "forward" if converted._ucudnn_transposed else "_conv_forward"
+    return type("NativeRouted" + torch_class.__name__, (converted,),
+                {method: getattr(torch_class, method), "__module__": __name__,
+                 "__doc__": native_routed_class.__doc__})
+
+
+NATIVE_OF_CONVERTED = {converted: native_routed_class(converted)
+                       for converted in TORCH_OF_CONVERTED}
+CONVERTED_OF_NATIVE = {native: converted for converted, native in NATIVE_OF_CONVERTED.items()}
+for _native in NATIVE_OF_CONVERTED.values():  # pickled by name, as module attributes
+    globals()[_native.__name__] = _native
+# Converted classes made for subclasses of torch.nn's layers (converted_class), by subclass.
+CONVERTED_OF_SUBCLASS = {}
+
+
+def converted_class(kind):
+    """The class convert() gives a layer of type `kind`, or None where it leaves it as it is. A
+    subclass of a torch.nn convolution that keeps torch.nn's forward (torchvision's video
+    models' Conv3DSimple, which only sets its arguments) gets a class of its own that is both
+    (a subclass still isinstance of itself); one whose forward does more is left as it is."""
+    target = CONVERTED_OF_TORCH.get(kind) or CONVERTED_OF_NATIVE.get(kind)
+    if target is not None or issubclass(kind, UcudnnConvolution):
+        return target
+    made = CONVERTED_OF_SUBCLASS.get(kind)
+    if made is not None:
+        return made
+    for base, converted in CONVERTED_OF_TORCH.items():
+        if not issubclass(kind, base):
+            continue
+        if any(getattr(kind, name, None) is not getattr(base, name, None)
+               for name in ("forward", "_conv_forward")):
+            return None
+        # Both: converted's forward first, then the subclass's own (its constructor, helpers).
+        made = type(kind.__name__, (converted, kind),
+                    {"__module__": kind.__module__, "__qualname__": kind.__qualname__,
+                     "__doc__": kind.__doc__})
+        CONVERTED_OF_SUBCLASS[kind] = made
+        TORCH_OF_CONVERTED[made] = kind
+        NATIVE_OF_CONVERTED[made] = native = native_routed_class(made)
+        CONVERTED_OF_NATIVE[native] = made
+        return made
+    return None
+
+
+def rebuild_converted(original, native_routed):
+    """Unpickling a converted layer of a subclass (UcudnnConvolution.__reduce_ex__): an empty
+    instance of its converted class (on the native route if it was), made again in this
+    process; pickle then sets its state."""
+    converted = converted_class(original)
+    cls = NATIVE_OF_CONVERTED[converted] if native_routed else converted
+    return cls.__new__(cls)
+
+
+NativeRoutedConv2d = NATIVE_OF_CONVERTED[UcudnnConv2d]
 
 
 def recheck_native_routes(module, args):
@@ -285,8 +442,9 @@ def recheck_native_routes(module, args):
 
 def convert(model, workspace_limit=0, min_layer_gain_us=None, cudnn_handle="framework",
             **config):
-    """Runs every torch.nn.Conv2d of `model` (the model itself included) through ucudnn; the
-    model is changed in place and returned. `config`: the library's options by their
+    """Runs every convolution layer of `model` (the model itself included) through ucudnn:
+    torch.nn's Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d and ConvTranspose3d
+    (CONVERTED_OF_TORCH); the model is changed in place and returned. `config`: the library's options by their
     UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
     here (ValueError or TypeError naming the bad one). `framework` defaults to
     framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in
@@ -302,8 +460,9 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, cudnn_handle="fram
     runs the plans on PyTorch's own cuDNN handle where it can be borrowed
     (framework_cudnn_handle(); else as "own"), so that the library puts no handle of its own on
     the device; "own" gives each device's context a handle of the library's.
-    Subclasses of Conv2d are left as they are (their forward may do more than a
-    convolution)."""
+    A subclass of those is converted where it keeps torch.nn's forward (converted_class), else
+    left as it is (its forward may do more than a convolution), named in a UserWarning, as is a
+    model with no convolution layer (a no-op then)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"ucudnn.torch.convert: expected a torch.nn.Module, got {type(model)}")
     if isinstance(workspace_limit, bool) or not isinstance(workspace_limit, int) or (
@@ -326,9 +485,10 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, cudnn_handle="fram
         model.register_forward_pre_hook(recheck_native_routes)
     converted = 0
     for module in model.modules():
-        if type(module) in (nn.Conv2d, NativeRoutedConv2d):
-            module.__class__ = UcudnnConv2d
-        if isinstance(module, UcudnnConv2d):
+        target = converted_class(type(module))
+        if target is not None:
+            module.__class__ = target
+        if isinstance(module, UcudnnConvolution):
             module._ucudnn_runtime = runtime
             module._ucudnn_convs = ConvCache()
             runtime.conv_caches[id(module._ucudnn_convs)] = module._ucudnn_convs
@@ -336,29 +496,26 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, cudnn_handle="fram
             module._ucudnn_framework_layer = False
             converted += 1
     left = unconverted_layers(model)
-    if left:
+    if left or not converted:
         kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(left.items()))
-        what = ("the model has no torch.nn.Conv2d to convert: convert() and prepare() leave it "
-                "as it is" if not converted else f"{converted} Conv2d layers converted")
-        warnings.warn(f"ucudnn.torch.convert: {what}; these convolution layers run PyTorch's "
-                      f"own, unconverted: {kinds}", UserWarning, stacklevel=2)
+        what = (f"{converted} convolution layers converted" if converted else
+                "the model has no torch.nn convolution layer to convert: convert() and prepare() "
+                "leave it as it is")
+        rest = (f"; these convolution layers run PyTorch's own, unconverted: {kinds}" if left
+                else "")
+        warnings.warn(f"ucudnn.torch.convert: {what}{rest}", UserWarning, stacklevel=2)
     return model
-
-
-# The convolution layers of torch.nn that convert() does not convert (PyTorch's own runs them).
-UNSUPPORTED_LAYERS = (nn.Conv1d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
-                      nn.ConvTranspose3d)
 
 
 def unconverted_layers(model):
     """{layer type name: count} of `model`'s convolution layers that convert() leaves as they are:
-    the UNSUPPORTED_LAYERS and subclasses of Conv2d (their forward may do more than a
-    convolution)."""
+    subclasses of torch.nn's convolutions (their forward may do more than a convolution) and any
+    other torch.nn convolution type that convert() does not know (torch.nn's _ConvNd)."""
     left = {}
     for module in model.modules():
         kind = type(module)
-        if isinstance(module, UNSUPPORTED_LAYERS) or (
-                isinstance(module, nn.Conv2d) and not isinstance(module, UcudnnConv2d)):
+        if isinstance(module, nn.modules.conv._ConvNd) and not isinstance(
+                module, UcudnnConvolution):
             name = kind.__name__ if kind.__module__.startswith("torch.nn") else (
                 f"{kind.__module__}.{kind.__qualname__}")
             left[name] = left.get(name, 0) + 1
@@ -375,8 +532,9 @@ def unconvert(model):
             del model._forward_pre_hooks[key]
     model.__dict__.pop("_ucudnn_root_runtime", None)
     for module in model.modules():
-        if isinstance(module, UcudnnConv2d):
-            module.__class__ = nn.Conv2d
+        if isinstance(module, UcudnnConvolution):
+            module.__class__ = TORCH_OF_CONVERTED[CONVERTED_OF_NATIVE.get(type(module),
+                                                                         type(module))]
             for name in ("_ucudnn_runtime", "_ucudnn_convs", "_ucudnn_key",
                          "_ucudnn_framework_layer"):
                 module.__dict__.pop(name, None)
@@ -395,8 +553,8 @@ def runtimes_of(model):
     if not seen:
         root = model.__dict__.get("_ucudnn_root_runtime")
         if root is None:
-            raise ValueError("ucudnn.torch: the model has no converted Conv2d (call convert() "
-                             "first)")
+            raise ValueError("ucudnn.torch: the model has no converted convolution (call "
+                             "convert() first)")
         seen.append(root)
     return seen
 

@@ -7,7 +7,7 @@ import torch
 
 from .options import BUDGETS
 from .handle import restore_framework_search
-from .module import UcudnnConv2d, layer_convs, require_per_kernel, runtimes_of
+from .module import UcudnnConvolution, layer_convs, require_per_kernel, runtimes_of
 from .declare import compiled_original, declare_at_limits, kernels, unique_shapes, wait_planned
 from .budgets import allowance_limit, auto_budget, check_step_budget, liveness_budgets
 from .host_bound import HOST_BOUND_SEARCHES, host_bound_answer
@@ -102,7 +102,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     original = compiled_original(model)
     compiled = original is not None
     model = original or model  # the eager module: its layers, its passes
-    if not any(isinstance(m, UcudnnConv2d) for m in model.modules()):
+    if not any(isinstance(m, UcudnnConvolution) for m in model.modules()):
         runtimes_of(model)  # ValueError unless convert() was called (it warned what it left)
         return {"kernels": 0, "measured": 0, "budget": None, "above_peak": None,
                 "framework_fitted": 0, "host_bound": None, "route": None, "compiled": compiled,

@@ -3,7 +3,7 @@ read a step's convolutions."""
 
 import torch
 
-from .. import _lib
+from .autograd import bias_view
 from .conv import shape_key
 from .custom_ops import op_memory_format
 
@@ -32,11 +32,11 @@ def zero_output(profile, conv, x, weight):
     y = torch.empty(conv.out_size, dtype=x.dtype, device=x.device,
                     memory_format=op_memory_format(x, weight)).zero_()
     if profile is not None:
-        profile.add(conv, _lib.FORWARD, in_use, tensor_bytes(y))
+        profile.add(conv, conv.passes[0], in_use, tensor_bytes(y))
     return y
 
 
-class ShapeOnlyConv2dFunction(torch.autograd.Function):
+class ShapeOnlyConvFunction(torch.autograd.Function):
     """A convolution that computes nothing: zero outputs and zero gradients of the real ones'
     shapes, layouts and dtypes (kernels()' and memory_profile()'s passes, which need the step's
     shapes and memory). So no cuDNN call runs in them: PyTorch's benchmark, which keeps the
@@ -57,24 +57,25 @@ class ShapeOnlyConv2dFunction(torch.autograd.Function):
         profile = ctx.profile
         if profile is not None:
             in_use = profile.reader()
+            _, op_x, op_w = ctx.conv.passes
             if need_x:
-                profile.add(ctx.conv, _lib.BACKWARD_DATA, in_use, tensor_bytes(x))
+                profile.add(ctx.conv, op_x, in_use, tensor_bytes(x))
                 # Backward-filter runs after it (conv_backward), its gradient of x still held: what
                 # its workspace may take is that much less (VGG-16 fp32's 512x28x28: 196 MiB,
                 # traced; docs/results.md).
                 in_use += tensor_bytes(x)
             if need_w:
-                profile.add(ctx.conv, _lib.BACKWARD_FILTER, in_use, tensor_bytes(weight))
+                profile.add(ctx.conv, op_w, in_use, tensor_bytes(weight))
         grad_x = torch.zeros_like(x) if need_x else None
         grad_w = torch.zeros_like(weight) if need_w else None
         return grad_x, grad_w, None, None
 
 
 def shape_only_conv(profile, conv, input, weight, bias):
-    """The layer's output from ShapeOnlyConv2dFunction (the operands already cast)."""
+    """The layer's output from ShapeOnlyConvFunction (the operands already cast)."""
     grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
     if not grad:
         y = zero_output(profile, conv, input, weight)
     else:
-        y = ShapeOnlyConv2dFunction.apply(input, weight, conv, profile)
-    return y if bias is None else y + bias.view(1, -1, 1, 1)
+        y = ShapeOnlyConvFunction.apply(input, weight, conv, profile)
+    return y if bias is None else y + bias_view(bias, input.dim() - 2)

@@ -1,7 +1,7 @@
 """stats() and report(): what ran where."""
 
 from .. import _lib
-from .module import NativeRoutedConv2d, UcudnnConv2d, runtimes_of
+from .module import CONVERTED_OF_NATIVE, UcudnnConvolution, runtimes_of
 
 
 def stats(model):
@@ -9,7 +9,7 @@ def stats(model):
     calls the adapter sent to PyTorch's own convolution without asking the library (the route
     was known) added to fallback_calls (no plan) and framework_calls (the plan chose it), and
     "native_route_layers": how many layers are on the native route now (Runtime.route_native;
-    their calls there are nn.Conv2d's own and counted nowhere), "workspace_out_of_memory":
+    their calls there are torch.nn's own and counted nowhere), "workspace_out_of_memory":
     the calls whose plan's workspace did not fit (each ran PyTorch's own; LayerConv.run), and
     "budget_replans": the times the job's steps changed prepare()'s liveness budgets
     (StepBudget); "route": the step's route prepare() took and why ({"route": "plans" or
@@ -27,7 +27,7 @@ def stats(model):
                 total[name] += value
         total["fallback_calls"] += runtime.skipped[0]
         total["framework_calls"] += runtime.skipped[1]
-        total["native_route_layers"] += sum(type(m) is NativeRoutedConv2d
+        total["native_route_layers"] += sum(type(m) in CONVERTED_OF_NATIVE
                                             for m in runtime.native_routed)
         total["workspace_out_of_memory"] += runtime.workspace_out_of_memory
         total["budget_replans"] += runtime.budget_replans
@@ -47,7 +47,7 @@ def routes(model):
     "undecided" (not called yet, or its plans still coming), "why"}]."""
     rows = []
     for name, module in model.named_modules():
-        if not isinstance(module, UcudnnConv2d):
+        if not isinstance(module, UcudnnConvolution):
             continue
         convs = [c for c in module._ucudnn_convs.values() if c is not None]
         if not convs:
@@ -66,7 +66,7 @@ def report(model):
     framework time); for benchmarks and debugging."""
     rows = []
     for module in model.modules():
-        if not isinstance(module, UcudnnConv2d):
+        if not isinstance(module, UcudnnConvolution):
             continue
         for conv in module._ucudnn_convs.values():
             if conv is None:
