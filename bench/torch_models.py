@@ -55,6 +55,7 @@ REPO = os.path.dirname(HERE)
 # The source tree's package (ucudnn.torch imported where a run converts; ucudnn._cache anywhere).
 sys.path.insert(0, os.path.join(REPO, "python"))
 from ucudnn import _cache  # noqa: E402  (no PyTorch, no library loaded)
+from nd_models import ND_MODELS  # noqa: E402  (bench/: no PyTorch imported)
 
 # model -> (family, default batch). torchvision's constructors with weights=None; "timm-NAME" is
 # timm.create_model(NAME, pretrained=False) where timm is installed (the GPU machine's PyTorch).
@@ -83,6 +84,8 @@ MODELS = {
     "timm-rexnet_100": ("rank-expansion", 128),
     "timm-hrnet_w18_small": ("high-resolution", 96),
 }
+# Issue 39's models of 1-D, 3-D and transposed convolutions (bench/nd_models.py).
+MODELS.update({name: entry[:2] for name, entry in ND_MODELS.items()})
 # issue 37's fixed list (one row each, AMP): at least 10 families, most never tuned on.
 WIDE_ROWS = ("resnet50", "convnext_tiny", "shufflenet_v2_x1_0", "googlenet", "mnasnet1_0",
              "efficientnet_v2_s", "wide_resnet50_2", "timm-cspresnet50", "timm-dla34",
@@ -375,25 +378,40 @@ def build(args):
     batch = args.batch or MODELS[args.model][1]
     model = make_model(args.model).to(device)
     generator = torch.Generator().manual_seed(args.seed + 1)
-    data = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator)
+    sample = (ND_MODELS[args.model][2] if args.model in ND_MODELS else
+              (3, args.image_size, args.image_size))
+    data = torch.randn(batch, *sample, generator=generator)
     labels = torch.randint(0, 1000, (batch,), generator=generator)
     data, labels = data.to(device), labels.to(device)
     amp = None
     if args.precision == "amp":
         amp = torch.float16 if device.type == "cuda" else torch.bfloat16
-        model = model.to(memory_format=torch.channels_last)
-        data = data.contiguous(memory_format=torch.channels_last)
+        # Channels-last of the input's rank (NHWC, NDHWC; a 1-D model's input has none).
+        memory_format = {4: torch.channels_last, 5: torch.channels_last_3d}.get(data.dim())
+        if memory_format is not None:
+            model = model.to(memory_format=memory_format)
+            data = data.contiguous(memory_format=memory_format)
     return torch, model, data, labels, device, amp, batch
 
 
 def make_model(name):
     """The model of a MODELS name, random weights, 1000 classes, in training mode."""
+    if name in ND_MODELS:
+        return ND_MODELS[name][3]()
     if name.startswith("timm-"):
         import timm
         return timm.create_model(name[len("timm-"):], pretrained=False, num_classes=1000)
     import torchvision
     kwargs = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
     return torchvision.models.get_model(name, weights=None, num_classes=1000, **kwargs)
+
+
+def loss_of(F, output, targets):
+    """A step's loss: cross-entropy where the output is (batch, classes), else the output's mean
+    square (a decoder's image or volume, per-frame scores)."""
+    if output.dim() == 2:
+        return F.cross_entropy(output, targets)
+    return output.float().pow(2).mean()
 
 
 def training_step(torch, model, net, device, amp):
@@ -412,7 +430,7 @@ def training_step(torch, model, net, device, amp):
     def step(inputs, targets):
         optimizer.zero_grad(set_to_none=True)
         with autocast(torch, device, amp):
-            loss = F.cross_entropy(net(inputs), targets)
+            loss = loss_of(F, net(inputs), targets)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -1006,7 +1024,7 @@ def grads_one(args):
         # training mode (a different draw gave 0.71 relative errors, call 50).
         torch.manual_seed(args.seed)
         with autocast(torch, device, amp):
-            loss = F.cross_entropy(net(data), labels)
+            loss = loss_of(F, net(data), labels)
         # A fixed scale as GradScaler's would be: fp16 gradients need it.
         (loss * (1024.0 if amp is not None else 1.0)).backward()
         results[name] = {n: p.grad.detach().double() for n, p in net.named_parameters()}

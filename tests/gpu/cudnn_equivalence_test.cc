@@ -90,9 +90,11 @@ double Tolerance(const Precision& prec, const std::string& algo, bool tf32, int6
 // shape (an implicit-GEMM algorithm supports each of these configurations), and in fp32 NCHW on
 // every shape. Grouped, depthwise and dilated shapes in the other precisions and layouts may have
 // no legacy algorithm at all: a cuDNN limitation, reported but not a failure.
+// 3-D shapes: fp32 NCDHW must run one; the legacy API's other 3-D configurations are cuDNN's to
+// take or decline (the engine configurations below cover them).
 bool MustRunOne(const Precision& prec, const ConvProblem& p) {
   if (prec.data_type == DataType::kFloat32 && prec.layout == Layout::kNCHW) return true;
-  return p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+  return !p.is_3d() && p.groups == 1 && p.dilation_h == 1 && p.dilation_w == 1;
 }
 
 using Case = std::tuple<Layer, ConvOp>;

@@ -17,9 +17,11 @@ struct Dims {
   size_t count() const { return static_cast<size_t>(d0 * d1 * d2 * d3); }
 };
 
-Dims XDims(const ConvProblem& p, int64_t n) { return {n, p.c, p.h, p.w}; }
-Dims YDims(const ConvProblem& p, int64_t n) { return {n, p.k, p.out_h(), p.out_w()}; }
-Dims WDims(const ConvProblem& p) { return {p.k, p.c / p.groups, p.r, p.s}; }
+// A 3-D tensor with its depth folded into the height: NCDHW and NDHWC index it exactly as NCHW
+// and NHWC of (n, c, d * h, w) do (cuDNN gets real 5-d descriptors).
+Dims XDims(const ConvProblem& p, int64_t n) { return {n, p.c, p.d * p.h, p.w}; }
+Dims YDims(const ConvProblem& p, int64_t n) { return {n, p.k, p.out_d() * p.out_h(), p.out_w()}; }
+Dims WDims(const ConvProblem& p) { return {p.k, p.c / p.groups, p.t * p.r, p.s}; }
 
 // NCHW -> NHWC (and KCRS -> KRSC, the filter layout cuDNN pairs with NHWC).
 std::vector<float> ToChannelsLast(const std::vector<float>& src, const Dims& d) {
@@ -129,8 +131,29 @@ ConvProblem MakeConv(int64_t c, int64_t hw, int64_t k, int64_t rs, int64_t pad, 
   return p;
 }
 
+ConvProblem MakeConv3d(int64_t c, int64_t d, int64_t hw, int64_t k, int64_t t, int64_t rs,
+                       int64_t pad_d, int64_t pad, int64_t stride_d, int64_t stride) {
+  ConvProblem p = MakeConv(c, hw, k, rs, pad, stride);
+  p.d = d;
+  p.t = t;
+  p.pad_d = pad_d;
+  p.stride_d = stride_d;
+  return p;
+}
+
 std::vector<Layer> TestLayers() {
+  ConvProblem wav2letter = MakeConv(64, 1, 64, 1, 0, 1);  // Conv1d: 2-D of height 1
+  wav2letter.w = 800;
+  wav2letter.s = 48;
+  wav2letter.pad_w = 23;
+  wav2letter.stride_w = 2;
   return {
+      // 3-D (issue 39): nnU-Net's 3x3x3, video models' stems and (2+1)-D factorised filters.
+      {"unet3d_3x3x3_32ch_24", MakeConv3d(32, 24, 24, 32, 3, 3, 1, 1, 1, 1), 2},
+      {"r3d_stem_3x7x7_s122", MakeConv3d(3, 8, 56, 64, 3, 7, 1, 3, 1, 2), 2},
+      {"r2plus1d_spatial_1x3x3_s2", MakeConv3d(64, 8, 28, 64, 1, 3, 0, 1, 1, 2), 2},
+      {"r2plus1d_temporal_3x1x1", MakeConv3d(64, 8, 14, 64, 3, 1, 1, 0, 1, 1), 2},
+      {"conv1d_wav2letter_k48_s2", wav2letter, 4},
       {"resnet50_conv1_7x7s2", MakeConv(3, 224, 64, 7, 3, 2), 4},
       {"resnet50_3x3_64ch_56", MakeConv(64, 56, 64, 3, 1, 1), 4},
       {"resnet50_downsample_1x1s2", MakeConv(256, 56, 512, 1, 0, 2), 4},

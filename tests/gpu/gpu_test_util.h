@@ -63,6 +63,9 @@ std::vector<Layer> TestLayers();
 inline void PrintTo(const Layer& layer, std::ostream* os) { *os << layer.name; }
 ConvProblem MakeConv(int64_t c, int64_t hw, int64_t k, int64_t rs, int64_t pad, int64_t stride,
                      int64_t groups = 1, int64_t dilation = 1);
+// A 3-D convolution: depth d, filter depth t, depth padding and stride, the rest as MakeConv.
+ConvProblem MakeConv3d(int64_t c, int64_t d, int64_t hw, int64_t k, int64_t t, int64_t rs,
+                       int64_t pad_d, int64_t pad, int64_t stride_d, int64_t stride);
 
 // Host operands in fp32, NCHW activations and KCRS filter, all three tensors of the shape.
 // Values are exactly representable in fp16, so fp32 and fp16 runs see the same inputs.
