@@ -654,8 +654,8 @@ class SwitchedProbe : public GpuActivityProbe {
   std::string_view name() const override { return "switched"; }
   Result<GpuActivitySample> Sample() override {
     const int n = samples++;
-    if (idle_again.load() || n < idle_samples_) return GpuActivitySample{{1}, 0};
-    return GpuActivitySample{{1, 2}, 95};
+    if (idle_again.load() || n < idle_samples_) return GpuActivitySample{{1}, 0, {}};
+    return GpuActivitySample{{1, 2}, 95, {1, 2}};
   }
   std::atomic<bool> idle_again{false};
   std::atomic<int> samples{0};

@@ -28,8 +28,11 @@ using ::testing::HasSubstr;
 constexpr uint32_t kSelf = 1000;
 constexpr uint32_t kTrainer = 2000;
 
-GpuActivitySample Idle() { return {{kSelf}, 0}; }
-GpuActivitySample Busy() { return {{kSelf, kTrainer}, 90}; }
+GpuActivitySample Idle() { return {{kSelf}, 0, {}}; }
+GpuActivitySample Busy() { return {{kSelf, kTrainer}, 90, {kSelf, kTrainer}}; }
+// A training job that holds a context but runs nothing (waiting in prepare() for the plans the
+// worker is to measure): no contention.
+GpuActivitySample IdleHolder() { return {{kSelf, kTrainer}, 0, {}}; }
 
 // Answers the scripted samples in order, then `rest` forever; remembers whether the last answer
 // showed another process (what the device is doing "now").
@@ -45,7 +48,7 @@ class ScriptedProbe : public GpuActivityProbe {
       s = script_.front();
       script_.pop_front();
     }
-    busy_now_ = OtherProcesses(s.compute_pids, kSelf, true) > 0;
+    busy_now_ = OtherProcesses(s.busy_pids, kSelf, true) > 0;
     return s;
   }
   bool busy_now() const { return busy_now_; }
@@ -135,13 +138,20 @@ TEST(IdleGateLogicTest, ClaimsOnlyWithoutOthersAndUnderTheUtilizationThreshold) 
   const IdleGateConfig c = TestConfig();
   EXPECT_TRUE(IdleForClaim({Idle(), Idle(), Idle()}, c, true));
   EXPECT_FALSE(IdleForClaim({Idle(), Busy(), Idle()}, c, true));
+  // A process that holds a context and runs nothing does not stop a claim (a job waiting for
+  // these very plans would otherwise wait for ever); one that runs does, in a container too
+  // (host pids: the trainer's is not the worker's own, which ran nothing for a while).
+  EXPECT_TRUE(IdleForClaim({IdleHolder(), IdleHolder(), IdleHolder()}, c, true));
+  EXPECT_FALSE(IdleForClaim({{{4242, 4343}, 5, {4343}}}, c, true));
+  EXPECT_TRUE(IdleForClaim({{{4242, 4343}, 5, {}}}, c, true));
   // No other process listed, yet the GPU is used (e.g. a job in another container NVML cannot
   // attribute): the mean utilization over the window decides.
-  EXPECT_FALSE(IdleForClaim({{{kSelf}, 60}, {{kSelf}, 40}, {{kSelf}, 50}}, c, true));
-  EXPECT_TRUE(IdleForClaim({{{kSelf}, 0}, {{kSelf}, 30}, {{kSelf}, 0}}, c, true));  // mean 10
-  EXPECT_TRUE(IdleForClaim({{{kSelf}, -1}}, c, true));  // unknown: not busy
+  EXPECT_FALSE(IdleForClaim({{{kSelf}, 60, {}}, {{kSelf}, 40, {}}, {{kSelf}, 50, {}}}, c, true));
+  EXPECT_TRUE(
+      IdleForClaim({{{kSelf}, 0, {}}, {{kSelf}, 30, {}}, {{kSelf}, 0, {}}}, c, true));  // mean 10
+  EXPECT_TRUE(IdleForClaim({{{kSelf}, -1, {}}}, c, true));  // unknown: not busy
   // Right after our own job the utilization is ours: only the processes decide.
-  EXPECT_TRUE(IdleForClaim({{{kSelf}, 95}}, c, false));
+  EXPECT_TRUE(IdleForClaim({{{kSelf}, 95, {}}}, c, false));
   EXPECT_FALSE(IdleForClaim({Busy()}, c, false));
 }
 
@@ -199,11 +209,24 @@ TEST(IdleGateTest, WaitPausesWhileBusyAndStopsWhenCancelled) {
   EXPECT_FALSE(gate.paused());
 }
 
+// A job that holds a context and waits (for these very plans) neither pauses a benchmark nor
+// makes its measurements contended: only a process that runs work does.
+TEST(IdleGateTest, AContextHolderThatRunsNothingIsNoContention) {
+  int sleeps = 0;
+  IdleGate gate(std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{}, IdleHolder()),
+                TestConfig(), [&](std::chrono::milliseconds) { ++sleeps; });
+  EXPECT_TRUE(gate.WaitUntilIdle(nullptr));
+  EXPECT_EQ(sleeps, 0);
+  EXPECT_EQ(gate.pauses(), 0);
+  EXPECT_EQ(gate.Look().other_processes, 0);
+  EXPECT_TRUE(gate.IdleForClaim());
+}
+
 // Between consecutive jobs the utilization NVML reports is our own benchmark's: the next claim
 // is judged by the processes alone (one sample); a worker idle for a while judges both.
 TEST(IdleGateTest, OwnRecentWorkIsNotOtherWork) {
   auto probe = std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{},
-                                               GpuActivitySample{{kSelf}, 95});
+                                               GpuActivitySample{{kSelf}, 95, {}});
   ScriptedProbe& p = *probe;
   IdleGate gate(std::move(probe), TestConfig(), [](std::chrono::milliseconds) {});
   EXPECT_FALSE(gate.IdleForClaim());  // never worked: 95% is someone else's

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 namespace ucudnn::worker {
@@ -13,6 +14,7 @@ namespace {
 // build time: the library is loaded at run time). Every function returns an nvmlReturn_t.
 using NvmlReturn = int;
 constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr NvmlReturn kNvmlNotFound = 6;  // nvmlDeviceGetProcessUtilization: no sample since
 constexpr NvmlReturn kNvmlInsufficientSize = 7;
 using NvmlDevice = struct NvmlDeviceOpaque*;
 struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 layout, used by the _v3 query)
@@ -23,6 +25,17 @@ struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 layout, used by the _v3 query
 };
 // nvml.h's layout (the driver writes an array of these): 4 + 4 (padding) + 8 + 4 + 4 bytes.
 static_assert(sizeof(NvmlProcessInfo) == 24, "nvmlProcessInfo_t is 24 bytes");
+struct NvmlProcessUtilization {  // nvmlProcessUtilizationSample_t
+  unsigned int pid;
+  unsigned long long time_stamp;  // microseconds since the epoch
+  unsigned int sm_util;
+  unsigned int mem_util;
+  unsigned int enc_util;
+  unsigned int dec_util;
+};
+static_assert(sizeof(NvmlProcessUtilization) == 32, "nvmlProcessUtilizationSample_t is 32 bytes");
+// How far back a process's work counts as now: NVML samples every 1/6 s or so.
+constexpr auto kBusyWindow = std::chrono::seconds(1);
 struct NvmlUtilization {  // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
@@ -72,11 +85,50 @@ class NvmlProbe : public GpuActivityProbe {
       }
       break;
     }
+    sample.busy_pids = BusyPids(sample.compute_pids);
     NvmlUtilization utilization{};
     UCUDNN_RETURN_IF_ERROR(
         Check(utilization_(device_, &utilization), "nvmlDeviceGetUtilizationRates"));
     sample.utilization_percent = static_cast<int>(utilization.gpu);
     return sample;
+  }
+
+  // The processes of `holders` that ran work in the last kBusyWindow; all of them where this
+  // driver has no per-process utilization (logged once).
+  std::vector<uint32_t> BusyPids(const std::vector<uint32_t>& holders) {
+    if (holders.empty()) return {};
+    if (process_utilization_ != nullptr) {
+      const auto since = std::chrono::system_clock::now() - kBusyWindow;
+      const unsigned long long since_us = static_cast<unsigned long long>(
+          std::chrono::duration_cast<std::chrono::microseconds>(since.time_since_epoch()).count());
+      std::vector<NvmlProcessUtilization> samples(64);
+      unsigned int count = static_cast<unsigned int>(samples.size());
+      NvmlReturn r = process_utilization_(device_, samples.data(), &count, since_us);
+      if (r == kNvmlInsufficientSize) {
+        samples.resize(static_cast<size_t>(count) + 64);
+        count = static_cast<unsigned int>(samples.size());
+        r = process_utilization_(device_, samples.data(), &count, since_us);
+      }
+      if (r == kNvmlNotFound) return {};  // no process ran anything since
+      if (r == kNvmlSuccess) {
+        std::vector<uint32_t> busy;
+        for (unsigned int i = 0; i < count && i < samples.size(); ++i) {
+          const NvmlProcessUtilization& u = samples[i];
+          if (u.sm_util > 0 && std::find(busy.begin(), busy.end(), u.pid) == busy.end()) {
+            busy.push_back(u.pid);
+          }
+        }
+        return busy;
+      }
+      if (!per_process_warned_) {
+        spdlog::warn(
+            "idle gate (nvml): nvmlDeviceGetProcessUtilization: {}; every process with "
+            "a context on the GPU counts as busy",
+            ErrorText(r));
+        per_process_warned_ = true;
+      }
+    }
+    return holders;
   }
 
  private:
@@ -105,6 +157,9 @@ class NvmlProbe : public GpuActivityProbe {
     UCUDNN_RETURN_IF_ERROR(Symbol("nvmlDeviceGetHandleByIndex_v2", by_index_));
     UCUDNN_RETURN_IF_ERROR(Symbol("nvmlDeviceGetComputeRunningProcesses_v3", processes_));
     UCUDNN_RETURN_IF_ERROR(Symbol("nvmlDeviceGetUtilizationRates", utilization_));
+    // Optional (older drivers): without it every context holder counts as busy.
+    process_utilization_ = reinterpret_cast<decltype(process_utilization_)>(
+        dlsym(library_, "nvmlDeviceGetProcessUtilization"));
     return Status::Ok();
   }
   std::string ErrorText(NvmlReturn r) const {
@@ -126,6 +181,9 @@ class NvmlProbe : public GpuActivityProbe {
   NvmlReturn (*by_index_)(unsigned int, NvmlDevice*) = nullptr;
   NvmlReturn (*processes_)(NvmlDevice, unsigned int*, NvmlProcessInfo*) = nullptr;
   NvmlReturn (*utilization_)(NvmlDevice, NvmlUtilization*) = nullptr;
+  NvmlReturn (*process_utilization_)(NvmlDevice, NvmlProcessUtilization*, unsigned int*,
+                                     unsigned long long) = nullptr;
+  bool per_process_warned_ = false;
 };
 
 class IdleProbe : public GpuActivityProbe {
@@ -162,9 +220,11 @@ bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateCo
   double utilization_sum = 0;
   int utilization_known = 0;
   for (const GpuActivitySample& s : window) {
-    if (OtherProcesses(s.compute_pids, config.self_pid, config.self_has_context) > 0) {
-      return false;
-    }
+    // Our own work quiet (judge_utilization): every busy process is another's.
+    const int others = judge_utilization
+                           ? OtherProcesses(s.busy_pids, config.self_pid, false)
+                           : OtherProcesses(s.busy_pids, config.self_pid, config.self_has_context);
+    if (others > 0) return false;
     if (s.utilization_percent >= 0) {
       utilization_sum += s.utilization_percent;
       ++utilization_known;
@@ -192,7 +252,7 @@ DeviceActivity IdleGate::ToActivity(const Result<GpuActivitySample>& sample) {
   warned_ = false;
   activity.known = true;
   activity.other_processes =
-      OtherProcesses(sample->compute_pids, config_.self_pid, config_.self_has_context);
+      OtherProcesses(sample->busy_pids, config_.self_pid, config_.self_has_context);
   activity.utilization_percent = sample->utilization_percent;
   return activity;
 }

@@ -24,6 +24,11 @@ namespace ucudnn::worker {
 struct GpuActivitySample {
   std::vector<uint32_t> compute_pids;  // processes with a compute context on the GPU
   int utilization_percent = -1;        // over the driver's last sample period; -1 unknown
+  // Those of compute_pids that ran work on it in the last second (NVML's per-process
+  // utilization): a process that only holds a context (a training job waiting in prepare() for
+  // the plans this worker is to measure, a notebook between cells) is no contention. All of
+  // compute_pids where the driver cannot tell.
+  std::vector<uint32_t> busy_pids;
 };
 
 class GpuActivityProbe {
@@ -66,12 +71,15 @@ struct IdleGateConfig {
   bool self_has_context = true;
 };
 
-// Pure: whether a window of samples allows a claim: no other process in any sample and, when
-// `judge_utilization`, a mean utilization at most the threshold.
+// Pure: whether a window of samples allows a claim: no other busy process in any sample and, when
+// `judge_utilization`, a mean utilization at most the threshold. With `judge_utilization` the
+// worker's own work has been quiet for a while, so every busy process is another's; otherwise
+// OtherProcesses' rule tells ours from the rest.
 bool IdleForClaim(const std::vector<GpuActivitySample>& window, const IdleGateConfig& config,
                   bool judge_utilization);
 
-// The gate over a probe. Probe errors count as idle (logged once per run of errors): a gate that
+// The gate over a probe: other processes count only while busy (GpuActivitySample::busy_pids).
+// Probe errors count as idle (logged once per run of errors): a gate that
 // cannot see must not stop the worker for good; the timing's conditions record "device_known":
 // false.
 class IdleGate : public MeasurementGate {
@@ -80,7 +88,7 @@ class IdleGate : public MeasurementGate {
   IdleGate(std::unique_ptr<GpuActivityProbe> probe, IdleGateConfig config, SleepFn sleep = nullptr);
 
   std::string_view name() const override { return probe_->name(); }
-  // Between measurements: waits while another process has a compute context on the GPU; false
+  // Between measurements: waits while another process runs work on the GPU; false
   // when cancelled or paused longer than max_pause (then gave_up() until the next call).
   bool WaitUntilIdle(const std::atomic<bool>* cancel) override;
   bool gave_up() const { return gave_up_.load(); }
