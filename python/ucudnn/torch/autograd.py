@@ -27,12 +27,19 @@ def conv_forward(x, weight, conv):
 def conv_backward(conv, x, weight, grad_y, need_x, need_w):
     """(grad_x, grad_w), each None when not needed: the plans', PyTorch's own for the rest. A
     transposed layer's gradient of x is its forward problem's forward (of grad_y), and that of
-    its weight the problem's backward-filter with grad_y as the problem's input."""
-    grad_y = grad_y.contiguous(memory_format=conv.memory_format)
+    its weight the problem's backward-filter with grad_y as the problem's input. x and weight as
+    the forward pass got them: made dense in the call's layout here, as PyTorch's own backward
+    does, so that no dense copy is held from the forward pass to this one."""
+    memory_format = conv.memory_format
+    grad_y = grad_y.contiguous(memory_format=memory_format)
+    weight = weight.contiguous(memory_format=memory_format)
+    if need_w:
+        x = x.contiguous(memory_format=memory_format)
     grad_x = grad_w = None
     _, op_x, op_w = conv.passes
     if need_x and not conv.framework_now(op_x):
-        grad_x = torch.empty_like(x)  # x is dense in the signature's layout: so is this
+        grad_x = torch.empty(x.shape, dtype=grad_y.dtype, device=grad_y.device,
+                             memory_format=memory_format)
         if not conv.run(op_x, grad_y, weight, grad_x):
             grad_x = None
     if need_w and not conv.framework_now(op_w):
@@ -43,7 +50,8 @@ def conv_backward(conv, x, weight, grad_y, need_x, need_w):
     own_x = need_x and grad_x is None
     own_w = need_w and grad_w is None
     if own_x or own_w:
-        fallback_x, fallback_w = torch_backward(conv, x, weight, grad_y, own_x, own_w)
+        fallback_x, fallback_w = torch_backward(conv, x.contiguous(memory_format=memory_format),
+                                                weight, grad_y, own_x, own_w)
         grad_x = fallback_x if own_x else grad_x
         grad_w = fallback_w if own_w else grad_w
     return grad_x, grad_w
@@ -63,9 +71,14 @@ class ConvFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, conv):
+        # The operands as the layer got them are saved (what PyTorch's own saves): a dense copy
+        # of another layout lives for this call only, not until the backward pass (an NCDHW
+        # input of a channels-last 3-D layer held twice: +1.1 GiB at nnU-Net's peak, measured).
         ctx.conv = conv
         ctx.save_for_backward(x, weight)
-        return conv_forward(x, weight, conv)
+        memory_format = conv.memory_format
+        return conv_forward(x.contiguous(memory_format=memory_format),
+                            weight.contiguous(memory_format=memory_format), conv)
 
     @staticmethod
     def backward(ctx, grad_y):

@@ -223,10 +223,12 @@ class UcudnnConvolution:
         input, weight, bias = cast_operands(cast, input, weight, bias)
         if runtime.profiling is not None:
             return shape_only_conv(runtime.profiling, conv, input, weight, bias)
-        memory_format = conv.memory_format
-        input = input.contiguous(memory_format=memory_format)
-        weight = weight.contiguous(memory_format=memory_format)
-        y = ConvFunction.apply(input, weight, conv) if grad else conv_forward(input, weight, conv)
+        if grad:  # the operands made dense in the call's layout inside, not saved so
+            y = ConvFunction.apply(input, weight, conv)
+        else:
+            memory_format = conv.memory_format
+            y = conv_forward(input.contiguous(memory_format=memory_format),
+                             weight.contiguous(memory_format=memory_format), conv)
         # In place: the op's output is not saved for its backward.
         return y if bias is None else y.add_(bias_view(bias, spatial))
 
