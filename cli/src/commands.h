@@ -64,13 +64,17 @@ struct PlanOptions {
   std::string wait = "0";           // how long to wait for benchmarks ("10m")
   std::string algorithms = "all";   // all | legacy | engines
   bool json = false;
+  // timings: only the configurations blocked for a wrong result (result_check.h) on the device.
+  bool wrong_results = false;
 };
 int RunPlan(const ServerOptions& server, const PlanOptions& options);
 // The plan table, then each kernel's Pareto front with the chosen configuration marked and why
 // it won (JSON: {"plan": ..., "kernels": [{"name", "alternatives": [...]}]}).
 int RunExplain(const ServerOptions& server, const PlanOptions& options);
 // Every stored timing of the network's distinct problems; says so when there is none (JSON:
-// {"device_hash", "problems": [{"kernel", "problem_hash", "timings": [...]}]}).
+// {"device_hash", "problems": [{"kernel", "problem_hash", "timings": [...]}]}). With
+// wrong_results, only the configurations blocked on the device for computing a wrong result,
+// with why.
 int RunTimings(const ServerOptions& server, const PlanOptions& options);
 // Predicted step time against the workspace limit (one GetPlan per limit of CurveLimits(max)),
 // as a table or JSON, and drawn into `svg` when set.

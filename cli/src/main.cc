@@ -268,6 +268,9 @@ void AddPlanCommands(CLI::App& app, CommandState& s) {
   const ServerFlags* timings_server = AddServerFlags(timings, &s.servers);
   AddPlanFlags(timings, &s.plan);
   timings->add_flag("--json", s.plan.json, kJsonHelp);
+  timings->add_flag("--wrong-results", s.plan.wrong_results,
+                    "only the configurations blocked on the device for computing a wrong result "
+                    "(checked against the fp32 reference by the worker; never planned)");
   timings->callback([&s, timings_server] {
     s.rc =
         WithServer(*timings_server, [&](const ServerOptions& o) { return RunTimings(o, s.plan); });

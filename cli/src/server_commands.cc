@@ -17,6 +17,7 @@
 #include "ucudnn/backends/backend_factory.h"
 #include "ucudnn/core/fingerprint.h"
 #include "ucudnn/core/units.h"
+#include "ucudnn/engine/result_check.h"
 #include "ucudnn/planner/plan_table.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/v1/ucudnn.grpc.pb.h"
@@ -367,6 +368,16 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
     auto context = MakeContext(server);
     grpc::Status s = stub->GetTimings(context.get(), request, &response);
     if (!s.ok()) return FailGrpc(s, server);
+    if (options.wrong_results) {
+      // Only the configurations the worker found computing a wrong result.
+      auto* timings = response.mutable_timings();
+      timings->erase(std::remove_if(timings->begin(), timings->end(),
+                                    [](const v1::Timing& t) {
+                                      return t.error().rfind(kWrongResultError, 0) != 0;
+                                    }),
+                     timings->end());
+      if (response.timings_size() == 0) continue;
+    }
     timing_count += static_cast<size_t>(response.timings_size());
     nlohmann::json entry = nlohmann::json::parse(MessageJson(response));
     entry["kernel"] = k.name;
@@ -381,11 +392,20 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
                     FormatBytes(t.workspace_bytes()).c_str(),
                     v1::TimingStatus_Name(t.status()).c_str(), algo.c_str());
       table += line;
+      if (options.wrong_results) table += "    " + Printable(t.error()) + "\n";
     }
   }
   const std::string device_hash = HashHex(device->Hash());
   if (options.json) {
     PrintJson(nlohmann::json{{"device_hash", device_hash}, {"problems", std::move(problems)}});
+    return 0;
+  }
+  if (timing_count == 0 && options.wrong_results) {
+    std::printf(
+        "no configuration blocked for a wrong result among the %zu distinct problems of "
+        "%s on device %s (%s)\n",
+        seen.size(), options.net.network.c_str(), device_hash.c_str(),
+        Printable(device->name).c_str());
     return 0;
   }
   if (timing_count == 0) {

@@ -248,6 +248,22 @@ double ConvProblem::flops(int64_t batch) const {
          static_cast<double>(s);
 }
 
+void SetPerAxis(ConvProblem& p, std::span<const int64_t> pad, std::span<const int64_t> stride,
+                std::span<const int64_t> dilation) {
+  const size_t h = pad.size() - 2;  // the height's index in the lists
+  if (h == 1) {
+    p.pad_d = pad[0];
+    p.stride_d = stride[0];
+    p.dilation_d = dilation[0];
+  }
+  p.pad_h = pad[h];
+  p.pad_w = pad[h + 1];
+  p.stride_h = stride[h];
+  p.stride_w = stride[h + 1];
+  p.dilation_h = dilation[h];
+  p.dilation_w = dilation[h + 1];
+}
+
 void NormalizeDepth(ConvProblem& p) {
   if (p.d == 1 && p.t == 1 && p.pad_d == 0) p.stride_d = p.dilation_d = 1;
 }
@@ -430,18 +446,7 @@ Result<ConvProblem> ParseCanonicalKeyFields(std::string_view key) {
   UCUDNN_ASSIGN_OR_RETURN(auto pad, ParseInts("pad", value("pad"), dims));
   UCUDNN_ASSIGN_OR_RETURN(auto stride, ParseInts("stride", value("stride"), dims));
   UCUDNN_ASSIGN_OR_RETURN(auto dilation, ParseInts("dil", value("dil"), dims));
-  const size_t h = dims - 2;  // the height's index in the lists
-  if (three_d) {
-    p.pad_d = pad[0];
-    p.stride_d = stride[0];
-    p.dilation_d = dilation[0];
-  }
-  p.pad_h = pad[h];
-  p.pad_w = pad[h + 1];
-  p.stride_h = stride[h];
-  p.stride_w = stride[h + 1];
-  p.dilation_h = dilation[h];
-  p.dilation_w = dilation[h + 1];
+  SetPerAxis(p, pad, stride, dilation);
   UCUDNN_ASSIGN_OR_RETURN(p.groups, ParseCanonicalInt("g", value("g")));
   UCUDNN_ASSIGN_OR_RETURN(p.data_type, ParseDataType(value("dtype")));
   UCUDNN_ASSIGN_OR_RETURN(p.compute_type, ParseDataType(value("ctype")));

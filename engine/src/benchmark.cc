@@ -1,5 +1,6 @@
 #include "ucudnn/engine/benchmark.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -19,6 +21,7 @@
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/random_fill.h"
 #include "ucudnn/core/units.h"
+#include "ucudnn/engine/result_check.h"
 
 namespace ucudnn {
 namespace {
@@ -314,6 +317,9 @@ class TableBenchmark {
     UCUDNN_RETURN_IF_ERROR(AllocateOperands());
     UCUDNN_RETURN_IF_ERROR(AllocateWorkspace());
     operands_ms_ = MsSince(phase);
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(CheckResults());
+    check_ms_ = MsSince(phase);
     probe_ms_.assign(table_.entries.size(), -1.0);
     probe_after_.assign(table_.entries.size(), DeviceActivity{});
     for (size_t first = 0; first < table_.entries.size();) {
@@ -481,6 +487,60 @@ class TableBenchmark {
                                             " algo " + AlgorithmText(AlgorithmOf(t))));
     RecordRunFailure(t, failure);
     runnable_[i] = false;
+    return Status::Ok();
+  }
+
+  // 3b. Each runnable configuration's result against the fp32 reference (result_check.h), once,
+  // before it is timed: a wrong one is recorded as such (kFailed with kWrongResultError: never
+  // planned for this device fingerprint, its GPU and library version) and not timed. A
+  // configuration is judged wrong only where another of its size agrees with the reference: when
+  // none does, the reference (or the bound) is what is in doubt, and nothing is marked.
+  Status CheckResults() {
+    if (!options_.check_results || !AnyRunnable()) return Status::Ok();
+    ResultChecker checker(backend_, problem_, operands_.view);
+    const double bound = ResultBound(problem_);
+    std::vector<std::optional<double>> errors(table_.entries.size());
+    std::map<int64_t, int> agreeing;  // micro-batch -> configurations within the bound
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      if (!runnable_[i]) continue;
+      if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
+      Timing& t = table_.entries[i];
+      Result<std::optional<double>> error =
+          checker.Check(t.micro_batch, AlgorithmOf(t), WorkspaceOf(t), t.workspace_bytes);
+      if (!error.ok()) {
+        UCUDNN_RETURN_IF_ERROR(FailRun(i, error.status()));
+        continue;
+      }
+      errors[i] = *error;
+      if (!error->has_value()) {
+        ++unchecked_;
+      } else if (**error <= bound) {
+        ++agreeing[t.micro_batch];
+      }
+    }
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      Timing& t = table_.entries[i];
+      if (!runnable_[i] || !errors[i] || *errors[i] <= bound) continue;
+      if (agreeing[t.micro_batch] == 0) {
+        ++unchecked_;
+        spdlog::warn(
+            "benchmark {} micro-batch {}: no configuration agrees with the fp32 "
+            "reference (relative L2 error {:.3g} > {:.0e}): the reference is in doubt, "
+            "nothing marked wrong",
+            key_, t.micro_batch, *errors[i], bound);
+        continue;
+      }
+      t.status = TimingStatus::kFailed;
+      t.error = std::string(kWrongResultError) + "relative L2 error " +
+                fmt::format("{:.3g}", *errors[i]) + " against the fp32 reference (bound " +
+                fmt::format("{:.0e}", bound) + "), which " +
+                std::to_string(agreeing[t.micro_batch]) +
+                " other configuration(s) meet: never planned on this device and library version";
+      runnable_[i] = false;
+      ++wrong_;
+      spdlog::warn("benchmark {} micro-batch {} algo {}: {}", key_, t.micro_batch,
+                   AlgorithmText(AlgorithmOf(t)), t.error);
+    }
     return Status::Ok();
   }
 
@@ -677,15 +737,15 @@ class TableBenchmark {
     spdlog::info(
         "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
         "{} unsupported, {} failed ({} of them this worker's limits, {} not run after the size "
-        "before, {} contended; {} taken again for contention), {:.2f} s (prepare {:.0f} ms on {} "
-        "threads, queries {:.0f} ms, operands {:.0f} ms, probes {:.0f} ms, measurements {:.0f} "
-        "ms)",
+        "before, {} contended, {} wrong results; {} taken again for contention; {} results "
+        "unchecked), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands "
+        "{:.0f} ms, result checks {:.0f} ms, probes {:.0f} ms, measurements {:.0f} ms)",
         key_, backend_.fingerprint().name, backend_.fingerprint().backend, table_.entries.size(),
         counts_[static_cast<int>(TimingStatus::kOk)], pruned_,
         counts_[static_cast<int>(TimingStatus::kUnsupported)],
         counts_[static_cast<int>(TimingStatus::kFailed)], worker_limited_, skipped_, contended_,
-        remeasured_, total_ms / 1000.0, prepare_ms_, options_.prepare_threads, query_ms_,
-        operands_ms_, probe_total_ms_, measure_ms_);
+        wrong_, remeasured_, unchecked_, total_ms / 1000.0, prepare_ms_, options_.prepare_threads,
+        query_ms_, operands_ms_, check_ms_, probe_total_ms_, measure_ms_);
   }
 
   ConvBackend& backend_;
@@ -712,8 +772,11 @@ class TableBenchmark {
   int skipped_ = 0;
   int remeasured_ = 0;  // probes and measurements taken again for contention
   int contended_ = 0;   // stored as contended
+  int wrong_ = 0;       // wrong results (CheckResults)
+  int unchecked_ = 0;   // configurations no reference could check here
   // Where a cold benchmark's time goes, for the summary line.
-  double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, probe_total_ms_ = 0, measure_ms_ = 0;
+  double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, check_ms_ = 0, probe_total_ms_ = 0,
+         measure_ms_ = 0;
 };
 
 }  // namespace

@@ -128,6 +128,15 @@ TEST_F(OperatorCliTest, CommandsReadTheClusterAndFailuresNameTheStatus) {
       parsed(RunCli(with(with({"timings", "--json"}, at), plan_args)));
   ASSERT_EQ(timings_json["problems"].size(), 3u);  // fwd, bwd_data, bwd_filter of the one layer
   EXPECT_FALSE(timings_json["problems"][0]["timings"].empty());
+  // The worker checked every configuration's result before storing its timing: the CPU
+  // backend's are right, so none is blocked.
+  CliRun wrong = RunCli(with(with({"timings", "--wrong-results"}, at), plan_args));
+  EXPECT_EQ(wrong.exit_code, 0) << wrong.output;
+  EXPECT_THAT(wrong.output,
+              HasSubstr("no configuration blocked for a wrong result among the 3 distinct"));
+  const nlohmann::json wrong_json =
+      parsed(RunCli(with(with({"timings", "--wrong-results", "--json"}, at), plan_args)));
+  EXPECT_TRUE(wrong_json["problems"].empty()) << wrong_json.dump();
   const nlohmann::json explain_json =
       parsed(RunCli(with(with({"explain", "--json"}, at), plan_args)));
   ASSERT_EQ(explain_json["kernels"].size(), 3u);

@@ -22,8 +22,8 @@ namespace {
 // drop a file nor alter its text), and parses.
 TEST(Networks, EveryRepositoryTableIsEmbeddedVerbatim) {
   const std::vector<std::string> names = NetworkNames();
-  EXPECT_EQ(names, std::vector<std::string>(
-                       {"alexnet", "densenet121", "resnet152", "resnet18", "resnet50", "vgg16"}));
+  EXPECT_EQ(names, std::vector<std::string>({"alexnet", "densenet121", "r3d_18", "resnet152",
+                                             "resnet18", "resnet50", "vgg16"}));
   std::vector<std::string> files;
   for (const auto& entry :
        std::filesystem::directory_iterator(std::string(UCUDNN_SOURCE_DIR) + "/networks")) {
@@ -44,10 +44,35 @@ TEST(Networks, EveryRepositoryTableIsEmbeddedVerbatim) {
   }
 }
 
+// A network of 3-D convolutions: its depth columns read into the problems.
+TEST(Networks, ThreeDNetworkReadsItsDepths) {
+  Result<std::vector<NetworkLayer>> layers = NetworkLayers("r3d_18");
+  ASSERT_TRUE(layers.ok()) << layers.status().ToString();
+  const auto it = std::find_if(layers->begin(), layers->end(),
+                               [](const NetworkLayer& l) { return l.name == "layer2.0.conv1.0"; });
+  ASSERT_NE(it, layers->end());
+  const ConvProblem& p = it->problem;
+  EXPECT_TRUE(p.is_3d());
+  EXPECT_EQ(p.d, 16);
+  EXPECT_EQ(p.t, 3);
+  EXPECT_EQ(p.pad_d, 1);
+  EXPECT_EQ(p.stride_d, 2);
+  EXPECT_EQ(p.out_d(), 8);
+  EXPECT_EQ(p.h, 56);
+  EXPECT_EQ(p.k, 128);
+  // The header without depth columns is 2-D; a 3-D row under it has too many fields.
+  Result<std::vector<NetworkLayer>> flat =
+      ParseNetworkCsv("x.csv",
+                      "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,"
+                      "groups\nl,3,8,8,4,3,3,1,1,1,1,1,1,1,4,3,1,1,1\n");
+  ASSERT_FALSE(flat.ok());
+  EXPECT_THAT(flat.status().message(), ::testing::HasSubstr("expected 14 fields, got 19"));
+}
+
 TEST(Networks, KernelCountsAndNames) {
-  const std::pair<const char*, size_t> expected[] = {{"alexnet", 5},     {"vgg16", 13},
-                                                     {"resnet18", 20},   {"resnet50", 53},
-                                                     {"resnet152", 155}, {"densenet121", 120}};
+  const std::pair<const char*, size_t> expected[] = {
+      {"alexnet", 5},     {"vgg16", 13},        {"resnet18", 20}, {"resnet50", 53},
+      {"resnet152", 155}, {"densenet121", 120}, {"r3d_18", 20}};
   for (const auto& [name, layers] : expected) {
     Result<std::vector<Kernel>> kernels = NetworkKernels(name, 256);
     ASSERT_TRUE(kernels.ok()) << name << ": " << kernels.status().ToString();

@@ -60,8 +60,10 @@ inline BenchmarkOptions FastBenchmarkOptions() {
   o.min_runs = 1;
   o.max_runs = 1;
   o.config_time_budget_ms = 50;
-  // One run each already: no probe pass (the device-loss tests count runs).
+  // One run each already: no probe pass (the device-loss tests count runs), and no result check
+  // (its runs are not timed ones; result_check_test.cc checks it).
   o.prune_margin = -1;
+  o.check_results = false;
   return o;
 }
 

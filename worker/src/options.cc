@@ -164,6 +164,11 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
                "search the pruned one is compared with")
       ->envname("UCUDNN_WORKER_EXHAUSTIVE")
       ->group("Benchmark");
+  app.add_flag("!--no-result-check", o.check_results,
+               "store timings without checking each configuration's result against the fp32 "
+               "reference first (by default a configuration that computes a wrong result on this "
+               "GPU and cuDNN is stored failed, 'wrong result: ...', and never planned)")
+      ->group("Benchmark");
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates (cuDNN heuristics "
                  "and execution plans) before the timed runs; 1: one size at a time")

@@ -296,6 +296,7 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.short_run_ms = o.short_run_us / 1000.0;
   b.short_runs_device_time_only = o.short_runs_device_time_only;
   b.prune_margin = o.exhaustive ? -1.0 : o.prune_margin;
+  b.check_results = o.check_results;
   b.skip_factor = o.exhaustive ? 0.0 : o.skip_factor;
   b.prepare_threads = o.prepare_threads;
   b.contended_relative_spread = o.contended_spread >= 0 ? o.contended_spread

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ucudnn/backends/cudnn_backend.h"
 #include "ucudnn/backends/cudnn_engines.h"
@@ -171,25 +172,19 @@ bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescr
   p.c = in.c();
   p.k = filter_dims[0];
   p.groups = groups;
-  // The spatial axes from the last: w, h, then d in 3-D.
+  // The spatial axes: (d,) h, w.
   const int h = spatial == 3 ? 1 : 0;  // the height's index among the spatial axes
   if (spatial == 3) {
     p.d = in.dims[2];
     p.t = filter_dims[2];
-    p.pad_d = pads[0];
-    p.stride_d = strides[0];
-    p.dilation_d = dilations[0];
   }
   p.h = in.dims[2 + h];
   p.w = in.dims[3 + h];
   p.r = filter_dims[2 + h];
   p.s = filter_dims[3 + h];
-  p.pad_h = pads[h];
-  p.pad_w = pads[h + 1];
-  p.stride_h = strides[h];
-  p.stride_w = strides[h + 1];
-  p.dilation_h = dilations[h];
-  p.dilation_w = dilations[h + 1];
+  const std::vector<int64_t> pad(pads, pads + spatial), stride(strides, strides + spatial),
+      dilation(dilations, dilations + spatial);
+  SetPerAxis(p, pad, stride, dilation);
   NormalizeDepth(p);
   parsed->batch = in.n();
   if (groups < 1 || int64_t{filter_dims[1]} * groups != p.c) {

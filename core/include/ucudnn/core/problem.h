@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -91,6 +92,12 @@ struct ConvProblem {
 // Checks every field: positive and bounded dimensions, padding in range, a positive output size,
 // groups dividing both c and k, element counts without overflow. The error names the field:
 // "c: must be in [1, 65536], got 0".
+// Sets every spatial axis's padding, stride and dilation from per-axis lists in the order cuDNN
+// and the canonical key give them: (h, w) for a 2-D problem, (d, h, w) for a 3-D one (lists of 3
+// set the depth's too). The three lists have the same length, 2 or 3.
+void SetPerAxis(ConvProblem& p, std::span<const int64_t> pad, std::span<const int64_t> stride,
+                std::span<const int64_t> dilation);
+
 // A 3-D problem of depth 1 with a 1-deep filter and no depth padding is a 2-D one whatever its
 // depth stride and dilation: those two are set to 1, so that it shares the 2-D problem's key and
 // timings. Called where problems enter (the C and gRPC APIs), before Validate().

@@ -51,6 +51,8 @@ struct WorkerOptions {
   // no skipping across sizes), to compare plans of the pruned search with; overrides
   // --prune-margin and --skip-factor.
   bool exhaustive = false;
+  // --no-result-check clears it: BenchmarkOptions::check_results.
+  bool check_results = true;
   // ---- Idle gate (idle_gate.h) ----
   // --idle-gate / UCUDNN_WORKER_IDLE_GATE: "auto" (NVML when it loads, else off with a warning;
   // the CPU backend's device counts idle), "nvml" (refuse to start without it) or "off".

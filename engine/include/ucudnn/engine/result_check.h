@@ -1,0 +1,65 @@
+// A configuration's result checked before its timing is stored (issue 39): a configuration that
+// computes a wrong result on this device and library version is recorded as such (kFailed, "wrong
+// result: ...") and so is never planned anywhere in the cluster for this device fingerprint (its
+// GPU and cuDNN version); no library version is turned off wholesale, only the configurations
+// that are wrong.
+//
+// The reference is the backend's reference algorithm (legacy id 0: cuDNN's implicit GEMM, the CPU
+// backend's direct loop) in strict fp32 (fp32 data, FMA math: no TF32, no tensor cores) on the
+// same input values, widened from the problem's data type: code apart from the tensor-core
+// engines whose wrong results users met (PyTorch #163539: fp16 3-D convolutions on cuDNN
+// 9.8-9.14), at a precision above the one checked.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ucudnn/core/backend.h"
+#include "ucudnn/core/problem.h"
+#include "ucudnn/core/status.h"
+
+namespace ucudnn {
+
+// What a timing's error starts with when its configuration gave a wrong result.
+inline constexpr std::string_view kWrongResultError = "wrong result: ";
+
+// The largest relative L2 error a correct configuration of `p`'s precision shows against the
+// fp32 reference on random inputs exact in that precision: fp16 2e-2, bf16 3e-2 (outputs rounded
+// to 11 and 8 bits, transform algorithms amplifying it), fp32 in FMA math 1e-3, fp32 that may
+// use TF32 1e-2. A wrong layout, stride, group or race is off by order 1.
+double ResultBound(const ConvProblem& p);
+
+// ||got - want|| / ||want|| (||got|| where want is all zero); infinity for a NaN or infinity in
+// `got` (an element never written: outputs are poisoned with NaN before each checked run).
+double RelativeL2(const std::vector<float>& got, const std::vector<float>& want);
+
+// Checks configurations of one problem on the benchmark's operands (`operands`: the problem's
+// tensors at `allocated` samples, the op's inputs holding data). The reference of each
+// micro-batch size is computed once.
+class ResultChecker {
+ public:
+  ResultChecker(ConvBackend& backend, const ConvProblem& problem, const ConvOperands& operands);
+
+  // The relative L2 error of `algo`'s result at micro-batch `batch` (`workspace`: at least its
+  // workspace) against the fp32 reference; nullopt when no reference can run here (the
+  // configuration stays unchecked: a backend without an fp32 reference for this layout). An error
+  // when the configuration's own run fails (the caller records it as a failed run).
+  Result<std::optional<double>> Check(int64_t batch, const Algorithm& algo, void* workspace,
+                                      size_t workspace_bytes);
+
+ private:
+  // The reference output at `batch`, nullopt where none could run (once per size).
+  Result<std::optional<std::vector<float>>> Reference(int64_t batch);
+  // The op's output tensor at `batch` samples, widened to fp32 (in the problem's layout).
+  Result<std::vector<float>> ReadOutput(int64_t batch);
+
+  ConvBackend& backend_;
+  const ConvProblem& problem_;
+  const ConvOperands& operands_;
+  std::map<int64_t, std::optional<std::vector<float>>> references_;
+};
+
+}  // namespace ucudnn
