@@ -38,7 +38,7 @@ networks_lists_builtins() {
   expect_exit 0 "$ucudnn" networks
   expect_line '^densenet121 +120 +66$'
   expect_line '^resnet152 +155 +23$'
-  [ "$(wc -l <<<"$out")" -eq 7 ] || fail "expected a header and 6 networks"
+  [ "$(wc -l <<<"$out")" -eq 8 ] || fail "expected a header and 7 networks"
 }
 
 unknown_network_is_a_clear_error() {
@@ -122,7 +122,7 @@ usage_errors_exit_2() {
 # --json on the local read commands: one document that parses.
 local_commands_print_json() {
   expect_exit 0 "$ucudnn" networks --json
-  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d["networks"]) == 6, d' "$out" ||
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d["networks"]) == 7, d' "$out" ||
     fail "networks --json"
   expect_exit 0 "$ucudnn" problem --network "$here/tiny_net.csv" --batch 4 --unique --json
   python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert len(d["kernels"]) == 6, d' "$out" ||
