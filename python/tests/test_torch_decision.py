@@ -204,6 +204,45 @@ class PrepareRouteTest(unittest.TestCase):
                                                            "undecided": 0})
         self.assertTrue(self.torch.equal(y, reference(x)))
 
+    def test_a_recorded_native_route_waits_for_no_plan(self):
+        import socket
+        import time
+        import ucudnn.torch as ut
+        from torch import nn
+        from ucudnn.torch import route as step_route
+
+        # A planner that never answers (it takes connections and says nothing): prepare() waits
+        # its wait_ms for the plans, unless the step was recorded native on this machine, whose
+        # job runs PyTorch's own whatever arrives.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.addCleanup(silent.close)
+        server = f"127.0.0.1:{silent.getsockname()[1]}"
+        x = self.torch.randn(2, 3, 8, 8)
+
+        def converted():
+            self.torch.manual_seed(0)
+            model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 1))
+            return ut.convert(model, server=server, cache_path="off")
+
+        def prepare_seconds(model):
+            started = time.perf_counter()
+            answer = ut.prepare(model, x, wait_ms=1500, measure_framework=False)
+            return time.perf_counter() - started, answer
+
+        waited, _ = prepare_seconds(converted())
+        self.assertGreaterEqual(waited, 1.4, "the silent planner was not waited for")
+        model = converted()
+        ut.kernels(model, x)  # the layers' ops, for the record's layer count
+        key = step_route.step_key(model, (x,), None)
+        decision.write_record(self.records, key, decision.make_record(
+            decision.NATIVE, "measured slower here", ["plan", "plan"], [2.0], [1.0]))
+        waited, answer = prepare_seconds(model)
+        self.assertLess(waited, 1.0, "waited for plans a native step will not run")
+        self.assertEqual((answer["route"]["route"], answer["route"]["source"]),
+                         (decision.NATIVE, "recorded"))
+
     def test_without_a_record_or_measurement_each_layer_keeps_its_rule(self):
         import ucudnn.torch as ut
 

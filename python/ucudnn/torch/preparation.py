@@ -5,6 +5,7 @@ import warnings
 
 import torch
 
+from .decision import NATIVE
 from .options import BUDGETS
 from .handle import restore_framework_search
 from .module import UcudnnConvolution, layer_convs, require_per_kernel, runtimes_of
@@ -137,14 +138,21 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         conv.forget_kernels()  # declared again with the limits now in force
     budgeted = time.perf_counter()
     declared = measured = fitted = 0
-    for (runtime, device), shapes in kernels(model, *sample_inputs).items():
+    step_kernels = kernels(model, *sample_inputs)
+    # A step this machine recorded native runs PyTorch's own whatever plans arrive: its plans are
+    # asked for (a later decision may want them), not waited for.
+    plans_wait_ms = wait_ms
+    if wait_ms > 0 and route != "rule" and not compiled and host_bound is None and (
+            step_route.recorded_route(model, sample_inputs, loss_fn) == NATIVE):
+        plans_wait_ms = 0
+    for (runtime, device), shapes in step_kernels.items():
         context = runtime.context(device)
         if context is None:
             continue
         shapes = unique_shapes(shapes)
         declared += len(shapes)
         declare_at_limits(runtime, context, shapes)
-        if wait_ms <= 0:
+        if plans_wait_ms <= 0:
             continue
         not_shared = []
         if measure_framework:

@@ -140,6 +140,26 @@ def measure_rounds(model, sample_inputs, loss_fn, plan_routes, rounds=decision.R
     return measured[decision.PLANS], measured[decision.NATIVE]
 
 
+def usable_record(model, sample_inputs, loss_fn):
+    """(this machine's record of the step's route where one applies, else None; its key)."""
+    path = records_path()
+    key = step_key(model, sample_inputs, loss_fn) if path else None
+    record = read_records(path).get(key) if key else None
+    usable = decision.valid(record) and len(record["layers"]) == len(converted_layers(model))
+    return (record if usable else None), key
+
+
+def recorded_route(model, sample_inputs, loss_fn):
+    """The step's route this machine recorded (decision.NATIVE or decision.PLANS), None without a
+    usable record. prepare() reads it before it waits for plans: a step recorded native runs
+    PyTorch's own whatever plans arrive, so its job waits for none (the first fast step as soon
+    as native's)."""
+    for runtime in runtimes_of(model):
+        runtime.restore_native()  # the key reads the model's structure, not its routes now
+    record, _ = usable_record(model, sample_inputs, loss_fn)
+    return record["route"] if record is not None else None
+
+
 def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
     """prepare()'s route for the step: the machine's record where one applies; else, with every
     plan in, measured (`measure`) and recorded; else PyTorch's own for every layer while a plan
@@ -151,9 +171,8 @@ def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
     layers = converted_layers(model)
     device = inputs_device(sample_inputs)
     path = records_path()
-    key = step_key(model, sample_inputs, loss_fn) if path else None
-    record = read_records(path).get(key) if key else None
-    usable = decision.valid(record) and len(record["layers"]) == len(layers)
+    record, key = usable_record(model, sample_inputs, loss_fn)
+    usable = record is not None
     # Rank 0's record decides for every rank: 0 none, 1 native, 2 plans.
     code = rank0s(0 if not usable else 1 if record["route"] == decision.NATIVE else 2, device)
     if code:
