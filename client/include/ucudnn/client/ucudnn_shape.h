@@ -1,6 +1,6 @@
 /* The shape-level C API of the ucudnn client library: convolutions given by their dimensions and
  * raw pointers instead of cuDNN descriptors, for frameworks that do not call cuDNN through a
- * handle the library can wrap (PyTorch: python/ucudnn/torch.py calls this through ctypes).
+ * handle the library can wrap (PyTorch: python/ucudnn/torch/ calls this through ctypes).
  *
  *   ucudnnShapeContext_t ctx;  ucudnnShapeCreate(&ctx, "cudnn", NULL);   current GPU, UCUDNN_*
  *   ucudnnConvShape_t shape = {UCUDNN_CONVOLUTION_FORWARD, n, c, h, w, k, r, s, ...};
