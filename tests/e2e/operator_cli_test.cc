@@ -324,5 +324,59 @@ TEST_F(OperatorCliTest, PlansANetworkInBf16ChannelsLastOnTheCpuWorker) {
   std::remove(net.c_str());
 }
 
+// A network of 3-D convolutions (a video model's stem and block, NDHWC fp16) through the whole
+// stack: the server stores its 3-D problems with their depth, the CPU worker checks and times
+// them, the planner plans every kernel within the limit.
+TEST_F(OperatorCliTest, PlansA3dNetworkThroughTheStack) {
+  ServerProcess* server = StartServer("s1");
+  ASSERT_NE(server, nullptr);
+  WorkerProcess* worker = StartWorker("w1");
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(WaitWorkersRegistered(1));
+  const std::string net = ::testing::TempDir() + "operator_cli_3d_net.csv";
+  {
+    std::ofstream out(net);
+    out << "layer,c,h,w,k,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups,d,t,"
+           "pad_d,stride_d,dilation_d\n"
+           "stem,3,8,8,8,3,3,1,1,2,2,1,1,1,6,3,1,1,1\n"
+           "block,8,4,4,8,3,3,1,1,1,1,1,1,1,6,3,1,1,1\n";
+  }
+  std::vector<std::string> args = {
+      "plan", "--server",    server->address(), "--device", "0",    "--network", net,    "--batch",
+      "4",    "--workspace", "256KiB",          "--dtype",  "fp16", "--layout",  "nhwc", "--token",
+      kToken};
+  std::vector<std::string> waiting = args;
+  waiting.insert(waiting.end(), {"--wait", "2m"});
+  CliRun plan = RunCli(waiting);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("Plan: 6 kernels (fp16 nhwc)"));
+  EXPECT_THAT(plan.output, HasSubstr("6x4x4 k8 3x3x3"));  // the block's shape, with its depth
+  EXPECT_THAT(plan.output, Not(HasSubstr("MISSING")));
+  EXPECT_THAT(plan.output, Not(HasSubstr("INFEASIBLE")));
+  args.push_back("--json");  // every timing in now: the plan at once
+  CliRun json = RunCli(args);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json parsed_plan = nlohmann::json::parse(json.output);
+  ASSERT_EQ(parsed_plan["kernels"].size(), 6u) << json.output;
+  for (const auto& kernel : parsed_plan["kernels"]) {
+    EXPECT_EQ(kernel["status"], "KERNEL_PLAN_STATUS_PLANNED") << kernel.dump();
+    EXPECT_LE(std::stoull(kernel.value("workspaceBytes", std::string("0"))), 256u << 10)
+        << kernel.dump();
+  }
+  Result<int64_t> stored =
+      QueryInt(url(),
+               "SELECT count(*) FROM problems WHERE d = 6 AND t = 3 AND pad_d = 1 AND "
+               "canonical_key LIKE '%;layout=ndhwc;%'");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, 6);  // two layers, three ops each, with their depth
+  Result<int64_t> timed = QueryInt(url(),
+                                   "SELECT count(*) FROM timings t JOIN problems p ON "
+                                   "p.id = t.problem_id WHERE p.d = 6 AND t.status = 'ok' AND "
+                                   "t.time_ms > 0");
+  ASSERT_TRUE(timed.ok()) << timed.status().ToString();
+  EXPECT_GT(*timed, 0);
+  std::remove(net.c_str());
+}
+
 }  // namespace
 }  // namespace ucudnn::e2e
