@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "gpu/gpu_test_util.h"
+#include "ucudnn/engine/result_check.h"
 
 namespace ucudnn::gputest {
 namespace {
@@ -160,21 +161,10 @@ TEST_P(CudnnEquivalenceTest, EveryAcceptedAlgorithmMatchesCpuReference) {
 
 // The graph API's engine configurations, as the benchmark engine proposes them (Candidates():
 // cuDNN's heuristics for this problem and batch, filtered by math mode), each against the CPU
-// reference. Their numerical notes are not kept per configuration here, so each is held to its
-// precision's bound for transform-based algorithms: still far below what a wrong layout, stride,
-// group or scalar would give (order 1). fp32 in default math may use TF32 tensor cores.
-double EngineTolerance(const Precision& prec) {
-  switch (prec.data_type) {
-    case DataType::kFloat16:
-      return 2e-2;
-    case DataType::kBFloat16:
-      return 3e-2;
-    case DataType::kFloat32:
-      break;
-  }
-  return prec.math == MathMode::kFma ? 1e-3 : 1e-2;
-}
-
+// reference. Their numerical notes are not kept per configuration here, so each is held to the
+// bound the worker's result check holds it to (ResultBound: its precision's bound for transform
+// algorithms): still far below what a wrong layout, stride, group or scalar would give (order 1).
+// fp32 in default math may use TF32 tensor cores.
 TEST_P(CudnnEquivalenceTest, EveryEngineConfigurationMatchesCpuReference) {
   const auto& [layer, op] = GetParam();
   ConvProblem base = layer.problem;
@@ -204,7 +194,7 @@ TEST_P(CudnnEquivalenceTest, EveryEngineConfigurationMatchesCpuReference) {
       }
       ASSERT_TRUE(out.ok()) << where << ": " << out.status().ToString();
       const double rel = RelativeL2(*out, *ref);
-      EXPECT_LT(rel, EngineTolerance(prec)) << where << " (" << Describe(p, layer.batch) << ")";
+      EXPECT_LT(rel, ResultBound(p)) << where << " (" << Describe(p, layer.batch) << ")";
       std::printf("  %-90s ok rel_l2=%.2e\n", where.c_str(), rel);
       ++ran;
     }
