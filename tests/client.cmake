@@ -25,7 +25,7 @@ target_include_directories(ucudnn_client_hot_path_tests PRIVATE
 
 if(UCUDNN_ENABLE_CUDNN)
   ucudnn_add_test(NAME ucudnn_client_gpu_tests
-    SOURCES client/cudnn_handle_test.cc client/c_api_compiles.c
+    SOURCES client/cudnn_handle_test.cc client/descriptors_test.cc client/c_api_compiles.c
     LIBS ucudnn::client_cudnn ucudnn::backends ucudnn::proto gRPC::grpc++
     LABELS gpu
     TIMEOUT 600)

@@ -31,9 +31,9 @@ struct ParsedConvolution {
 
 // The convolution of `op` given as cuDNN describes it: `input` is x (forward, backward-filter) or
 // dx (backward-data), `output` is y or dy, `filter` is w or dw. False when the descriptors say
-// something the model has no words for (not 2-D, strided or padded tensors, CUDNN_CONVOLUTION
-// mode, double data, mismatched types or shapes...): the call then goes to cuDNN unchanged,
-// which also reports any error in them. `why` gets a static explanation.
+// something the model has no words for (neither 2-D nor 3-D, strided or padded tensors,
+// CUDNN_CONVOLUTION mode, double data, mismatched types or shapes...): the call then goes to
+// cuDNN unchanged, which also reports any error in them. `why` gets a static explanation.
 bool ParseConvolution(ConvOp op, cudnnTensorDescriptor_t input, cudnnFilterDescriptor_t filter,
                       cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t output,
                       ParsedConvolution* parsed, const char** why);
