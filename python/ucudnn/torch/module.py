@@ -544,9 +544,9 @@ def unconvert(model):
 
 
 def runtimes_of(model):
-    """The Runtimes of `model`'s converted layers; a model convert() found no Conv2d in has its
-    own (no layer uses it: prepare(), stats() and the rest are no-ops on it). ValueError where
-    convert() was never called."""
+    """The Runtimes of `model`'s converted layers; a model convert() found no convolution in has
+    its own (no layer uses it: prepare(), stats() and the rest are no-ops on it). ValueError
+    where convert() was never called."""
     seen = []
     for module in model.modules():
         runtime = getattr(module, "_ucudnn_runtime", None)
