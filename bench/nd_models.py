@@ -69,7 +69,8 @@ def dcgan():
 
     ngf = 64
     return nn.Sequential(
-        nn.ConvTranspose2d(100, ngf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 8), nn.ReLU(True),
+        nn.ConvTranspose2d(100, ngf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 8),
+        nn.ReLU(True),
         nn.ConvTranspose2d(ngf * 8, ngf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 4),
         nn.ReLU(True),
         nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 2),

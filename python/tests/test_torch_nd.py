@@ -62,12 +62,12 @@ CASES = {
     "transpose2d_dilated": (nn.ConvTranspose2d, dict(in_channels=3, out_channels=3,
                                                      kernel_size=3, dilation=2, bias=False),
                             (2, 3, 5, 5)),
-    "transpose3d_vae": (nn.ConvTranspose3d, dict(in_channels=4, out_channels=2, kernel_size=(3, 4, 4),
-                                                 stride=(1, 2, 2), padding=(1, 1, 1)),
-                        (2, 4, 3, 4, 4)),
+    "transpose3d_vae": (nn.ConvTranspose3d, dict(
+        in_channels=4, out_channels=2, kernel_size=(3, 4, 4), stride=(1, 2, 2), padding=(1, 1, 1)),
+        (2, 4, 3, 4, 4)),
     "transpose3d_output_padding": (nn.ConvTranspose3d, dict(
-        in_channels=2, out_channels=4, kernel_size=3, stride=2, padding=1, output_padding=(1, 0, 1)),
-        (2, 2, 3, 4, 3)),
+        in_channels=2, out_channels=4, kernel_size=3, stride=2, padding=1,
+        output_padding=(1, 0, 1)), (2, 2, 3, 4, 3)),
 }
 
 

@@ -81,7 +81,8 @@ for _converted in CONVERTED_LAYERS + (UcudnnConvolution, Runtime):
 del _converted
 
 __all__ = ["UcudnnConvolution", "UcudnnConv1d", "UcudnnConv2d", "UcudnnConv3d",
-           "UcudnnConvTranspose1d", "UcudnnConvTranspose2d", "UcudnnConvTranspose3d", "convert", "unconvert", "kernels", "prepare", "stats", "report",
+           "UcudnnConvTranspose1d", "UcudnnConvTranspose2d", "UcudnnConvTranspose3d", "convert",
+           "unconvert", "kernels", "prepare", "stats", "report",
            "routes", "wait_for_plans", "compare_kernels", "framework_identity", "memory_profile",
            "liveness_limits", "step_curve", "framework_benchmarks", "framework_cudnn_handle",
            "output_tensors", "CONFIG_KEYS", "parse_bytes", "trace_memory", "custom_ops_available",

@@ -446,25 +446,24 @@ def convert(model, workspace_limit=0, min_layer_gain_us=None, cudnn_handle="fram
             **config):
     """Runs every convolution layer of `model` (the model itself included) through ucudnn:
     torch.nn's Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d and ConvTranspose3d
-    (CONVERTED_OF_TORCH); the model is changed in place and returned. `config`: the library's options by their
-    UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the environment, checked
-    here (ValueError or TypeError naming the bad one). `framework` defaults to
-    framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in
-    bytes (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: where
-    PyTorch does not benchmark (torch.backends.cudnn.benchmark off when converted), a layer runs
-    the library's plans only where they save at least this much per step against PyTorch's own
-    (device time, by the cluster's timings; default MIN_LAYER_GAIN_US, about the library's host
-    cost per layer); elsewhere it runs PyTorch's own whole, as unconverted. In a host-bound
-    step their saving counts as nothing (0 keeps every plan). Where PyTorch benchmarks, the
-    planner gives a kernel's ties (within FRAMEWORK_MARGIN) to ucudnn, and a layer of a step
-    that is not host-bound runs every plan it has (unless min_layer_gain_us is infinite): no
-    benchmark of PyTorch's runs in the job for it. `cudnn_handle`: "framework" (the default)
-    runs the plans on PyTorch's own cuDNN handle where it can be borrowed
-    (framework_cudnn_handle(); else as "own"), so that the library puts no handle of its own on
-    the device; "own" gives each device's context a handle of the library's.
-    A subclass of those is converted where it keeps torch.nn's forward (converted_class), else
-    left as it is (its forward may do more than a convolution), named in a UserWarning, as is a
-    model with no convolution layer (a no-op then)."""
+    (CONVERTED_OF_TORCH); the model is changed in place and returned. `config`: the library's
+    options by their UCUDNN_* names in lower case without the prefix (CONFIG_KEYS), over the
+    environment, checked here (ValueError or TypeError naming the bad one). `framework` defaults to
+    framework_identity(). `workspace_limit`: per-kernel mode, each kernel's workspace limit in bytes
+    (0: the configured UCUDNN_WORKSPACE_BYTES, else 64 MiB). `min_layer_gain_us`: where PyTorch does
+    not benchmark (torch.backends.cudnn.benchmark off when converted), a layer runs the library's
+    plans only where they save at least this much per step against PyTorch's own (device time, by
+    the cluster's timings; default MIN_LAYER_GAIN_US, about the library's host cost per layer);
+    elsewhere it runs PyTorch's own whole, as unconverted. In a host-bound step their saving counts
+    as nothing (0 keeps every plan). Where PyTorch benchmarks, the planner gives a kernel's ties
+    (within FRAMEWORK_MARGIN) to ucudnn, and a layer of a step that is not host-bound runs every
+    plan it has (unless min_layer_gain_us is infinite): no benchmark of PyTorch's runs in the job
+    for it. `cudnn_handle`: "framework" (the default) runs the plans on PyTorch's own cuDNN handle
+    where it can be borrowed (framework_cudnn_handle(); else as "own"), so that the library puts no
+    handle of its own on the device; "own" gives each device's context a handle of the library's. A
+    subclass of those is converted where it keeps torch.nn's forward (converted_class), else left as
+    it is (its forward may do more than a convolution), named in a UserWarning, as is a model with
+    no convolution layer (a no-op then)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"ucudnn.torch.convert: expected a torch.nn.Module, got {type(model)}")
     if isinstance(workspace_limit, bool) or not isinstance(workspace_limit, int) or (
