@@ -12,52 +12,14 @@
 namespace ucudnn {
 namespace {
 
-// The op's two inputs and its output: (a, b, out) in backend.h's order, as element counts at
-// `batch` and as pointers into `o`.
-struct OpTensors {
-  size_t a = 0, b = 0, out = 0;
-};
-
-OpTensors Counts(const ConvProblem& p, int64_t batch) {
-  const size_t in = static_cast<size_t>(batch * p.input_elements_per_sample());
-  const size_t out = static_cast<size_t>(batch * p.output_elements_per_sample());
-  const size_t filter = static_cast<size_t>(p.filter_elements());
-  switch (p.op) {
-    case ConvOp::kForward:
-      return {in, filter, out};
-    case ConvOp::kBackwardData:
-      return {out, filter, in};
-    case ConvOp::kBackwardFilter:
-      break;
-  }
-  return {in, out, filter};
-}
-
-const void* InputA(const ConvProblem& p, const ConvOperands& o) {
+const void* FirstInput(const ConvProblem& p, const ConvOperands& o) {
   return p.op == ConvOp::kBackwardData ? o.dy : o.x;
 }
-const void* InputB(const ConvProblem& p, const ConvOperands& o) {
+const void* SecondInput(const ConvProblem& p, const ConvOperands& o) {
   return p.op == ConvOp::kBackwardFilter ? o.dy : o.w;
 }
 void* Output(const ConvProblem& p, const ConvOperands& o) {
   return p.op == ConvOp::kForward ? o.y : p.op == ConvOp::kBackwardData ? o.dx : o.dw;
-}
-
-// Binds (a, b, out) as the op's operands.
-ConvOperands Bind(ConvOp op, const void* a, const void* b, void* out) {
-  ConvOperands o;
-  switch (op) {
-    case ConvOp::kForward:
-      o.x = a, o.w = b, o.y = out;
-      break;
-    case ConvOp::kBackwardData:
-      o.dy = a, o.w = b, o.dx = out;
-      break;
-    case ConvOp::kBackwardFilter:
-      o.x = a, o.dy = b, o.dw = out;
-      break;
-  }
-  return o;
 }
 
 Result<std::vector<float>> ReadAsFloat(ConvBackend& backend, const void* device, size_t count,
@@ -110,37 +72,41 @@ ResultChecker::ResultChecker(ConvBackend& backend, const ConvProblem& problem,
                              const ConvOperands& operands)
     : backend_(backend), problem_(problem), operands_(operands) {}
 
-Result<std::vector<float>> ResultChecker::ReadOutput(int64_t batch) {
-  return ReadAsFloat(backend_, Output(problem_, operands_), Counts(problem_, batch).out,
-                     problem_.data_type);
+Status ResultChecker::WidenInputs() {
+  if (fp32_[0] != nullptr) return Status::Ok();
+  const OpTensorSizes all = OpSizes(problem_, operands_.samples);
+  UCUDNN_ASSIGN_OR_RETURN(
+      std::vector<float> first,
+      ReadAsFloat(backend_, FirstInput(problem_, operands_), all.first_input, problem_.data_type));
+  UCUDNN_ASSIGN_OR_RETURN(std::vector<float> second,
+                          ReadAsFloat(backend_, SecondInput(problem_, operands_), all.second_input,
+                                      problem_.data_type));
+  UCUDNN_ASSIGN_OR_RETURN(fp32_[0], Upload(backend_, first));
+  UCUDNN_ASSIGN_OR_RETURN(fp32_[1], Upload(backend_, second));
+  UCUDNN_ASSIGN_OR_RETURN(fp32_[2], backend_.Allocate(all.output * sizeof(float)));
+  return Status::Ok();
 }
 
 Result<std::optional<std::vector<float>>> ResultChecker::Reference(int64_t batch) {
   if (auto it = references_.find(batch); it != references_.end()) return it->second;
-  const OpTensors counts = Counts(problem_, batch);
-  const DataType type = problem_.data_type;
-  // The same input values in fp32, strict fp32 math, the backend's reference algorithm.
+  // The same input values in fp32 (the first `batch` samples of the widened ones: samples lead
+  // in both layouts), strict fp32 math, the backend's reference algorithm.
   ConvProblem fp32 = problem_;
   fp32.data_type = fp32.compute_type = DataType::kFloat32;
   fp32.math = MathMode::kFma;
   auto run = [&]() -> Result<std::vector<float>> {
-    UCUDNN_ASSIGN_OR_RETURN(std::vector<float> a,
-                            ReadAsFloat(backend_, InputA(problem_, operands_), counts.a, type));
-    UCUDNN_ASSIGN_OR_RETURN(std::vector<float> b,
-                            ReadAsFloat(backend_, InputB(problem_, operands_), counts.b, type));
-    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> a_buffer, Upload(backend_, a));
-    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> b_buffer, Upload(backend_, b));
-    UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> out,
-                            backend_.Allocate(counts.out * sizeof(float)));
+    UCUDNN_RETURN_IF_ERROR(WidenInputs());
     const Algorithm reference(0);
     UCUDNN_ASSIGN_OR_RETURN(size_t workspace_bytes, backend_.WorkspaceSize(fp32, batch, reference));
     UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> workspace,
                             backend_.Allocate(std::max<size_t>(workspace_bytes, 1)));
-    const ConvOperands o = Bind(problem_.op, a_buffer->data(), b_buffer->data(), out->data());
+    const ConvOperands o =
+        BindOperands(problem_.op, fp32_[0]->data(), fp32_[1]->data(), fp32_[2]->data());
     UCUDNN_RETURN_IF_ERROR(
         backend_.Run(fp32, batch, reference, o, workspace->data(), workspace_bytes, 1.0f, 0.0f));
     UCUDNN_RETURN_IF_ERROR(backend_.Synchronize());
-    return ReadAsFloat(backend_, out->data(), counts.out, DataType::kFloat32);
+    return ReadAsFloat(backend_, fp32_[2]->data(), OpSizes(problem_, batch).output,
+                       DataType::kFloat32);
   };
   Result<std::vector<float>> reference = run();
   if (!reference.ok()) {
@@ -160,7 +126,8 @@ Result<std::optional<double>> ResultChecker::Check(int64_t batch, const Algorith
   if (!reference) return std::optional<double>();
   // Poisoned first (all ones bytes: NaN in every data type), so an element the configuration
   // never writes fails the check.
-  const size_t out_bytes = Counts(problem_, batch).out * ElementSize(problem_.data_type);
+  const size_t out_count = OpSizes(problem_, batch).output;
+  const size_t out_bytes = out_count * ElementSize(problem_.data_type);
   const std::vector<unsigned char> poison(out_bytes, 0xFF);
   UCUDNN_RETURN_IF_ERROR(
       backend_.CopyToDevice(Output(problem_, operands_), poison.data(), poison.size()));
@@ -169,7 +136,8 @@ Result<std::optional<double>> ResultChecker::Check(int64_t batch, const Algorith
   UCUDNN_RETURN_IF_ERROR(
       backend_.Run(problem_, batch, algo, o, workspace, workspace_bytes, 1.0f, 0.0f));
   UCUDNN_RETURN_IF_ERROR(backend_.Synchronize());
-  UCUDNN_ASSIGN_OR_RETURN(std::vector<float> got, ReadOutput(batch));
+  UCUDNN_ASSIGN_OR_RETURN(std::vector<float> got, ReadAsFloat(backend_, Output(problem_, operands_),
+                                                              out_count, problem_.data_type));
   return std::optional<double>(RelativeL2(got, *reference));
 }
 

@@ -10,16 +10,10 @@
 
 namespace ucudnn::test_support {
 
-// The operands of `op` from its two inputs, in the op's order (forward: x, w; backward data:
-// dy, w; backward filter: x, dy), and its output (y, dx or dw).
-ConvOperands BindOperands(ConvOp op, const float* first_input, const float* second_input,
-                          float* output);
-
-// The element counts of an op's two inputs and its output, in BindOperands' order.
-struct OpTensorSizes {
-  size_t first_input, second_input, output;
-};
-OpTensorSizes OpSizes(const ConvProblem& p, int64_t batch);
+// The operands of an op and their element counts: core's (backend.h).
+using ucudnn::BindOperands;
+using ucudnn::OpSizes;
+using ucudnn::OpTensorSizes;
 
 // `count` deterministic non-zero fp32 values from `seed`.
 std::vector<float> RandomVector(size_t count, uint64_t seed);

@@ -30,6 +30,17 @@ struct ConvOperands {
   int64_t samples = 0;
 };
 
+// The operands of `op` from its two inputs in Run()'s order (forward: x, w; backward-data:
+// dy, w; backward-filter: x, dy) and its output (y, dx or dw).
+ConvOperands BindOperands(ConvOp op, const void* first_input, const void* second_input,
+                          void* output);
+
+// The element counts of an op's two inputs and its output at `batch`, in BindOperands' order.
+struct OpTensorSizes {
+  size_t first_input, second_input, output;
+};
+OpTensorSizes OpSizes(const ConvProblem& p, int64_t batch);
+
 struct AlgorithmInfo {
   int id = 0;        // the backend's own number (cuDNN's enum value for cudnn)
   std::string name;  // "IMPLICIT_PRECOMP_GEMM", "direct", "im2col_gemm"

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,8 +38,9 @@ double ResultBound(const ConvProblem& p);
 double RelativeL2(const std::vector<float>& got, const std::vector<float>& want);
 
 // Checks configurations of one problem on the benchmark's operands (`operands`: the problem's
-// tensors at `allocated` samples, the op's inputs holding data). The reference of each
-// micro-batch size is computed once.
+// tensors at `operands.samples` samples, the op's inputs holding data). The inputs are widened to
+// fp32 on the device once; the reference of each micro-batch size (the first samples of them) is
+// computed once.
 class ResultChecker {
  public:
   ResultChecker(ConvBackend& backend, const ConvProblem& problem, const ConvOperands& operands);
@@ -53,12 +55,14 @@ class ResultChecker {
  private:
   // The reference output at `batch`, nullopt where none could run (once per size).
   Result<std::optional<std::vector<float>>> Reference(int64_t batch);
-  // The op's output tensor at `batch` samples, widened to fp32 (in the problem's layout).
-  Result<std::vector<float>> ReadOutput(int64_t batch);
+  // The op's inputs widened to fp32 on the device (every sample the operands hold) and an fp32
+  // output as large; once.
+  Status WidenInputs();
 
   ConvBackend& backend_;
   const ConvProblem& problem_;
   const ConvOperands& operands_;
+  std::unique_ptr<BackendBuffer> fp32_[3];  // first input, second input, output
   std::map<int64_t, std::optional<std::vector<float>>> references_;
 };
 
