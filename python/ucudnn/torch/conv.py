@@ -138,15 +138,12 @@ class LayerConv:
         self.layout = _lib.NHWC if channels_last else _lib.NCHW
         self.data_type = DATA_TYPES[dtype]  # the call's, after autocast
         self.math = math
+        self.out_size = output_size(x.shape, weight.shape, self.stride, self.padding,
+                                    self.dilation, self.groups, transposed, self.output_padding)
         if transposed:
-            self.out_size = transposed_output_size(x.shape, weight.shape, self.stride,
-                                                   self.padding, self.dilation,
-                                                   self.output_padding, self.groups)
             problem_x, problem_k = self.out_size, x.shape[1]
             self.passes = (_lib.BACKWARD_DATA, _lib.FORWARD, _lib.BACKWARD_FILTER)
         else:
-            self.out_size = conv_output_size(x.shape, weight.shape, self.stride, self.padding,
-                                             self.dilation)
             problem_x, problem_k = x.shape, weight.shape[0]
             self.passes = (_lib.FORWARD, _lib.BACKWARD_DATA, _lib.BACKWARD_FILTER)
         n, c, sizes, kernel = problem_x[0], problem_x[1], tuple(problem_x[2:]), tuple(
@@ -172,13 +169,9 @@ class LayerConv:
                               math=self.math, **self.fields)
 
     def torch_forward(self, x, weight):
-        """PyTorch's own convolution of the layer's forward pass (no bias), through torch.nn's
-        function (the cheapest call on the host)."""
-        if self.transposed:
-            return TRANSPOSED_FUNCTIONS[x.dim()](x, weight, None, self.stride, self.padding,
-                                                 self.output_padding, self.groups, self.dilation)
-        return CONV_FUNCTIONS[x.dim()](x, weight, None, self.stride, self.padding, self.dilation,
-                                       self.groups)
+        """PyTorch's own convolution of the layer's forward pass (no bias)."""
+        return torch_convolution(x, weight, None, self.stride, self.padding, self.dilation,
+                                 self.groups, self.transposed, self.output_padding)
 
     def pass_ops(self, need_x, need_w):
         """The library's ops of a call's passes: its forward, then those of the gradients."""
@@ -425,6 +418,25 @@ def conv_output_size(x_size, w_size, stride, padding, dilation):
         span = dilation[i] * (w_size[2 + i] - 1) + 1
         sizes.append((extent + 2 * padding[i] - span) // stride[i] + 1)
     return sizes
+
+
+def output_size(x_size, w_size, stride, padding, dilation, groups, transposed, output_padding):
+    """The output size of a layer's forward pass: its convolution's, or its transposed
+    convolution's."""
+    if transposed:
+        return transposed_output_size(x_size, w_size, stride, padding, dilation, output_padding,
+                                      groups)
+    return conv_output_size(x_size, w_size, stride, padding, dilation)
+
+
+def torch_convolution(x, weight, bias, stride, padding, dilation, groups, transposed,
+                      output_padding):
+    """PyTorch's own convolution (transposed or not) through torch.nn's function of x's rank:
+    the cheapest call on the host."""
+    if transposed:
+        return TRANSPOSED_FUNCTIONS[x.dim()](x, weight, bias, stride, padding, output_padding,
+                                             groups, dilation)
+    return CONV_FUNCTIONS[x.dim()](x, weight, bias, stride, padding, dilation, groups)
 
 
 def transposed_output_size(x_size, w_size, stride, padding, dilation, output_padding, groups):

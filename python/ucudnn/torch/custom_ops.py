@@ -5,8 +5,7 @@ import weakref
 
 import torch
 
-from .conv import (channels_last_call, conv_output_size, memory_format_of,
-                   transposed_output_size)
+from .conv import channels_last_call, memory_format_of, output_size
 from .autograd import conv_backward, conv_forward
 
 
@@ -54,8 +53,7 @@ def register_custom_ops():
             y = torch.ops.aten.convolution(x, weight, None, stride, padding, dilation, transposed,
                                            output_padding, groups)
             return y.contiguous(memory_format=op_memory_format(x, weight))
-        return conv_forward(x.contiguous(memory_format=conv.memory_format),
-                            weight.contiguous(memory_format=conv.memory_format), conv)
+        return conv_forward(x, weight, conv)
 
     def convolution_backward(grad_y, x, weight, stride, padding, dilation, transposed,
                              output_padding, groups, key, need_x, need_w):
@@ -78,11 +76,8 @@ def register_custom_ops():
     @library.register_fake("ucudnn::convolution", lib=lib)
     def convolution_fake(x, weight, stride, padding, dilation, transposed, output_padding, groups,
                          key):
-        if transposed:
-            size = transposed_output_size(x.shape, weight.shape, stride, padding, dilation,
-                                          output_padding, groups)
-        else:
-            size = conv_output_size(x.shape, weight.shape, stride, padding, dilation)
+        size = output_size(x.shape, weight.shape, stride, padding, dilation, groups, transposed,
+                           output_padding)
         return x.new_empty(size).contiguous(memory_format=op_memory_format(x, weight))
 
     @library.register_fake("ucudnn::convolution_backward", lib=lib)

@@ -8,7 +8,7 @@ import torch
 from .. import _lib
 from .options import TORCH_DTYPES
 from .routing import beats_framework
-from .conv import CONV_FUNCTIONS, SUCCESS, memory_format_of, problem_tensors, shape_key
+from .conv import SUCCESS, memory_format_of, problem_tensors, shape_key, torch_convolution
 from .declare import declare_at_limits, kernel_infos, kernels, unique_shapes
 
 
@@ -110,7 +110,8 @@ def framework_call(shape, x, w, dy, geometry):
     stride, padding, dilation, groups = geometry
     op = shape.op
     if op == _lib.FORWARD:
-        return lambda: CONV_FUNCTIONS[x.dim()](x, w, None, stride, padding, dilation, groups)
+        return lambda: torch_convolution(x, w, None, stride, padding, dilation, groups, False,
+                                         None)
     mask = [op == _lib.BACKWARD_DATA, op == _lib.BACKWARD_FILTER, False]
     return lambda: torch.ops.aten.convolution_backward(
         dy, x, w, None, list(stride), list(padding), list(dilation), False, [0] * len(stride),

@@ -14,8 +14,8 @@ from .. import _lib
 from .options import DATA_TYPES, INFINITY, NOT_PICKLED, framework_identity, library_options
 from .handle import CUDNN_HANDLE_CHOICES, framework_cudnn_handle, restore_framework_search
 from .routing import MIN_LAYER_GAIN_US, framework_benchmarks
-from .conv import (CONV_FUNCTIONS, TRANSPOSED_FUNCTIONS, ConvCache, LayerConv, allow_tf32_now,
-                   channels_last_call, math_mode, shape_key)
+from .conv import (ConvCache, LayerConv, allow_tf32_now, channels_last_call, math_mode,
+                   shape_key, torch_convolution)
 from .autograd import (ConvFunction, autocast_dtype, bias_view, cast_operands, conv_forward,
                        same_pad_list, same_padding)
 from .custom_ops import custom_ops_available, is_compiling, module_key
@@ -173,11 +173,8 @@ class UcudnnConvolution:
 
     def _ucudnn_torch(self, input, weight, bias, padding, output_padding):
         """PyTorch's own convolution of the layer, as unconverted."""
-        if self._ucudnn_transposed:
-            return TRANSPOSED_FUNCTIONS[input.dim()](input, weight, bias, self.stride, padding,
-                                                     output_padding, self.groups, self.dilation)
-        return CONV_FUNCTIONS[input.dim()](input, weight, bias, self.stride, padding,
-                                           self.dilation, self.groups)
+        return torch_convolution(input, weight, bias, self.stride, padding, self.dilation,
+                                 self.groups, self._ucudnn_transposed, output_padding)
 
     def _ucudnn_conv(self, input, weight, bias, padding, output_padding=None):
         is_cuda = input.is_cuda
@@ -223,16 +220,12 @@ class UcudnnConvolution:
         input, weight, bias = cast_operands(cast, input, weight, bias)
         if runtime.profiling is not None:
             return shape_only_conv(runtime.profiling, conv, input, weight, bias)
-        if grad:  # the operands made dense in the call's layout inside, not saved so
-            y = ConvFunction.apply(input, weight, conv)
-        else:
-            memory_format = conv.memory_format
-            y = conv_forward(input.contiguous(memory_format=memory_format),
-                             weight.contiguous(memory_format=memory_format), conv)
+        # The operands made dense in the call's layout inside (conv_forward), not saved so.
+        y = ConvFunction.apply(input, weight, conv) if grad else conv_forward(input, weight, conv)
         # In place: the op's output is not saved for its backward.
         return y if bias is None else y.add_(bias_view(bias, spatial))
 
-    def _ucudnn_conv_of(self, input, weight, padding, cast, output_padding=None):
+    def _ucudnn_conv_of(self, input, weight, padding, cast, output_padding):
         """The LayerConv of the call's signature (the operands' dtype that of autocast's `cast` when
         set), made at its first sight; None when the library has no words for it (a dtype it does
         not plan, operands of two dtypes, no context)."""
@@ -259,9 +252,8 @@ class UcudnnConvolution:
         context = runtime.context(input.device)
         if context is None:
             return None
-        spatial = self._ucudnn_spatial
         geometry = (tuple(self.stride), tuple(padding), tuple(self.dilation), self.groups,
-                    tuple(output_padding) if output_padding is not None else (0,) * spatial)
+                    output_padding)
         math = math_mode(dtype, input.is_cuda, allow_tf32)
         return LayerConv(runtime, context, input, weight, dtype, geometry, channels_last, math,
                          self._ucudnn_transposed)
@@ -383,8 +375,6 @@ def native_routed_class(converted):
 NATIVE_OF_CONVERTED = {converted: native_routed_class(converted)
                        for converted in TORCH_OF_CONVERTED}
 CONVERTED_OF_NATIVE = {native: converted for converted, native in NATIVE_OF_CONVERTED.items()}
-for _native in NATIVE_OF_CONVERTED.values():  # pickled by name, as module attributes
-    globals()[_native.__name__] = _native
 # Converted classes made for subclasses of torch.nn's layers (converted_class), by subclass.
 CONVERTED_OF_SUBCLASS = {}
 
