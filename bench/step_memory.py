@@ -8,15 +8,17 @@ predicted time-memory curve (torch_models.py curve --check: its predictions agai
 step's convolution time too).
 
     step_memory.py --server h:p --out DIR --rows resnet50:fp32 resnet50:amp [--caps 3]
-                   [--max-batch-cap-gib 24 [--max-batch-range 256:320] [--only-max-batch]]
+                   [--max-batch-cap-gib 24 [--max-batch-range 256:320] [--max-batch-step 8]
+                    [--only-max-batch]]
     step_memory.py plot [--json bench/results/h100/step_memory.json] [--svg docs/img/step_memory.svg]
 
 DIR/step_memory.json: {"device", "rows": [{"model", "precision", "batch", "native_cap_gib"
 (null: unlimited), "native_ms", "native_peak_mib", "converted_ms", "converted_peak_mib",
 "converted_64mib_peak_mib", ...}], "curves": {"MODEL:PRECISION": curve}}, with DIR/curve_*.svg.
 Peaks are PyTorch's counter (max_memory_allocated); the device-level peaks are extra keys.
-With --max-batch-cap-gib, "max_batch" rows too: the largest batch (a multiple of 8) each side
-trains at under that process cap, and its images per second.
+With --max-batch-cap-gib, "max_batch" rows too: the largest batch (a multiple of
+--max-batch-step, default 8) each side trains at under that process cap, and its images per
+second.
 """
 
 import argparse
@@ -51,9 +53,16 @@ def parse_args(argv):
     parser.add_argument("--max-batch-cap-gib", type=float, default=0.0,
                         help="also find the largest batch each side trains at under this cap")
     parser.add_argument("--max-batch-range", default="", metavar="LOW:HIGH",
-                        help="the batches the search probes (multiples of 8; default 8 to 4x the "
-                        "model's batch): each probe is a training run, and a converted one at a "
-                        "new batch waits for new plans")
+                        help="the batches the search probes (multiples of --max-batch-step; "
+                        "default the step to 4x the model's batch): each probe is a training "
+                        "run, and a converted one at a new batch waits for new plans")
+    parser.add_argument("--max-batch-step", type=int, default=8,
+                        help="the search's batches are multiples of this (1 for 3-D models, whose "
+                        "batches are a few volumes)")
+    parser.add_argument("--no-curve", action="store_true",
+                        help="no time-memory curve (torch_models.py curve --check): the caps go "
+                        "down to the converted 64 MiB plan's peak; spares a run that times every "
+                        "kernel at every limit (minutes for a 3-D model)")
     parser.add_argument("--only-max-batch", action="store_true",
                         help="just the largest-batch search (with --max-batch-cap-gib): no rows, "
                         "no curves")
@@ -78,8 +87,11 @@ def parse_args(argv):
             args.batch_range = (int(low), int(high))
         except ValueError:
             parser.error(f"--max-batch-range {args.max_batch_range!r}: expected LOW:HIGH")
-        if not 8 <= args.batch_range[0] <= args.batch_range[1]:
-            parser.error(f"--max-batch-range {args.max_batch_range!r}: expected 8 <= LOW <= HIGH")
+        if not 1 <= args.max_batch_step <= args.batch_range[0] <= args.batch_range[1]:
+            parser.error(f"--max-batch-range {args.max_batch_range!r}: expected "
+                         f"{args.max_batch_step} (--max-batch-step) <= LOW <= HIGH")
+    if args.max_batch_step < 1:
+        parser.error("--max-batch-step must be >= 1")
     return args
 
 
@@ -137,7 +149,8 @@ def max_batch_row(args, row):
                 args, f"{model}_{precision}_{name}_maxbatch{batch}",
                 ["run"] + common + extra + ["--batch", str(batch)])
             return "median_step_ms" in runs[batch]
-        best = largest_batch(fits, *(args.batch_range or (8, 4 * default)))
+        step = args.max_batch_step
+        best = largest_batch(fits, *(args.batch_range or (step, max(step, 4 * default))), step)
         entry[f"{name}_max_batch"] = best
         entry[f"{name}_images_per_s"] = (
             best / runs[best]["median_step_ms"] * 1e3 if best else None)
@@ -186,16 +199,17 @@ def run_row(args, row, curves):
             "converted_64mib_ms": fixed.get("median_step_ms")}
     rows = [dict(base, native_cap_gib=None, **side(native, "native"),
                  **side(liveness, "converted"))]
-    curve = torch_models.run_process(
-        args, f"{tag}_curve", ["curve", "--check"] + converted + [
-            "--native-peak-mib", str(native.get("max_memory_allocated_mib", 0)),
-            "--svg", os.path.join(args.out, f"curve_{tag}.svg")])
-    # The curve, and its predictions against the measured step (torch_models.check_curve).
-    curves[row] = dict(curve.get("curve", curve), check=curve.get("check"))
+    if not args.no_curve:
+        curve = torch_models.run_process(
+            args, f"{tag}_curve", ["curve", "--check"] + converted + [
+                "--native-peak-mib", str(native.get("max_memory_allocated_mib", 0)),
+                "--svg", os.path.join(args.out, f"curve_{tag}.svg")])
+        # The curve, and its predictions against the measured step (torch_models.check_curve).
+        curves[row] = dict(curve.get("curve", curve), check=curve.get("check"))
     if "max_memory_allocated_mib" not in native or "max_memory_allocated_mib" not in fixed:
         return rows  # a run failed, or no CUDA device: no caps
     lowest = fixed["max_memory_allocated_mib"]
-    if curves[row].get("base_peak_bytes"):  # the curve run's, absent where it failed
+    if curves.get(row, {}).get("base_peak_bytes"):  # the curve run's, absent where it failed
         lowest = min(lowest, curves[row]["base_peak_bytes"] / 2**20)
     for cap in cap_levels(native["max_memory_allocated_mib"], lowest, args.caps):
         capped = ["--cap-gib", f"{cap:.3f}"]

@@ -273,18 +273,22 @@ def parse_args(argv):
 # "converted" one with the library loaded and a context of it running (run --with-library): what
 # its presence in the process costs.
 ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library",
-                "cold", "machine", "own-handle")
+                "cold", "machine", "own-handle", "recipe")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 # The converted side's convert() options. cold: without the compiled-plan cache, as the first
 # job on a machine whose worker compiled nothing (every runtime-compiled plan compiled in the
 # job); machine: the machine's own cache (the library's default path, where the stack's worker
 # keeps the plans it compiled benchmarking: the first job on a machine after its worker);
-# own-handle: the library's contexts make their own cuDNN handle rather than borrow PyTorch's.
+# own-handle: the library's contexts make their own cuDNN handle rather than borrow PyTorch's;
+# recipe: the README's job on a cluster that may not know the model yet (issue 40): the server
+# answers at once, without holding the request while its worker benchmarks, so prepare() waits
+# for answers only and a step whose plans are still coming runs PyTorch's own until they are in
+# (ucudnn/torch/pending.py).
 OPTIONS_OF_VARIANT = {
     "fallback": ["disable=1"], "cold": ["compiled_plan_cache=off"],
     "machine": [f"compiled_plan_cache="
                 f"{_cache.cache_path('UCUDNN_COMPILED_PLAN_CACHE', 'compiled_plans') or 'off'}"],
-    "own-handle": ["cudnn_handle=own"]}
+    "own-handle": ["cudnn_handle=own"], "recipe": ["server_wait_ms=0"]}
 
 
 def converted_options_of(args):
@@ -1272,12 +1276,20 @@ def host_bound_of(run):
 
 def route_of(run):
     """A converted run's step route from prepare() ("plans (measured)", "native (recorded)", ...)
-    with its reason, None where prepare() gave none (native runs)."""
+    with its reason, None where prepare() gave none (native runs); "then": the route its steps
+    ended on where that differs (a step whose plans were still coming, decided between steps:
+    ucudnn/torch/pending.py)."""
     decided = (run.get("prepare") or {}).get("route")
     if not isinstance(decided, dict):
         return None
-    return {"route": decided.get("route"), "source": decided.get("source"),
-            "why": decided.get("why")}
+    route = {"route": decided.get("route"), "source": decided.get("source"),
+             "why": decided.get("why")}
+    final = (run.get("stats") or {}).get("route")
+    if isinstance(final, dict) and (final.get("route"), final.get("source")) != (
+            route["route"], route["source"]):
+        route["then"] = {"route": final.get("route"), "source": final.get("source"),
+                         "why": final.get("why")}
+    return route
 
 
 def summarise(side):

@@ -17,7 +17,8 @@
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
 #          [--warm-then-stop-worker S] [--converted-wait-s S]
 #          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G]
-#          [--max-batch-range LOW:HIGH] [--only-max-batch] [--memory-trace]
+#          [--max-batch-range LOW:HIGH] [--max-batch-step N] [--only-max-batch] [--no-curve]
+#          [--memory-trace]
 #          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --warm-then-stop-worker S gives the worker at most S seconds to benchmark the rows' models
@@ -94,8 +95,9 @@ while [ $# -gt 0 ]; do
     --warm-then-stop-worker) warm_then_stop="$2"; shift 2 ;;
     --overhead) overhead=1; shift ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
-    --max-batch-cap-gib|--max-batch-range|--caps) memory_args+=("$1" "$2"); shift 2 ;;
-    --only-max-batch|--memory-trace) memory_args+=("$1"); shift ;;
+    --max-batch-cap-gib|--max-batch-range|--max-batch-step|--caps)
+      memory_args+=("$1" "$2"); shift 2 ;;
+    --only-max-batch|--memory-trace|--no-curve) memory_args+=("$1"); shift ;;
     --curve) curve_rows+=("$2"); shift 2 ;;
     --cpus) suite_args+=(--cpus "$2"); paired_args+=(--cpus "$2"); shift 2 ;;
     --after-restore-sql) after_restore_sql="$2"; shift 2 ;;
@@ -224,6 +226,7 @@ if [ "${#then_warm[@]}" -gt 0 ] && [ "$left" -gt 30 ]; then
     --runs-dir "$runs" --device "$device" --warm-wait-s "$left" --rows "${then_warm[@]}" \
     2>&1 | tail -n 20 >>"$results/stack.log"
 fi
+stack_summary "$results/stack_summary.json"
 stack_dump "$results/warm_db.sql.gz"
 pack_runs
 log "done: exit $rc"

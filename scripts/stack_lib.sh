@@ -113,6 +113,30 @@ stack_dump() {
     gzip -6 >"$1" && log "database dumped to $1 (schema $version, $(du -h "$1" | cut -f1))"
 }
 
+# What the stack's worker did, as one JSON object into $1: benchmark jobs (done, failed, still
+# queued), the worker's busy seconds (the sum of its jobs' run times) and the span from the first
+# job queued to the last one done, timings stored (ok, failed) and the configurations blocked for
+# a wrong result (the worker's result check against the fp32 reference: engine/result_check.h),
+# with the first of those.
+stack_summary() {
+  "$pg_bin/psql" -tA "$stack_db_url" -c "SELECT json_build_object(
+      'jobs_done', (SELECT count(*) FROM jobs WHERE state = 'done'),
+      'jobs_failed', (SELECT count(*) FROM jobs WHERE state = 'failed'),
+      'jobs_queued', (SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')),
+      'worker_busy_s', (SELECT coalesce(extract(epoch FROM sum(finished_at - started_at)), 0)
+                        FROM jobs WHERE finished_at IS NOT NULL),
+      'first_queued_to_last_done_s', (SELECT extract(epoch FROM max(finished_at) - min(created_at))
+                                      FROM jobs),
+      'timings_ok', (SELECT count(*) FROM timings WHERE status = 'ok'),
+      'timings_failed', (SELECT count(*) FROM timings WHERE status = 'failed'),
+      'wrong_results', (SELECT count(*) FROM timings WHERE error LIKE 'wrong result:%'),
+      'wrong_result_examples', (SELECT coalesce(json_agg(w), '[]') FROM (
+          SELECT p.canonical_key AS problem, t.micro_batch, t.algo, t.error FROM timings t
+          JOIN problems p ON p.id = t.problem_id WHERE t.error LIKE 'wrong result:%'
+          ORDER BY p.canonical_key, t.micro_batch, t.algo LIMIT 20) w))" >"$1" &&
+    log "stack summary: $(cat "$1")"
+}
+
 # For the PyTorch scripts (gpu_torch.sh, gpu_torch_models.sh): checks that `bundle` has the
 # client library and PostgreSQL and that python $1 exists (with CUDA when $2 is cuda), makes
 # `bundle` absolute, exports UCUDNN_LIBRARY and, on cuda, PyTorch's cuDNN for the stack

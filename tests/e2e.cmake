@@ -15,14 +15,19 @@ ucudnn_add_test(NAME ucudnn_e2e_tests
     ${CMAKE_CURRENT_LIST_DIR}/e2e/engine_configs_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/kernel_limits_json_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/e2e/readme_recipes_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/e2e/python_job_test.cc
   LIBS ucudnn::test_postgres ucudnn::client_core ucudnn::backend_cpu ucudnn::store ucudnn::proto
        ucudnn::core gRPC::grpc++ PkgConfig::PQXX Threads::Threads nlohmann_json::nlohmann_json
   LABELS e2e
   TIMEOUT 180)
 # The client library's session (the training client of the fault tests) is an internal header.
 target_include_directories(ucudnn_e2e_tests PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
-# The tests start these binaries.
-add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker ucudnn)
+# The tests start these binaries, and a PyTorch job (tests/e2e/cold_job.py) under Debian's
+# python3 with python3-torch (tools.cmake) over the client library.
+add_dependencies(ucudnn_e2e_tests ucudnn-server ucudnn-worker ucudnn ucudnn_client)
+target_compile_definitions(ucudnn_e2e_tests PRIVATE
+  UCUDNN_TEST_PYTHON3="${UCUDNN_SYSTEM_PYTHON3}"
+  UCUDNN_TEST_CLIENT_LIBRARY="$<TARGET_FILE:ucudnn_client>")
 
 # ---- Fuzzing ------------------------------------------------------------------------------------
 # The project compiles with g++; libFuzzer needs clang. fuzz/ is its own CMake project, configured

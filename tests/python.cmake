@@ -1,7 +1,7 @@
 # The Python package (python/ucudnn): ucudnn.torch against the CPU backend of the shared library,
 # under Debian's /usr/bin/python3 with its python3-torch (scripts/lib.sh installs it; a python3
 # earlier on the PATH, pyenv's say, has no torch). Planned kernels come from a plan cache file
-# written by ucudnn_test_write_plan_cache. UCUDNN_SYSTEM_PYTHON3 is found in tools.cmake.
+# written by ucudnn_test_write_plan_cache. UCUDNN_SYSTEM_PYTHON3 is found in CMakeLists.txt.
 add_executable(ucudnn_test_write_plan_cache tools/write_plan_cache.cc)
 target_link_libraries(ucudnn_test_write_plan_cache PRIVATE ucudnn::client_core ucudnn::backend_cpu
                       ucudnn::core)

@@ -23,13 +23,9 @@ ucudnn_add_test(NAME ucudnn_cli_tests
           tools/printable_test.cc
   LIBS ucudnn::cli_table)
 
-# deploy/validate.py runs under Debian's /usr/bin/python3, where scripts/lib.sh installs PyYAML,
-# jsonschema, the Kubernetes models and docker-compose's schema (a python3 earlier on the PATH,
-# pyenv's say, lacks them). It exits 77 (skipped, visibly) when a module it needs is missing.
-find_program(UCUDNN_SYSTEM_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
-if(NOT UCUDNN_SYSTEM_PYTHON3)
-  set(UCUDNN_SYSTEM_PYTHON3 python3)
-endif()
+# deploy/validate.py runs under Debian's /usr/bin/python3 (UCUDNN_SYSTEM_PYTHON3), where
+# scripts/lib.sh installs PyYAML, jsonschema, the Kubernetes models and docker-compose's schema. It
+# exits 77 (skipped, visibly) when a module it needs is missing.
 add_test(NAME deploy_validate
          COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${PROJECT_SOURCE_DIR}/deploy/validate.py
                  --bin-dir ${PROJECT_BINARY_DIR}/bin)

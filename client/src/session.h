@@ -340,7 +340,8 @@ class Session {
   bool ContributedSince(const KernelState* kernel, uint64_t asked_epoch) const {
     return kernel->contributed_epoch > asked_epoch;
   }
-  Clock::duration Backoff(int attempts);
+  // Up to the configured maximum, or `max_ms` where that is less.
+  Clock::duration Backoff(int attempts, int64_t max_ms = INT64_MAX);
   PlanRequest MakeRequest(uint64_t limit) const;
 
   // ---- session_contribution.cc: Contribute()'s phases.

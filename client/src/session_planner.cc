@@ -46,9 +46,10 @@ void Session::Publish(KernelState* kernel, std::unique_ptr<PlanEntry> entry) {
   plans_.push_back(std::move(entry));
 }
 
-Session::Clock::duration Session::Backoff(int attempts) {
+Session::Clock::duration Session::Backoff(int attempts, int64_t max_ms) {
   const std::chrono::milliseconds initial(std::max<int64_t>(1, config_.retry_initial_ms));
-  const std::chrono::milliseconds cap(std::max<int64_t>(initial.count(), config_.retry_max_ms));
+  const std::chrono::milliseconds cap(
+      std::max<int64_t>(initial.count(), std::min(config_.retry_max_ms, max_ms)));
   // Up to 20% less, so that the jobs of a cluster that lost the server do not retry in step.
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   return Jittered(BackoffDelay(initial, cap, attempts), {0.8, 1.0}, unit(jitter_));
@@ -278,7 +279,7 @@ void Session::AcceptKernelPlan(Pending& p, const KernelPlan& kernel_plan, size_t
       } else {
         p.kernel->state = KernelReport::State::kMissing;
         p.kernel->reason = kernel_plan.reason;
-        p.due = Clock::now() + Backoff(p.attempts++);
+        p.due = Clock::now() + Backoff(p.attempts++, config_.missing_retry_max_ms);
       }
       pending_.push_back(p);
       break;

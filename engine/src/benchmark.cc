@@ -505,6 +505,9 @@ class TableBenchmark {
       if (!runnable_[i]) continue;
       if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
       Timing& t = table_.entries[i];
+      // Gated as the measurements are: a large problem's checks (and its reference) run for
+      // seconds (a 3-D fp32 U-Net layer's: 10 s ungated beside a training job on an H200).
+      UCUDNN_RETURN_IF_ERROR(AwaitIdle());
       Result<std::optional<double>> error =
           checker.Check(t.micro_batch, AlgorithmOf(t), WorkspaceOf(t), t.workspace_bytes);
       if (!error.ok()) {

@@ -176,7 +176,8 @@ class PrepareRouteTest(unittest.TestCase):
             self.assertEqual((answer["route"], answer["layers"], answer["why"]),
                              (first["route"], first["layers"], first["why"]))
             stats = ut.stats(again)
-            self.assertEqual(stats["route"], {"route": first["route"], "why": first["why"]})
+            self.assertEqual(stats["route"], {"route": first["route"], "source": "recorded",
+                                              "why": first["why"]})
             again(x).sum().backward()
             routes = ut.routes(again)
             self.assertEqual(len(routes), 2)
@@ -242,6 +243,47 @@ class PrepareRouteTest(unittest.TestCase):
         self.assertLess(waited, 1.0, "waited for plans a native step will not run")
         self.assertEqual((answer["route"]["route"], answer["route"]["source"]),
                          (decision.NATIVE, "recorded"))
+
+    def test_a_pending_step_is_decided_by_its_training_forwards(self):
+        import ucudnn.torch as ut
+        from ucudnn.torch import pending
+        from ucudnn.torch.declare import unique_shapes
+
+        # The step's plans are in (a plan cache); its route is left pending, as prepare() leaves
+        # a step whose plans were still coming (the e2e PythonJobTest makes them come late).
+        model, x = self.job()
+        step = [(runtime, device, unique_shapes(shapes))
+                for (runtime, device), shapes in ut.kernels(model, x).items()]
+        pending.wait_for_route(model, step, (x,), None, wait_ms=0, measure_framework=False)
+        self.assertIsNone(ut.stats(model)["route"])
+
+        def forwards(count, inputs, train=True, grad=True):
+            model.train(train)
+            with self.torch.set_grad_enabled(grad):
+                for _ in range(count):
+                    model(inputs)
+            model.train(True)
+
+        # Not a training step of the prepared inputs: never decided there, never counted.
+        forwards(pending.CHECK_EVERY, x, train=False)
+        forwards(pending.CHECK_EVERY, x, grad=False)
+        forwards(pending.CHECK_EVERY - 1, self.torch.randn(2, 3, 16, 16))
+        self.assertIsNone(ut.stats(model)["route"])
+        self.assertEqual(records.read_records(self.records), {})
+        # The prepared inputs' training forwards: decided at the CHECK_EVERY-th, measured and
+        # recorded, then applied before that forward ran.
+        forwards(pending.CHECK_EVERY - 1, x)
+        self.assertIsNone(ut.stats(model)["route"])
+        forwards(1, x)
+        route = ut.stats(model)["route"]
+        self.assertEqual(route["source"], "measured")
+        self.assertIn("over 3 rounds", route["why"])
+        self.assertEqual(len(records.read_records(self.records)), 1)
+        self.assertNotIn("_ucudnn_pending_route", model.__dict__)
+        # A copy or a pickle of a pending model leaves the pending state behind.
+        pending.wait_for_route(model, step, (x,), None, wait_ms=0, measure_framework=False)
+        import copy
+        self.assertIsNone(copy.deepcopy(model).__dict__.get("_ucudnn_pending_route"))
 
     def test_without_a_record_or_measurement_each_layer_keeps_its_rule(self):
         import ucudnn.torch as ut

@@ -92,6 +92,14 @@ class StepMemoryTest(unittest.TestCase):
         self.assertEqual(step_memory.parse_args(base + ["--max-batch-range", "256:320"])
                          .batch_range, (256, 320))
         self.assertIsNone(step_memory.parse_args(base).batch_range)
+        # A 3-D model's batches are a few volumes: multiples of --max-batch-step 1.
+        support.assert_rejected(self, step_memory.parse_args, base + ["--max-batch-range", "2:6"],
+                                "expected 8 (--max-batch-step) <= LOW <= HIGH")
+        small = step_memory.parse_args(base + ["--max-batch-range", "2:6", "--max-batch-step", "1"])
+        self.assertEqual((small.batch_range, small.max_batch_step), ((2, 6), 1))
+        self.assertEqual(step_memory.largest_batch(lambda b: b <= 5, 2, 6, 1), 5)
+        support.assert_rejected(self, step_memory.parse_args, base + ["--max-batch-step", "0"],
+                                "--max-batch-step must be >= 1")
         support.assert_rejected(self, step_memory.parse_args, base + ["--only-max-batch"],
                                 "--only-max-batch needs --max-batch-cap-gib")
         self.assertTrue(step_memory.parse_args(
@@ -110,6 +118,23 @@ class StepMemoryTest(unittest.TestCase):
         self.assertEqual(searched, ["resnet50:fp32"])
         with open(os.path.join(out, "step_memory.json")) as f:
             self.assertEqual(json.load(f)["rows"], [])
+
+    def test_no_curve_runs_the_rows_without_the_curve(self):
+        runs = []
+
+        def run_process(args, name, argv, **kwargs):
+            runs.append((name, argv[0]))
+            return {"max_memory_allocated_mib": 1000.0, "median_step_ms": 10.0, "batch": 2}
+        args = step_memory.parse_args(["--server", "h:1", "--out", "x", "--rows",
+                                       "resnet50:fp32", "--caps", "2", "--no-curve"])
+        with mock.patch.object(step_memory.torch_models, "run_process", side_effect=run_process):
+            rows = step_memory.run_row(args, "resnet50:fp32", {})
+        self.assertNotIn("curve", [kind for _, kind in runs])
+        # Native, the 64 MiB plan, liveness; then each side at the one cap left (the peaks meet).
+        self.assertEqual([name for name, _ in runs][:3], ["resnet50_fp32_native",
+                                                          "resnet50_fp32_converted_64mib",
+                                                          "resnet50_fp32_converted_liveness"])
+        self.assertEqual(len(rows), 2)
 
 
 class CpusTest(unittest.TestCase):

@@ -91,6 +91,7 @@ IdleGateConfig TestConfig() {
   c.max_utilization_percent = 10;
   c.poll = std::chrono::milliseconds(1);
   c.sample_interval = std::chrono::milliseconds(0);
+  c.resume_quiet_looks = 1;  // the tests below that count looks to resume set their own
   return c;
 }
 
@@ -207,6 +208,44 @@ TEST(IdleGateTest, WaitPausesWhileBusyAndStopsWhenCancelled) {
   EXPECT_EQ(polls, 5);
   EXPECT_FALSE(cancelling.paused());
   EXPECT_FALSE(gate.paused());
+}
+
+// A paused benchmark resumes only once the device is quiet as well: NVML's per-process samples
+// can miss a job that runs work (the driver samples at its own period), while the device's
+// utilization, ours being nil while paused, still shows it.
+TEST(IdleGateTest, APausedBenchmarkWaitsForTheDeviceToBeQuietToo) {
+  const GpuActivitySample unsampled_busy{{kSelf, kTrainer}, 90, {}};
+  auto probe = std::make_unique<ScriptedProbe>(
+      std::deque<GpuActivitySample>{Busy(), unsampled_busy, unsampled_busy, Busy(), unsampled_busy},
+      IdleHolder());
+  ScriptedProbe& p = *probe;
+  int sleeps = 0;
+  IdleGate gate(std::move(probe), TestConfig(), [&](std::chrono::milliseconds) { ++sleeps; });
+  EXPECT_TRUE(gate.WaitUntilIdle(nullptr));
+  EXPECT_EQ(sleeps, 5);  // resumed at the first quiet device, not at the first quiet sample
+  EXPECT_EQ(p.samples(), 6);
+  EXPECT_EQ(gate.pauses(), 1);
+}
+
+// ... and only after several quiet looks in a row: a job's first step and its host-side pauses
+// leave the device quiet for a look at a time while the job runs.
+TEST(IdleGateTest, APausedBenchmarkResumesAfterQuietLooksInARow) {
+  IdleGateConfig config = TestConfig();
+  config.resume_quiet_looks = 3;
+  auto probe = std::make_unique<ScriptedProbe>(
+      std::deque<GpuActivitySample>{Busy(), Idle(), Idle(), Busy(), Idle(), Idle()}, Idle());
+  ScriptedProbe& p = *probe;
+  int sleeps = 0;
+  IdleGate gate(std::move(probe), config, [&](std::chrono::milliseconds) { ++sleeps; });
+  EXPECT_TRUE(gate.WaitUntilIdle(nullptr));
+  EXPECT_EQ(p.samples(), 7);  // the quiet run of three: looks 5, 6 and 7
+  EXPECT_EQ(sleeps, 6);
+  EXPECT_EQ(gate.pauses(), 1);
+  // Quiet at the first look: nothing paused, nothing waited.
+  IdleGate idle(std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{}, Idle()), config,
+                [&](std::chrono::milliseconds) { ADD_FAILURE() << "slept while idle"; });
+  EXPECT_TRUE(idle.WaitUntilIdle(nullptr));
+  EXPECT_EQ(idle.pauses(), 0);
 }
 
 // A job that holds a context and waits (for these very plans) neither pauses a benchmark nor

@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "ucudnn/core/timing_csv.h"
+#include "ucudnn/worker/idle_gate.h"
 #include "ucudnn/worker/offline.h"
 #include "worker/worker_test_util.h"
 
@@ -152,6 +155,36 @@ TEST_F(OfflineTest, ACompleteRunSaysSo) {
   ASSERT_TRUE(summary.ok()) << summary.status().ToString();
   EXPECT_TRUE(summary->complete());
   EXPECT_EQ(Read(request.output).find("INCOMPLETE"), std::string::npos);
+}
+
+// Looks the gate takes, on a device where nothing else runs.
+class CountingProbe : public GpuActivityProbe {
+ public:
+  explicit CountingProbe(int* samples) : samples_(samples) {}
+  std::string_view name() const override { return "counting"; }
+  Result<GpuActivitySample> Sample() override {
+    ++*samples_;
+    return GpuActivitySample{};
+  }
+
+ private:
+  int* samples_;
+};
+
+// The device's idle gate (--idle-gate) is consulted offline as in the daemon: before and after
+// every measurement.
+TEST_F(OfflineTest, MeasuresThroughTheDevicesIdleGate) {
+  std::vector<BenchmarkDevice> devices = CpuDevice("gpu0");
+  int samples = 0;
+  IdleGateConfig config;
+  config.self_pid = 1;
+  devices.front().gate = std::make_unique<IdleGate>(std::make_unique<CountingProbe>(&samples),
+                                                    config, [](std::chrono::milliseconds) {});
+  OfflineRequest request = Request({{TinyProblem(ConvOp::kForward, 3), 2, "conv1/fwd"}});
+  auto summary = RunOffline(devices, request);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->complete());
+  EXPECT_GT(samples, 0) << "the gate was never consulted";
 }
 
 }  // namespace

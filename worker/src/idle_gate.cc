@@ -34,8 +34,11 @@ struct NvmlProcessUtilization {  // nvmlProcessUtilizationSample_t
   unsigned int dec_util;
 };
 static_assert(sizeof(NvmlProcessUtilization) == 32, "nvmlProcessUtilizationSample_t is 32 bytes");
-// How far back a process's work counts as now: NVML samples every 1/6 s or so.
-constexpr auto kBusyWindow = std::chrono::seconds(1);
+// How far back a process's work counts as now. NVML samples every 1/6 s or so, but on an H200
+// (driver 580) a job running 48 ms steps showed no sample in the last second about every 1.2 s,
+// and a job's first step went unnoticed for seconds while the worker ran: three seconds
+// of history cost a job that stops that much of the worker's time, and spare a running job.
+constexpr auto kBusyWindow = std::chrono::seconds(3);
 struct NvmlUtilization {  // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
@@ -275,9 +278,18 @@ bool IdleGate::WaitUntilIdle(const std::atomic<bool>* cancel) {
                 1, config_.max_pause.count() / std::max<int64_t>(1, config_.poll.count()))
           : -1;
   int64_t polls = 0;
+  int quiet_looks = 0;  // consecutive, while paused
   while (!cancelled()) {
     const DeviceActivity activity = Look();
-    if (!activity.known || activity.other_processes == 0) {
+    // Once paused, our own work is over and the device's utilization is the others' alone: it
+    // must be low too. NVML's per-process samples come at the driver's period, so a process
+    // running work can show none in the last second (an H200 job at 48 ms steps looked idle
+    // every 1.2 s, and each resume slowed its steps by up to 2x).
+    const bool device_quiet = !waited || activity.utilization_percent < 0 ||
+                              activity.utilization_percent <= config_.max_utilization_percent;
+    const bool quiet = !activity.known || (activity.other_processes == 0 && device_quiet);
+    quiet_looks = quiet ? quiet_looks + 1 : 0;
+    if (quiet && (!waited || quiet_looks >= std::max(1, config_.resume_quiet_looks))) {
       if (waited) {
         paused_ = false;
         spdlog::info(

@@ -108,6 +108,9 @@ struct Measuring {
 void MeasureOnDevice(BenchmarkDevice& device, const OfflineRequest& request, Measuring& m) {
   BenchmarkOptions options = request.benchmark;
   options.cancel = &m.stop;
+  // Offline timings are taken on an idle device too (--idle-gate): a GPU shared with a training
+  // job gives times the planner must not use.
+  options.gate = device.gate.get();
   const std::vector<std::string>& order = m.problems.order;
   while (true) {
     std::string key;

@@ -21,7 +21,9 @@ where the step with them is measured faster than the step without them, beyond t
 rounds; the answer is kept on the machine, so every later job of the same step takes the same
 route (decision.py). A kernel whose plan chose the framework, or that has no plan (yet, or the
 server is away), runs PyTorch's own convolution, so a converted model is never slower than the
-original beyond that noise, and a step never fails or waits for the planner.
+original beyond that noise, and a step never fails or waits for the planner. A model new to the
+cluster runs PyTorch's own while the cluster benchmarks it, and its step's route is decided
+between two training steps once every plan is in (pending.py).
 
 Under torch.compile (PyTorch 2.4 and later: torch.library custom ops) a converted layer is one op
 of the graph, ucudnn::convolution, with a fake (meta) implementation and its autograd, so compiling
@@ -50,6 +52,7 @@ The package, one concern a module (decision, outputs and records import none of 
     host_bound  whether a step is host-bound (prepare(host_bound_search="heuristics"))
     decision    one route per step and machine, from rounds measured against their noise
     route       the step's route: read from the record, or measured and recorded; applied
+    pending     a step whose plans are still coming: PyTorch's own, decided between steps
     measure     timing PyTorch's own convolution against the plans, kernel by kernel
     preparation prepare(): declares, plans and decides every layer's route
 """

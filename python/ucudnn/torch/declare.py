@@ -1,8 +1,6 @@
-"""kernels(): the convolutions a training step runs, declared to the library, and waiting for their
-plans."""
+"""kernels(): the convolutions a training step runs, declared to the library at their limits."""
 
 import contextlib
-import time
 
 import torch
 from torch import nn
@@ -71,25 +69,9 @@ def kernel_infos(runtime, context, shapes):
             for shape in shapes]
 
 
-# How often wait_planned() looks at the kernels' states: a missing plan's answer comes from the
-# session's retries (no kernel waits meanwhile), not from one wait.
-_PLANNED_POLL_S = 0.1
-
-
-def wait_planned(runtime, context, shapes, timeout_ms):
-    """Waits up to `timeout_ms` until no kernel of `shapes` waits for the server's answer or for
-    its problem's benchmark ("missing"): then none of their problems is being benchmarked.
-    Whether that came."""
-    deadline = time.monotonic() + timeout_ms / 1e3
-    while True:
-        if not any(info["state"] in ("waiting", "missing")
-                   for info in kernel_infos(runtime, context, shapes)):
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        context.wait_for_plans(int(min(left, _PLANNED_POLL_S) * 1e3))
-        time.sleep(min(max(0.0, deadline - time.monotonic()), _PLANNED_POLL_S))
+# Kernel states whose plans are still to come: the planner has not answered ("waiting"), or its
+# answer was that the cluster is benchmarking the problem ("missing"; the session asks again).
+PLANS_COMING = ("waiting", "missing")
 
 
 def declare_at_limits(runtime, context, shapes):

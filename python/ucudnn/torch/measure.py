@@ -9,7 +9,7 @@ from .. import _lib
 from .options import TORCH_DTYPES
 from .routing import beats_framework
 from .conv import SUCCESS, memory_format_of, problem_tensors, shape_key, torch_convolution
-from .declare import declare_at_limits, kernel_infos, kernels, unique_shapes
+from .declare import PLANS_COMING, declare_at_limits, kernel_infos, kernels, unique_shapes
 
 
 def measure_framework_times(runtime, context, device, shapes, share=True):
@@ -30,6 +30,30 @@ def measure_framework_times(runtime, context, device, shapes, share=True):
         except _lib.ShapeError:
             shared = False  # no server or token: this process decides alone (decide_locally)
     return shared, [(shape, t[0], t[2]) for shape, t in zip(unknown, timings)]
+
+
+def time_framework_and_plan(runtime, context, device, shapes, wait_ms, measure_framework):
+    """prepare()'s kernels of one context once the planner has answered them: with
+    `measure_framework`, PyTorch's own timed for those whose plan does not know it and submitted
+    (the plans are made again with it as a candidate), then up to `wait_ms` for the new answers;
+    where the times could not be shared (no server or token), they decide for this process alone
+    (decide_locally). Nothing is timed while a plan of `shapes` is still coming (PLANS_COMING: no
+    answer within wait_ms, or a problem still being benchmarked): a worker may be benchmarking
+    it on this very device, and times taken meanwhile are the shared device's (VGG-16 fp32's: 2x
+    on an H100); they are timed when the step's route is decided (pending.py). (kernels timed,
+    whether their times were shared: False where they decided locally)."""
+    if not measure_framework or any(info["state"] in PLANS_COMING
+                                    for info in kernel_infos(runtime, context, shapes)):
+        return 0, True
+    timed = measure_framework_times(runtime, context, device, shapes,
+                                    share=runtime.has_server())
+    if timed is None:
+        return 0, True
+    shared, measured = timed
+    context.wait_for_plans(wait_ms)
+    if not shared:
+        decide_locally(runtime, context, measured)
+    return len(measured), shared
 
 
 def framework_fit_limit(limit, info, benchmarks, ceiling=None):

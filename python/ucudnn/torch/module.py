@@ -73,8 +73,10 @@ class Runtime:
         self.native_until = INFINITY
         # The clock of the layers' route rechecks (a test may give another).
         self.clock = time.monotonic
-        # prepare()'s route for the step (route.py: "plans" or "native") and why; None before.
+        # prepare()'s route for the step (route.py: "plans" or "native"), how it was decided
+        # (route.decide's "source") and why; None before.
         self.decided_route = None
+        self.decided_source = None
         self.decided_why = ""
 
     def workspace_mode(self):

@@ -9,11 +9,13 @@ from .decision import NATIVE
 from .options import BUDGETS
 from .handle import restore_framework_search
 from .module import UcudnnConvolution, layer_convs, require_per_kernel, runtimes_of
-from .declare import compiled_original, declare_at_limits, kernels, unique_shapes, wait_planned
+from .declare import compiled_original, declare_at_limits, kernels, unique_shapes
 from .budgets import allowance_limit, auto_budget, check_step_budget, liveness_budgets
 from .host_bound import HOST_BOUND_SEARCHES, host_bound_answer
-from .measure import decide_locally, fit_framework, measure_framework_times
+from .measure import fit_framework, time_framework_and_plan
+from .pending import wait_for_route
 from . import route as step_route
+from .route import decide_layers
 from .outputs import inputs_on_cuda
 
 
@@ -31,11 +33,11 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     `wait_ms`: how long to wait for the server's answers (0: plans arrive in the background).
     With `measure_framework` (and wait_ms > 0), PyTorch's own time and workspace are measured
     for the kernels the cluster has no measurement of (this resets the device's peak memory
-    counter), once their problems are benchmarked (within wait_ms), and submitted so that every
+    counter), once their problems are benchmarked (where one is not yet, when the step's route is
+    decided: pending.py), and submitted so that every
     job of this framework on this device plans with them (PyTorch's own is a candidate only
-    where its workspace fits the kernel's limit); without a server or token, or where the plans
-    did not come within wait_ms (a worker may have shared the device), the measurement decides
-    for this process alone. `budget`: "fixed" (each
+    where its workspace fits the kernel's limit); without a server or token, the measurement
+    decides for this process alone. `budget`: "fixed" (each
     kernel's limit is the configured one), "liveness" (per-kernel mode, CUDA: each kernel may use
     what is free at its point of the step, memory_profile() and liveness_limits(), plus
     `above_peak` bytes over the step's peak without workspace; default: the configured
@@ -66,9 +68,11 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     wait_ms > 0 and every plan in, measures the step with the plans' routes (each layer by its
     rule) against every layer on PyTorch's own, in alternating rounds, keeps the plans only where
     they are faster beyond the rounds' noise, and records the answer, so that every later job of
-    the same step takes the same route without measuring; while a plan is missing, every layer
-    runs PyTorch's own (a later job decides). "measure": the same on any device; "rule": each
-    layer by its rule alone, nothing measured or recorded. An explicit `host_bound`, a compiled
+    the same step takes the same route without measuring. `wait_ms` waits for the planner's
+    answers, not for the cluster's benchmarks: while a plan is still coming (a model new to the
+    cluster), every layer runs PyTorch's own, and the step's route is measured and decided
+    between two training steps once every plan is in (pending.py). "measure": the same on any
+    device; "rule": each layer by its rule alone, nothing measured or recorded. An explicit `host_bound`, a compiled
     model and host_bound_search="heuristics" keep their own rules.
     `host_bound_search`: "benchmark" (the default) leaves PyTorch's cuDNN benchmark flag as the
     job set it; "heuristics" measures whether the step is host-bound and, where it is, turns the
@@ -113,6 +117,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     budget_limit = None
     started = time.perf_counter()
     model.__dict__.pop("_ucudnn_step_budget", None)
+    model.__dict__.pop("_ucudnn_pending_route", None)
     if budget == "auto":
         budget = auto_budget(model, sample_inputs)
         if budget == "liveness" and compiled:
@@ -145,36 +150,25 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     if wait_ms > 0 and route != "rule" and not compiled and host_bound is None and (
             step_route.recorded_route(model, sample_inputs, loss_fn) == NATIVE):
         plans_wait_ms = 0
+    declared_kernels = []
     for (runtime, device), shapes in step_kernels.items():
         context = runtime.context(device)
         if context is None:
             continue
         shapes = unique_shapes(shapes)
+        declared_kernels.append((runtime, device, shapes))
         declared += len(shapes)
         declare_at_limits(runtime, context, shapes)
         if plans_wait_ms <= 0:
             continue
-        not_shared = []
-        if measure_framework:
-            # PyTorch's own is timed once this job's problems are benchmarked (a warm cluster:
-            # at once, and nothing to time): a worker may be benchmarking them on this very
-            # device (the README's stack, a cluster's first job), and times taken meanwhile are
-            # the shared device's (VGG-16 fp32's: 2x on an H100). Without a server the times
-            # decide for this process alone.
-            server = runtime.has_server()
-            quiet = server and wait_planned(runtime, context, shapes, wait_ms)
-            # With a server whose worker has not benchmarked every problem yet (a model new to
-            # the cluster), nothing is timed: the times would decide for this job alone, every
-            # such job would pay them again (8-20 s of a start on an H200, cspresnet50 and
-            # mnasnet1_0 at batch 64), and the step's route measures what the plans give.
-            if quiet or not server:
-                not_shared = measure_framework_times(runtime, context, device, shapes,
-                                                     share=quiet)
-                measured += len(not_shared[1]) if not_shared else 0
+        # Up to wait_ms for the planner's answers, not for the cluster's benchmarks: a kernel
+        # whose problem is still being benchmarked ("missing") runs PyTorch's own, and the step
+        # switches to its route between steps once every plan is in (pending.py).
         context.wait_for_plans(wait_ms)
-        if not_shared and not not_shared[0]:
-            decide_locally(runtime, context, not_shared[1])
-        elif step_budget is not None:
+        timed, shared = time_framework_and_plan(runtime, context, device, shapes, wait_ms,
+                                                measure_framework)
+        measured += timed
+        if shared and step_budget is not None:
             raised = fit_framework(runtime, context, shapes, step_budget.ceiling())
             step_budget.raised.update(raised)
             if raised:
@@ -187,7 +181,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     bound = None
     for runtime in runtimes_of(model):
         runtime.host_bound = False  # the rule alone, for the step measured below
-        runtime.decided_route, runtime.decided_why = None, ""  # this prepare() decides again
+    step_route.forget(model)  # this prepare() decides again
     on_device = inputs_on_cuda(sample_inputs)
     if host_bound is not None:
         bound = {"host_bound": bool(host_bound)}
@@ -211,6 +205,10 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         measurable = route == "measure" or (wait_ms > 0 and on_device)
         decided = step_route.decide(model, sample_inputs, loss_fn, measure=measurable,
                                     only_recorded=not measurable)
+        if measurable and decided["source"] == "plans missing":
+            # PyTorch's own until every plan is in, then decided between two steps.
+            wait_for_route(model, declared_kernels, sample_inputs, loss_fn, wait_ms,
+                           measure_framework)
     if step_budget is not None:
         # The job's first steps correct the budgets (StepBudget.check).
         step_budget.wait_ms = wait_ms
@@ -233,20 +231,6 @@ def release_cached_memory(sample_inputs):
     profiled step's without workspaces, the measuring steps' first calls)."""
     if inputs_on_cuda(sample_inputs):
         torch.cuda.empty_cache()
-
-
-def decide_layers(model):
-    """prepare(), the plans in: each layer's decision (LayerConv.decide_layer) for the ops its step
-    runs, also kept on the module for torch.compile, which then traces PyTorch's own convolution
-    for a layer decided so (a module attribute: dynamo guards on it)."""
-    now = time.monotonic()
-    for module in model.modules():
-        convs = [c for c in getattr(module, "_ucudnn_convs", {}).values()
-                 if c is not None and c.ops]
-        for conv in convs:
-            conv.decide_layer(conv.ops, now)
-        if convs:
-            module._ucudnn_framework_layer = all(c.framework_layer for c in convs)
 
 
 def wait_for_plans(model, timeout_ms):

@@ -12,8 +12,10 @@ def stats(model):
     their calls there are torch.nn's own and counted nowhere), "workspace_out_of_memory":
     the calls whose plan's workspace did not fit (each ran PyTorch's own; LayerConv.run), and
     "budget_replans": the times the job's steps changed prepare()'s liveness budgets
-    (StepBudget); "route": the step's route prepare() took and why ({"route": "plans" or
-    "native", "why"}; None before a prepare() decided one: route.py), and "layer_routes": how
+    (StepBudget); "route": the step's route and why ({"route": "plans" or "native", "source":
+    how it was decided (route.decide's: "recorded", "measured", ...; "plans missing": PyTorch's
+    own until every plan is in, then decided between two steps), "why"}; None before a
+    prepare() decided one: route.py), and "layer_routes": how
     many converted layers are on each route ({"plan": n, "framework": n, "undecided": n}; each
     layer's own with its reason: routes())."""
     total = {name: 0 for name in _lib.STATS_FIELDS}
@@ -32,8 +34,8 @@ def stats(model):
         total["workspace_out_of_memory"] += runtime.workspace_out_of_memory
         total["budget_replans"] += runtime.budget_replans
     decided = [r for r in runtimes_of(model) if r.decided_route is not None]
-    total["route"] = ({"route": decided[0].decided_route, "why": decided[0].decided_why}
-                      if decided else None)
+    total["route"] = ({"route": decided[0].decided_route, "source": decided[0].decided_source,
+                       "why": decided[0].decided_why} if decided else None)
     counts = {"plan": 0, "framework": 0, "undecided": 0}
     for layer in routes(model):
         counts[layer["route"]] += 1

@@ -11,6 +11,7 @@ import torch
 from .. import _cache
 from . import decision
 from .autograd import autocast_dtype
+from .declare import PLANS_COMING
 from .handle import process_rank, rank0s
 from .module import runtimes_of
 from .options import INFINITY
@@ -74,12 +75,20 @@ def set_routes(model, layer_routes):
         module._ucudnn_framework_layer = framework
 
 
-def apply(model, route, layer_routes, why):
+def forget(model):
+    """No route decided for the step (prepare() and a pending step decide again): each layer's
+    rule (LayerConv.decide_layer) is then its own, not the step's route."""
+    for runtime in runtimes_of(model):
+        runtime.decided_route, runtime.decided_source, runtime.decided_why = None, None, ""
+
+
+def apply(model, route, layer_routes, why, source):
     """Every converted layer on its route for the rest of the job (set_routes): under the step's
     route "native" all run PyTorch's own; under "plans" each its `layer_routes` entry. A shape
     first seen later follows the step's route (LayerConv.decide_layer)."""
     for runtime in runtimes_of(model):
         runtime.decided_route = route
+        runtime.decided_source = source
         runtime.decided_why = why
     if route == decision.NATIVE:
         layer_routes = ["framework"] * len(layer_routes)
@@ -90,16 +99,28 @@ def apply(model, route, layer_routes, why):
                         else f"step route {route}, layer {layer_route}: {conv.why}")
 
 
+def decide_layers(model):
+    """The plans in: each layer's decision (LayerConv.decide_layer) for the ops its step runs,
+    also kept on the module for torch.compile, which then traces PyTorch's own convolution for a
+    layer decided so (a module attribute: dynamo guards on it)."""
+    now = time.monotonic()
+    for module, convs in converted_layers(model):
+        for conv in convs:
+            conv.decide_layer(conv.ops, now)
+        module._ucudnn_framework_layer = all(c.framework_layer for c in convs)
+
+
 def rule_routes(model):
     """Each converted layer's route by its rule (LayerConv.decide_layer, already run): "framework"
     where the rule gave the layer PyTorch's own, or where no op of it has a plan, else "plan"
     (its plans run; PyTorch's time need not be known: the measured step weighs them); None while
-    an op still waits for the planner's answer."""
+    an op still waits for the planner's answer or for its problem's benchmark (PLANS_COMING): a
+    route measured then would be recorded from part of the plans."""
     routes = []
     for _, convs in converted_layers(model):
         states = [conv.context.kernel_info(conv.kernels[op] or conv.declare(op))["state"]
                   for conv in convs for op in conv.ops]
-        if "waiting" in states:
+        if any(state in PLANS_COMING for state in states):
             return None
         planned = "planned" in states and not all(c.framework_layer for c in convs)
         routes.append("plan" if planned else "framework")
@@ -182,14 +203,15 @@ def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
             route = decision.PLANS if code == 2 else decision.NATIVE
             layer_routes = rule_routes(model) or ["framework"] * len(layers)
             why = "rank 0's recorded route"
-        apply(model, route, layer_routes, why)
+        apply(model, route, layer_routes, why, "recorded")
         return {"route": route, "source": "recorded", "why": why, "layers": list(layer_routes)}
     if only_recorded:
         return None  # no record: each layer's rule (prepare(wait_ms=0) on a cold machine)
     plan_routes = rule_routes(model)
     if plan_routes is None:
-        why = ("the planner has not answered for every kernel yet: PyTorch's own everywhere "
-               "until a job with every answer in decides")
+        why = ("plans still coming (the planner's answers, or the cluster's benchmarks of the "
+               "step's problems): PyTorch's own everywhere until every plan is in, then the "
+               "step is measured and decided between two steps (pending.py)")
         answer = decision.NATIVE, ["framework"] * len(layers), "plans missing", why
     elif "plan" not in plan_routes:
         why = "no layer's plans save time against PyTorch's own"
@@ -206,7 +228,7 @@ def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
             decision.write_record(path, key, decision.make_record(
                 route, why, plan_routes, plans_ms, native_ms), _log)
     route, layer_routes, source, why = answer
-    apply(model, route, layer_routes, why)
+    apply(model, route, layer_routes, why, source)
     _log.info("ucudnn.torch: the step's route is %s (%s): %s", route, source, why)
     return {"route": route, "source": source, "why": why, "layers": list(layer_routes)}
 

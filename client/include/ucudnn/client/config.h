@@ -109,6 +109,11 @@ struct ClientConfig {
   // doubles from the initial value up to the maximum.
   int64_t retry_initial_ms = 500;
   int64_t retry_max_ms = 60000;
+  // ... and at most this for kernels whose problems the cluster is benchmarking (the server
+  // answered "missing"): their plans are asked for again soon after the worker stores them, so
+  // that a job running PyTorch's own meanwhile switches to them within seconds. One small request
+  // per job this often while any is missing.
+  int64_t missing_retry_max_ms = 5000;
   // Total modes without an explicit Prepare(): the kernels seen are taken to be the whole
   // network once no new kernel appeared for this long, and planned together.
   int64_t collect_quiet_ms = 1000;

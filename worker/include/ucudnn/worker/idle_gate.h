@@ -63,6 +63,11 @@ struct IdleGateConfig {
   // then (between consecutive jobs) one sample of the processes decides.
   std::chrono::milliseconds own_work_quiet{2000};
   std::chrono::milliseconds poll{1000};  // between looks while paused
+  // A paused benchmark resumes after this many consecutive looks that find the device quiet (no
+  // other busy process, utilization at most the threshold): a training job's first step (cuDNN's
+  // own search, allocations) and its host-side pauses leave the device quiet for a second at a
+  // time, and one quiet look let the worker back in while the job ran (H200, issue 40).
+  int resume_quiet_looks = 3;
   // A benchmark paused this long gives up waiting (WaitUntilIdle false, gave_up() true): the
   // worker stores what it measured and releases the job to workers whose GPU is idle. 0: wait
   // as long as it takes.
