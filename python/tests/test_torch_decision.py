@@ -270,6 +270,17 @@ class PrepareRouteTest(unittest.TestCase):
         forwards(pending.CHECK_EVERY - 1, self.torch.randn(2, 3, 16, 16))
         self.assertIsNone(ut.stats(model)["route"])
         self.assertEqual(records.read_records(self.records), {})
+        # In a torch.distributed job where another rank still waits for a plan (the all-reduce's
+        # minimum is 0), no rank decides.
+        torch = self.torch
+        reduced = []
+        with mock.patch.object(torch.distributed, "is_available", return_value=True), \
+                mock.patch.object(torch.distributed, "is_initialized", return_value=True), \
+                mock.patch.object(torch.distributed, "all_reduce",
+                                  side_effect=lambda t, op: reduced.append(op) or t.fill_(0)):
+            forwards(pending.CHECK_EVERY, x)
+        self.assertEqual(reduced, [torch.distributed.ReduceOp.MIN])
+        self.assertIsNone(ut.stats(model)["route"])
         # The prepared inputs' training forwards: decided at the CHECK_EVERY-th, measured and
         # recorded, then applied before that forward ran.
         forwards(pending.CHECK_EVERY - 1, x)

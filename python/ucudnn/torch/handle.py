@@ -98,6 +98,17 @@ def process_rank():
     return distributed.get_rank() if distributed is not None else 0
 
 
+def every_rank(flag, device):
+    """Whether `flag` holds on every rank of a torch.distributed job (the minimum over the ranks);
+    `flag` itself outside such a job."""
+    distributed = distributed_job()
+    if distributed is None:
+        return bool(flag)
+    held = torch.tensor([int(bool(flag))], dtype=torch.int64, device=device)
+    distributed.all_reduce(held, op=distributed.ReduceOp.MIN)
+    return bool(held.item())
+
+
 def rank0s(value, device):
     """`value` (an int) as rank 0 of a torch.distributed job has it, so that every rank plans
     alike; `value` itself outside such a job."""

@@ -12,7 +12,7 @@ import torch
 
 from .custom_ops import is_compiling
 from .declare import PLANS_COMING, kernel_infos
-from .handle import rank0s
+from .handle import every_rank
 from .measure import time_framework_and_plan
 from .outputs import inputs_device, inputs_signature
 from . import route as step_route
@@ -21,8 +21,9 @@ from . import route as step_route
 _log = logging.getLogger("ucudnn.torch")
 
 # A pending step looks at its kernels' states every this many training forwards: a count, not a
-# clock, so that every rank of a torch.distributed job looks (and agrees, rank 0's answer) at the
-# same step; a look costs one kernel_info() per kernel.
+# clock, so that every rank of a torch.distributed job looks at the same step (and decides only
+# once every rank has every plan: the decision's measuring rounds agree through collectives); a
+# look costs one kernel_info() per kernel.
 CHECK_EVERY = 16
 
 
@@ -81,8 +82,8 @@ def settle_pending_route(module, args):
     if pending.forwards % CHECK_EVERY:
         return None
     device = inputs_device(args)
-    if not rank0s(int(pending.plans_in()), device):
-        return None
+    if not every_rank(pending.plans_in(), device):
+        return None  # every rank decides at the same forward, each with every plan in
     del module.__dict__["_ucudnn_pending_route"]  # the rounds below run this forward again
     for runtime, kernel_device, shapes in pending.step_kernels:
         context = runtime.context(kernel_device)
