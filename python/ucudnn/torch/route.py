@@ -184,7 +184,8 @@ def recorded_route(model, sample_inputs, loss_fn):
 def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
     """prepare()'s route for the step: the machine's record where one applies; else, with every
     plan in, measured (`measure`) and recorded; else PyTorch's own for every layer while a plan
-    is missing (a later job decides). Applied to every layer. Returns {"route", "source"
+    is still coming (decided again between steps once they are in: pending.py). Applied to every
+    layer. Returns {"route", "source"
     ("recorded", "measured", "no plan saves time", "plans missing"), "why", "layers"} (rank 0's
     answer in every rank of a torch.distributed job)."""
     for runtime in runtimes_of(model):
