@@ -400,20 +400,15 @@ int RunTimings(const ServerOptions& server, const PlanOptions& options) {
     PrintJson(nlohmann::json{{"device_hash", device_hash}, {"problems", std::move(problems)}});
     return 0;
   }
-  if (timing_count == 0 && options.wrong_results) {
-    std::printf(
-        "no configuration blocked for a wrong result among the %zu distinct problems of "
-        "%s on device %s (%s)\n",
-        seen.size(), options.net.network.c_str(), device_hash.c_str(),
-        Printable(device->name).c_str());
-    return 0;
-  }
   if (timing_count == 0) {
-    std::printf(
-        "no timings stored for the %zu distinct problems of %s on device %s (%s); their "
-        "benchmarks may be queued (`ucudnn jobs`) or not asked for yet (`ucudnn plan`)\n",
-        seen.size(), options.net.network.c_str(), device_hash.c_str(),
-        Printable(device->name).c_str());
+    std::printf("%s the %zu distinct problems of %s on device %s (%s)%s\n",
+                options.wrong_results ? "no configuration blocked for a wrong result among"
+                                      : "no timings stored for",
+                seen.size(), options.net.network.c_str(), device_hash.c_str(),
+                Printable(device->name).c_str(),
+                options.wrong_results ? ""
+                                      : "; their benchmarks may be queued (`ucudnn jobs`) or not "
+                                        "asked for yet (`ucudnn plan`)");
     return 0;
   }
   std::printf("%-32s %-16s %8s %12s %10s %14s %-25s %s\n%s", "kernel", "problem", "micro",

@@ -5,7 +5,7 @@ import weakref
 
 import torch
 
-from .conv import channels_last_call, memory_format_of, output_size
+from .conv import channels_last_call, memory_format_of, output_size, torch_convolution
 from .autograd import conv_backward, conv_forward
 
 
@@ -50,8 +50,8 @@ def register_custom_ops():
                     key):
         conv = conv_of(x, weight, padding, output_padding, key)
         if conv is None:
-            y = torch.ops.aten.convolution(x, weight, None, stride, padding, dilation, transposed,
-                                           output_padding, groups)
+            y = torch_convolution(x, weight, None, stride, padding, dilation, groups, transposed,
+                                  output_padding)
             return y.contiguous(memory_format=op_memory_format(x, weight))
         return conv_forward(x, weight, conv)
 

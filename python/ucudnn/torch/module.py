@@ -132,9 +132,7 @@ class Runtime:
         """Every layer on the native route back on the adapter's, which asks the library again
         at its next call (at the routes' recheck; before prepare() records or profiles a step)."""
         for module in self.native_routed:
-            converted = CONVERTED_OF_NATIVE.get(type(module))
-            if converted is not None:  # not unconverted meanwhile
-                module.__class__ = converted
+            leave_native_route(module)
         self.native_routed = []
         self.native_until = INFINITY
 
@@ -277,9 +275,7 @@ class UcudnnConvolution:
             self._ucudnn_runtime.conv_caches[id(self._ucudnn_convs)] = self._ucudnn_convs
             self._ucudnn_key = module_key(self)  # decided, the adapter's route
             self._ucudnn_framework_layer = False
-            converted = CONVERTED_OF_NATIVE.get(type(self))
-            if converted is not None:
-                self.__class__ = converted
+            leave_native_route(self)
 
 
 class UcudnnConvNd(UcudnnConvolution):
@@ -379,6 +375,14 @@ NATIVE_OF_CONVERTED = {converted: native_routed_class(converted)
 CONVERTED_OF_NATIVE = {native: converted for converted, native in NATIVE_OF_CONVERTED.items()}
 # Converted classes made for subclasses of torch.nn's layers (converted_class), by subclass.
 CONVERTED_OF_SUBCLASS = {}
+
+
+def leave_native_route(module):
+    """`module` back on the adapter's route where it is on the native route (not where it was
+    unconverted meanwhile)."""
+    converted = CONVERTED_OF_NATIVE.get(type(module))
+    if converted is not None:
+        module.__class__ = converted
 
 
 def converted_class(kind):

@@ -144,12 +144,13 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     budgeted = time.perf_counter()
     declared = measured = fitted = 0
     step_kernels = kernels(model, *sample_inputs)
-    # A step this machine recorded native runs PyTorch's own whatever plans arrive: its plans are
-    # asked for (a later decision may want them), not waited for.
-    plans_wait_ms = wait_ms
-    if wait_ms > 0 and route != "rule" and not compiled and host_bound is None and (
-            step_route.recorded_route(model, sample_inputs, loss_fn) == NATIVE):
-        plans_wait_ms = 0
+    # The machine's record of the step, read once (the route below applies it). A step recorded
+    # native runs PyTorch's own whatever plans arrive: its plans are asked for (a later decision
+    # may want them), not waited for.
+    known = (step_route.usable_record(model, sample_inputs, loss_fn)
+             if route != "rule" and not compiled and host_bound is None else (None, None))
+    record = known[0]
+    plans_wait_ms = 0 if record is not None and record["route"] == NATIVE else wait_ms
     declared_kernels = []
     for (runtime, device), shapes in step_kernels.items():
         context = runtime.context(device)
@@ -204,7 +205,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         # measured where the plans are in (wait_ms) on the device, else each layer's rule.
         measurable = route == "measure" or (wait_ms > 0 and on_device)
         decided = step_route.decide(model, sample_inputs, loss_fn, measure=measurable,
-                                    only_recorded=not measurable)
+                                    only_recorded=not measurable, known=known)
         if measurable and decided["source"] == "plans missing":
             # PyTorch's own until every plan is in, then decided between two steps.
             wait_for_route(model, declared_kernels, sample_inputs, loss_fn, wait_ms,

@@ -162,7 +162,11 @@ def measure_rounds(model, sample_inputs, loss_fn, plan_routes, rounds=decision.R
 
 
 def usable_record(model, sample_inputs, loss_fn):
-    """(this machine's record of the step's route where one applies, else None; its key)."""
+    """(this machine's record of the step's route where one applies, else None; its key). Read
+    once by prepare(): before it waits for plans (a step recorded native runs PyTorch's own
+    whatever plans arrive, so its job waits for none), and for decide()."""
+    for runtime in runtimes_of(model):
+        runtime.restore_native()  # the key reads the model's structure, not its routes now
     path = records_path()
     key = step_key(model, sample_inputs, loss_fn) if path else None
     record = read_records(path).get(key) if key else None
@@ -170,30 +174,18 @@ def usable_record(model, sample_inputs, loss_fn):
     return (record if usable else None), key
 
 
-def recorded_route(model, sample_inputs, loss_fn):
-    """The step's route this machine recorded (decision.NATIVE or decision.PLANS), None without a
-    usable record. prepare() reads it before it waits for plans: a step recorded native runs
-    PyTorch's own whatever plans arrive, so its job waits for none (the first fast step as soon
-    as native's)."""
-    for runtime in runtimes_of(model):
-        runtime.restore_native()  # the key reads the model's structure, not its routes now
-    record, _ = usable_record(model, sample_inputs, loss_fn)
-    return record["route"] if record is not None else None
-
-
-def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False):
+def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False, known=None):
     """prepare()'s route for the step: the machine's record where one applies; else, with every
     plan in, measured (`measure`) and recorded; else PyTorch's own for every layer while a plan
     is still coming (decided again between steps once they are in: pending.py). Applied to every
     layer. Returns {"route", "source"
     ("recorded", "measured", "no plan saves time", "plans missing"), "why", "layers"} (rank 0's
-    answer in every rank of a torch.distributed job)."""
-    for runtime in runtimes_of(model):
-        runtime.restore_native()  # the key reads the model's structure, not its routes now
+    answer in every rank of a torch.distributed job). `known`: usable_record()'s answer where
+    the caller has read it already."""
+    record, key = known or usable_record(model, sample_inputs, loss_fn)
     layers = converted_layers(model)
     device = inputs_device(sample_inputs)
     path = records_path()
-    record, key = usable_record(model, sample_inputs, loss_fn)
     usable = record is not None
     # Rank 0's record decides for every rank: 0 none, 1 native, 2 plans.
     code = rank0s(0 if not usable else 1 if record["route"] == decision.NATIVE else 2, device)
