@@ -207,6 +207,9 @@ def parse_args(argv):
     warm.add_argument("--warm-wait-s", type=float, default=240.0)
     warm.add_argument("--run-timeout-s", type=float, default=240.0)
     warm.add_argument("--python", default=sys.executable)
+    warm.add_argument("--no-framework", action="store_true",
+                      help="only the pass that waits for the plans, not the one timing PyTorch's "
+                      "own (a worker's time to know a model: scripts/gpu_search.sh)")
 
     plot = sub.add_parser("plot", help="draw the results JSON as SVG (docs/results.md)")
     plots.add_arguments(plot, "torch_models")
@@ -1334,7 +1337,8 @@ def warm_up(args, converted_options):
     A list of errors."""
     errors = []
     pairs = list(dict.fromkeys(parse_row(row)[:2] for row in args.rows))
-    for measure_framework in (False, True):
+    passes = (False,) if getattr(args, "no_framework", False) else (False, True)
+    for measure_framework in passes:
         for model, precision in pairs:
             tag = f"{model}_{precision}_" + ("framework" if measure_framework else "warm")
             run_args = ["run", "--model", model, "--precision", precision, "--device",

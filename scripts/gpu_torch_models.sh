@@ -207,7 +207,7 @@ if [ -n "$warm_then_stop" ] && [ $# -gt 0 ]; then
   timeout "$warm_then_stop" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
     --runs-dir "$runs" --device "$device" --warm-wait-s "$warm_then_stop" --rows "$@" \
     "${warm_args[@]}" 2>&1 | tail -n 20 >>"$results/stack.log"
-  kill -TERM "${stack_pids[1]}" 2>/dev/null && wait "${stack_pids[1]}" 2>/dev/null
+  stack_stop_worker
   log "worker stopped; timings in the database: $("$bundle/lib/postgresql/15/bin/psql" -tA "$stack_db_url" -c 'SELECT count(*) FROM timings')"
 fi
 left=$(time_left)

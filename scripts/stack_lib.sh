@@ -96,9 +96,34 @@ stack_start() {
   ucudnn-server --listen "$server_addr" --database-url "$db_url" --metrics-listen "" \
     --token-file "$work/token" --no-migrate >"$work/server.log" 2>&1 &
   stack_pids+=($!)
-  ucudnn-worker --backend "$backend" --database-url "$db_url" >"$work/worker.log" 2>&1 &
-  stack_pids+=($!)
+  stack_start_worker
   for _ in $(seq 1 50); do ucudnn health --server "$server_addr" >/dev/null 2>&1 && break; sleep 0.2; done
+}
+
+# The stack's worker (as the deploy files run it: the idle gate and the result checks on), its
+# log appended to worker.log; `stack_worker_pid` is its process.
+stack_start_worker() {
+  ucudnn-worker --backend "$backend" --database-url "$stack_db_url" >>"$work/worker.log" 2>&1 &
+  stack_worker_pid=$!
+  stack_pids+=("$stack_worker_pid")
+}
+
+# Stops the stack's worker and waits for it (a running configuration finishes; its job goes back
+# to the queue).
+stack_stop_worker() {
+  [ -n "${stack_worker_pid:-}" ] || return 0
+  kill -TERM "$stack_worker_pid" 2>/dev/null && wait "$stack_worker_pid" 2>/dev/null
+  stack_worker_pid=""
+}
+
+# Stops the whole stack and forgets it, so that stack_start can start another on an empty
+# database (scripts/gpu_search.sh: every model's time to know from a cold cluster).
+stack_stop() {
+  stack_cleanup
+  for p in "${stack_pids[@]}"; do wait "$p" 2>/dev/null; done
+  stack_pids=()
+  stack_worker_pid=""
+  trap - EXIT
 }
 
 # Writes the database's data to the gzip file $1, for a later machine's stack_start

@@ -12,7 +12,7 @@ foreach(python_suite test_torch_options test_torch_module test_torch_routing
                      test_torch_host_bound test_torch_budgets test_torch_decision test_torch_zoo
                      test_torch_pickle test_torch_nd
                      test_curve test_torch_bench_script test_torch_models_script
-                     test_plots)
+                     test_plots test_worker_search)
   add_test(NAME python_${python_suite}
            COMMAND ${UCUDNN_SYSTEM_PYTHON3} -m unittest -v ${python_suite}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/python/tests)

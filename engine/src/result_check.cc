@@ -1,5 +1,6 @@
 #include "ucudnn/engine/result_check.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -27,16 +28,6 @@ Result<std::vector<float>> ReadAsFloat(ConvBackend& backend, const void* device,
   std::vector<unsigned char> bytes(count * ElementSize(type));
   UCUDNN_RETURN_IF_ERROR(backend.CopyToHost(bytes.data(), device, bytes.size()));
   return ToFloat(bytes.data(), count, type);
-}
-
-// Device memory holding `values` as fp32.
-Result<std::unique_ptr<BackendBuffer>> Upload(ConvBackend& backend,
-                                              const std::vector<float>& values) {
-  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> buffer,
-                          backend.Allocate(values.size() * sizeof(float)));
-  UCUDNN_RETURN_IF_ERROR(
-      backend.CopyToDevice(buffer->data(), values.data(), values.size() * sizeof(float)));
-  return buffer;
 }
 
 // A status that ends the check of every configuration: the device is gone.
@@ -68,6 +59,12 @@ double RelativeL2(const std::vector<float>& got, const std::vector<float>& want)
   return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
+double RelativeL2FromNorms(double difference_squares, double want_squares) {
+  if (!std::isfinite(difference_squares)) return std::numeric_limits<double>::infinity();
+  return want_squares == 0 ? std::sqrt(difference_squares)
+                           : std::sqrt(difference_squares / want_squares);
+}
+
 ResultChecker::ResultChecker(ConvBackend& backend, const ConvProblem& problem,
                              const ConvOperands& operands)
     : backend_(backend), problem_(problem), operands_(operands) {}
@@ -75,26 +72,49 @@ ResultChecker::ResultChecker(ConvBackend& backend, const ConvProblem& problem,
 Status ResultChecker::WidenInputs() {
   if (fp32_[0] != nullptr) return Status::Ok();
   const OpTensorSizes all = OpSizes(problem_, operands_.samples);
-  UCUDNN_ASSIGN_OR_RETURN(
-      std::vector<float> first,
-      ReadAsFloat(backend_, FirstInput(problem_, operands_), all.first_input, problem_.data_type));
-  UCUDNN_ASSIGN_OR_RETURN(std::vector<float> second,
-                          ReadAsFloat(backend_, SecondInput(problem_, operands_), all.second_input,
-                                      problem_.data_type));
-  UCUDNN_ASSIGN_OR_RETURN(fp32_[0], Upload(backend_, first));
-  UCUDNN_ASSIGN_OR_RETURN(fp32_[1], Upload(backend_, second));
+  const std::pair<const void*, size_t> inputs[2] = {
+      {FirstInput(problem_, operands_), all.first_input},
+      {SecondInput(problem_, operands_), all.second_input}};
+  for (int i = 0; i < 2; ++i) {
+    const auto [source, count] = inputs[i];
+    UCUDNN_ASSIGN_OR_RETURN(fp32_[i], backend_.Allocate(count * sizeof(float)));
+    // On the device where the backend can (hundreds of MB a problem at batch 256: the host's
+    // round trip took an H200 worker a second and more per problem).
+    if (device_numerics_) {
+      const Status widened =
+          backend_.WidenToFloat(fp32_[i]->data(), source, problem_.data_type, count);
+      if (widened.ok()) continue;
+      if (Fatal(widened)) return widened;
+      NoDeviceNumerics(widened);
+    }
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<float> values,
+                            ReadAsFloat(backend_, source, count, problem_.data_type));
+    UCUDNN_RETURN_IF_ERROR(
+        backend_.CopyToDevice(fp32_[i]->data(), values.data(), count * sizeof(float)));
+  }
   UCUDNN_ASSIGN_OR_RETURN(fp32_[2], backend_.Allocate(all.output * sizeof(float)));
   return Status::Ok();
 }
 
-Result<std::optional<std::vector<float>>> ResultChecker::Reference(int64_t batch) {
-  if (auto it = references_.find(batch); it != references_.end()) return it->second;
+void ResultChecker::NoDeviceNumerics(const Status& why) {
+  if (device_numerics_ && why.code() != StatusCode::kUnsupported) {
+    spdlog::warn("result check {}: device numerics failed, checking on the host: {}",
+                 CanonicalKey(problem_), why.ToString());
+  }
+  device_numerics_ = false;
+}
+
+Result<bool> ResultChecker::Reference(int64_t batch) {
+  if (reference_batch_ == batch) return reference_ok_;
   // The same input values in fp32 (the first `batch` samples of the widened ones: samples lead
-  // in both layouts), strict fp32 math, the backend's reference algorithm.
+  // in both layouts), strict fp32 math, the backend's reference algorithm, into fp32_[2]: one
+  // size's reference at a time (the benchmark checks size by size).
   ConvProblem fp32 = problem_;
   fp32.data_type = fp32.compute_type = DataType::kFloat32;
   fp32.math = MathMode::kFma;
-  auto run = [&]() -> Result<std::vector<float>> {
+  reference_batch_ = batch;
+  host_reference_.reset();
+  auto run = [&]() -> Status {
     UCUDNN_RETURN_IF_ERROR(WidenInputs());
     const Algorithm reference(0);
     UCUDNN_ASSIGN_OR_RETURN(size_t workspace_bytes, backend_.WorkspaceSize(fp32, batch, reference));
@@ -104,41 +124,83 @@ Result<std::optional<std::vector<float>>> ResultChecker::Reference(int64_t batch
         BindOperands(problem_.op, fp32_[0]->data(), fp32_[1]->data(), fp32_[2]->data());
     UCUDNN_RETURN_IF_ERROR(
         backend_.Run(fp32, batch, reference, o, workspace->data(), workspace_bytes, 1.0f, 0.0f));
-    UCUDNN_RETURN_IF_ERROR(backend_.Synchronize());
-    return ReadAsFloat(backend_, fp32_[2]->data(), OpSizes(problem_, batch).output,
-                       DataType::kFloat32);
+    return backend_.Synchronize();
   };
-  Result<std::vector<float>> reference = run();
-  if (!reference.ok()) {
-    if (Fatal(reference.status())) return reference.status();
+  const Status ran = run();
+  if (!ran.ok()) {
+    if (Fatal(ran)) return ran;
     spdlog::debug(
         "result check {} micro-batch {}: no fp32 reference here ({}); its "
         "configurations stay unchecked",
-        CanonicalKey(problem_), batch, reference.status().ToString());
-    return references_[batch] = std::nullopt;
+        CanonicalKey(problem_), batch, ran.ToString());
   }
-  return references_[batch] = std::move(reference).value();
+  return reference_ok_ = ran.ok();
+}
+
+Result<double> ResultChecker::HostError(int64_t batch) {
+  const size_t count = OpSizes(problem_, batch).output;
+  if (!host_reference_) {
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<float> reference,
+                            ReadAsFloat(backend_, fp32_[2]->data(), count, DataType::kFloat32));
+    host_reference_ = std::move(reference);
+  }
+  UCUDNN_ASSIGN_OR_RETURN(std::vector<float> got, ReadAsFloat(backend_, Output(problem_, operands_),
+                                                              count, problem_.data_type));
+  return RelativeL2(got, *host_reference_);
 }
 
 Result<std::optional<double>> ResultChecker::Check(int64_t batch, const Algorithm& algo,
                                                    void* workspace, size_t workspace_bytes) {
-  UCUDNN_ASSIGN_OR_RETURN(std::optional<std::vector<float>> reference, Reference(batch));
+  UCUDNN_ASSIGN_OR_RETURN(const bool reference, Reference(batch));
   if (!reference) return std::optional<double>();
   // Poisoned first (all ones bytes: NaN in every data type), so an element the configuration
   // never writes fails the check.
   const size_t out_count = OpSizes(problem_, batch).output;
   const size_t out_bytes = out_count * ElementSize(problem_.data_type);
-  const std::vector<unsigned char> poison(out_bytes, 0xFF);
+  if (poison_.size() < out_bytes) poison_.assign(out_bytes, 0xFF);
   UCUDNN_RETURN_IF_ERROR(
-      backend_.CopyToDevice(Output(problem_, operands_), poison.data(), poison.size()));
+      backend_.CopyToDevice(Output(problem_, operands_), poison_.data(), out_bytes));
+  if (device_numerics_ && !device_numerics_verified_) {
+    // Before a problem's first check is trusted to the device: the poisoned output must come out
+    // as not finite there (a NaN that propagates), or the device's norms are not used.
+    Result<std::pair<double, double>> poisoned = backend_.DifferenceNorms(
+        Output(problem_, operands_), problem_.data_type, fp32_[2]->data(), out_count);
+    if (!poisoned.ok() && Fatal(poisoned.status())) return poisoned.status();
+    if (!poisoned.ok()) {
+      NoDeviceNumerics(poisoned.status());
+    } else if (std::isfinite(RelativeL2FromNorms(poisoned->first, poisoned->second))) {
+      NoDeviceNumerics(Internal("the device's norms of an output of NaNs are finite"));
+    }
+  }
   ConvOperands o = operands_;
   o.samples = 0;  // the call's batch
   UCUDNN_RETURN_IF_ERROR(
       backend_.Run(problem_, batch, algo, o, workspace, workspace_bytes, 1.0f, 0.0f));
   UCUDNN_RETURN_IF_ERROR(backend_.Synchronize());
-  UCUDNN_ASSIGN_OR_RETURN(std::vector<float> got, ReadAsFloat(backend_, Output(problem_, operands_),
-                                                              out_count, problem_.data_type));
-  return std::optional<double>(RelativeL2(got, *reference));
+  if (device_numerics_) {
+    Result<std::pair<double, double>> norms = backend_.DifferenceNorms(
+        Output(problem_, operands_), problem_.data_type, fp32_[2]->data(), out_count);
+    if (norms.ok()) {
+      const double error = RelativeL2FromNorms(norms->first, norms->second);
+      if (device_numerics_verified_) return std::optional<double>(error);
+      // The device's answer against the host's once per problem (at its first, smallest check):
+      // a backend whose numerics disagree is not trusted with the rest.
+      UCUDNN_ASSIGN_OR_RETURN(const double host, HostError(batch));
+      const bool agree = (std::isinf(error) && std::isinf(host)) ||
+                         std::abs(error - host) <= 1e-3 * std::max(1.0, std::abs(host));
+      if (agree) {
+        device_numerics_verified_ = true;
+        return std::optional<double>(error);
+      }
+      NoDeviceNumerics(Internal(
+          fmt::format("relative L2 error {:.6g} on the device, {:.6g} on the host", error, host)));
+      return std::optional<double>(host);
+    }
+    if (Fatal(norms.status())) return norms.status();
+    NoDeviceNumerics(norms.status());
+  }
+  UCUDNN_ASSIGN_OR_RETURN(const double error, HostError(batch));
+  return std::optional<double>(error);
 }
 
 }  // namespace ucudnn

@@ -248,6 +248,37 @@ TEST(IdleGateTest, APausedBenchmarkResumesAfterQuietLooksInARow) {
   EXPECT_EQ(idle.pauses(), 0);
 }
 
+// Looks between configurations within look_reuse of the last sample reuse it (NVML's samples come
+// at the driver's period, and each costs about as much as probing a small configuration); a
+// paused benchmark asks afresh at every poll, so that it still resumes on the device's own word.
+TEST(IdleGateTest, LooksReuseARecentSampleButAPausedOneAsksAgain) {
+  IdleGateConfig config = TestConfig();
+  config.look_reuse = std::chrono::hours(1);
+  config.resume_quiet_looks = 1;
+  auto probe =
+      std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{Idle(), Busy()}, Idle());
+  ScriptedProbe& p = *probe;
+  int sleeps = 0;
+  IdleGate gate(std::move(probe), config, [&](std::chrono::milliseconds) { ++sleeps; });
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(gate.WaitUntilIdle(nullptr));
+    EXPECT_EQ(gate.Look().other_processes, 0);
+  }
+  EXPECT_EQ(p.samples(), 1);
+  EXPECT_EQ(sleeps, 0);
+  // Without reuse every look asks: the busy sample comes, and the wait asks again while paused.
+  config.look_reuse = std::chrono::milliseconds(0);
+  auto fresh_probe =
+      std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{Idle(), Busy()}, Idle());
+  ScriptedProbe& fresh = *fresh_probe;
+  IdleGate asking(std::move(fresh_probe), config, [&](std::chrono::milliseconds) { ++sleeps; });
+  EXPECT_EQ(asking.Look().other_processes, 0);
+  EXPECT_TRUE(asking.WaitUntilIdle(nullptr));
+  EXPECT_EQ(asking.pauses(), 1);
+  EXPECT_EQ(fresh.samples(), 3);
+  EXPECT_EQ(sleeps, 1);
+}
+
 // A job that holds a context and waits (for these very plans) neither pauses a benchmark nor
 // makes its measurements contended: only a process that runs work does.
 TEST(IdleGateTest, AContextHolderThatRunsNothingIsNoContention) {

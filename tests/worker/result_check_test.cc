@@ -1,15 +1,18 @@
-// A configuration's result checked before its timing is stored (engine/result_check.h): on the
-// CPU backend, with a backend that breaks one algorithm's output (a wrong value, an element never
-// written), the benchmark records that configuration as a wrong result (kFailed, never planned)
-// and times the others as before. No GPU, no database.
+// The results a plan could use checked before the timings are stored (engine/result_check.h): on
+// the CPU backend, with a backend that breaks one algorithm's output (a wrong value, an element
+// never written), the benchmark records that configuration as a wrong result (kFailed, never
+// planned) where it is on its size's time/workspace front, and times the others as before. No
+// GPU, no database.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/random_fill.h"
 #include "ucudnn/engine/benchmark.h"
 #include "ucudnn/engine/result_check.h"
 #include "worker/worker_test_util.h"
@@ -24,11 +27,31 @@ using ::testing::StartsWith;
 enum class Breakage { kNone, kWrongValues, kUnwrittenElement };
 
 // The CPU backend with algorithm 2 broken as `breakage` says (after a correct run: half the output
-// scaled, or its last element left as the caller's memory held it).
+// scaled, or its last element left as the caller's memory held it). Algorithm 2's times are
+// reported 100x faster (on every size's front: a plan would choose it) unless `broken_is_slow`,
+// then 100x slower, so that another that needs no more workspace beats it.
 class BrokenAlgorithmBackend : public RenamedCpuBackend {
  public:
-  explicit BrokenAlgorithmBackend(Breakage breakage, bool every_algorithm = false)
-      : RenamedCpuBackend("broken cpu"), breakage_(breakage), every_(every_algorithm) {}
+  explicit BrokenAlgorithmBackend(Breakage breakage, bool every_algorithm = false,
+                                  bool broken_is_slow = false)
+      : RenamedCpuBackend("broken cpu"),
+        breakage_(breakage),
+        every_(every_algorithm),
+        scale_(broken_is_slow ? 100.0 : 0.01) {}
+  // Timed runs go to the inner backend (not through Run() below): only checks and references
+  // call Run().
+  Result<std::vector<double>> TimeRuns(const ConvProblem& p, int64_t batch, const Algorithm& algo,
+                                       const ConvOperands& operands, void* workspace,
+                                       size_t workspace_bytes, int warmup, int runs) override {
+    UCUDNN_ASSIGN_OR_RETURN(std::vector<double> times,
+                            RenamedCpuBackend::TimeRuns(p, batch, algo, operands, workspace,
+                                                        workspace_bytes, warmup, runs));
+    if (algo.id == 2) {
+      for (double& ms : times) ms *= scale_;
+    }
+    return times;
+  }
+  int checked_runs_of_algorithm_two() const { return checked_runs_; }
   Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo,
              const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
              float beta) override {
@@ -43,6 +66,7 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
     // algorithm 0 in FMA math.
     const bool broken =
         (algo.id == 2 || every_) && p.data_type == DataType::kFloat32 && p.math != MathMode::kFma;
+    checked_runs_ += algo.id == 2 && p.math != MathMode::kFma;  // not the fp32 reference
     float* values = static_cast<float*>(out);
     const float last = broken ? values[count - 1] : 0.0f;
     UCUDNN_RETURN_IF_ERROR(
@@ -59,6 +83,42 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
  private:
   Breakage breakage_;
   bool every_;
+  double scale_;
+  int checked_runs_ = 0;
+};
+
+// The broken backend with device numerics (ConvBackend::WidenToFloat, DifferenceNorms) computed
+// on the host as a device would, or lying: norms of zero whatever the vectors hold.
+class DeviceNumericsBackend : public BrokenAlgorithmBackend {
+ public:
+  explicit DeviceNumericsBackend(bool lying)
+      : BrokenAlgorithmBackend(Breakage::kWrongValues), lying_(lying) {}
+  Status WidenToFloat(void* dst, const void* src, DataType type, size_t count) override {
+    ++widened_;
+    const std::vector<float> values = ToFloat(src, count, type);  // CPU "device" memory
+    std::copy(values.begin(), values.end(), static_cast<float*>(dst));
+    return Status::Ok();
+  }
+  Result<std::pair<double, double>> DifferenceNorms(const void* got, DataType type,
+                                                    const void* want, size_t count) override {
+    ++norms_;
+    if (lying_) return std::pair<double, double>{0.0, 1.0};
+    const std::vector<float> values = ToFloat(got, count, type);
+    const float* reference = static_cast<const float*>(want);
+    double difference = 0, norm = 0;
+    for (size_t i = 0; i < count; ++i) {
+      difference += (values[i] - reference[i]) * static_cast<double>(values[i] - reference[i]);
+      norm += reference[i] * static_cast<double>(reference[i]);
+    }
+    return std::pair<double, double>{difference, norm};
+  }
+  int widened() const { return widened_; }
+  int norms() const { return norms_; }
+
+ private:
+  bool lying_;
+  int widened_ = 0;
+  int norms_ = 0;
 };
 
 BenchmarkOptions CheckedOptions() {
@@ -73,7 +133,8 @@ void ExpectOnlyAlgorithmTwoWrong(const TimingTable& table) {
     if (t.algo == 2) {
       EXPECT_EQ(t.status, TimingStatus::kFailed) << t.micro_batch;
       EXPECT_THAT(t.error, StartsWith(std::string(kWrongResultError))) << t.error;
-      EXPECT_THAT(t.error, HasSubstr("against the fp32 reference (bound 1e-02), which 2 other"));
+      EXPECT_THAT(t.error, HasSubstr("against the fp32 reference (bound 1e-02), which "));
+      EXPECT_THAT(t.error, HasSubstr("other configuration(s) meet"));
       ++wrong;
     } else {
       EXPECT_EQ(t.status, TimingStatus::kOk) << t.algo << " " << t.error;
@@ -106,6 +167,52 @@ TEST(ResultCheckTest, AnElementNeverWrittenIsAWrongResult) {
                                                BatchPolicy::kAll, CheckedOptions());
   ASSERT_TRUE(table.ok()) << table.status().ToString();
   ExpectOnlyAlgorithmTwoWrong(*table);
+}
+
+// A plan takes, at each workspace limit, the fastest configuration that fits: one that another
+// beats with no more workspace is never planned, so it is not checked (a check at a large size
+// costs as much as its measurement), and its timing is stored as measured.
+TEST(ResultCheckTest, OnlyTheConfigurationsAPlanCouldUseAreChecked) {
+  BrokenAlgorithmBackend backend(Breakage::kWrongValues, /*every_algorithm=*/false,
+                                 /*broken_is_slow=*/true);
+  Result<TimingTable> table = BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), 4,
+                                               BatchPolicy::kAll, CheckedOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(backend.checked_runs_of_algorithm_two(), 0);
+  for (const Timing& t : table->entries) {
+    EXPECT_EQ(t.status, TimingStatus::kOk) << t.algo << " " << t.error;
+  }
+  // On the front (the fastest), the same configuration is checked at every size and blocked.
+  BrokenAlgorithmBackend fast(Breakage::kWrongValues);
+  table = BenchmarkProblem(fast, TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kAll,
+                           CheckedOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(fast.checked_runs_of_algorithm_two(), 4);
+  ExpectOnlyAlgorithmTwoWrong(*table);
+}
+
+// A backend's device numerics stand in for the host's round trip (inputs widened there, two
+// norms back per check), and one that lies (norms of zero: every result "right") is caught at
+// the problem's first check and not used: the wrong configuration is still blocked.
+TEST(ResultCheckTest, DeviceNumericsAreUsedWhereTheyAgreeWithTheHost) {
+  for (bool lying : {false, true}) {
+    SCOPED_TRACE(lying ? "lying device numerics" : "device numerics");
+    DeviceNumericsBackend backend(lying);
+    Result<TimingTable> table = BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), 4,
+                                                 BatchPolicy::kAll, CheckedOptions());
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    ExpectOnlyAlgorithmTwoWrong(*table);
+    EXPECT_EQ(backend.widened(), 2);  // the two inputs, once
+    // Lying: asked once (the poisoned output), then never again.
+    if (lying) {
+      EXPECT_EQ(backend.norms(), 1);
+    } else {
+      EXPECT_GT(backend.norms(), 4);
+    }
+  }
+  EXPECT_EQ(RelativeL2FromNorms(9, 25), 0.6);
+  EXPECT_EQ(RelativeL2FromNorms(4, 0), 2.0);
+  EXPECT_TRUE(std::isinf(RelativeL2FromNorms(NAN, 1)));
 }
 
 // Every configuration off the reference: the reference (or its bound) is what is in doubt, and

@@ -260,10 +260,18 @@ DeviceActivity IdleGate::ToActivity(const Result<GpuActivitySample>& sample) {
   return activity;
 }
 
-DeviceActivity IdleGate::Look() {
-  last_own_work_ = std::chrono::steady_clock::now().time_since_epoch().count();
+DeviceActivity IdleGate::Look() { return LookAt(false); }
+
+DeviceActivity IdleGate::LookAt(bool fresh) {
+  const auto now = std::chrono::steady_clock::now();
+  last_own_work_ = now.time_since_epoch().count();
   std::lock_guard lock(mu_);
-  return ToActivity(probe_->Sample());
+  if (fresh || !last_sample_ || config_.look_reuse.count() <= 0 ||
+      now - last_sample_at_ >= config_.look_reuse) {
+    last_sample_ = probe_->Sample();
+    last_sample_at_ = now;
+  }
+  return ToActivity(*last_sample_);
 }
 
 bool IdleGate::WaitUntilIdle(const std::atomic<bool>* cancel) {
@@ -280,7 +288,7 @@ bool IdleGate::WaitUntilIdle(const std::atomic<bool>* cancel) {
   int64_t polls = 0;
   int quiet_looks = 0;  // consecutive, while paused
   while (!cancelled()) {
-    const DeviceActivity activity = Look();
+    const DeviceActivity activity = LookAt(/*fresh=*/waited);
     // Once paused, our own work is over and the device's utilization is the others' alone: it
     // must be low too. NVML's per-process samples come at the driver's period, so a process
     // running work can show none in the last second (an H200 job at 48 ms steps looked idle

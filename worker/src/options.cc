@@ -165,9 +165,9 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
       ->envname("UCUDNN_WORKER_EXHAUSTIVE")
       ->group("Benchmark");
   app.add_flag("!--no-result-check", o.check_results,
-               "store timings without checking each configuration's result against the fp32 "
-               "reference first (by default a configuration that computes a wrong result on this "
-               "GPU and cuDNN is stored failed, 'wrong result: ...', and never planned)")
+               "store timings without checking the results a plan could use against the fp32 "
+               "reference (by default a configuration that computes a wrong result on this GPU "
+               "and cuDNN is stored failed, 'wrong result: ...', and never planned)")
       ->group("Benchmark");
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates (cuDNN heuristics "

@@ -213,6 +213,7 @@ IdleGateConfig MakeIdleGateConfig(const WorkerOptions& o, bool holds_context) {
   c.max_pause = std::chrono::milliseconds(static_cast<int64_t>(o.idle_max_pause_seconds * 1000));
   c.self_pid = static_cast<uint32_t>(getpid());
   c.self_has_context = holds_context;
+  c.look_reuse = std::chrono::milliseconds(100);
   return c;
 }
 

@@ -753,6 +753,112 @@ Status CudnnBackend::CopyToHost(void* host_dst, const void* device_src, size_t b
   return Status::Ok();
 }
 
+namespace {
+
+// The result checks' vectors in chunks that a 1-D cuDNN tensor (int dimensions) and two fp32
+// scratch buffers of 256 MiB each hold.
+constexpr size_t kNumericsChunk = size_t{1} << 26;
+
+struct TensorDescriptor {
+  cudnnTensorDescriptor_t d = nullptr;
+  ~TensorDescriptor() {
+    if (d != nullptr) cudnnDestroyTensorDescriptor(d);
+  }
+};
+
+// A packed 1 x 1 x 1 x `count` tensor of `type` (count <= kNumericsChunk).
+Status VectorDescriptor(TensorDescriptor& t, cudnnDataType_t type, size_t count) {
+  UCUDNN_GPU_CHECK(cudnnCreateTensorDescriptor(&t.d));
+  UCUDNN_GPU_CHECK(
+      cudnnSetTensor4dDescriptor(t.d, CUDNN_TENSOR_NCHW, type, 1, 1, 1, static_cast<int>(count)));
+  return Status::Ok();
+}
+
+const void* Offset(const void* base, size_t elements, DataType type) {
+  return static_cast<const char*>(base) + elements * ElementSize(type);
+}
+
+}  // namespace
+
+Status CudnnBackend::WidenToFloat(void* dst, const void* src, DataType type, size_t count) {
+  if (count == 0) return Status::Ok();
+  if (dst == nullptr || src == nullptr) return InvalidArgument("WidenToFloat: null pointer");
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t src_type, CudnnDataTypeOf(type));
+  const float one = 1.0f, zero = 0.0f;
+  for (size_t first = 0; first < count; first += kNumericsChunk) {
+    const size_t n = std::min(kNumericsChunk, count - first);
+    TensorDescriptor from, to;
+    UCUDNN_RETURN_IF_ERROR(VectorDescriptor(from, src_type, n));
+    UCUDNN_RETURN_IF_ERROR(VectorDescriptor(to, CUDNN_DATA_FLOAT, n));
+    UCUDNN_GPU_CHECK(cudnnTransformTensor(handle_, &one, from.d, Offset(src, first, type), &zero,
+                                          to.d, static_cast<float*>(dst) + first));
+  }
+  UCUDNN_GPU_CHECK(cudaStreamSynchronize(stream()));
+  return Status::Ok();
+}
+
+Result<std::pair<double, double>> CudnnBackend::DifferenceNorms(const void* got, DataType type,
+                                                                const void* want, size_t count) {
+  if (count == 0) return std::pair<double, double>{0.0, 0.0};
+  if (got == nullptr || want == nullptr) return InvalidArgument("DifferenceNorms: null pointer");
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t got_type, CudnnDataTypeOf(type));
+  const size_t chunk = std::min(kNumericsChunk, count);
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> widened, Allocate(chunk * sizeof(float)));
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> difference,
+                          Allocate(chunk * sizeof(float)));
+  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> norms, Allocate(2 * sizeof(float)));
+  struct Descriptors {
+    cudnnOpTensorDescriptor_t op = nullptr;
+    cudnnReduceTensorDescriptor_t reduce = nullptr;
+    ~Descriptors() {
+      if (op != nullptr) cudnnDestroyOpTensorDescriptor(op);
+      if (reduce != nullptr) cudnnDestroyReduceTensorDescriptor(reduce);
+    }
+  } d;
+  UCUDNN_GPU_CHECK(cudnnCreateOpTensorDescriptor(&d.op));
+  UCUDNN_GPU_CHECK(
+      cudnnSetOpTensorDescriptor(d.op, CUDNN_OP_TENSOR_ADD, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN));
+  UCUDNN_GPU_CHECK(cudnnCreateReduceTensorDescriptor(&d.reduce));
+  UCUDNN_GPU_CHECK(cudnnSetReduceTensorDescriptor(
+      d.reduce, CUDNN_REDUCE_TENSOR_NORM2, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN,
+      CUDNN_REDUCE_TENSOR_NO_INDICES, CUDNN_32BIT_INDICES));
+  TensorDescriptor scalar;
+  UCUDNN_RETURN_IF_ERROR(VectorDescriptor(scalar, CUDNN_DATA_FLOAT, 1));
+  std::unique_ptr<BackendBuffer> workspace;
+  double difference_squares = 0, want_squares = 0;
+  const float one = 1.0f, minus_one = -1.0f, zero = 0.0f;
+  for (size_t first = 0; first < count; first += chunk) {
+    const size_t n = std::min(chunk, count - first);
+    TensorDescriptor got_d, vector;
+    UCUDNN_RETURN_IF_ERROR(VectorDescriptor(got_d, got_type, n));
+    UCUDNN_RETURN_IF_ERROR(VectorDescriptor(vector, CUDNN_DATA_FLOAT, n));
+    size_t workspace_bytes = 0;
+    UCUDNN_GPU_CHECK(
+        cudnnGetReductionWorkspaceSize(handle_, d.reduce, vector.d, scalar.d, &workspace_bytes));
+    if (workspace_bytes > 0 && (workspace == nullptr || workspace->size() < workspace_bytes)) {
+      UCUDNN_ASSIGN_OR_RETURN(workspace, Allocate(workspace_bytes));
+    }
+    void* ws = workspace_bytes > 0 ? workspace->data() : nullptr;
+    const float* want_chunk = static_cast<const float*>(want) + first;
+    float* norm = static_cast<float*>(norms->data());
+    UCUDNN_GPU_CHECK(cudnnTransformTensor(handle_, &one, got_d.d, Offset(got, first, type), &zero,
+                                          vector.d, widened->data()));
+    UCUDNN_GPU_CHECK(cudnnOpTensor(handle_, d.op, &one, vector.d, widened->data(), &minus_one,
+                                   vector.d, want_chunk, &zero, vector.d, difference->data()));
+    UCUDNN_GPU_CHECK(cudnnReduceTensor(handle_, d.reduce, nullptr, 0, ws, workspace_bytes, &one,
+                                       vector.d, difference->data(), &zero, scalar.d, norm));
+    UCUDNN_GPU_CHECK(cudnnReduceTensor(handle_, d.reduce, nullptr, 0, ws, workspace_bytes, &one,
+                                       vector.d, want_chunk, &zero, scalar.d, norm + 1));
+    float host[2] = {0, 0};
+    UCUDNN_RETURN_IF_ERROR(CopyToHost(host, norm, sizeof(host)));
+    difference_squares += static_cast<double>(host[0]) * host[0];
+    want_squares += static_cast<double>(host[1]) * host[1];
+  }
+  return std::pair<double, double>{difference_squares, want_squares};
+}
+
 Status CudnnBackend::EnsureEvents(size_t count) {
   while (events_.size() < count) {
     cudaEvent_t e = nullptr;

@@ -107,6 +107,11 @@ class CudnnBackend final : public ConvBackend {
   // the handle's stream (a wrapped one), whose error is classified by gpu::CodeFor: kDeviceLost
   // for a sticky error.
   Status Healthy() override;
+  // cudnnTransformTensor, and cudnnTransformTensor, cudnnOpTensor and cudnnReduceTensor (NORM2)
+  // over chunks of the vectors seen as 1-D tensors.
+  Status WidenToFloat(void* dst, const void* src, DataType type, size_t count) override;
+  Result<std::pair<double, double>> DifferenceNorms(const void* got, DataType type,
+                                                    const void* want, size_t count) override;
 
   // Legacy algorithms, then the engine configurations cuDNN's heuristics propose (modes instant
   // and fallback, filtered by the problem's math mode, runtime-compiled engines left out).

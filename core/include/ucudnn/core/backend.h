@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ucudnn/core/fingerprint.h"
@@ -116,6 +117,21 @@ class ConvBackend {
     (void)device_src;
     (void)bytes;
     return Status(StatusCode::kUnsupported, "CopyWithinDevice: not supported by this backend");
+  }
+  // Device-side numerics for the worker's result checks (engine/result_check.h), where the
+  // backend has them; kUnsupported by default, and the caller does the same on the host.
+  // WidenToFloat: `dst` (fp32, `count` elements, device) = `src` (`type`, device) converted.
+  virtual Status WidenToFloat(void* dst, const void* src, DataType type, size_t count) {
+    (void)dst, (void)src, (void)type, (void)count;
+    return Status(StatusCode::kUnsupported, "WidenToFloat: not on this backend's device");
+  }
+  // The squared L2 norms {||got - want||^2, ||want||^2} of `got` (`type`) against `want` (fp32),
+  // `count` elements each on the device: what a relative L2 error needs, without copying either
+  // to the host. Not finite when `got` holds a NaN or an infinity.
+  virtual Result<std::pair<double, double>> DifferenceNorms(const void* got, DataType type,
+                                                            const void* want, size_t count) {
+    (void)got, (void)type, (void)want, (void)count;
+    return Status(StatusCode::kUnsupported, "DifferenceNorms: not on this backend's device");
   }
   // Runs the op `warmup` times untimed, then `runs` times, each timed on the device's own clock
   // (CUDA events for cuDNN, a steady clock for the CPU); milliseconds per run. Successive runs

@@ -79,8 +79,9 @@ struct BenchmarkOptions {
   int prepare_threads = 8;
   // Seed of the operand data (FillRandom); inputs differ per tensor.
   uint64_t seed = 1;
-  // Each configuration's result checked against the fp32 reference before it is timed
-  // (result_check.h); a wrong one is stored failed ("wrong result: ...") and never planned.
+  // The results of the configurations a plan could use (each size's time/workspace Pareto front)
+  // checked against the fp32 reference (result_check.h); a wrong one is stored failed ("wrong
+  // result: ...") and never planned.
   bool check_results = true;
   // When set and true, the benchmark stops before its next configuration and returns
   // kUnavailable ("benchmark cancelled"); e.g. a worker shutting down.

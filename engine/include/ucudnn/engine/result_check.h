@@ -36,11 +36,15 @@ double ResultBound(const ConvProblem& p);
 // ||got - want|| / ||want|| (||got|| where want is all zero); infinity for a NaN or infinity in
 // `got` (an element never written: outputs are poisoned with NaN before each checked run).
 double RelativeL2(const std::vector<float>& got, const std::vector<float>& want);
+// The same from the squared norms ||got - want||^2 and ||want||^2 (ConvBackend::DifferenceNorms).
+double RelativeL2FromNorms(double difference_squares, double want_squares);
 
 // Checks configurations of one problem on the benchmark's operands (`operands`: the problem's
 // tensors at `operands.samples` samples, the op's inputs holding data). The inputs are widened to
 // fp32 on the device once; the reference of each micro-batch size (the first samples of them) is
-// computed once.
+// computed once. Where the backend has device numerics (ConvBackend::WidenToFloat,
+// DifferenceNorms), nothing is copied to the host but two norms per check; their answer is
+// compared with the host's at a problem's first check, and not used again if they disagree.
 class ResultChecker {
  public:
   ResultChecker(ConvBackend& backend, const ConvProblem& problem, const ConvOperands& operands);
@@ -53,17 +57,27 @@ class ResultChecker {
                                       size_t workspace_bytes);
 
  private:
-  // The reference output at `batch`, nullopt where none could run (once per size).
-  Result<std::optional<std::vector<float>>> Reference(int64_t batch);
+  // The fp32 reference output at `batch` in fp32_[2] (false where none could run); one size's at
+  // a time: callers check size by size.
+  Result<bool> Reference(int64_t batch);
+  // The relative L2 error of the output against the reference, both read to the host.
+  Result<double> HostError(int64_t batch);
   // The op's inputs widened to fp32 on the device (every sample the operands hold) and an fp32
   // output as large; once.
   Status WidenInputs();
+  // The backend's device numerics (WidenToFloat, DifferenceNorms) are not used again: `why`.
+  void NoDeviceNumerics(const Status& why);
 
   ConvBackend& backend_;
   const ConvProblem& problem_;
   const ConvOperands& operands_;
-  std::unique_ptr<BackendBuffer> fp32_[3];  // first input, second input, output
-  std::map<int64_t, std::optional<std::vector<float>>> references_;
+  std::unique_ptr<BackendBuffer> fp32_[3];  // first input, second input, reference output
+  int64_t reference_batch_ = 0;             // the size fp32_[2] holds the reference of
+  bool reference_ok_ = false;
+  std::optional<std::vector<float>> host_reference_;  // fp32_[2] on the host, when asked
+  std::vector<unsigned char> poison_;                 // all ones bytes: NaN in every type
+  bool device_numerics_ = true;
+  bool device_numerics_verified_ = false;  // agreed with the host on this problem's first check
 };
 
 }  // namespace ucudnn

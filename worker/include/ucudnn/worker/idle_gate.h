@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,11 @@ struct IdleGateConfig {
   // then (between consecutive jobs) one sample of the processes decides.
   std::chrono::milliseconds own_work_quiet{2000};
   std::chrono::milliseconds poll{1000};  // between looks while paused
+  // A look (before and after each probe and measurement) younger than this reuses the last
+  // sample instead of asking NVML again: NVML's per-process samples come at the driver's period
+  // (about 1/6 s), and asking costs about as much as probing a small configuration. Looks while
+  // paused always ask. 0: every look asks (the tests' scripted probes); the worker sets 100 ms.
+  std::chrono::milliseconds look_reuse{0};
   // A paused benchmark resumes after this many consecutive looks that find the device quiet (no
   // other busy process, utilization at most the threshold): a training job's first step (cuDNN's
   // own search, allocations) and its host-side pauses leave the device quiet for a second at a
@@ -107,11 +113,16 @@ class IdleGate : public MeasurementGate {
 
  private:
   DeviceActivity ToActivity(const Result<GpuActivitySample>& sample);
+  // Look(), asking the probe again only when `fresh` or the last sample is older than
+  // config_.look_reuse.
+  DeviceActivity LookAt(bool fresh);
 
   std::unique_ptr<GpuActivityProbe> probe_;
   IdleGateConfig config_;
   SleepFn sleep_;
   std::mutex mu_;  // one probe call at a time (NVML handles are shared by the gate's users)
+  std::optional<Result<GpuActivitySample>> last_sample_;  // under mu_
+  std::chrono::steady_clock::time_point last_sample_at_;  // under mu_
   bool warned_ = false;
   std::atomic<int64_t> pauses_{0};
   std::atomic<bool> paused_{false};

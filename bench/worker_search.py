@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""The worker's search on a GPU (issue 40), gathered from scripts/gpu_search.sh's runs into one
+JSON: the offline benchmark's seconds pruned and exhaustive, each model's time to know on a cold
+cluster, and native jobs' steps with the idle-gated worker running and stopped.
+
+    python3 bench/worker_search.py collect --runs-dir DIR --out search.json
+
+No PyTorch and no GPU needed: it reads what the runs wrote.
+
+JSON: {"device", "offline": [{"search", "spec", "wall_s", "csv", "problems", "timings"}],
+"know": [{"row", "time_to_know_s" (first benchmark job queued to last done), "worker_busy_s",
+"jobs_done", "jobs_failed", "jobs_queued" (left when the cap came), "complete", "timings_ok",
+"wrong_results", "job_prepare_s"}], "gate": {"jobs": [{"job", "worker", "median_step_ms",
+"steady_spread_ms", "benchmark_jobs_done", "pauses"}], "median_with_ms", "median_without_ms",
+"with_over_without"}}."""
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def offline_rows(runs_dir):
+    rows = []
+    for search in ("pruned", "exhaustive"):
+        path = os.path.join(runs_dir, f"offline_{search}.json")
+        if not os.path.exists(path):
+            continue
+        row = load(path)
+        log_path = os.path.join(runs_dir, f"offline_{search}.log")
+        wrote = None
+        if os.path.exists(log_path):
+            with open(log_path) as f:
+                wrote = re.search(r"offline: wrote \S+ \((\d+) problems, (\d+) timings", f.read())
+        row["problems"] = int(wrote.group(1)) if wrote else None
+        row["timings"] = int(wrote.group(2)) if wrote else None
+        rows.append(row)
+    return rows
+
+
+def know_rows(runs_dir):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(runs_dir, "know_*.summary.json"))):
+        tag = os.path.basename(path)[len("know_"):-len(".summary.json")]
+        summary = load(path)
+        run_path = os.path.join(runs_dir, f"{tag}_warm.json")
+        run = load(run_path) if os.path.exists(run_path) else {}
+        rows.append({
+            "row": ":".join(tag.rsplit("_", 1)),  # MODEL_PRECISION (no precision has a "_")
+            "batch": run.get("batch"),
+            "time_to_know_s": summary["first_queued_to_last_done_s"],
+            "worker_busy_s": summary["worker_busy_s"],
+            "jobs_done": summary["jobs_done"],
+            "jobs_failed": summary["jobs_failed"],
+            "jobs_queued": summary["jobs_queued"],
+            "complete": summary["jobs_queued"] == 0 and summary["jobs_done"] > 0,
+            "timings_ok": summary["timings_ok"],
+            "wrong_results": summary["wrong_results"],
+            "job_prepare_s": run.get("prepare_s"),
+            "job_error": None if run else "no run JSON (runs.log)",
+        })
+    return rows
+
+
+def gate_result(runs_dir):
+    jobs = []
+    for path in sorted(glob.glob(os.path.join(runs_dir, "gate_*.worker.json"))):
+        worker = load(path)
+        side = "with" if worker["worker"] else "without"
+        run_path = os.path.join(runs_dir, f"gate_{worker['job']}_{side}.json")
+        run = load(run_path) if os.path.exists(run_path) else {}
+        jobs.append(dict(worker, median_step_ms=run.get("median_step_ms"),
+                         steady_spread_ms=run.get("steady_spread_ms"),
+                         time_to_first_fast_step_s=run.get("time_to_first_fast_step_s")))
+    if not jobs:
+        return None
+    jobs.sort(key=lambda j: (j["job"], not j["worker"]))
+
+    def median_of(with_worker):
+        steps = [j["median_step_ms"] for j in jobs
+                 if j["worker"] == with_worker and j["median_step_ms"] is not None]
+        return statistics.median(steps) if steps else None
+
+    with_ms, without_ms = median_of(True), median_of(False)
+    return {"jobs": jobs, "median_with_ms": with_ms, "median_without_ms": without_ms,
+            "with_over_without": with_ms / without_ms if with_ms and without_ms else None}
+
+
+def device_of(runs_dir):
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*.json"))):
+        try:
+            run = load(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(run, dict) and run.get("device_name"):
+            return {"name": run["device_name"], "cudnn": run.get("cudnn_version"),
+                    "torch": run.get("torch")}
+    return None
+
+
+def collect(args):
+    result = {"device": device_of(args.runs_dir), "offline": offline_rows(args.runs_dir),
+              "know": know_rows(args.runs_dir), "gate": gate_result(args.runs_dir)}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    for row in result["offline"]:
+        print(f"offline {row['search']}: {row['wall_s']:.1f} s, {row['problems']} problems, "
+              f"{row['timings']} timings", file=sys.stderr)
+    for row in result["know"]:
+        print(f"know {row['row']}: {row['time_to_know_s']} s (busy {row['worker_busy_s']} s), "
+              f"{row['jobs_done']} jobs done, {row['jobs_queued']} left", file=sys.stderr)
+    if result["gate"]:
+        print(f"gate: with the worker / without: {result['gate']['with_over_without']}",
+              file=sys.stderr)
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="gather gpu_search.sh's runs into one JSON")
+    c.add_argument("--runs-dir", required=True)
+    c.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    return collect(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""bench/worker_search.py (issue 40's worker search, gathered from scripts/gpu_search.sh's runs):
+what it computes from a runs directory, and that a part not run is absent, not invented."""
+
+import json
+import os
+import tempfile
+import unittest
+
+import support  # noqa: F401  (bench/ on the path)
+import worker_search
+
+
+def write(directory, name, content):
+    with open(os.path.join(directory, name), "w") as f:
+        if isinstance(content, str):
+            f.write(content)
+        else:
+            json.dump(content, f)
+
+
+def summary(done, queued, span, busy):
+    return {"jobs_done": done, "jobs_failed": 0, "jobs_queued": queued, "worker_busy_s": busy,
+            "first_queued_to_last_done_s": span, "timings_ok": 10 * done, "timings_failed": 0,
+            "wrong_results": 0, "wrong_result_examples": []}
+
+
+class CollectTest(unittest.TestCase):
+    def collect(self, runs):
+        out = os.path.join(runs, "search.json")
+        self.assertEqual(worker_search.main(["collect", "--runs-dir", runs, "--out", out]), 0)
+        with open(out) as f:
+            return json.load(f)
+
+    def test_each_part_from_its_runs(self):
+        with tempfile.TemporaryDirectory() as runs:
+            write(runs, "offline_pruned.json", {"search": "pruned", "spec": "resnet50:fp16:nhwc:256",
+                                                "wall_s": 12.5, "csv": "p.csv"})
+            write(runs, "offline_pruned.log",
+                  "[info] offline: wrote /o/p.csv (69 problems, 4000 timings, 3990 ok) in 12.4 s")
+            # A model whose name has an underscore: the row is MODEL:PRECISION again.
+            write(runs, "know_efficientnet_b0_amp.summary.json", summary(40, 0, 31.5, 29.0))
+            write(runs, "efficientnet_b0_amp_warm.json",
+                  {"batch": 128, "prepare_s": 33.0, "device_name": "NVIDIA H200",
+                   "cudnn_version": 91900, "torch": "2.11.0"})
+            write(runs, "know_resnet50_amp.summary.json", summary(60, 9, 120.0, 118.0))
+            for job, side, ms in ((1, "with", 60.0), (1, "without", 50.0), (2, "with", 66.0),
+                                  (2, "without", 60.0)):
+                write(runs, f"gate_{job}_{side}.worker.json",
+                      {"job": job, "worker": side == "with", "benchmark_jobs_done": 3,
+                       "pauses": 1})
+                write(runs, f"gate_{job}_{side}.json",
+                      {"median_step_ms": ms, "steady_spread_ms": 1.0,
+                       "time_to_first_fast_step_s": 5.0})
+            result = self.collect(runs)
+        self.assertEqual(result["device"]["name"], "NVIDIA H200")
+        (pruned,) = result["offline"]
+        self.assertEqual((pruned["problems"], pruned["timings"], pruned["wall_s"]),
+                         (69, 4000, 12.5))
+        know = {row["row"]: row for row in result["know"]}
+        self.assertEqual(set(know), {"efficientnet_b0:amp", "resnet50:amp"})
+        self.assertTrue(know["efficientnet_b0:amp"]["complete"])
+        self.assertEqual(know["efficientnet_b0:amp"]["time_to_know_s"], 31.5)
+        self.assertEqual(know["efficientnet_b0:amp"]["batch"], 128)
+        # Jobs left when the cap came: not known, whatever the span says.
+        self.assertFalse(know["resnet50:amp"]["complete"])
+        self.assertEqual(know["resnet50:amp"]["job_error"], "no run JSON (runs.log)")
+        gate = result["gate"]
+        self.assertEqual([(j["job"], j["worker"]) for j in gate["jobs"]],
+                         [(1, True), (1, False), (2, True), (2, False)])
+        self.assertAlmostEqual(gate["median_with_ms"], 63.0)
+        self.assertAlmostEqual(gate["median_without_ms"], 55.0)
+        self.assertAlmostEqual(gate["with_over_without"], 63.0 / 55.0)
+
+    def test_parts_not_run_are_absent(self):
+        with tempfile.TemporaryDirectory() as runs:
+            result = self.collect(runs)
+        self.assertEqual((result["offline"], result["know"], result["gate"], result["device"]),
+                         ([], [], None, None))
+
+
+if __name__ == "__main__":
+    unittest.main()
