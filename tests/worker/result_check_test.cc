@@ -52,6 +52,7 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
     return times;
   }
   int checked_runs_of_algorithm_two() const { return checked_runs_; }
+  int reference_runs() const { return reference_runs_; }
   Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo,
              const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
              float beta) override {
@@ -67,6 +68,7 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
     const bool broken =
         (algo.id == 2 || every_) && p.data_type == DataType::kFloat32 && p.math != MathMode::kFma;
     checked_runs_ += algo.id == 2 && p.math != MathMode::kFma;  // not the fp32 reference
+    reference_runs_ += p.math == MathMode::kFma;
     float* values = static_cast<float*>(out);
     const float last = broken ? values[count - 1] : 0.0f;
     UCUDNN_RETURN_IF_ERROR(
@@ -85,6 +87,7 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
   bool every_;
   double scale_;
   int checked_runs_ = 0;
+  int reference_runs_ = 0;
 };
 
 // The broken backend with device numerics (ConvBackend::WidenToFloat, DifferenceNorms) computed
@@ -152,6 +155,9 @@ TEST(ResultCheckTest, AWrongConfigurationIsStoredFailedAndNeverPlanned) {
         BenchmarkProblem(backend, TinyProblem(op, 4), 4, BatchPolicy::kAll, CheckedOptions());
     ASSERT_TRUE(table.ok()) << table.status().ToString();
     ExpectOnlyAlgorithmTwoWrong(*table);
+    // One reference where the output is per sample (each size's is a prefix of the largest's),
+    // one per size (1, 2, 3, 4) where it sums over the samples.
+    EXPECT_EQ(backend.reference_runs(), op == ConvOp::kBackwardFilter ? 4 : 1);
     // The planner never picks it: only kOk timings are candidates.
     for (const Timing& t : table->entries) {
       if (t.status != TimingStatus::kOk) {
@@ -230,7 +236,10 @@ TEST(ResultCheckTest, CorrectConfigurationsPassInEveryPrecisionAndIn3d) {
   three_d.d = 5;
   three_d.t = 3;
   three_d.pad_d = 1;
-  for (ConvProblem p : {TinyProblem(ConvOp::kForward, 4), three_d}) {
+  // Channels-last: a smaller size's reference is still a prefix of the largest's.
+  ConvProblem nhwc = TinyProblem(ConvOp::kBackwardData, 4);
+  nhwc.layout = Layout::kNHWC;
+  for (ConvProblem p : {TinyProblem(ConvOp::kForward, 4), three_d, nhwc}) {
     for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
       p.data_type = type;
       p.math = type == DataType::kFloat32 ? MathMode::kDefault : MathMode::kTensorOp;

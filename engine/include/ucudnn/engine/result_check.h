@@ -41,8 +41,9 @@ double RelativeL2FromNorms(double difference_squares, double want_squares);
 
 // Checks configurations of one problem on the benchmark's operands (`operands`: the problem's
 // tensors at `operands.samples` samples, the op's inputs holding data). The inputs are widened to
-// fp32 on the device once; the reference of each micro-batch size (the first samples of them) is
-// computed once. Where the backend has device numerics (ConvBackend::WidenToFloat,
+// fp32 on the device once; the reference is computed once per problem where the output is per
+// sample (forward, backward-data: each size's is a prefix of the largest's), once per micro-batch
+// size otherwise. Where the backend has device numerics (ConvBackend::WidenToFloat,
 // DifferenceNorms), nothing is copied to the host but two norms per check; their answer is
 // compared with the host's at a problem's first check, and not used again if they disagree.
 class ResultChecker {
@@ -57,9 +58,11 @@ class ResultChecker {
                                       size_t workspace_bytes);
 
  private:
-  // The fp32 reference output at `batch` in fp32_[2] (false where none could run); one size's at
-  // a time: callers check size by size.
+  // The fp32 reference output at `batch` in fp32_[2], or one it is a prefix of (false where none
+  // could run); callers check size by size.
   Result<bool> Reference(int64_t batch);
+  // Runs the reference at `batch` into fp32_[2].
+  Result<bool> RunReference(int64_t batch);
   // The relative L2 error of the output against the reference, both read to the host.
   Result<double> HostError(int64_t batch);
   // The op's inputs widened to fp32 on the device (every sample the operands hold) and an fp32
