@@ -276,7 +276,8 @@ CudnnBackend::CudnnBackend() : descriptors_(std::make_unique<DescriptorCache>())
 CudnnBackend::~CudnnBackend() {
   if (owns_handle_) (void)MakeDeviceCurrent();
   descriptors_.reset();
-  ClearEngineCaches();  // before the handles they were built on
+  numerics_scratch_.reset();  // on this device, while it is current
+  ClearEngineCaches();        // before the handles they were built on
   for (cudnnHandle_t h : helper_handles_) {
     Status s = UCUDNN_GPU_STATUS(cudnnDestroy(h));
     if (!s.ok()) spdlog::warn("cudnn backend: {}", s.message());
@@ -805,10 +806,6 @@ Result<std::pair<double, double>> CudnnBackend::DifferenceNorms(const void* got,
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
   UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t got_type, CudnnDataTypeOf(type));
   const size_t chunk = std::min(kNumericsChunk, count);
-  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> widened, Allocate(chunk * sizeof(float)));
-  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> difference,
-                          Allocate(chunk * sizeof(float)));
-  UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> norms, Allocate(2 * sizeof(float)));
   struct Descriptors {
     cudnnOpTensorDescriptor_t op = nullptr;
     cudnnReduceTensorDescriptor_t reduce = nullptr;
@@ -824,9 +821,25 @@ Result<std::pair<double, double>> CudnnBackend::DifferenceNorms(const void* got,
   UCUDNN_GPU_CHECK(cudnnSetReduceTensorDescriptor(
       d.reduce, CUDNN_REDUCE_TENSOR_NORM2, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN,
       CUDNN_REDUCE_TENSOR_NO_INDICES, CUDNN_32BIT_INDICES));
-  TensorDescriptor scalar;
+  TensorDescriptor scalar, largest;
   UCUDNN_RETURN_IF_ERROR(VectorDescriptor(scalar, CUDNN_DATA_FLOAT, 1));
-  std::unique_ptr<BackendBuffer> workspace;
+  UCUDNN_RETURN_IF_ERROR(VectorDescriptor(largest, CUDNN_DATA_FLOAT, chunk));
+  size_t workspace_bytes = 0;  // the largest chunk's; a smaller one needs no more
+  UCUDNN_GPU_CHECK(
+      cudnnGetReductionWorkspaceSize(handle_, d.reduce, largest.d, scalar.d, &workspace_bytes));
+  // Scratch: [widened chunk | difference chunk | two norms | reduction workspace], 256-aligned.
+  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t vector_bytes = aligned(chunk * sizeof(float));
+  const size_t needed = 2 * vector_bytes + 256 + workspace_bytes;
+  if (numerics_scratch_ == nullptr || numerics_scratch_->size() < needed) {
+    numerics_scratch_.reset();
+    UCUDNN_ASSIGN_OR_RETURN(numerics_scratch_, Allocate(needed));
+  }
+  char* scratch = static_cast<char*>(numerics_scratch_->data());
+  void* widened = scratch;
+  void* difference = scratch + vector_bytes;
+  float* norm = reinterpret_cast<float*>(scratch + 2 * vector_bytes);
+  void* ws = workspace_bytes > 0 ? scratch + 2 * vector_bytes + 256 : nullptr;
   double difference_squares = 0, want_squares = 0;
   const float one = 1.0f, minus_one = -1.0f, zero = 0.0f;
   for (size_t first = 0; first < count; first += chunk) {
@@ -834,21 +847,20 @@ Result<std::pair<double, double>> CudnnBackend::DifferenceNorms(const void* got,
     TensorDescriptor got_d, vector;
     UCUDNN_RETURN_IF_ERROR(VectorDescriptor(got_d, got_type, n));
     UCUDNN_RETURN_IF_ERROR(VectorDescriptor(vector, CUDNN_DATA_FLOAT, n));
-    size_t workspace_bytes = 0;
+    size_t chunk_workspace = 0;
     UCUDNN_GPU_CHECK(
-        cudnnGetReductionWorkspaceSize(handle_, d.reduce, vector.d, scalar.d, &workspace_bytes));
-    if (workspace_bytes > 0 && (workspace == nullptr || workspace->size() < workspace_bytes)) {
-      UCUDNN_ASSIGN_OR_RETURN(workspace, Allocate(workspace_bytes));
+        cudnnGetReductionWorkspaceSize(handle_, d.reduce, vector.d, scalar.d, &chunk_workspace));
+    if (chunk_workspace > workspace_bytes) {
+      return Internal("DifferenceNorms: a chunk of " + std::to_string(n) +
+                      " elements needs more reduction workspace than the largest one");
     }
-    void* ws = workspace_bytes > 0 ? workspace->data() : nullptr;
     const float* want_chunk = static_cast<const float*>(want) + first;
-    float* norm = static_cast<float*>(norms->data());
     UCUDNN_GPU_CHECK(cudnnTransformTensor(handle_, &one, got_d.d, Offset(got, first, type), &zero,
-                                          vector.d, widened->data()));
-    UCUDNN_GPU_CHECK(cudnnOpTensor(handle_, d.op, &one, vector.d, widened->data(), &minus_one,
-                                   vector.d, want_chunk, &zero, vector.d, difference->data()));
+                                          vector.d, widened));
+    UCUDNN_GPU_CHECK(cudnnOpTensor(handle_, d.op, &one, vector.d, widened, &minus_one, vector.d,
+                                   want_chunk, &zero, vector.d, difference));
     UCUDNN_GPU_CHECK(cudnnReduceTensor(handle_, d.reduce, nullptr, 0, ws, workspace_bytes, &one,
-                                       vector.d, difference->data(), &zero, scalar.d, norm));
+                                       vector.d, difference, &zero, scalar.d, norm));
     UCUDNN_GPU_CHECK(cudnnReduceTensor(handle_, d.reduce, nullptr, 0, ws, workspace_bytes, &one,
                                        vector.d, want_chunk, &zero, scalar.d, norm + 1));
     float host[2] = {0, 0};

@@ -169,6 +169,10 @@ class CudnnBackend final : public ConvBackend {
   DeviceFingerprint fingerprint_;
   std::unique_ptr<DescriptorCache> descriptors_;
   std::vector<cudaEvent_t> events_;  // reused by TimeRuns: start/stop pairs
+  // DifferenceNorms' scratch (two fp32 chunks, the norms, cuDNN's reduction workspace), kept
+  // between calls and grown as needed: a worker checks a few dozen results a problem, and a
+  // cudaMalloc/cudaFree pair each time costs milliseconds. At most about 512 MiB.
+  std::unique_ptr<BackendBuffer> numerics_scratch_;
   bool engines_enabled_ = true;
   // Keys: CanonicalKey|batch|beta (graphs), that plus |config (plans, failures), CanonicalKey|batch
   // (candidates).
