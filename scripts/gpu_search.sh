@@ -107,7 +107,7 @@ for row in "${know_rows[@]}"; do
   # The job may stop waiting before the worker is done (the server's answer "missing"): the
   # worker's queue, drained or not, within the same cap.
   while [ $((SECONDS - know_began)) -lt "$cap" ] &&
-    [ "$("$pg_bin/psql" -tA "$stack_db_url" -c "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')")" != 0 ]; do
+    [ "$(stack_jobs_in "'queued', 'running'")" != 0 ]; do
     sleep 1
   done
   stack_summary "$runs/know_$tag.summary.json"
@@ -130,16 +130,17 @@ if [ -n "$gate_row" ]; then
       left=$(time_left)
       if [ "$left" -le 40 ]; then log "gate job $i $side skipped: no time left"; rc=1; continue; fi
       if [ "$side" = without ]; then stack_stop_worker; fi
-      done_before="$("$pg_bin/psql" -tA "$stack_db_url" -c "SELECT count(*) FROM jobs WHERE state = 'done'")"
+      done_before="$(stack_jobs_in "'done'")"
       pauses_before="$(grep -c 'benchmark paused' "$work/worker.log")"
       json="$runs/gate_${i}_${side}.json"
       timeout -k 20 "$left" "$python" "$root/bench/torch_models.py" run --mode native \
         --model "$g_model" --precision "$g_precision" --steps "$gate_steps" --device "$device" "${model_args[@]}" \
         --json-out "$json" >>"$runs/runs.log" 2>&1 || { log "gate job $i $side failed"; rc=1; }
-      done_after="$("$pg_bin/psql" -tA "$stack_db_url" -c "SELECT count(*) FROM jobs WHERE state = 'done'")"
+      done_after="$(stack_jobs_in "'done'")"
       pauses_after="$(grep -c 'benchmark paused' "$work/worker.log")"
-      "$python" -c 'import json,sys; json.dump({"job": int(sys.argv[1]), "worker": sys.argv[2] == "with", "benchmark_jobs_done": int(sys.argv[4]) - int(sys.argv[3]), "pauses": int(sys.argv[6]) - int(sys.argv[5])}, open(sys.argv[7], "w"))' \
-        "$i" "$side" "$done_before" "$done_after" "$pauses_before" "$pauses_after" "$runs/gate_${i}_${side}.worker.json"
+      printf '{"job": %d, "worker": %s, "benchmark_jobs_done": %d, "pauses": %d}\n' "$i" \
+        "$([ "$side" = with ] && echo true || echo false)" "$((done_after - done_before))" \
+        "$((pauses_after - pauses_before))" >"$runs/gate_${i}_${side}.worker.json"
       if [ "$side" = without ]; then stack_start_worker; fi
       log "gate job $i, worker $side: median step $("$python" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["median_step_ms"], 2))' "$json" 2>/dev/null) ms"
     done
@@ -164,8 +165,8 @@ if [ -n "$offline" ]; then
       >"$runs/offline_$search.log" 2>&1 ||
       { log "offline $search failed (runs.tar.gz: offline_$search.log)"; rc=1; }
     end=$(now)
-    "$python" -c 'import json,sys; json.dump({"search": sys.argv[1], "spec": sys.argv[2], "wall_s": float(sys.argv[4]) - float(sys.argv[3]), "csv": sys.argv[5].rsplit("/", 1)[-1]}, open(sys.argv[6], "w"))' \
-      "$search" "$offline" "$begin" "$end" "$csv" "$runs/offline_$search.json"
+    printf '{"search": "%s", "spec": "%s", "wall_s": %s, "csv": "%s"}\n' "$search" "$offline" \
+      "$(awk -v a="$begin" -v b="$end" 'BEGIN { print b - a }')" "$(basename "$csv")" >"$runs/offline_$search.json"
     grep -E "offline: wrote" "$runs/offline_$search.log" | tee -a "$results/stack.log" >&2
   done
   collect

@@ -138,6 +138,11 @@ stack_dump() {
     gzip -6 >"$1" && log "database dumped to $1 (schema $version, $(du -h "$1" | cut -f1))"
 }
 
+# How many of the stack's benchmark jobs are in the states given ("'done'", "'queued', 'running'").
+stack_jobs_in() {
+  "$pg_bin/psql" -tA "$stack_db_url" -c "SELECT count(*) FROM jobs WHERE state IN ($1)"
+}
+
 # What the stack's worker did, as one JSON object into $1: benchmark jobs (done, failed, still
 # queued), the worker's busy seconds (the sum of its jobs' run times) and the span from the first
 # job queued to the last one done, timings stored (ok, failed) and the configurations blocked for

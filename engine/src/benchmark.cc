@@ -807,11 +807,12 @@ class TableBenchmark {
   int worker_limited_ = 0;
   int pruned_ = 0;
   int skipped_ = 0;
-  int remeasured_ = 0;                      // probes and measurements taken again for contention
-  int contended_ = 0;                       // stored as contended
-  std::unique_ptr<ResultChecker> checker_;  // the references of the sizes checked so far
-  int wrong_ = 0;                           // wrong results (CheckResults)
-  int unchecked_ = 0;                       // configurations no reference could check here
+  int remeasured_ = 0;  // probes and measurements taken again for contention
+  int contended_ = 0;   // stored as contended
+  int wrong_ = 0;       // wrong results (CheckResults)
+  int unchecked_ = 0;   // configurations no reference could check here
+  // CheckResults' checker: the widened inputs and the current reference, kept across sizes.
+  std::unique_ptr<ResultChecker> checker_;
   // Where a cold benchmark's time goes, for the summary line.
   double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, check_ms_ = 0, probe_total_ms_ = 0,
          measure_ms_ = 0;

@@ -109,14 +109,12 @@ Result<bool> ResultChecker::Reference(int64_t batch) {
   // reference of every size is a prefix of the largest one's, computed once (the reference runs
   // in strict fp32 and is a large part of a check's cost). A backward-filter output sums over
   // the samples: one reference per size, one size at a time (the benchmark checks size by size).
-  if (problem_.op != ConvOp::kBackwardFilter && reference_batch_ >= batch && reference_ok_) {
-    return true;
-  }
+  const bool per_sample = problem_.op != ConvOp::kBackwardFilter;
+  if (per_sample && reference_ok_ && reference_batch_ >= batch) return true;
   if (reference_batch_ == batch) return reference_ok_;
-  if (problem_.op != ConvOp::kBackwardFilter && reference_batch_ == 0 &&
-      operands_.samples > batch) {
+  if (per_sample && reference_batch_ == 0 && operands_.samples > batch) {
     UCUDNN_ASSIGN_OR_RETURN(const bool largest, RunReference(operands_.samples));
-    if (largest) return true;
+    if (largest) return true;  // else each size's own, as a backward-filter's
   }
   return RunReference(batch);
 }

@@ -821,25 +821,10 @@ Result<std::pair<double, double>> CudnnBackend::DifferenceNorms(const void* got,
   UCUDNN_GPU_CHECK(cudnnSetReduceTensorDescriptor(
       d.reduce, CUDNN_REDUCE_TENSOR_NORM2, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN,
       CUDNN_REDUCE_TENSOR_NO_INDICES, CUDNN_32BIT_INDICES));
-  TensorDescriptor scalar, largest;
+  TensorDescriptor scalar;
   UCUDNN_RETURN_IF_ERROR(VectorDescriptor(scalar, CUDNN_DATA_FLOAT, 1));
-  UCUDNN_RETURN_IF_ERROR(VectorDescriptor(largest, CUDNN_DATA_FLOAT, chunk));
-  size_t workspace_bytes = 0;  // the largest chunk's; a smaller one needs no more
-  UCUDNN_GPU_CHECK(
-      cudnnGetReductionWorkspaceSize(handle_, d.reduce, largest.d, scalar.d, &workspace_bytes));
   // Scratch: [widened chunk | difference chunk | two norms | reduction workspace], 256-aligned.
-  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const size_t vector_bytes = aligned(chunk * sizeof(float));
-  const size_t needed = 2 * vector_bytes + 256 + workspace_bytes;
-  if (numerics_scratch_ == nullptr || numerics_scratch_->size() < needed) {
-    numerics_scratch_.reset();
-    UCUDNN_ASSIGN_OR_RETURN(numerics_scratch_, Allocate(needed));
-  }
-  char* scratch = static_cast<char*>(numerics_scratch_->data());
-  void* widened = scratch;
-  void* difference = scratch + vector_bytes;
-  float* norm = reinterpret_cast<float*>(scratch + 2 * vector_bytes);
-  void* ws = workspace_bytes > 0 ? scratch + 2 * vector_bytes + 256 : nullptr;
+  const size_t vector_bytes = (chunk * sizeof(float) + 255) / 256 * 256;
   double difference_squares = 0, want_squares = 0;
   const float one = 1.0f, minus_one = -1.0f, zero = 0.0f;
   for (size_t first = 0; first < count; first += chunk) {
@@ -847,13 +832,19 @@ Result<std::pair<double, double>> CudnnBackend::DifferenceNorms(const void* got,
     TensorDescriptor got_d, vector;
     UCUDNN_RETURN_IF_ERROR(VectorDescriptor(got_d, got_type, n));
     UCUDNN_RETURN_IF_ERROR(VectorDescriptor(vector, CUDNN_DATA_FLOAT, n));
-    size_t chunk_workspace = 0;
+    size_t workspace_bytes = 0;
     UCUDNN_GPU_CHECK(
-        cudnnGetReductionWorkspaceSize(handle_, d.reduce, vector.d, scalar.d, &chunk_workspace));
-    if (chunk_workspace > workspace_bytes) {
-      return Internal("DifferenceNorms: a chunk of " + std::to_string(n) +
-                      " elements needs more reduction workspace than the largest one");
+        cudnnGetReductionWorkspaceSize(handle_, d.reduce, vector.d, scalar.d, &workspace_bytes));
+    const size_t needed = 2 * vector_bytes + 256 + workspace_bytes;
+    if (numerics_scratch_ == nullptr || numerics_scratch_->size() < needed) {
+      numerics_scratch_.reset();
+      UCUDNN_ASSIGN_OR_RETURN(numerics_scratch_, Allocate(needed));
     }
+    char* scratch = static_cast<char*>(numerics_scratch_->data());
+    void* widened = scratch;
+    void* difference = scratch + vector_bytes;
+    float* norm = reinterpret_cast<float*>(scratch + 2 * vector_bytes);
+    void* ws = workspace_bytes > 0 ? scratch + 2 * vector_bytes + 256 : nullptr;
     const float* want_chunk = static_cast<const float*>(want) + first;
     UCUDNN_GPU_CHECK(cudnnTransformTensor(handle_, &one, got_d.d, Offset(got, first, type), &zero,
                                           vector.d, widened));

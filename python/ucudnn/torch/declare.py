@@ -74,6 +74,11 @@ def kernel_infos(runtime, context, shapes):
 PLANS_COMING = ("waiting", "missing")
 
 
+def plans_coming(runtime, context, shapes):
+    """Whether a plan of `shapes` (one context's kernels) is still to come (PLANS_COMING)."""
+    return any(info["state"] in PLANS_COMING for info in kernel_infos(runtime, context, shapes))
+
+
 def declare_at_limits(runtime, context, shapes):
     """Declares `shapes` in `context`, each at its limit (runtime.limit_of), one request per
     distinct limit."""

@@ -9,7 +9,7 @@ from .. import _lib
 from .options import TORCH_DTYPES
 from .routing import beats_framework
 from .conv import SUCCESS, memory_format_of, problem_tensors, shape_key, torch_convolution
-from .declare import PLANS_COMING, declare_at_limits, kernel_infos, kernels, unique_shapes
+from .declare import declare_at_limits, kernel_infos, kernels, plans_coming, unique_shapes
 
 
 def measure_framework_times(runtime, context, device, shapes, share=True):
@@ -42,8 +42,7 @@ def time_framework_and_plan(runtime, context, device, shapes, wait_ms, measure_f
     it on this very device, and times taken meanwhile are the shared device's (VGG-16 fp32's: 2x
     on an H100); they are timed when the step's route is decided (pending.py). (kernels timed,
     whether their times were shared: False where they decided locally)."""
-    if not measure_framework or any(info["state"] in PLANS_COMING
-                                    for info in kernel_infos(runtime, context, shapes)):
+    if not measure_framework or plans_coming(runtime, context, shapes):
         return 0, True
     timed = measure_framework_times(runtime, context, device, shapes,
                                     share=runtime.has_server())

@@ -11,7 +11,7 @@ import logging
 import torch
 
 from .custom_ops import is_compiling
-from .declare import PLANS_COMING, kernel_infos
+from .declare import plans_coming
 from .handle import every_rank
 from .measure import time_framework_and_plan
 from .outputs import inputs_device, inputs_signature
@@ -46,12 +46,10 @@ class PendingRoute:
 
     def plans_in(self):
         """Whether the planner has answered every kernel with its plan, or with no plan: none is
-        waiting for an answer or for its problem's benchmark (PLANS_COMING)."""
+        waiting for an answer or for its problem's benchmark (declare.plans_coming)."""
         for runtime, device, shapes in self.step_kernels:
             context = runtime.context(device)
-            if context is not None and any(
-                    info["state"] in PLANS_COMING
-                    for info in kernel_infos(runtime, context, shapes)):
+            if context is not None and plans_coming(runtime, context, shapes):
                 return False
         return True
 

@@ -15,7 +15,6 @@ from .host_bound import HOST_BOUND_SEARCHES, host_bound_answer
 from .measure import fit_framework, time_framework_and_plan
 from .pending import wait_for_route
 from . import route as step_route
-from .route import decide_layers
 from .outputs import inputs_on_cuda
 
 
@@ -148,8 +147,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     # native runs PyTorch's own whatever plans arrive: its plans are asked for (a later decision
     # may want them), not waited for.
     known = (step_route.usable_record(model, sample_inputs, loss_fn)
-             if route != "rule" and not compiled and host_bound is None else (None, None))
-    record = known[0]
+             if route != "rule" and not compiled and host_bound is None else None)
+    record = known[0] if known is not None else None
     plans_wait_ms = 0 if record is not None and record["route"] == NATIVE else wait_ms
     declared_kernels = []
     for (runtime, device), shapes in step_kernels.items():
@@ -193,12 +192,12 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         # Plans kept for memory stay.
         bound = {"host_bound": True, "assumed": "compiled"}
     elif wait_ms > 0 and on_device and host_bound_search == "heuristics":
-        decide_layers(model)  # the step measured as it will run
+        step_route.decide_layers(model)  # the step measured as it will run
         bound = host_bound_answer(model, sample_inputs, loss_fn, host_bound_search)
     for runtime in runtimes_of(model):
         runtime.host_bound = bool(bound and bound["host_bound"])
     if wait_ms > 0:
-        decide_layers(model)
+        step_route.decide_layers(model)
     decided = None
     if route != "rule" and bound is None:
         # One route for the step, the same in every job (route.py): the machine's record, else

@@ -182,7 +182,7 @@ def decide(model, sample_inputs, loss_fn, measure=True, only_recorded=False, kno
     ("recorded", "measured", "no plan saves time", "plans missing"), "why", "layers"} (rank 0's
     answer in every rank of a torch.distributed job). `known`: usable_record()'s answer where
     the caller has read it already."""
-    record, key = known or usable_record(model, sample_inputs, loss_fn)
+    record, key = known if known is not None else usable_record(model, sample_inputs, loss_fn)
     layers = converted_layers(model)
     device = inputs_device(sample_inputs)
     path = records_path()
