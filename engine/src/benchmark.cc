@@ -153,15 +153,34 @@ void RecordRunFailure(Timing& t, const Status& status) {
   t.error = status.ToString();
 }
 
+// Runs per sample of a configuration whose single run took `run_ms`: a group of back-to-back runs
+// lasting about group_target_ms (2 to max_group) where the run is shorter than short_run_ms (one
+// run per pair of clock readings would include the device's wait for the host to issue it), else
+// one.
+int RunsPerSample(double run_ms, const BenchmarkOptions& o) {
+  if (!(run_ms < o.short_run_ms)) return 1;
+  const double wanted = std::ceil(o.group_target_ms / std::max(run_ms, 1e-6));
+  return static_cast<int>(std::min<double>(o.max_group, std::max(2.0, wanted)));
+}
+
+// A probe needs no warm-up of its own where the configuration's probe at a smaller size took at
+// least this long: a plan's first call at a new size then costs little against the run. Shorter
+// ones are warmed up (a run of them costs little): on an H200 (ResNet-50 fp16 batch 64), cold
+// single-run probes read 1.6-2.1x the measured time of runs under 50 us and 1.28x of runs under
+// 0.2 ms (their median), and pruning on them made plans 4.8% slower than the exhaustive search's.
+constexpr double kWarmProbeMs = 1.0;
+
 struct Measurement {
   std::vector<double> samples;
   int group = 1;  // runs per sample
 };
 
-// Samples of one configuration; see BenchmarkOptions for the policy.
+// Samples of one configuration; see BenchmarkOptions for the policy. `probed_ms` > 0: the
+// configuration's probe at this size, just taken (ProbeSize), instead of taking one here.
 Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, int64_t batch,
                             const Algorithm& algo, const ConvOperands& operands, void* workspace,
-                            size_t workspace_bytes, const BenchmarkOptions& options) {
+                            size_t workspace_bytes, const BenchmarkOptions& options,
+                            double probed_ms) {
   const Clock::time_point start = Clock::now();
   const auto time_groups = [&](int warmup, int samples, int group) {
     return backend.TimeRunGroups(problem, batch, algo, operands, workspace, workspace_bytes, warmup,
@@ -172,8 +191,14 @@ Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, in
   };
 
   // One probe run, after one warm-up (Validate guarantees warmup_runs >= 1), tells how slow the
-  // configuration is before committing to many runs.
-  UCUDNN_ASSIGN_OR_RETURN(std::vector<double> probe, time_groups(1, 1, 1));
+  // configuration is before committing to many runs. One taken before (its code loaded by then)
+  // counts as that warm-up, but other configurations ran since: it is neither a sample nor the
+  // runs' last warm-up.
+  std::vector<double> probe = {probed_ms};
+  if (probed_ms <= 0) {
+    UCUDNN_ASSIGN_OR_RETURN(probe, time_groups(1, 1, 1));
+  }
+  const bool adjacent = probed_ms <= 0;  // the probe ran right before the samples
   int warmup_left = options.warmup_runs - 1;
   const double probe_ms = std::max(probe[0], 1e-6);
   const double budget = options.config_time_budget_ms;
@@ -190,11 +215,10 @@ Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, in
     }
     return m;
   }
-  if (probe_ms < options.short_run_ms) {
-    const double wanted = std::ceil(options.group_target_ms / probe_ms);
-    m.group = static_cast<int>(std::min<double>(options.max_group, std::max(2.0, wanted)));
-  }
-  if (warmup_left > 0) {
+  m.group = RunsPerSample(probe_ms, options);
+  if (!adjacent) {
+    warmup_left = std::max(warmup_left, 1);
+  } else if (warmup_left > 0) {
     --warmup_left;  // the probe was one more warm-up
   } else if (m.group == 1) {
     append(m.samples, probe);  // it ran after the warm-ups: a sample like the others
@@ -334,11 +358,15 @@ class TableBenchmark {
       phase = Clock::now();
       UCUDNN_RETURN_IF_ERROR(MeasureSize(first, last));
       measure_ms_ += MsSince(phase);
-      phase = Clock::now();
-      UCUDNN_RETURN_IF_ERROR(CheckResults(first, last));
-      check_ms_ += MsSince(phase);
+      size_ranges_.emplace_back(first, last);
       first = last;
     }
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(SettleWorkspaces());
+    query_ms_ += MsSince(phase);
+    phase = Clock::now();
+    UCUDNN_RETURN_IF_ERROR(CheckResults());
+    check_ms_ = MsSince(phase);
     // A device lost during the last configuration shows here at the latest: a table is
     // returned only when the device was sound after it was measured.
     UCUDNN_RETURN_IF_ERROR(EnsureHealthy(backend_, "the last configuration").WithContext(key_));
@@ -359,7 +387,9 @@ class TableBenchmark {
     for (int64_t size : sizes_) {
       for (Timing& t : backend_.Candidates(problem_, size)) {
         t.micro_batch = size;
-        Result<size_t> ws = backend_.WorkspaceSize(problem_, size, AlgorithmOf(t));
+        // What the timed runs need (beta 0); what every call of a plan needs is settled later,
+        // for the configurations a plan could use only (SettleWorkspaces).
+        Result<size_t> ws = backend_.OverwritingWorkspaceSize(problem_, size, AlgorithmOf(t));
         bool ok = false;
         if (!ws.ok()) {
           if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key_);
@@ -379,6 +409,7 @@ class TableBenchmark {
           t.workspace_bytes = *ws;
           ok = true;
         }
+        ids_.push_back(AlgorithmText(AlgorithmOf(t)));
         table_.entries.push_back(std::move(t));
         runnable_.push_back(ok);
       }
@@ -490,39 +521,82 @@ class TableBenchmark {
     return Status::Ok();
   }
 
-  // 5. The results a plan could use, against the fp32 reference (result_check.h), once the
-  // size is timed: a plan takes, at each workspace limit, the fastest configuration of a size, so
-  // only the size's time/workspace Pareto front needs checking. A wrong one is recorded as such
-  // (kFailed with kWrongResultError: never planned for this device fingerprint, its GPU and
-  // library version), and the front without it is checked in turn, until every configuration on
-  // it agrees with the reference. Checking every configuration cost an H200 3-22 s per ResNet-50
-  // problem, 5-20x its measurements; a configuration off the front is stored unchecked, which no
-  // plan reads. A configuration is judged wrong only where another of its size agrees with the
-  // reference: when none does, the reference (or the bound) is what is in doubt, and nothing is
-  // marked.
-  Status CheckResults(size_t first, size_t last) {
-    if (!options_.check_results) return Status::Ok();
-    if (checker_ == nullptr) {
-      checker_ = std::make_unique<ResultChecker>(backend_, problem_, operands_.view);
+  // 5. The workspace of every call a plan makes (ConvBackend::WorkspaceSize: a backward filter's
+  // accumulating calls too, which cuDNN's engines run with another plan), where the sizes were
+  // timed with the overwriting call's. Asked only of each size's time/workspace front, until the
+  // front holds settled configurations only: one off the front with the smaller workspace is off
+  // it with the larger one too, and keeps the smaller one in the table (no plan reads it). Asked
+  // of every configuration with the queries, the accumulating plans' runtime compilation cost an
+  // H200 4.6 s per depthwise backward-filter problem.
+  Status SettleWorkspaces() {
+    std::vector<bool> settled(table_.entries.size(), false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const auto& [first, last] : size_ranges_) {
+        for (size_t i : ParetoFront(first, last, {})) {
+          if (settled[i]) continue;
+          settled[i] = changed = true;
+          Timing& t = table_.entries[i];
+          Result<size_t> ws = backend_.WorkspaceSize(problem_, t.micro_batch, AlgorithmOf(t));
+          if (!ws.ok()) {
+            UCUDNN_RETURN_IF_ERROR(FailRun(i, ws.status()));
+            continue;
+          }
+          t.workspace_bytes = std::max<uint64_t>(t.workspace_bytes, *ws);
+        }
+      }
     }
+    return Status::Ok();
+  }
+
+  // 6. The results a plan could use, against the fp32 reference (result_check.h), once every
+  // size is timed. A plan takes, at each workspace limit, the fastest configuration of a size, so
+  // only each size's time/workspace Pareto front needs checking, and each configuration once per
+  // problem: at the largest size where it is on a front (where a fault that grows with the
+  // tensors, an index past 2^31, shows first), which vouches for its smaller sizes. A wrong one is
+  // recorded as such at every size (kFailed with kWrongResultError: never planned for this device
+  // fingerprint, its GPU and library version), and the fronts without it are checked in turn,
+  // until every configuration on them agrees with the reference. Checking every configuration at
+  // every size cost an H200 3-22 s per ResNet-50 problem, 5-20x its measurements; a configuration
+  // on no front is stored unchecked, which no plan reads. A configuration is judged wrong only
+  // where another of the problem agrees with the reference: when none does, the reference (or the
+  // bound) is what is in doubt, and nothing is marked.
+  Status CheckResults() {
+    if (!options_.check_results || !AnyRunnable()) return Status::Ok();
+    checker_ = std::make_unique<ResultChecker>(backend_, problem_, operands_.view);
     const double bound = ResultBound(problem_);
-    std::set<size_t> checked;
-    std::map<size_t, double> off_reference;  // configuration -> its error, above the bound
+    std::set<std::string> checked;
+    std::map<std::string, OffReference> off_reference;
     int agreeing = 0;
     while (true) {
-      bool checked_any = false;
-      for (size_t i : ParetoFront(first, last, off_reference)) {
-        if (!checked.insert(i).second) continue;
-        checked_any = true;
+      // Each configuration on a front and not checked yet, at the largest size where it is: the
+      // sizes increase, so the last one seen.
+      std::map<std::string, size_t> targets;
+      for (const auto& [first, last] : size_ranges_) {
+        for (size_t i : ParetoFront(first, last, off_reference)) {
+          if (checked.count(ids_[i]) == 0) targets[ids_[i]] = i;
+        }
+      }
+      if (targets.empty()) break;
+      std::vector<size_t> order;
+      for (const auto& [id, i] : targets) order.push_back(i);
+      // Entries are in increasing sizes: a backward-filter's reference then grows run by run.
+      std::sort(order.begin(), order.end());
+      for (size_t i : order) {
         if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
         Timing& t = table_.entries[i];
+        checked.insert(ids_[i]);
         // Gated as the measurements are: a large problem's checks (and its reference) run for
         // seconds (a 3-D fp32 U-Net layer's: 10 s ungated beside a training job on an H200).
         UCUDNN_RETURN_IF_ERROR(AwaitIdle());
+        // The buffer timed runs used (at least the overwriting call's workspace: a settled
+        // workspace can be larger).
         Result<std::optional<double>> error =
-            checker_->Check(t.micro_batch, AlgorithmOf(t), WorkspaceOf(t), t.workspace_bytes);
+            checker_->Check(t.micro_batch, AlgorithmOf(t), WorkspaceOf(t),
+                            t.workspace_bytes > 0 ? workspace_->size() : 0);
         if (!error.ok()) {
           UCUDNN_RETURN_IF_ERROR(FailRun(i, error.status()));
+          checked.erase(ids_[i]);  // checked next at its next largest size on a front, if any
           continue;
         }
         if (!error->has_value()) {
@@ -530,40 +604,52 @@ class TableBenchmark {
         } else if (**error <= bound) {
           ++agreeing;
         } else {
-          off_reference.emplace(i, **error);
+          off_reference.emplace(ids_[i], OffReference{i, **error});
         }
       }
-      if (!checked_any) break;
     }
-    for (const auto& [i, error] : off_reference) {
-      Timing& t = table_.entries[i];
+    for (const auto& [id, off] : off_reference) {
+      const Timing& checked_at = table_.entries[off.entry];
       if (agreeing == 0) {
         ++unchecked_;
         spdlog::warn(
             "benchmark {} micro-batch {}: no configuration agrees with the fp32 reference "
             "(relative L2 error {:.3g} > {:.0e}): the reference is in doubt, nothing marked wrong",
-            key_, t.micro_batch, error, bound);
+            key_, checked_at.micro_batch, off.error, bound);
         continue;
       }
-      t.status = TimingStatus::kFailed;
-      t.error = std::string(kWrongResultError) + "relative L2 error " +
-                fmt::format("{:.3g}", error) + " against the fp32 reference (bound " +
-                fmt::format("{:.0e}", bound) + "), which " + std::to_string(agreeing) +
-                " other configuration(s) meet: never planned on this device and library version";
-      runnable_[i] = false;
-      ++wrong_;
-      spdlog::warn("benchmark {} micro-batch {} algo {}: {}", key_, t.micro_batch,
-                   AlgorithmText(AlgorithmOf(t)), t.error);
+      const std::string why =
+          std::string(kWrongResultError) + "relative L2 error " + fmt::format("{:.3g}", off.error) +
+          " at micro-batch " + std::to_string(checked_at.micro_batch) +
+          " against the fp32 reference (bound " + fmt::format("{:.0e}", bound) + "), which " +
+          std::to_string(agreeing) +
+          " other configuration(s) meet: never planned on this device and library version";
+      spdlog::warn("benchmark {} algo {}: {}", key_, id, why);
+      for (size_t j = 0; j < table_.entries.size(); ++j) {
+        Timing& t = table_.entries[j];
+        if (ids_[j] != id || t.status != TimingStatus::kOk) continue;
+        t.status = TimingStatus::kFailed;
+        t.error = why;
+        runnable_[j] = false;
+        ++wrong_;
+      }
     }
     return Status::Ok();
   }
 
+  // A checked configuration's result off the reference: the entry checked, its error.
+  struct OffReference {
+    size_t entry;
+    double error;
+  };
+
   // The timed configurations of [first, last) (one size) that no other beats on both time and
-  // workspace, leaving out `excluded`: those a plan could choose at some workspace limit.
+  // workspace, leaving out the configurations in `excluded`: those a plan could choose at some
+  // workspace limit.
   std::vector<size_t> ParetoFront(size_t first, size_t last,
-                                  const std::map<size_t, double>& excluded) const {
+                                  const std::map<std::string, OffReference>& excluded) const {
     auto usable = [&](size_t i) {
-      return table_.entries[i].status == TimingStatus::kOk && excluded.count(i) == 0;
+      return table_.entries[i].status == TimingStatus::kOk && excluded.count(ids_[i]) == 0;
     };
     std::vector<size_t> front;
     for (size_t i = first; i < last; ++i) {
@@ -581,14 +667,15 @@ class TableBenchmark {
     return front;
   }
 
-  // 4a. One probe (a warm-up unless it ran at a smaller size, one timed run) of every runnable
-  // configuration of the size [first, last), except those the size before ruled out.
+  // 4a. One probe (a warm-up unless it ran long at a smaller size, one timed run, or one group of
+  // runs where they are short) of every runnable configuration of the size [first, last), except
+  // those the size before ruled out.
   Status ProbeSize(size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) {
       if (!runnable_[i]) continue;
       if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
       Timing& t = table_.entries[i];
-      const std::string id = AlgorithmText(AlgorithmOf(t));
+      const std::string& id = ids_[i];
       // Ruled out at a smaller size: recorded as this worker's choice, never as a time.
       if (const std::string* why = RuledOut(id, t.micro_batch); why != nullptr) {
         t.status = TimingStatus::kFailed;
@@ -597,11 +684,14 @@ class TableBenchmark {
         ++skipped_;
         continue;
       }
-      // A configuration that already ran at a smaller size has its kernels loaded: its probe
-      // needs no warm-up of its own, unless its code is built per size. (A runtime-compiled
-      // engine's first run at a size took 0.5-1 ms more than its 0.05 ms: probed cold, cuDNN's
-      // fastest depthwise kernels were pruned and skipped; the torch-models log in git history.)
-      const bool loaded = probe_history_.count(id) > 0 &&
+      // A configuration that already ran long at a smaller size has its kernels loaded: its
+      // probe needs no warm-up of its own (kWarmProbeMs), unless its code is built per size. (A
+      // runtime-compiled engine's first run at a size took 0.5-1 ms more than its 0.05 ms: probed
+      // cold, cuDNN's fastest depthwise kernels were pruned and skipped; the torch-models log in
+      // git history.)
+      const auto history = probe_history_.find(id);
+      const bool loaded = history != probe_history_.end() &&
+                          history->second.rbegin()->second >= kWarmProbeMs &&
                           !backend_.BuildsCodePerSize(problem_, t.micro_batch, AlgorithmOf(t));
       const int warmup = loaded ? 0 : 1;
       // A probe after which the gate saw other work on the device is taken again: a disturbed
@@ -612,6 +702,14 @@ class TableBenchmark {
         probe = backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
                                        WorkspaceOf(t), t.workspace_bytes, warmup, 1, 1, false);
         if (!probe.ok()) break;
+        // A short run is probed again as Measure samples it, a group of back-to-back runs (the
+        // run just taken was their warm-up): a single one read up to 3x its time.
+        if (const int group = RunsPerSample(probe->front(), options_); group > 1) {
+          probe = backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
+                                         WorkspaceOf(t), t.workspace_bytes, 0, 1, group,
+                                         options_.short_runs_device_time_only);
+          if (!probe.ok()) break;
+        }
         probe_after_[i] = LookAfter();
         if (!Contended(probe_after_[i], 0, 1, 0) || attempt == kContentionRemeasures) break;
         ++remeasured_;
@@ -661,7 +759,7 @@ class TableBenchmark {
     for (size_t i = first; i < last; ++i) {
       if (probe_ms_[i] < 0) continue;
       const Timing& t = table_.entries[i];
-      const std::string id = AlgorithmText(AlgorithmOf(t));
+      const std::string& id = ids_[i];
       std::map<int64_t, double>& history = probe_history_[id];
       if (options_.skip_factor > 0) {
         for (size_t j = first; j < last; ++j) {
@@ -710,8 +808,13 @@ class TableBenchmark {
         // waiting for the device to be idle; bounded, then stored as contended.
         while (true) {
           UCUDNN_RETURN_IF_ERROR(AwaitIdle());
+          // The size's probe stands in for Measure's own, unless this is a second attempt
+          // after contention (the probe may have been disturbed too).
+          const double probed = conditions.remeasured == 0 && !Contended(probe_after_[i], 0, 1, 0)
+                                    ? probe_ms_[i]
+                                    : -1.0;
           measured = Measure(backend_, problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
-                             WorkspaceOf(t), t.workspace_bytes, options_);
+                             WorkspaceOf(t), t.workspace_bytes, options_, probed);
           if (!measured.ok()) break;
           conditions.after = LookAfter();
           conditions.relative_spread = RelativeSpread(measured->samples);
@@ -745,8 +848,6 @@ class TableBenchmark {
         ++contended_;
       }
       if (runnable_[i]) t.conditions = ConditionsJson(conditions);
-      ++counts_[static_cast<int>(t.status)];
-      worker_limited_ += IsWorkerLimit(t) ? 1 : 0;
       spdlog::debug(
           "benchmark {} b={} algo={}: {} {:.4f} ms (iqr {:.4f}, n={} x {} runs{}) ws={} {}", key_,
           t.micro_batch, AlgorithmText(AlgorithmOf(t)), ToString(t.status), t.time_ms, t.spread_ms,
@@ -770,19 +871,28 @@ class TableBenchmark {
     return false;
   }
 
+  // The table's statuses as stored (after the checks), for the summary line.
   void LogSummary(double total_ms) const {
+    int counts[3] = {0, 0, 0};
+    int worker_limited = 0;
+    for (const Timing& t : table_.entries) {
+      ++counts[static_cast<int>(t.status)];
+      worker_limited += IsWorkerLimit(t) ? 1 : 0;
+    }
     spdlog::info(
         "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
         "{} unsupported, {} failed ({} of them this worker's limits, {} not run after the size "
         "before, {} contended, {} wrong results; {} taken again for contention; {} results "
         "unchecked), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands "
-        "{:.0f} ms, result checks {:.0f} ms, probes {:.0f} ms, measurements {:.0f} ms)",
+        "{:.0f} ms, result checks {:.0f} ms (references {:.0f} ms), probes {:.0f} ms, measurements "
+        "{:.0f} ms)",
         key_, backend_.fingerprint().name, backend_.fingerprint().backend, table_.entries.size(),
-        counts_[static_cast<int>(TimingStatus::kOk)], pruned_,
-        counts_[static_cast<int>(TimingStatus::kUnsupported)],
-        counts_[static_cast<int>(TimingStatus::kFailed)], worker_limited_, skipped_, contended_,
+        counts[static_cast<int>(TimingStatus::kOk)], pruned_,
+        counts[static_cast<int>(TimingStatus::kUnsupported)],
+        counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, skipped_, contended_,
         wrong_, remeasured_, unchecked_, total_ms / 1000.0, prepare_ms_, options_.prepare_threads,
-        query_ms_, operands_ms_, check_ms_, probe_total_ms_, measure_ms_);
+        query_ms_, operands_ms_, check_ms_, checker_ != nullptr ? checker_->reference_ms() : 0.0,
+        probe_total_ms_, measure_ms_);
   }
 
   ConvBackend& backend_;
@@ -793,6 +903,8 @@ class TableBenchmark {
   const std::string key_;
 
   TimingTable table_;
+  std::vector<std::string> ids_;  // each entry's configuration (AlgorithmText)
+  std::vector<std::pair<size_t, size_t>> size_ranges_;  // [first, last) of each size's entries
   std::vector<bool> runnable_;
   Operands operands_;
   std::unique_ptr<BackendBuffer> workspace_;
@@ -803,15 +915,13 @@ class TableBenchmark {
   std::map<std::string, std::map<int64_t, double>> probe_history_;
   std::map<std::string, std::string> skip_next_;    // configuration -> why, for the next size
   std::map<std::string, std::string> skip_larger_;  // ... for every larger size
-  int counts_[3] = {0, 0, 0};
-  int worker_limited_ = 0;
   int pruned_ = 0;
   int skipped_ = 0;
   int remeasured_ = 0;  // probes and measurements taken again for contention
   int contended_ = 0;   // stored as contended
   int wrong_ = 0;       // wrong results (CheckResults)
   int unchecked_ = 0;   // configurations no reference could check here
-  // CheckResults' checker: the widened inputs and the current reference, kept across sizes.
+  // CheckResults' checker: the widened inputs and the current reference.
   std::unique_ptr<ResultChecker> checker_;
   // Where a cold benchmark's time goes, for the summary line.
   double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, check_ms_ = 0, probe_total_ms_ = 0,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -12,6 +13,8 @@
 
 namespace ucudnn {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 const void* FirstInput(const ConvProblem& p, const ConvOperands& o) {
   return p.op == ConvOp::kBackwardData ? o.dy : o.x;
@@ -108,24 +111,31 @@ Result<bool> ResultChecker::Reference(int64_t batch) {
   // A forward or backward-data output is per sample, and samples lead in both layouts: the
   // reference of every size is a prefix of the largest one's, computed once (the reference runs
   // in strict fp32 and is a large part of a check's cost). A backward-filter output sums over
-  // the samples: one reference per size, one size at a time (the benchmark checks size by size).
+  // the samples: a larger size's reference adds the samples it has beyond the one held (beta 1),
+  // so checks in increasing sizes cost one reference run over the largest size.
   const bool per_sample = problem_.op != ConvOp::kBackwardFilter;
   if (per_sample && reference_ok_ && reference_batch_ >= batch) return true;
   if (reference_batch_ == batch) return reference_ok_;
   if (per_sample && reference_batch_ == 0 && operands_.samples > batch) {
-    UCUDNN_ASSIGN_OR_RETURN(const bool largest, RunReference(operands_.samples));
+    UCUDNN_ASSIGN_OR_RETURN(const bool largest, RunReference(0, operands_.samples));
     if (largest) return true;  // else each size's own, as a backward-filter's
   }
-  return RunReference(batch);
+  if (!per_sample && reference_ok_ && reference_batch_ < batch) {
+    return RunReference(reference_batch_, batch);
+  }
+  return RunReference(0, batch);
 }
 
-Result<bool> ResultChecker::RunReference(int64_t batch) {
-  // The same input values in fp32 (the first `batch` samples of the widened ones: samples lead
-  // in both layouts), strict fp32 math, the backend's reference algorithm, into fp32_[2].
+Result<bool> ResultChecker::RunReference(int64_t from, int64_t to) {
+  // The same input values in fp32 (samples [from, to) of the widened ones: samples lead in both
+  // layouts), strict fp32 math, the backend's reference algorithm, into fp32_[2]; added to what
+  // it holds when `from` > 0 (a backward-filter's sum over more samples).
+  const Clock::time_point start = Clock::now();
   ConvProblem fp32 = problem_;
   fp32.data_type = fp32.compute_type = DataType::kFloat32;
   fp32.math = MathMode::kFma;
-  reference_batch_ = batch;
+  const int64_t batch = to - from;
+  reference_batch_ = to;
   host_reference_.reset();
   auto run = [&]() -> Status {
     UCUDNN_RETURN_IF_ERROR(WidenInputs());
@@ -133,19 +143,25 @@ Result<bool> ResultChecker::RunReference(int64_t batch) {
     UCUDNN_ASSIGN_OR_RETURN(size_t workspace_bytes, backend_.WorkspaceSize(fp32, batch, reference));
     UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> workspace,
                             backend_.Allocate(std::max<size_t>(workspace_bytes, 1)));
-    const ConvOperands o =
-        BindOperands(problem_.op, fp32_[0]->data(), fp32_[1]->data(), fp32_[2]->data());
-    UCUDNN_RETURN_IF_ERROR(
-        backend_.Run(fp32, batch, reference, o, workspace->data(), workspace_bytes, 1.0f, 0.0f));
+    float* first = static_cast<float*>(fp32_[0]->data());
+    float* second = static_cast<float*>(fp32_[1]->data());
+    if (from > 0) {  // backward-filter only: x and dy, both per sample
+      first += from * problem_.input_elements_per_sample();
+      second += from * problem_.output_elements_per_sample();
+    }
+    const ConvOperands o = BindOperands(problem_.op, first, second, fp32_[2]->data());
+    UCUDNN_RETURN_IF_ERROR(backend_.Run(fp32, batch, reference, o, workspace->data(),
+                                        workspace_bytes, 1.0f, from > 0 ? 1.0f : 0.0f));
     return backend_.Synchronize();
   };
   const Status ran = run();
+  reference_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (!ran.ok()) {
     if (Fatal(ran)) return ran;
     spdlog::debug(
         "result check {} micro-batch {}: no fp32 reference here ({}); its "
         "configurations stay unchecked",
-        CanonicalKey(problem_), batch, ran.ToString());
+        CanonicalKey(problem_), to, ran.ToString());
   }
   return reference_ok_ = ran.ok();
 }
@@ -170,9 +186,7 @@ Result<std::optional<double>> ResultChecker::Check(int64_t batch, const Algorith
   // never writes fails the check.
   const size_t out_count = OpSizes(problem_, batch).output;
   const size_t out_bytes = out_count * ElementSize(problem_.data_type);
-  if (poison_.size() < out_bytes) poison_.assign(out_bytes, 0xFF);
-  UCUDNN_RETURN_IF_ERROR(
-      backend_.CopyToDevice(Output(problem_, operands_), poison_.data(), out_bytes));
+  UCUDNN_RETURN_IF_ERROR(backend_.FillBytes(Output(problem_, operands_), 0xFF, out_bytes));
   if (device_numerics_ && !device_numerics_verified_) {
     // Before a problem's first check is trusted to the device: the poisoned output must come out
     // as not finite there (a NaN that propagates), or the device's norms are not used.

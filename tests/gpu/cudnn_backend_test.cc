@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_check.h"
@@ -268,6 +270,51 @@ TEST_F(CudnnBackendTest, ASoundDeviceIsHealthy) {
     EXPECT_TRUE((*wrapped)->Healthy().ok());
   }
   EXPECT_EQ(cudnnDestroy(handle), CUDNN_STATUS_SUCCESS);
+}
+
+// The worker's result checks on the device (engine/result_check.h): values widened to fp32 as
+// the host converts them, the squared norms the host sums, and a poisoned output (all bits set:
+// NaN in every type) set in place and read as not finite.
+TEST_F(CudnnBackendTest, ResultCheckNumericsAgreeWithTheHost) {
+  const size_t count = 300007;
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32}) {
+    SCOPED_TRACE(std::string(ToString(type)));
+    const size_t bytes = count * ElementSize(type);
+    auto got = gpu()->Allocate(bytes);
+    auto want = gpu()->Allocate(count * sizeof(float));
+    auto widened = gpu()->Allocate(count * sizeof(float));
+    ASSERT_TRUE(got.ok() && want.ok() && widened.ok());
+    ASSERT_TRUE(FillRandom(*gpu(), (*got)->data(), count, type, 3).ok());
+    ASSERT_TRUE(FillRandom(*gpu(), (*want)->data(), count, DataType::kFloat32, 4).ok());
+    std::vector<unsigned char> got_bytes(bytes);
+    std::vector<float> want_host(count), widened_host(count);
+    ASSERT_TRUE(gpu()->CopyToHost(got_bytes.data(), (*got)->data(), bytes).ok());
+    ASSERT_TRUE(gpu()->CopyToHost(want_host.data(), (*want)->data(), count * 4).ok());
+    const std::vector<float> got_host = ToFloat(got_bytes.data(), count, type);
+
+    ASSERT_TRUE(gpu()->WidenToFloat((*widened)->data(), (*got)->data(), type, count).ok());
+    ASSERT_TRUE(gpu()->CopyToHost(widened_host.data(), (*widened)->data(), count * 4).ok());
+    EXPECT_EQ(widened_host, got_host);
+
+    double difference = 0, norm = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double d = static_cast<double>(got_host[i]) - want_host[i];
+      difference += d * d;
+      norm += static_cast<double>(want_host[i]) * want_host[i];
+    }
+    Result<std::pair<double, double>> norms =
+        gpu()->DifferenceNorms((*got)->data(), type, (*want)->data(), count);
+    ASSERT_TRUE(norms.ok()) << norms.status().ToString();
+    EXPECT_NEAR(norms->first, difference, 1e-5 * difference);
+    EXPECT_NEAR(norms->second, norm, 1e-5 * norm);
+
+    ASSERT_TRUE(gpu()->FillBytes((*got)->data(), 0xFF, bytes).ok());
+    ASSERT_TRUE(gpu()->CopyToHost(got_bytes.data(), (*got)->data(), bytes).ok());
+    EXPECT_EQ(std::count(got_bytes.begin(), got_bytes.end(), 0xFF), static_cast<long>(bytes));
+    norms = gpu()->DifferenceNorms((*got)->data(), type, (*want)->data(), count);
+    ASSERT_TRUE(norms.ok()) << norms.status().ToString();
+    EXPECT_FALSE(std::isfinite(norms->first));
+  }
 }
 
 // A kernel of a few microseconds, timed one run per event pair, includes the host's time to issue

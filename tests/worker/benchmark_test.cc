@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -200,12 +201,30 @@ TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsG
   for (const Timing& t : full->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
 }
 
+// The CPU backend recording each timed call: (size, algorithm, warm-ups, samples, group).
+class RecordingBackend : public RenamedCpuBackend {
+ public:
+  RecordingBackend() : RenamedCpuBackend("gpu") {}
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem& p, int64_t batch,
+                                            const Algorithm& algo, const ConvOperands& operands,
+                                            void* workspace, size_t workspace_bytes, int warmup,
+                                            int samples, int group,
+                                            bool device_time_only) override {
+    calls.push_back({batch, algo.id, warmup, samples, group});
+    return RenamedCpuBackend::TimeRunGroups(p, batch, algo, operands, workspace, workspace_bytes,
+                                            warmup, samples, group, device_time_only);
+  }
+  std::vector<std::array<int64_t, 5>> calls;
+};
+
 // Two configurations; "compiled" is twice as fast as "steady" but, like a runtime-compiled cuDNN
 // engine, runs code built for each batch size: its first run at a size, unless warmed up, takes
-// 1 ms more (the code loading).
+// 1 ms more (the code loading) where runs take 0.01-0.02 ms, 10 ms more where they take 2 ms
+// (`long_runs`).
 class CodePerSizeBackend : public RenamedCpuBackend {
  public:
-  explicit CodePerSizeBackend(bool says_so) : RenamedCpuBackend("per-size"), says_so_(says_so) {}
+  explicit CodePerSizeBackend(bool says_so, bool long_runs = false)
+      : RenamedCpuBackend("per-size"), says_so_(says_so), long_runs_(long_runs) {}
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
     return {{0, "steady"}, {1, "compiled"}};
   }
@@ -218,14 +237,17 @@ class CodePerSizeBackend : public RenamedCpuBackend {
   Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t b, const Algorithm& algo,
                                             const ConvOperands&, void*, size_t, int warmup,
                                             int samples, int, bool) override {
-    const double steady_ms = 0.01 + 0.001 * static_cast<double>(b);
+    const double steady_ms = (long_runs_ ? 4.0 : 0.01) + 0.001 * static_cast<double>(b);
     std::vector<double> ms(static_cast<size_t>(samples), algo.id == 1 ? steady_ms / 2 : steady_ms);
-    if (algo.id == 1 && loaded_.insert(b).second && warmup == 0) ms.front() += 1.0;
+    if (algo.id == 1 && loaded_.insert(b).second && warmup == 0) {
+      ms.front() += long_runs_ ? 10.0 : 1.0;
+    }
     return ms;
   }
 
  private:
   bool says_so_;
+  bool long_runs_;
   std::set<int64_t> loaded_;  // sizes whose code "compiled" has run
 };
 
@@ -246,16 +268,49 @@ TEST(BenchmarkProbeTest, CodeBuiltPerSizeIsWarmedUpBeforeItsProbeAtEverySize) {
   }
   EXPECT_EQ(compiled, 4);
 
-  // Without the backend saying so, the cold probe at each new size makes the fastest
-  // configuration look 20x slower: pruned to its one slow sample, then skipped at the next size.
-  CodePerSizeBackend silent(/*says_so=*/false);
-  auto fooled = BenchmarkMicroBatches(silent, p, sizes, options);
-  ASSERT_TRUE(fooled.ok()) << fooled.status().ToString();
-  int skipped = 0;
-  for (const Timing& t : fooled->entries) {
-    if (t.algo == 1 && t.status == TimingStatus::kFailed && IsWorkerLimit(t)) ++skipped;
+  // Without the backend saying so, short runs are still warmed up before their probe (a run of
+  // them costs little: kWarmProbeMs); long ones are not, and there the cold probe at each new size
+  // makes the fastest configuration look 6x slower: pruned to its one slow sample, then skipped at
+  // the next size.
+  auto skipped_compiled = [&](bool long_runs) {
+    CodePerSizeBackend silent(/*says_so=*/false, long_runs);
+    auto fooled = BenchmarkMicroBatches(silent, p, sizes, options);
+    EXPECT_TRUE(fooled.ok()) << fooled.status().ToString();
+    int skipped = 0;
+    for (const Timing& t : fooled.ok() ? fooled->entries : std::vector<Timing>{}) {
+      if (t.algo == 1 && t.status == TimingStatus::kFailed && IsWorkerLimit(t)) ++skipped;
+    }
+    return skipped;
+  };
+  EXPECT_EQ(skipped_compiled(/*long_runs=*/false), 0);
+  EXPECT_GT(skipped_compiled(/*long_runs=*/true), 0);
+}
+
+// A short run's probe is a group of back-to-back runs after a warm-up, as its samples are: a
+// single run per pair of clock readings read short kernels 1.6-2.1x slow on an H200.
+TEST(BenchmarkProbeTest, AShortRunIsProbedAsAGroupAfterAWarmUp) {
+  BenchmarkOptions options = ProbingOptions();
+  options.short_run_ms = 1e6;  // every run counts as short
+  options.group_target_ms = 1e6;
+  options.max_group = 4;
+  RecordingBackend backend;
+  Result<TimingTable> table =
+      BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), 2, BatchPolicy::kAll, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::array<int64_t, 5>>> calls;
+  for (const auto& call : backend.calls) calls[{call[0], call[1]}].push_back(call);
+  ASSERT_FALSE(calls.empty());
+  for (const auto& [config, made] : calls) {
+    SCOPED_TRACE("micro-batch " + std::to_string(config.first) + " algo " +
+                 std::to_string(config.second));
+    ASSERT_GE(made.size(), 2u);
+    EXPECT_EQ(made[0][2], 1);  // a warm-up (at every size: the runs are short), one run
+    EXPECT_EQ(made[0][3], 1);
+    EXPECT_EQ(made[0][4], 1);
+    EXPECT_EQ(made[1][2], 0);  // then one sample of a group of 4
+    EXPECT_EQ(made[1][3], 1);
+    EXPECT_EQ(made[1][4], 4);
   }
-  EXPECT_GT(skipped, 0);
 }
 
 TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {
@@ -430,6 +485,79 @@ TEST(BenchmarkSamplingTest, ShortRunsAreTimedInGroups) {
   RenamedCpuBackend single("gpu");
   ASSERT_TRUE(BenchmarkProblem(single, p, 2, BatchPolicy::kAll, options).ok());
   EXPECT_EQ(single.largest_group(), 1);
+}
+
+// A configuration measured in full after its size's probes keeps its probe as the first one
+// (its code loaded, how slow it is): one warm-up right before its samples, no second probe.
+TEST(BenchmarkSamplingTest, AMeasuredConfigurationIsNotProbedTwice) {
+  BenchmarkOptions options = FastBenchmarkOptions();
+  options.warmup_runs = 2;
+  options.min_runs = 3;
+  options.max_runs = 3;
+  options.config_time_budget_ms = 60'000;
+  options.short_run_ms = 0;    // one run per sample
+  options.prune_margin = 1e9;  // probes on, nothing dominated: every configuration measured
+  options.skip_factor = 0;
+  RecordingBackend backend;
+  Result<TimingTable> table =
+      BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), 1, BatchPolicy::kAll, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  const size_t configurations = table->entries.size();
+  ASSERT_GT(configurations, 1u);
+  ASSERT_EQ(backend.calls.size(), 2 * configurations);
+  for (size_t i = 0; i < configurations; ++i) {
+    const auto probe = backend.calls[i];
+    const auto measured = backend.calls[configurations + i];
+    EXPECT_EQ(probe[3], 1);                    // one timed run after one warm-up
+    EXPECT_EQ(measured[1], probe[1]);          // the same configuration, in order
+    EXPECT_EQ(measured[2], 1);                 // one warm-up...
+    EXPECT_EQ(measured[3], options.min_runs);  // ...then the samples
+    EXPECT_EQ(table->entries[i].samples, options.min_runs);
+  }
+}
+
+// Timed runs need no workspace (the overwriting call), every call of a plan more for algorithm 2
+// (a backward filter's accumulating call: another plan in cuDNN's engines, built only to be
+// asked). Algorithm 2 runs in 1 ms, 1 in 2 ms, 0 in 3 ms; which configurations were asked for
+// their workspace in every call is recorded.
+class AccumulatingWorkspaceBackend : public RenamedCpuBackend {
+ public:
+  static constexpr size_t kAccumulating = size_t{1} << 20;
+  AccumulatingWorkspaceBackend() : RenamedCpuBackend("gpu") {}
+  Result<size_t> OverwritingWorkspaceSize(const ConvProblem&, int64_t, const Algorithm&) override {
+    return size_t{0};
+  }
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t batch, const Algorithm& algo) override {
+    asked.insert({batch, algo.id});
+    return algo.id == 2 ? kAccumulating : size_t{0};
+  }
+  Result<std::vector<double>> TimeRuns(const ConvProblem&, int64_t, const Algorithm& algo,
+                                       const ConvOperands&, void*, size_t, int, int runs) override {
+    return std::vector<double>(runs, 3.0 - algo.id);
+  }
+  std::set<std::pair<int64_t, int>> asked;
+};
+
+// The workspace of every call is asked only of the configurations on a size's time/workspace
+// front, until the front holds settled ones only: algorithm 2 (the fastest) needs more once
+// settled, which puts algorithm 1 (no workspace) on the front, and it is asked in turn;
+// algorithm 0, slower than 1 with as little workspace, never is.
+TEST(BenchmarkWorkspaceTest, EveryCallsWorkspaceIsAskedOnlyOfTheFront) {
+  AccumulatingWorkspaceBackend backend;
+  Result<TimingTable> table = BenchmarkProblem(backend, TinyProblem(ConvOp::kBackwardFilter, 4), 4,
+                                               BatchPolicy::kAll, FastBenchmarkOptions());
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  std::set<std::pair<int64_t, int>> expected;
+  for (int64_t batch = 1; batch <= 4; ++batch) {
+    expected.insert({batch, 1});
+    expected.insert({batch, 2});
+  }
+  EXPECT_EQ(backend.asked, expected);
+  for (const Timing& t : table->entries) {
+    ASSERT_EQ(t.status, TimingStatus::kOk) << t.error;
+    EXPECT_EQ(t.workspace_bytes, t.algo == 2 ? AccumulatingWorkspaceBackend::kAccumulating : 0u)
+        << t.algo;
+  }
 }
 
 // TimeRunGroups' default: the mean of each group of TimeRuns' samples, in order.

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +54,9 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
     return times;
   }
   int checked_runs_of_algorithm_two() const { return checked_runs_; }
-  int reference_runs() const { return reference_runs_; }
+  int checked_runs() const { return all_checked_runs_; }
+  // Samples the fp32 reference ran over, summed over its runs.
+  int64_t reference_samples() const { return reference_samples_; }
   Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo,
              const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
              float beta) override {
@@ -68,7 +72,8 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
     const bool broken =
         (algo.id == 2 || every_) && p.data_type == DataType::kFloat32 && p.math != MathMode::kFma;
     checked_runs_ += algo.id == 2 && p.math != MathMode::kFma;  // not the fp32 reference
-    reference_runs_ += p.math == MathMode::kFma;
+    all_checked_runs_ += p.math != MathMode::kFma;
+    reference_samples_ += p.math == MathMode::kFma ? batch : 0;
     float* values = static_cast<float*>(out);
     const float last = broken ? values[count - 1] : 0.0f;
     UCUDNN_RETURN_IF_ERROR(
@@ -87,7 +92,8 @@ class BrokenAlgorithmBackend : public RenamedCpuBackend {
   bool every_;
   double scale_;
   int checked_runs_ = 0;
-  int reference_runs_ = 0;
+  int all_checked_runs_ = 0;
+  int64_t reference_samples_ = 0;
 };
 
 // The broken backend with device numerics (ConvBackend::WidenToFloat, DifferenceNorms) computed
@@ -155,9 +161,12 @@ TEST(ResultCheckTest, AWrongConfigurationIsStoredFailedAndNeverPlanned) {
         BenchmarkProblem(backend, TinyProblem(op, 4), 4, BatchPolicy::kAll, CheckedOptions());
     ASSERT_TRUE(table.ok()) << table.status().ToString();
     ExpectOnlyAlgorithmTwoWrong(*table);
-    // One reference where the output is per sample (each size's is a prefix of the largest's),
-    // one per size (1, 2, 3, 4) where it sums over the samples.
-    EXPECT_EQ(backend.reference_runs(), op == ConvOp::kBackwardFilter ? 4 : 1);
+    // One reference where the output is per sample (each size's is a prefix of the largest's);
+    // a backward-filter's grows with the sizes checked
+    // (ABackwardFilterReferenceGrowsWithTheSizesChecked).
+    if (op != ConvOp::kBackwardFilter) {
+      EXPECT_EQ(backend.reference_samples(), 4);
+    }
     // The planner never picks it: only kOk timings are candidates.
     for (const Timing& t : table->entries) {
       if (t.status != TimingStatus::kOk) {
@@ -188,13 +197,19 @@ TEST(ResultCheckTest, OnlyTheConfigurationsAPlanCouldUseAreChecked) {
   for (const Timing& t : table->entries) {
     EXPECT_EQ(t.status, TimingStatus::kOk) << t.algo << " " << t.error;
   }
-  // On the front (the fastest), the same configuration is checked at every size and blocked.
+  // On every size's front (the fastest), the same configuration is checked once, at the largest
+  // size, and blocked at every size.
   BrokenAlgorithmBackend fast(Breakage::kWrongValues);
   table = BenchmarkProblem(fast, TinyProblem(ConvOp::kForward, 4), 4, BatchPolicy::kAll,
                            CheckedOptions());
   ASSERT_TRUE(table.ok()) << table.status().ToString();
-  EXPECT_EQ(fast.checked_runs_of_algorithm_two(), 4);
+  EXPECT_EQ(fast.checked_runs_of_algorithm_two(), 1);
   ExpectOnlyAlgorithmTwoWrong(*table);
+  for (const Timing& t : table->entries) {
+    if (t.algo == 2) {
+      EXPECT_THAT(t.error, HasSubstr("at micro-batch 4 against")) << t.error;
+    }
+  }
 }
 
 // A backend's device numerics stand in for the host's round trip (inputs widened there, two
@@ -209,12 +224,9 @@ TEST(ResultCheckTest, DeviceNumericsAreUsedWhereTheyAgreeWithTheHost) {
     ASSERT_TRUE(table.ok()) << table.status().ToString();
     ExpectOnlyAlgorithmTwoWrong(*table);
     EXPECT_EQ(backend.widened(), 2);  // the two inputs, once
-    // Lying: asked once (the poisoned output), then never again.
-    if (lying) {
-      EXPECT_EQ(backend.norms(), 1);
-    } else {
-      EXPECT_GT(backend.norms(), 4);
-    }
+    // Lying: asked once (the poisoned output), then never again; else once more per check.
+    EXPECT_GT(backend.checked_runs(), 1);
+    EXPECT_EQ(backend.norms(), lying ? 1 : 1 + backend.checked_runs());
   }
   EXPECT_EQ(RelativeL2FromNorms(9, 25), 0.6);
   EXPECT_EQ(RelativeL2FromNorms(4, 0), 2.0);
@@ -229,6 +241,42 @@ TEST(ResultCheckTest, NothingIsMarkedWhenNoConfigurationAgreesWithTheReference) 
                                                BatchPolicy::kAll, CheckedOptions());
   ASSERT_TRUE(table.ok()) << table.status().ToString();
   for (const Timing& t : table->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+}
+
+// A backward-filter's reference sums over the samples: checks in increasing sizes grow one
+// reference (each size adds its samples beyond the last one's), so together they cost one run
+// over the largest size, and each size's reference is right (a correct configuration agrees at
+// every size; one summing the wrong samples would be off by order 1). A smaller size after a
+// larger one is computed afresh.
+TEST(ResultCheckTest, ABackwardFilterReferenceGrowsWithTheSizesChecked) {
+  BrokenAlgorithmBackend backend(Breakage::kNone);
+  const ConvProblem p = TinyProblem(ConvOp::kBackwardFilter, 4);
+  const int64_t samples = 4;
+  const OpTensorSizes sizes = OpSizes(p, samples);
+  Result<std::unique_ptr<BackendBuffer>> x = backend.Allocate(sizes.first_input * sizeof(float));
+  Result<std::unique_ptr<BackendBuffer>> dy = backend.Allocate(sizes.second_input * sizeof(float));
+  Result<std::unique_ptr<BackendBuffer>> dw = backend.Allocate(sizes.output * sizeof(float));
+  ASSERT_TRUE(x.ok() && dy.ok() && dw.ok());
+  ASSERT_TRUE(FillRandomTiled(backend, (*x)->data(), sizes.first_input, p.data_type, 1).ok());
+  ASSERT_TRUE(FillRandomTiled(backend, (*dy)->data(), sizes.second_input, p.data_type, 2).ok());
+  ConvOperands operands = BindOperands(p.op, (*x)->data(), (*dy)->data(), (*dw)->data());
+  operands.samples = samples;
+  ResultChecker checker(backend, p, operands);
+  const Algorithm algo(1);
+  auto check = [&](int64_t batch) {
+    Result<size_t> ws = backend.WorkspaceSize(p, batch, algo);
+    ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+    Result<std::unique_ptr<BackendBuffer>> workspace = backend.Allocate(*ws);
+    ASSERT_TRUE(workspace.ok());
+    Result<std::optional<double>> error = checker.Check(batch, algo, (*workspace)->data(), *ws);
+    ASSERT_TRUE(error.ok()) << error.status().ToString();
+    ASSERT_TRUE(error->has_value());
+    EXPECT_LE(**error, ResultBound(p)) << "micro-batch " << batch;
+  };
+  for (int64_t batch = 1; batch <= samples; ++batch) check(batch);
+  EXPECT_EQ(backend.reference_samples(), samples);
+  check(2);
+  EXPECT_EQ(backend.reference_samples(), samples + 2);
 }
 
 TEST(ResultCheckTest, CorrectConfigurationsPassInEveryPrecisionAndIn3d) {

@@ -346,12 +346,18 @@ Result<const CudnnDescriptors*> CudnnBackend::GetDescriptors(const ConvProblem& 
 
 std::vector<AlgorithmInfo> CudnnBackend::Algorithms(ConvOp op) const { return CudnnAlgorithms(op); }
 
+Result<size_t> CudnnBackend::OverwritingWorkspaceSize(const ConvProblem& problem, int64_t batch,
+                                                      const Algorithm& algorithm) {
+  if (!algorithm.is_engine()) return WorkspaceSize(problem, batch, algorithm);  // the same call
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algorithm, 0.0f));
+  return plan->workspace_bytes();
+}
+
 Result<size_t> CudnnBackend::WorkspaceSize(const ConvProblem& problem, int64_t batch,
                                            const Algorithm& algorithm) {
   if (algorithm.is_engine()) {
-    UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-    UCUDNN_ASSIGN_OR_RETURN(EnginePlan * plan, GetEnginePlan(problem, batch, algorithm, 0.0f));
-    size_t bytes = plan->workspace_bytes();
+    UCUDNN_ASSIGN_OR_RETURN(size_t bytes, OverwritingWorkspaceSize(problem, batch, algorithm));
     if (problem.op == ConvOp::kBackwardFilter) {
       // Backward-filter's later micro-batches accumulate (beta 1): another plan, whose workspace
       // can be larger (seen on the H100: 565,406 against 553,390 bytes for a 5x5 depthwise
@@ -738,6 +744,18 @@ Status CudnnBackend::CopyWithinDevice(void* device_dst, const void* device_src, 
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
   const cudaStream_t s = stream();
   UCUDNN_GPU_CHECK(cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, s));
+  UCUDNN_GPU_CHECK(cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
+Status CudnnBackend::FillBytes(void* device_dst, unsigned char value, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (device_dst == nullptr) {
+    return InvalidArgument("FillBytes: null pointer with " + std::to_string(bytes) + " bytes");
+  }
+  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
+  const cudaStream_t s = stream();
+  UCUDNN_GPU_CHECK(cudaMemsetAsync(device_dst, value, bytes, s));
   UCUDNN_GPU_CHECK(cudaStreamSynchronize(s));
   return Status::Ok();
 }

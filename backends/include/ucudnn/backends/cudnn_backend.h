@@ -79,6 +79,8 @@ class CudnnBackend final : public ConvBackend {
   // legacy API cannot describe it, e.g. bf16 compute or more than 2^31 elements per tensor).
   Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
                                const Algorithm& algo) override;
+  Result<size_t> OverwritingWorkspaceSize(const ConvProblem& problem, int64_t batch,
+                                          const Algorithm& algorithm) override;
   Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
              const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
              float beta) override;
@@ -109,6 +111,7 @@ class CudnnBackend final : public ConvBackend {
   Status Healthy() override;
   // cudnnTransformTensor, and cudnnTransformTensor, cudnnOpTensor and cudnnReduceTensor (NORM2)
   // over chunks of the vectors seen as 1-D tensors.
+  Status FillBytes(void* device_dst, unsigned char value, size_t bytes) override;
   Status WidenToFloat(void* dst, const void* src, DataType type, size_t count) override;
   Result<std::pair<double, double>> DifferenceNorms(const void* got, DataType type,
                                                     const void* want, size_t count) override;

@@ -96,9 +96,19 @@ class ConvBackend {
     (void)algo;
     return false;
   }
-  // Workspace bytes `algo` needs for `problem` at `batch`; kUnsupported when it cannot run it.
+  // Workspace bytes `algo` needs for `problem` at `batch` in every call a plan makes, accumulating
+  // ones too (a backward filter's later micro-batches, beta 1); kUnsupported when it cannot run
+  // it.
   virtual Result<size_t> WorkspaceSize(const ConvProblem& problem, int64_t batch,
                                        const Algorithm& algo) = 0;
+  // ... in a call that overwrites the output (beta 0), as timed runs do: at most WorkspaceSize().
+  // Where the accumulating call is another plan (cuDNN's engines), asking for it costs building
+  // that plan, a runtime compilation for depthwise engines; the benchmark asks it only of the
+  // configurations a plan could use. By default the same.
+  virtual Result<size_t> OverwritingWorkspaceSize(const ConvProblem& problem, int64_t batch,
+                                                  const Algorithm& algo) {
+    return WorkspaceSize(problem, batch, algo);
+  }
   // Runs the op on `batch` samples. `workspace` holds at least WorkspaceSize() bytes.
   virtual Status Run(const ConvProblem& problem, int64_t batch, const Algorithm& algo,
                      const ConvOperands& operands, void* workspace, size_t workspace_bytes,
@@ -117,6 +127,13 @@ class ConvBackend {
     (void)device_src;
     (void)bytes;
     return Status(StatusCode::kUnsupported, "CopyWithinDevice: not supported by this backend");
+  }
+  // Sets `bytes` bytes at `device_dst` to `value`. By default through a host buffer and
+  // CopyToDevice; a device backend sets them in place (a result check poisons outputs of
+  // hundreds of MB: copied from the host, that was a large part of a check's time).
+  virtual Status FillBytes(void* device_dst, unsigned char value, size_t bytes) {
+    const std::vector<unsigned char> host(bytes, value);
+    return CopyToDevice(device_dst, host.data(), bytes);
   }
   // Device-side numerics for the worker's result checks (engine/result_check.h), where the
   // backend has them; kUnsupported by default, and the caller does the same on the host.

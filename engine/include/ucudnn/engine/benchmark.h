@@ -57,9 +57,10 @@ struct BenchmarkOptions {
   double group_target_ms = 0.2;
   int max_group = 64;
   // Pruning by a probe: every configuration of a micro-batch size is first run once (after one
-  // warm-up); one that another configuration of the size beats by more than this fraction with at
-  // most its workspace is recorded with that one sample (it is dominated: never chosen) instead
-  // of the full protocol. Negative disables the probes (every configuration gets the full
+  // warm-up), a run shorter than short_run_ms then once more as a group (as the samples are); one
+  // that another configuration of the size beats by more than this fraction with at most its
+  // workspace is recorded with that one sample (it is dominated: never chosen) instead of the full
+  // protocol. Negative disables the probes (every configuration gets the full
   // protocol).
   double prune_margin = 0.10;
   // Skipping across sizes (with the probes on): a configuration whose probe at one micro-batch
@@ -80,8 +81,9 @@ struct BenchmarkOptions {
   // Seed of the operand data (FillRandom); inputs differ per tensor.
   uint64_t seed = 1;
   // The results of the configurations a plan could use (each size's time/workspace Pareto front)
-  // checked against the fp32 reference (result_check.h); a wrong one is stored failed ("wrong
-  // result: ...") and never planned.
+  // checked against the fp32 reference (result_check.h), each configuration once, at the largest
+  // size where it is on a front; a wrong one is stored failed ("wrong result: ...") at every size
+  // and never planned.
   bool check_results = true;
   // When set and true, the benchmark stops before its next configuration and returns
   // kUnavailable ("benchmark cancelled"); e.g. a worker shutting down.

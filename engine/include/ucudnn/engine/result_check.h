@@ -42,10 +42,12 @@ double RelativeL2FromNorms(double difference_squares, double want_squares);
 // Checks configurations of one problem on the benchmark's operands (`operands`: the problem's
 // tensors at `operands.samples` samples, the op's inputs holding data). The inputs are widened to
 // fp32 on the device once; the reference is computed once per problem where the output is per
-// sample (forward, backward-data: each size's is a prefix of the largest's), once per micro-batch
-// size otherwise. Where the backend has device numerics (ConvBackend::WidenToFloat,
-// DifferenceNorms), nothing is copied to the host but two norms per check; their answer is
-// compared with the host's at a problem's first check, and not used again if they disagree.
+// sample (forward, backward-data: each size's is a prefix of the largest's); a backward-filter's
+// (a sum over the samples) grows with the sizes checked, each adding its samples beyond the last
+// size's, so checks in increasing sizes cost one reference over the largest. Where the backend has
+// device numerics (ConvBackend::WidenToFloat, DifferenceNorms), nothing is copied to the host but
+// two norms per check; their answer is compared with the host's at a problem's first check, and not
+// used again if they disagree.
 class ResultChecker {
  public:
   ResultChecker(ConvBackend& backend, const ConvProblem& problem, const ConvOperands& operands);
@@ -57,12 +59,15 @@ class ResultChecker {
   Result<std::optional<double>> Check(int64_t batch, const Algorithm& algo, void* workspace,
                                       size_t workspace_bytes);
 
+  // Milliseconds spent computing references so far (for the benchmark's summary line).
+  double reference_ms() const { return reference_ms_; }
+
  private:
   // The fp32 reference output at `batch` in fp32_[2], or one it is a prefix of (false where none
-  // could run); callers check size by size.
+  // could run); cheapest when callers check in increasing sizes.
   Result<bool> Reference(int64_t batch);
-  // Runs the reference at `batch` into fp32_[2].
-  Result<bool> RunReference(int64_t batch);
+  // Runs the reference over samples [from, to) into fp32_[2] (added to it when from > 0).
+  Result<bool> RunReference(int64_t from, int64_t to);
   // The relative L2 error of the output against the reference, both read to the host.
   Result<double> HostError(int64_t batch);
   // The op's inputs widened to fp32 on the device (every sample the operands hold) and an fp32
@@ -78,7 +83,7 @@ class ResultChecker {
   int64_t reference_batch_ = 0;             // the size fp32_[2] holds the reference of
   bool reference_ok_ = false;
   std::optional<std::vector<float>> host_reference_;  // fp32_[2] on the host, when asked
-  std::vector<unsigned char> poison_;                 // all ones bytes: NaN in every type
+  double reference_ms_ = 0;
   bool device_numerics_ = true;
   bool device_numerics_verified_ = false;  // agreed with the host on this problem's first check
 };
