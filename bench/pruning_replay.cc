@@ -1,11 +1,12 @@
-// ucudnn-bench-engine --replay-pruning: the worker's search rules replayed on the measured H100
-// tables (data/h100/*.csv), without a GPU. A backend answers every timed call from the table
-// (each sample the row's median, times 1 + a uniform error within --probe-noise, for the spread of
-// an idle GPU), so the real engine (BenchmarkMicroBatches) makes its probe-pruning and skipping
-// decisions in the worker's order exactly as on the device. Reported per network and precision:
-// configurations given the full protocol, kept at their probe, or not run; runs and device time
-// spent; and the planner's predicted step (PlanNetwork per kernel at 64 MiB and 1 GiB) from the
-// pruned tables against the exhaustive ones.
+// ucudnn-bench-engine --replay-pruning: the worker's search rules replayed on measured tables
+// (--data-dir, data/h100/*.csv by default: exhaustive ones), without a GPU. A backend answers every
+// timed call from the table (each sample the row's median, times 1 + a uniform error within
+// --probe-noise, for the spread of an idle GPU), so the real engine (BenchmarkMicroBatches) makes
+// its probe-pruning and skipping decisions in the worker's order exactly as on the device. Reported
+// per network and precision: configurations given the full protocol, kept at their probe, or not
+// run; runs and device time spent; and the planner's predicted step (PlanNetwork per kernel at 64
+// MiB and 1 GiB) from the pruned tables against the exhaustive ones; where the GPU's own pruned
+// table lies beside an exhaustive one (scripts/gpu_search.sh --offline), its plans too.
 //
 //   build/bin/ucudnn-bench-engine --replay-pruning --json > bench/results/cpu/pruning.json
 #include "pruning_replay.h"
@@ -19,6 +20,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -31,13 +33,17 @@
 namespace ucudnn {
 namespace {
 
+// The two tables of scripts/gpu_search.sh --offline.
+constexpr std::string_view kPrunedSuffix = "-pruned.csv";
+constexpr std::string_view kExhaustiveSuffix = "-exhaustive.csv";
+
 // Answers from one problem's measured table.
 class ReplayBackend : public ConvBackend {
  public:
   ReplayBackend(const TimingTable& table, double noise, uint64_t seed)
       : table_(table), noise_(noise), rng_(seed) {
     fingerprint_.backend = "replay";
-    fingerprint_.name = "H100 tables (data/h100)";
+    fingerprint_.name = "measured tables";
   }
   const DeviceFingerprint& fingerprint() const override { return fingerprint_; }
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
@@ -205,7 +211,11 @@ Result<PlanTimes> PlanTime(const std::vector<Kernel>& kernels,
             return t.micro_batch == segment.micro_batch && t.algo == segment.algo &&
                    t.engine_config == segment.engine_config;
           });
-      if (row == table.entries.end()) return Internal("a planned segment is not in the data");
+      if (row == table.entries.end() || row->status != TimingStatus::kOk) {
+        return Internal("a planned segment has no measured time in the exhaustive data: " +
+                        CanonicalKey(k.kernel.problem) + " micro-batch " +
+                        std::to_string(segment.micro_batch));
+      }
       times.measured_ms += row->time_ms;
     }
   }
@@ -227,7 +237,11 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
   nlohmann::ordered_json networks = nlohmann::ordered_json::array();
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(data_dir)) {
-    if (entry.path().extension() == ".csv") files.push_back(entry.path());
+    // A search's own table (scripts/gpu_search.sh --offline: NAME-pruned.csv beside
+    // NAME-exhaustive.csv) is not replayed: its plans are compared with the exhaustive one's.
+    if (entry.path().extension() == ".csv" && !entry.path().string().ends_with(kPrunedSuffix)) {
+      files.push_back(entry.path());
+    }
   }
   std::sort(files.begin(), files.end());
   BenchmarkOptions exhaustive;
@@ -257,6 +271,17 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
                             Replay(tables, pruned, probe_noise, false, pruned_cost));
     UCUDNN_ASSIGN_OR_RETURN(auto prior_tables,
                             Replay(tables, pruned, probe_noise, true, prior_cost));
+    // The pruned search as the GPU ran it, where its table came back beside this one.
+    std::map<std::string, TimingTable> measured_pruned;
+    const std::string name = file.string();
+    if (name.ends_with(kExhaustiveSuffix)) {
+      const std::string sibling =
+          name.substr(0, name.size() - kExhaustiveSuffix.size()) + std::string(kPrunedSuffix);
+      if (std::filesystem::exists(sibling)) {
+        UCUDNN_ASSIGN_OR_RETURN(TimingTables pruned_run, ReadTimingCsvFile(sibling));
+        for (auto& [key, measured] : pruned_run) measured_pruned[key] = std::move(measured.table);
+      }
+    }
     nlohmann::ordered_json plans = nlohmann::ordered_json::array();
     for (uint64_t workspace : {uint64_t{64} << 20, uint64_t{1} << 30}) {
       UCUDNN_ASSIGN_OR_RETURN(PlanTimes full, PlanTime(kernels, full_tables, tables, workspace));
@@ -274,6 +299,13 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
                        {"pruned_with_prior_plan_measured_ms", with_prior.measured_ms},
                        {"pruned_with_prior_vs_exhaustive_measured",
                         (with_prior.measured_ms - full.measured_ms) / full.measured_ms}});
+      if (!measured_pruned.empty()) {
+        UCUDNN_ASSIGN_OR_RETURN(PlanTimes gpu_pruned,
+                                PlanTime(kernels, measured_pruned, tables, workspace));
+        plans.back()["gpu_pruned_plan_measured_ms"] = gpu_pruned.measured_ms;
+        plans.back()["gpu_pruned_vs_exhaustive_measured"] =
+            (gpu_pruned.measured_ms - full.measured_ms) / full.measured_ms;
+      }
     }
     networks.push_back(
         {{"file", file.filename().string()},
@@ -293,12 +325,14 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
       {"probe_noise", probe_noise},
       {"note",
        "the real engine's probe pruning and skipping (BenchmarkOptions defaults) against "
-       "--exhaustive, each timed call answered from the measured H100 table (median x (1 + "
+       "--exhaustive, each timed call answered from the measured table (median x (1 + "
        "uniform error within probe_noise)); plans are PlanNetwork per kernel on each search's "
        "replayed tables (predicted), then timed with the table's measured medians (measured): "
        "pruned_vs_exhaustive_measured is what pruning costs the step; pruned_with_prior also "
        "leaves out, from micro-batch 16, what lost on every nearby problem replayed before "
-       "(search_prior.h), problems in canonical-key order"},
+       "(search_prior.h), problems in canonical-key order; gpu_pruned_*: where a NAME-pruned.csv "
+       "lies beside NAME-exhaustive.csv (scripts/gpu_search.sh --offline), the plans of the "
+       "pruned search as the GPU ran it, timed with the exhaustive table's medians"},
       {"networks", networks}};
 }
 

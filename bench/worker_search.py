@@ -10,7 +10,8 @@ No PyTorch and no GPU needed: it reads what the runs wrote.
 JSON: {"device", "offline": [{"search", "spec", "wall_s", "csv", "problems", "timings"}],
 "know": [{"row", "time_to_know_s" (first benchmark job queued to last done), "worker_busy_s",
 "jobs_done", "jobs_failed", "jobs_queued" (left when the cap came), "complete", "timings_ok",
-"wrong_results", "job_prepare_s"}], "gate": {"jobs": [{"job", "worker", "median_step_ms",
+"wrong_results", "job_prepare_s", "phases_s" (the worker's seconds in each phase, summed over
+the problems, from its summary lines)}], "gate": {"jobs": [{"job", "worker", "median_step_ms",
 "steady_spread_ms", "benchmark_jobs_done", "pauses"}], "median_with_ms", "median_without_ms",
 "with_over_without"}}."""
 
@@ -46,6 +47,34 @@ def offline_rows(runs_dir):
     return rows
 
 
+# The worker's summary line of one benchmarked problem (engine/src/benchmark.cc LogSummary).
+PHASES = re.compile(
+    r"benchmarked .* (?P<total>[\d.]+) s \(prepare (?P<prepare>[\d.]+) ms on \d+ threads, "
+    r"queries (?P<queries>[\d.]+) ms, operands (?P<operands>[\d.]+) ms, result checks "
+    r"(?P<result_checks>[\d.]+) ms(?: \(references (?P<references>[\d.]+) ms\))?, probes "
+    r"(?P<probes>[\d.]+) ms, measurements (?P<measurements>[\d.]+) ms\)")
+
+
+def phases(worker_log):
+    """Seconds of each phase summed over the problems the worker benchmarked, or None."""
+    if not os.path.exists(worker_log):
+        return None
+    sums, problems = {}, 0
+    with open(worker_log, errors="replace") as f:
+        for line in f:
+            m = PHASES.search(line)
+            if not m:
+                continue
+            problems += 1
+            for name, value in m.groupdict().items():
+                if value is not None:
+                    scale = 1.0 if name == "total" else 1e-3
+                    sums[name] = sums.get(name, 0.0) + float(value) * scale
+    if not problems:
+        return None
+    return dict({name: round(value, 2) for name, value in sums.items()}, problems=problems)
+
+
 def know_rows(runs_dir):
     rows = []
     for path in sorted(glob.glob(os.path.join(runs_dir, "know_*.summary.json"))):
@@ -65,6 +94,7 @@ def know_rows(runs_dir):
             "timings_ok": summary["timings_ok"],
             "wrong_results": summary["wrong_results"],
             "job_prepare_s": run.get("prepare_s"),
+            "phases_s": phases(os.path.join(runs_dir, f"know_{tag}.worker.log")),
             "job_error": None if run else "no run JSON (runs.log)",
         })
     return rows
