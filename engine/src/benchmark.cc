@@ -339,7 +339,6 @@ class TableBenchmark {
     query_ms_ = MsSince(phase);
     phase = Clock::now();
     UCUDNN_RETURN_IF_ERROR(AllocateOperands());
-    UCUDNN_RETURN_IF_ERROR(AllocateWorkspace());
     operands_ms_ = MsSince(phase);
     probe_ms_.assign(table_.entries.size(), -1.0);
     probe_after_.assign(table_.entries.size(), DeviceActivity{});
@@ -349,6 +348,12 @@ class TableBenchmark {
              table_.entries[last].micro_batch == table_.entries[first].micro_batch) {
         ++last;
       }
+      phase = Clock::now();
+      UCUDNN_RETURN_IF_ERROR(QueryWorkspaces(first, last));
+      query_ms_ += MsSince(phase);
+      phase = Clock::now();
+      UCUDNN_RETURN_IF_ERROR(GrowWorkspace(first, last));
+      operands_ms_ += MsSince(phase);
       phase = Clock::now();
       if (options_.prune_margin >= 0) {
         UCUDNN_RETURN_IF_ERROR(ProbeSize(first, last));
@@ -380,42 +385,59 @@ class TableBenchmark {
   }
 
   // 1. The candidates of every micro-batch size (legacy algorithms, then the engine
-  // configurations cuDNN proposes for that size) and their workspaces; those that cannot run
-  // are settled here.
+  // configurations cuDNN proposes for that size). Their workspaces are asked size by size
+  // (QueryWorkspaces), of the candidates no smaller size ruled out.
   Status QueryCandidates() {
-    Status first_query_failure;
     for (int64_t size : sizes_) {
       for (Timing& t : backend_.Candidates(problem_, size)) {
         t.micro_batch = size;
-        // What the timed runs need (beta 0); what every call of a plan needs is settled later,
-        // for the configurations a plan could use only (SettleWorkspaces).
-        Result<size_t> ws = backend_.OverwritingWorkspaceSize(problem_, size, AlgorithmOf(t));
-        bool ok = false;
-        if (!ws.ok()) {
-          if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key_);
-          RecordRunFailure(t, ws.status());
-          if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
-            first_query_failure = ws.status();
-          }
-        } else if (*ws > options_.workspace_cap_bytes) {
-          // This worker's limit, not cuDNN's verdict: kFailed with a reason that says so, never
-          // kUnsupported (see kWorkerLimitError).
-          t.workspace_bytes = *ws;
-          t.status = TimingStatus::kFailed;
-          t.error = WorkerLimit("workspace " + FormatBytes(*ws) + " over this worker's cap " +
-                                FormatBytes(options_.workspace_cap_bytes) +
-                                " (--workspace-cap); not measured, cuDNN did not decline it");
-        } else {
-          t.workspace_bytes = *ws;
-          ok = true;
-        }
         ids_.push_back(AlgorithmText(AlgorithmOf(t)));
         table_.entries.push_back(std::move(t));
-        runnable_.push_back(ok);
+        runnable_.push_back(true);
       }
     }
     if (table_.entries.empty()) {
       return InvalidArgument("nothing to measure: the backend has no algorithm for " + key_);
+    }
+    workspace_known_.assign(table_.entries.size(), false);
+    return Status::Ok();
+  }
+
+  // 1b. The workspace of the timed runs (beta 0; what every call of a plan needs is settled
+  // later, for the configurations a plan could use: SettleWorkspaces) of each candidate of the
+  // size [first, last) that a smaller size did not rule out; those that cannot run are settled
+  // here. Asking costs an execution plan, a runtime compilation for cuDNN's grouped and depthwise
+  // engines (ConvBackend::Prepare leaves those out): asked of every candidate up front, a
+  // ConvNeXt depthwise problem compiled over 40% of them for configurations the probes of a
+  // smaller size then ruled out.
+  Status QueryWorkspaces(size_t first, size_t last) {
+    Status first_query_failure;
+    for (size_t i = first; i < last; ++i) {
+      Timing& t = table_.entries[i];
+      if (!runnable_[i] || workspace_known_[i]) continue;
+      if (options_.prune_margin >= 0 && RuledOut(ids_[i], t.micro_batch) != nullptr) continue;
+      workspace_known_[i] = true;
+      Result<size_t> ws =
+          backend_.OverwritingWorkspaceSize(problem_, t.micro_batch, AlgorithmOf(t));
+      if (!ws.ok()) {
+        if (ws.status().code() == StatusCode::kDeviceLost) return ws.status().WithContext(key_);
+        RecordRunFailure(t, ws.status());
+        runnable_[i] = false;
+        if (t.status == TimingStatus::kFailed && first_query_failure.ok()) {
+          first_query_failure = ws.status();
+        }
+      } else if (*ws > options_.workspace_cap_bytes) {
+        // This worker's limit, not cuDNN's verdict: kFailed with a reason that says so, never
+        // kUnsupported (see kWorkerLimitError).
+        t.workspace_bytes = *ws;
+        t.status = TimingStatus::kFailed;
+        t.error = WorkerLimit("workspace " + FormatBytes(*ws) + " over this worker's cap " +
+                              FormatBytes(options_.workspace_cap_bytes) +
+                              " (--workspace-cap); not measured, cuDNN did not decline it");
+        runnable_[i] = false;
+      } else {
+        t.workspace_bytes = *ws;
+      }
     }
     if (!first_query_failure.ok()) {
       UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, first_query_failure).WithContext(key_));
@@ -470,40 +492,49 @@ class TableBenchmark {
     return Status::Ok();
   }
 
-  // 3. One workspace for all configurations, at the largest size needed. When it cannot be
-  // had, the configurations needing it fail (this worker's limit) and the next smaller size is
-  // tried.
-  Status AllocateWorkspace() {
-    uint64_t largest = 0;
-    for (size_t i = 0; i < table_.entries.size(); ++i) {
-      if (runnable_[i]) largest = std::max(largest, table_.entries[i].workspace_bytes);
-    }
-    while (AnyRunnable()) {
-      Result<std::unique_ptr<BackendBuffer>> buffer = backend_.Allocate(largest);
+  // 3. One workspace for all configurations, grown size by size to the largest the size's
+  // runnable ones need (never shrunk: the result checks run every size's configurations in it
+  // at the end). When it cannot be had, the size's configurations needing it fail (this worker's
+  // limit) and the next smaller need is tried.
+  Status GrowWorkspace(size_t first, size_t last) {
+    const uint64_t held = workspace_ != nullptr ? workspace_->size() : 0;
+    while (true) {
+      uint64_t largest = 0;
+      for (size_t i = first; i < last; ++i) {
+        if (runnable_[i] && workspace_known_[i]) {
+          largest = std::max(largest, table_.entries[i].workspace_bytes);
+        }
+      }
+      if (workspace_ != nullptr && largest <= held) return Status::Ok();
+      const uint64_t wanted = std::max(largest, held);
+      Result<std::unique_ptr<BackendBuffer>> buffer = backend_.Allocate(wanted);
+      if (!buffer.ok() && buffer.status().code() == StatusCode::kResourceExhausted &&
+          workspace_ != nullptr) {
+        workspace_.reset();  // the smaller one's memory, for the larger one
+        buffer = backend_.Allocate(wanted);
+      }
       if (buffer.ok()) {
         workspace_ = std::move(*buffer);
         return Status::Ok();
       }
       const bool oom = buffer.status().code() == StatusCode::kResourceExhausted;
       if (!oom) UCUDNN_RETURN_IF_ERROR(CheckDevice(backend_, buffer.status()).WithContext(key_));
-      uint64_t next = 0;
-      for (size_t i = 0; i < table_.entries.size(); ++i) {
-        if (!runnable_[i]) continue;
-        Timing& t = table_.entries[i];
-        if (t.workspace_bytes >= largest) {
-          runnable_[i] = false;
-          t.status = TimingStatus::kFailed;
-          t.error = oom ? WorkerLimit("workspace " + FormatBytes(t.workspace_bytes) +
-                                      " could not be allocated on this worker: " +
-                                      buffer.status().ToString())
-                        : buffer.status().ToString();
-        } else {
-          next = std::max<uint64_t>(next, t.workspace_bytes);
-        }
+      if (largest <= held) {
+        // Not even what the smaller sizes ran in: the memory went elsewhere meanwhile.
+        return buffer.status().WithContext(key_ + ": the workspace of " + FormatBytes(held) +
+                                           " the smaller micro-batches ran in");
       }
-      largest = next;
+      for (size_t i = first; i < last; ++i) {
+        Timing& t = table_.entries[i];
+        if (!runnable_[i] || !workspace_known_[i] || t.workspace_bytes < largest) continue;
+        runnable_[i] = false;
+        t.status = TimingStatus::kFailed;
+        t.error = oom ? WorkerLimit(
+                            "workspace " + FormatBytes(t.workspace_bytes) +
+                            " could not be allocated on this worker: " + buffer.status().ToString())
+                      : buffer.status().ToString();
+      }
     }
-    return Status::Ok();
   }
 
   void* WorkspaceOf(const Timing& t) const {
@@ -903,7 +934,8 @@ class TableBenchmark {
   const std::string key_;
 
   TimingTable table_;
-  std::vector<std::string> ids_;  // each entry's configuration (AlgorithmText)
+  std::vector<std::string> ids_;       // each entry's configuration (AlgorithmText)
+  std::vector<bool> workspace_known_;  // its workspace asked (QueryWorkspaces)
   std::vector<std::pair<size_t, size_t>> size_ranges_;  // [first, last) of each size's entries
   std::vector<bool> runnable_;
   Operands operands_;

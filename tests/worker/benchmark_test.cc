@@ -153,7 +153,8 @@ class ScriptedTimesBackend : public RenamedCpuBackend {
   std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
     return {{0, "fast"}, {1, "saturated"}, {2, "improving"}, {3, "saturated_short"}};
   }
-  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, const Algorithm& algo) override {
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t b, const Algorithm& algo) override {
+    ++asked[{algo.id, b}];
     return algo.id == 0 ? size_t{1} << 20 : algo.id == 3 ? size_t{1} << 19 : 0;
   }
   Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t b, const Algorithm& algo,
@@ -167,7 +168,8 @@ class ScriptedTimesBackend : public RenamedCpuBackend {
                                      : 0.5 * x;
     return std::vector<double>(static_cast<size_t>(samples), ms);
   }
-  std::map<std::pair<int, int64_t>, int> runs;  // (algorithm, micro-batch) -> calls
+  std::map<std::pair<int, int64_t>, int> runs;   // (algorithm, micro-batch) -> calls
+  std::map<std::pair<int, int64_t>, int> asked;  // ... -> workspace queries (a plan each on cuDNN)
 };
 
 TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsGrowing) {
@@ -186,6 +188,9 @@ TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsG
       EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
       EXPECT_THAT(t.error, HasSubstr("time per sample stopped falling"));
       EXPECT_EQ(backend.runs.count({1, t.micro_batch}), 0u);
+      // Nor was its workspace asked there: on cuDNN that builds a plan, for runtime-compiled
+      // engines a compilation, for nothing.
+      EXPECT_EQ(backend.asked.count({1, t.micro_batch}), 0u);
     } else {
       // Measured: the fastest, the one that still gains from larger micro-batches (although
       // slow), the saturated one until its saturation showed, and the saturated one whose runs
