@@ -379,6 +379,12 @@ TEST_F(GpuEngineTest, PreparedCandidatesAreThoseFoundOneSizeAtATime) {
       for (const Timing& t : (*prepared)->Candidates(p, size)) {
         Result<size_t> ws = (*prepared)->WorkspaceSize(p, size, AlgorithmOf(t));
         with[AlgorithmText(AlgorithmOf(t))] = ws.ok() ? *ws : SIZE_MAX;
+        // The timed runs' (beta 0) workspace is part of what every call needs.
+        Result<size_t> overwriting = (*prepared)->OverwritingWorkspaceSize(p, size, AlgorithmOf(t));
+        ASSERT_EQ(overwriting.ok(), ws.ok()) << t.engine_config;
+        if (ws.ok()) {
+          EXPECT_LE(*overwriting, *ws) << t.engine_config;
+        }
       }
       for (const Timing& t : (*lazy)->Candidates(p, size)) {
         Result<size_t> ws = (*lazy)->WorkspaceSize(p, size, AlgorithmOf(t));
