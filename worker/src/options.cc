@@ -171,13 +171,14 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
       ->group("Benchmark");
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates (cuDNN heuristics "
-                 "and execution plans) before the timed runs; 1: one size at a time")
+                 "and execution plans, except runtime-compiled ones: built when a size asks for "
+                 "them) before the timed runs; 1: one size at a time")
       ->envname("UCUDNN_WORKER_PREPARE_THREADS")
       ->capture_default_str()
       ->group("Benchmark");
   app.add_option("--short-run-us", o.short_run_us,
-                 "runs faster than this are timed in groups of back-to-back runs, as a "
-                 "segment's micro-batches run; 0 times every run on its own")
+                 "runs faster than this are timed (and probed) in groups of back-to-back runs, "
+                 "as a segment's micro-batches run; 0 times every run on its own")
       ->envname("UCUDNN_WORKER_SHORT_RUN_US")
       ->capture_default_str()
       ->group("Benchmark");
