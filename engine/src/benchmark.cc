@@ -342,12 +342,7 @@ class TableBenchmark {
     operands_ms_ = MsSince(phase);
     probe_ms_.assign(table_.entries.size(), -1.0);
     probe_after_.assign(table_.entries.size(), DeviceActivity{});
-    for (size_t first = 0; first < table_.entries.size();) {
-      size_t last = first;
-      while (last < table_.entries.size() &&
-             table_.entries[last].micro_batch == table_.entries[first].micro_batch) {
-        ++last;
-      }
+    for (const auto& [first, last] : size_ranges_) {
       phase = Clock::now();
       UCUDNN_RETURN_IF_ERROR(QueryWorkspaces(first, last));
       query_ms_ += MsSince(phase);
@@ -363,8 +358,6 @@ class TableBenchmark {
       phase = Clock::now();
       UCUDNN_RETURN_IF_ERROR(MeasureSize(first, last));
       measure_ms_ += MsSince(phase);
-      size_ranges_.emplace_back(first, last);
-      first = last;
     }
     phase = Clock::now();
     UCUDNN_RETURN_IF_ERROR(SettleWorkspaces());
@@ -389,12 +382,14 @@ class TableBenchmark {
   // (QueryWorkspaces), of the candidates no smaller size ruled out.
   Status QueryCandidates() {
     for (int64_t size : sizes_) {
+      const size_t first = table_.entries.size();
       for (Timing& t : backend_.Candidates(problem_, size)) {
         t.micro_batch = size;
         ids_.push_back(AlgorithmText(AlgorithmOf(t)));
         table_.entries.push_back(std::move(t));
         runnable_.push_back(true);
       }
+      if (table_.entries.size() > first) size_ranges_.emplace_back(first, table_.entries.size());
     }
     if (table_.entries.empty()) {
       return InvalidArgument("nothing to measure: the backend has no algorithm for " + key_);

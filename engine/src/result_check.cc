@@ -210,8 +210,8 @@ Result<std::optional<double>> ResultChecker::Check(int64_t batch, const Algorith
     if (norms.ok()) {
       const double error = RelativeL2FromNorms(norms->first, norms->second);
       if (device_numerics_verified_) return std::optional<double>(error);
-      // The device's answer against the host's once per problem (at its first, smallest check):
-      // a backend whose numerics disagree is not trusted with the rest.
+      // The device's answer against the host's once per problem (at its first check, the
+      // smallest size checked): a backend whose numerics disagree is not trusted with the rest.
       UCUDNN_ASSIGN_OR_RETURN(const double host, HostError(batch));
       const bool agree = (std::isinf(error) && std::isinf(host)) ||
                          std::abs(error - host) <= 1e-3 * std::max(1.0, std::abs(host));

@@ -109,9 +109,10 @@ class CudnnBackend final : public ConvBackend {
   // the handle's stream (a wrapped one), whose error is classified by gpu::CodeFor: kDeviceLost
   // for a sticky error.
   Status Healthy() override;
+  // cudaMemsetAsync on the backend's stream.
+  Status FillBytes(void* device_dst, unsigned char value, size_t bytes) override;
   // cudnnTransformTensor, and cudnnTransformTensor, cudnnOpTensor and cudnnReduceTensor (NORM2)
   // over chunks of the vectors seen as 1-D tensors.
-  Status FillBytes(void* device_dst, unsigned char value, size_t bytes) override;
   Status WidenToFloat(void* dst, const void* src, DataType type, size_t count) override;
   Result<std::pair<double, double>> DifferenceNorms(const void* got, DataType type,
                                                     const void* want, size_t count) override;
