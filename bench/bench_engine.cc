@@ -165,6 +165,10 @@ void AddProtocolFlags(CLI::App& app, BenchmarkOptions& o) {
                  "probe pruning: a configuration another of its size beats by more than this "
                  "fraction with at most its workspace keeps its probe only (negative: off)")
       ->capture_default_str();
+  app.add_option("--skip-factor", o.skip_factor,
+                 "skipping across sizes: a configuration this many times slower than another of "
+                 "its size with at most its workspace is not run at the next size (<= 0: off)")
+      ->capture_default_str();
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates before the timed "
                  "runs (BenchmarkOptions::prepare_threads; 1: one size at a time)")
@@ -467,6 +471,7 @@ Json OptionsJson(const Args& args) {
           {"short_run_ms", o.short_run_ms},
           {"short_runs_device_time_only", o.short_runs_device_time_only},
           {"group_target_ms", o.group_target_ms},
+          {"probe_group_target_ms", o.probe_group_target_ms},
           {"max_group", o.max_group},
           {"data_dir", args.data_dir}};
 }
@@ -569,7 +574,8 @@ int Run(int argc, char** argv) {
                         : std::string(UCUDNN_SOURCE_DIR) + "/data/h100";
   }
   if (args.replay_pruning) {
-    Result<nlohmann::ordered_json> replay = ReplayPruning(args.data_dir, args.probe_noise);
+    Result<nlohmann::ordered_json> replay =
+        ReplayPruning(args.data_dir, args.probe_noise, args.options);
     if (!replay.ok()) {
       std::fprintf(stderr, "ucudnn-bench-engine: %s\n", replay.status().ToString().c_str());
       return 1;

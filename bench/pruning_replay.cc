@@ -233,7 +233,8 @@ nlohmann::ordered_json CostJson(const SearchCost& c) {
 
 }  // namespace
 
-Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double probe_noise) {
+Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double probe_noise,
+                                             BenchmarkOptions pruned) {
   nlohmann::ordered_json networks = nlohmann::ordered_json::array();
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(data_dir)) {
@@ -248,7 +249,6 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
   exhaustive.prune_margin = -1;
   exhaustive.skip_factor = 0;
   exhaustive.prepare_threads = 1;
-  BenchmarkOptions pruned;  // the worker's defaults
   pruned.prepare_threads = 1;
   for (const auto& file : files) {
     UCUDNN_ASSIGN_OR_RETURN(TimingTables tables, ReadTimingCsvFile(file.string()));
@@ -323,6 +323,8 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
       {"benchmark", "pruning replay"},
       {"command", "build/bin/ucudnn-bench-engine --replay-pruning --json"},
       {"probe_noise", probe_noise},
+      {"pruned_search",
+       {{"prune_margin", pruned.prune_margin}, {"skip_factor", pruned.skip_factor}}},
       {"note",
        "the real engine's probe pruning and skipping (BenchmarkOptions defaults) against "
        "--exhaustive, each timed call answered from the measured table (median x (1 + "

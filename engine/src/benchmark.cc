@@ -154,12 +154,11 @@ void RecordRunFailure(Timing& t, const Status& status) {
 }
 
 // Runs per sample of a configuration whose single run took `run_ms`: a group of back-to-back runs
-// lasting about group_target_ms (2 to max_group) where the run is shorter than short_run_ms (one
-// run per pair of clock readings would include the device's wait for the host to issue it), else
-// one.
-int RunsPerSample(double run_ms, const BenchmarkOptions& o) {
+// lasting about `target_ms` (2 to max_group) where the run is shorter than short_run_ms (one run
+// per pair of clock readings would include the device's wait for the host to issue it), else one.
+int RunsPerSample(double run_ms, const BenchmarkOptions& o, double target_ms) {
   if (!(run_ms < o.short_run_ms)) return 1;
-  const double wanted = std::ceil(o.group_target_ms / std::max(run_ms, 1e-6));
+  const double wanted = std::ceil(target_ms / std::max(run_ms, 1e-6));
   return static_cast<int>(std::min<double>(o.max_group, std::max(2.0, wanted)));
 }
 
@@ -215,7 +214,7 @@ Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, in
     }
     return m;
   }
-  m.group = RunsPerSample(probe_ms, options);
+  m.group = RunsPerSample(probe_ms, options, options.group_target_ms);
   if (!adjacent) {
     warmup_left = std::max(warmup_left, 1);
   } else if (warmup_left > 0) {
@@ -270,6 +269,9 @@ Status Validate(const BenchmarkOptions& o) {
   if (std::isnan(o.prune_margin)) return InvalidArgument("prune_margin: must be a number");
   if (std::isnan(o.skip_factor)) return InvalidArgument("skip_factor: must be a number");
   if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
+  if (!(o.probe_group_target_ms > 0)) {
+    return InvalidArgument("probe_group_target_ms: must be positive");
+  }
   if (o.prepare_threads < 1 || o.prepare_threads > 256) {
     return InvalidArgument("prepare_threads: must be in [1, 256], got " +
                            std::to_string(o.prepare_threads));
@@ -730,7 +732,9 @@ class TableBenchmark {
         if (!probe.ok()) break;
         // A short run is probed again as Measure samples it, a group of back-to-back runs (the
         // run just taken was their warm-up): a single one read up to 3x its time.
-        if (const int group = RunsPerSample(probe->front(), options_); group > 1) {
+        if (const int group =
+                RunsPerSample(probe->front(), options_, options_.probe_group_target_ms);
+            group > 1) {
           probe = backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
                                          WorkspaceOf(t), t.workspace_bytes, 0, 1, group,
                                          options_.short_runs_device_time_only);

@@ -15,7 +15,7 @@ class ListenerSource : public NotificationSource {
  public:
   explicit ListenerSource(std::unique_ptr<store::Listener> listener)
       : listener_(std::move(listener)) {}
-  Result<std::vector<store::TimingsNotification>> Wait(std::chrono::milliseconds timeout) override {
+  Result<std::vector<store::ProblemNotification>> Wait(std::chrono::milliseconds timeout) override {
     return listener_->WaitForNotification(timeout);
   }
 
@@ -74,7 +74,7 @@ void TimingSubscription::SetProblems(const std::vector<uint64_t>& problem_hashes
   problems_ = std::set<uint64_t>(problem_hashes.begin(), problem_hashes.end());
 }
 
-std::function<void()> TimingSubscription::Deliver(const store::TimingsNotification& n) {
+std::function<void()> TimingSubscription::Deliver(const store::ProblemNotification& n) {
   if (n.device_hash != device_hash_) return nullptr;
   std::function<void()> wake;
   {
@@ -153,7 +153,7 @@ void TimingWatcher::SetConnected(bool connected) {
   }
 }
 
-void TimingWatcher::Dispatch(const std::vector<store::TimingsNotification>& notifications) {
+void TimingWatcher::Dispatch(const std::vector<store::ProblemNotification>& notifications) {
   for (const auto& n : notifications) {
     // The cache first: a woken waiter re-reads, and must not find the stale entry.
     if (cache_ != nullptr) cache_->Invalidate({n.device_hash, n.problem_hash});

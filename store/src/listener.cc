@@ -1,4 +1,4 @@
-// Listener: LISTEN ucudnn_timings on a dedicated connection, reconnecting after a restart.
+// Listener: LISTEN on a channel over a dedicated connection, reconnecting after a restart.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,8 +20,9 @@ namespace {
 // Collects the payloads libpqxx delivers while the listener waits.
 class Receiver : public pqxx::notification_receiver {
  public:
-  Receiver(pqxx::connection_base& conn, std::vector<std::string>* payloads)
-      : pqxx::notification_receiver(conn, std::string(kTimingsChannel)), payloads_(payloads) {}
+  Receiver(pqxx::connection_base& conn, std::string_view channel,
+           std::vector<std::string>* payloads)
+      : pqxx::notification_receiver(conn, std::string(channel)), payloads_(payloads) {}
   void operator()(const std::string& payload, int /*backend_pid*/) override {
     payloads_->push_back(payload);
   }
@@ -34,15 +35,16 @@ class Receiver : public pqxx::notification_receiver {
 
 class Listener::Impl {
  public:
-  explicit Impl(std::string url) : url_(std::move(url)) {}
+  Impl(std::string url, std::string_view channel) : url_(std::move(url)), channel_(channel) {}
   ~Impl() { Disconnect(); }
 
   Status Connect() {
     try {
       conn_ = internal::ConnectionPool::ConnectOrThrow(url_, std::chrono::milliseconds(0));
       // Registering the receiver issues LISTEN.
-      receiver_ = std::make_unique<Receiver>(*conn_, &payloads_);
-      if (reconnects_++ > 0) spdlog::info("store listener: reconnected, listening again");
+      receiver_ = std::make_unique<Receiver>(*conn_, channel_, &payloads_);
+      if (reconnects_++ > 0)
+        spdlog::info("store listener ({}): reconnected, listening again", channel_);
       backoff_.Reset();
       return Status::Ok();
     } catch (...) {
@@ -57,7 +59,7 @@ class Listener::Impl {
     conn_.reset();
   }
 
-  Result<std::vector<TimingsNotification>> Wait(std::chrono::milliseconds timeout) {
+  Result<std::vector<ProblemNotification>> Wait(std::chrono::milliseconds timeout) {
     if (conn_ == nullptr || !conn_->is_open()) {
       Disconnect();
       Status connected = Connect();
@@ -78,11 +80,12 @@ class Listener::Impl {
       }
     } catch (...) {
       internal::MappedError mapped = internal::MapCurrentException("listener wait");
-      spdlog::warn("store listener: {}; reconnecting on the next wait", mapped.status.ToString());
+      spdlog::warn("store listener ({}): {}; reconnecting on the next wait", channel_,
+                   mapped.status.ToString());
       Disconnect();
       return mapped.connection_lost ? mapped.status : Unavailable(mapped.status.message());
     }
-    std::vector<TimingsNotification> out;
+    std::vector<ProblemNotification> out;
     for (const std::string& payload : payloads_) {
       const size_t colon = payload.find(':');
       Result<uint64_t> device = ParseHash(payload.substr(0, colon));
@@ -90,10 +93,10 @@ class Listener::Impl {
                                      ? Result<uint64_t>(InvalidArgument("no problem hash"))
                                      : ParseHash(payload.substr(colon + 1));
       if (!device.ok() || !problem.ok()) {
-        spdlog::warn("store listener: ignoring malformed payload \"{}\"", payload);
+        spdlog::warn("store listener ({}): ignoring malformed payload \"{}\"", channel_, payload);
         continue;
       }
-      TimingsNotification n{*device, *problem};
+      ProblemNotification n{*device, *problem};
       if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
     }
     payloads_.clear();
@@ -102,6 +105,7 @@ class Listener::Impl {
 
  private:
   const std::string url_;
+  const std::string channel_;
   std::unique_ptr<pqxx::connection> conn_;
   std::unique_ptr<Receiver> receiver_;
   std::vector<std::string> payloads_;
@@ -112,13 +116,13 @@ class Listener::Impl {
 Listener::Listener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Listener::~Listener() = default;
 
-Result<std::unique_ptr<Listener>> Listener::Open(const std::string& url) {
-  auto impl = std::make_unique<Impl>(url);
+Result<std::unique_ptr<Listener>> Listener::Open(const std::string& url, std::string_view channel) {
+  auto impl = std::make_unique<Impl>(url, channel);
   UCUDNN_RETURN_IF_ERROR(impl->Connect());
   return std::unique_ptr<Listener>(new Listener(std::move(impl)));
 }
 
-Result<std::vector<TimingsNotification>> Listener::WaitForNotification(
+Result<std::vector<ProblemNotification>> Listener::WaitForNotification(
     std::chrono::milliseconds timeout) {
   return impl_->Wait(timeout);
 }

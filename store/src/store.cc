@@ -119,6 +119,7 @@ const std::vector<Statement>& Statements() {
        "AND timings.status = 'ok') "
        "AND NOT (EXCLUDED.algo = -2 AND timings.status = 'ok')"},
       {"notify_timings", "SELECT pg_notify('ucudnn_timings', $1)"},
+      {"notify_jobs", "SELECT pg_notify('ucudnn_jobs', $1)"},
       // Engine keys sort byte-wise (COLLATE "C"): the same order on every database locale.
       {"get_timings", "SELECT " + kTimingColumns +
                           " FROM timings WHERE device_id = $1 AND problem_id = $2 "
@@ -206,7 +207,8 @@ const std::vector<Statement>& Statements() {
        "finished_at = CASE WHEN $2::boolean THEN now() ELSE NULL END WHERE id = $1"},
       {"release_job",
        "UPDATE jobs SET state = 'queued', worker_id = NULL, lease_expires_at = NULL, "
-       "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1"},
+       "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1 "
+       "RETURNING device_id, problem_id"},
       {"get_job", "SELECT " + JobColumns() +
                       " FROM jobs j JOIN problems p ON p.id = j.problem_id WHERE j.id = $1"},
       {"get_jobs", "SELECT " + JobColumns() +
@@ -478,6 +480,12 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
       internal::TextArrayLiteral(engine_config), internal::TextArrayLiteral(conditions));
   tx.exec_prepared("notify_timings", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
   return written.affected_rows();
+}
+
+// Tells the workers listening on kJobsChannel that (device, problem) has a queued job (sent at
+// commit): they claim it at once instead of at their next poll.
+void NotifyJobsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t problem_hash) {
+  tx.exec_prepared("notify_jobs", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
 }
 
 // The micro-batch sizes of (device, problem) with at least one timing, ascending.
@@ -862,6 +870,7 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
         pqxx::work tx(conn);
         UCUDNN_ASSIGN_OR_RETURN(uint64_t device_hash, UpsertDeviceTx(tx, device));
         int created = 0;
+        std::optional<uint64_t> queued_problem;  // one the call queued or widened
         std::map<uint64_t, EnqueueResult> answers;
         for (const auto& [problem_hash, m] : merged) {
           UCUDNN_RETURN_IF_ERROR(UpsertProblemTx(tx, *m.problem).status());
@@ -874,8 +883,13 @@ Result<std::vector<EnqueueResult>> Store::EnqueueJobs(const DeviceFingerprint& d
                 answer, InsertOrWidenJobTx(tx, device_hash, problem_hash, m, cooldown_s));
           }
           created += answer->created ? 1 : 0;
+          if ((answer->created || answer->widened) && answer->state == JobState::kQueued) {
+            queued_problem = problem_hash;
+          }
           answers[problem_hash] = std::move(*answer);
         }
+        // One notification for the call: a worker claims until the queue is empty.
+        if (queued_problem) NotifyJobsTx(tx, device_hash, *queued_problem);
         tx.commit();
         if (created > 0) {
           // The server logs the enqueue with its context (issue 22: it was logged twice).
@@ -1000,7 +1014,11 @@ Status Store::ReleaseJob(int64_t job_id, const std::string& worker_id) {
     pqxx::work tx(conn);
     UCUDNN_ASSIGN_OR_RETURN(pqxx::row job, LockHeldJob(tx, job_id, worker_id));
     (void)job;
-    tx.exec_prepared("release_job", job_id);
+    const pqxx::result released = tx.exec_prepared("release_job", job_id);
+    if (!released.empty()) {
+      NotifyJobsTx(tx, FromDb(released[0]["device_id"].as<int64_t>()),
+                   FromDb(released[0]["problem_id"].as<int64_t>()));
+    }
     tx.commit();
     spdlog::info("store: worker {} released job {}", worker_id, job_id);
     return Status::Ok();

@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 struct FakeFeed {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<store::TimingsNotification> queue;
+  std::deque<store::ProblemNotification> queue;
   bool fail_next = false;
   int opens = 0;
 
@@ -40,14 +40,14 @@ struct FakeFeed {
 class FakeSource : public NotificationSource {
  public:
   explicit FakeSource(FakeFeed* feed) : feed_(feed) {}
-  Result<std::vector<store::TimingsNotification>> Wait(std::chrono::milliseconds timeout) override {
+  Result<std::vector<store::ProblemNotification>> Wait(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(feed_->mu);
     feed_->cv.wait_for(lock, timeout, [&] { return feed_->fail_next || !feed_->queue.empty(); });
     if (feed_->fail_next) {
       feed_->fail_next = false;
       return Unavailable("connection lost");
     }
-    std::vector<store::TimingsNotification> out(feed_->queue.begin(), feed_->queue.end());
+    std::vector<store::ProblemNotification> out(feed_->queue.begin(), feed_->queue.end());
     feed_->queue.clear();
     return out;
   }

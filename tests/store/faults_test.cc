@@ -31,7 +31,7 @@ class FaultsTest : public StoreTest {
     while (!problems.empty() && std::chrono::steady_clock::now() < deadline) {
       auto got = listener.WaitForNotification(500ms);
       if (!got.ok()) continue;  // e.g. reconnecting
-      for (const TimingsNotification& n : *got) {
+      for (const ProblemNotification& n : *got) {
         EXPECT_EQ(n.device_hash, H100().Hash());
         problems.erase(n.problem_hash);
       }
@@ -72,6 +72,33 @@ TEST_F(FaultsTest, NotificationsArriveAfterTimingsAreStored) {
   ASSERT_TRUE(job.ok() && job->has_value());
   ASSERT_TRUE(store_->CompleteJob((*job)->id, "w", SampleTimings(4, 1)).ok());
   ExpectNotifications(**listener, {StableHash(Conv3x3(16))});
+}
+
+TEST_F(FaultsTest, QueuedAndReleasedJobsAreNotifiedOnTheJobsChannel) {
+  auto jobs = Listener::Open(url(), kJobsChannel);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  auto timings = Listener::Open(url());
+  ASSERT_TRUE(timings.ok());
+
+  ASSERT_TRUE(store_->EnqueueJob(H100(), Conv3x3(16), 4, BatchPolicy::kAll).ok());
+  ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
+  // The same job asked for again queues nothing: no notification.
+  ASSERT_TRUE(store_->EnqueueJob(H100(), Conv3x3(16), 4, BatchPolicy::kAll).ok());
+  auto again = (*jobs)->WaitForNotification(300ms);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty());
+
+  // A job given back to the queue is claimable again: notified.
+  ASSERT_TRUE(store_->RegisterWorker("w", "node", H100()).ok());
+  auto job = store_->ClaimJob(H100().Hash(), "w", 60s);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  ASSERT_TRUE(store_->ReleaseJob((*job)->id, "w").ok());
+  ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
+
+  // Each channel hears its own: a queued job is no timing.
+  auto heard = (*timings)->WaitForNotification(0ms);
+  ASSERT_TRUE(heard.ok());
+  EXPECT_TRUE(heard->empty());
 }
 
 TEST_F(FaultsTest, StoreReportsUnavailableWhileDownAndHealsAfterRestart) {

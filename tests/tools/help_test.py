@@ -81,8 +81,8 @@ EXPECTED = {
     "ucudnn-bench-engine": {
         "": ["--json", "--backend", "--device", "--repeat", "--layers", "--problem", "--ops",
              "--dtype", "--batch", "--policy", "--workspace-cap", "--warmup", "--min-runs",
-             "--max-runs", "--budget-ms", "--prune-margin", "--prepare-threads", "--short-run-us",
-             "--device-time-only", "--data-dir", "--replay-pruning", "--probe-noise",
+             "--max-runs", "--budget-ms", "--prune-margin", "--skip-factor", "--prepare-threads",
+             "--short-run-us", "--device-time-only", "--data-dir", "--replay-pruning", "--probe-noise",
              "--log-level"],
     },
     "ucudnn-bench-planner": {

@@ -457,6 +457,33 @@ TEST_F(WorkerDaemonTest, CarriesOnAcrossADatabaseRestart) {
   for (const EnqueuedJob& job : jobs) ExpectDoneOnce(job, backend, "steady:cpu");
 }
 
+// With job notifications a worker whose queue was empty claims a new job at once, not at its
+// next poll (a minute here): a cold model's jobs arrive in bursts.
+TEST_F(WorkerDaemonTest, AJobQueuedWhileTheWorkerWaitsIsClaimedAtOnce) {
+  auto devices = CpuDevice();
+  ConvBackend& backend = *devices[0].backend;
+  DaemonConfig config = FastConfig("listener");
+  config.poll = std::chrono::milliseconds(60000);
+  config.jobs_listen_url = url();
+  Daemon daemon(*store_, std::move(devices), config);
+  Status run;
+  std::thread thread([&] { run = daemon.Run(); });
+  // Registered, its first claim found the queue empty, and the listener has had time to LISTEN.
+  ASSERT_TRUE(WaitUntil([&] { return daemon.stats().last_heartbeat_unix_seconds > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(daemon.stats().claimed, 0);
+
+  const EnqueuedJob job =
+      Enqueue(backend.fingerprint(), TinyProblem(ConvOp::kForward, 4), 2, BatchPolicy::kAll);
+  const bool done = WaitUntil([&] { return GetJob(job.id).state == store::JobState::kDone; },
+                              std::chrono::seconds(20));
+  daemon.RequestStop();
+  thread.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_TRUE(done) << "the job waited for the poll";
+  ExpectDoneOnce(job, backend, "listener:cpu");
+}
+
 TEST_F(WorkerDaemonTest, StopWithoutDrainReleasesTheJobInHand) {
   auto devices = CpuDevice();
   const DeviceFingerprint device = devices[0].backend->fingerprint();

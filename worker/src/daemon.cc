@@ -195,6 +195,18 @@ class Daemon::Impl {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, duration, [&] { return stop_requested_; });
   }
+  // Notifications of queued jobs for this worker's devices so far (JobsListenLoop).
+  uint64_t JobsNotified() const {
+    std::lock_guard lock(mu_);
+    return jobs_notified_;
+  }
+  // Sleeps `duration`, until a job is notified after `notified` (JobsNotified()), or until a
+  // stop request (then true).
+  bool SleepUntilJobOrStop(milliseconds duration, uint64_t notified) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, duration, [&] { return stop_requested_ || jobs_notified_ != notified; });
+    return stop_requested_;
+  }
   // Sleeps `duration`, cut short when the drain deadline passes meanwhile.
   void SleepWithinDrain(milliseconds duration) {
     std::unique_lock lock(mu_);
@@ -212,6 +224,9 @@ class Daemon::Impl {
   // Returns false when the benchmark itself failed (the job was recorded failed).
   bool RunJob(Slot& slot, const store::Job& job);
   void HeartbeatLoop();
+  // LISTENs on config_.jobs_listen_url's kJobsChannel until the claim loops end, and wakes the
+  // slots whose device a notification names.
+  void JobsListenLoop();
 
   enum class Outcome { kDone, kLost, kGaveUp };
   // Stores the timings and completes the job, retrying while the database is away.
@@ -243,6 +258,7 @@ class Daemon::Impl {
   int stop_generation_ = 0;  // bumped on every RequestStop, so waiters recompute deadlines
   Clock::time_point drain_deadline_;
   bool loops_finished_ = false;
+  uint64_t jobs_notified_ = 0;  // guarded by mu_
   bool ran_ = false;
 
   std::atomic<int64_t> claimed_{0}, completed_{0}, failed_{0}, released_{0}, abandoned_{0},
@@ -424,6 +440,49 @@ void Daemon::Impl::HeartbeatLoop() {
   }
 }
 
+void Daemon::Impl::JobsListenLoop() {
+  constexpr milliseconds kWait{250};  // how soon the loop sees that the claim loops ended
+  auto loops_finished = [this] {
+    std::lock_guard lock(mu_);
+    return loops_finished_;
+  };
+  std::unique_ptr<store::Listener> listener;
+  Backoff backoff = RetryBackoff();
+  bool warned = false;
+  while (!loops_finished()) {
+    if (listener == nullptr) {
+      auto opened = store::Listener::Open(config_.jobs_listen_url, store::kJobsChannel);
+      if (!opened.ok()) {
+        if (!warned) {
+          spdlog::warn("job notifications unavailable, claiming at each poll until they are: {}",
+                       opened.status().ToString());
+          warned = true;
+        }
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, backoff.Next(), [&] { return loops_finished_; });
+        continue;
+      }
+      listener = std::move(opened).value();
+      backoff.Reset();
+      if (warned) spdlog::info("job notifications available again");
+      warned = false;
+    }
+    // A broken connection answers an error; the listener reconnects (paced) on the next wait.
+    auto notified = listener->WaitForNotification(kWait);
+    if (!notified.ok()) continue;
+    const bool ours = std::any_of(notified->begin(), notified->end(), [&](const auto& n) {
+      return std::any_of(slots_.begin(), slots_.end(),
+                         [&](const auto& slot) { return slot->device_hash == n.device_hash; });
+    });
+    if (!ours) continue;
+    {
+      std::lock_guard lock(mu_);
+      ++jobs_notified_;
+    }
+    cv_.notify_all();
+  }
+}
+
 void Daemon::Impl::SlotLoop(Slot& slot) {
   Backoff backoff = RetryBackoff();
   Backoff failure_backoff(milliseconds(1000), milliseconds(60000), kRetryJitter);
@@ -447,13 +506,18 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
         spdlog::info("[{}] idle gate: the GPU runs other work; not claiming until it is idle",
                      slot.device.slot);
       }
-      if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
+      // Looked at as often as the gate looks while paused: the GPU's other work (a job's first
+      // step) may end within the claim poll.
+      const milliseconds look = std::min(config_.poll, slot.device.gate->poll());
+      if (SleepOrStop(Jittered(look, kPollJitter, unit(rng)))) return;
       continue;
     }
     if (gate_busy) {
       gate_busy = false;
       spdlog::info("[{}] idle gate: the GPU is idle; claiming again", slot.device.slot);
     }
+    // Read before the claim: a job queued after it wakes the wait for work below.
+    const uint64_t jobs_notified = JobsNotified();
     auto claimed =
         store_.ClaimJob(slot.device_hash, slot.worker_id, config_.lease, config_.max_attempts);
     if (!claimed.ok()) {
@@ -482,7 +546,9 @@ void Daemon::Impl::SlotLoop(Slot& slot) {
                      store::FormatHash(slot.device_hash));
         return;
       }
-      if (SleepOrStop(Jittered(config_.poll, kPollJitter, unit(rng)))) return;
+      if (SleepUntilJobOrStop(Jittered(config_.poll, kPollJitter, unit(rng)), jobs_notified)) {
+        return;
+      }
       continue;
     }
     ++claimed_;
@@ -851,6 +917,8 @@ Status Daemon::Impl::Run() {
   std::mutex error_mu;
   Status fatal;
   std::thread heartbeat([this] { HeartbeatLoop(); });
+  std::thread jobs_listener;
+  if (!config_.jobs_listen_url.empty()) jobs_listener = std::thread([this] { JobsListenLoop(); });
   std::vector<std::thread> threads;
   for (auto& slot : slots_) {
     threads.emplace_back([&, s = slot.get()] {
@@ -875,6 +943,7 @@ Status Daemon::Impl::Run() {
   }
   cv_.notify_all();
   heartbeat.join();
+  if (jobs_listener.joinable()) jobs_listener.join();
   // A clean stop shows in the catalog at once, not once the heartbeat ages out; a lost device's
   // worker is left to show dead, as it is.
   for (const auto& slot : slots_) {

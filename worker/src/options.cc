@@ -92,7 +92,9 @@ void AddQueueFlags(CLI::App& app, WorkerOptions& o) {
   app.add_option("--heartbeat-seconds", o.heartbeat_seconds, "worker heartbeat period")
       ->envname("UCUDNN_WORKER_HEARTBEAT_SECONDS")
       ->group("Queue");
-  app.add_option("--poll-seconds", o.poll_seconds, "wait between claims while the queue is empty")
+  app.add_option("--poll-seconds", o.poll_seconds,
+                 "wait between claims while the queue is empty (a job notification, LISTEN "
+                 "ucudnn_jobs, ends it at once)")
       ->envname("UCUDNN_WORKER_POLL_SECONDS")
       ->group("Queue");
   app.add_option("--drain-seconds", o.drain_seconds,

@@ -316,6 +316,8 @@ DaemonConfig MakeDaemonConfig(const WorkerOptions& o) {
   c.drain = Millis(o.drain_seconds);
   c.max_attempts = o.max_attempts;
   c.once = o.once;
+  // A worker that drains once and exits has nothing to wait for.
+  if (!o.once) c.jobs_listen_url = o.database_url;
   c.benchmark = MakeBenchmarkOptions(o);
   c.use_prior = !o.exhaustive;
   // Retry no slower than a third of the lease, so a short outage does not cost the lease.

@@ -55,6 +55,10 @@ struct BenchmarkOptions {
   // step 12.6% too fast and chose a plan 3.6% slower than issued-group times did (docs/results.md).
   bool short_runs_device_time_only = false;
   double group_target_ms = 0.2;
+  // A short run's probe (below) is one group lasting about this long: it only decides pruning
+  // and skipping (within prune_margin and skip_factor), not a time a plan uses. On an H200 the
+  // probes took 11.5 of a ResNet-50 batch-256 table's 26.5 s, most of them groups of short runs.
+  double probe_group_target_ms = 0.1;
   int max_group = 64;
   // Pruning by a probe: every configuration of a micro-batch size is first run once (after one
   // warm-up), a run shorter than short_run_ms then once more as a group (as the samples are); one

@@ -28,7 +28,7 @@ class NotificationSource {
   virtual ~NotificationSource() = default;
   // As store::Listener::WaitForNotification: notifications within `timeout` (empty on timeout),
   // kUnavailable when the connection broke (the next call reconnects).
-  virtual Result<std::vector<store::TimingsNotification>> Wait(
+  virtual Result<std::vector<store::ProblemNotification>> Wait(
       std::chrono::milliseconds timeout) = 0;
 };
 using NotificationSourceFactory = std::function<Result<std::unique_ptr<NotificationSource>>()>;
@@ -68,7 +68,7 @@ class TimingSubscription {
   TimingSubscription(TimingWatcher* watcher, uint64_t device_hash,
                      const std::vector<uint64_t>& problem_hashes);
   // Record what arrived; return the OnWake callback to run (after the watcher's lock is let go).
-  std::function<void()> Deliver(const store::TimingsNotification& n);
+  std::function<void()> Deliver(const store::ProblemNotification& n);
   std::function<void()> DeliverReset();
 
   TimingWatcher* watcher_;
@@ -107,7 +107,7 @@ class TimingWatcher {
  private:
   friend class TimingSubscription;
   void Run();
-  void Dispatch(const std::vector<store::TimingsNotification>& notifications);
+  void Dispatch(const std::vector<store::ProblemNotification>& notifications);
   void Reset();
   void SetConnected(bool connected);
   void Unregister(TimingSubscription* subscription);

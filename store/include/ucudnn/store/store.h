@@ -400,20 +400,25 @@ Status CheckSchemaVersion(int database_version);
 // The channel PutTimings / ImportTimings / CompleteJob notify after their commit; the payload is
 // "<device hash>:<problem hash>" in FormatHash form.
 inline constexpr std::string_view kTimingsChannel = "ucudnn_timings";
+// The channel EnqueueJobs (when it queued or widened a job) and ReleaseJob notify after their
+// commit, with the same payload: the device whose workers may claim, and one problem.
+inline constexpr std::string_view kJobsChannel = "ucudnn_jobs";
 
-struct TimingsNotification {
+struct ProblemNotification {
   uint64_t device_hash = 0;
   uint64_t problem_hash = 0;
-  bool operator==(const TimingsNotification&) const = default;
+  bool operator==(const ProblemNotification&) const = default;
 };
 
-// Listens on kTimingsChannel over its own dedicated connection (not from the pool). Not
-// thread-safe: one thread waits on it. Reconnects by itself after the database restarted.
+// Listens on one channel (kTimingsChannel, kJobsChannel) over its own dedicated connection (not
+// from the pool). Not thread-safe: one thread waits on it. Reconnects by itself after the
+// database restarted.
 class Listener {
  public:
   // Connects and LISTENs. kUnavailable when the database is down, kInvalidArgument for a
   // malformed URL.
-  static Result<std::unique_ptr<Listener>> Open(const std::string& url);
+  static Result<std::unique_ptr<Listener>> Open(const std::string& url,
+                                                std::string_view channel = kTimingsChannel);
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -422,7 +427,7 @@ class Listener {
   // several; empty on timeout). kUnavailable when the connection broke or cannot be
   // re-established; the next call reconnects. Notifications sent while the listener was
   // disconnected are lost, so after a kUnavailable re-read whatever you are waiting for.
-  Result<std::vector<TimingsNotification>> WaitForNotification(std::chrono::milliseconds timeout);
+  Result<std::vector<ProblemNotification>> WaitForNotification(std::chrono::milliseconds timeout);
 
   class Impl;
 

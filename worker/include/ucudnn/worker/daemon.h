@@ -43,7 +43,12 @@ struct DaemonConfig {
   std::string host;       // recorded with the worker registration
   std::chrono::milliseconds lease{60000};
   std::chrono::milliseconds heartbeat{10000};
-  std::chrono::milliseconds poll{2000};    // idle wait when nothing is claimable
+  std::chrono::milliseconds poll{2000};  // idle wait when nothing is claimable
+  // The database to LISTEN on for queued jobs (store::kJobsChannel): a slot whose queue was empty
+  // claims as soon as a job of its device is queued or released, not at its next poll (on an
+  // H200, a cold model's jobs came in bursts and the worker sat out 2 s polls between them).
+  // Empty: polling only. Notifications that cannot be had (database away) leave the polls.
+  std::string jobs_listen_url;
   std::chrono::milliseconds drain{60000};  // after RequestStop: time the job in hand may take
   // Back-off between retries of a store call that answered kUnavailable (doubles up to max).
   std::chrono::milliseconds retry_initial{200};

@@ -108,8 +108,9 @@ class IdleGate : public MeasurementGate {
   // while our own benchmark used the GPU within own_work_quiet.
   bool IdleForClaim();
 
-  int64_t pauses() const { return pauses_.load(); }  // waits that found the GPU busy
-  bool paused() const { return paused_.load(); }     // waiting right now
+  std::chrono::milliseconds poll() const { return config_.poll; }  // between looks while paused
+  int64_t pauses() const { return pauses_.load(); }                // waits that found the GPU busy
+  bool paused() const { return paused_.load(); }                   // waiting right now
 
  private:
   DeviceActivity ToActivity(const Result<GpuActivitySample>& sample);
