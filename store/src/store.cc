@@ -207,8 +207,7 @@ const std::vector<Statement>& Statements() {
        "finished_at = CASE WHEN $2::boolean THEN now() ELSE NULL END WHERE id = $1"},
       {"release_job",
        "UPDATE jobs SET state = 'queued', worker_id = NULL, lease_expires_at = NULL, "
-       "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1 "
-       "RETURNING device_id, problem_id"},
+       "attempts = GREATEST(attempts - 1, 0), updated_at = now() WHERE id = $1"},
       {"get_job", "SELECT " + JobColumns() +
                       " FROM jobs j JOIN problems p ON p.id = j.problem_id WHERE j.id = $1"},
       {"get_jobs", "SELECT " + JobColumns() +
@@ -1013,12 +1012,9 @@ Status Store::ReleaseJob(int64_t job_id, const std::string& worker_id) {
   return impl_->Run("release job", [&](pqxx::connection& conn) -> Status {
     pqxx::work tx(conn);
     UCUDNN_ASSIGN_OR_RETURN(pqxx::row job, LockHeldJob(tx, job_id, worker_id));
-    (void)job;
-    const pqxx::result released = tx.exec_prepared("release_job", job_id);
-    if (!released.empty()) {
-      NotifyJobsTx(tx, FromDb(released[0]["device_id"].as<int64_t>()),
-                   FromDb(released[0]["problem_id"].as<int64_t>()));
-    }
+    tx.exec_prepared("release_job", job_id);
+    NotifyJobsTx(tx, FromDb(job["device_id"].as<int64_t>()),
+                 FromDb(job["problem_id"].as<int64_t>()));
     tx.commit();
     spdlog::info("store: worker {} released job {}", worker_id, job_id);
     return Status::Ok();
