@@ -15,6 +15,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "bench", "torch_models.py")
 import support  # noqa: E402  (python/ and bench/ on the path; shared helpers)
+import host_noise  # noqa: E402  (bench/host_noise.py: where a host-bound step's noise comes from)
 import step_memory  # noqa: E402  (bench/step_memory.py, issue 21)
 import torch_models  # noqa: E402
 
@@ -292,6 +293,11 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(len(row["native_runs_ms"]), 2)
         self.assertEqual(len(row["converted_runs_ms"]), 2)
         self.assertAlmostEqual(row["ratio"], row["native_ms"] / row["converted_ms"])
+        # Each side's job-to-job spread (the noise a per-job ratio is read against).
+        for side in ("native", "converted"):
+            runs = row[f"{side}_runs_ms"]
+            self.assertAlmostEqual(row[f"{side}_jobs_spread"], max(runs) / min(runs))
+            self.assertGreaterEqual(row[f"{side}_jobs_spread"], 1.0)
         # The suite's own compiled-plan cache, empty on the CPU (nothing is compiled there).
         self.assertEqual(row["converted_compiled_plans_at_start"], [0, 0])
         self.assertEqual(row["converted_host_bound"], [None, None])  # not measured on the CPU
@@ -418,6 +424,78 @@ class CpuSuiteTest(unittest.TestCase):
         support.assert_rejected(self, torch_models.parse_args,
                                 ["paired", "--model", "resnet50", "--rounds", "1"],
                                 "--rounds must be >= 2")
+
+
+# A stand-in for the GPU machine's python3 running `torch_models.py run`: writes a run's JSON
+# (step times from the --cpus it was given: 10 ms pinned, 20 unpinned) to --json-out.
+FAKE_RUN = """#!/usr/bin/env python3
+import json, sys
+args = sys.argv[1:]
+cpus = args[args.index("--cpus") + 1] if "--cpus" in args else ""
+ms = 10.0 if cpus else 20.0
+json.dump({"step_ms": [50.0] + [ms] * 7, "median_step_ms": ms, "host_probe_ms": [5.0, 6.0],
+           "device_ms_per_step": 4.0}, open(args[args.index("--json-out") + 1], "w"))
+"""
+
+
+class HostNoiseTest(unittest.TestCase):
+    def run_main(self, argv):
+        with tempfile.TemporaryDirectory() as out:
+            path = os.path.join(out, "noise.json")
+            host_noise.main(argv + ["--json-out", path])
+            with open(path) as f:
+                return json.load(f)
+
+    def test_probes_every_cpu_in_every_sweep(self):
+        cpus = sorted(torch_models.available_cpus())
+        result = self.run_main(["--jobs", "0", "--sweeps", "2", "--probe-repeats", "1",
+                                "--cpus", str(cpus[0])])
+        self.assertEqual(sorted(map(int, result["topology"]["cpus"])), cpus)
+        self.assertEqual(sorted(map(int, result["probe_by_cpu_ms"])), cpus)
+        for times in result["probe_by_cpu_ms"].values():
+            self.assertEqual(len(times), 2)
+            self.assertTrue(all(t > 0 for t in times), times)
+        self.assertEqual(result["jobs"], [])
+        self.assertEqual(result["summary"], {"unpinned": None, "pinned": None})
+        # The sweeps gave the process back every CPU it had.
+        self.assertEqual(torch_models.available_cpus(), set(cpus))
+
+    def test_jobs_alternate_pinned_and_unpinned(self):
+        cpu = str(min(torch_models.available_cpus()))
+        with tempfile.TemporaryDirectory() as tools:
+            fake = os.path.join(tools, "python3")
+            with open(fake, "w") as f:
+                f.write(FAKE_RUN)
+            os.chmod(fake, 0o755)
+            result = self.run_main(["--jobs", "2", "--sweeps", "1", "--probe-repeats", "1",
+                                    "--cpus", cpu, "--python", fake])
+        self.assertEqual([j["cpus"] for j in result["jobs"]], ["any", cpu, cpu, "any"])
+        self.assertEqual([j["median_step_ms"] for j in result["jobs"]], [20.0, 10.0, 10.0, 20.0])
+        self.assertEqual(result["jobs"][0]["steady_step_ms"], [20.0] * 4)
+        self.assertEqual(result["summary"]["pinned"],
+                         {"job_medians_ms": [10.0, 10.0], "median_ms": 10.0, "max_over_min": 1.0})
+        self.assertEqual(result["summary"]["unpinned"]["median_ms"], 20.0)
+
+    def test_a_failed_job_is_recorded_and_left_out_of_the_summary(self):
+        cpu = str(min(torch_models.available_cpus()))
+        result = self.run_main(["--jobs", "1", "--sweeps", "1", "--probe-repeats", "1",
+                                "--cpus", cpu, "--python", shutil.which("false")])
+        self.assertEqual(len(result["jobs"]), 2)
+        for job in result["jobs"]:
+            self.assertIn("error", job)
+        self.assertEqual(result["summary"], {"unpinned": None, "pinned": None})
+
+    def test_rejects_cpus_the_machine_lacks(self):
+        support.assert_rejected(self, host_noise.main, ["--cpus", "100000"],
+                                "this machine's CPUs are")
+        support.assert_rejected(self, host_noise.main, ["--cpus", "2-x"], "expected CPU numbers")
+        support.assert_rejected(self, host_noise.main, ["--sweeps", "0"], "--sweeps >= 1")
+
+    def test_the_pinned_side_defaults_to_the_upper_half_of_the_cpus(self):
+        cpus = sorted(torch_models.available_cpus())
+        result = self.run_main(["--jobs", "0", "--sweeps", "1", "--probe-repeats", "1"])
+        self.assertEqual(result["config"]["cpus"],
+                         torch_models.format_cpus(cpus[len(cpus) // 2:]))
 
 
 if __name__ == "__main__":
