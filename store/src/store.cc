@@ -482,7 +482,8 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
 }
 
 // Tells the workers listening on kJobsChannel that (device, problem) has a queued job (sent at
-// commit): they claim it at once instead of at their next poll.
+// commit): they claim it at once instead of at their next poll. Every path that queues a job
+// sends it: EnqueueJobs, a widened CompleteJob, a re-queuing FailJob, ReleaseJob, RetryJob.
 void NotifyJobsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t problem_hash) {
   tx.exec_prepared("notify_jobs", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
 }
@@ -974,6 +975,7 @@ Result<JobState> Store::CompleteJob(int64_t job_id, const std::string& worker_id
         job["max_micro_batch"].as<int64_t>() > job["claimed_max_micro_batch"].as<int64_t>() ||
         job["policy_rank"].as<int>() > job["claimed_policy_rank"].as<int>();
     tx.exec_prepared("complete_job", job_id, widened);
+    if (widened) NotifyJobsTx(tx, device_hash, problem_hash);
     tx.commit();
     spdlog::info("store: worker {} completed job {} with {} timing(s){}", worker_id, job_id,
                  timings.size(), widened ? "; re-queued for the sizes asked for since" : "");
@@ -994,6 +996,12 @@ Result<JobState> Store::FailJob(int64_t job_id, const std::string& worker_id,
     const int attempts = job["attempts"].as<int>();
     const bool give_up = attempts >= max_attempts;
     tx.exec_prepared("fail_job", job_id, give_up, internal::CleanText(error, kMaxErrorBytes));
+    // Re-queued for another attempt: any idle worker may take it (another GPU of the model may
+    // not fail where this one did).
+    if (!give_up) {
+      NotifyJobsTx(tx, FromDb(job["device_id"].as<int64_t>()),
+                   FromDb(job["problem_id"].as<int64_t>()));
+    }
     tx.commit();
     if (give_up) {
       spdlog::warn("store: job {} failed for good after {} attempt(s): {}", job_id, attempts,
@@ -1064,6 +1072,8 @@ Result<Job> Store::RetryJob(int64_t job_id) {
                                 " of the same problem and device is already queued or running");
     }
     tx.exec_prepared("retry_job", job_id);
+    NotifyJobsTx(tx, FromDb(locked[0]["device_id"].as<int64_t>()),
+                 FromDb(locked[0]["problem_id"].as<int64_t>()));
     pqxx::result rows = tx.exec_prepared("get_job", job_id);
     if (rows.empty()) return Internal(id + ": gone while being retried");
     UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(rows[0]));

@@ -39,6 +39,14 @@ class FaultsTest : public StoreTest {
     EXPECT_TRUE(problems.empty()) << problems.size() << " notification(s) never arrived";
   }
 
+  // Nothing heard on the channel for a while (a notification would come within milliseconds of
+  // the commit).
+  void ExpectSilence(Listener& listener) {
+    auto heard = listener.WaitForNotification(300ms);
+    ASSERT_TRUE(heard.ok()) << heard.status().ToString();
+    EXPECT_TRUE(heard->empty()) << heard->size() << " unexpected notification(s)";
+  }
+
   // Retries `op` until it succeeds; the store must heal without being reopened.
   template <typename Op>
   void EventuallyOk(Op op) {
@@ -74,7 +82,7 @@ TEST_F(FaultsTest, NotificationsArriveAfterTimingsAreStored) {
   ExpectNotifications(**listener, {StableHash(Conv3x3(16))});
 }
 
-TEST_F(FaultsTest, QueuedAndReleasedJobsAreNotifiedOnTheJobsChannel) {
+TEST_F(FaultsTest, EveryPathThatQueuesAJobNotifiesTheJobsChannel) {
   auto jobs = Listener::Open(url(), kJobsChannel);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   auto timings = Listener::Open(url());
@@ -84,9 +92,7 @@ TEST_F(FaultsTest, QueuedAndReleasedJobsAreNotifiedOnTheJobsChannel) {
   ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
   // The same job asked for again queues nothing: no notification.
   ASSERT_TRUE(store_->EnqueueJob(H100(), Conv3x3(16), 4, BatchPolicy::kAll).ok());
-  auto again = (*jobs)->WaitForNotification(300ms);
-  ASSERT_TRUE(again.ok());
-  EXPECT_TRUE(again->empty());
+  ExpectSilence(**jobs);
 
   // A job given back to the queue is claimable again: notified.
   ASSERT_TRUE(store_->RegisterWorker("w", "node", H100()).ok());
@@ -94,11 +100,42 @@ TEST_F(FaultsTest, QueuedAndReleasedJobsAreNotifiedOnTheJobsChannel) {
   ASSERT_TRUE(job.ok() && job->has_value());
   ASSERT_TRUE(store_->ReleaseJob((*job)->id, "w").ok());
   ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
-
   // Each channel hears its own: a queued job is no timing.
-  auto heard = (*timings)->WaitForNotification(0ms);
-  ASSERT_TRUE(heard.ok());
-  EXPECT_TRUE(heard->empty());
+  ExpectSilence(**timings);
+
+  // A failed attempt re-queued for another: notified; the last attempt's failure is not.
+  job = store_->ClaimJob(H100().Hash(), "w", 60s);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  auto failed = store_->FailJob((*job)->id, "w", "out of memory", /*max_attempts=*/2);
+  ASSERT_TRUE(failed.ok());
+  ASSERT_EQ(*failed, JobState::kQueued);
+  ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
+  job = store_->ClaimJob(H100().Hash(), "w", 60s);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  failed = store_->FailJob((*job)->id, "w", "out of memory", /*max_attempts=*/2);
+  ASSERT_TRUE(failed.ok());
+  ASSERT_EQ(*failed, JobState::kFailed);
+  ExpectSilence(**jobs);
+  // An operator's retry of the failed job queues it: notified.
+  ASSERT_TRUE(store_->RetryJob((*job)->id).ok());
+  ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
+
+  // A job widened while it ran goes back to the queue at its completion: notified; one that
+  // was not widened is done: silence.
+  job = store_->ClaimJob(H100().Hash(), "w", 60s);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  ASSERT_TRUE(store_->EnqueueJob(H100(), Conv3x3(16), 8, BatchPolicy::kAll).ok());
+  ExpectSilence(**jobs);  // widened while running: nothing to claim yet
+  auto completed = store_->CompleteJob((*job)->id, "w", SampleTimings(4, 1));
+  ASSERT_TRUE(completed.ok());
+  ASSERT_EQ(*completed, JobState::kQueued);
+  ExpectNotifications(**jobs, {StableHash(Conv3x3(16))});
+  job = store_->ClaimJob(H100().Hash(), "w", 60s);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  completed = store_->CompleteJob((*job)->id, "w", SampleTimings(8, 1));
+  ASSERT_TRUE(completed.ok());
+  ASSERT_EQ(*completed, JobState::kDone);
+  ExpectSilence(**jobs);
 }
 
 TEST_F(FaultsTest, StoreReportsUnavailableWhileDownAndHealsAfterRestart) {

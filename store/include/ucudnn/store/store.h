@@ -400,8 +400,10 @@ Status CheckSchemaVersion(int database_version);
 // The channel PutTimings / ImportTimings / CompleteJob notify after their commit; the payload is
 // "<device hash>:<problem hash>" in FormatHash form.
 inline constexpr std::string_view kTimingsChannel = "ucudnn_timings";
-// The channel EnqueueJobs (when it queued or widened a job) and ReleaseJob notify after their
-// commit, with the same payload: the device whose workers may claim, and one problem.
+// The channel every path that puts a job in the queue notifies after its commit (EnqueueJobs
+// when it queued or widened one, CompleteJob when the job was widened meanwhile, FailJob when it
+// re-queues, ReleaseJob, RetryJob), with the same payload: the device whose workers may claim,
+// and one problem.
 inline constexpr std::string_view kJobsChannel = "ucudnn_jobs";
 
 struct ProblemNotification {
