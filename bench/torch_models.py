@@ -233,7 +233,8 @@ def parse_args(argv):
                        help="how long a converted job's prepare() and the server may wait for "
                        "plans (0 with no worker running: what is missing runs PyTorch's own)")
     suite.add_argument("--deadline-s", type=float, default=0.0,
-                       help="stop starting rows after this many seconds (0: none)")
+                       help="start no row after this many seconds, nor one whose jobs (the "
+                       "median job so far, times their number) would end past it (0: none)")
     suite.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
     for option in getattr(args, "option", []):
@@ -1366,10 +1367,17 @@ def run_suite(args):
     converted_options = converted_options_of(args)
     if args.warm_wait_s > 0:
         errors += warm_up(args, converted_options)
+    job_seconds = []  # each run's wall time so far: what the next row's jobs are expected to take
     for row_text in args.rows:
-        if args.deadline_s and time.monotonic() - began > args.deadline_s:
-            errors.append(f"{row_text}: not run (the suite's deadline)")
-            continue
+        if args.deadline_s:
+            left = args.deadline_s - (time.monotonic() - began)
+            expected = row_seconds(job_seconds, args.repeats)
+            if left <= 0 or expected > left:
+                # A row cut by the deadline is device time spent on no ratio: not started.
+                errors.append(f"{row_text}: not run (the suite's deadline: {max(left, 0):.0f} s "
+                              f"left, its {2 * args.repeats} jobs expected to take "
+                              f"{expected:.0f} s)")
+                continue
         model, precision, compile_mode, variant = parse_row(row_text)
         capped = variant == "cap"
         tag = row_text.replace(":", "_")
@@ -1401,7 +1409,9 @@ def run_suite(args):
             order = ("native", "converted") if i % 2 == 0 else ("converted", "native")
             for side in order:
                 run_args = ["run"] + common + extra + (converted if side == "converted" else [])
+                started = time.monotonic()
                 result = run_process(args, f"{tag}_{side}_{i}", run_args)
+                job_seconds.append(time.monotonic() - started)
                 if "error" in result:
                     errors.append(result["error"])
                 else:
@@ -1473,6 +1483,12 @@ def run_suite(args):
     for error in errors:
         print(f"[torch_models] ERROR: {error}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def row_seconds(job_seconds, repeats):
+    """The seconds a row's 2 x `repeats` jobs are expected to take: the median job of the suite
+    so far times their number (0 before any job ran: the first row always starts)."""
+    return statistics.median(job_seconds) * 2 * repeats if job_seconds else 0.0
 
 
 def write_suite(args, device_name, rows, errors):

@@ -212,8 +212,11 @@ if [ -n "$warm_then_stop" ] && [ $# -gt 0 ]; then
 fi
 left=$(time_left)
 if [ "$left" -gt 10 ] && [ $# -gt 0 ]; then
+  # The suite starts no row whose jobs would not end within the budget (a row cut short is
+  # device time spent on no ratio); an explicit --deadline-s, later on the line, wins.
   timeout "$left" "$python" "$root/bench/torch_models.py" suite --server "$server_addr" \
-    --out "$results" --runs-dir "$runs" --device "$device" "${suite_args[@]}" --rows "$@" 2>&1 |
+    --out "$results" --runs-dir "$runs" --device "$device" --deadline-s "$((left - 5))" \
+    "${suite_args[@]}" --rows "$@" 2>&1 |
     tee "$results/torch_models.md"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 elif [ $# -gt 0 ]; then

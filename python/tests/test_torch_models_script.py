@@ -350,6 +350,33 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual({env["UCUDNN_HOST_BOUND_CACHE"] for env in seen},
                          {os.path.join(runs, "host_bound.json")}, "one record file per suite")
 
+    def test_no_row_starts_that_would_end_past_the_deadline(self):
+        clock = [1000.0]
+        started = []
+
+        def run(args, name, run_args, timeout_s=None):
+            started.append(name)
+            clock[0] += 10.0  # every job takes 10 s
+            return {"error": f"{name}: failed (a stand-in)"}
+
+        with tempfile.TemporaryDirectory() as out, \
+                mock.patch.object(torch_models, "run_process", side_effect=run), \
+                mock.patch.object(torch_models.time, "monotonic", side_effect=lambda: clock[0]):
+            args = torch_models.parse_args(
+                ["suite", "--server", "h:1", "--out", out, "--repeats", "1", "--deadline-s", "45",
+                 "--rows", "resnet50:amp", "googlenet:amp", "vgg16:amp"])
+            self.assertEqual(torch_models.run_suite(args), 1)
+            with open(os.path.join(out, "torch_models.json")) as f:
+                errors = json.load(f)["errors"]
+        self.assertIn("vgg16:amp: not run (the suite's deadline: 5 s left, its 2 jobs expected "
+                      "to take 20 s)", errors)
+        # The first row starts with nothing to go by (20 s); the second is expected to take its
+        # two jobs' 20 s of the 25 left; the third's 20 s would pass the 5 left: not started.
+        self.assertEqual(started, ["resnet50_amp_native_0", "resnet50_amp_converted_0",
+                                   "googlenet_amp_native_0", "googlenet_amp_converted_0"])
+        self.assertEqual(torch_models.row_seconds([], 3), 0.0)
+        self.assertEqual(torch_models.row_seconds([10.0, 30.0, 12.0], 3), 72.0)
+
     def test_host_bound_answers_summarised(self):
         of = torch_models.host_bound_of
         self.assertIsNone(of({}))
