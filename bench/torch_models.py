@@ -232,6 +232,10 @@ def parse_args(argv):
     suite.add_argument("--converted-wait-s", type=float, default=CONVERTED_WAIT_S,
                        help="how long a converted job's prepare() and the server may wait for "
                        "plans (0 with no worker running: what is missing runs PyTorch's own)")
+    suite.add_argument("--server-wait-s", type=float, default=None,
+                       help="how long the server may hold a converted job's request for the "
+                       "worker's benchmarks (default: --converted-wait-s; 0 once the worker is "
+                       "stopped, where holding it only delays the job's start)")
     suite.add_argument("--deadline-s", type=float, default=0.0,
                        help="start no row after this many seconds, nor one whose jobs (the "
                        "median job so far, times their number) would end past it (0: none)")
@@ -263,6 +267,8 @@ def parse_args(argv):
                 parse_row(row)
             except ValueError as e:
                 parser.error(str(e))
+    if args.command == "suite" and args.server_wait_s is not None and args.server_wait_s < 0:
+        parser.error("--server-wait-s must be >= 0")
     return args
 
 
@@ -823,11 +829,12 @@ def kernels_one(args):
     return result
 
 
-def warm_options(wait_s):
+def warm_options(wait_s, server_wait_s=None):
     """A converted run's arguments to wait up to wait_s for every plan: the server holds the
-    request while its worker benchmarks what is missing."""
+    request while its worker benchmarks what is missing, for server_wait_s (default: wait_s)."""
     wait_ms = int(wait_s * 1000)
-    return ["--prepare-wait-s", str(wait_s), f"--option=server_wait_ms={wait_ms}",
+    server_wait_ms = wait_ms if server_wait_s is None else int(server_wait_s * 1000)
+    return ["--prepare-wait-s", str(wait_s), f"--option=server_wait_ms={server_wait_ms}",
             f"--option=deadline_ms={wait_ms + 30000}"]
 
 
@@ -1390,7 +1397,7 @@ def run_suite(args):
         mode = ["--mode", "native", "--with-library"] if variant == "library" else [
             "--mode", "ucudnn"]
         converted = mode + [f"--option={o}" for o in converted_options] + (
-            warm_options(args.converted_wait_s)) + (
+            warm_options(args.converted_wait_s, args.server_wait_s)) + (
             [f"--option={o}" for o in OPTIONS_OF_VARIANT.get(variant, [])]) + (
             ["--budget", "liveness"] if variant == "liveness" else []) + (
             ["--min-layer-gain-us", MIN_LAYER_GAIN_OF_VARIANT[variant]]

@@ -22,8 +22,9 @@
 #          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
 #     --warm-then-stop-worker S gives the worker at most S seconds to benchmark the rows' models
-#     (torch_models.py warm), then stops it, so that no measured job shares the GPU with it;
-#     --converted-wait-s: how long a converted job waits for plans (0 with the worker stopped);
+#     (torch_models.py warm), then stops it, so that no measured job shares the GPU with it (the
+#     server then holds no converted job's request: --server-wait-s 0);
+#     --converted-wait-s: how long a converted job's prepare() waits for the planner's answers;
 #     --kernels first writes the per-kernel side-by-side of those models (kernels_*.json; each
 #     kernel timed alone, back to back and with the L2 flushed before each run);
 #     --grads one step's gradients, converted against native (grads_*.json); --paired native and
@@ -208,6 +209,8 @@ if [ -n "$warm_then_stop" ] && [ $# -gt 0 ]; then
     --runs-dir "$runs" --device "$device" --warm-wait-s "$warm_then_stop" --rows "$@" \
     "${warm_args[@]}" 2>&1 | tail -n 20 >>"$results/stack.log"
   stack_stop_worker
+  # Nothing benchmarks now: a converted job's request held by the server only delays its start.
+  suite_args+=(--server-wait-s 0)
   log "worker stopped; timings in the database: $("$bundle/lib/postgresql/15/bin/psql" -tA "$stack_db_url" -c 'SELECT count(*) FROM timings')"
 fi
 left=$(time_left)

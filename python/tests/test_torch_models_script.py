@@ -377,6 +377,31 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(torch_models.row_seconds([], 3), 0.0)
         self.assertEqual(torch_models.row_seconds([10.0, 30.0, 12.0], 3), 72.0)
 
+    def test_the_server_holds_no_request_once_the_worker_is_stopped(self):
+        seen = {}
+
+        def run(args, name, run_args, timeout_s=None):
+            seen[name] = run_args
+            return {"error": f"{name}: failed (a stand-in)"}
+
+        for extra, held_ms in (([], 2000), (["--server-wait-s", "0"], 0)):
+            seen.clear()
+            with tempfile.TemporaryDirectory() as out, \
+                    mock.patch.object(torch_models, "run_process", side_effect=run):
+                args = torch_models.parse_args(
+                    ["suite", "--server", "h:1", "--out", out, "--repeats", "1",
+                     "--converted-wait-s", "2", "--rows", "resnet50:amp"] + extra)
+                torch_models.run_suite(args)
+            converted = seen["resnet50_amp_converted_0"]
+            # prepare() still waits 2 s for the planner's answers (the route is measured).
+            self.assertIn("--prepare-wait-s", converted)
+            self.assertEqual(converted[converted.index("--prepare-wait-s") + 1], "2.0")
+            self.assertIn(f"--option=server_wait_ms={held_ms}", converted)
+            self.assertNotIn("--prepare-wait-s", seen["resnet50_amp_native_0"])
+        support.assert_rejected(self, torch_models.parse_args,
+                                ["suite", "--server", "h:1", "--out", "x", "--server-wait-s", "-1",
+                                 "--rows", "resnet50:amp"], "--server-wait-s must be >= 0")
+
     def test_host_bound_answers_summarised(self):
         of = torch_models.host_bound_of
         self.assertIsNone(of({}))
