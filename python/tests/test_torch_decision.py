@@ -5,6 +5,7 @@ import json
 import os
 import tempfile
 import unittest
+import warnings
 from unittest import mock
 
 from support import planned  # (python/ and bench/ on the path)
@@ -204,6 +205,36 @@ class PrepareRouteTest(unittest.TestCase):
         self.assertEqual(ut.stats(model)["layer_routes"], {"plan": 0, "framework": 2,
                                                            "undecided": 0})
         self.assertTrue(self.torch.equal(y, reference(x)))
+
+    def test_a_recorded_native_route_profiles_no_budget(self):
+        import ucudnn.torch as ut
+        from ucudnn.torch import preparation
+        from ucudnn.torch import route as step_route
+
+        # Where "auto" budgets are liveness (CUDA), a step with no record is profiled; one this
+        # machine recorded native is not (no plan of it runs): fixed limits, no profiling pass.
+        profiled = []
+
+        def liveness(model, sample_inputs, above_peak, loss_fn):
+            profiled.append(model)
+            raise TypeError("profiled (a stand-in: the CPU has no liveness budgets)")
+
+        with mock.patch.object(preparation, "auto_budget", return_value="liveness"), \
+                mock.patch.object(preparation, "liveness_budgets", side_effect=liveness), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, x = self.job()
+            self.assertEqual(ut.prepare(model, x)["budget"], "fixed")  # fell back after it
+            self.assertEqual(len(profiled), 1)
+            key = step_route.step_key(model, (x,), None)
+            decision.write_record(self.records, key, decision.make_record(
+                decision.NATIVE, "measured slower here", ["plan", "plan"], [2.0], [1.0]))
+            again, x = self.job(1)
+            answer = ut.prepare(again, x)
+        self.assertEqual((answer["route"]["route"], answer["route"]["source"]),
+                         (decision.NATIVE, "recorded"))
+        self.assertEqual(answer["budget"], "fixed")
+        self.assertEqual(len(profiled), 1, "a step recorded native was profiled for budgets")
 
     def test_a_recorded_native_route_waits_for_no_plan(self):
         import socket

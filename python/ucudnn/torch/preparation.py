@@ -48,7 +48,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     step, the optimizer's state: StepBudget),
     "allowance" (per-kernel mode, CUDA: every kernel may use the memory the process may take, as
     PyTorch's own benchmark does), or "auto" (the default): liveness where it applies (per-kernel
-    mode, CUDA inputs), allowance for a compiled model there, else fixed; a step that cannot be
+    mode, CUDA inputs; not for a step this machine recorded native, whose layers run no plan),
+    allowance for a compiled model there, else fixed; a step that cannot be
     profiled without a loss_fn (an output that is not a tensor) falls back to fixed with a
     warning. `host_bound`: whether the step is host-bound, where a plan's
     device-time saving does not shorten it (then every layer whose plans only save device time
@@ -117,10 +118,21 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     started = time.perf_counter()
     model.__dict__.pop("_ucudnn_step_budget", None)
     model.__dict__.pop("_ucudnn_pending_route", None)
+    # The machine's record of the step, read once (the route below applies it). A step recorded
+    # native runs PyTorch's own whatever plans arrive: its plans are asked for (a later decision
+    # may want them), not waited for, and no budget of theirs is worth profiling the step for.
+    known = None
+    if route != "rule" and not compiled and host_bound is None:
+        kernels(model, *sample_inputs)  # the layers a record is checked against (shape-only)
+        known = step_route.usable_record(model, sample_inputs, loss_fn)
+    record = known[0] if known is not None else None
+    recorded_native = record is not None and record["route"] == NATIVE
     if budget == "auto":
         budget = auto_budget(model, sample_inputs)
         if budget == "liveness" and compiled:
             budget = "allowance"  # an eager step's liveness is not the compiled step's
+        if budget == "liveness" and recorded_native:
+            budget = "fixed"  # no plan runs: the profiling pass would only delay the first step
         if budget == "liveness":
             try:
                 step_budget = liveness_budgets(model, sample_inputs, above_peak, loss_fn)
@@ -143,13 +155,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     budgeted = time.perf_counter()
     declared = measured = fitted = 0
     step_kernels = kernels(model, *sample_inputs)
-    # The machine's record of the step, read once (the route below applies it). A step recorded
-    # native runs PyTorch's own whatever plans arrive: its plans are asked for (a later decision
-    # may want them), not waited for.
-    known = (step_route.usable_record(model, sample_inputs, loss_fn)
-             if route != "rule" and not compiled and host_bound is None else None)
-    record = known[0] if known is not None else None
-    plans_wait_ms = 0 if record is not None and record["route"] == NATIVE else wait_ms
+    plans_wait_ms = 0 if recorded_native else wait_ms
     declared_kernels = []
     for (runtime, device), shapes in step_kernels.items():
         context = runtime.context(device)
