@@ -353,5 +353,26 @@ class LivenessTest(unittest.TestCase):
         self.assertEqual(result["budget"], "fixed")
 
 
+class ReleaseCachedMemoryTest(unittest.TestCase):
+    def test_the_passes_cublas_workspaces_go_before_the_cache_is_emptied(self):
+        calls = []
+        x = torch.randn(1, 3, 4, 4)
+        with mock.patch.object(ut_preparation, "clear_cublas_workspaces",
+                               lambda: calls.append("cublas")), \
+                mock.patch.object(ut_preparation.torch.cuda, "empty_cache",
+                                  lambda: calls.append("empty_cache")):
+            ut_preparation.release_cached_memory((x,))  # CPU inputs: nothing to release
+            self.assertEqual(calls, [])
+            with mock.patch.object(ut_preparation, "inputs_on_cuda", return_value=True):
+                ut_preparation.release_cached_memory((x,))
+            self.assertEqual(calls, ["cublas", "empty_cache"])
+            calls.clear()
+            # A PyTorch without the call: the cache is still emptied.
+            with mock.patch.object(ut_preparation, "inputs_on_cuda", return_value=True), \
+                    mock.patch.object(ut_preparation, "clear_cublas_workspaces", None):
+                ut_preparation.release_cached_memory((x,))
+            self.assertEqual(calls, ["empty_cache"])
+
+
 if __name__ == "__main__":
     unittest.main()
