@@ -28,7 +28,8 @@ start), native and converted runs alternated and repeated so that a ratio is not
         {"device", "rows": [{"model", "family", "precision", "compiled", "cap_gib", "batch",
         "native_ms", "converted_ms", "ratio", "native_peak_mib", "converted_peak_mib",
         "native_first_fast_s", "converted_first_fast_s", ...}]}. A row is MODEL:PRECISION
-        [:COMPILE][:cap]; "cap" runs both capped just above native's unlimited peak.
+        [:COMPILE][:cap]; "cap" runs both capped just above native's unlimited peak; "wide" (or
+        "wide:fp32") is issue 37's fixed list of models (WIDE_ROWS).
 
 scripts/gpu_torch_models.sh runs the suite on the GPU machine with the stack (PostgreSQL, planner,
 worker) from a bundle, in one command.
@@ -86,10 +87,24 @@ MODELS = {
 }
 # Issue 39's models of 1-D, 3-D and transposed convolutions (bench/nd_models.py).
 MODELS.update({name: entry[:2] for name, entry in ND_MODELS.items()})
-# issue 37's fixed list (one row each, AMP): at least 10 families, most never tuned on.
-WIDE_ROWS = ("resnet50", "convnext_tiny", "shufflenet_v2_x1_0", "googlenet", "mnasnet1_0",
-             "efficientnet_v2_s", "wide_resnet50_2", "timm-cspresnet50", "timm-dla34",
-             "timm-res2net50_26w_4s", "timm-ghostnet_100", "timm-repvgg_a2")
+# Issue 37's fixed list, one row each, most never tuned on, in the order they are run (the
+# worker's warm-up reaches the first ones first; depthwise models, slow to benchmark, last): a
+# row "wide" (or "wide:PRECISION", AMP by default) stands for all of them.
+WIDE_ROWS = ("resnet50", "timm-repvgg_a2", "googlenet", "timm-dla34", "timm-cspresnet50",
+             "timm-res2net50_26w_4s", "shufflenet_v2_x1_0", "efficientnet_v2_s",
+             "timm-ghostnet_100", "mnasnet1_0", "wide_resnet50_2", "convnext_tiny")
+
+
+def expand_rows(rows):
+    """The rows with "wide[:PRECISION]" replaced by WIDE_ROWS at that precision (default amp)."""
+    expanded = []
+    for row in rows:
+        name, _, precision = row.partition(":")
+        if name == "wide":
+            expanded += [f"{model}:{precision or 'amp'}" for model in WIDE_ROWS]
+        else:
+            expanded.append(row)
+    return expanded
 PRECISIONS = ("fp32", "amp")
 COMPILE_MODES = ("", "default", "reduce-overhead")
 # How long a measured converted run's prepare() may wait for its plans.
@@ -220,7 +235,8 @@ def parse_args(argv):
     suite.add_argument("--runs-dir", default="",
                        help="each run's JSON and runs.log (default: --out)")
     suite.add_argument("--rows", nargs="+", required=True,
-                       metavar="MODEL:PRECISION[:COMPILE][:VARIANT]")
+                       metavar="MODEL:PRECISION[:COMPILE][:VARIANT]",
+                       help="the rows; \"wide[:PRECISION]\" stands for issue 37's fixed list")
     suite.add_argument("--repeats", type=int, default=2, help="runs of each side per row")
     suite.add_argument("--steps", type=int, default=30)
     step_args(suite)
@@ -262,6 +278,7 @@ def parse_args(argv):
     if args.command == "run" and args.steps < 4:
         parser.error("--steps must be >= 4 (the first steps are never steady ones)")
     if args.command in ("suite", "warm"):
+        args.rows = expand_rows(args.rows)
         for row in args.rows:
             try:
                 parse_row(row)

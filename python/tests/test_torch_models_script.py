@@ -44,6 +44,19 @@ class ArgumentsTest(unittest.TestCase):
         self.rejects(["run", "--model", "resnet50", "--steps", "3"], "--steps must be >= 4")
         self.rejects(["run", "--model", "resnet50", "--option", "server"], "expected KEY=VALUE")
 
+    def test_wide_stands_for_the_fixed_list(self):
+        args = torch_models.parse_args(["suite", "--server", "h:1", "--out", "x", "--rows",
+                                        "wide", "vgg16:fp32"])
+        self.assertEqual(args.rows, [f"{m}:amp" for m in torch_models.WIDE_ROWS] + ["vgg16:fp32"])
+        args = torch_models.parse_args(["warm", "--server", "h:1", "--runs-dir", "x", "--rows",
+                                        "wide:fp32"])
+        self.assertEqual(args.rows, [f"{m}:fp32" for m in torch_models.WIDE_ROWS])
+        # At least 10 families, every model known.
+        self.assertGreaterEqual(len({torch_models.MODELS[m][0] for m in torch_models.WIDE_ROWS}),
+                                10)
+        self.rejects(["suite", "--server", "h:1", "--out", "x", "--rows", "wide:fp8"],
+                     "fp8")
+
     def test_rows_parse(self):
         self.assertEqual(torch_models.parse_row("resnet50"), ("resnet50", "amp", "", ""))
         self.assertEqual(torch_models.parse_row("vgg16:fp32:compile:cap"),
