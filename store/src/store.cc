@@ -118,8 +118,8 @@ const std::vector<Statement>& Statements() {
        "WHERE NOT (EXCLUDED.status = 'failed' AND starts_with(EXCLUDED.error, $12) "
        "AND timings.status = 'ok') "
        "AND NOT (EXCLUDED.algo = -2 AND timings.status = 'ok')"},
-      {"notify_timings", "SELECT pg_notify('ucudnn_timings', $1)"},
-      {"notify_jobs", "SELECT pg_notify('ucudnn_jobs', $1)"},
+      // $1: the channel (kTimingsChannel, kJobsChannel), $2: "<device hash>:<problem hash>".
+      {"notify", "SELECT pg_notify($1, $2)"},
       // Engine keys sort byte-wise (COLLATE "C"): the same order on every database locale.
       {"get_timings", "SELECT " + kTimingColumns +
                           " FROM timings WHERE device_id = $1 AND problem_id = $2 "
@@ -451,6 +451,14 @@ Result<uint64_t> UpsertProblemTx(pqxx::transaction_base& tx, const ConvProblem& 
   return hash;
 }
 
+// Queues a notification of (device, problem) on `channel`, sent by PostgreSQL at commit, in the
+// payload Listener parses: "<device hash>:<problem hash>".
+void NotifyTx(pqxx::transaction_base& tx, std::string_view channel, uint64_t device_hash,
+              uint64_t problem_hash) {
+  tx.exec_prepared("notify", std::string(channel),
+                   FormatHash(device_hash) + ":" + FormatHash(problem_hash));
+}
+
 // Writes validated timings and queues the notification (sent by PostgreSQL at commit); returns
 // the rows written (a worker-limit row over a stored measurement is not).
 int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t problem_hash,
@@ -477,7 +485,7 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
       internal::IntArrayLiteral(workspace), internal::TextArrayLiteral(status),
       internal::TextArrayLiteral(error), measured_by, std::string(kWorkerLimitError),
       internal::TextArrayLiteral(engine_config), internal::TextArrayLiteral(conditions));
-  tx.exec_prepared("notify_timings", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
+  NotifyTx(tx, kTimingsChannel, device_hash, problem_hash);
   return written.affected_rows();
 }
 
@@ -485,7 +493,11 @@ int64_t WriteTimingsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_
 // commit): they claim it at once instead of at their next poll. Every path that queues a job
 // sends it: EnqueueJobs, a widened CompleteJob, a re-queuing FailJob, ReleaseJob, RetryJob.
 void NotifyJobsTx(pqxx::transaction_base& tx, uint64_t device_hash, uint64_t problem_hash) {
-  tx.exec_prepared("notify_jobs", FormatHash(device_hash) + ":" + FormatHash(problem_hash));
+  NotifyTx(tx, kJobsChannel, device_hash, problem_hash);
+}
+// The same for a job row read with its device_id and problem_id.
+void NotifyJobsTx(pqxx::transaction_base& tx, const pqxx::row& job) {
+  NotifyJobsTx(tx, FromDb(job["device_id"].as<int64_t>()), FromDb(job["problem_id"].as<int64_t>()));
 }
 
 // The micro-batch sizes of (device, problem) with at least one timing, ascending.
@@ -999,8 +1011,7 @@ Result<JobState> Store::FailJob(int64_t job_id, const std::string& worker_id,
     // Re-queued for another attempt: any idle worker may take it (another GPU of the model may
     // not fail where this one did).
     if (!give_up) {
-      NotifyJobsTx(tx, FromDb(job["device_id"].as<int64_t>()),
-                   FromDb(job["problem_id"].as<int64_t>()));
+      NotifyJobsTx(tx, job);
     }
     tx.commit();
     if (give_up) {
@@ -1021,8 +1032,7 @@ Status Store::ReleaseJob(int64_t job_id, const std::string& worker_id) {
     pqxx::work tx(conn);
     UCUDNN_ASSIGN_OR_RETURN(pqxx::row job, LockHeldJob(tx, job_id, worker_id));
     tx.exec_prepared("release_job", job_id);
-    NotifyJobsTx(tx, FromDb(job["device_id"].as<int64_t>()),
-                 FromDb(job["problem_id"].as<int64_t>()));
+    NotifyJobsTx(tx, job);
     tx.commit();
     spdlog::info("store: worker {} released job {}", worker_id, job_id);
     return Status::Ok();
@@ -1072,8 +1082,7 @@ Result<Job> Store::RetryJob(int64_t job_id) {
                                 " of the same problem and device is already queued or running");
     }
     tx.exec_prepared("retry_job", job_id);
-    NotifyJobsTx(tx, FromDb(locked[0]["device_id"].as<int64_t>()),
-                 FromDb(locked[0]["problem_id"].as<int64_t>()));
+    NotifyJobsTx(tx, locked[0]);
     pqxx::result rows = tx.exec_prepared("get_job", job_id);
     if (rows.empty()) return Internal(id + ": gone while being retried");
     UCUDNN_ASSIGN_OR_RETURN(Job job, JobFromRow(rows[0]));
