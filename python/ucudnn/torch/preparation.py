@@ -121,9 +121,11 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     # The machine's record of the step, read once (the route below applies it). A step recorded
     # native runs PyTorch's own whatever plans arrive: its plans are asked for (a later decision
     # may want them), not waited for, and no budget of theirs is worth profiling the step for.
-    known = None
+    known = step_kernels = None
     if route != "rule" and not compiled and host_bound is None:
-        kernels(model, *sample_inputs)  # the layers a record is checked against (shape-only)
+        # The step's kernels (a shape-only pass), which are also the layers a record is checked
+        # against; the budgets below change the kernels' limits, not which kernels there are.
+        step_kernels = kernels(model, *sample_inputs)
         known = step_route.usable_record(model, sample_inputs, loss_fn)
     record = known[0] if known is not None else None
     recorded_native = record is not None and record["route"] == NATIVE
@@ -154,7 +156,8 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         conv.forget_kernels()  # declared again with the limits now in force
     budgeted = time.perf_counter()
     declared = measured = fitted = 0
-    step_kernels = kernels(model, *sample_inputs)
+    if step_kernels is None:
+        step_kernels = kernels(model, *sample_inputs)
     plans_wait_ms = 0 if recorded_native else wait_ms
     declared_kernels = []
     for (runtime, device), shapes in step_kernels.items():
