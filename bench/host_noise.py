@@ -92,9 +92,9 @@ def run_job(args, cpus, out_dir, index):
         return {"cpus": cpus or "any", "error": (done.stderr or "")[-2000:]}
     with open(path) as f:
         run = json.load(f)
-    steady = run["step_ms"][len(run["step_ms"]) // 2:]
     return {"cpus": cpus or "any", "median_step_ms": run["median_step_ms"],
-            "steady_step_ms": steady, "host_probe_ms": run["host_probe_ms"],
+            "steady_step_ms": torch_common.steady_steps(run["step_ms"]),
+            "host_probe_ms": run["host_probe_ms"],
             "device_ms_per_step": run.get("device_ms_per_step"), "wall_s": wall_s,
             "steal_ticks": steal, "clock_ticks_per_s": os.sysconf("SC_CLK_TCK")}
 
@@ -105,7 +105,7 @@ def side_summary(jobs):
         return None
     return {"job_medians_ms": medians, "median_ms": statistics.median(medians),
             # max/min of the job medians: how far apart two jobs of one side land.
-            "max_over_min": max(medians) / min(medians)}
+            "max_over_min": torch_common.spread(medians)}
 
 
 def main(argv=None):

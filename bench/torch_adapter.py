@@ -231,7 +231,7 @@ def run_one(args):
         ends.append(time.monotonic())
         host_ms.append((host["seconds"] - host_before) * 1e3)
     fast_index, fast_s = torch_common.first_fast_step(step_ms, ends, PROCESS_START)
-    steady = step_ms[len(step_ms) // 2:]
+    steady = torch_common.steady_steps(step_ms)
     result = {
         "config": {k: v for k, v in vars(args).items() if k not in ("command", "json_out")},
         "torch": torch.__version__,

@@ -8,10 +8,21 @@ import statistics
 FAST_FACTOR = 1.10
 
 
+def steady_steps(step_ms):
+    """A run's steady steps: the second half (the first steps include PyTorch's benchmark and
+    the adapter's decisions)."""
+    return step_ms[len(step_ms) // 2:]
+
+
+def spread(values):
+    """The largest of `values` over the smallest: how far apart runs of the same thing land."""
+    return max(values) / min(values)
+
+
 def first_fast_step(step_ms, ends, process_start):
     """(index, seconds since `process_start`) of the first step within FAST_FACTOR of the steady
-    median (the second half of the steps)."""
-    steady = statistics.median(step_ms[len(step_ms) // 2:])
+    median (steady_steps)."""
+    steady = statistics.median(steady_steps(step_ms))
     for i, ms in enumerate(step_ms):
         if ms <= FAST_FACTOR * steady:
             return i, ends[i] - process_start

@@ -592,7 +592,7 @@ def run_one(args):
     if cuda:
         stages.append(memory_stage(torch, device, "last step"))
     fast_index, fast_s = torch_common.first_fast_step(step_ms, ends, PROCESS_START)
-    steady = step_ms[len(step_ms) // 2:]
+    steady = torch_common.steady_steps(step_ms)
     result = {
         "config": config_of(args),
         "batch": batch,
@@ -1462,8 +1462,8 @@ def run_suite(args):
                             max(native["runs_ms"]) / min(conv["runs_ms"])],
             # Each side's slowest job over its fastest: the noise of one job against another
             # of the same code (native against native), which a per-job ratio cannot beat.
-            "native_jobs_spread": max(native["runs_ms"]) / min(native["runs_ms"]),
-            "converted_jobs_spread": max(conv["runs_ms"]) / min(conv["runs_ms"]),
+            "native_jobs_spread": torch_common.spread(native["runs_ms"]),
+            "converted_jobs_spread": torch_common.spread(conv["runs_ms"]),
             "native_peak_mib": native["peak_mib"], "converted_peak_mib": conv["peak_mib"],
             "native_allocated_peak_mib": native["allocated_peak_mib"],
             "converted_allocated_peak_mib": conv["allocated_peak_mib"],
