@@ -222,6 +222,9 @@ def parse_args(argv):
     warm.add_argument("--warm-wait-s", type=float, default=240.0)
     warm.add_argument("--run-timeout-s", type=float, default=240.0)
     warm.add_argument("--python", default=sys.executable)
+    warm.add_argument("--deadline-s", type=float, default=0.0,
+                      help="end the warm-up within this many seconds: no run starts past it, "
+                      "and the one running waits for its plans only till then (0: none)")
     warm.add_argument("--no-framework", action="store_true",
                       help="only the pass that waits for the plans, not the one timing PyTorch's "
                       "own (a worker's time to know a model: scripts/gpu_search.sh)")
@@ -1282,7 +1285,7 @@ def run_process(args, name, run_args, timeout_s=None):
             rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 timeout=timeout_s or args.run_timeout_s).returncode
         except subprocess.TimeoutExpired:
-            return {"error": f"{name}: timed out after {timeout_s or args.run_timeout_s} s"}
+            return {"error": f"{name}: timed out after {timeout_s or args.run_timeout_s:.0f} s"}
     if rc != 0 or not os.path.exists(json_path):
         return {"error": f"{name}: exit {rc} (see runs.log)"}
     with open(json_path) as f:
@@ -1354,18 +1357,34 @@ def summarise(side):
     return out
 
 
-def warm_up(args, converted_options):
+# A warm-up run with a deadline stops waiting for its plans this long before it: its process
+# starting, its steps, its exit (a converted run of a model at its default batch: 10-20 s).
+WARM_GRACE_S = 20.0
+
+
+def warm_up(args, converted_options, deadline_s=0.0):
     """Every plan of the rows' models in the database before any row is timed, so that no row
     shares the GPU with the worker: per model and precision, one converted run that waits for its
     plans (the worker benchmarks what is missing), and, once the worker is idle, one that times
     PyTorch's own convolution for the kernels nobody has (submitted; the plans weigh it).
-    A list of errors."""
+    With deadline_s, all of it within that many seconds. A list of errors."""
     errors = []
+    began = time.monotonic()
     pairs = list(dict.fromkeys(parse_row(row)[:2] for row in args.rows))
     passes = (False,) if getattr(args, "no_framework", False) else (False, True)
     for measure_framework in passes:
         for model, precision in pairs:
             tag = f"{model}_{precision}_" + ("framework" if measure_framework else "warm")
+            wait_s, timeout_s = args.warm_wait_s, args.warm_wait_s + args.run_timeout_s
+            if deadline_s:
+                # Held to the deadline by the run itself (its wait for plans ends WARM_GRACE_S
+                # before it, time to submit what it has), not only by a signal from outside.
+                left = deadline_s - (time.monotonic() - began)
+                if left <= WARM_GRACE_S:
+                    errors.append(f"{tag}: not run (the warm-up's deadline: {max(left, 0):.0f} s "
+                                  "left)")
+                    continue
+                wait_s, timeout_s = min(wait_s, left - WARM_GRACE_S), min(timeout_s, left)
             run_args = ["run", "--model", model, "--precision", precision, "--device",
                         args.device, "--image-size", str(args.image_size), "--steps", "4",
                         "--mode", "ucudnn"] + [f"--option={o}" for o in converted_options]
@@ -1374,8 +1393,8 @@ def warm_up(args, converted_options):
             if not measure_framework:
                 run_args.append("--no-measure-framework")
             run_args += ["--route", "rule"]  # routes are decided by the measured jobs
-            result = run_process(args, tag, run_args + warm_options(args.warm_wait_s),
-                                 timeout_s=args.warm_wait_s + args.run_timeout_s)
+            result = run_process(args, tag, run_args + warm_options(wait_s),
+                                 timeout_s=timeout_s)
             if "error" in result:
                 errors.append(result["error"])
     return errors
@@ -1553,7 +1572,7 @@ def main(argv=None):
         return run_suite(args)
     if args.command == "warm":
         os.makedirs(args.runs_dir, exist_ok=True)
-        errors = warm_up(args, converted_options_of(args))
+        errors = warm_up(args, converted_options_of(args), args.deadline_s)
         for error in errors:
             print(f"[torch_models] ERROR: {error}", file=sys.stderr)
         return 1 if errors else 0

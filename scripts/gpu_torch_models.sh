@@ -205,9 +205,13 @@ if [ -n "$warm_then_stop" ] && [ $# -gt 0 ]; then
   # The rows' plans from the worker for at most that long, then the worker stopped, so that no
   # measured job shares the GPU with its benchmarks (what is still missing runs PyTorch's own).
   log "warming $* for ${warm_then_stop} s at most, then stopping the worker"
-  timeout "$warm_then_stop" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
-    --runs-dir "$runs" --device "$device" --warm-wait-s "$warm_then_stop" --rows "$@" \
-    "${warm_args[@]}" 2>&1 | tail -n 20 >>"$results/stack.log"
+  # The warm-up keeps its deadline itself; the timeout is the backstop. Its output goes to a
+  # file, not a pipe, which a process left behind would hold open (session 40: the step
+  # hung 100 s past its 200).
+  timeout -k 10 "$((warm_then_stop + 15))" "$python" "$root/bench/torch_models.py" warm \
+    --server "$server_addr" --runs-dir "$runs" --device "$device" --deadline-s "$warm_then_stop" \
+    --warm-wait-s "$warm_then_stop" --rows "$@" "${warm_args[@]}" >"$runs/warm.log" 2>&1
+  tail -n 20 "$runs/warm.log" >>"$results/stack.log"
   stack_stop_worker
   # Nothing benchmarks now: a converted job's request held by the server only delays its start.
   suite_args+=(--server-wait-s 0)
@@ -228,9 +232,10 @@ fi
 left=$(time_left)
 if [ "${#then_warm[@]}" -gt 0 ] && [ "$left" -gt 30 ]; then
   log "warming ${then_warm[*]} for ${left} s at most"
-  timeout "$left" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
-    --runs-dir "$runs" --device "$device" --warm-wait-s "$left" --rows "${then_warm[@]}" \
-    2>&1 | tail -n 20 >>"$results/stack.log"
+  timeout -k 10 "$left" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
+    --runs-dir "$runs" --device "$device" --deadline-s "$((left - 15))" --warm-wait-s "$left" \
+    --rows "${then_warm[@]}" >"$runs/then_warm.log" 2>&1
+  tail -n 20 "$runs/then_warm.log" >>"$results/stack.log"
 fi
 stack_summary "$results/stack_summary.json"
 stack_dump "$results/warm_db.sql.gz"

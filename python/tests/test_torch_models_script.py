@@ -390,6 +390,35 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertEqual(torch_models.row_seconds([], 3), 0.0)
         self.assertEqual(torch_models.row_seconds([10.0, 30.0, 12.0], 3), 72.0)
 
+    def test_the_warm_up_keeps_its_deadline(self):
+        clock = [1000.0]
+        started = {}
+
+        def run(args, name, run_args, timeout_s=None):
+            started[name] = (float(run_args[run_args.index("--prepare-wait-s") + 1]), timeout_s)
+            clock[0] += 40.0  # every run takes 40 s
+            return {"error": f"{name}: failed (a stand-in)"}
+
+        with mock.patch.object(torch_models, "run_process", side_effect=run), \
+                mock.patch.object(torch_models.time, "monotonic", side_effect=lambda: clock[0]):
+            args = torch_models.parse_args(
+                ["warm", "--server", "h:1", "--runs-dir", "r", "--warm-wait-s", "200",
+                 "--deadline-s", "100", "--rows", "resnet50:amp", "googlenet:amp"])
+            errors = torch_models.warm_up(args, [], args.deadline_s)
+        grace = torch_models.WARM_GRACE_S
+        # Each run waits for its plans only till the deadline less the grace, and is stopped at
+        # the deadline; the third would start with 20 s left, no more than the grace: not run.
+        self.assertEqual(started, {"resnet50_amp_warm": (100.0 - grace, 100.0),
+                                   "googlenet_amp_warm": (60.0 - grace, 60.0)})
+        self.assertIn("resnet50_amp_framework: not run (the warm-up's deadline: 20 s left)",
+                      errors)
+        self.assertIn("googlenet_amp_framework: not run (the warm-up's deadline: 20 s left)",
+                      errors)
+        started.clear()
+        with mock.patch.object(torch_models, "run_process", side_effect=run):
+            torch_models.warm_up(args, [])  # no deadline: the wait and the run's own timeout
+        self.assertEqual(started["resnet50_amp_warm"], (200.0, 200.0 + args.run_timeout_s))
+
     def test_the_server_holds_no_request_once_the_worker_is_stopped(self):
         seen = {}
 

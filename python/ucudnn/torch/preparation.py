@@ -244,10 +244,11 @@ def release_cached_memory(sample_inputs):
     released (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out
     their memory from a clean cache rather than around the blocks of the passes' layout (the
     profiled step's without workspaces, the measuring steps' first calls). The cuBLAS workspaces
-    the passes made go too, and are made again where native's are. Why: on the H200 a job whose
-    step ran PyTorch's own still held 50 MiB after prepare() and ended with a device peak 2-24
-    MiB over native's (bench/results/h200/torch_models_wide.json, the 'prepared' memory stage);
-    that those 50 MiB are the cuBLAS workspaces is to be confirmed on the GPU."""
+    the passes made go too, and are made again where native's are. On the H200 a job whose step
+    ran PyTorch's own held 50 MiB more after prepare() than before it without this release;
+    with it, less (resnet50 AMP at 256: 288 against 436 MiB reserved). Its device peak is
+    still 2-20 MiB over native's: PyTorch's reserved blocks laid out from another history
+    (bench/results/h200/torch_models_wide_default_batch.json, docs/results.md)."""
     if inputs_on_cuda(sample_inputs):
         if clear_cublas_workspaces is not None:
             clear_cublas_workspaces()
