@@ -3,6 +3,7 @@ allowance, the step's corrections.
 
 Run through ctest (tests/python.cmake), which sets UCUDNN_LIBRARY and the plan-cache tool's path."""
 
+import contextlib
 import copy
 import itertools
 import os
@@ -21,6 +22,7 @@ from ucudnn.torch import declare as ut_declare
 from ucudnn.torch import measure as ut_measure
 from ucudnn.torch import module as ut_module
 from ucudnn.torch import preparation as ut_preparation
+from ucudnn.torch import steps as ut_steps
 from ucudnn import _lib
 
 
@@ -354,24 +356,106 @@ class LivenessTest(unittest.TestCase):
 
 
 class ReleaseCachedMemoryTest(unittest.TestCase):
-    def test_the_passes_cublas_workspaces_go_before_the_cache_is_emptied(self):
+    def test_only_a_cache_the_passes_grew_is_emptied_after_the_cublas_workspaces(self):
         calls = []
         x = torch.randn(1, 3, 4, 4)
+        reserved = [100]
         with mock.patch.object(ut_preparation, "clear_cublas_workspaces",
                                lambda: calls.append("cublas")), \
                 mock.patch.object(ut_preparation.torch.cuda, "empty_cache",
-                                  lambda: calls.append("empty_cache")):
-            ut_preparation.release_cached_memory((x,))  # CPU inputs: nothing to release
+                                  lambda: calls.append("empty_cache")), \
+                mock.patch.object(ut_preparation.torch.cuda, "memory_reserved",
+                                  lambda device: reserved[0]):
+            # CPU inputs: nothing measured, nothing to release.
+            self.assertIsNone(ut_preparation.reserved_memory((x,)))
+            ut_preparation.release_cached_memory((x,), None)
             self.assertEqual(calls, [])
             with mock.patch.object(ut_preparation, "inputs_on_cuda", return_value=True):
-                ut_preparation.release_cached_memory((x,))
-            self.assertEqual(calls, ["cublas", "empty_cache"])
-            calls.clear()
-            # A PyTorch without the call: the cache is still emptied.
-            with mock.patch.object(ut_preparation, "inputs_on_cuda", return_value=True), \
-                    mock.patch.object(ut_preparation, "clear_cublas_workspaces", None):
-                ut_preparation.release_cached_memory((x,))
-            self.assertEqual(calls, ["empty_cache"])
+                before = ut_preparation.reserved_memory((x,))
+                self.assertEqual(before, 100)
+                # A route recorded native: the cache as the job had it, not emptied.
+                ut_preparation.release_cached_memory((x,), before)
+                self.assertEqual(calls, [])
+                reserved[0] = 300  # the measuring passes grew it
+                ut_preparation.release_cached_memory((x,), before)
+                self.assertEqual(calls, ["cublas", "empty_cache"])
+                calls.clear()
+                # A PyTorch without the call: the cache is still emptied.
+                with mock.patch.object(ut_preparation, "clear_cublas_workspaces", None):
+                    ut_preparation.release_cached_memory((x,), before)
+                self.assertEqual(calls, ["empty_cache"])
+
+
+class CacheKeptTest(unittest.TestCase):
+    """cache_kept() on the CPU with PyTorch's memory-pool calls stood in for."""
+
+    def run_pass(self, reserved_once_released):
+        """The events of one pass in cache_kept(): the cache holds 100 before it, 900 with the
+        pass's blocks, `reserved_once_released` once its pool is gone."""
+        events, reserved = [], [100]
+
+        class Pool:  # torch.cuda.MemPool's stand-in: its blocks go (or stay) when it goes
+            def __del__(self):
+                events.append("pool released")
+                reserved[0] = reserved_once_released
+
+        @contextlib.contextmanager
+        def use_pool(pool, device):
+            events.append(("routed", type(pool).__name__))
+            yield
+            events.append("unrouted")
+
+        with mock.patch.object(ut_steps, "inputs_on_cuda", return_value=True), \
+                mock.patch.object(ut_steps.torch.cuda, "MemPool", Pool, create=True), \
+                mock.patch.object(ut_steps.torch.cuda, "use_mem_pool", use_pool, create=True), \
+                mock.patch.object(ut_steps.torch.cuda, "device",
+                                  lambda device: contextlib.nullcontext()), \
+                mock.patch.object(ut_steps.torch.cuda, "memory_reserved",
+                                  lambda device: reserved[0]), \
+                mock.patch.object(ut_steps, "clear_cublas_workspaces",
+                                  lambda: events.append("cublas")), \
+                mock.patch.object(ut_steps.torch.cuda, "empty_cache",
+                                  lambda: events.append("empty_cache")):
+            with ut_steps.cache_kept((torch.randn(2, 3),)):
+                events.append("pass")
+                reserved[0] = 900  # the pass's blocks, cached in its pool
+        return events
+
+    def test_the_pass_allocates_in_a_pool_given_back_with_its_cublas_workspaces(self):
+        # The pool's memory went back with it: nothing else of the job's cache is touched.
+        self.assertEqual(self.run_pass(reserved_once_released=100),
+                         [("routed", "Pool"), "pass", "unrouted", "cublas", "pool released"])
+
+    def test_a_pool_whose_memory_stays_empties_the_cache(self):
+        self.assertEqual(self.run_pass(reserved_once_released=900),
+                         [("routed", "Pool"), "pass", "unrouted", "cublas", "pool released",
+                          "empty_cache"])
+
+    def test_nothing_is_routed_without_pools_or_off_cuda(self):
+        ran = []
+        with ut_steps.cache_kept((torch.randn(2, 3),)):  # CPU inputs
+            ran.append("cpu")
+        with mock.patch.object(ut_steps, "inputs_on_cuda", return_value=True), \
+                mock.patch.object(ut_steps.torch.cuda, "MemPool", None, create=True):
+            with ut_steps.cache_kept((torch.randn(2, 3),)):
+                ran.append("no pools")
+        self.assertEqual(ran, ["cpu", "no pools"])
+
+    def test_kernels_runs_its_pass_with_the_cache_kept(self):
+        model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))
+        x = torch.randn(2, 3, 8, 8)
+        entered = []
+
+        @contextlib.contextmanager
+        def kept(sample_inputs):
+            entered.append(sample_inputs)
+            yield
+        with mock.patch.object(ut_declare, "cache_kept", kept):
+            shapes = ut_declare.kernels(model, x)
+        self.assertEqual(len(entered), 1)
+        self.assertIs(entered[0][0], x)
+        # The layer's forward and backward-filter (its input needs no gradient).
+        self.assertEqual(sum(len(s) for s in shapes.values()), 2)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from torch import nn
 
 from .conv import shape_key
 from .module import runtimes_of
-from .steps import model_kept
+from .steps import cache_kept, model_kept
 
 
 def kernels(model, *sample_inputs):
@@ -16,16 +16,18 @@ def kernels(model, *sample_inputs):
     are those the gradients need: no backward-data for a layer whose input needs no gradient).
     The converted layers compute nothing in it (zero outputs, ShapeOnlyConvFunction): no
     cuDNN call, so no PyTorch benchmark. The pass keeps no activation for a backward (none
-    runs): it holds the memory of an inference forward, not of a training step. A
-    torch.compile'd model's pass runs its original module."""
+    runs): it holds the memory of an inference forward, not of a training step, in a pool of its
+    own that goes back at its end (cache_kept). A torch.compile'd model's pass runs its original
+    module."""
     model = compiled_original(model) or model
     runtimes = runtimes_of(model)
     for runtime in runtimes:
         runtime.restore_native()  # every call of the pass through the adapter
         runtime.recording = {}
     try:
-        # The pass leaves the model as it was: batch-norm statistics and the like.
-        with model_kept(model), torch.enable_grad(), nothing_saved():
+        # The pass leaves the model as it was (batch-norm statistics and the like), and PyTorch's
+        # memory cache.
+        with cache_kept(sample_inputs), model_kept(model), torch.enable_grad(), nothing_saved():
             model(*sample_inputs)
         return {(runtime, device): shapes for runtime in runtimes
                 for device, shapes in runtime.recording.items()}

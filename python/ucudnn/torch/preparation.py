@@ -15,7 +15,8 @@ from .host_bound import HOST_BOUND_SEARCHES, host_bound_answer
 from .measure import fit_framework, time_framework_and_plan
 from .pending import wait_for_route
 from . import route as step_route
-from .outputs import inputs_on_cuda
+from .outputs import inputs_device, inputs_on_cuda
+from .steps import clear_cublas_workspaces
 
 
 # prepare(route=...): "auto" (the machine's record; else measured on CUDA once the plans are in;
@@ -116,6 +117,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     step_budget = None
     budget_limit = None
     started = time.perf_counter()
+    reserved_before = reserved_memory(sample_inputs)  # what the job cached before any pass
     model.__dict__.pop("_ucudnn_step_budget", None)
     model.__dict__.pop("_ucudnn_pending_route", None)
     # The machine's record of the step, read once (the route below applies it). A step recorded
@@ -224,7 +226,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         model._ucudnn_step_budget = step_budget
         if check_step_budget not in model._forward_pre_hooks.values():
             model.register_forward_pre_hook(check_step_budget)
-    release_cached_memory(sample_inputs)
+    release_cached_memory(sample_inputs, reserved_before)
     return {"kernels": declared, "measured": measured, "budget": budget,
             "above_peak": step_budget.above_peak() if step_budget is not None else None,
             "framework_fitted": fitted, "host_bound": bound, "route": decided,
@@ -233,26 +235,27 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
                         "host_bound": time.perf_counter() - planned}}
 
 
-# PyTorch's cuBLAS workspaces (one per handle and stream, from its caching allocator, held until
-# the process ends): prepare()'s passes make them at their first matrix product, before the
-# step's activations, where a native job makes them during its first step, among them.
-clear_cublas_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+def reserved_memory(sample_inputs):
+    """PyTorch's cached bytes on the device of the inputs; None off CUDA."""
+    if not inputs_on_cuda(sample_inputs):
+        return None
+    return torch.cuda.memory_reserved(inputs_device(sample_inputs))
 
 
-def release_cached_memory(sample_inputs):
-    """prepare()'s end on CUDA: the blocks its passes left in PyTorch's allocator cache are
-    released (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out
-    their memory from a clean cache rather than around the blocks of the passes' layout (the
-    profiled step's without workspaces, the measuring steps' first calls). The cuBLAS workspaces
-    the passes made go too, and are made again where native's are. On the H200 a job whose step
-    ran PyTorch's own held 50 MiB more after prepare() than before it without this release;
-    with it, less (resnet50 AMP at 256: 288 against 436 MiB reserved). Its device peak is
-    still 2-20 MiB over native's: PyTorch's reserved blocks laid out from another history
-    (bench/results/h200/torch_models_wide_default_batch.json, docs/results.md)."""
-    if inputs_on_cuda(sample_inputs):
-        if clear_cublas_workspaces is not None:
-            clear_cublas_workspaces()
-        torch.cuda.empty_cache()
+def release_cached_memory(sample_inputs, reserved_before):
+    """prepare()'s end on CUDA, where its passes grew PyTorch's allocator cache past
+    `reserved_before` (reserved_memory() at its start): the blocks they left there are released
+    (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out their
+    memory from a clean cache rather than around the blocks of the passes' layout (the profiled
+    step's without workspaces, the measuring steps' first calls), and the cuBLAS workspaces the
+    passes made go too, made again where native's are. Where the cache did not grow (a route
+    recorded native: its one pass, kernels(), has a pool of its own) it is left as the job had
+    it, as a native job's is."""
+    if reserved_before is None or reserved_memory(sample_inputs) <= reserved_before:
+        return
+    if clear_cublas_workspaces is not None:
+        clear_cublas_workspaces()
+    torch.cuda.empty_cache()
 
 
 def wait_for_plans(model, timeout_ms):

@@ -4,7 +4,12 @@ import contextlib
 
 import torch
 
-from .outputs import default_loss
+from .outputs import default_loss, inputs_device, inputs_on_cuda
+
+# PyTorch's cuBLAS workspaces (one per handle and stream, from its caching allocator, held until
+# the process ends): prepare()'s passes make them at their first matrix product, before the
+# step's activations, where a native job makes them during its first step, among them.
+clear_cublas_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
 
 
 @contextlib.contextmanager
@@ -33,3 +38,34 @@ def training_pass(model, sample_inputs, loss_fn):
         output = model(*sample_inputs)
         loss = loss_fn(output) if loss_fn is not None else default_loss(output)
         loss.backward()
+
+
+@contextlib.contextmanager
+def cache_kept(sample_inputs):
+    """A pass that keeps nothing (kernels()'s forward) leaves PyTorch's allocator cache as it
+    found it: the calling thread's allocations inside go to a memory pool of their own
+    (torch.cuda.MemPool), given back at the end with the cuBLAS workspaces the pass's first
+    matrix product made. A job whose prepare() runs no other pass (a route recorded native)
+    then starts its steps from the cache a native job has, and lays out the same blocks:
+    emptying the whole cache instead (release_cached_memory) left such jobs' device peaks 2-20
+    MiB over native's on the H200 (bench/results/h200/torch_models_wide_default_batch.json).
+    Nothing is routed where this PyTorch has no pools or the inputs are not on CUDA; where the
+    pool's memory does not go back with it, the whole cache is emptied instead."""
+    make_pool = getattr(torch.cuda, "MemPool", None)
+    use_pool = getattr(torch.cuda, "use_mem_pool", None)
+    if make_pool is None or use_pool is None or not inputs_on_cuda(sample_inputs):
+        yield
+        return
+    device = inputs_device(sample_inputs)
+    reserved = torch.cuda.memory_reserved(device)
+    with torch.cuda.device(device):
+        pool = make_pool()
+        try:
+            with use_pool(pool, device):
+                yield
+        finally:
+            if clear_cublas_workspaces is not None:
+                clear_cublas_workspaces()
+            del pool  # its cached blocks go back to the device with it
+            if torch.cuda.memory_reserved(device) > reserved:
+                torch.cuda.empty_cache()
