@@ -70,6 +70,7 @@ const std::map<std::string, ConvProblem>& KnownLayers() {
 struct Args {
   bool json = false;
   bool replay_pruning = false;
+  bool replay_sizes = false;
   double probe_noise = 0.03;
   std::string backend = "cudnn";
   int device = 0;
@@ -213,6 +214,10 @@ std::variant<Args, int> ParseArgs(int argc, char** argv) {
                "no measurement: replay the worker's pruning and skipping on the measured tables "
                "of --data-dir against the exhaustive search (search cost, planned step time), "
                "as JSON");
+  app.add_flag("--replay-sizes", a.replay_sizes,
+               "no measurement: per workspace limit, the micro-batch sizes a limit-aware search "
+               "would time on the measured tables of --data-dir, and the plans from them against "
+               "the plans from every size, as JSON");
   app.add_option("--probe-noise", a.probe_noise,
                  "with --replay-pruning: each replayed sample is the row's time times 1 + a "
                  "uniform error within this fraction (an idle GPU's spread)")
@@ -573,9 +578,10 @@ int Run(int argc, char** argv) {
                         ? "data/h100"
                         : std::string(UCUDNN_SOURCE_DIR) + "/data/h100";
   }
-  if (args.replay_pruning) {
+  if (args.replay_pruning || args.replay_sizes) {
     Result<nlohmann::ordered_json> replay =
-        ReplayPruning(args.data_dir, args.probe_noise, args.options);
+        args.replay_sizes ? ReplaySizes(args.data_dir)
+                          : ReplayPruning(args.data_dir, args.probe_noise, args.options);
     if (!replay.ok()) {
       std::fprintf(stderr, "ucudnn-bench-engine: %s\n", replay.status().ToString().c_str());
       return 1;

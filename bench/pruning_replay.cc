@@ -28,6 +28,7 @@
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/engine/benchmark.h"
 #include "ucudnn/engine/search_prior.h"
+#include "ucudnn/engine/size_rule.h"
 #include "ucudnn/planner/planner.h"
 
 namespace ucudnn {
@@ -222,6 +223,81 @@ Result<PlanTimes> PlanTime(const std::vector<Kernel>& kernels,
   return times;
 }
 
+// The measured tables of `data_dir` to replay, by name. A search's own table
+// (scripts/gpu_search.sh --offline: NAME-pruned.csv beside NAME-exhaustive.csv) is not replayed:
+// its plans are compared with the exhaustive one's.
+std::vector<std::filesystem::path> MeasuredFiles(const std::string& data_dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir)) {
+    if (entry.path().extension() == ".csv" && !entry.path().string().ends_with(kPrunedSuffix)) {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The kernels of the network a file measured: its layer names say which ("r50." ...), its
+// problems which precision; every kernel is planned from its problem's table.
+std::vector<Kernel> KernelsOf(const TimingTables& tables) {
+  std::vector<Kernel> kernels;
+  for (const auto& [key, measured] : tables) {
+    Kernel k;
+    k.problem = measured.problem;
+    k.mini_batch = measured.mini_batch;
+    k.name = measured.layer + "/" + std::string(ToString(measured.problem.op));
+    kernels.push_back(std::move(k));
+  }
+  return kernels;
+}
+
+// The limit-aware size rule (engine/size_rule.h) on the measured tables: per workspace limit,
+// each problem's table cut to the sizes a search for that limit times (the measured medians kept),
+// what that leaves of the table, and the plans at that limit from the cut tables against those
+// from the whole tables, both timed with the measured medians.
+Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernels,
+                                               const TimingTables& tables) {
+  std::map<std::string, TimingTable> whole;
+  for (const auto& [key, measured] : tables) whole[key] = measured.table;
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (uint64_t workspace :
+       {uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{64} << 20, uint64_t{1} << 30}) {
+    std::map<std::string, TimingTable> cut;
+    int64_t rows = 0, rows_kept = 0, sizes = 0, sizes_kept = 0;
+    double ms = 0, ms_kept = 0;
+    for (const auto& [key, measured] : tables) {
+      std::set<int64_t> size_set;
+      for (const Timing& t : measured.table.entries) size_set.insert(t.micro_batch);
+      const std::vector<int64_t> kept = SizesForLimit(
+          measured.table, {size_set.begin(), size_set.end()}, measured.mini_batch, workspace);
+      const std::set<int64_t> kept_set(kept.begin(), kept.end());
+      sizes += static_cast<int64_t>(size_set.size());
+      sizes_kept += static_cast<int64_t>(kept.size());
+      TimingTable& table = cut[key];
+      for (const Timing& t : measured.table.entries) {
+        const bool keep = kept_set.count(t.micro_batch) > 0;
+        if (keep) table.entries.push_back(t);
+        if (t.status != TimingStatus::kOk) continue;
+        ++rows;
+        ms += t.time_ms;
+        rows_kept += keep ? 1 : 0;
+        ms_kept += keep ? t.time_ms : 0;
+      }
+    }
+    UCUDNN_ASSIGN_OR_RETURN(PlanTimes all, PlanTime(kernels, whole, tables, workspace));
+    UCUDNN_ASSIGN_OR_RETURN(PlanTimes limited, PlanTime(kernels, cut, tables, workspace));
+    out.push_back({{"workspace_bytes", workspace},
+                   {"sizes_kept", static_cast<double>(sizes_kept) / sizes},
+                   {"timings_kept", static_cast<double>(rows_kept) / rows},
+                   {"timed_ms_kept", ms_kept / ms},
+                   {"all_sizes_plan_measured_ms", all.measured_ms},
+                   {"limit_sizes_plan_measured_ms", limited.measured_ms},
+                   {"limit_sizes_vs_all_sizes_measured",
+                    (limited.measured_ms - all.measured_ms) / all.measured_ms}});
+  }
+  return out;
+}
+
 nlohmann::ordered_json CostJson(const SearchCost& c) {
   return {{"configurations", c.configurations},
           {"full_protocol", c.full_protocol},
@@ -233,37 +309,44 @@ nlohmann::ordered_json CostJson(const SearchCost& c) {
 
 }  // namespace
 
+Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir) {
+  nlohmann::ordered_json networks = nlohmann::ordered_json::array();
+  for (const auto& file : MeasuredFiles(data_dir)) {
+    UCUDNN_ASSIGN_OR_RETURN(TimingTables tables, ReadTimingCsvFile(file.string()));
+    if (tables.empty()) continue;
+    UCUDNN_ASSIGN_OR_RETURN(nlohmann::ordered_json limits,
+                            LimitAwareSizes(KernelsOf(tables), tables));
+    networks.push_back({{"file", file.filename().string()},
+                        {"problems", tables.size()},
+                        {"mini_batch", tables.begin()->second.mini_batch},
+                        {"limits", limits}});
+  }
+  return nlohmann::ordered_json{
+      {"benchmark", "limit-aware micro-batch sizes, replayed"},
+      {"command", "build/bin/ucudnn-bench-engine --replay-sizes --data-dir DIR"},
+      {"note",
+       "per workspace limit, each measured table cut to the micro-batch sizes a search for "
+       "that limit would time (engine/size_rule.h SizesForLimit), the shares of sizes, of kOk "
+       "timings and of their summed medians kept, and the per-kernel plans at that limit "
+       "(PlanNetwork, power-of-two sizes) from the cut tables against those from the whole "
+       "tables, both timed with the measured medians: limit_sizes_vs_all_sizes_measured is "
+       "what the rule costs the step"},
+      {"networks", networks}};
+}
+
 Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double probe_noise,
                                              BenchmarkOptions pruned) {
   nlohmann::ordered_json networks = nlohmann::ordered_json::array();
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(data_dir)) {
-    // A search's own table (scripts/gpu_search.sh --offline: NAME-pruned.csv beside
-    // NAME-exhaustive.csv) is not replayed: its plans are compared with the exhaustive one's.
-    if (entry.path().extension() == ".csv" && !entry.path().string().ends_with(kPrunedSuffix)) {
-      files.push_back(entry.path());
-    }
-  }
-  std::sort(files.begin(), files.end());
   BenchmarkOptions exhaustive;
   exhaustive.prune_margin = -1;
   exhaustive.skip_factor = 0;
   exhaustive.prepare_threads = 1;
   pruned.prepare_threads = 1;
-  for (const auto& file : files) {
+  for (const auto& file : MeasuredFiles(data_dir)) {
     UCUDNN_ASSIGN_OR_RETURN(TimingTables tables, ReadTimingCsvFile(file.string()));
     if (tables.empty()) continue;
-    // The kernels of the network the file measured: its layer names say which ("r50." ...),
-    // its problems which precision; every kernel is planned from its problem's table.
     const ProblemTimings& first = tables.begin()->second;
-    std::vector<Kernel> kernels;
-    for (const auto& [key, measured] : tables) {
-      Kernel k;
-      k.problem = measured.problem;
-      k.mini_batch = measured.mini_batch;
-      k.name = measured.layer + "/" + std::string(ToString(measured.problem.op));
-      kernels.push_back(std::move(k));
-    }
+    const std::vector<Kernel> kernels = KernelsOf(tables);
     SearchCost full_cost, pruned_cost, prior_cost;
     UCUDNN_ASSIGN_OR_RETURN(auto full_tables,
                             Replay(tables, exhaustive, probe_noise, false, full_cost));

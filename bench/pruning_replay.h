@@ -1,5 +1,6 @@
 // The worker's search rules (probe pruning, skipping across sizes) replayed on measured timing
-// tables, against the exhaustive search: ucudnn-bench-engine --replay-pruning.
+// tables, against the exhaustive search (ucudnn-bench-engine --replay-pruning), and the
+// limit-aware size rule on them (--replay-sizes).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,5 +15,9 @@ namespace ucudnn {
 // worker's defaults, or the rules under study) vs exhaustive, as JSON.
 Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double probe_noise,
                                              BenchmarkOptions pruned = {});
+
+// Every *.csv of `data_dir`: per workspace limit, what the limit-aware size rule
+// (engine/size_rule.h) leaves of the measured tables and what it costs the plans, as JSON.
+Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir);
 
 }  // namespace ucudnn

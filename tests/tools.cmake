@@ -89,3 +89,11 @@ foreach(binary ucudnn ucudnn-worker ucudnn-bench-engine ucudnn-bench-planner ucu
     set_tests_properties(help_${binary} PROPERTIES LABELS unit TIMEOUT 120)
   endif()
 endforeach()
+
+# The limit-aware size rule replayed on the measured H100 tables: its invariants, not its numbers.
+if(TARGET ucudnn-bench-engine)
+  add_test(NAME replay_sizes
+           COMMAND ${UCUDNN_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/replay_sizes_test.py
+                   $<TARGET_FILE:ucudnn-bench-engine> ${PROJECT_SOURCE_DIR}/data/h100)
+  set_tests_properties(replay_sizes PROPERTIES LABELS unit TIMEOUT 60)
+endif()

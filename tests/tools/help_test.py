@@ -82,8 +82,8 @@ EXPECTED = {
         "": ["--json", "--backend", "--device", "--repeat", "--layers", "--problem", "--ops",
              "--dtype", "--batch", "--policy", "--workspace-cap", "--warmup", "--min-runs",
              "--max-runs", "--budget-ms", "--prune-margin", "--skip-factor", "--prepare-threads",
-             "--short-run-us", "--device-time-only", "--data-dir", "--replay-pruning", "--probe-noise",
-             "--log-level"],
+             "--short-run-us", "--device-time-only", "--data-dir", "--replay-pruning",
+             "--replay-sizes", "--probe-noise", "--log-level"],
     },
     "ucudnn-bench-planner": {
         "": ["--json", "--data", "--repeat", "--gap", "--network"],

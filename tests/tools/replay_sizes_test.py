@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""ucudnn-bench-engine --replay-sizes on the measured H100 tables (data/h100): the limit-aware
+size rule (engine/size_rule.h) keeps a share of every table, never more than all of it, and its
+plans are never faster than those from every size (the cut tables are parts of the whole ones,
+both timed with the same medians). Usage: replay_sizes_test.py BENCH_ENGINE DATA_DIR"""
+
+import json
+import subprocess
+import sys
+
+
+def main(bench_engine, data_dir):
+    out = subprocess.run([bench_engine, "--replay-sizes", "--data-dir", data_dir],
+                         check=True, capture_output=True, text=True).stdout
+    report = json.loads(out)
+    networks = report["networks"]
+    assert len(networks) == 2, [n["file"] for n in networks]
+    for network in networks:
+        limits = network["limits"]
+        assert [x["workspace_bytes"] for x in limits] == [1 << 20, 8 << 20, 64 << 20, 1 << 30]
+        for x in limits:
+            for share in ("sizes_kept", "timings_kept", "timed_ms_kept"):
+                assert 0 < x[share] <= 1, (network["file"], x)
+            assert x["limit_sizes_plan_measured_ms"] >= x["all_sizes_plan_measured_ms"], x
+        # A larger limit leaves fewer sizes worth splitting into.
+        kept = [x["timings_kept"] for x in limits]
+        assert kept == sorted(kept, reverse=True), (network["file"], kept)
+        # With 256 samples and eight smaller power-of-two sizes, the rule leaves some out.
+        assert min(kept) < 0.5, (network["file"], kept)
+    print("ok:", ", ".join(f"{n['file']}: {[round(x['timings_kept'], 2) for x in n['limits']]}"
+                           for n in networks))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

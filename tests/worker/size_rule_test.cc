@@ -1,0 +1,102 @@
+// The limit-aware size rule (engine/size_rule.h): which micro-batch sizes a workspace limit can
+// use. No GPU, no database.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ucudnn/core/dp.h"
+#include "ucudnn/engine/size_rule.h"
+
+namespace ucudnn {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+Timing Entry(int64_t b, int algo, double ms, uint64_t workspace,
+             TimingStatus status = TimingStatus::kOk) {
+  Timing t;
+  t.micro_batch = b;
+  t.algo = algo;
+  t.time_ms = ms;
+  t.samples = 5;
+  t.workspace_bytes = workspace;
+  t.status = status;
+  return t;
+}
+
+// At every power-of-two size up to 64: algorithm 0 needs no workspace and takes 1 ms a sample;
+// algorithm 1 is twice as fast and needs 1 MiB a sample.
+TimingTable LinearTable(int64_t largest) {
+  TimingTable table;
+  for (int64_t b = 1; b <= largest; b *= 2) {
+    table.entries.push_back(Entry(b, 0, 1.0 * b, 0));
+    table.entries.push_back(Entry(b, 1, 0.5 * b, kMiB * b));
+  }
+  return table;
+}
+
+TEST(SmallerSizesCanHelp, OnlyWhereTheFastestConfigurationNeedsMoreThanTheLimit) {
+  const TimingTable table = LinearTable(64);
+  EXPECT_FALSE(SmallerSizesCanHelp(table, 64, 64 * kMiB));  // the fastest fits
+  EXPECT_TRUE(SmallerSizesCanHelp(table, 64, 63 * kMiB));
+  EXPECT_FALSE(SmallerSizesCanHelp(table, 8, 8 * kMiB));
+  // A size nothing ran at (not measured, or every configuration failed): smaller ones may.
+  EXPECT_TRUE(SmallerSizesCanHelp(table, 128, 1 << 30));
+  TimingTable failed;
+  failed.entries.push_back(Entry(4, 0, 1.0, 0, TimingStatus::kFailed));
+  EXPECT_TRUE(SmallerSizesCanHelp(failed, 4, 1 << 30));
+}
+
+TEST(SmallerSizesCanHelp, TheFrameworksTimeAndSlowerConfigurationsDoNotCount) {
+  TimingTable table = LinearTable(16);
+  // PyTorch's own, faster and without workspace: not a configuration the plans can run.
+  table.entries.push_back(Entry(16, kFrameworkAlgo, 1.0, 0));
+  EXPECT_TRUE(SmallerSizesCanHelp(table, 16, kMiB));
+  // A tie with the fastest that fits: no smaller size can do better.
+  table.entries.push_back(Entry(16, 2, 8.0, 0));
+  EXPECT_FALSE(SmallerSizesCanHelp(table, 16, kMiB));
+}
+
+TEST(SizesForLimit, SplitsTwiceThenOnlyWhereTheWorkspaceOrTheRunsAskForIt) {
+  const TimingTable table = LinearTable(64);
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 64);
+  ASSERT_EQ(kSplitsAlwaysTimed, 2);
+  // 1 GiB: the fastest fits everywhere and no size runs faster per sample: the mini-batch and
+  // its two splits.
+  EXPECT_THAT(SizesForLimit(table, sizes, 64, 1 << 30), ElementsAre(64, 32, 16));
+  // 16 MiB: the fast algorithm fits from 16 down, so 16 runs twice as fast per sample as 32
+  // within the limit: 8 is timed too, where the split pays no more.
+  EXPECT_THAT(SizesForLimit(table, sizes, 64, 16 * kMiB), ElementsAre(64, 32, 16, 8));
+  // No workspace: the fastest never fits: every size.
+  EXPECT_THAT(SizesForLimit(table, sizes, 64, 0), ElementsAre(64, 32, 16, 8, 4, 2, 1));
+}
+
+TEST(SizesForLimit, ASplitThatRunsFasterPerSampleIsSplitAgain) {
+  // One algorithm without workspace, 1 ms a sample from 32 up and 0.25 ms at 16 and below (a
+  // kernel that suits small sizes).
+  TimingTable table;
+  for (int64_t b = 1; b <= 64; b *= 2)
+    table.entries.push_back(Entry(b, 0, (b > 16 ? 1.0 : 0.25) * b, 0));
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 64);
+  EXPECT_THAT(SizesForLimit(table, sizes, 64, 1 << 30), ElementsAre(64, 32, 16, 8));
+}
+
+TEST(SizesForLimit, AMiniBatchThatIsNoPowerOfTwoKeepsTheSizesThatMakeIt) {
+  TimingTable table = LinearTable(64);
+  table.entries.push_back(Entry(96, 0, 96.0, 0));
+  table.entries.push_back(Entry(96, 1, 48.0, 96 * kMiB));
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 96);
+  // 96 = 64 + 32, and 64 is split once more: nothing below pays.
+  EXPECT_THAT(SizesForLimit(table, sizes, 96, 1 << 30), ElementsAre(96, 64, 32));
+  // Under 64 MiB the fastest at 96 does not fit: 32 runs twice as fast per sample within the
+  // limit as 96, so it is split, down to 16, where that pays no more.
+  EXPECT_THAT(SizesForLimit(table, sizes, 96, 64 * kMiB), ElementsAre(96, 64, 32, 16));
+  // Sizes without the mini-batch itself (a table of the offline mode's sizes): its sum.
+  EXPECT_THAT(SizesForLimit(table, {1, 2, 4, 8, 16, 32, 64}, 96, 1 << 30), ElementsAre(64, 32));
+}
+
+}  // namespace
+}  // namespace ucudnn
