@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using worker::testing::FastBenchmarkOptions;
+using worker::testing::MeasuredEntry;
 using worker::testing::TinyProblem;
 
 ConvProblem Shape(int64_t c, int64_t k, int64_t hw) {
@@ -26,23 +27,13 @@ ConvProblem Shape(int64_t c, int64_t k, int64_t hw) {
   return p;
 }
 
-Timing Entry(int64_t b, int algo, double ms, uint64_t workspace = 0) {
-  Timing t;
-  t.micro_batch = b;
-  t.algo = algo;
-  t.time_ms = ms;
-  t.samples = 5;
-  t.workspace_bytes = workspace;
-  return t;
-}
-
 // Algorithm 2 at `slow` times algorithm 0's time at sizes 16 and 32; algorithm 1 close behind.
 KnownTable Known(const ConvProblem& p, double slow, uint64_t slow_workspace = 0) {
   KnownTable k{p, {}};
   for (int64_t b : {8, 16, 32}) {
-    k.table.entries.push_back(Entry(b, 0, 1.0 * b));
-    k.table.entries.push_back(Entry(b, 1, 1.2 * b));
-    k.table.entries.push_back(Entry(b, 2, slow * b, slow_workspace));
+    k.table.entries.push_back(MeasuredEntry(b, 0, 1.0 * b));
+    k.table.entries.push_back(MeasuredEntry(b, 1, 1.2 * b));
+    k.table.entries.push_back(MeasuredEntry(b, 2, slow * b, slow_workspace));
   }
   return k;
 }

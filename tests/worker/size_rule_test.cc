@@ -7,33 +7,23 @@
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/engine/size_rule.h"
+#include "worker/worker_test_util.h"
 
 namespace ucudnn {
 namespace {
 
 using ::testing::ElementsAre;
+using worker::testing::MeasuredEntry;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-Timing Entry(int64_t b, int algo, double ms, uint64_t workspace,
-             TimingStatus status = TimingStatus::kOk) {
-  Timing t;
-  t.micro_batch = b;
-  t.algo = algo;
-  t.time_ms = ms;
-  t.samples = 5;
-  t.workspace_bytes = workspace;
-  t.status = status;
-  return t;
-}
 
 // At every power-of-two size up to 64: algorithm 0 needs no workspace and takes 1 ms a sample;
 // algorithm 1 is twice as fast and needs 1 MiB a sample.
 TimingTable LinearTable(int64_t largest) {
   TimingTable table;
   for (int64_t b = 1; b <= largest; b *= 2) {
-    table.entries.push_back(Entry(b, 0, 1.0 * b, 0));
-    table.entries.push_back(Entry(b, 1, 0.5 * b, kMiB * b));
+    table.entries.push_back(MeasuredEntry(b, 0, 1.0 * b, 0));
+    table.entries.push_back(MeasuredEntry(b, 1, 0.5 * b, kMiB * b));
   }
   return table;
 }
@@ -46,17 +36,17 @@ TEST(SmallerSizesCanHelp, OnlyWhereTheFastestConfigurationNeedsMoreThanTheLimit)
   // A size nothing ran at (not measured, or every configuration failed): smaller ones may.
   EXPECT_TRUE(SmallerSizesCanHelp(table, 128, 1 << 30));
   TimingTable failed;
-  failed.entries.push_back(Entry(4, 0, 1.0, 0, TimingStatus::kFailed));
+  failed.entries.push_back(MeasuredEntry(4, 0, 1.0, 0, TimingStatus::kFailed));
   EXPECT_TRUE(SmallerSizesCanHelp(failed, 4, 1 << 30));
 }
 
 TEST(SmallerSizesCanHelp, TheFrameworksTimeAndSlowerConfigurationsDoNotCount) {
   TimingTable table = LinearTable(16);
   // PyTorch's own, faster and without workspace: not a configuration the plans can run.
-  table.entries.push_back(Entry(16, kFrameworkAlgo, 1.0, 0));
+  table.entries.push_back(MeasuredEntry(16, kFrameworkAlgo, 1.0, 0));
   EXPECT_TRUE(SmallerSizesCanHelp(table, 16, kMiB));
   // A tie with the fastest that fits: no smaller size can do better.
-  table.entries.push_back(Entry(16, 2, 8.0, 0));
+  table.entries.push_back(MeasuredEntry(16, 2, 8.0, 0));
   EXPECT_FALSE(SmallerSizesCanHelp(table, 16, kMiB));
 }
 
@@ -79,15 +69,15 @@ TEST(SizesForLimit, ASplitThatRunsFasterPerSampleIsSplitAgain) {
   // kernel that suits small sizes).
   TimingTable table;
   for (int64_t b = 1; b <= 64; b *= 2)
-    table.entries.push_back(Entry(b, 0, (b > 16 ? 1.0 : 0.25) * b, 0));
+    table.entries.push_back(MeasuredEntry(b, 0, (b > 16 ? 1.0 : 0.25) * b, 0));
   const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 64);
   EXPECT_THAT(SizesForLimit(table, sizes, 64, 1 << 30), ElementsAre(64, 32, 16, 8));
 }
 
 TEST(SizesForLimit, AMiniBatchThatIsNoPowerOfTwoKeepsTheSizesThatMakeIt) {
   TimingTable table = LinearTable(64);
-  table.entries.push_back(Entry(96, 0, 96.0, 0));
-  table.entries.push_back(Entry(96, 1, 48.0, 96 * kMiB));
+  table.entries.push_back(MeasuredEntry(96, 0, 96.0, 0));
+  table.entries.push_back(MeasuredEntry(96, 1, 48.0, 96 * kMiB));
   const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 96);
   // 96 = 64 + 32, and 64 is split once more: nothing below pays.
   EXPECT_THAT(SizesForLimit(table, sizes, 96, 1 << 30), ElementsAre(96, 64, 32));

@@ -39,6 +39,19 @@ inline ConvProblem TinyProblem(ConvOp op, int64_t channels) {
 }
 
 // A problem whose table takes a few seconds with SlowFlags() (the direct algorithm dominates).
+// A measured row of a timing table: `algo` at micro-batch `b`, `ms` (5 samples), `workspace`.
+inline Timing MeasuredEntry(int64_t b, int algo, double ms, uint64_t workspace = 0,
+                            TimingStatus status = TimingStatus::kOk) {
+  Timing t;
+  t.micro_batch = b;
+  t.algo = algo;
+  t.time_ms = ms;
+  t.samples = 5;
+  t.workspace_bytes = workspace;
+  t.status = status;
+  return t;
+}
+
 inline ConvProblem SlowProblem() {
   return test_support::SquareConv(ConvOp::kBackwardFilter, 32, 16, 32);
 }
