@@ -68,6 +68,18 @@ def choose(plans_rounds, native_rounds, min_gain=MIN_GAIN):
     return NATIVE, f"{numbers}: PyTorch's own is as fast or faster"
 
 
+def settled(plans_rounds, native_rounds, min_rounds=2):
+    """Whether the rounds so far already decide for PyTorch's own, whatever further rounds show:
+    after min_rounds (each order of the two sides met once), the plans' median step is slower
+    than native's by more than both sides' noise together. More rounds are taken only where the
+    plans could still win (choose() keeps them only when faster beyond the noise); each round a
+    job skips here is about a tenth of its route measurement's steps."""
+    if min(len(plans_rounds), len(native_rounds)) < min_rounds:
+        return False
+    loss = statistics.median(plans_rounds) - statistics.median(native_rounds)
+    return loss > noise_ms(plans_rounds) + noise_ms(native_rounds)
+
+
 def step_key(parts):
     """The record's key: a hash of what the step's speed depends on (`parts`: strings: the host,
     the GPU, PyTorch's and cuDNN's versions, the model's structure, the inputs' shapes, dtypes

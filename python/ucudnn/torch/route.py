@@ -131,7 +131,8 @@ def measure_rounds(model, sample_inputs, loss_fn, plan_routes, rounds=decision.R
                    steps=decision.STEPS_PER_ROUND):
     """Each side's round medians (ms) of the step, the plans' routes and every layer on PyTorch's
     own, alternating which side goes first; a warm-up step of each side first (PyTorch's
-    benchmark of the layers it runs, the plans' first calls). The model is left as it was."""
+    benchmark of the layers it runs, the plans' first calls). Fewer than `rounds` where the
+    rounds so far settle it for PyTorch's own (decision.settled). The model is left as it was."""
     device = inputs_device(sample_inputs)
     cuda = device.type == "cuda"
     sides = {decision.PLANS: plan_routes, decision.NATIVE: ["framework"] * len(plan_routes)}
@@ -158,6 +159,8 @@ def measure_rounds(model, sample_inputs, loss_fn, plan_routes, rounds=decision.R
             for side in order:
                 times = sorted(run(side, steps))
                 measured[side].append(times[len(times) // 2])
+            if decision.settled(measured[decision.PLANS], measured[decision.NATIVE]):
+                break  # the plans lost beyond the noise: no round left could make them win
     return measured[decision.PLANS], measured[decision.NATIVE]
 
 
