@@ -1338,6 +1338,8 @@ def summarise(side):
         "runs_ms": [r["median_step_ms"] for r in good],
         "host_probe_ms": [r.get("host_probe_ms") for r in good],
         "peak_mib": med("device_peak_mib"),
+        "peaks_mib": [r.get("device_peak_mib") for r in good],
+        "memory_stages": [r.get("memory_stages") for r in good],
         "allocated_peak_mib": med("max_memory_allocated_mib"),
         "steady_allocated_peak_mib": med("steady_max_memory_allocated_mib"),
         "reserved_peak_mib": med("steady_max_memory_reserved_mib"),
@@ -1484,6 +1486,13 @@ def run_suite(args):
             "native_jobs_spread": torch_common.spread(native["runs_ms"]),
             "converted_jobs_spread": torch_common.spread(conv["runs_ms"]),
             "native_peak_mib": native["peak_mib"], "converted_peak_mib": conv["peak_mib"],
+            # Per job: a job that measured its route and one that applied the record lay out
+            # PyTorch's cache from different histories ("memory ≤ native's" is asked of each).
+            "native_peaks_by_job_mib": native["peaks_mib"],
+            "converted_peaks_by_job_mib": conv["peaks_mib"],
+            # Per converted job: (stage, MiB outside PyTorch's allocator, PyTorch's reserved
+            # MiB) at "ready", "prepared", the first and the last step: what prepare() left.
+            "converted_memory_stages": conv["memory_stages"],
             "native_allocated_peak_mib": native["allocated_peak_mib"],
             "converted_allocated_peak_mib": conv["allocated_peak_mib"],
             "native_steady_allocated_peak_mib": native["steady_allocated_peak_mib"],

@@ -311,6 +311,10 @@ class CpuSuiteTest(unittest.TestCase):
             runs = row[f"{side}_runs_ms"]
             self.assertAlmostEqual(row[f"{side}_jobs_spread"], max(runs) / min(runs))
             self.assertGreaterEqual(row[f"{side}_jobs_spread"], 1.0)
+        # Each job's own device peak (none on the CPU) and what prepare() left of the memory.
+        self.assertEqual(row["native_peaks_by_job_mib"], [None, None])
+        self.assertEqual(len(row["converted_peaks_by_job_mib"]), 2)
+        self.assertEqual(len(row["converted_memory_stages"]), 2)
         # The suite's own compiled-plan cache, empty on the CPU (nothing is compiled there).
         self.assertEqual(row["converted_compiled_plans_at_start"], [0, 0])
         self.assertEqual(row["converted_host_bound"], [None, None])  # not measured on the CPU
