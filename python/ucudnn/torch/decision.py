@@ -72,8 +72,8 @@ def settled(plans_rounds, native_rounds, min_rounds=2):
     """Whether the rounds so far already decide for PyTorch's own, whatever further rounds show:
     after min_rounds (each order of the two sides met once), the plans' median step is slower
     than native's by more than both sides' noise together. More rounds are taken only where the
-    plans could still win (choose() keeps them only when faster beyond the noise); each round a
-    job skips here is about a tenth of its route measurement's steps."""
+    plans could still win (choose() keeps them only when faster beyond the noise); the round a
+    job skips here is six of its route measurement's twenty steps."""
     if min(len(plans_rounds), len(native_rounds)) < min_rounds:
         return False
     loss = statistics.median(plans_rounds) - statistics.median(native_rounds)

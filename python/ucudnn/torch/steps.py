@@ -46,9 +46,10 @@ def cache_kept(sample_inputs):
     found it: the calling thread's allocations inside go to a memory pool of their own
     (torch.cuda.MemPool), given back at the end with the cuBLAS workspaces the pass's first
     matrix product made. A job whose prepare() runs no other pass (a route recorded native)
-    then starts its steps from the cache a native job has, and lays out the same blocks:
-    emptying the whole cache instead (release_cached_memory) left such jobs' device peaks 2-20
-    MiB over native's on the H200 (bench/results/h200/torch_models_wide_default_batch.json).
+    then starts its steps from the cache a native job has, and should lay out the same blocks.
+    On the H200, such jobs whose prepare() emptied the whole cache instead peaked 2-20 MiB over
+    native's, while native's jobs peaked alike to the MiB
+    (bench/results/h200/torch_models_wide_default_batch.json); not yet measured with this.
     Nothing is routed where this PyTorch has no pools or the inputs are not on CUDA; where the
     pool's memory does not go back with it, the whole cache is emptied instead."""
     make_pool = getattr(torch.cuda, "MemPool", None)
