@@ -123,6 +123,17 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/stack_lib.sh
 . "$root/scripts/stack_lib.sh"
 log() { echo "[gpu_torch_models $(date +%T)] $*" | tee -a "$results/stack.log" >&2; }
+# torch_models.py warm NAME LIMIT_S DEADLINE_S ARGS...: the rows' plans in the database. The
+# warm-up keeps DEADLINE_S itself; the timeout (LIMIT_S, then a kill) is the backstop. Its output
+# goes to $runs/NAME.log, not a pipe, which a process left behind would hold open (session 40:
+# the step hung 100 s past its 200), and its tail to stack.log.
+warm_rows() {
+  local name="$1" limit_s="$2" deadline_s="$3"
+  shift 3
+  timeout -k 10 "$limit_s" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
+    --runs-dir "$runs" --device "$device" --deadline-s "$deadline_s" "$@" >"$runs/$name.log" 2>&1
+  tail -n 20 "$runs/$name.log" >>"$results/stack.log"
+}
 # Every run's JSON and runs.log, without the compiled plans and torch.compile's caches (the
 # machine's, not results; the plans' count and size go to stack.log).
 pack_runs() {
@@ -205,13 +216,8 @@ if [ -n "$warm_then_stop" ] && [ $# -gt 0 ]; then
   # The rows' plans from the worker for at most that long, then the worker stopped, so that no
   # measured job shares the GPU with its benchmarks (what is still missing runs PyTorch's own).
   log "warming $* for ${warm_then_stop} s at most, then stopping the worker"
-  # The warm-up keeps its deadline itself; the timeout is the backstop. Its output goes to a
-  # file, not a pipe, which a process left behind would hold open (session 40: the step
-  # hung 100 s past its 200).
-  timeout -k 10 "$((warm_then_stop + 15))" "$python" "$root/bench/torch_models.py" warm \
-    --server "$server_addr" --runs-dir "$runs" --device "$device" --deadline-s "$warm_then_stop" \
-    --warm-wait-s "$warm_then_stop" --rows "$@" "${warm_args[@]}" >"$runs/warm.log" 2>&1
-  tail -n 20 "$runs/warm.log" >>"$results/stack.log"
+  warm_rows warm "$((warm_then_stop + 15))" "$warm_then_stop" --warm-wait-s "$warm_then_stop" \
+    --rows "$@" "${warm_args[@]}"
   stack_stop_worker
   # Nothing benchmarks now: a converted job's request held by the server only delays its start.
   suite_args+=(--server-wait-s 0)
@@ -232,10 +238,7 @@ fi
 left=$(time_left)
 if [ "${#then_warm[@]}" -gt 0 ] && [ "$left" -gt 30 ]; then
   log "warming ${then_warm[*]} for ${left} s at most"
-  timeout -k 10 "$left" "$python" "$root/bench/torch_models.py" warm --server "$server_addr" \
-    --runs-dir "$runs" --device "$device" --deadline-s "$((left - 15))" --warm-wait-s "$left" \
-    --rows "${then_warm[@]}" >"$runs/then_warm.log" 2>&1
-  tail -n 20 "$runs/then_warm.log" >>"$results/stack.log"
+  warm_rows then_warm "$left" "$((left - 15))" --warm-wait-s "$left" --rows "${then_warm[@]}"
 fi
 stack_summary "$results/stack_summary.json"
 stack_dump "$results/warm_db.sql.gz"

@@ -5,6 +5,8 @@
 #include <limits>
 #include <set>
 
+#include "ucudnn/core/dp.h"
+
 namespace ucudnn {
 namespace {
 
@@ -20,33 +22,20 @@ std::vector<int64_t> LargestFirstSum(int64_t total, const std::vector<int64_t>& 
   return total == 0 ? parts : std::vector<int64_t>{};
 }
 
+// The fastest time per sample at `size` within `workspace_limit` (FastestUndivided: kOk, the
+// framework's own aside); infinite where none.
+double PerSampleWithin(const TimingTable& table, int64_t size, uint64_t workspace_limit) {
+  const Result<Segment> fastest = FastestUndivided(table, size, workspace_limit);
+  return fastest.ok() ? fastest->time_ms / static_cast<double>(size)
+                      : std::numeric_limits<double>::infinity();
+}
+
 }  // namespace
 
 bool SmallerSizesCanHelp(const TimingTable& table, int64_t size, uint64_t workspace_limit) {
-  double fastest = std::numeric_limits<double>::infinity();
-  uint64_t fastest_workspace = 0;
-  for (const Timing& t : table.entries) {
-    if (t.micro_batch != size || t.status != TimingStatus::kOk || t.algo == kFrameworkAlgo) {
-      continue;
-    }
-    // Of equally fast configurations, the one with the least workspace.
-    if (t.time_ms < fastest || (t.time_ms == fastest && t.workspace_bytes < fastest_workspace)) {
-      fastest = t.time_ms;
-      fastest_workspace = t.workspace_bytes;
-    }
-  }
-  return fastest == std::numeric_limits<double>::infinity() || fastest_workspace > workspace_limit;
-}
-
-double PerSampleWithin(const TimingTable& table, int64_t size, uint64_t workspace_limit) {
-  double fastest = std::numeric_limits<double>::infinity();
-  for (const Timing& t : table.entries) {
-    if (t.micro_batch == size && t.status == TimingStatus::kOk && t.algo != kFrameworkAlgo &&
-        t.workspace_bytes <= workspace_limit) {
-      fastest = std::min(fastest, t.time_ms);
-    }
-  }
-  return size > 0 ? fastest / static_cast<double>(size) : fastest;
+  // Of equally fast configurations FastestUndivided takes the one with the least workspace.
+  const Result<Segment> fastest = FastestUndivided(table, size, UINT64_MAX);
+  return !fastest.ok() || fastest->workspace_bytes > workspace_limit;
 }
 
 std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,

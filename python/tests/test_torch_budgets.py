@@ -360,29 +360,29 @@ class ReleaseCachedMemoryTest(unittest.TestCase):
         calls = []
         x = torch.randn(1, 3, 4, 4)
         reserved = [100]
-        with mock.patch.object(ut_preparation, "clear_cublas_workspaces",
+        with mock.patch.object(ut_steps, "clear_cublas_workspaces",
                                lambda: calls.append("cublas")), \
-                mock.patch.object(ut_preparation.torch.cuda, "empty_cache",
+                mock.patch.object(ut_steps.torch.cuda, "empty_cache",
                                   lambda: calls.append("empty_cache")), \
-                mock.patch.object(ut_preparation.torch.cuda, "memory_reserved",
+                mock.patch.object(ut_steps.torch.cuda, "memory_reserved",
                                   lambda device: reserved[0]):
             # CPU inputs: nothing measured, nothing to release.
-            self.assertIsNone(ut_preparation.reserved_memory((x,)))
-            ut_preparation.release_cached_memory((x,), None)
+            self.assertIsNone(ut_steps.reserved_memory((x,)))
+            ut_steps.release_cached_memory((x,), None)
             self.assertEqual(calls, [])
-            with mock.patch.object(ut_preparation, "inputs_on_cuda", return_value=True):
-                before = ut_preparation.reserved_memory((x,))
+            with mock.patch.object(ut_steps, "inputs_on_cuda", return_value=True):
+                before = ut_steps.reserved_memory((x,))
                 self.assertEqual(before, 100)
                 # A route recorded native: the cache as the job had it, not emptied.
-                ut_preparation.release_cached_memory((x,), before)
+                ut_steps.release_cached_memory((x,), before)
                 self.assertEqual(calls, [])
                 reserved[0] = 300  # the measuring passes grew it
-                ut_preparation.release_cached_memory((x,), before)
+                ut_steps.release_cached_memory((x,), before)
                 self.assertEqual(calls, ["cublas", "empty_cache"])
                 calls.clear()
                 # A PyTorch without the call: the cache is still emptied.
-                with mock.patch.object(ut_preparation, "clear_cublas_workspaces", None):
-                    ut_preparation.release_cached_memory((x,), before)
+                with mock.patch.object(ut_steps, "clear_cublas_workspaces", None):
+                    ut_steps.release_cached_memory((x,), before)
                 self.assertEqual(calls, ["empty_cache"])
 
 

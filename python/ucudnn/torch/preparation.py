@@ -15,8 +15,8 @@ from .host_bound import HOST_BOUND_SEARCHES, host_bound_answer
 from .measure import fit_framework, time_framework_and_plan
 from .pending import wait_for_route
 from . import route as step_route
-from .outputs import inputs_device, inputs_on_cuda
-from .steps import clear_cublas_workspaces
+from .outputs import inputs_on_cuda
+from .steps import release_cached_memory, reserved_memory
 
 
 # prepare(route=...): "auto" (the machine's record; else measured on CUDA once the plans are in;
@@ -233,29 +233,6 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
             "compiled": compiled, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "seconds": {"budgets": budgeted - started, "plans": planned - budgeted,
                         "host_bound": time.perf_counter() - planned}}
-
-
-def reserved_memory(sample_inputs):
-    """PyTorch's cached bytes on the device of the inputs; None off CUDA."""
-    if not inputs_on_cuda(sample_inputs):
-        return None
-    return torch.cuda.memory_reserved(inputs_device(sample_inputs))
-
-
-def release_cached_memory(sample_inputs, reserved_before):
-    """prepare()'s end on CUDA, where its passes grew PyTorch's allocator cache past
-    `reserved_before` (reserved_memory() at its start): the blocks they left there are released
-    (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out their
-    memory from a clean cache rather than around the blocks of the passes' layout (the profiled
-    step's without workspaces, the measuring steps' first calls), and the cuBLAS workspaces the
-    passes made go too, made again where native's are. Where the cache did not grow (a route
-    recorded native: its one pass, kernels(), has a pool of its own) it is left as the job had
-    it, as a native job's is."""
-    if reserved_before is None or reserved_memory(sample_inputs) <= reserved_before:
-        return
-    if clear_cublas_workspaces is not None:
-        clear_cublas_workspaces()
-    torch.cuda.empty_cache()
 
 
 def wait_for_plans(model, timeout_ms):

@@ -1,4 +1,5 @@
-"""A training pass run by prepare()'s measurements, and the model kept as it was around it."""
+"""A training pass run by prepare()'s measurements, and the model and PyTorch's memory cache kept
+as they were around its passes."""
 
 import contextlib
 
@@ -40,6 +41,29 @@ def training_pass(model, sample_inputs, loss_fn):
         loss.backward()
 
 
+def reserved_memory(sample_inputs):
+    """PyTorch's cached bytes on the device of the inputs; None off CUDA."""
+    if not inputs_on_cuda(sample_inputs):
+        return None
+    return torch.cuda.memory_reserved(inputs_device(sample_inputs))
+
+
+def release_cached_memory(sample_inputs, reserved_before):
+    """prepare()'s end on CUDA, where its passes grew PyTorch's allocator cache past
+    `reserved_before` (reserved_memory() at its start): the blocks they left there are released
+    (torch.cuda.empty_cache; nothing in use is touched), so that the job's steps lay out their
+    memory from a clean cache rather than around the blocks of the passes' layout (the profiled
+    step's without workspaces, the measuring steps' first calls), and the cuBLAS workspaces the
+    passes made go too, made again where native's are. Where the cache did not grow (a route
+    recorded native: its one pass, kernels(), has a pool of its own) it is left as the job had
+    it, as a native job's is."""
+    if reserved_before is None or reserved_memory(sample_inputs) <= reserved_before:
+        return
+    if clear_cublas_workspaces is not None:
+        clear_cublas_workspaces()
+    torch.cuda.empty_cache()
+
+
 @contextlib.contextmanager
 def cache_kept(sample_inputs):
     """A pass that keeps nothing (kernels()'s forward) leaves PyTorch's allocator cache as it
@@ -54,11 +78,11 @@ def cache_kept(sample_inputs):
     pool's memory does not go back with it, the whole cache is emptied instead."""
     make_pool = getattr(torch.cuda, "MemPool", None)
     use_pool = getattr(torch.cuda, "use_mem_pool", None)
-    if make_pool is None or use_pool is None or not inputs_on_cuda(sample_inputs):
+    reserved = reserved_memory(sample_inputs)
+    if make_pool is None or use_pool is None or reserved is None:
         yield
         return
     device = inputs_device(sample_inputs)
-    reserved = torch.cuda.memory_reserved(device)
     with torch.cuda.device(device):
         pool = make_pool()
         try:

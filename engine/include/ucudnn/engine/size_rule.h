@@ -25,16 +25,12 @@ inline constexpr int kSplitsAlwaysTimed = 2;
 // needs more workspace than the limit.
 bool SmallerSizesCanHelp(const TimingTable& table, int64_t size, uint64_t workspace_limit);
 
-// The fastest time per sample of `table`'s configurations at `size` within `workspace_limit`
-// (kOk, the framework's own aside); infinite where none.
-double PerSampleWithin(const TimingTable& table, int64_t size, uint64_t workspace_limit);
-
 // The sizes of `sizes` that a search for `workspace_limit` times to plan `mini_batch`, largest
 // first: the mini-batch (or, where it is not one of `sizes`, the largest-first sum of sizes that
 // makes it); below each timed size, the largest-first sum of smaller sizes that makes it, wherever
 // smaller sizes can still pay: where the size's fastest configuration does not fit the limit
 // (SmallerSizesCanHelp), or where the size ran faster per sample within the limit than the size
-// it splits (PerSampleWithin). The first kSplitsAlwaysTimed splits of the mini-batch are timed
+// it splits. The first kSplitsAlwaysTimed splits of the mini-batch are timed
 // whatever they show. `table` holds the times the search has taken.
 std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,
                                    int64_t mini_batch, uint64_t workspace_limit);
