@@ -322,7 +322,9 @@ def overhead_one(args):
     # The measured case is a layer running its plans, whatever they save.
     ut.convert(converted, min_layer_gain_us=0, **options)
     if not args.plan_cache_tool:
-        ut.prepare(converted, x, wait_ms=int(args.prepare_wait_s * 1000), measure_framework=False)
+        # route "rule": the layer runs its plans, whatever a measured route would choose.
+        ut.prepare(converted, x, wait_ms=int(args.prepare_wait_s * 1000), measure_framework=False,
+                   route="rule")
 
     # On the CPU the whole step runs on this thread (autograd runs CPU backward passes on the
     # caller's): its CPU time, which other processes on a shared machine do not inflate. On a

@@ -142,6 +142,10 @@ def parse_args(argv):
                        help="ucudnn: convert()'s per-layer threshold (default: convert()'s)")
         p.add_argument("--json-out", default="")
 
+    def route_arg(p, why):
+        p.add_argument("--route", default="auto", choices=("auto", "measure", "rule"),
+                       help=f"ucudnn: prepare()'s route decision ({why})")
+
     run = sub.add_parser("run", help="one configuration, JSON out")
     model_args(run)
     run.add_argument("--mode", default="native", choices=("native", "ucudnn"))
@@ -161,9 +165,8 @@ def parse_args(argv):
     run.add_argument("--cudnn-benchmark", default="on", choices=("on", "off"),
                      help="torch.backends.cudnn.benchmark for the run (off: cuDNN's heuristics "
                      "choose each convolution's algorithm, nothing searched in the first step)")
-    run.add_argument("--route", default="auto", choices=("auto", "measure", "rule"),
-                     help="ucudnn: prepare()'s route decision (the suite's warm-up: rule, so "
-                     "that no route is recorded while the worker shares the GPU)")
+    route_arg(run, "the suite's warm-up: rule, so that no route is recorded while the worker "
+              "shares the GPU")
     run.add_argument("--no-measure-framework", action="store_true",
                      help="ucudnn: prepare() does not time PyTorch's own convolution (the "
                      "suite's first warm pass, while the worker still shares the GPU)")
@@ -195,10 +198,13 @@ def parse_args(argv):
                         "infinity or 0")
     paired.add_argument("--compile", default="", choices=COMPILE_MODES,
                         help="both sides under torch.compile in this mode")
+    route_arg(paired, "rule: the plans' step as each layer's rule routes it, where the suite's "
+              "jobs may have measured it slower and run PyTorch's own")
     paired.add_argument("--host-profile", action="store_true",
                         help="also where each side's time goes: PyTorch's ops per step "
                         "(torch.profiler), on CUDA the device's kernels, and the converted "
-                        "step's Python functions (cProfile)")
+                        "step's Python functions (cProfile); with --json-out, each side's "
+                        "step as a Chrome trace beside it (NAME_SIDE_trace.json.gz)")
 
     curve = sub.add_parser("curve", help="the step's time-memory curve (issue 21): JSON, and "
                            "with --svg a picture")
@@ -832,7 +838,12 @@ def kernels_one(args):
         return {"framework_total_ms": sum(r["framework_ms"] for r in rows),
                 "plan_total_ms": sum(plan),
                 "framework_step_ms": sum(r["calls"] * r["framework_ms"] for r in rows),
-                "plan_step_ms": sum(r["calls"] * ms for r, ms in zip(rows, plan))}
+                "plan_step_ms": sum(r["calls"] * ms for r, ms in zip(rows, plan)),
+                # The host's time to issue the step's convolutions, each side alone.
+                "framework_step_host_ms": sum(r["calls"] * r["framework_host_us"]
+                                              for r in rows) / 1e3,
+                "plan_step_host_ms": sum(r["calls"] * (r["plan_host_us"] or r["framework_host_us"])
+                                         for r in rows) / 1e3}
 
     result = {
         "config": config_of(args),
@@ -880,7 +891,8 @@ def paired_one(args):
     nets = {model: torch.compile(model, mode=args.compile) if args.compile else model
             for model in (native, converted)}
     with autocast(torch, device, amp):
-        prepared = ut.prepare(nets[converted], data, wait_ms=int(args.prepare_wait_s * 1000))
+        prepared = ut.prepare(nets[converted], data, wait_ms=int(args.prepare_wait_s * 1000),
+                              route=args.route)
 
     def trainer(model):
         net = nets[model]
@@ -917,7 +929,8 @@ def paired_one(args):
             rounds[name].append(statistics.median(timed(sides[name], args.steps)))
     after = ut.stats(converted)
     ratios = [n / c for n, c in zip(rounds["native"], rounds["converted"])]
-    profiles = host_profiles(torch, sides, cuda) if args.host_profile else None
+    trace_prefix = args.json_out[:-len(".json")] if args.json_out.endswith(".json") else ""
+    profiles = host_profiles(torch, sides, cuda, trace_prefix) if args.host_profile else None
     graph_breaks = None
     if args.compile:
         from torch._dynamo.utils import counters
@@ -953,11 +966,17 @@ def calls_per_step(before, after, steps):
     return per_step
 
 
-def host_profiles(torch, sides, cuda):
+def host_profiles(torch, sides, cuda, trace_prefix=""):
     """Where each side's time goes in one step: PyTorch's ops (count and host time per step,
     torch.profiler), on CUDA the device's kernels too (every kernel of the step, the library's
     included: their device time in all, and the top ones), and for the converted side the
-    Python functions by their own time (cProfile); the top entries."""
+    Python functions by their own time (cProfile); the top entries. With `trace_prefix`, each
+    side's profiled step, Python calls included, also as a gzipped Chrome trace
+    (PREFIX_SIDE_trace.json.gz: where a step's host time goes between the ops)."""
+    import gzip
+    import shutil
+    import tempfile
+
     import cProfile
     import io
     import pstats
@@ -966,8 +985,15 @@ def host_profiles(torch, sides, cuda):
 
     result = {}
     for name, step in sides.items():
-        with profile(activities=profiler_activities(torch, cuda)) as prof:
+        with profile(activities=profiler_activities(torch, cuda),
+                     with_stack=bool(trace_prefix)) as prof:
             step()
+        if trace_prefix:
+            with tempfile.NamedTemporaryFile(suffix=".json") as raw:
+                prof.export_chrome_trace(raw.name)
+                with open(raw.name, "rb") as src, \
+                        gzip.open(f"{trace_prefix}_{name}_trace.json.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
         ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
         result[f"{name}_ops"] = [
             {"op": e.key, "count": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
@@ -975,7 +1001,7 @@ def host_profiles(torch, sides, cuda):
         result[f"{name}_op_count"] = sum(e.count for e in ops)
         if cuda:
             try:
-                result.update(device_kernels(torch, prof, name))
+                result.update(device_kernels(torch, prof, name, top=100))
             except (AttributeError, TypeError) as e:  # the profiler's event API of this PyTorch
                 result[f"{name}_device_error"] = repr(e)
     profiler = cProfile.Profile()
@@ -1018,9 +1044,9 @@ def device_us(event):
             else event.cuda_time_total)
 
 
-def device_kernels(torch, prof, name):
+def device_kernels(torch, prof, name, top=25):
     """The device kernels of a profiled step (torch.profiler with CUDA): their count, device
-    time in all, and the top ones by time."""
+    time in all, and the `top` ones by time."""
     cuda = torch.autograd.DeviceType.CUDA
     by_name = {}
     count = 0
@@ -1035,7 +1061,7 @@ def device_kernels(torch, prof, name):
         f"{name}_device_us": round(sum(t for _, t in by_name.values()), 1),
         f"{name}_kernel_count": count,
         f"{name}_kernels": [{"kernel": k[:120], "count": c, "device_us": round(t, 1)}
-                            for k, (c, t) in sorted(by_name.items(), key=lambda i: -i[1][1])[:25]],
+                            for k, (c, t) in sorted(by_name.items(), key=lambda i: -i[1][1])[:top]],
     }
 
 

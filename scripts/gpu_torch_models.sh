@@ -13,8 +13,9 @@
 #          [--warm-wait-s 240] [--repeats 2] [--steps 30] [--deadline-s 420] [--budget-s 480]
 #          [--kernels MODEL:PRECISION ...] [--grads MODEL:PRECISION ...]
 #          [--paired MODEL:PRECISION[:VARIANT[:COMPILE]] ...] [--host-profile]
-#          [--paired-rounds 8] [--paired-steps 8]
+#          [--paired-rounds 8] [--paired-steps 8] [--paired-route auto|measure|rule]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
+#          [--overhead-against ADAPTER_DIR]
 #          [--warm-then-stop-worker S] [--converted-wait-s S]
 #          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G]
 #          [--max-batch-range LOW:HIGH] [--max-batch-step N] [--only-max-batch] [--no-curve]
@@ -31,12 +32,15 @@
 #     converted in one process, steps interleaved in rounds (paired_*.json in runs.tar.gz, the
 #     ratio in stack.log; VARIANT (fallback, all-framework, all-plans or empty) as in a row, COMPILE
 #     a torch.compile mode for both sides; --host-profile adds
-#     where each side's host time goes); --after-restore-sql
+#     where each side's host time goes; --paired-route rule: the plans' step as the layers' rule
+#     routes it, not as a measured route would); --after-restore-sql
 #     runs SQL on the database before anything else (say, to forget some timings); --then-warm,
 #     after the suite and within the budget, fills the database with those models' plans and
 #     PyTorch's own times for the next machine (warm_db.sql.gz); --overhead first measures the
 #     adapter's host time per layer and step (bench/torch_adapter.py overhead: overhead.json in
-#     runs.tar.gz), what convert()'s min_layer_gain_us stands for; --step-memory first runs
+#     runs.tar.gz), what convert()'s min_layer_gain_us stands for (--overhead-against DIR: and the
+#     adapter package under DIR, relative to the repository root, alternately with this tree's,
+#     twice each: overhead_N_NAME.json); --step-memory first runs
 #     bench/step_memory.py for those models (issue 21: liveness budgets, caps, the curve):
 #     step_memory.json and curve_*.svg (--caps: how many cap levels, default 3); with
 #     --max-batch-cap-gib, also each side's largest batch under that cap (--max-batch-range: the
@@ -71,6 +75,7 @@ then_warm=()
 warm_then_stop=""
 warm_args=()
 overhead=0
+overhead_against=""
 memory_rows=()
 memory_args=()
 curve_rows=()
@@ -92,9 +97,11 @@ while [ $# -gt 0 ]; do
     --host-profile) paired_args+=(--host-profile); shift ;;
     --paired-rounds) paired_args+=(--rounds "$2"); shift 2 ;;
     --paired-steps) paired_args+=(--steps "$2"); shift 2 ;;
+    --paired-route) paired_args+=(--route "$2"); shift 2 ;;
     --then-warm) then_warm+=("$2"); shift 2 ;;
     --warm-then-stop-worker) warm_then_stop="$2"; shift 2 ;;
     --overhead) overhead=1; shift ;;
+    --overhead-against) overhead_against="$2"; shift 2 ;;
     --step-memory) memory_rows+=("$2"); shift 2 ;;
     --max-batch-cap-gib|--max-batch-range|--max-batch-step|--caps)
       memory_args+=("$1" "$2"); shift 2 ;;
@@ -112,7 +119,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -gt 0 ] || [ "${#memory_rows[@]}" -gt 0 ] || [ "${#paired_rows[@]}" -gt 0 ] ||
-  [ "${#curve_rows[@]}" -gt 0 ] ||
+  [ "${#curve_rows[@]}" -gt 0 ] || [ "${#kernel_rows[@]}" -gt 0 ] || [ "${#grad_rows[@]}" -gt 0 ] ||
+  [ "$overhead" = 1 ] ||
   { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
 results="${OUT:-$(pwd)/torch-models-results}"
 runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
@@ -159,12 +167,21 @@ fi
 rc=0
 wait_options=(--prepare-wait-s 240 --option server_wait_ms=240000 --option deadline_ms=270000)
 if [ "$overhead" = 1 ]; then
-  "$python" "$root/bench/torch_adapter.py" overhead --device "$device" \
-    --option "server=$server_addr" --option cache_path=off --option policy=undivided \
-    --option server_wait_ms=60000 --option deadline_ms=90000 --prepare-wait-s 60 --json-out "$runs/overhead.json" >>"$runs/runs.log" 2>&1 ||
-    { log "overhead failed (runs.log)"; rc=1; }
-  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("adapter host overhead per layer and step:", round(d["overhead_us_per_layer_step"], 2), "us (native", round(d["native_us_per_layer_step"], 2), "us)")' \
-    "$runs/overhead.json" 2>/dev/null | tee -a "$results/stack.log"
+  # This tree's adapter, and where --overhead-against names another, the two alternately twice
+  # (one machine's host speed drifts: a ratio from side-by-side runs).
+  overhead_runs=(python)
+  [ -z "$overhead_against" ] || overhead_runs=(python "$overhead_against" python "$overhead_against")
+  for i in "${!overhead_runs[@]}"; do
+    adapter="${overhead_runs[$i]}"
+    json="$runs/overhead.json"
+    [ -z "$overhead_against" ] || json="$runs/overhead_${i}_$(basename "$(dirname "$adapter/x")").json"
+    "$python" "$root/bench/torch_adapter.py" overhead --device "$device" --adapter "$root/$adapter" \
+      --option "server=$server_addr" --option cache_path=off --option policy=undivided \
+      --option server_wait_ms=60000 --option deadline_ms=90000 --prepare-wait-s 60 --json-out "$json" >>"$runs/runs.log" 2>&1 ||
+      { log "overhead failed (runs.log)"; rc=1; }
+    "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("adapter", sys.argv[2], "host overhead per layer and step:", round(d["overhead_us_per_layer_step"], 2), "us (native", round(d["native_us_per_layer_step"], 2), "us)")' \
+      "$json" "$adapter" 2>/dev/null | tee -a "$results/stack.log"
+  done
 fi
 # One bench/torch_models.py subcommand against the stack: its JSON into $runs/COMMAND_TAG.json,
 # its output into runs.log, then SUMMARY (Python over d, the JSON, and sys.argv[2], the tag)
@@ -201,7 +218,7 @@ for c in "${curve_rows[@]}"; do
     --check --model "${c%%:*}" --precision "${c#*:}"
 done
 for k in "${kernel_rows[@]}"; do
-  model_run kernels "$k" 'print(sys.argv[2], "kernels alone, per step: PyTorch", round(d["framework_step_ms"], 2), "ms, plans", round(d["plan_step_ms"], 2), "ms; L2 flushed: PyTorch", round(d["l2_flushed"]["framework_step_ms"], 2), "ms, plans", round(d["l2_flushed"]["plan_step_ms"], 2), "ms; worst relative error of a plan against PyTorch: first call", max([r["plan_first_call_rel_error"] or 0 for r in d["kernels"]]), "later", max([r["plan_rel_error"] or 0 for r in d["kernels"]]))' \
+  model_run kernels "$k" 'print(sys.argv[2], "kernels alone, per step: PyTorch", round(d["framework_step_ms"], 2), "ms, plans", round(d["plan_step_ms"], 2), "ms; L2 flushed: PyTorch", round(d["l2_flushed"]["framework_step_ms"], 2), "ms, plans", round(d["l2_flushed"]["plan_step_ms"], 2), "ms; host to issue them: PyTorch", round(d["framework_step_host_ms"], 2), "ms, plans", round(d["plan_step_host_ms"], 2), "ms; worst relative error of a plan against PyTorch: first call", max([r["plan_first_call_rel_error"] or 0 for r in d["kernels"]]), "later", max([r["plan_rel_error"] or 0 for r in d["kernels"]]))' \
     --flush-l2 --model "${k%%:*}" --precision "${k#*:}"
 done
 if [ "${#memory_rows[@]}" -gt 0 ]; then

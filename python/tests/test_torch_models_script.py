@@ -497,6 +497,9 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertTrue(all(r["plan_ms"] is None for r in got["kernels"]))
         self.assertGreater(got["framework_step_ms"], got["framework_total_ms"])
         self.assertAlmostEqual(got["plan_step_ms"], got["framework_step_ms"])
+        # No plan: the plans' step issues PyTorch's own, at PyTorch's host cost.
+        self.assertGreater(got["framework_step_host_ms"], 0.0)
+        self.assertAlmostEqual(got["plan_step_host_ms"], got["framework_step_host_ms"])
         # On the CPU there is no L2 to flush: the second pass says so.
         flushed = got["l2_flushed"]
         self.assertEqual(len(flushed["kernels"]), len(got["kernels"]))

@@ -68,6 +68,9 @@ class PlannedTest(unittest.TestCase):
             # The first, checked call and a later, bound one, each against PyTorch's own.
             self.assertLess(row["plan_first_call_rel_error"], 1e-5, row)
             self.assertLess(row["plan_rel_error"], 1e-5, row)
+            # Each side's host time to issue a call: measured, so more than nothing.
+            self.assertGreater(row["plan_host_us"], 0.0, row)
+            self.assertGreater(row["framework_host_us"], 0.0, row)
 
     def test_input_gradient(self):
         torch.manual_seed(2)

@@ -14,11 +14,9 @@ def conv_forward(x, weight, conv):
     weight = weight.contiguous(memory_format=memory_format)
     op = conv.passes[0]
     if not conv.framework_now(op):
-        if conv.layout == _lib.NCHW:
-            y = x.new_empty(conv.out_size)  # the cheapest allocation call
-        else:
-            y = torch.empty(conv.out_size, dtype=x.dtype, device=conv.device,
-                            memory_format=memory_format)
+        # The cheapest allocation calls: no keyword to parse (strides of the layout, LayerConv's).
+        y = x.new_empty(conv.out_size) if conv.layout == _lib.NCHW else x.new_empty_strided(
+            conv.out_size, conv.out_strides)
         if conv.run(op, x, weight, y):
             return y
     y = conv.torch_forward(x, weight)
@@ -41,8 +39,7 @@ def conv_backward(conv, x, weight, grad_y, need_x, need_w):
     grad_x = grad_w = None
     _, op_x, op_w = conv.passes
     if need_x and not conv.framework_now(op_x):
-        grad_x = torch.empty(x.shape, dtype=grad_y.dtype, device=grad_y.device,
-                             memory_format=memory_format)
+        grad_x = grad_y.new_empty_strided(conv.in_size, conv.in_strides)
         if not conv.run(op_x, grad_y, weight, grad_x):
             grad_x = None
     if need_w and not conv.framework_now(op_w):
@@ -115,7 +112,12 @@ def cast_operands(cast, input, weight, bias):
     the autocast dtype `cast` (None: as they are)."""
     if cast is None:
         return input, weight, bias
-    return input.to(cast), weight.to(cast), bias.to(cast) if bias is not None else None
+    # An operand already in the dtype is not passed through .to(): even a cast that does nothing
+    # is a dispatched op, microseconds of a host-bound step (the input, mostly: the previous
+    # layer's output is in the autocast dtype already).
+    return (input if input.dtype == cast else input.to(cast),
+            weight if weight.dtype == cast else weight.to(cast),
+            bias if bias is None or bias.dtype == cast else bias.to(cast))
 
 
 def same_padding(kernel, dilation):

@@ -40,6 +40,11 @@ current_device = getattr(torch._C, "_cuda_getDevice", None) or (
     lambda: torch.cuda.current_device())
 
 
+def dense_strides(size, memory_format):
+    """The strides of a dense tensor of `size` in `memory_format` (nothing allocated)."""
+    return torch.empty(size, device="meta", memory_format=memory_format).stride()
+
+
 def is_channels_last(t):
     memory_format = CHANNELS_LAST_OF_RANK.get(t.dim())
     return (memory_format is not None and not t.is_contiguous() and
@@ -118,9 +123,9 @@ class LayerConv:
 
     __slots__ = ("runtime", "context", "run_kernel", "device", "index", "stride", "padding",
                  "dilation", "groups", "output_padding", "transposed", "passes", "memory_format",
-                 "out_size", "dims", "fields", "data_type", "layout", "math", "kernels", "routes",
-                 "recheck", "workspace_bytes", "local", "ops", "framework_layer",
-                 "layer_recheck", "why")
+                 "out_size", "out_strides", "in_size", "in_strides", "dims", "fields",
+                 "data_type", "layout", "math", "kernels", "routes", "recheck", "workspace_bytes",
+                 "local", "ops", "framework_layer", "layer_recheck", "why")
 
     def __init__(self, runtime, context, x, weight, dtype, geometry, channels_last, math,
                  transposed=False):
@@ -140,6 +145,10 @@ class LayerConv:
         self.math = math
         self.out_size = output_size(x.shape, weight.shape, self.stride, self.padding,
                                     self.dilation, self.groups, transposed, self.output_padding)
+        # The layer's input and output dense in the call's layout (the tensors the calls make).
+        self.in_size = tuple(x.shape)
+        self.in_strides = dense_strides(self.in_size, self.memory_format)
+        self.out_strides = dense_strides(self.out_size, self.memory_format)
         if transposed:
             problem_x, problem_k = self.out_size, x.shape[1]
             self.passes = (_lib.BACKWARD_DATA, _lib.FORWARD, _lib.BACKWARD_FILTER)

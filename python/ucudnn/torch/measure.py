@@ -225,6 +225,24 @@ def time_call(call, device, repeats, flush=None):
     return samples[len(samples) // 2], samples[-1 - quarter] - samples[quarter]
 
 
+def host_us_per_call(call, device, repeats):
+    """The host's time to issue one call of `call` (us, the mean of `repeats` issued back to back
+    after warm-up): on CUDA behind a sleeping kernel, so that no call waits for the device and
+    what is timed is the host's work alone (what a host-bound step pays per call)."""
+    for _ in range(3):
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        hold_device(device)
+    begin = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    elapsed = time.perf_counter() - begin
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return elapsed / repeats * 1e6
+
+
 def time_framework(shape, device, repeats=15, operands=None, workspace=False, flush=None):
     """PyTorch's own time for `shape` at its full batch: (median ms, spread ms), and with
     `workspace` its workspace bytes third; on `operands` (operands_of()) or new ones; `flush` as
@@ -267,8 +285,9 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
     library's plan, each timed alone at the full batch (after prepare()). With `flush_l2`, the
     L2 is overwritten before each timed call (a kernel timed back to back finds its operands
     there; in a step, a backward's were written long before). A list of dicts, each with
-    "calls": how many times the step runs the kernel, and "l2_flushed": whether the L2 was
-    flushed (never off CUDA)."""
+    "calls": how many times the step runs the kernel, "l2_flushed": whether the L2 was
+    flushed (never off CUDA), and "framework_host_us"/"plan_host_us": the host's time to issue
+    one call of each (host_us_per_call; the plan's is the library's call alone)."""
     rows = []
     if autocast is not None:
         with torch.autocast(device_type, dtype=autocast):
@@ -288,9 +307,12 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                          _lib.BACKWARD_FILTER: (x, dy, torch.empty_like(w))}[shape.op]
             framework_ms, framework_spread = time_framework(shape, device, repeats, operands,
                                                              flush=flush)
+            with TF32Setting(shape), torch.no_grad():
+                framework_host_us = host_us_per_call(framework_call(shape, *operands), device,
+                                                     repeats)
             info = context.kernel_info(kernel)
             needed = context.kernel_workspace_size(kernel)
-            plan_ms = first_error = plan_error = None
+            plan_ms = first_error = plan_error = plan_host_us = None
             expected = framework_output(shape, operands)
             if needed is not None:
                 workspace = torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
@@ -310,6 +332,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                     plan_call()
                     first_error = relative_error(out, expected)
                     plan_ms, _ = time_call(plan_call, device, repeats, flush)
+                    plan_host_us = host_us_per_call(plan_call, device, repeats)
                     plan_call()
                     plan_error = relative_error(out, expected)
                 except _lib.ShapeError:
@@ -318,6 +341,7 @@ def compare_kernels(model, *sample_inputs, repeats=10, autocast=None, device_typ
                 "shape": dict(zip([n for n, _ in _lib.ConvShape._fields_], shape_key(shape))),
                 "framework_ms": framework_ms, "framework_spread_ms": framework_spread,
                 "plan_ms": plan_ms, "plan_workspace_bytes": needed,
+                "framework_host_us": framework_host_us, "plan_host_us": plan_host_us,
                 "plan_first_call_rel_error": first_error, "plan_rel_error": plan_error,
                 "calls": calls[shape_key(shape)], "l2_flushed": flush is not None, **{
                     f"info_{k}": v for k, v in info.items()},
