@@ -55,7 +55,7 @@ std::string DeviceColumns(const std::string& t) {
 std::string JobColumns() {
   using internal::TimestampSql;
   return "j.id, j.state, j.device_id, j.problem_id, j.max_micro_batch, j.policy, "
-         "coalesce(j.worker_id, '') AS worker_id, j.attempts, j.error, " +
+         "j.workspace_limit, coalesce(j.worker_id, '') AS worker_id, j.attempts, j.error, " +
          TimestampSql("j.created_at") + " AS created_at, " + TimestampSql("j.updated_at") +
          " AS updated_at, coalesce(" + TimestampSql("j.lease_expires_at") +
          ", '') AS lease_expires_at, "
@@ -75,6 +75,16 @@ const std::string kTimingColumns =
 
 // Policies ordered narrow to wide, for widening a live job.
 constexpr const char* kPolicyRank = "ARRAY['undivided', 'power_of_two', 'all']::text[]";
+
+// Workspace limits widen the other way: a smaller one needs more micro-batch sizes, and NULL
+// (every size) is wider than any (values.h, WidestWorkspaceLimit). The upsert's EXCLUDED row
+// holds the request's.
+constexpr const char* kWidestWorkspaceLimitSql =
+    "CASE WHEN jobs.workspace_limit IS NULL OR EXCLUDED.workspace_limit IS NULL THEN NULL "
+    "ELSE LEAST(jobs.workspace_limit, EXCLUDED.workspace_limit) END";
+constexpr const char* kWorkspaceLimitWidensSql =
+    "(jobs.workspace_limit IS NOT NULL AND (EXCLUDED.workspace_limit IS NULL OR "
+    "EXCLUDED.workspace_limit < jobs.workspace_limit))";
 
 struct Statement {
   const char* name;
@@ -131,24 +141,26 @@ const std::vector<Statement>& Statements() {
       // Inserts the one live job, or widens the existing one; no row when it exists and
       // already covers the request.
       {"enqueue_job",
-       std::string("INSERT INTO jobs (device_id, problem_id, max_micro_batch, policy) "
-                   "VALUES ($1, $2, $3, $4) "
+       std::string("INSERT INTO jobs (device_id, problem_id, max_micro_batch, policy, "
+                   "workspace_limit) VALUES ($1, $2, $3, $4, $5) "
                    "ON CONFLICT (device_id, problem_id) WHERE state IN ('queued', 'running') "
                    "DO UPDATE SET "
                    "max_micro_batch = GREATEST(jobs.max_micro_batch, EXCLUDED.max_micro_batch), "
                    "policy = CASE WHEN array_position(") +
            kPolicyRank + ", EXCLUDED.policy) > array_position(" + kPolicyRank +
            ", jobs.policy) THEN EXCLUDED.policy ELSE jobs.policy END, "
-           "updated_at = now() "
+           "workspace_limit = " +
+           kWidestWorkspaceLimitSql +
+           ", updated_at = now() "
            "WHERE jobs.max_micro_batch < EXCLUDED.max_micro_batch OR array_position(" +
            kPolicyRank + ", jobs.policy) < array_position(" + kPolicyRank +
-           ", EXCLUDED.policy) "
-           "RETURNING id, state, (xmax = 0) AS created"},
+           ", EXCLUDED.policy) OR " + kWorkspaceLimitWidensSql +
+           " RETURNING id, state, (xmax = 0) AS created"},
       // The live job, else the newest one (it may have finished a moment ago). $3: the failed-job
       // cool-down in seconds; in_cooldown says whether a failed job is still within it.
       {"find_job_for_problem",
        std::string("SELECT id, state, max_micro_batch, array_position(") + kPolicyRank +
-           ", policy) AS policy_rank, error, "
+           ", policy) AS policy_rank, workspace_limit, error, "
            "(state = 'failed' AND finished_at > now() - make_interval(secs => $3::float8)) "
            "AS in_cooldown FROM jobs WHERE device_id = $1 AND problem_id = $2 "
            "ORDER BY (state IN ('queued', 'running')) DESC, id DESC LIMIT 1"},
@@ -170,7 +182,8 @@ const std::vector<Statement>& Statements() {
        "  UPDATE jobs SET state = 'running', worker_id = $2, "
        "    lease_expires_at = now() + make_interval(secs => $3::float8 / 1000.0), "
        "    attempts = attempts + 1, claimed_max_micro_batch = max_micro_batch, "
-       "    claimed_policy = policy, started_at = now(), updated_at = now() "
+       "    claimed_policy = policy, claimed_workspace_limit = workspace_limit, "
+       "    started_at = now(), updated_at = now() "
        "  WHERE id = (SELECT id FROM jobs "
        "              WHERE device_id = $1 AND (state = 'queued' OR "
        "                    (state = 'running' AND lease_expires_at < now())) "
@@ -190,8 +203,8 @@ const std::vector<Statement>& Statements() {
            ", policy) AS policy_rank, "
            "coalesce(array_position(" +
            kPolicyRank +
-           ", claimed_policy), 0) AS claimed_policy_rank "
-           "FROM jobs WHERE id = $1 FOR UPDATE"},
+           ", claimed_policy), 0) AS claimed_policy_rank, workspace_limit, "
+           "claimed_workspace_limit FROM jobs WHERE id = $1 FOR UPDATE"},
       // $2: the job was widened while running, so it goes back to the queue.
       {"complete_job",
        "UPDATE jobs SET state = CASE WHEN $2::boolean THEN 'queued' ELSE 'done' END, "
@@ -369,6 +382,13 @@ Result<Timing> TimingFromRow(const pqxx::row& row) {
   return t;
 }
 
+// A nullable workspace limit column (jobs.workspace_limit, claimed_workspace_limit).
+std::optional<uint64_t> WorkspaceLimitFromRow(const pqxx::row& row, const char* column) {
+  const pqxx::field field = row[column];
+  if (field.is_null()) return std::nullopt;
+  return static_cast<uint64_t>(field.as<int64_t>());
+}
+
 Result<Job> JobFromRow(const pqxx::row& row) {
   Job job;
   job.id = row["id"].as<int64_t>();
@@ -377,6 +397,7 @@ Result<Job> JobFromRow(const pqxx::row& row) {
   job.problem_hash = FromDb(row["problem_id"].as<int64_t>());
   job.max_micro_batch = row["max_micro_batch"].as<int64_t>();
   UCUDNN_ASSIGN_OR_RETURN(job.policy, ParseBatchPolicy(row["policy"].as<std::string>()));
+  job.workspace_limit = WorkspaceLimitFromRow(row, "workspace_limit");
   job.worker_id = row["worker_id"].as<std::string>();
   job.attempts = row["attempts"].as<int>();
   job.error = row["error"].as<std::string>();
@@ -759,9 +780,11 @@ Result<int64_t> Store::ImportTimings(const DeviceFingerprint& device,
 // ---- Jobs --------------------------------------------------------------------------------------
 
 Result<EnqueueResult> Store::EnqueueJob(const DeviceFingerprint& device, const ConvProblem& problem,
-                                        int64_t max_micro_batch, BatchPolicy policy) {
-  UCUDNN_ASSIGN_OR_RETURN(auto results,
-                          EnqueueJobs(device, {JobRequest{problem, max_micro_batch, policy}}));
+                                        int64_t max_micro_batch, BatchPolicy policy,
+                                        std::optional<uint64_t> workspace_limit) {
+  UCUDNN_ASSIGN_OR_RETURN(
+      auto results,
+      EnqueueJobs(device, {JobRequest{problem, max_micro_batch, policy, workspace_limit}}));
   if (results.size() != 1) return Internal("enqueue job: no result");
   return std::move(results.front());
 }
@@ -772,8 +795,17 @@ namespace {
 struct MergedJob {
   const ConvProblem* problem = nullptr;
   int64_t max_micro_batch = 0;
-  int policy_rank = 0;  // array_position in kPolicyRank
+  int policy_rank = 0;                      // array_position in kPolicyRank
+  std::optional<uint64_t> workspace_limit;  // the widest (WidestWorkspaceLimit)
   BatchPolicy policy() const { return static_cast<BatchPolicy>(policy_rank - 1); }
+  // Whether a job of the row `job` (max_micro_batch, policy_rank, workspace_limit) measures
+  // every size this request needs.
+  bool CoveredBy(const pqxx::row& job) const {
+    return job["max_micro_batch"].as<int64_t>() >= max_micro_batch &&
+           job["policy_rank"].as<int>() >= policy_rank &&
+           internal::WorkspaceLimitCovers(WorkspaceLimitFromRow(job, "workspace_limit"),
+                                          workspace_limit);
+  }
 };
 
 // One entry per distinct problem, by problem hash: a map, so that the jobs are taken in hash
@@ -790,7 +822,12 @@ Result<std::map<uint64_t, MergedJob>> MergeJobRequests(const std::vector<JobRequ
       return in(
           InvalidArgument("policy: unknown value " + std::to_string(static_cast<int>(job.policy))));
     }
+    UCUDNN_RETURN_IF_ERROR(in(internal::ValidateWorkspaceLimit(job.workspace_limit)));
     MergedJob& m = merged[StableHash(job.problem)];
+    // The first request of the problem sets the limit; the next ones widen it.
+    m.workspace_limit = m.problem == nullptr ? job.workspace_limit
+                                             : internal::WidestWorkspaceLimit(m.workspace_limit,
+                                                                              job.workspace_limit);
     m.problem = &job.problem;
     m.max_micro_batch = std::max(m.max_micro_batch, job.max_micro_batch);
     m.policy_rank = std::max(m.policy_rank, static_cast<int>(job.policy) + 1);
@@ -812,9 +849,7 @@ Result<std::optional<EnqueueResult>> AnswerWithoutWriteTx(pqxx::transaction_base
   // The common repeat: a live job that already covers the request needs no write.
   if (!newest.empty()) {
     UCUDNN_ASSIGN_OR_RETURN(JobState state, ParseJobState(newest[0]["state"].as<std::string>()));
-    if ((state == JobState::kQueued || state == JobState::kRunning) &&
-        newest[0]["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
-        newest[0]["policy_rank"].as<int>() >= m.policy_rank) {
+    if ((state == JobState::kQueued || state == JobState::kRunning) && m.CoveredBy(newest[0])) {
       return std::make_optional(
           EnqueueResult{newest[0]["id"].as<int64_t>(), state, false, false, {}});
     }
@@ -822,7 +857,8 @@ Result<std::optional<EnqueueResult>> AnswerWithoutWriteTx(pqxx::transaction_base
   // No live job that covers it. If the timings are all there already, the caller's view was
   // stale (a job finished since it read them, or they were imported): nothing to measure.
   // Checked against the timings, not against finished jobs, so timings an operator deleted to
-  // have them measured again are measured again.
+  // have them measured again are measured again. Every size of the policy, whatever the
+  // request's workspace limit: the sizes a limit needs are among them.
   if (CoversJob(MeasuredMicroBatchesTx(tx, device_hash, problem_hash), m.policy(),
                 m.max_micro_batch)) {
     const int64_t newest_id = newest.empty() ? 0 : newest[0]["id"].as<int64_t>();
@@ -837,9 +873,11 @@ Result<EnqueueResult> InsertOrWidenJobTx(pqxx::transaction_base& tx, uint64_t de
                                          uint64_t problem_hash, const MergedJob& m,
                                          double cooldown_s) {
   const std::string policy_name(ToString(m.policy()));
+  std::optional<int64_t> workspace_limit;
+  if (m.workspace_limit) workspace_limit = static_cast<int64_t>(*m.workspace_limit);
   for (int attempt = 0; attempt < 3; ++attempt) {
     pqxx::result up = tx.exec_prepared("enqueue_job", ToDb(device_hash), ToDb(problem_hash),
-                                       m.max_micro_batch, policy_name);
+                                       m.max_micro_batch, policy_name, workspace_limit);
     if (!up.empty()) {
       EnqueueResult result;
       result.job_id = up[0]["id"].as<int64_t>();
@@ -854,9 +892,9 @@ Result<EnqueueResult> InsertOrWidenJobTx(pqxx::transaction_base& tx, uint64_t de
       const pqxx::row& row = found[0];
       UCUDNN_ASSIGN_OR_RETURN(JobState state, ParseJobState(row["state"].as<std::string>()));
       const bool live = state == JobState::kQueued || state == JobState::kRunning;
-      const bool covers = row["max_micro_batch"].as<int64_t>() >= m.max_micro_batch &&
-                          row["policy_rank"].as<int>() >= m.policy_rank;
-      if (live || (state == JobState::kDone && covers)) {
+      // A job that finished a moment ago answers only a request it covers, its workspace limit
+      // included (a job for a larger limit timed fewer sizes).
+      if (live || (state == JobState::kDone && m.CoveredBy(row))) {
         return EnqueueResult{row["id"].as<int64_t>(), state, false, false, {}};
       }
     }
@@ -982,10 +1020,13 @@ Result<JobState> Store::CompleteJob(int64_t job_id, const std::string& worker_id
     const uint64_t device_hash = FromDb(job["device_id"].as<int64_t>());
     const uint64_t problem_hash = FromDb(job["problem_id"].as<int64_t>());
     WriteTimingsTx(tx, device_hash, problem_hash, timings, worker_id);
-    // Widened by EnqueueJob since the claim: the larger sizes still need measuring.
+    // Widened by EnqueueJob since the claim: sizes the claim did not ask for (larger ones, a
+    // wider policy's, those of a smaller workspace limit or of none) still need measuring.
     const bool widened =
         job["max_micro_batch"].as<int64_t>() > job["claimed_max_micro_batch"].as<int64_t>() ||
-        job["policy_rank"].as<int>() > job["claimed_policy_rank"].as<int>();
+        job["policy_rank"].as<int>() > job["claimed_policy_rank"].as<int>() ||
+        !internal::WorkspaceLimitCovers(WorkspaceLimitFromRow(job, "claimed_workspace_limit"),
+                                        WorkspaceLimitFromRow(job, "workspace_limit"));
     tx.exec_prepared("complete_job", job_id, widened);
     if (widened) NotifyJobsTx(tx, device_hash, problem_hash);
     tx.commit();

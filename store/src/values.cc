@@ -1,5 +1,6 @@
 #include "values.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -203,6 +204,25 @@ Status ValidateWorkerId(const std::string& worker_id) {
     return InvalidArgument("worker_id: must not contain control characters");
   }
   return Status::Ok();
+}
+
+Status ValidateWorkspaceLimit(std::optional<uint64_t> workspace_limit) {
+  if (workspace_limit && *workspace_limit > kMaxJobWorkspaceLimit) {
+    return InvalidArgument("workspace_limit: at most 1 TiB (" +
+                           std::to_string(kMaxJobWorkspaceLimit) + "), got " +
+                           std::to_string(*workspace_limit));
+  }
+  return Status::Ok();
+}
+
+bool WorkspaceLimitCovers(std::optional<uint64_t> job, std::optional<uint64_t> request) {
+  if (!job) return true;
+  return request && *job <= *request;
+}
+
+std::optional<uint64_t> WidestWorkspaceLimit(std::optional<uint64_t> a, std::optional<uint64_t> b) {
+  if (!a || !b) return std::nullopt;
+  return std::min(*a, *b);
 }
 
 std::string TimestampSql(std::string_view column) {

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,16 @@ std::string CleanText(std::string_view text, size_t max_bytes);
 Status ValidateTimings(const std::vector<Timing>& timings);
 Status ValidateMeasuredBy(const std::string& measured_by);
 Status ValidateWorkerId(const std::string& worker_id);
+// A job's workspace limit: std::nullopt or at most kMaxJobWorkspaceLimit.
+Status ValidateWorkspaceLimit(std::optional<uint64_t> workspace_limit);
+
+// Jobs' workspace limits (Job::workspace_limit), ordered by how many micro-batch sizes they need:
+// a smaller limit needs more sizes than a larger one, and std::nullopt (every size) is wider than
+// any number. Whether a job measured for `job` covers a request for `request`: std::nullopt
+// covers every limit; a limit L covers the limits >= L and not std::nullopt.
+bool WorkspaceLimitCovers(std::optional<uint64_t> job, std::optional<uint64_t> request);
+// The wider of two limits: std::nullopt when either is, else the smaller.
+std::optional<uint64_t> WidestWorkspaceLimit(std::optional<uint64_t> a, std::optional<uint64_t> b);
 
 // SQL giving the RFC 3339 UTC text of a timestamptz column expression (NULL stays NULL).
 std::string TimestampSql(std::string_view column);

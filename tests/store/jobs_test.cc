@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <pqxx/pqxx>
 #include <set>
 #include <thread>
@@ -583,6 +584,195 @@ TEST_F(JobsTest, JobWidenedWhileRunningIsQueuedAgainAfterCompletion) {
   auto done = store_->CompleteJob(id, "worker-b", SampleTimings(256, 2));
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(*done, JobState::kDone);
+}
+
+// A job carries the per-kernel workspace limit it is measured for (std::nullopt: every size of
+// its policy). A live job asked again is widened like its max_micro_batch and policy: a smaller
+// limit needs more sizes, none is wider than any; a larger or equal limit changes nothing.
+TEST_F(JobsTest, EnqueueKeepsTheWorkspaceLimitAndWidensItToTheSmallerOrToNone) {
+  const ConvProblem problem = Conv3x3(64);
+  auto first = store_->EnqueueJob(H100(), problem, 64, BatchPolicy::kPowerOfTwo, 4096);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->created);
+  auto limit = [&]() -> std::optional<uint64_t> {
+    auto job = store_->GetJob(first->job_id);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? job->workspace_limit : std::optional<uint64_t>(12345);
+  };
+  EXPECT_EQ(limit(), std::optional<uint64_t>(4096));
+
+  struct Step {
+    std::optional<uint64_t> asked;
+    bool widened;
+    std::optional<uint64_t> then;
+  };
+  for (const Step& step :
+       std::vector<Step>{{8192, false, 4096},                 // larger: covered
+                         {4096, false, 4096},                 // equal: covered
+                         {1024, true, 1024},                  // smaller: widened
+                         {0, true, 0},                        // no workspace at all
+                         {std::nullopt, true, std::nullopt},  // every size: wider than any limit
+                         {0, false, std::nullopt},            // none covers every limit
+                         {std::nullopt, false, std::nullopt}}) {  // and itself
+    auto again = store_->EnqueueJob(H100(), problem, 64, BatchPolicy::kPowerOfTwo, step.asked);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->job_id, first->job_id);
+    EXPECT_FALSE(again->created);
+    const std::string asked = step.asked ? std::to_string(*step.asked) : "none";
+    EXPECT_EQ(again->widened, step.widened) << asked;
+    EXPECT_EQ(limit(), step.then) << asked;
+  }
+  EXPECT_EQ(LiveJobs(), 1);
+
+  // Widened for its max_micro_batch, a job keeps its wider limit.
+  auto other = store_->EnqueueJob(H100(), Conv3x3(32), 64, BatchPolicy::kPowerOfTwo, 1024);
+  ASSERT_TRUE(other.ok());
+  auto larger = store_->EnqueueJob(H100(), Conv3x3(32), 128, BatchPolicy::kPowerOfTwo, 2048);
+  ASSERT_TRUE(larger.ok());
+  EXPECT_TRUE(larger->widened);
+  auto job = store_->GetJob(other->job_id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->max_micro_batch, 128);
+  EXPECT_EQ(job->workspace_limit, std::optional<uint64_t>(1024));
+
+  // A job asked for without a limit has none; listings show the limit.
+  Enqueue(Conv3x3(16));
+  auto listed = store_->ListJobs(std::nullopt, 10);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 3u);
+  for (const Job& j : *listed) {
+    const std::optional<uint64_t> expected =
+        j.id == other->job_id ? std::optional<uint64_t>(1024) : std::nullopt;
+    EXPECT_EQ(j.workspace_limit, expected) << "job " << j.id;
+  }
+
+  // At most the contract's 1 TiB.
+  EXPECT_TRUE(
+      store_->EnqueueJob(H100(), Conv3x3(8), 64, BatchPolicy::kAll, kMaxJobWorkspaceLimit).ok());
+  auto too_large =
+      store_->EnqueueJob(H100(), Conv3x3(8), 64, BatchPolicy::kAll, kMaxJobWorkspaceLimit + 1);
+  EXPECT_EQ(too_large.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_large.status().message(),
+            "workspace_limit: at most 1 TiB (1099511627776), got 1099511627777");
+}
+
+// One EnqueueJobs call asking for a problem more than once: the widest limit wins.
+TEST_F(JobsTest, EnqueueJobsTakesTheWidestWorkspaceLimitOfAProblem) {
+  auto results =
+      store_->EnqueueJobs(H100(), {{Conv3x3(16), 64, BatchPolicy::kPowerOfTwo, 4096},
+                                   {Conv3x3(16), 64, BatchPolicy::kPowerOfTwo, 1024},
+                                   {Conv3x3(16), 64, BatchPolicy::kPowerOfTwo, 2048},
+                                   {Conv3x3(32), 64, BatchPolicy::kPowerOfTwo, 1024},
+                                   {Conv3x3(32), 64, BatchPolicy::kPowerOfTwo, std::nullopt},
+                                   {Conv3x3(32), 64, BatchPolicy::kPowerOfTwo, 512},
+                                   {Conv3x3(64), 64, BatchPolicy::kPowerOfTwo, 0}});
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 7u);
+  auto limit_of = [&](size_t i) {
+    auto job = store_->GetJob((*results)[i].job_id);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? job->workspace_limit : std::optional<uint64_t>(12345);
+  };
+  EXPECT_EQ(limit_of(0), std::optional<uint64_t>(1024));
+  EXPECT_EQ(limit_of(3), std::nullopt);
+  EXPECT_EQ(limit_of(6), std::optional<uint64_t>(0));
+  EXPECT_EQ(LiveJobs(), 3);
+
+  // A bad limit refuses the whole batch, naming the entry.
+  auto refused = store_->EnqueueJobs(
+      H100(), {{Conv3x3(48), 32, BatchPolicy::kPowerOfTwo, 1},
+               {Conv3x3(48), 32, BatchPolicy::kPowerOfTwo, kMaxJobWorkspaceLimit + 1}});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("jobs[1]: workspace_limit: at most 1 TiB"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(LiveJobs(), 3);
+}
+
+// The claim returns the limit the worker measures for; a request that limit covers changes
+// nothing and the job is done on completion.
+TEST_F(JobsTest, ClaimReturnsTheWorkspaceLimitAndACoveredRequestDoesNotRequeue) {
+  auto enqueued = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo, 2048);
+  ASSERT_TRUE(enqueued.ok()) << enqueued.status().ToString();
+  const int64_t id = enqueued->job_id;
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  EXPECT_EQ((*claimed)->id, id);
+  EXPECT_EQ((*claimed)->workspace_limit, std::optional<uint64_t>(2048));
+
+  auto covered = store_->EnqueueJob(H100(), Conv3x3(64), 32, BatchPolicy::kPowerOfTwo, 4096);
+  ASSERT_TRUE(covered.ok()) << covered.status().ToString();
+  EXPECT_EQ(covered->job_id, id);
+  EXPECT_EQ(covered->state, JobState::kRunning);
+  EXPECT_FALSE(covered->widened);
+  auto state = store_->CompleteJob(id, "worker-a", SampleTimings(64, 2));
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_EQ(*state, JobState::kDone);
+
+  // A job without a limit is claimed without one.
+  const int64_t unlimited = Enqueue(Conv3x3(32));
+  auto other = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+  ASSERT_TRUE(other.ok() && other->has_value());
+  EXPECT_EQ((*other)->id, unlimited);
+  EXPECT_EQ((*other)->workspace_limit, std::nullopt);
+  auto any_limit = store_->EnqueueJob(H100(), Conv3x3(32), 64, BatchPolicy::kPowerOfTwo, 0);
+  ASSERT_TRUE(any_limit.ok());
+  EXPECT_FALSE(any_limit->widened);
+  auto done = store_->CompleteJob(unlimited, "worker-b", SampleTimings(64, 2));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(*done, JobState::kDone);
+}
+
+// A running job whose limit was lowered (or dropped) after its claim goes back to the queue on
+// completion, and the next claim asks for the new limit.
+TEST_F(JobsTest, JobWhoseWorkspaceLimitWasWidenedWhileRunningIsQueuedAgain) {
+  for (const std::optional<uint64_t> wider :
+       std::vector<std::optional<uint64_t>>{512, std::nullopt}) {
+    SCOPED_TRACE(wider ? std::to_string(*wider) : "none");
+    const ConvProblem problem = Conv3x3(wider ? 64 : 32);
+    auto enqueued = store_->EnqueueJob(H100(), problem, 64, BatchPolicy::kPowerOfTwo, 2048);
+    ASSERT_TRUE(enqueued.ok()) << enqueued.status().ToString();
+    const int64_t id = enqueued->job_id;
+    auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+    ASSERT_TRUE(claimed.ok() && claimed->has_value());
+    ASSERT_EQ((*claimed)->id, id);
+
+    auto widened = store_->EnqueueJob(H100(), problem, 64, BatchPolicy::kPowerOfTwo, wider);
+    ASSERT_TRUE(widened.ok()) << widened.status().ToString();
+    EXPECT_EQ(widened->job_id, id);
+    EXPECT_EQ(widened->state, JobState::kRunning);
+    EXPECT_TRUE(widened->widened);
+
+    auto state = store_->CompleteJob(id, "worker-a", SampleTimings(32, 2));
+    ASSERT_TRUE(state.ok()) << state.status().ToString();
+    EXPECT_EQ(*state, JobState::kQueued);
+    auto again = store_->ClaimJob(H100().Hash(), "worker-b", 60s);
+    ASSERT_TRUE(again.ok() && again->has_value());
+    EXPECT_EQ((*again)->id, id);
+    EXPECT_EQ((*again)->workspace_limit, wider);
+    auto done = store_->CompleteJob(id, "worker-b", SampleTimings(64, 2));
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(*done, JobState::kDone);
+  }
+}
+
+// Timings of every size of the policy answer any limit (a limit's sizes are among them): kDone,
+// with no job, also for a request without a limit after a job that had one.
+TEST_F(JobsTest, MeasuredSizesAnswerARequestOfAnyWorkspaceLimit) {
+  auto enqueued = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo, 2048);
+  ASSERT_TRUE(enqueued.ok()) << enqueued.status().ToString();
+  auto claimed = store_->ClaimJob(H100().Hash(), "worker-a", 60s);
+  ASSERT_TRUE(claimed.ok() && claimed->has_value());
+  ASSERT_TRUE(store_->CompleteJob(enqueued->job_id, "worker-a", SampleTimings(64, 2)).ok());
+  for (const std::optional<uint64_t> limit :
+       {std::optional<uint64_t>(0), std::optional<uint64_t>(4096), std::optional<uint64_t>()}) {
+    auto again = store_->EnqueueJob(H100(), Conv3x3(64), 64, BatchPolicy::kPowerOfTwo, limit);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->state, JobState::kDone);
+    EXPECT_EQ(again->job_id, enqueued->job_id);
+    EXPECT_FALSE(again->created);
+  }
+  EXPECT_EQ(LiveJobs(), 0);
 }
 
 }  // namespace

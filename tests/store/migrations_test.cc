@@ -467,6 +467,76 @@ TEST_F(MigrationsTest, ConstraintsRejectBadRows) {
   fails_with(job + "64, 'sometimes')", "23514");  // policy in the list
   fails_with("UPDATE jobs SET state = 'running' WHERE device_id = $1 AND problem_id = $2",
              "23514");  // running needs a lease holder
+  // Workspace limits: NULL, or 0 to 1 TiB.
+  const std::string live = " WHERE device_id = $1 AND problem_id = $2";
+  for (const char* column : {"workspace_limit", "claimed_workspace_limit"}) {
+    fails_with("UPDATE jobs SET " + std::string(column) + " = -1" + live, "23514");
+    fails_with("UPDATE jobs SET " + std::string(column) + " = 1099511627777" + live, "23514");
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    for (const char* value : {"0", "1099511627776", "NULL"}) {
+      tx.exec_params("UPDATE jobs SET " + std::string(column) + " = " + value + live, d, p);
+    }
+    tx.commit();
+  }
+}
+
+// 0012 on a database at version 11: every job keeps asking for every micro-batch size of its
+// policy (workspace_limit NULL), and a job claimed before the migration is not re-queued on
+// completion for a limit it never had.
+TEST_F(MigrationsTest, JobsBeforeWorkspaceLimitsMeasureEverySize) {
+  constexpr int kLimitVersion = 12;
+  ASSERT_GE(EmbeddedMigrations().size(), static_cast<size_t>(kLimitVersion));
+  ASSERT_EQ(EmbeddedMigrations()[kLimitVersion - 1].name, "0012_job_workspace_limit");
+  ApplyMigrationsThrough(kLimitVersion - 1);
+  const DeviceFingerprint device = H100();
+  int64_t queued = 0;
+  int64_t running = 0;
+  {
+    pqxx::connection conn(url());
+    pqxx::work tx(conn);
+    InsertDevice(tx, device);
+    InsertProblem(tx, Conv3x3(64));
+    InsertProblem(tx, Conv3x3(32));
+    tx.exec_params("INSERT INTO workers (id, host, device_id) VALUES ('worker-a', 'node1', $1)",
+                   static_cast<int64_t>(device.Hash()));
+    queued =
+        tx.exec_params1(
+              "INSERT INTO jobs (device_id, problem_id, max_micro_batch, policy) "
+              "VALUES ($1, $2, 64, 'power_of_two') RETURNING id",
+              static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(Conv3x3(64))))[0]
+            .as<int64_t>();
+    running =
+        tx.exec_params1(
+              "INSERT INTO jobs (device_id, problem_id, max_micro_batch, policy, state, "
+              "claimed_max_micro_batch, claimed_policy, worker_id, lease_expires_at, "
+              "attempts, started_at) VALUES ($1, $2, 64, 'power_of_two', 'running', 64, "
+              "'power_of_two', 'worker-a', now() + interval '1 hour', 1, now()) "
+              "RETURNING id",
+              static_cast<int64_t>(device.Hash()), static_cast<int64_t>(StableHash(Conv3x3(32))))[0]
+            .as<int64_t>();
+    tx.commit();
+  }
+  auto [store, summary] = MigrateFrom(kLimitVersion - 1);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(summary.applied.front(), "0012_job_workspace_limit");
+  EXPECT_EQ(Count("SELECT count(*) FROM jobs WHERE workspace_limit IS NULL AND "
+                  "claimed_workspace_limit IS NULL"),
+            2);
+  for (const int64_t id : {queued, running}) {
+    auto job = store->GetJob(id);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->workspace_limit, std::nullopt);
+  }
+
+  // The running job completes as claimed; the queued one is claimed for every size.
+  auto done = store->CompleteJob(running, "worker-a", testing_util::SampleTimings(64, 2));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(*done, JobState::kDone);
+  auto claimed = store->ClaimJob(device.Hash(), "worker-a", std::chrono::seconds(60));
+  ASSERT_TRUE(claimed.ok() && claimed->has_value()) << claimed.status().ToString();
+  EXPECT_EQ((*claimed)->id, queued);
+  EXPECT_EQ((*claimed)->workspace_limit, std::nullopt);
 }
 
 // Migration 0004 on a database at schema 3: a device whose name held ';' and '=' (stored under

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,6 +133,37 @@ TEST(ValidateTimings, NamesTheBadField) {
               ::testing::HasSubstr("worker_id: must not contain control characters"));
   EXPECT_THAT(internal::ValidateMeasuredBy("w\x1b[31m").message(),
               ::testing::HasSubstr("measured_by: must not contain control characters"));
+}
+
+// A job's workspace limit: a smaller one needs more micro-batch sizes, none needs every size.
+TEST(WorkspaceLimits, NoneIsWidestThenTheSmaller) {
+  using internal::WidestWorkspaceLimit;
+  using internal::WorkspaceLimitCovers;
+  using Limit = std::optional<uint64_t>;
+  EXPECT_TRUE(WorkspaceLimitCovers(std::nullopt, std::nullopt));
+  EXPECT_TRUE(WorkspaceLimitCovers(std::nullopt, Limit(0)));
+  EXPECT_TRUE(WorkspaceLimitCovers(std::nullopt, Limit(kMaxJobWorkspaceLimit)));
+  EXPECT_FALSE(WorkspaceLimitCovers(Limit(0), std::nullopt));
+  EXPECT_FALSE(WorkspaceLimitCovers(Limit(kMaxJobWorkspaceLimit), std::nullopt));
+  EXPECT_TRUE(WorkspaceLimitCovers(Limit(1024), Limit(1024)));
+  EXPECT_TRUE(WorkspaceLimitCovers(Limit(1024), Limit(4096)));
+  EXPECT_FALSE(WorkspaceLimitCovers(Limit(4096), Limit(1024)));
+  EXPECT_TRUE(WorkspaceLimitCovers(Limit(0), Limit(1)));
+
+  EXPECT_EQ(WidestWorkspaceLimit(std::nullopt, Limit(5)), std::nullopt);
+  EXPECT_EQ(WidestWorkspaceLimit(Limit(5), std::nullopt), std::nullopt);
+  EXPECT_EQ(WidestWorkspaceLimit(std::nullopt, std::nullopt), std::nullopt);
+  EXPECT_EQ(WidestWorkspaceLimit(Limit(5), Limit(3)), Limit(3));
+  EXPECT_EQ(WidestWorkspaceLimit(Limit(3), Limit(5)), Limit(3));
+  EXPECT_EQ(WidestWorkspaceLimit(Limit(0), Limit(5)), Limit(0));
+
+  EXPECT_TRUE(internal::ValidateWorkspaceLimit(std::nullopt).ok());
+  EXPECT_TRUE(internal::ValidateWorkspaceLimit(0).ok());
+  EXPECT_TRUE(internal::ValidateWorkspaceLimit(kMaxJobWorkspaceLimit).ok());
+  const Status over = internal::ValidateWorkspaceLimit(kMaxJobWorkspaceLimit + 1);
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.message(), "workspace_limit: at most 1 TiB (1099511627776), got 1099511627777");
+  EXPECT_EQ(kMaxJobWorkspaceLimit, uint64_t{1099511627776});
 }
 
 TEST(ErrorMapping, SqlStatesBecomeMeaningfulCodes) {

@@ -52,6 +52,9 @@ inline constexpr size_t kMaxPlanBytes = 64u << 20;
 inline constexpr int kDefaultMaxAttempts = 3;
 // Problems one EnqueueJobs call takes.
 inline constexpr size_t kMaxJobsPerEnqueue = 4096;
+// The largest workspace limit a job carries: 1 TiB, the plan request contract's largest
+// per-kernel limit (proto's kMaxWorkspaceBytes; the jobs table's CHECK).
+inline constexpr uint64_t kMaxJobWorkspaceLimit = uint64_t{1} << 40;
 
 // ---- Values returned by the store ------------------------------------------------------------
 
@@ -85,6 +88,11 @@ struct Job {
   uint64_t problem_hash = 0;  // StableHash(problem)
   int64_t max_micro_batch = 0;
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
+  // The per-kernel workspace limit it is measured for: only the micro-batch sizes of the policy
+  // that limit can use are timed (SizesForLimit, engine/size_rule.h). std::nullopt: every size
+  // of the policy. For a job returned by ClaimJob, the limit claimed (what the worker measures
+  // for); otherwise the current one, which EnqueueJob may have widened since.
+  std::optional<uint64_t> workspace_limit = std::nullopt;
   std::string worker_id;  // holder of the lease when running; last holder when done/failed
   int attempts = 0;       // claims so far (a release on shutdown gives its attempt back)
   std::string error;      // last failure, if any
@@ -101,6 +109,9 @@ struct JobRequest {
   ConvProblem problem;
   int64_t max_micro_batch = 0;
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
+  // The per-kernel workspace limit to measure for, at most kMaxJobWorkspaceLimit (Job's
+  // workspace_limit); std::nullopt: every micro-batch size of the policy.
+  std::optional<uint64_t> workspace_limit = std::nullopt;
 };
 
 // What EnqueueJob did.
@@ -111,8 +122,9 @@ struct EnqueueResult {
   int64_t job_id = 0;
   JobState state = JobState::kQueued;
   bool created = false;  // a new job was inserted
-  bool widened = false;  // an existing live job's max_micro_batch or policy was raised
-  std::string error;     // the failed job's error when state is kFailed
+  // An existing live job's max_micro_batch, policy or workspace_limit was widened.
+  bool widened = false;
+  std::string error;  // the failed job's error when state is kFailed
 };
 
 struct DeviceInfo {
@@ -278,27 +290,37 @@ class Store {
                                 const std::string& measured_by);
 
   // ---- Benchmark jobs ----
-  // Asks for `problem` to be benchmarked on `device` up to `max_micro_batch` with `policy`.
-  // Idempotent: at most one live (queued or running) job exists per (device, problem), enforced
-  // by a partial unique index, so any number of concurrent callers make exactly one. When a live
-  // job exists its max_micro_batch is raised to the larger of the two and its policy widened
-  // (undivided < power_of_two < all); a running job so widened is re-queued by CompleteJob so
-  // the missing sizes get measured. Creates device/problem rows as needed. Without a live job,
-  // a newest job that failed within StoreOptions::failed_job_cooldown is answered (kFailed, with
-  // its error) instead of a new one.
+  // Asks for `problem` to be benchmarked on `device` up to `max_micro_batch` with `policy`, for
+  // the per-kernel `workspace_limit` (at most kMaxJobWorkspaceLimit; std::nullopt: every size of
+  // the policy). Idempotent: at most one live (queued or running) job exists per (device,
+  // problem), enforced by a partial unique index, so any number of concurrent callers make
+  // exactly one. When a live job exists its max_micro_batch is raised to the larger of the two,
+  // its policy widened (undivided < power_of_two < all) and its workspace_limit widened to the
+  // smaller of the two (a smaller limit needs more sizes; std::nullopt is wider than any); a
+  // running job so widened is re-queued by CompleteJob so the missing sizes get measured.
+  // Creates device/problem rows as needed. Without a live job, a newest job that failed within
+  // StoreOptions::failed_job_cooldown is answered (kFailed, with its error) instead of a new one.
+  // kDone answers a request whose policy's sizes up to max_micro_batch all have timings (whatever
+  // its limit: a limit's sizes are among them), or one that a job which finished a moment ago
+  // covers: its max_micro_batch, policy and workspace_limit each at least as wide (a limit L
+  // covers the limits >= L, not std::nullopt; std::nullopt covers every limit).
   Result<EnqueueResult> EnqueueJob(const DeviceFingerprint& device, const ConvProblem& problem,
-                                   int64_t max_micro_batch, BatchPolicy policy);
+                                   int64_t max_micro_batch, BatchPolicy policy,
+                                   std::optional<uint64_t> workspace_limit = std::nullopt);
   // EnqueueJob for many problems of one device in ONE transaction (all or nothing); result[i]
-  // belongs to jobs[i]. At most kMaxJobsPerEnqueue entries; a problem may appear more than once.
+  // belongs to jobs[i]. At most kMaxJobsPerEnqueue entries; a problem may appear more than once
+  // (its widest request counts: largest max_micro_batch, widest policy, widest workspace_limit).
   Result<std::vector<EnqueueResult>> EnqueueJobs(const DeviceFingerprint& device,
                                                  const std::vector<JobRequest>& jobs);
   // Claims the oldest claimable job of the device `device_hash` for `worker_id`: queued jobs and
   // running jobs whose lease expired (a dead worker's). Uses FOR UPDATE SKIP LOCKED, so
-  // concurrent claimers never get the same job. Increments attempts and sets the lease to
-  // now + `lease`. std::nullopt when nothing is claimable. The worker must be registered
-  // (kFailedPrecondition otherwise). First, in the same transaction, every job of the device
-  // whose lease expired after `max_attempts` claims is marked failed ("lease expired on attempt
-  // 3 of 3 ... (worker died?)"), so a job that kills its workers does not circulate forever.
+  // concurrent claimers never get the same job. Increments attempts, sets the lease to
+  // now + `lease` and records what the worker is asked to measure (the returned Job's
+  // max_micro_batch, policy and workspace_limit) for CompleteJob. std::nullopt when nothing is
+  // claimable. The worker must be registered (kFailedPrecondition otherwise). First, in the
+  // same transaction, every job of the device whose lease expired after `max_attempts` claims is
+  // marked failed ("lease expired on attempt 3 of 3 ... (worker died?)"), so a job that kills its
+  // workers does not circulate forever.
   Result<std::optional<Job>> ClaimJob(uint64_t device_hash, const std::string& worker_id,
                                       std::chrono::milliseconds lease,
                                       int max_attempts = kDefaultMaxAttempts);
@@ -309,9 +331,10 @@ class Store {
   Status RenewLease(int64_t job_id, const std::string& worker_id, std::chrono::milliseconds lease);
   // Writes the job's timings (measured_by = worker_id) and marks it done, in ONE transaction,
   // only if `worker_id` still holds the job; otherwise kFailedPrecondition and nothing is
-  // written. If the job was widened while running (EnqueueJob), the timings are still written
-  // and the job goes back to queued for the remaining sizes. NOTIFYs like PutTimings.
-  // Returns the job's new state (kDone, or kQueued when widened).
+  // written. If the job was widened while running (EnqueueJob: a larger max_micro_batch, a wider
+  // policy, or a workspace_limit smaller than the one claimed, or none where one was claimed),
+  // the timings are still written and the job goes back to queued for the remaining sizes.
+  // NOTIFYs like PutTimings. Returns the job's new state (kDone, or kQueued when widened).
   Result<JobState> CompleteJob(int64_t job_id, const std::string& worker_id,
                                const std::vector<Timing>& timings);
   // Records a failed attempt: back to queued when attempts < max_attempts, else failed. Same
