@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "ucudnn/core/networks.h"
+#include "ucudnn/core/size_rule.h"
 #include "ucudnn/core/timing_csv.h"
 #include "ucudnn/engine/benchmark.h"
 #include "ucudnn/engine/search_prior.h"
-#include "ucudnn/engine/size_rule.h"
 #include "ucudnn/planner/planner.h"
 
 namespace ucudnn {
@@ -251,18 +251,22 @@ std::vector<Kernel> KernelsOf(const TimingTables& tables) {
   return kernels;
 }
 
-// The limit-aware size rule (engine/size_rule.h) on the measured tables: per workspace limit,
+// The limit-aware size rule (core/size_rule.h) on the measured tables: per workspace limit,
 // each problem's table cut to the sizes a search for that limit times (the measured medians kept),
 // what that leaves of the table, and the plans at that limit from the cut tables against those
-// from the whole tables, both timed with the measured medians.
+// from the whole tables, both timed with the measured medians. And the plans at each limit from
+// the tables cut for each smaller one ("from_smaller_limit"): the server asks one search of a
+// problem, for the smallest limit of its kernels, and plans the others from that table.
 Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernels,
                                                const TimingTables& tables) {
   std::map<std::string, TimingTable> whole;
   for (const auto& [key, measured] : tables) whole[key] = measured.table;
+  const std::vector<uint64_t> limits = {uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{64} << 20,
+                                        uint64_t{1} << 30};
+  std::map<uint64_t, std::map<std::string, TimingTable>> cut_for;  // by the limit cut for
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (uint64_t workspace :
-       {uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{64} << 20, uint64_t{1} << 30}) {
-    std::map<std::string, TimingTable> cut;
+  for (uint64_t workspace : limits) {
+    std::map<std::string, TimingTable>& cut = cut_for[workspace];
     int64_t rows = 0, rows_kept = 0, sizes = 0, sizes_kept = 0;
     double ms = 0, ms_kept = 0;
     for (const auto& [key, measured] : tables) {
@@ -286,6 +290,16 @@ Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernel
     }
     UCUDNN_ASSIGN_OR_RETURN(PlanTimes all, PlanTime(kernels, whole, tables, workspace));
     UCUDNN_ASSIGN_OR_RETURN(PlanTimes limited, PlanTime(kernels, cut, tables, workspace));
+    nlohmann::ordered_json from_smaller = nlohmann::ordered_json::array();
+    for (uint64_t smaller : limits) {
+      if (smaller >= workspace) break;
+      UCUDNN_ASSIGN_OR_RETURN(PlanTimes planned,
+                              PlanTime(kernels, cut_for[smaller], tables, workspace));
+      from_smaller.push_back(
+          {{"cut_for_workspace_bytes", smaller},
+           {"plan_measured_ms", planned.measured_ms},
+           {"vs_all_sizes_measured", (planned.measured_ms - all.measured_ms) / all.measured_ms}});
+    }
     out.push_back({{"workspace_bytes", workspace},
                    {"sizes_kept", static_cast<double>(sizes_kept) / sizes},
                    {"timings_kept", static_cast<double>(rows_kept) / rows},
@@ -293,7 +307,8 @@ Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernel
                    {"all_sizes_plan_measured_ms", all.measured_ms},
                    {"limit_sizes_plan_measured_ms", limited.measured_ms},
                    {"limit_sizes_vs_all_sizes_measured",
-                    (limited.measured_ms - all.measured_ms) / all.measured_ms}});
+                    (limited.measured_ms - all.measured_ms) / all.measured_ms},
+                   {"from_smaller_limit", from_smaller}});
   }
   return out;
 }
@@ -326,11 +341,13 @@ Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir) {
       {"command", "build/bin/ucudnn-bench-engine --replay-sizes --data-dir DIR"},
       {"note",
        "per workspace limit, each measured table cut to the micro-batch sizes a search for "
-       "that limit would time (engine/size_rule.h SizesForLimit), the shares of sizes, of kOk "
+       "that limit would time (core/size_rule.h SizesForLimit), the shares of sizes, of kOk "
        "timings and of their summed medians kept, and the per-kernel plans at that limit "
        "(PlanNetwork, power-of-two sizes) from the cut tables against those from the whole "
        "tables, both timed with the measured medians: limit_sizes_vs_all_sizes_measured is "
-       "what the rule costs the step"},
+       "what the rule costs the step; from_smaller_limit: the plans at that limit from the "
+       "tables cut for each smaller limit (the server searches a problem for its kernels' "
+       "smallest limit and plans the others from that table)"},
       {"networks", networks}};
 }
 

@@ -17,7 +17,7 @@ Result<nlohmann::ordered_json> ReplayPruning(const std::string& data_dir, double
                                              BenchmarkOptions pruned = {});
 
 // Every *.csv of `data_dir`: per workspace limit, what the limit-aware size rule
-// (engine/size_rule.h) leaves of the measured tables and what it costs the plans, as JSON.
+// (core/size_rule.h) leaves of the measured tables and what it costs the plans, as JSON.
 Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir);
 
 }  // namespace ucudnn

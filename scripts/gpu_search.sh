@@ -22,6 +22,9 @@
 #          [--know ROW ...] [--know-cap-s 120] [--gate ROW] [--gate-jobs 3]
 #          [--gate-backlog ROW ...] [--gate-steps 40]
 #
+#   The stack's server takes its other settings from the environment, e.g.
+#   UCUDNN_SEARCH_SIZES=limit (what a per-kernel request's jobs time: docs/results.md).
+#
 #   Without a GPU, a smoke test (CPU backend and worker, toy sizes): --cpu --python /usr/bin/python3
 #
 # Results in $OUT (or ./search-results): search.json (bench/worker_search.py collect; rewritten

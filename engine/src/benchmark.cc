@@ -1,6 +1,7 @@
 #include "ucudnn/engine/benchmark.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "ucudnn/core/dp.h"
 #include "ucudnn/core/random_fill.h"
+#include "ucudnn/core/size_rule.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/engine/result_check.h"
 
@@ -976,6 +978,42 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   UCUDNN_RETURN_IF_ERROR(Validate(options).WithContext("options"));
   if (sizes.empty()) return InvalidArgument("nothing to measure: no micro-batch sizes");
   return TableBenchmark(backend, problem, sizes, options, progress).Run();
+}
+
+Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& problem,
+                                      int64_t max_micro_batch, BatchPolicy policy,
+                                      uint64_t workspace_limit, const TimingTable& known,
+                                      const BenchmarkOptions& options,
+                                      const BenchmarkProgressFn& progress) {
+  UCUDNN_RETURN_IF_ERROR(ValidateBatch(max_micro_batch).WithContext("max_micro_batch"));
+  const std::vector<int64_t> sizes = MicroBatchSizes(policy, max_micro_batch);
+  TimingTable so_far = known;  // what the rule reads
+  TimingTable measured;
+  BenchmarkProgress before;  // the rounds before this one, for `progress`
+  for (std::vector<int64_t> next =
+           NextSizesForLimit(so_far, sizes, max_micro_batch, workspace_limit);
+       !next.empty(); next = NextSizesForLimit(so_far, sizes, max_micro_batch, workspace_limit)) {
+    std::sort(next.begin(), next.end());  // BenchmarkMicroBatches takes them increasing
+    spdlog::info("benchmark {}: micro-batch sizes {} for a {} limit", CanonicalKey(problem),
+                 fmt::join(next, ", "), FormatBytes(workspace_limit));
+    BenchmarkProgressFn round_progress;
+    if (progress) {
+      round_progress = [&](const BenchmarkProgress& p) {
+        progress({before.done + p.done, before.total + p.total, p.latest});
+      };
+    }
+    UCUDNN_ASSIGN_OR_RETURN(TimingTable round,
+                            BenchmarkMicroBatches(backend, problem, next, options, round_progress));
+    before.done += static_cast<int64_t>(round.entries.size());
+    before.total += static_cast<int64_t>(round.entries.size());
+    // Never empty (every candidate of a size is an entry, run or not); were it, the rule would
+    // ask the same sizes again.
+    if (round.entries.empty()) break;
+    so_far.entries.insert(so_far.entries.end(), round.entries.begin(), round.entries.end());
+    measured.entries.insert(measured.entries.end(), std::make_move_iterator(round.entries.begin()),
+                            std::make_move_iterator(round.entries.end()));
+  }
+  return measured;
 }
 
 }  // namespace ucudnn

@@ -236,6 +236,21 @@ const std::vector<FlagSpec>& Specs() {
       {"health-interval", "UCUDNN_HEALTH_INTERVAL", "DURATION",
        "how often the database is probed for grpc.health.v1", "2s",
        DurationFlag(&ServerConfig::health_interval_ms, 100, 600000), nullptr},
+      {"search-sizes", "UCUDNN_SEARCH_SIZES", "WHICH",
+       "which micro-batch sizes a benchmark job for a per-kernel plan times: all (every size of "
+       "the policy) or limit (those the kernels' smallest workspace limit can use, "
+       "core/size_rule.h; a smaller limit asks for more later: fewer timings, but on an H200 "
+       "slower to know a model, docs/results.md)",
+       "all",
+       [](ServerConfig& c, std::string_view v, std::string_view where) -> Status {
+         if (v != "limit" && v != "all") {
+           return InvalidArgument(std::string(where) + ": must be limit or all, got " +
+                                  QuoteForError(v));
+         }
+         c.sizes_for_limit = v == "limit";
+         return Status::Ok();
+       },
+       nullptr},
       {"recheck-interval", "UCUDNN_RECHECK_INTERVAL", "DURATION",
        "while waiting for benchmarks, re-read the database this often even without a "
        "notification",

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/size_rule.h"
 #include "ucudnn/planner/planner.h"
 #include "ucudnn/proto/proto_convert.h"
 #include "ucudnn/server/plan_key.h"
@@ -137,6 +138,9 @@ struct PlanCoordinator::ProblemSlot {
   ConvProblem problem;
   uint64_t hash = 0;
   int64_t max_mini_batch = 0;
+  // The sizes its job measures and coverage needs: those of the smallest workspace limit of its
+  // kernels (per-kernel requests, PlanCoordinatorOptions::sizes_for_limit); none: every size.
+  std::optional<uint64_t> workspace_limit;
   std::shared_ptr<const CachedTimings> timings;  // never null after LoadTables
   bool covered = false;
   int64_t job_id = 0;
@@ -144,8 +148,14 @@ struct PlanCoordinator::ProblemSlot {
   std::string job_error;  // when job_state is "failed"
 };
 
-bool TableCovers(const CachedTimings& timings, BatchPolicy policy, int64_t max_micro_batch) {
+bool TableCovers(const CachedTimings& timings, BatchPolicy policy, int64_t max_micro_batch,
+                 std::optional<uint64_t> workspace_limit) {
   if (timings.micro_batches.empty()) return false;
+  if (workspace_limit.has_value()) {
+    return NextSizesForLimit(timings.table, MicroBatchSizes(policy, max_micro_batch),
+                             max_micro_batch, *workspace_limit)
+        .empty();
+  }
   for (int64_t size : MicroBatchSizes(policy, max_micro_batch)) {
     if (!std::binary_search(timings.micro_batches.begin(), timings.micro_batches.end(), size)) {
       return false;
@@ -326,6 +336,10 @@ void PlanCoordinator::GroupDistinctProblems(Planning& p) {
     }
     ProblemSlot& slot = p.slots[it->second];
     slot.max_mini_batch = std::max(slot.max_mini_batch, kernel.mini_batch);
+    if (options_.sizes_for_limit && p.request.workspace_mode == WorkspaceMode::kPerKernel) {
+      const uint64_t limit = kernel.workspace_limit.value_or(p.request.workspace_bytes);
+      slot.workspace_limit = std::min(slot.workspace_limit.value_or(limit), limit);
+    }
     p.slot_of_kernel[k] = it->second;
   }
 }
@@ -333,7 +347,8 @@ void PlanCoordinator::GroupDistinctProblems(Planning& p) {
 void PlanCoordinator::UpdateCoverage(Planning& p) {
   int ready = 0;
   for (auto& slot : p.slots) {
-    slot.covered = TableCovers(*slot.timings, p.request.policy, slot.max_mini_batch);
+    slot.covered =
+        TableCovers(*slot.timings, p.request.policy, slot.max_mini_batch, slot.workspace_limit);
     ready += slot.covered ? 1 : 0;
   }
   if (ready != p.ready && p.call.on_progress) p.call.on_progress(ready, p.total());
@@ -426,7 +441,8 @@ Status PlanCoordinator::EnqueueMissing(Planning& p) {
   for (auto& slot : p.slots) {
     if (slot.covered) continue;
     wanted.push_back(&slot);
-    keys.push_back({p.device_hash, slot.hash, p.request.policy, slot.max_mini_batch});
+    keys.push_back(
+        {p.device_hash, slot.hash, p.request.policy, slot.max_mini_batch, slot.workspace_limit});
   }
   // What the same request enqueued a moment ago is still queued (a burst asks the database once).
   auto jobs = recent_jobs_.Enqueued(keys, Clock::now());
@@ -474,7 +490,8 @@ Result<std::vector<RecentJobs::Job>> PlanCoordinator::EnqueueJobs(
   // Every missing problem in one transaction.
   std::vector<store::JobRequest> wanted;
   for (size_t i = 0; i < slots.size(); ++i) {
-    wanted.push_back({slots[i]->problem, keys[i].max_micro_batch, keys[i].policy});
+    wanted.push_back(
+        {slots[i]->problem, keys[i].max_micro_batch, keys[i].policy, keys[i].workspace_limit});
   }
   UCUDNN_ASSIGN_OR_RETURN(auto enqueued, store_->EnqueueJobs(device, wanted));
   if (enqueued.size() != wanted.size()) return Internal("enqueue answered the wrong count");

@@ -124,6 +124,7 @@ Status PlannerServer::MakeServices(const ServerConfig& config) {
   coordinator_options.plan_cache_entries = static_cast<size_t>(config.plan_cache_entries);
   coordinator_options.ilp_time_limit = std::chrono::milliseconds(config.ilp_time_limit_ms);
   coordinator_options.recheck_interval = std::chrono::milliseconds(config.recheck_interval_ms);
+  coordinator_options.sizes_for_limit = config.sizes_for_limit;
   coordinator_ = std::make_unique<PlanCoordinator>(
       store_.get(), watcher_.get(), timings_cache_.get(), metrics_.get(), coordinator_options);
   UCUDNN_ASSIGN_OR_RETURN(const AnonymousAccess anonymous,

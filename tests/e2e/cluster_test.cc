@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "e2e/e2e_fixture.h"
+#include "ucudnn/core/dp.h"
+#include "ucudnn/core/size_rule.h"
 
 namespace ucudnn::e2e {
 namespace {
@@ -17,9 +19,19 @@ using ::testing::Eq;
 
 class ClusterTest : public E2eTest {};
 
+// The catalog's timings of `problem` on the CPU workers' device.
+grpc::Status TimingsOf(v1::CatalogService::Stub& catalog, const ConvProblem& problem,
+                       v1::GetTimingsResponse* timings) {
+  v1::GetTimingsRequest request;
+  *request.mutable_device() = ToProto(CpuDevice());
+  *request.mutable_problem() = ToProto(problem);
+  return catalog.GetTimings(ContextWithDeadline(seconds(10)).get(), request, timings);
+}
+
 TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
-  ServerProcess* a = StartServer("a");
-  ServerProcess* b = StartServer("b");
+  // Every size of the policy (the tables' counts below are the policy's, not a limit's).
+  ServerProcess* a = StartServer("a", {"--search-sizes", "all"});
+  ServerProcess* b = StartServer("b", {"--search-sizes", "all"});
   ASSERT_TRUE(a != nullptr && b != nullptr);
   auto catalog = b->Catalog();
 
@@ -118,12 +130,8 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
   // Every (micro-batch, algorithm) of every problem stored once, written by one worker.
   size_t expected_total = 0;
   for (const auto& [problem, max_batch] : problems) {
-    v1::GetTimingsRequest timings_request;
-    *timings_request.mutable_device() = ToProto(CpuDevice());
-    *timings_request.mutable_problem() = ToProto(problem);
     v1::GetTimingsResponse timings;
-    const auto status =
-        catalog->GetTimings(ContextWithDeadline(seconds(10)).get(), timings_request, &timings);
+    const auto status = TimingsOf(*catalog, problem, &timings);
     ASSERT_TRUE(status.ok()) << Describe(status);
     const size_t expected = ExpectedTimings(problem, max_batch);
     expected_total += expected;
@@ -206,6 +214,84 @@ TEST_F(ClusterTest, PlansThroughOneServerWhileTheOtherServesTheCatalog) {
 
   for (auto& s : servers_) EXPECT_TRUE(s->process().Running()) << s->name();
   for (auto& w : workers_) EXPECT_TRUE(w->process().Running()) << w->worker_id();
+}
+
+// A per-kernel request's jobs carry its workspace limit (the server's --search-sizes limit): the
+// worker times the sizes the size rule asks for that limit, the server plans once the
+// stored tables hold them, and a later request with a smaller limit widens the same problems'
+// tables to the sizes it asks, nothing timed twice.
+TEST_F(ClusterTest, APerKernelRequestsJobsTimeTheSizesItsLimitCanUse) {
+  ServerProcess* server = StartServer("a", {"--search-sizes", "limit"});
+  ASSERT_TRUE(server != nullptr);
+  ASSERT_TRUE(StartWorker("w1") != nullptr);
+  ASSERT_TRUE(WaitWorkersRegistered(1));
+  auto catalog = server->Catalog();
+  const auto network = TinyNetwork();
+  const auto problems = DistinctProblems(network);
+  // The stored table of every problem, and whether it holds what `limit` asks of it.
+  auto tables = [&]() {
+    std::vector<TimingTable> out;
+    for (const auto& [problem, max_batch] : problems) {
+      v1::GetTimingsResponse timings;
+      const auto status = TimingsOf(*catalog, problem, &timings);
+      EXPECT_TRUE(status.ok()) << Describe(status);
+      TimingTable table;
+      for (const auto& t : timings.timings()) {
+        auto timing = FromProto(t);
+        EXPECT_TRUE(timing.ok()) << timing.status().ToString();
+        if (timing.ok()) table.entries.push_back(*timing);
+      }
+      out.push_back(std::move(table));
+    }
+    return out;
+  };
+  auto plan = [&](uint64_t limit) {
+    v1::GetPlanResponse response;
+    const auto status = server->Planner()->GetPlan(
+        ContextWithDeadline(seconds(90)).get(), PlanRequestFor(network, 60000, limit), &response);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+    EXPECT_EQ(response.plan().status(), v1::PLAN_STATUS_COMPLETE) << limit;
+  };
+  auto covered = [&](const std::vector<TimingTable>& stored, uint64_t limit) {
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const int64_t max_batch = problems[i].second;
+      EXPECT_THAT(NextSizesForLimit(stored[i], MicroBatchSizes(BatchPolicy::kPowerOfTwo, max_batch),
+                                    max_batch, limit),
+                  ::testing::IsEmpty())
+          << CanonicalKey(problems[i].first) << " at " << limit;
+    }
+  };
+
+  plan(uint64_t{1} << 30);
+  const std::vector<TimingTable> first = tables();
+  covered(first, uint64_t{1} << 30);
+  size_t first_rows = 0;
+  for (const TimingTable& table : first) first_rows += table.entries.size();
+
+  plan(0);  // no workspace: the fastest configurations rarely fit, smaller sizes may pay
+  const std::vector<TimingTable> second = tables();
+  covered(second, 0);
+  size_t second_rows = 0;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    second_rows += second[i].entries.size();
+    std::set<std::pair<int64_t, std::string>> keys;
+    for (const Timing& t : second[i].entries) {
+      keys.emplace(t.micro_batch, AlgorithmText(AlgorithmOf(t)));
+    }
+    EXPECT_EQ(keys.size(), second[i].entries.size()) << "a configuration timed twice";
+  }
+  EXPECT_GE(second_rows, first_rows);
+  // Every job is done, none failed; one job per problem and limit at most.
+  ASSERT_TRUE(WaitUntil([&] {
+    auto live = QueryInt(url(), "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");
+    return live.ok() && *live == 0;
+  }));
+  auto failed = QueryInt(url(), "SELECT count(*) FROM jobs WHERE state = 'failed'");
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(*failed, 0);
+  auto limits = QueryInt(url(), "SELECT count(*) FROM jobs WHERE workspace_limit IS NULL");
+  ASSERT_TRUE(limits.ok());
+  EXPECT_EQ(*limits, 0) << "a per-kernel request's job without its limit";
 }
 
 }  // namespace

@@ -175,8 +175,9 @@ TEST_F(FaultTest, WorkerKilledMidJobTheJobCompletesOnTheOtherWorker) {
 }
 
 TEST_F(FaultTest, PostgresRestartedUnderLoadNothingHangsAndEverythingRecovers) {
-  ServerProcess* a = StartServer("a");
-  ServerProcess* b = StartServer("b");
+  // Every size of the policy: each done job's table is then the policy's whole (counted below).
+  ServerProcess* a = StartServer("a", {"--search-sizes", "all"});
+  ServerProcess* b = StartServer("b", {"--search-sizes", "all"});
   ASSERT_TRUE(a != nullptr && b != nullptr);
   ASSERT_TRUE(StartWorker("w1") != nullptr);
   ASSERT_TRUE(StartWorker("w2") != nullptr);

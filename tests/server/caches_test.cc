@@ -237,6 +237,32 @@ TEST(TableCoversTest, NeedsEverySizeTheJobWouldMeasure) {
   EXPECT_FALSE(TableCovers(*MakeCachedTimings({}), BatchPolicy::kUndivided, 1));
 }
 
+// With a workspace limit (a per-kernel request's), the sizes the size rule asks of the table:
+// the mini-batch's first two splits always, smaller ones only where they can pay under it.
+TEST(TableCoversTest, WithALimitNeedsTheSizesTheRuleAsksForIt) {
+  // Algorithm 0 without workspace, 1 ms a sample; algorithm 1 twice as fast, 1 MiB a sample.
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  TimingTable table;
+  for (int64_t b : {4, 8, 16}) {
+    table.entries.push_back(MakeTiming(b, 0, 1.0 * b));
+    table.entries.push_back(MakeTiming(b, 1, 0.5 * b, kMiB * b));
+  }
+  const auto timings = MakeCachedTimings(table);
+  // The fast algorithm fits at every size: 16, 8 and 4 are all the rule asks.
+  EXPECT_TRUE(TableCovers(*timings, BatchPolicy::kPowerOfTwo, 16, 16 * kMiB));
+  // Without a limit every size of the policy is needed.
+  EXPECT_FALSE(TableCovers(*timings, BatchPolicy::kPowerOfTwo, 16));
+  // Under 4 MiB the fast algorithm fits at 4 only: 4 runs faster per sample within the limit
+  // than 8, so 2 is asked for too.
+  EXPECT_FALSE(TableCovers(*timings, BatchPolicy::kPowerOfTwo, 16, 4 * kMiB));
+  table.entries.push_back(MakeTiming(2, 0, 2.0));
+  table.entries.push_back(MakeTiming(2, 1, 1.0, 2 * kMiB));
+  EXPECT_TRUE(TableCovers(*MakeCachedTimings(table), BatchPolicy::kPowerOfTwo, 16, 4 * kMiB));
+  // The always-timed sizes are needed whatever the limit.
+  EXPECT_FALSE(TableCovers(*timings, BatchPolicy::kPowerOfTwo, 32, 1 << 30));
+  EXPECT_FALSE(TableCovers(*MakeCachedTimings({}), BatchPolicy::kPowerOfTwo, 16, 1 << 30));
+}
+
 TEST(GetPlanResponseFramingTest, ParsesAsTheMessage) {
   v1::Plan plan;
   plan.set_schema_version(1);

@@ -92,6 +92,7 @@ TEST(ConfigTest, ErrorsNameTheFlag) {
       {{"--log-level", "loud"}, "--log-level"},
       {{"--max-message-bytes", "1"}, "--max-message-bytes"},
       {{"--ilp-time-limit", "forever"}, "--ilp-time-limit"},
+      {{"--search-sizes", "some"}, "--search-sizes"},
       {{"--no-migrate=1"}, "--no-migrate"},
       {{"--listen"}, "--listen"},
       {{"--frobnicate"}, "--frobnicate"},
@@ -104,6 +105,21 @@ TEST(ConfigTest, ErrorsNameTheFlag) {
     EXPECT_NE(parsed.status().message().find(c.expected), std::string::npos)
         << parsed.status().message();
   }
+}
+
+TEST(ConfigTest, SearchSizesChoosesWhatAPerKernelJobTimes) {
+  auto parsed = ParseCommandLine({}, FakeEnv({}));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_FALSE(parsed->config.sizes_for_limit);  // the default: every size of the policy
+  parsed = ParseCommandLine({"--search-sizes", "limit"}, FakeEnv({}));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(parsed->config.sizes_for_limit);
+  parsed = ParseCommandLine({}, FakeEnv({{"UCUDNN_SEARCH_SIZES", "limit"}}));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(parsed->config.sizes_for_limit);
+  parsed = ParseCommandLine({"--search-sizes", "all"}, FakeEnv({{"UCUDNN_SEARCH_SIZES", "limit"}}));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_FALSE(parsed->config.sizes_for_limit);  // the flag wins
 }
 
 TEST(ConfigTest, HelpAndVersion) {
@@ -147,6 +163,7 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"--timings-cache-entries", "UCUDNN_TIMINGS_CACHE_ENTRIES"},
     {"--timings-cache-ttl", "UCUDNN_TIMINGS_CACHE_TTL"},
     {"--ilp-time-limit", "UCUDNN_ILP_TIME_LIMIT"},
+    {"--search-sizes", "UCUDNN_SEARCH_SIZES"},
     {"--start-timeout", "UCUDNN_START_TIMEOUT"},
     {"--schema-wait", "UCUDNN_SCHEMA_WAIT"},
     {"--shutdown-grace", "UCUDNN_SHUTDOWN_GRACE"},

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """ucudnn-bench-engine --replay-sizes on the measured H100 tables (data/h100): the limit-aware
-size rule (engine/size_rule.h) keeps a share of every table, never more than all of it, and its
+size rule (core/size_rule.h) keeps a share of every table, never more than all of it, and its
 plans are never faster than those from every size (the cut tables are parts of the whole ones,
-both timed with the same medians). Usage: replay_sizes_test.py BENCH_ENGINE DATA_DIR"""
+both timed with the same medians), nor are those at each limit from the tables cut for a
+smaller one. Usage: replay_sizes_test.py BENCH_ENGINE DATA_DIR"""
 
 import json
 import subprocess
@@ -22,6 +23,13 @@ def main(bench_engine, data_dir):
             for share in ("sizes_kept", "timings_kept", "timed_ms_kept"):
                 assert 0 < x[share] <= 1, (network["file"], x)
             assert x["limit_sizes_plan_measured_ms"] >= x["all_sizes_plan_measured_ms"], x
+            # Planned from the tables cut for each smaller limit: one entry each, and never
+            # faster than from every size (parts of the same tables, the same medians).
+            smaller = [c["cut_for_workspace_bytes"] for c in x["from_smaller_limit"]]
+            assert smaller == [w for w in (1 << 20, 8 << 20, 64 << 20)
+                               if w < x["workspace_bytes"]], x
+            for c in x["from_smaller_limit"]:
+                assert c["plan_measured_ms"] >= x["all_sizes_plan_measured_ms"], (x, c)
         # A larger limit leaves fewer sizes worth splitting into.
         kept = [x["timings_kept"] for x in limits]
         assert kept == sorted(kept, reverse=True), (network["file"], kept)

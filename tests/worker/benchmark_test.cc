@@ -15,6 +15,7 @@
 
 #include "ucudnn/backends/cpu_backend.h"
 #include "ucudnn/core/dp.h"
+#include "ucudnn/core/size_rule.h"
 #include "ucudnn/engine/benchmark.h"
 #include "worker/worker_test_util.h"
 
@@ -93,6 +94,53 @@ TEST(BenchmarkSizesTest, ExactlyTheMicroBatchesGivenAndOnlyIncreasingOnes) {
   }
   EXPECT_THAT(BenchmarkMicroBatches(cpu, p, {2, 2}, FastBenchmarkOptions()).status().message(),
               HasSubstr("strictly increasing"));
+}
+
+// A search for one workspace limit in rounds (BenchmarkForLimit): the always-timed sizes, then
+// what the size rule asks of their times, until the table covers the limit; nothing where what
+// is known covers it already.
+TEST(BenchmarkForLimitTest, TimesTheSizesTheRuleAsksUntilTheTableCoversTheLimit) {
+  RenamedCpuBackend cpu("cpu");
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 16);
+  for (uint64_t limit : {uint64_t{0}, uint64_t{1} << 40}) {
+    int64_t last_done = 0, last_total = 0;
+    auto table = BenchmarkForLimit(cpu, p, 16, BatchPolicy::kPowerOfTwo, limit, {},
+                                   FastBenchmarkOptions(), [&](const BenchmarkProgress& progress) {
+                                     EXPECT_GE(progress.done, last_done);
+                                     last_done = progress.done;
+                                     last_total = progress.total;
+                                   });
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    std::set<int64_t> measured;
+    for (const Timing& t : table->entries) measured.insert(t.micro_batch);
+    // The mini-batch and its first two splits, whatever the times; each size once.
+    EXPECT_TRUE(measured.count(16) && measured.count(8) && measured.count(4)) << limit;
+    EXPECT_EQ(table->entries.size(), measured.size() * cpu.Algorithms(p.op).size());
+    // Covered: the rule asks nothing more of what was measured.
+    EXPECT_THAT(NextSizesForLimit(*table, sizes, 16, limit), ::testing::IsEmpty()) << limit;
+    // The progress counted over every round, to the end.
+    EXPECT_EQ(last_done, static_cast<int64_t>(table->entries.size()));
+    EXPECT_EQ(last_total, last_done);
+  }
+  // What is stored already covers every limit: nothing runs.
+  auto full = BenchmarkProblem(cpu, p, 16, BatchPolicy::kPowerOfTwo, FastBenchmarkOptions());
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  auto none =
+      BenchmarkForLimit(cpu, p, 16, BatchPolicy::kPowerOfTwo, 0, *full, FastBenchmarkOptions());
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_THAT(none->entries, ::testing::IsEmpty());
+  // What is stored counts: the always-timed sizes known, a round times only below them.
+  TimingTable known;
+  for (const Timing& t : full->entries) {
+    if (t.micro_batch >= 4) known.entries.push_back(t);
+  }
+  auto below =
+      BenchmarkForLimit(cpu, p, 16, BatchPolicy::kPowerOfTwo, 0, known, FastBenchmarkOptions());
+  ASSERT_TRUE(below.ok()) << below.status().ToString();
+  for (const Timing& t : below->entries) EXPECT_LT(t.micro_batch, 4);
+  EXPECT_EQ(BenchmarkForLimit(cpu, p, 0, BatchPolicy::kPowerOfTwo, 0, {}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // The backend is asked once, before anything is measured, to prepare every size on the threads

@@ -1,12 +1,14 @@
-// The limit-aware size rule (engine/size_rule.h): which micro-batch sizes a workspace limit can
+// The limit-aware size rule (core/size_rule.h): which micro-batch sizes a workspace limit can
 // use. No GPU, no database.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "ucudnn/core/dp.h"
-#include "ucudnn/engine/size_rule.h"
+#include "ucudnn/core/size_rule.h"
 #include "worker/worker_test_util.h"
 
 namespace ucudnn {
@@ -86,6 +88,65 @@ TEST(SizesForLimit, AMiniBatchThatIsNoPowerOfTwoKeepsTheSizesThatMakeIt) {
   EXPECT_THAT(SizesForLimit(table, sizes, 96, 64 * kMiB), ElementsAre(96, 64, 32, 16));
   // Sizes without the mini-batch itself (a table of the offline mode's sizes): its sum.
   EXPECT_THAT(SizesForLimit(table, {1, 2, 4, 8, 16, 32, 64}, 96, 1 << 30), ElementsAre(64, 32));
+}
+
+// The full table's entries at `sizes`, as a search in rounds would have timed them.
+void TimeSizes(const TimingTable& full, const std::vector<int64_t>& sizes, TimingTable* so_far) {
+  for (const Timing& t : full.entries) {
+    if (std::find(sizes.begin(), sizes.end(), t.micro_batch) != sizes.end()) {
+      so_far->entries.push_back(t);
+    }
+  }
+}
+
+// The rounds of a search (NextSizesForLimit until it asks nothing) over `full`'s times: the
+// sizes of each round.
+std::vector<std::vector<int64_t>> Rounds(const TimingTable& full, int64_t mini_batch,
+                                         uint64_t limit) {
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, mini_batch);
+  TimingTable so_far;
+  std::vector<std::vector<int64_t>> rounds;
+  for (std::vector<int64_t> next = NextSizesForLimit(so_far, sizes, mini_batch, limit);
+       !next.empty(); next = NextSizesForLimit(so_far, sizes, mini_batch, limit)) {
+    rounds.push_back(next);
+    TimeSizes(full, next, &so_far);
+    if (rounds.size() > sizes.size()) break;  // never: each round times a new size
+  }
+  return rounds;
+}
+
+TEST(NextSizesForLimit, RoundsTimeWhatTheRuleAsksOfTheWholeTableAndNoMore) {
+  const TimingTable table = LinearTable(64);
+  // The always-timed sizes first, at once; below them one size per round, each decided by the
+  // times of the round before.
+  EXPECT_THAT(Rounds(table, 64, 1 << 30), ElementsAre(ElementsAre(64, 32, 16)));
+  EXPECT_THAT(Rounds(table, 64, 16 * kMiB), ElementsAre(ElementsAre(64, 32, 16), ElementsAre(8)));
+  EXPECT_THAT(Rounds(table, 64, 0), ElementsAre(ElementsAre(64, 32, 16), ElementsAre(8),
+                                                ElementsAre(4), ElementsAre(2), ElementsAre(1)));
+  for (uint64_t limit : {uint64_t{0}, 4 * kMiB, 16 * kMiB, uint64_t{1} << 30}) {
+    std::vector<int64_t> timed;
+    for (const std::vector<int64_t>& round : Rounds(table, 64, limit)) {
+      timed.insert(timed.end(), round.begin(), round.end());
+    }
+    std::sort(timed.begin(), timed.end(), std::greater<>());
+    EXPECT_EQ(timed, SizesForLimit(table, MicroBatchSizes(BatchPolicy::kPowerOfTwo, 64), 64, limit))
+        << "limit " << limit;
+  }
+}
+
+TEST(NextSizesForLimit, ATableThatHoldsTheRulesSizesAsksNothing) {
+  const TimingTable table = LinearTable(64);
+  const std::vector<int64_t> sizes = MicroBatchSizes(BatchPolicy::kPowerOfTwo, 64);
+  EXPECT_THAT(NextSizesForLimit(table, sizes, 64, 0), ElementsAre());
+  TimingTable covered;
+  TimeSizes(table, {64, 32, 16}, &covered);
+  EXPECT_THAT(NextSizesForLimit(covered, sizes, 64, 1 << 30), ElementsAre());
+  // A smaller limit asks more of the same table (a job for it widens the table).
+  EXPECT_THAT(NextSizesForLimit(covered, sizes, 64, 16 * kMiB), ElementsAre(8));
+  // A size whose every configuration failed counts as timed, and smaller ones may help there.
+  TimingTable failed = covered;
+  failed.entries.push_back(MeasuredEntry(8, 0, 1.0, 0, TimingStatus::kFailed));
+  EXPECT_THAT(NextSizesForLimit(failed, sizes, 64, 16 * kMiB), ElementsAre(4));
 }
 
 }  // namespace

@@ -236,6 +236,9 @@ class Daemon::Impl {
   void Release(Slot& slot, const store::Job& job);
   // What the device's nearby problems say not to time (PriorLosers); empty when none or off.
   std::map<std::string, std::string> LoadPrior(const Slot& slot, const store::Job& job);
+  // What the store holds of the job's problem on the slot's device (a search for a limit
+  // starts from it); empty when it cannot be read (the search then times from scratch).
+  TimingTable LoadKnown(const Slot& slot, const store::Job& job);
   // A benchmark given up for a busy GPU: its finished entries written (retrying a short while).
   void StorePartial(Slot& slot, const store::Job& job, const std::vector<Timing>& finished);
   // The slot's device is gone: its thread stops after releasing its job; the last one stops the
@@ -576,10 +579,13 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
   const size_t algos = backend.Algorithms(job.problem.op).size();
   const std::string key = CanonicalKey(job.problem);
   spdlog::info(
-      "[{}] job {} claimed (attempt {}): {} up to micro-batch {} ({}), {} sizes x {} "
-      "algorithms; problem {}",
+      "[{}] job {} claimed (attempt {}): {} up to micro-batch {} ({}{}), {} sizes x {} "
+      "algorithms{}; problem {}",
       slot.device.slot, job.id, job.attempts, Describe(job.problem), job.max_micro_batch,
-      ToString(job.policy), sizes, algos, key);
+      ToString(job.policy),
+      job.workspace_limit ? ", the sizes a " + FormatBytes(*job.workspace_limit) + " limit uses"
+                          : std::string(),
+      sizes, algos, job.workspace_limit ? " at most" : "", key);
 
   const Clock::time_point start = Clock::now();
   LeaseKeeper keeper(*this, slot, job.id);
@@ -620,8 +626,14 @@ bool Daemon::Impl::RunJob(Slot& slot, const store::Job& job) {
           SecondsSince(start));
     }
   };
-  auto table =
-      BenchmarkProblem(backend, job.problem, job.max_micro_batch, job.policy, options, progress);
+  // A job for a workspace limit times the sizes the limit can use (core/size_rule.h), in
+  // rounds, from what the store holds of the problem already; one without, every size.
+  Result<TimingTable> table =
+      job.workspace_limit.has_value()
+          ? BenchmarkForLimit(backend, job.problem, job.max_micro_batch, job.policy,
+                              *job.workspace_limit, LoadKnown(slot, job), options, progress)
+          : BenchmarkProblem(backend, job.problem, job.max_micro_batch, job.policy, options,
+                             progress);
   const double elapsed = SecondsSince(start);
   slot.job_id = 0;
 
@@ -817,6 +829,18 @@ Daemon::Impl::Outcome Daemon::Impl::Fail(Slot& slot, const store::Job& job, cons
 // The newest done jobs looked at for nearby problems: one query's worth, enough to cover a few
 // networks of one device.
 constexpr int kPriorJobs = 2000;
+
+TimingTable Daemon::Impl::LoadKnown(const Slot& slot, const store::Job& job) {
+  auto known = store_.GetTimings(slot.fingerprint, job.problem);
+  if (!known.ok()) {
+    spdlog::warn(
+        "[{}] job {}: the stored timings of its problem could not be read ({}); its "
+        "sizes are searched from scratch",
+        slot.device.slot, job.id, known.status().ToString());
+    return {};
+  }
+  return std::move(known).value();
+}
 
 std::map<std::string, std::string> Daemon::Impl::LoadPrior(const Slot& slot,
                                                            const store::Job& job) {

@@ -140,6 +140,17 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
                                           const BenchmarkOptions& options = {},
                                           const BenchmarkProgressFn& progress = nullptr);
 
+// A table measured for one per-kernel workspace limit (issue 40: the micro-batch sizes a planner
+// can use under it, core/size_rule.h), in rounds: BenchmarkMicroBatches over the sizes
+// NextSizesForLimit asks of `known` (what is already measured of the problem on this device) and
+// of the rounds before, until it asks for none. Returns the entries measured (not `known`'s):
+// empty where `known` covers the limit already. `progress` counts over all rounds.
+Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& problem,
+                                      int64_t max_micro_batch, BatchPolicy policy,
+                                      uint64_t workspace_limit, const TimingTable& known,
+                                      const BenchmarkOptions& options = {},
+                                      const BenchmarkProgressFn& progress = nullptr);
+
 // Median and interquartile range (linear interpolation between order statistics, as numpy's
 // default) of timing samples; zeros for an empty input.
 struct SampleSummary {

@@ -51,6 +51,11 @@ struct ServerConfig {
   int64_t schema_wait_ms = 300000;
   int64_t health_interval_ms = 2000;
   int64_t recheck_interval_ms = 1000;  // fallback re-check while waiting for benchmarks
+  // Per-kernel plans ask the workers for the micro-batch sizes each kernel's workspace limit can
+  // use (core/size_rule.h); false (the default): every size of the policy, whatever the limit.
+  // Off by default: on an H200 it timed a third of ResNet-50's configurations but took 1.8x as
+  // long (docs/results.md).
+  bool sizes_for_limit = false;
 };
 
 // What the command line asked for: run with a configuration, or print help / the version.

@@ -37,6 +37,9 @@ struct PlanCoordinatorOptions {
   std::chrono::milliseconds recheck_interval{1000};
   // How long a job's enqueue or state read answers the same question of other requests.
   std::chrono::milliseconds recent_jobs_ttl{500};
+  // Per-kernel requests: a problem is covered, and its job measures, at the sizes its kernels'
+  // smallest workspace limit can use (SizesForLimit); false: every size of the policy.
+  bool sizes_for_limit = false;
 };
 
 // One plan request as the services hand it over.
@@ -219,7 +222,10 @@ std::pair<std::string, std::string> GetPlanResponseFraming(size_t plan_bytes, bo
                                                            uint32_t waited_ms);
 
 // Whether `table` holds a measurement at every micro-batch size a benchmark job for
-// (`policy`, `max_micro_batch`) measures; only then is the problem planned rather than missing.
-bool TableCovers(const CachedTimings& timings, BatchPolicy policy, int64_t max_micro_batch);
+// (`policy`, `max_micro_batch`, `workspace_limit`) measures: with a limit, the sizes the size
+// rule asks of the table for it (NextSizesForLimit asks none); without, every size of the
+// policy. Only then is the problem planned rather than missing.
+bool TableCovers(const CachedTimings& timings, BatchPolicy policy, int64_t max_micro_batch,
+                 std::optional<uint64_t> workspace_limit = std::nullopt);
 
 }  // namespace ucudnn::server

@@ -27,6 +27,7 @@ class RecentJobs {
     uint64_t problem_hash = 0;
     BatchPolicy policy = BatchPolicy::kPowerOfTwo;
     int64_t max_micro_batch = 0;
+    std::optional<uint64_t> workspace_limit;  // none: every size of the policy
     bool operator==(const Key&) const = default;
   };
   struct Job {
@@ -88,7 +89,8 @@ class RecentJobs {
   struct KeyHash {
     size_t operator()(const Key& k) const {
       return std::hash<uint64_t>{}(k.device_hash * 31 + k.problem_hash) ^
-             std::hash<int64_t>{}(k.max_micro_batch * 4 + static_cast<int64_t>(k.policy));
+             std::hash<int64_t>{}(k.max_micro_batch * 4 + static_cast<int64_t>(k.policy)) ^
+             std::hash<uint64_t>{}(k.workspace_limit.value_or(~uint64_t{0}) * 7);
     }
   };
   struct JobId {

@@ -1,4 +1,4 @@
-#include "ucudnn/engine/size_rule.h"
+#include "ucudnn/core/size_rule.h"
 
 #include <algorithm>
 #include <functional>
@@ -38,8 +38,14 @@ bool SmallerSizesCanHelp(const TimingTable& table, int64_t size, uint64_t worksp
   return !fastest.ok() || fastest->workspace_bytes > workspace_limit;
 }
 
-std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,
-                                   int64_t mini_batch, uint64_t workspace_limit) {
+namespace {
+
+// SizesForLimit, and with `timed_so_far` its rounds (NextSizesForLimit): a size the rule reaches
+// below the always-timed ones that is not among them is returned but not split (its own times
+// decide that, once taken).
+std::vector<int64_t> SizesOfRule(const TimingTable& table, const std::vector<int64_t>& sizes,
+                                 int64_t mini_batch, uint64_t workspace_limit,
+                                 const std::set<int64_t>* timed_so_far) {
   std::vector<int64_t> descending(sizes);
   std::sort(descending.begin(), descending.end(), std::greater<>());
   descending.erase(std::unique(descending.begin(), descending.end()), descending.end());
@@ -72,9 +78,10 @@ std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<i
     // it per sample even where its fastest configuration fits, and not only one split down
     // (H100 fp32 ResNet-50 at 256, 64 MiB: a 1x1 forward 0.33 ms at 64, 0.088 ms at 32). Below
     // those, only where the split before paid off or the workspace asks for it.
+    const bool always = next.size * (int64_t{1} << (kSplitsAlwaysTimed - 1)) >= mini_batch;
+    if (!always && timed_so_far != nullptr && timed_so_far->count(next.size) == 0) continue;
     const bool descend =
-        next.size * (int64_t{1} << (kSplitsAlwaysTimed - 1)) >= mini_batch ||
-        SmallerSizesCanHelp(table, next.size, workspace_limit) ||
+        always || SmallerSizesCanHelp(table, next.size, workspace_limit) ||
         (next.parent > 0 && PerSampleWithin(table, next.size, workspace_limit) <
                                 PerSampleWithin(table, next.parent, workspace_limit));
     if (!descend) continue;
@@ -82,6 +89,24 @@ std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<i
     for (int64_t part : parts_below(next.size)) pending.push_back({part, next.size});
   }
   return {timed.begin(), timed.end()};
+}
+
+}  // namespace
+
+std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,
+                                   int64_t mini_batch, uint64_t workspace_limit) {
+  return SizesOfRule(table, sizes, mini_batch, workspace_limit, nullptr);
+}
+
+std::vector<int64_t> NextSizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,
+                                       int64_t mini_batch, uint64_t workspace_limit) {
+  std::set<int64_t> timed_so_far;
+  for (const Timing& t : table.entries) timed_so_far.insert(t.micro_batch);
+  std::vector<int64_t> next;
+  for (int64_t size : SizesOfRule(table, sizes, mini_batch, workspace_limit, &timed_so_far)) {
+    if (timed_so_far.count(size) == 0) next.push_back(size);
+  }
+  return next;
 }
 
 }  // namespace ucudnn
