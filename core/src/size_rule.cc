@@ -101,7 +101,10 @@ std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<i
 std::vector<int64_t> NextSizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,
                                        int64_t mini_batch, uint64_t workspace_limit) {
   std::set<int64_t> timed_so_far;
-  for (const Timing& t : table.entries) timed_so_far.insert(t.micro_batch);
+  // The framework's own time (a job's measurement of PyTorch's) is not a size timed here.
+  for (const Timing& t : table.entries) {
+    if (!IsFramework(t)) timed_so_far.insert(t.micro_batch);
+  }
   std::vector<int64_t> next;
   for (int64_t size : SizesOfRule(table, sizes, mini_batch, workspace_limit, &timed_so_far)) {
     if (timed_so_far.count(size) == 0) next.push_back(size);

@@ -980,6 +980,32 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
   return TableBenchmark(backend, problem, sizes, options, progress).Run();
 }
 
+namespace {
+
+// The entries of `known` at the sizes where every candidate of the backend has one. A partial
+// size (stored when a busy GPU made a worker give its job back) is left out, to be timed again
+// whole; so is a size with the framework's own time alone.
+TimingTable CompleteSizes(ConvBackend& backend, const ConvProblem& problem,
+                          const TimingTable& known) {
+  std::map<int64_t, std::set<std::string>> ids;  // the configurations known at each size
+  for (const Timing& t : known.entries) ids[t.micro_batch].insert(AlgorithmText(AlgorithmOf(t)));
+  std::set<int64_t> complete;
+  for (const auto& [size, have] : ids) {
+    bool all = true;
+    for (const Timing& candidate : backend.Candidates(problem, size)) {
+      all = all && have.count(AlgorithmText(AlgorithmOf(candidate))) > 0;
+    }
+    if (all) complete.insert(size);
+  }
+  TimingTable out;
+  for (const Timing& t : known.entries) {
+    if (complete.count(t.micro_batch) > 0) out.entries.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& problem,
                                       int64_t max_micro_batch, BatchPolicy policy,
                                       uint64_t workspace_limit, const TimingTable& known,
@@ -987,7 +1013,7 @@ Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& p
                                       const BenchmarkProgressFn& progress) {
   UCUDNN_RETURN_IF_ERROR(ValidateBatch(max_micro_batch).WithContext("max_micro_batch"));
   const std::vector<int64_t> sizes = MicroBatchSizes(policy, max_micro_batch);
-  TimingTable so_far = known;  // what the rule reads
+  TimingTable so_far = CompleteSizes(backend, problem, known);  // what the rule reads
   TimingTable measured;
   BenchmarkProgress before;  // the rounds before this one, for `progress`
   for (std::vector<int64_t> next =

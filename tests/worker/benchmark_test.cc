@@ -139,6 +139,23 @@ TEST(BenchmarkForLimitTest, TimesTheSizesTheRuleAsksUntilTheTableCoversTheLimit)
       BenchmarkForLimit(cpu, p, 16, BatchPolicy::kPowerOfTwo, 0, known, FastBenchmarkOptions());
   ASSERT_TRUE(below.ok()) << below.status().ToString();
   for (const Timing& t : below->entries) EXPECT_LT(t.micro_batch, 4);
+  // A known size missing a candidate (a partial table, given back by a busy GPU) is timed again
+  // whole; the complete ones are not.
+  TimingTable partial = known;
+  for (auto it = partial.entries.begin(); it != partial.entries.end(); ++it) {
+    if (it->micro_batch == 8) {
+      partial.entries.erase(it);
+      break;
+    }
+  }
+  auto again =
+      BenchmarkForLimit(cpu, p, 16, BatchPolicy::kPowerOfTwo, 0, partial, FastBenchmarkOptions());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  std::set<int64_t> again_sizes;
+  for (const Timing& t : again->entries) again_sizes.insert(t.micro_batch);
+  EXPECT_EQ(again_sizes.count(8), 1u);
+  EXPECT_EQ(again_sizes.count(16), 0u);
+  EXPECT_EQ(again_sizes.count(4), 0u);
   EXPECT_EQ(BenchmarkForLimit(cpu, p, 0, BatchPolicy::kPowerOfTwo, 0, {}).status().code(),
             StatusCode::kInvalidArgument);
 }

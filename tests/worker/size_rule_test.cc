@@ -147,6 +147,10 @@ TEST(NextSizesForLimit, ATableThatHoldsTheRulesSizesAsksNothing) {
   TimingTable failed = covered;
   failed.entries.push_back(MeasuredEntry(8, 0, 1.0, 0, TimingStatus::kFailed));
   EXPECT_THAT(NextSizesForLimit(failed, sizes, 64, 16 * kMiB), ElementsAre(4));
+  // PyTorch's own time at the mini-batch (a job's) does not make the mini-batch timed.
+  TimingTable framework_only;
+  framework_only.entries.push_back(MeasuredEntry(64, kFrameworkAlgo, 1.0, 0));
+  EXPECT_THAT(NextSizesForLimit(framework_only, sizes, 64, 1 << 30), ElementsAre(64, 32, 16));
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<i
                                    int64_t mini_batch, uint64_t workspace_limit);
 
 // A search for `workspace_limit` in rounds (the worker's, BenchmarkForLimit): the sizes to time
-// next given `table`'s, every size with an entry in it counting as timed. Those SizesForLimit
+// next given `table`'s, every size with an entry in it counting as timed (an entry of the
+// framework's own convolution aside). Those SizesForLimit
 // reaches whose deciding sizes are timed (the always-timed ones need none) and that are not timed
 // yet, largest first; empty once the table holds every size SizesForLimit asks of it (what a
 // planner checks before it plans the limit from the table).

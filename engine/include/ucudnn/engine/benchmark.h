@@ -142,8 +142,9 @@ Result<TimingTable> BenchmarkMicroBatches(ConvBackend& backend, const ConvProble
 
 // A table measured for one per-kernel workspace limit (issue 40: the micro-batch sizes a planner
 // can use under it, core/size_rule.h), in rounds: BenchmarkMicroBatches over the sizes
-// NextSizesForLimit asks of `known` (what is already measured of the problem on this device) and
-// of the rounds before, until it asks for none. Returns the entries measured (not `known`'s):
+// NextSizesForLimit asks of `known` (what is already measured of the problem on this device; a
+// size counts only where every candidate of the backend has an entry, else it is timed again)
+// and of the rounds before, until it asks for none. Returns the entries measured (not `known`'s):
 // empty where `known` covers the limit already. `progress` counts over all rounds.
 Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& problem,
                                       int64_t max_micro_batch, BatchPolicy policy,
