@@ -181,6 +181,34 @@ Result<std::map<std::string, TimingTable>> Replay(const TimingTables& tables,
   return out;
 }
 
+// The worker's search for one workspace limit (BenchmarkForLimit: the size rule's rounds, from
+// nothing known) replayed on every problem of `tables` with `options`; the tables it returns.
+Result<std::map<std::string, TimingTable>> ReplayForLimit(const TimingTables& tables,
+                                                          const BenchmarkOptions& options,
+                                                          double noise, uint64_t workspace,
+                                                          SearchCost& cost) {
+  std::map<std::string, TimingTable> out;
+  uint64_t seed = 1;
+  for (const auto& [key, measured] : tables) {
+    for (const Timing& t : measured.table.entries) {
+      cost.configurations += t.status == TimingStatus::kOk ? 1 : 0;
+    }
+    ReplayBackend backend(measured.table, noise, seed++);
+    UCUDNN_ASSIGN_OR_RETURN(TimingTable table,
+                            BenchmarkForLimit(backend, measured.problem, measured.mini_batch,
+                                              BatchPolicy::kPowerOfTwo, workspace, {}, options));
+    for (const Timing& t : table.entries) {
+      if (t.status == TimingStatus::kOk && t.samples == 1) ++cost.probe_only;
+      if (t.status == TimingStatus::kOk && t.samples > 1) ++cost.full_protocol;
+      if (IsWorkerLimit(t) && t.error.find("not measured") != std::string::npos) ++cost.not_run;
+    }
+    cost.runs += backend.runs();
+    cost.device_ms += backend.device_ms();
+    out[key] = std::move(table);
+  }
+  return out;
+}
+
 // The step a plan made from `tables` really takes: its segments timed with the measured medians
 // (`measured`), so that neither search is credited with a lucky noisy sample.
 struct PlanTimes {
@@ -251,6 +279,15 @@ std::vector<Kernel> KernelsOf(const TimingTables& tables) {
   return kernels;
 }
 
+nlohmann::ordered_json CostJson(const SearchCost& c) {
+  return {{"configurations", c.configurations},
+          {"full_protocol", c.full_protocol},
+          {"probe_only", c.probe_only},
+          {"not_run", c.not_run},
+          {"runs", c.runs},
+          {"device_ms", c.device_ms}};
+}
+
 // The limit-aware size rule (core/size_rule.h) on the measured tables: per workspace limit,
 // each problem's table cut to the sizes a search for that limit times (the measured medians kept),
 // what that leaves of the table, and the plans at that limit from the cut tables against those
@@ -258,7 +295,8 @@ std::vector<Kernel> KernelsOf(const TimingTables& tables) {
 // the tables cut for each smaller one ("from_smaller_limit"): the server asks one search of a
 // problem, for the smallest limit of its kernels, and plans the others from that table.
 Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernels,
-                                               const TimingTables& tables) {
+                                               const TimingTables& tables,
+                                               const BenchmarkOptions& search, double noise) {
   std::map<std::string, TimingTable> whole;
   for (const auto& [key, measured] : tables) whole[key] = measured.table;
   const std::vector<uint64_t> limits = {uint64_t{1} << 20, uint64_t{8} << 20, uint64_t{64} << 20,
@@ -290,6 +328,12 @@ Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernel
     }
     UCUDNN_ASSIGN_OR_RETURN(PlanTimes all, PlanTime(kernels, whole, tables, workspace));
     UCUDNN_ASSIGN_OR_RETURN(PlanTimes limited, PlanTime(kernels, cut, tables, workspace));
+    // The worker's search for this limit as it runs (its rounds, probes and skips).
+    SearchCost searched_cost;
+    UCUDNN_ASSIGN_OR_RETURN(auto searched,
+                            ReplayForLimit(tables, search, noise, workspace, searched_cost));
+    UCUDNN_ASSIGN_OR_RETURN(PlanTimes searched_plan,
+                            PlanTime(kernels, searched, tables, workspace));
     nlohmann::ordered_json from_smaller = nlohmann::ordered_json::array();
     for (uint64_t smaller : limits) {
       if (smaller >= workspace) break;
@@ -308,32 +352,36 @@ Result<nlohmann::ordered_json> LimitAwareSizes(const std::vector<Kernel>& kernel
                    {"limit_sizes_plan_measured_ms", limited.measured_ms},
                    {"limit_sizes_vs_all_sizes_measured",
                     (limited.measured_ms - all.measured_ms) / all.measured_ms},
-                   {"from_smaller_limit", from_smaller}});
+                   {"from_smaller_limit", from_smaller},
+                   {"limit_search", CostJson(searched_cost)},
+                   {"limit_search_plan_vs_all_sizes_measured",
+                    (searched_plan.measured_ms - all.measured_ms) / all.measured_ms}});
   }
   return out;
-}
-
-nlohmann::ordered_json CostJson(const SearchCost& c) {
-  return {{"configurations", c.configurations},
-          {"full_protocol", c.full_protocol},
-          {"probe_only", c.probe_only},
-          {"not_run", c.not_run},
-          {"runs", c.runs},
-          {"device_ms", c.device_ms}};
 }
 
 }  // namespace
 
 Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir) {
   nlohmann::ordered_json networks = nlohmann::ordered_json::array();
+  // The worker's search (its default rules) on one thread; the probes' noise as a GPU's.
+  BenchmarkOptions search;
+  search.prepare_threads = 1;
+  search.check_results = false;  // a replayed run computes nothing to check
+  constexpr double kNoise = 0.02;
   for (const auto& file : MeasuredFiles(data_dir)) {
     UCUDNN_ASSIGN_OR_RETURN(TimingTables tables, ReadTimingCsvFile(file.string()));
     if (tables.empty()) continue;
+    // The worker's search over every size (its defaults), for the limits' searches to compare.
+    SearchCost all_sizes_cost;
+    UCUDNN_ASSIGN_OR_RETURN(auto all_sizes, Replay(tables, search, kNoise, false, all_sizes_cost));
+    (void)all_sizes;
     UCUDNN_ASSIGN_OR_RETURN(nlohmann::ordered_json limits,
-                            LimitAwareSizes(KernelsOf(tables), tables));
+                            LimitAwareSizes(KernelsOf(tables), tables, search, kNoise));
     networks.push_back({{"file", file.filename().string()},
                         {"problems", tables.size()},
                         {"mini_batch", tables.begin()->second.mini_batch},
+                        {"all_sizes_search", CostJson(all_sizes_cost)},
                         {"limits", limits}});
   }
   return nlohmann::ordered_json{
@@ -347,7 +395,11 @@ Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir) {
        "tables, both timed with the measured medians: limit_sizes_vs_all_sizes_measured is "
        "what the rule costs the step; from_smaller_limit: the plans at that limit from the "
        "tables cut for each smaller limit (the server searches a problem for its kernels' "
-       "smallest limit and plans the others from that table)"},
+       "smallest limit and plans the others from that table); all_sizes_search and "
+       "limit_search: the worker's search (its default probes and skips, 2% noise) replayed "
+       "over every size and in the rule's rounds for that limit (BenchmarkForLimit), its "
+       "device time the replayed runs at the measured medians (result checks not counted), "
+       "and limit_search_plan_vs_all_sizes_measured the plans from the latter's tables"},
       {"networks", networks}};
 }
 

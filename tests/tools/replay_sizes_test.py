@@ -30,6 +30,11 @@ def main(bench_engine, data_dir):
                                if w < x["workspace_bytes"]], x
             for c in x["from_smaller_limit"]:
                 assert c["plan_measured_ms"] >= x["all_sizes_plan_measured_ms"], (x, c)
+            # The worker's search for the limit, replayed: it ran something, and its plans are
+            # no faster than those of every measured size (the medians' optimum).
+            assert x["limit_search"]["runs"] > 0 and x["limit_search"]["device_ms"] > 0, x
+            assert x["limit_search_plan_vs_all_sizes_measured"] >= -1e-9, x
+        assert network["all_sizes_search"]["runs"] > 0, network
         # A larger limit leaves fewer sizes worth splitting into.
         kept = [x["timings_kept"] for x in limits]
         assert kept == sorted(kept, reverse=True), (network["file"], kept)
