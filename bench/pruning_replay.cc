@@ -144,6 +144,17 @@ struct SearchCost {
   double device_ms = 0;
 };
 
+// What one problem's replayed search (`table`, on `backend`) cost, added to `cost`.
+void CountSearch(const TimingTable& table, const ReplayBackend& backend, SearchCost& cost) {
+  for (const Timing& t : table.entries) {
+    if (t.status == TimingStatus::kOk && t.samples == 1) ++cost.probe_only;
+    if (t.status == TimingStatus::kOk && t.samples > 1) ++cost.full_protocol;
+    if (IsWorkerLimit(t) && t.error.find("not measured") != std::string::npos) ++cost.not_run;
+  }
+  cost.runs += backend.runs();
+  cost.device_ms += backend.device_ms();
+}
+
 // Replays every problem of `tables` with `options`; the tables the engine returns, by key.
 // With `use_prior`, each problem also leaves out what lost on every nearby problem replayed
 // before it (PriorLosers over the tables the pruned search produced), as a worker does with its
@@ -169,13 +180,7 @@ Result<std::map<std::string, TimingTable>> Replay(const TimingTables& tables,
         TimingTable table,
         BenchmarkMicroBatches(backend, measured.problem,
                               std::vector<int64_t>(size_set.begin(), size_set.end()), options));
-    for (const Timing& t : table.entries) {
-      if (t.status == TimingStatus::kOk && t.samples == 1) ++cost.probe_only;
-      if (t.status == TimingStatus::kOk && t.samples > 1) ++cost.full_protocol;
-      if (IsWorkerLimit(t) && t.error.find("not measured") != std::string::npos) ++cost.not_run;
-    }
-    cost.runs += backend.runs();
-    cost.device_ms += backend.device_ms();
+    CountSearch(table, backend, cost);
     out[key] = std::move(table);
   }
   return out;
@@ -197,13 +202,7 @@ Result<std::map<std::string, TimingTable>> ReplayForLimit(const TimingTables& ta
     UCUDNN_ASSIGN_OR_RETURN(TimingTable table,
                             BenchmarkForLimit(backend, measured.problem, measured.mini_batch,
                                               BatchPolicy::kPowerOfTwo, workspace, {}, options));
-    for (const Timing& t : table.entries) {
-      if (t.status == TimingStatus::kOk && t.samples == 1) ++cost.probe_only;
-      if (t.status == TimingStatus::kOk && t.samples > 1) ++cost.full_protocol;
-      if (IsWorkerLimit(t) && t.error.find("not measured") != std::string::npos) ++cost.not_run;
-    }
-    cost.runs += backend.runs();
-    cost.device_ms += backend.device_ms();
+    CountSearch(table, backend, cost);
     out[key] = std::move(table);
   }
   return out;
