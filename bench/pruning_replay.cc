@@ -373,8 +373,7 @@ Result<nlohmann::ordered_json> ReplaySizes(const std::string& data_dir) {
     if (tables.empty()) continue;
     // The worker's search over every size (its defaults), for the limits' searches to compare.
     SearchCost all_sizes_cost;
-    UCUDNN_ASSIGN_OR_RETURN(auto all_sizes, Replay(tables, search, kNoise, false, all_sizes_cost));
-    (void)all_sizes;
+    UCUDNN_RETURN_IF_ERROR(Replay(tables, search, kNoise, false, all_sizes_cost).status());
     UCUDNN_ASSIGN_OR_RETURN(nlohmann::ordered_json limits,
                             LimitAwareSizes(KernelsOf(tables), tables, search, kNoise));
     networks.push_back({{"file", file.filename().string()},

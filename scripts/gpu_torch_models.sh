@@ -174,7 +174,7 @@ if [ "$overhead" = 1 ]; then
   for i in "${!overhead_runs[@]}"; do
     adapter="${overhead_runs[$i]}"
     json="$runs/overhead.json"
-    [ -z "$overhead_against" ] || json="$runs/overhead_${i}_$(basename "$(dirname "$adapter/x")").json"
+    [ -z "$overhead_against" ] || json="$runs/overhead_${i}_$(basename "$adapter").json"
     "$python" "$root/bench/torch_adapter.py" overhead --device "$device" --adapter "$root/$adapter" \
       --option "server=$server_addr" --option cache_path=off --option policy=undivided \
       --option server_wait_ms=60000 --option deadline_ms=90000 --prepare-wait-s 60 --json-out "$json" >>"$runs/runs.log" 2>&1 ||

@@ -72,8 +72,8 @@ def cache_kept(sample_inputs):
     matrix product made. A job whose prepare() runs no other pass (a route recorded native)
     then starts its steps from the cache a native job has, and should lay out the same blocks.
     On the H200, such jobs whose prepare() emptied the whole cache instead peaked 2-20 MiB over
-    native's, while native's jobs peaked alike to the MiB
-    (bench/results/h200/torch_models_wide_default_batch.json); not yet measured with this.
+    native's, while native's jobs peaked alike to the MiB; with this, -2 to +26 MiB
+    (bench/results/h200/torch_models_wide_default_batch.json, rows and rows_session_41).
     Nothing is routed where this PyTorch has no pools or the inputs are not on CUDA; where the
     pool's memory does not go back with it, the whole cache is emptied instead."""
     make_pool = getattr(torch.cuda, "MemPool", None)
@@ -92,5 +92,5 @@ def cache_kept(sample_inputs):
             if clear_cublas_workspaces is not None:
                 clear_cublas_workspaces()
             del pool  # its cached blocks go back to the device with it
-            if torch.cuda.memory_reserved(device) > reserved:
+            if reserved_memory(sample_inputs) > reserved:
                 torch.cuda.empty_cache()
