@@ -171,7 +171,10 @@ def side(result, prefix):
             f"{prefix}_steady_peak_mib": result.get("steady_max_memory_allocated_mib"),
             f"{prefix}_device_peak_mib": result.get("device_peak_mib"),
             f"{prefix}_calls_per_step": {k: v for k, v in result.get("calls_per_step", {}).items()
-                                         if v}}
+                                         if v},
+            # A converted run's step route and why (a capped job decides its own: the
+            # uncapped job's answer is not the capped one's).
+            f"{prefix}_route": torch_models.route_of(result)}
 
 
 def run_row(args, row, curves):

@@ -105,7 +105,7 @@ def expand_rows(rows):
         else:
             expanded.append(row)
     return expanded
-PRECISIONS = ("fp32", "amp")
+PRECISIONS = ("fp32", "amp", "bf16")
 COMPILE_MODES = ("", "default", "reduce-overhead")
 # How long a measured converted run's prepare() may wait for its plans.
 CONVERTED_WAIT_S = 30
@@ -134,7 +134,8 @@ def parse_args(argv):
         step_args(p)
         p.add_argument("--model", required=True, choices=sorted(MODELS))
         p.add_argument("--precision", default="amp", choices=PRECISIONS,
-                       help="fp32: TF32 allowed, NCHW; amp: autocast fp16, channels-last")
+                       help="fp32: TF32 allowed, NCHW; amp: autocast fp16, channels-last; "
+                       "bf16: autocast bf16, channels-last, no loss scaling")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--prepare-wait-s", type=float, default=0.0,
                        help="ucudnn: wait this long for plans after prepare()")
@@ -155,6 +156,8 @@ def parse_args(argv):
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
     run.add_argument("--budget", default="auto", choices=("auto", "fixed", "liveness"),
                      help="ucudnn: prepare()'s per-kernel budgets (default: prepare()'s)")
+    run.add_argument("--host-bound", default="auto", choices=("auto", "yes", "no"),
+                     help="ucudnn: prepare()'s host_bound (auto: prepare()'s default)")
     run.add_argument("--with-library", action="store_true",
                      help="native: the library loaded and a context of it running on the device "
                      "(a converted 1x1 layer called once), the model itself unconverted")
@@ -264,6 +267,10 @@ def parse_args(argv):
     suite.add_argument("--deadline-s", type=float, default=0.0,
                        help="start no row after this many seconds, nor one whose jobs (the "
                        "median job so far, times their number) would end past it (0: none)")
+    suite.add_argument("--cap-gib", type=float, default=0.0,
+                       help="a \"cap\" row's process memory cap (default: native's unlimited "
+                       "peak, measured by one more native run, times %(cap)s)"
+                       % {"cap": CAP_MARGIN})
     suite.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
     for option in getattr(args, "option", []):
@@ -303,13 +310,16 @@ def parse_args(argv):
 # through the adapter: its host cost alone).
 # "liveness" plans each kernel with the memory free at its point of the step
 # (prepare(budget="liveness"), issue 21). "all-framework" and "all-plans" set the per-layer rule's
+# "device-bound" tells prepare() the step is not host-bound (host_bound=False: a compiled
+# model's plans that only save device time are kept, which prepare() otherwise traces as
+# PyTorch's own). "all-framework" and "all-plans" set the per-layer rule's
 # threshold (convert()'s min_layer_gain_us) to infinity and to 0: every layer decided for
 # PyTorch's own with the library planning (the decided route's host cost alone), and every
 # planned kernel running its plan (what the rule saves). "library" runs native on both sides, the
 # "converted" one with the library loaded and a context of it running (run --with-library): what
 # its presence in the process costs.
 ROW_VARIANTS = ("", "cap", "fallback", "liveness", "all-framework", "all-plans", "library",
-                "cold", "machine", "own-handle", "recipe")
+                "cold", "machine", "own-handle", "recipe", "device-bound")
 MIN_LAYER_GAIN_OF_VARIANT = {"all-framework": "inf", "all-plans": "0"}
 # The converted side's convert() options. cold: without the compiled-plan cache, as the first
 # job on a machine whose worker compiled nothing (every runtime-compiled plan compiled in the
@@ -424,8 +434,9 @@ def build(args):
     labels = torch.randint(0, 1000, (batch,), generator=generator)
     data, labels = data.to(device), labels.to(device)
     amp = None
-    if args.precision == "amp":
-        amp = torch.float16 if device.type == "cuda" else torch.bfloat16
+    if args.precision in ("amp", "bf16"):
+        # fp16 on CUDA; the CPU's autocast has bf16 only.
+        amp = torch.float16 if args.precision == "amp" and device.type == "cuda" else torch.bfloat16
         # Channels-last of the input's rank (NHWC, NDHWC; a 1-D model's input has none).
         memory_format = {4: torch.channels_last, 5: torch.channels_last_3d}.get(data.dim())
         if memory_format is not None:
@@ -461,7 +472,8 @@ def training_step(torch, model, net, device, amp):
     import torch.nn.functional as F
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaling = amp is not None and device.type == "cuda"
+    # Loss scaling for fp16 only: bf16 has fp32's range.
+    scaling = amp == torch.float16 and device.type == "cuda"
     if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # PyTorch >= 2.3
         scaler = torch.amp.GradScaler(device.type, enabled=scaling)
     else:
@@ -552,11 +564,13 @@ def run_one(args):
         # which the syncs would fake).
         if os.environ.get("UCUDNN_BENCH_FIRST_CALLS") == "1" and cuda:
             first_calls = FirstCalls(torch, adapter_modules()).__enter__()
+        host_bound = {} if args.host_bound == "auto" else {"host_bound": args.host_bound == "yes"}
+        if first_calls:
+            host_bound = {"host_bound": False}
         with autocast(torch, device, amp):
             prepared = ut.prepare(net, data, wait_ms=int(args.prepare_wait_s * 1000),
                                   budget=args.budget, route=args.route,
-                                  measure_framework=not args.no_measure_framework,
-                                  **({"host_bound": False} if first_calls else {}))
+                                  measure_framework=not args.no_measure_framework, **host_bound)
         prepare_s = time.monotonic() - start
         if cuda:
             stages.append(memory_stage(torch, device, "prepared"))
@@ -872,7 +886,7 @@ def warm_options(wait_s, server_wait_s=None):
 # ---- gradients -----------------------------------------------------------------------------------
 # Relative L2 error of a converted model's gradient against native's, per precision: different
 # cuDNN kernels sum in different orders; TF32 and fp16 round their inputs.
-GRAD_RTOL = {"fp32": 2e-2, "amp": 5e-2}
+GRAD_RTOL = {"fp32": 2e-2, "amp": 5e-2, "bf16": 1e-1}
 
 
 def paired_one(args):
@@ -1464,10 +1478,11 @@ def run_suite(args):
             warm_options(args.converted_wait_s, args.server_wait_s)) + (
             [f"--option={o}" for o in OPTIONS_OF_VARIANT.get(variant, [])]) + (
             ["--budget", "liveness"] if variant == "liveness" else []) + (
+            ["--host-bound", "no"] if variant == "device-bound" else []) + (
             ["--min-layer-gain-us", MIN_LAYER_GAIN_OF_VARIANT[variant]]
             if variant in MIN_LAYER_GAIN_OF_VARIANT else [])
-        cap_gib = 0.0
-        if capped:
+        cap_gib = args.cap_gib if capped else 0.0
+        if capped and not cap_gib:
             probe = run_process(args, f"{tag}_native_unlimited", ["run"] + common)
             if "error" in probe:
                 errors.append(probe["error"])

@@ -16,12 +16,14 @@
 #          [--paired-rounds 8] [--paired-steps 8] [--paired-route auto|measure|rule]
 #          [--after-restore-sql SQL] [--then-warm MODEL:PRECISION ...] [--overhead]
 #          [--overhead-against ADAPTER_DIR]
-#          [--warm-then-stop-worker S] [--converted-wait-s S]
+#          [--warm-then-stop-worker S] [--converted-wait-s S] [--cap-gib G]
 #          [--step-memory MODEL:PRECISION ...] [--caps N] [--max-batch-cap-gib G]
 #          [--max-batch-range LOW:HIGH] [--max-batch-step N] [--only-max-batch] [--no-curve]
 #          [--memory-trace]
 #          [--curve MODEL:PRECISION ...] [--cpus LIST] -- ROW [ROW ...]
 #     ROW: MODEL:PRECISION[:COMPILE][:cap], e.g. resnet50:amp convnext_tiny:amp resnet50:amp:default
+#     A ":cap" row runs both sides under a process memory cap: --cap-gib G, else native's
+#     unlimited peak + 2% (one more native run measures it).
 #     --warm-then-stop-worker S gives the worker at most S seconds to benchmark the rows' models
 #     (torch_models.py warm), then stops it, so that no measured job shares the GPU with it (the
 #     server then holds no converted job's request: --server-wait-s 0);
@@ -88,7 +90,7 @@ while [ $# -gt 0 ]; do
     --warm-db) warm_db="$2"; shift 2 ;;
     --budget-s) budget_s="$2"; shift 2 ;;
     --batch|--image-size) suite_args+=("$1" "$2"); warm_args+=("$1" "$2"); shift 2 ;;
-    --warm-wait-s|--repeats|--steps|--deadline-s|--run-timeout-s|--converted-wait-s)
+    --warm-wait-s|--repeats|--steps|--deadline-s|--run-timeout-s|--converted-wait-s|--cap-gib)
       suite_args+=("$1" "$2"); shift 2 ;;
     --option) suite_args+=("--option" "$2"); shift 2 ;;
     --kernels) kernel_rows+=("$2"); shift 2 ;;

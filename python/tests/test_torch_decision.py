@@ -233,6 +233,24 @@ class PrepareRouteTest(unittest.TestCase):
             self.assertEqual([r["route"] for r in routes], expected)
             self.assertTrue(all(first["route"] in r["why"] for r in routes), routes)
 
+    def test_a_memory_cap_gets_a_record_of_its_own(self):
+        # Under a cap PyTorch's own may lose its fast, large-workspace algorithms while plans
+        # micro-batch to fit (issue 39): the uncapped job's answer must not be reused.
+        from ucudnn.torch import route as step_route
+
+        torch = self.torch
+        model, x = self.job()
+        uncapped = step_route.step_key(model, (x,), None)
+        with mock.patch.object(step_route, "memory_cap", return_value=0.5):
+            self.assertNotEqual(step_route.step_key(model, (x,), None), uncapped)
+        self.assertEqual(step_route.step_key(model, (x,), None), uncapped)
+        cuda = torch.device("cuda", 0)
+        for fraction, expected in ((0.25, 0.25), (0.66666, 0.667), (1.0, None)):
+            with mock.patch.object(torch.cuda, "get_per_process_memory_fraction",
+                                   return_value=fraction, create=True):
+                self.assertEqual(step_route.memory_cap(cuda), expected)
+                self.assertIsNone(step_route.memory_cap(torch.device("cpu")))
+
     def test_a_recorded_native_route_runs_pytorchs_own_everywhere(self):
         import ucudnn.torch as ut
         from ucudnn.torch import route as step_route

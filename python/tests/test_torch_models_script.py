@@ -66,6 +66,8 @@ class ArgumentsTest(unittest.TestCase):
         self.assertEqual(torch_models.parse_row("efficientnet_b0:amp::all-framework"),
                          ("efficientnet_b0", "amp", "", "all-framework"))
         self.assertEqual(torch_models.MIN_LAYER_GAIN_OF_VARIANT["all-framework"], "inf")
+        self.assertEqual(torch_models.parse_row("unet3d:bf16::cap"),
+                         ("unet3d", "bf16", "", "cap"))
 
 
 class StepMemoryTest(unittest.TestCase):
@@ -328,6 +330,23 @@ class CpuSuiteTest(unittest.TestCase):
         self.assertLessEqual(calls["fallback_calls"] + calls["framework_calls"], 53 * 3 - 1)
         self.assertLessEqual(calls["native_route_layers"], 53)
         self.assertAlmostEqual(row["loss_native_first"], row["loss_converted_first"], places=4)
+
+    def test_a_cap_row_at_a_given_cap_in_bf16(self):
+        # --cap-gib: the cap row runs at that cap, with no native run to measure one.
+        with tempfile.TemporaryDirectory() as out:
+            rc = subprocess.run([sys.executable, SCRIPT, "suite", "--device", "cpu",
+                                 "--server", f"127.0.0.1:{closed_port()}", "--out", out,
+                                 "--rows", "dcgan:bf16::cap", "--cap-gib", "3.5",
+                                 "--repeats", "1", "--batch", "2", "--steps", "4"],
+                                stdout=subprocess.DEVNULL).returncode
+            with open(os.path.join(out, "torch_models.json")) as f:
+                summary = json.load(f)
+            runs = os.listdir(out)
+        self.assertEqual((rc, summary["errors"]), (0, []))
+        (row,) = summary["rows"]
+        self.assertEqual((row["model"], row["precision"], row["variant"], row["cap_gib"]),
+                         ("dcgan", "bf16", "cap", 3.5))
+        self.assertFalse([r for r in runs if "unlimited" in r], runs)
 
     def test_compiled_plans_counted(self):
         count = torch_models.compiled_plans_in

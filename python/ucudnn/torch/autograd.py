@@ -2,6 +2,7 @@
 the library or PyTorch."""
 
 import torch
+import torch.nn.functional as F
 
 from .. import _lib
 
@@ -105,6 +106,31 @@ else:
         if is_cuda:
             return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
         return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+
+
+# (device type, spatial dims, transposed, dtype) -> whether autocast runs that convolution in the
+# dtype: autocast's op lists differ by device and version (PyTorch 1.13's CPU autocast leaves
+# transposed convolutions in fp32, and its bf16 transposed backward has no CPU kernel).
+_autocast_lowers = {}
+
+
+def autocast_lowers(device, spatial, transposed, cast, probe=True):
+    """Whether autocast, as it is now, runs PyTorch's own convolution of this kind in `cast` on
+    `device`: read from one tiny call of it per process and kind (`probe` False, under tracing:
+    the answer known, else True, what autocast does for every convolution on CUDA)."""
+    key = (device.type, spatial, transposed, cast)
+    known = _autocast_lowers.get(key)
+    if known is None:
+        if not probe:
+            return True
+        functions = ((F.conv1d, F.conv2d, F.conv3d) if not transposed else
+                     (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d))
+        shape = (1, 1) + (1,) * spatial
+        with torch.no_grad():
+            y = functions[spatial - 1](torch.ones(shape, device=device),
+                                       torch.ones(shape, device=device))
+        known = _autocast_lowers[key] = y.dtype == cast
+    return known
 
 
 def cast_operands(cast, input, weight, bias):

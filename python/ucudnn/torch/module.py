@@ -16,8 +16,8 @@ from .handle import CUDNN_HANDLE_CHOICES, framework_cudnn_handle, restore_framew
 from .routing import MIN_LAYER_GAIN_US, framework_benchmarks
 from .conv import (ConvCache, LayerConv, allow_tf32_now, channels_last_call, math_mode,
                    shape_key, torch_convolution)
-from .autograd import (ConvFunction, autocast_dtype, bias_view, cast_operands, conv_forward,
-                       same_pad_list, same_padding)
+from .autograd import (ConvFunction, autocast_dtype, autocast_lowers, bias_view, cast_operands,
+                       conv_forward, same_pad_list, same_padding)
 from .custom_ops import custom_ops_available, is_compiling, module_key
 from .recording import shape_only_conv
 
@@ -186,6 +186,9 @@ class UcudnnConvolution:
         cast = autocast_dtype(is_cuda)
         if cast is not None and not (input.is_floating_point() and input.dtype != torch.float64):
             cast = None  # autocast leaves it as it is
+        elif cast is not None and not autocast_lowers(
+                input.device, spatial, self._ucudnn_transposed, cast, probe=not is_compiling()):
+            cast = None  # autocast leaves this kind of convolution in its dtype here
         if is_compiling():
             if custom_ops_available() and not self._ucudnn_framework_layer:
                 input, weight, bias = cast_operands(cast, input, weight, bias)

@@ -43,10 +43,24 @@ def converted_layers(model):
     return layers
 
 
+def memory_cap(device):
+    """The process's memory cap on `device` (set_per_process_memory_fraction, where PyTorch reads
+    it back), rounded to 1/1000, or None without one. Under a cap PyTorch's own may run slower
+    algorithms (its benchmark skips those whose workspace it cannot allocate) while plans
+    micro-batch to fit: the uncapped step's answer is not the capped one's."""
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if device.type != "cuda" or get_fraction is None:
+        return None
+    fraction = get_fraction(device.index if device.index is not None else
+                            torch.cuda.current_device())
+    return None if fraction >= 1.0 else round(fraction, 3)
+
+
 def step_key(model, sample_inputs, loss_fn):
     """What the step's speed depends on: the host, the GPU, PyTorch's and cuDNN's versions, the
     model's structure, the inputs (shapes, dtypes, strides), autocast, the loss, PyTorch's
-    benchmark flag and the adapter's options. Not the layers' routes: they are the answer."""
+    benchmark flag, the process's memory cap and the adapter's options. Not the layers' routes:
+    they are the answer."""
     device = inputs_device(sample_inputs)
     inputs = inputs_signature(sample_inputs)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
@@ -56,7 +70,8 @@ def step_key(model, sample_inputs, loss_fn):
         platform.node(), gpu, torch.__version__, torch.backends.cudnn.version(),
         decision.structure_hash(model), inputs, autocast_dtype(device.type == "cuda"),
         getattr(loss_fn, "__qualname__", repr(loss_fn)) if loss_fn is not None else "sum",
-        torch.backends.cudnn.benchmark, options])
+        torch.backends.cudnn.benchmark, options] + (
+            [] if memory_cap(device) is None else [("memory_cap", memory_cap(device))]))
 
 
 def set_routes(model, layer_routes):
