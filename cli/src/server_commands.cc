@@ -198,13 +198,18 @@ int RunJobs(const ServerOptions& server, const std::string& state, int limit, bo
     PrintJson(response);
     return 0;
   }
-  std::printf("%-8s %-8s %-16s %-8s %-36s %s\n", "job", "state", "device", "attempts", "worker",
-              "problem");
+  // "sizes": every micro-batch size of the job's policy, or those a plan under its workspace
+  // limit can use (the server's --search-sizes limit).
+  std::printf("%-8s %-8s %-16s %-8s %-14s %-36s %s\n", "job", "state", "device", "attempts",
+              "sizes", "worker", "problem");
   for (const v1::Job& j : response.jobs()) {
     auto problem = FromProto(j.problem());
-    std::printf("%-8lld %-8s %-16s %-8d %-36.36s %s\n", static_cast<long long>(j.id()),
+    const std::string sizes = j.has_workspace_limit_bytes()
+                                  ? "for " + FormatBytes(j.workspace_limit_bytes())
+                                  : std::string("all");
+    std::printf("%-8lld %-8s %-16s %-8d %-14s %-36.36s %s\n", static_cast<long long>(j.id()),
                 Printable(j.state()).c_str(), Printable(j.device_hash()).c_str(), j.attempts(),
-                Printable(j.worker_id()).c_str(),
+                sizes.c_str(), Printable(j.worker_id()).c_str(),
                 problem.ok() ? CanonicalKey(*problem).c_str() : "?");
     if (j.state() == "failed" && !j.error().empty()) {
       std::printf("         error: %s\n", Printable(j.error()).c_str());

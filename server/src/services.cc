@@ -38,6 +38,7 @@ v1::Job ToProto(const store::Job& job) {
   *m.mutable_problem() = ucudnn::ToProto(job.problem);
   m.set_max_micro_batch(job.max_micro_batch);
   m.set_policy(ucudnn::ToProto(job.policy));
+  if (job.workspace_limit) m.set_workspace_limit_bytes(*job.workspace_limit);
   m.set_worker_id(job.worker_id);
   m.set_attempts(job.attempts);
   m.set_error(job.error);

@@ -292,6 +292,15 @@ TEST_F(ClusterTest, APerKernelRequestsJobsTimeTheSizesItsLimitCanUse) {
   auto limits = QueryInt(url(), "SELECT count(*) FROM jobs WHERE workspace_limit IS NULL");
   ASSERT_TRUE(limits.ok());
   EXPECT_EQ(*limits, 0) << "a per-kernel request's job without its limit";
+  // The operator sees each job's limit (ListJobs, `ucudnn jobs`).
+  v1::ListJobsResponse listed;
+  const auto status =
+      catalog->ListJobs(ContextWithDeadline(seconds(10)).get(), v1::ListJobsRequest(), &listed);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  ASSERT_FALSE(listed.jobs().empty());
+  for (const v1::Job& job : listed.jobs()) {
+    EXPECT_TRUE(job.has_workspace_limit_bytes()) << job.id();
+  }
 }
 
 }  // namespace

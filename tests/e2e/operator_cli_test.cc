@@ -94,6 +94,8 @@ TEST_F(OperatorCliTest, CommandsReadTheClusterAndFailuresNameTheStatus) {
   CliRun jobs = RunCli(with({"jobs", "--state", "done"}, at));
   EXPECT_EQ(jobs.exit_code, 0) << jobs.output;
   EXPECT_THAT(jobs.output, HasSubstr("done"));
+  // Every size of the policy timed (the server's default --search-sizes all): no limit.
+  EXPECT_THAT(jobs.output, ::testing::ContainsRegex("done +[0-9a-f]{16} +[0-9]+ +all +"));
   EXPECT_THAT(jobs.output, HasSubstr("queue depth: 0"));
   EXPECT_THAT(jobs.output, Not(HasSubstr("failed")));
 

@@ -89,7 +89,7 @@ struct Job {
   int64_t max_micro_batch = 0;
   BatchPolicy policy = BatchPolicy::kPowerOfTwo;
   // The per-kernel workspace limit it is measured for: only the micro-batch sizes of the policy
-  // that limit can use are timed (SizesForLimit, engine/size_rule.h). std::nullopt: every size
+  // that limit can use are timed (SizesForLimit, core/size_rule.h). std::nullopt: every size
   // of the policy. For a job returned by ClaimJob, the limit claimed (what the worker measures
   // for); otherwise the current one, which EnqueueJob may have widened since.
   std::optional<uint64_t> workspace_limit = std::nullopt;
