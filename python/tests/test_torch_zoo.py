@@ -10,6 +10,9 @@ native reference, the converted side's error at most ERROR_FACTOR times native's
 (plus a floor): a deep network with batch normalisation amplifies float32 rounding by orders of
 magnitude, and the bound follows it, while a wrong convolution is off by far more.
 
+Bf16ZooTest trains some of them (and a transposed decoder) under CPU bf16 autocast, every kernel
+planned as autocast runs it, against native's own bf16 error.
+
 A model that is not supported fails here loudly: each entry says which layer types convert()
 must leave unconverted (and warn about); any other outcome fails."""
 
@@ -176,18 +179,27 @@ def well_conditioned(model):
     return model
 
 
-def train(model, inputs, steps=STEPS):
+def train(model, inputs, steps=STEPS, autocast=None):
     """`steps` SGD steps from the same seeds (dropout, stochastic depth and samplers draw the
-    same numbers on both sides); the last step's gradients by parameter name."""
+    same numbers on both sides), each forward under CPU autocast to `autocast` where set (the
+    forward only, as a user writes it: autocast caches its weight casts for its region); the
+    last step's gradients by parameter name."""
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
         torch.manual_seed(100 + step)
-        loss_of(model(*inputs(step))).backward()
+        with autocast_to(autocast):
+            loss = loss_of(model(*inputs(step)))
+        loss.backward()
         if step + 1 < steps:
             optimizer.step()
     return {name: p.grad.detach().double() for name, p in model.named_parameters()
             if p.grad is not None}
+
+
+def autocast_to(dtype):
+    """CPU autocast to `dtype`, or nothing (None)."""
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def as_double(inputs):
@@ -279,6 +291,59 @@ else:
     def test_timm_families(self):
         pass
     ZooTest.test_timm_families = test_timm_families
+
+
+def dcgan():
+    """DCGAN's generator (bench/nd_models.py): transposed convolutions, which PyTorch 1.13's CPU
+    autocast leaves in float32 while it casts ordinary ones."""
+    import nd_models
+    return nd_models.dcgan()
+
+
+# Models trained under CPU bf16 autocast (name -> (constructor, inputs)): torchvision's where
+# PyTorch's CPU autocast runs their every op (PyTorch 1.13 has no bf16 hardshrink backward, nms or
+# mixed-dtype layer norm on the CPU), and a transposed decoder.
+BF16 = {} if torchvision is None else {
+    "resnet18": (TORCHVISION["resnet18"][1], images),
+    "googlenet": (TORCHVISION["googlenet"][1], TORCHVISION["googlenet"][2]),
+    "regnet_y_400mf": (TORCHVISION["regnet_y_400mf"][1], images),
+    "deeplabv3_mobilenet_v3_large": (TORCHVISION["deeplabv3_mobilenet_v3_large"][1], images),
+    "r3d_18": (TORCHVISION["r3d_18"][1], clips),
+    "dcgan": (dcgan, lambda seed: (torch.randn(2, 100, 1, 1,
+                                               generator=torch.Generator().manual_seed(seed)),)),
+}
+# bfloat16 keeps 8 bits of mantissa: native's own gradients are 10-100% off float64's on these
+# random deep networks, so the check is against native's error, not a fixed bound.
+BF16_FACTOR = 2.0
+BF16_FLOOR = 2e-2
+
+
+class Bf16ZooTest(unittest.TestCase):
+    """The zoo's step under CPU bf16 autocast, every kernel planned as autocast runs it: each
+    converted layer computes in the dtype its unconverted twin does (transposed ones too), and
+    the library's bf16 plans train as accurately as PyTorch's own."""
+
+    def check(self, build, inputs):
+        torch.manual_seed(0)
+        native = well_conditioned(build().train())
+        converted = copy.deepcopy(native)
+        expected = train(copy.deepcopy(native).double(), as_double(inputs))
+        with tempfile.TemporaryDirectory() as directory, autocast_to(torch.bfloat16), \
+                planned_everywhere(converted, inputs, directory) as (_, kernels):
+            ut.prepare(converted, *inputs(0))
+        native_error = relative_error(train(native, inputs, autocast=torch.bfloat16), expected)
+        converted_error = relative_error(train(converted, inputs, autocast=torch.bfloat16),
+                                         expected)
+        stats = ut.stats(converted)
+        self.assertGreater(kernels, 0)
+        self.assertGreater(stats["planned_calls"], 0, stats)
+        self.assertEqual(stats["fallback_calls"], 0, stats)
+        self.assertLessEqual(converted_error, BF16_FACTOR * native_error + BF16_FLOOR)
+
+
+for _name, (_build, _inputs) in BF16.items():
+    setattr(Bf16ZooTest, f"test_{_name}",
+            lambda self, build=_build, inputs=_inputs: self.check(build, inputs))
 
 
 class ZooCoverageTest(unittest.TestCase):
