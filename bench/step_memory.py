@@ -2,8 +2,9 @@
 """The step's memory against its time (issue 21): real models (bench/torch_models.py's runs, each
 in a process of its own), native PyTorch against ucudnn.torch planned with per-kernel budgets
 from the step's liveness (prepare(budget="liveness")), unlimited and under process memory caps
-from native's unlimited peak down to the step's peak without workspace + 2% (the curve's base
-peak; the converted 64 MiB plan's where lower or where the curve failed), and the step's
+from native's unlimited steady peak down to the step's peak without workspace + 2% (the curve's
+base peak; the converted 64 MiB plan's where lower or where the curve failed; none, and the row's
+"caps_skipped" says why, where native's peak holds no workspace), and the step's
 predicted time-memory curve (torch_models.py curve --check: its predictions against the measured
 step's convolution time too).
 
@@ -93,6 +94,28 @@ def parse_args(argv):
     if args.max_batch_step < 1:
         parser.error("--max-batch-step must be >= 1")
     return args
+
+
+# Native's steady peak must exceed the step's peak without workspace by more than this (the
+# allocator's rounding) for a cap between them to take a workspace away from PyTorch's own.
+WORKSPACE_AT_PEAK_MIB = 16
+
+
+def step_peak_mib(result):
+    """A run's steady allocated peak (the steps after the first ones: no benchmark or prepare()
+    transient), else its whole peak; None where the run failed."""
+    return result.get("steady_max_memory_allocated_mib") or result.get("max_memory_allocated_mib")
+
+
+def no_cap_range(native_peak_mib, lowest_peak_mib):
+    """Why no cap can bind PyTorch's own where native's steady peak holds no workspace beyond the
+    step's peak without it (the workspace-hungry kernels run below the peak: nnU-Net's fp32
+    U-Net on an H200), else None."""
+    if native_peak_mib - lowest_peak_mib > WORKSPACE_AT_PEAK_MIB:
+        return None
+    return (f"native's steady peak ({native_peak_mib:.0f} MiB) holds no workspace beyond the "
+            f"step's peak without it ({lowest_peak_mib:.0f} MiB): no cap between them takes a "
+            "workspace away from PyTorch's own")
 
 
 def cap_levels(native_peak_mib, lowest_peak_mib, count):
@@ -209,12 +232,16 @@ def run_row(args, row, curves):
                 "--svg", os.path.join(args.out, f"curve_{tag}.svg")])
         # The curve, and its predictions against the measured step (torch_models.check_curve).
         curves[row] = dict(curve.get("curve", curve), check=curve.get("check"))
-    if "max_memory_allocated_mib" not in native or "max_memory_allocated_mib" not in fixed:
+    native_peak, lowest = step_peak_mib(native), step_peak_mib(fixed)
+    if native_peak is None or lowest is None:
         return rows  # a run failed, or no CUDA device: no caps
-    lowest = fixed["max_memory_allocated_mib"]
     if curves.get(row, {}).get("base_peak_bytes"):  # the curve run's, absent where it failed
         lowest = min(lowest, curves[row]["base_peak_bytes"] / 2**20)
-    for cap in cap_levels(native["max_memory_allocated_mib"], lowest, args.caps):
+    why = no_cap_range(native_peak, lowest)
+    if why:
+        rows[0]["caps_skipped"] = why
+        return rows
+    for cap in cap_levels(native_peak, lowest, args.caps):
         capped = ["--cap-gib", f"{cap:.3f}"]
         rows.append(dict(base, native_cap_gib=round(cap, 3),
                          **side(run(f"native_cap{cap:.2f}", common + capped), "native"),

@@ -82,6 +82,18 @@ class StepMemoryTest(unittest.TestCase):
         # The lowest peak no lower than native's: one cap, just above native's peak.
         self.assertEqual(step_memory.cap_levels(27_806, 27_807, 3), [27_806 * 1.02 / 1024])
 
+    def test_no_caps_where_native_holds_no_workspace_at_its_peak(self):
+        # nnU-Net's fp32 U-Net on an H200: both steady peaks 9,122 MiB (its 1 GiB workspaces run
+        # below the peak), so no cap can bind native; VGG-16-like peaks leave a range.
+        self.assertIn("no workspace", step_memory.no_cap_range(9_122, 9_123))
+        self.assertIn("no workspace", step_memory.no_cap_range(9_122, 9_110))
+        self.assertIsNone(step_memory.no_cap_range(27_806, 21_500))
+        self.assertEqual(step_memory.step_peak_mib({"max_memory_allocated_mib": 9_625,
+                                                    "steady_max_memory_allocated_mib": 9_122}),
+                         9_122)
+        self.assertEqual(step_memory.step_peak_mib({"max_memory_allocated_mib": 9_625}), 9_625)
+        self.assertIsNone(step_memory.step_peak_mib({"error": "exit 1"}))
+
     def test_largest_batch_bisects_over_multiples_of_eight(self):
         for limit in (8, 13, 200, 1024):
             probes = []
@@ -138,19 +150,34 @@ class StepMemoryTest(unittest.TestCase):
     def test_no_curve_runs_the_rows_without_the_curve(self):
         runs = []
 
+        native_steady_mib = 1000.0
+
         def run_process(args, name, argv, **kwargs):
             runs.append((name, argv[0]))
-            return {"max_memory_allocated_mib": 1000.0, "median_step_ms": 10.0, "batch": 2}
+            # The first steps' peak (PyTorch's benchmark) above every steady one.
+            steady = native_steady_mib if name.endswith("_native") else 1000.0
+            return {"max_memory_allocated_mib": 1500.0, "steady_max_memory_allocated_mib": steady,
+                    "median_step_ms": 10.0, "batch": 2}
         args = step_memory.parse_args(["--server", "h:1", "--out", "x", "--rows",
                                        "resnet50:fp32", "--caps", "2", "--no-curve"])
         with mock.patch.object(step_memory.torch_models, "run_process", side_effect=run_process):
             rows = step_memory.run_row(args, "resnet50:fp32", {})
         self.assertNotIn("curve", [kind for _, kind in runs])
-        # Native, the 64 MiB plan, liveness; then each side at the one cap left (the peaks meet).
-        self.assertEqual([name for name, _ in runs][:3], ["resnet50_fp32_native",
-                                                          "resnet50_fp32_converted_64mib",
-                                                          "resnet50_fp32_converted_liveness"])
-        self.assertEqual(len(rows), 2)
+        # Native, the 64 MiB plan, liveness; no cap: the steady peaks meet (native's holds no
+        # workspace), and the row says so.
+        self.assertEqual([name for name, _ in runs], ["resnet50_fp32_native",
+                                                      "resnet50_fp32_converted_64mib",
+                                                      "resnet50_fp32_converted_liveness"])
+        self.assertEqual(len(rows), 1)
+        self.assertIn("no workspace", rows[0]["caps_skipped"])
+        # Native's steady peak 200 MiB over the step's without workspace: two caps, each side.
+        runs.clear()
+        native_steady_mib = 1200.0
+        with mock.patch.object(step_memory.torch_models, "run_process", side_effect=run_process):
+            rows = step_memory.run_row(args, "resnet50:fp32", {})
+        self.assertEqual(len(runs), 3 + 2 * 2)
+        self.assertEqual([r["native_cap_gib"] for r in rows],
+                         [None, round(1200 * 1.02 / 1024, 3), round(1000 * 1.02 / 1024, 3)])
 
 
 class CpusTest(unittest.TestCase):
