@@ -296,6 +296,13 @@ ucudnnShapeStatus_t ucudnnShapeConvolution(ucudnnShapeContext_t context,
   });
 }
 
+ucudnnShapeStatus_t ucudnnShapeCheck(const ucudnnConvShape_t* shape) {
+  return Guarded("ucudnnShapeCheck", [&] {
+    const auto read = ReadShape(shape);
+    return read.ok() ? UCUDNN_SHAPE_SUCCESS : FromStatus(read.status());
+  });
+}
+
 ucudnnShapeStatus_t ucudnnShapeGetKernel(ucudnnShapeContext_t context,
                                          const ucudnnConvShape_t* shape, size_t limit,
                                          ucudnnShapeKernel_t* kernel) {

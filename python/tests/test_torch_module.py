@@ -486,20 +486,50 @@ class HotPathTest(unittest.TestCase):
         assert_close(self, y, reference(x).detach(), "y")
         self.assertEqual(ut.stats(model)["planned_calls"], 1)
 
-    def test_double_backward_is_refused(self):
+    def test_double_backward_as_native(self):
+        # A gradient penalty (WGAN-GP, R1) differentiates the input's gradient again: that
+        # backward runs PyTorch's own on the autograd graph, so the second derivative is
+        # native's, while the plain step keeps the plans.
         torch.manual_seed(14)
-        model = nn.Conv2d(3, 4, 3, padding=1)
-        x = torch.randn(4, 3, 9, 9, requires_grad=True)
-        planned(model, x, self.dir.name)
-        # First-order gradients with create_graph=True still come out right ...
-        (grad_x,) = torch.autograd.grad(model(x).pow(2).sum(), x, create_graph=True)
-        reference = nn.Conv2d(3, 4, 3, padding=1)
-        reference.load_state_dict(model.state_dict())
-        (expected,) = torch.autograd.grad(reference(x).pow(2).sum(), x)
-        assert_close(self, grad_x.detach(), expected, "dx")
-        # ... but they are not differentiable again through the library.
-        with self.assertRaisesRegex(RuntimeError, "once_differentiable"):
-            grad_x.sum().backward()
+        reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Tanh(),
+                                  nn.ConvTranspose2d(4, 2, 2, 2))
+        model = copy.deepcopy(reference)
+        x = torch.randn(4, 3, 9, 9)
+        planned(model, x.clone().requires_grad_(True), self.dir.name)
+
+        def penalty_step(net):
+            net.zero_grad(set_to_none=True)
+            inputs = x.clone().requires_grad_(True)
+            (grad_x,) = torch.autograd.grad(net(inputs).pow(2).sum(), inputs, create_graph=True)
+            grad_x.pow(2).sum().backward()
+            return grad_x.detach(), {n: p.grad for n, p in net.named_parameters()}
+        grad_x, grads = penalty_step(model)
+        expected_x, expected = penalty_step(reference)
+        assert_close(self, grad_x, expected_x, "dx")
+        for name in expected:
+            assert_close(self, grads[name], expected[name], f"d{name} of the penalty")
+        before = ut.stats(model)["planned_calls"]
+        assert_same_step(self, model, reference, x)
+        self.assertGreater(ut.stats(model)["planned_calls"], before, "plans in a plain step")
+
+    def test_shapes_outside_the_librarys_limits_run_pytorchs_own(self):
+        # An empty batch (a detection head with no region) and a Conv1d over 3 s of 16 kHz audio
+        # (48,000 samples, over the library's 32,768): PyTorch's own, as unconverted.
+        for reference, shape in ((nn.Conv2d(3, 4, 3, padding=1), (0, 3, 9, 9)),
+                                 (nn.Conv1d(1, 4, 9, stride=4), (2, 1, 48000))):
+            with self.subTest(shape=shape):
+                torch.manual_seed(15)
+                model = ut.convert(copy.deepcopy(reference), server="", cache_path="off")
+                x = torch.randn(*shape)
+                y, gx, grads = step(model, x)
+                y_ref, gx_ref, grads_ref = step(reference, x)
+                self.assertEqual(y.shape, y_ref.shape)
+                self.assertTrue(torch.equal(y, y_ref))
+                self.assertTrue(torch.equal(gx, gx_ref))
+                for name in grads_ref:
+                    self.assertTrue(torch.equal(grads[name], grads_ref[name]), name)
+                self.assertEqual(ut.stats(model)["kernels"], 0, "nothing declared")
+                self.assertEqual(ut.prepare(model, x)["kernels"], 0)
 
 
 class FallbackTest(unittest.TestCase):

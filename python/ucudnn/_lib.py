@@ -183,6 +183,10 @@ class Library:
             self.ShapeGetKernelFrameworkWorkspace.argtypes = [void_p,
                                                               ctypes.POINTER(ctypes.c_uint64)]
             self.ShapeGetKernelFrameworkWorkspace.restype = ctypes.c_int
+        self.ShapeCheck = getattr(lib, "ucudnnShapeCheck", None)  # older libraries lack it
+        if self.ShapeCheck is not None:
+            self.ShapeCheck.argtypes = [ctypes.POINTER(ConvShape)]
+            self.ShapeCheck.restype = ctypes.c_int
         if self._version is not None:
             self._version.argtypes = []
             self._version.restype = ctypes.c_char_p
@@ -190,6 +194,13 @@ class Library:
     def version(self):
         """The library's version ("0.1.0"), or None for a library without ucudnnShapeGetVersion."""
         return self._version().decode() if self._version is not None else None
+
+    def refusal(self, shape):
+        """Why the library cannot plan `shape` (a ConvShape outside its limits: an empty batch,
+        a spatial size over 32768), or None where it can (or, an older library, cannot say)."""
+        if self.ShapeCheck is None or self.ShapeCheck(ctypes.byref(shape)) != BAD_PARAM:
+            return None
+        return (self._last_error() or b"").decode("utf-8", "replace")
 
     def check(self, function, status):
         """Raises ShapeError unless `status` is SUCCESS, NO_PLAN or FRAMEWORK (the plan chose

@@ -5,6 +5,7 @@
 // the re-planned kernel answers UCUDNN_SHAPE_FRAMEWORK; elsewhere the plan runs. The server keeps
 // framework timings out of its coverage check, validates the new fields and keys its caches by
 // the framework identity.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -357,6 +358,23 @@ TEST_F(FrameworkCandidateTest, FrameworksCoexistAndPlansAreKeptApart) {
   ASSERT_TRUE(torch_again.ok());
   EXPECT_TRUE(torch_again->from_cache());
   EXPECT_EQ(torch_again->plan().kernels(0).segments(0).algo(), kFrameworkAlgo);
+}
+
+// A shape outside the library's limits is the framework's to run: ucudnnShapeCheck says so
+// without a context, and names the field.
+TEST(ShapeCheckTest, ShapesOutsideTheLimitsAreNamed) {
+  const ucudnnConvShape_t shape = Shape();
+  EXPECT_EQ(ucudnnShapeCheck(&shape), UCUDNN_SHAPE_SUCCESS);
+  ucudnnConvShape_t empty = Shape();
+  empty.n = 0;  // an empty batch (a detection head with no region)
+  EXPECT_EQ(ucudnnShapeCheck(&empty), UCUDNN_SHAPE_BAD_PARAM);
+  EXPECT_THAT(ucudnnShapeLastError(), ::testing::HasSubstr("shape.n"));
+  ucudnnConvShape_t long_audio = Shape();
+  long_audio.h = 1;
+  long_audio.w = 48000;  // 3 s of 16 kHz audio through a Conv1d
+  EXPECT_EQ(ucudnnShapeCheck(&long_audio), UCUDNN_SHAPE_BAD_PARAM);
+  EXPECT_THAT(ucudnnShapeLastError(), ::testing::HasSubstr("shape.w"));
+  EXPECT_EQ(ucudnnShapeCheck(nullptr), UCUDNN_SHAPE_BAD_PARAM);
 }
 
 }  // namespace

@@ -81,19 +81,20 @@ class ConvFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y):
-        if torch.is_grad_enabled():  # backward(create_graph=True): these are not differentiable
-            return once_differentiable_backward(ctx, grad_y)
-        return function_backward(ctx, grad_y)
-
-
-def function_backward(ctx, grad_y):
-    x, weight = ctx.saved_tensors
-    need_x, need_w, _ = ctx.needs_input_grad
-    grad_x, grad_w = conv_backward(ctx.conv, x, weight, grad_y, need_x, need_w)
-    return grad_x, grad_w, None
-
-
-once_differentiable_backward = torch.autograd.function.once_differentiable(function_backward)
+        x, weight = ctx.saved_tensors
+        need_x, need_w, _ = ctx.needs_input_grad
+        conv = ctx.conv
+        if torch.is_grad_enabled():
+            # backward(create_graph=True) (a gradient penalty, MAML): PyTorch's own backward on
+            # the autograd graph, whose own derivative PyTorch has; the library's ops have none.
+            memory_format = conv.memory_format
+            grad_x, grad_w = torch_backward(conv, x.contiguous(memory_format=memory_format),
+                                            weight.contiguous(memory_format=memory_format),
+                                            grad_y.contiguous(memory_format=memory_format),
+                                            need_x, need_w)
+        else:
+            grad_x, grad_w = conv_backward(conv, x, weight, grad_y, need_x, need_w)
+        return grad_x, grad_w, None
 
 
 if hasattr(torch, "get_autocast_dtype"):  # PyTorch >= 2.4: one API for every device type

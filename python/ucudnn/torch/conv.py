@@ -125,7 +125,7 @@ class LayerConv:
                  "dilation", "groups", "output_padding", "transposed", "passes", "memory_format",
                  "out_size", "out_strides", "in_size", "in_strides", "dims", "fields",
                  "data_type", "layout", "math", "kernels", "routes", "recheck", "workspace_bytes",
-                 "local", "ops", "framework_layer", "layer_recheck", "why")
+                 "local", "ops", "framework_layer", "layer_recheck", "why", "shapes")
 
     def __init__(self, runtime, context, x, weight, dtype, geometry, channels_last, math,
                  transposed=False):
@@ -161,6 +161,7 @@ class LayerConv:
         self.fields = problem_fields(n, c, sizes, problem_k, kernel, self.stride, self.padding,
                                      self.dilation, self.groups)
         self.kernels = [None, None, None]  # by op
+        self.shapes = [None, None, None]  # by op, made at the first need
         self.routes = [ROUTE_ASK, ROUTE_ASK, ROUTE_ASK]
         self.recheck = [0.0, 0.0, 0.0]
         self.workspace_bytes = [0, 0, 0]
@@ -173,9 +174,13 @@ class LayerConv:
         self.why = "not decided yet (prepare() decides)"
 
     def shape(self, op):
-        """The ucudnnConvShape_t of `op`."""
-        return _lib.ConvShape(op=op, data_type=self.data_type, layout=self.layout,
-                              math=self.math, **self.fields)
+        """The ucudnnConvShape_t of `op` (one per op: the library reads it, never keeps it)."""
+        shape = self.shapes[op]
+        if shape is None:
+            shape = self.shapes[op] = _lib.ConvShape(op=op, data_type=self.data_type,
+                                                     layout=self.layout, math=self.math,
+                                                     **self.fields)
+        return shape
 
     def torch_forward(self, x, weight):
         """PyTorch's own convolution of the layer's forward pass (no bias)."""

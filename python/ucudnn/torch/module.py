@@ -1,6 +1,7 @@
 """UcudnnConv2d, its Runtime (the library's contexts of one convert()), convert() and
 unconvert()."""
 
+import logging
 import os
 import time
 import warnings
@@ -20,6 +21,8 @@ from .autograd import (ConvFunction, autocast_dtype, autocast_lowers, bias_view,
                        conv_forward, same_pad_list, same_padding)
 from .custom_ops import custom_ops_available, is_compiling, module_key
 from .recording import shape_only_conv
+
+_log = logging.getLogger("ucudnn.torch")
 
 
 class Runtime:
@@ -258,8 +261,17 @@ class UcudnnConvolution:
         geometry = (tuple(self.stride), tuple(padding), tuple(self.dilation), self.groups,
                     output_padding)
         math = math_mode(dtype, input.is_cuda, allow_tf32)
-        return LayerConv(runtime, context, input, weight, dtype, geometry, channels_last, math,
+        conv = LayerConv(runtime, context, input, weight, dtype, geometry, channels_last, math,
                          self._ucudnn_transposed)
+        refused = runtime.library.refusal(conv.shape(conv.passes[0]))
+        if refused:
+            # Outside the library's limits: PyTorch's own for this signature, as unconverted. An
+            # empty batch is routine (a detection head with no region), anything else is said.
+            log = _log.debug if input.shape[0] == 0 else _log.info
+            log("%s: PyTorch's own for input %s: %s", type(self).__name__, tuple(input.shape),
+                refused)
+            return None
+        return conv
 
     def __reduce_ex__(self, protocol):
         # A class made for a subclass (converted_class) has no importable name: pickled as its

@@ -107,6 +107,12 @@ typedef struct ucudnnConvShape {
   int64_t d, t, pad_d, stride_d, dilation_d;
 } ucudnnConvShape_t;
 
+/* Whether the library can plan `shape` at all: UCUDNN_SHAPE_SUCCESS, or UCUDNN_SHAPE_BAD_PARAM
+ * with the reason (ucudnnShapeLastError), for a shape outside its limits (an empty batch, a
+ * batch over 65536, a spatial size over 32768: a Conv1d over 3 s of 16 kHz audio), which the
+ * framework runs itself. Needs no context and declares nothing. */
+ucudnnShapeStatus_t ucudnnShapeCheck(const ucudnnConvShape_t* shape);
+
 /* A context on `backend`: "cudnn" (a cuDNN handle of the library's own on the calling thread's
  * current GPU; operands are device pointers on it) or "cpu" (host pointers; fp32 NCHW). Configured
  * like ucudnnCreateWithOptions: the UCUDNN_* environment, overridden by `options` ("NAME=value"
