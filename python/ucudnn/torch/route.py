@@ -66,12 +66,12 @@ def step_key(model, sample_inputs, loss_fn):
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     options = [(sorted((k, str(v)) for k, v in r.config.items() if k not in ("token",)),
                 r.workspace_limit, r.min_layer_gain_us) for r in runtimes_of(model)]
+    cap = memory_cap(device)
     return decision.step_key([
         platform.node(), gpu, torch.__version__, torch.backends.cudnn.version(),
         decision.structure_hash(model), inputs, autocast_dtype(device.type == "cuda"),
         getattr(loss_fn, "__qualname__", repr(loss_fn)) if loss_fn is not None else "sum",
-        torch.backends.cudnn.benchmark, options] + (
-            [] if memory_cap(device) is None else [("memory_cap", memory_cap(device))]))
+        torch.backends.cudnn.benchmark, options] + ([] if cap is None else [("memory_cap", cap)]))
 
 
 def set_routes(model, layer_routes):
