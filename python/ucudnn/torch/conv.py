@@ -125,12 +125,13 @@ class LayerConv:
                  "dilation", "groups", "output_padding", "transposed", "passes", "memory_format",
                  "out_size", "out_strides", "in_size", "in_strides", "dims", "fields",
                  "data_type", "layout", "math", "kernels", "routes", "recheck", "workspace_bytes",
-                 "local", "ops", "framework_layer", "layer_recheck", "why", "shapes")
+                 "local", "ops", "framework_layer", "layer_recheck", "why", "shapes", "cast")
 
     def __init__(self, runtime, context, x, weight, dtype, geometry, channels_last, math,
-                 transposed=False):
+                 transposed=False, cast=None):
         """`geometry`: (stride, padding, dilation, groups, output_padding), per spatial axis of
-        x (1, 2 or 3 of them). A transposed convolution (`transposed`) is planned as the
+        x (1, 2 or 3 of them). `cast`: the autocast dtype the call's operands are cast to (None:
+        as given). A transposed convolution (`transposed`) is planned as the
         backward-data of its forward problem, whose input is the transposed one's output: its
         passes run the library's (backward-data, forward, backward-filter)."""
         self.runtime, self.context = runtime, context
@@ -139,6 +140,7 @@ class LayerConv:
         self.index = x.get_device() if x.is_cuda else -1
         self.stride, self.padding, self.dilation, self.groups, self.output_padding = geometry
         self.transposed = transposed
+        self.cast = cast
         self.memory_format = memory_format_of(x.dim(), channels_last)
         self.layout = _lib.NHWC if channels_last else _lib.NCHW
         self.data_type = DATA_TYPES[dtype]  # the call's, after autocast

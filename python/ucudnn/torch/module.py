@@ -189,11 +189,11 @@ class UcudnnConvolution:
         cast = autocast_dtype(is_cuda)
         if cast is not None and not (input.is_floating_point() and input.dtype != torch.float64):
             cast = None  # autocast leaves it as it is
-        elif cast is not None and not autocast_lowers(
-                input.device, spatial, self._ucudnn_transposed, cast, probe=not is_compiling()):
-            cast = None  # autocast leaves this kind of convolution in its dtype here
         if is_compiling():
             if custom_ops_available() and not self._ucudnn_framework_layer:
+                if cast is not None and not autocast_lowers(
+                        input.device, spatial, self._ucudnn_transposed, cast, probe=False):
+                    cast = None  # autocast leaves this kind of convolution in its dtype here
                 input, weight, bias = cast_operands(cast, input, weight, bias)
                 y = torch.ops.ucudnn.convolution(input, weight, list(self.stride), list(padding),
                                                  list(self.dilation), self._ucudnn_transposed,
@@ -206,7 +206,7 @@ class UcudnnConvolution:
         if conv is not None and runtime.recording is not None:
             grad = torch.is_grad_enabled()
             conv.record(grad and input.requires_grad, grad and weight.requires_grad)
-            input, weight, bias = cast_operands(cast, input, weight, bias)
+            input, weight, bias = cast_operands(conv.cast, input, weight, bias)
             return shape_only_conv(None, conv, input, weight, bias)
         # PyTorch's own on the operands as given: autocast casts them inside F.conv2d as for an
         # unconverted layer (in C++, its weight cast cached for the autocast region), which a
@@ -223,7 +223,7 @@ class UcudnnConvolution:
                 # torch.nn's own forward for the layer's next calls till then (route_native).
                 runtime.route_native(self, until)
                 return self._ucudnn_torch(input, weight, bias, padding, output_padding)
-        input, weight, bias = cast_operands(cast, input, weight, bias)
+        input, weight, bias = cast_operands(conv.cast, input, weight, bias)
         if runtime.profiling is not None:
             return shape_only_conv(runtime.profiling, conv, input, weight, bias)
         # The operands made dense in the call's layout inside (conv_forward), not saved so.
@@ -232,9 +232,10 @@ class UcudnnConvolution:
         return y if bias is None else y.add_(bias_view(bias, spatial))
 
     def _ucudnn_conv_of(self, input, weight, padding, cast, output_padding):
-        """The LayerConv of the call's signature (the operands' dtype that of autocast's `cast` when
-        set), made at its first sight; None when the library has no words for it (a dtype it does
-        not plan, operands of two dtypes, no context)."""
+        """The LayerConv of the call's signature (under autocast's `cast` when set: the operands'
+        dtype that, where autocast lowers this kind of convolution), made at its first sight; None
+        when the library has no words for it (a dtype it does not plan, operands of two dtypes,
+        no context, a shape outside its limits)."""
         channels_last = channels_last_call(input, weight)
         allow_tf32 = allow_tf32_now()
         dtype, weight_dtype = (cast, cast) if cast is not None else (input.dtype, weight.dtype)
@@ -245,15 +246,19 @@ class UcudnnConvolution:
         if conv is False:
             if len(convs) >= ConvCache.MAX_SIGNATURES:
                 convs.clear()
+            if cast is not None and not autocast_lowers(input.device, self._ucudnn_spatial,
+                                                        self._ucudnn_transposed, cast):
+                # Autocast leaves this kind of convolution in its dtype here: so does the layer.
+                cast, dtype, weight_dtype = None, input.dtype, weight.dtype
             conv = None
             if dtype in DATA_TYPES and weight_dtype == dtype:
                 conv = self._ucudnn_make_conv(input, weight, padding, output_padding,
-                                              channels_last, allow_tf32, dtype)
+                                              channels_last, allow_tf32, dtype, cast)
             convs[signature] = conv
         return conv
 
     def _ucudnn_make_conv(self, input, weight, padding, output_padding, channels_last,
-                          allow_tf32, dtype):
+                          allow_tf32, dtype, cast):
         runtime = self._ucudnn_runtime
         context = runtime.context(input.device)
         if context is None:
@@ -262,7 +267,7 @@ class UcudnnConvolution:
                     output_padding)
         math = math_mode(dtype, input.is_cuda, allow_tf32)
         conv = LayerConv(runtime, context, input, weight, dtype, geometry, channels_last, math,
-                         self._ucudnn_transposed)
+                         self._ucudnn_transposed, cast)
         refused = runtime.library.refusal(conv.shape(conv.passes[0]))
         if refused:
             # Outside the library's limits: PyTorch's own for this signature, as unconverted. An
