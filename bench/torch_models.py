@@ -156,8 +156,7 @@ def parse_args(argv):
                      help="PyTorch's process memory cap (set_per_process_memory_fraction)")
     run.add_argument("--budget", default="auto", choices=("auto", "fixed", "liveness"),
                      help="ucudnn: prepare()'s per-kernel budgets (default: prepare()'s)")
-    run.add_argument("--host-bound", default="auto", choices=("auto", "yes", "no"),
-                     help="ucudnn: prepare()'s host_bound (auto: prepare()'s default)")
+    host_bound_arg(run)
     run.add_argument("--with-library", action="store_true",
                      help="native: the library loaded and a context of it running on the device "
                      "(a converted 1x1 layer called once), the model itself unconverted")
@@ -201,6 +200,7 @@ def parse_args(argv):
                         "infinity or 0")
     paired.add_argument("--compile", default="", choices=COMPILE_MODES,
                         help="both sides under torch.compile in this mode")
+    host_bound_arg(paired)
     route_arg(paired, "rule: the plans' step as each layer's rule routes it, where the suite's "
               "jobs may have measured it slower and run PyTorch's own")
     paired.add_argument("--host-profile", action="store_true",
@@ -564,7 +564,7 @@ def run_one(args):
         # which the syncs would fake).
         if os.environ.get("UCUDNN_BENCH_FIRST_CALLS") == "1" and cuda:
             first_calls = FirstCalls(torch, adapter_modules()).__enter__()
-        host_bound = {} if args.host_bound == "auto" else {"host_bound": args.host_bound == "yes"}
+        host_bound = host_bound_option(args)
         if first_calls:
             host_bound = {"host_bound": False}
         with autocast(torch, device, amp):
@@ -889,6 +889,16 @@ def warm_options(wait_s, server_wait_s=None):
 GRAD_RTOL = {"fp32": 2e-2, "amp": 5e-2, "bf16": 1e-1}
 
 
+def host_bound_arg(parser):
+    parser.add_argument("--host-bound", default="auto", choices=("auto", "yes", "no"),
+                        help="ucudnn: prepare()'s host_bound (auto: prepare()'s default)")
+
+
+def host_bound_option(args):
+    """prepare()'s host_bound keyword from --host-bound (none for auto: prepare() decides)."""
+    return {} if args.host_bound == "auto" else {"host_bound": args.host_bound == "yes"}
+
+
 def paired_one(args):
     """Native and converted copies of one model (same weights and data) in one process, each with
     its own optimizer; after warm-up, rounds of --steps steps per side, alternating which goes
@@ -906,7 +916,7 @@ def paired_one(args):
             for model in (native, converted)}
     with autocast(torch, device, amp):
         prepared = ut.prepare(nets[converted], data, wait_ms=int(args.prepare_wait_s * 1000),
-                              route=args.route)
+                              route=args.route, **host_bound_option(args))
 
     def trainer(model):
         net = nets[model]

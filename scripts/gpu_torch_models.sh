@@ -32,8 +32,8 @@
 #     kernel timed alone, back to back and with the L2 flushed before each run);
 #     --grads one step's gradients, converted against native (grads_*.json); --paired native and
 #     converted in one process, steps interleaved in rounds (paired_*.json in runs.tar.gz, the
-#     ratio in stack.log; VARIANT (fallback, all-framework, all-plans or empty) as in a row, COMPILE
-#     a torch.compile mode for both sides; --host-profile adds
+#     ratio in stack.log; VARIANT (fallback, all-framework, all-plans, device-bound or empty) as
+#     in a row, COMPILE a torch.compile mode for both sides; --host-profile adds
 #     where each side's host time goes; --paired-route rule: the plans' step as the layers' rule
 #     routes it, not as a measured route would); --after-restore-sql
 #     runs SQL on the database before anything else (say, to forget some timings); --then-warm,
@@ -122,7 +122,7 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || [ "${#memory_rows[@]}" -gt 0 ] || [ "${#paired_rows[@]}" -gt 0 ] ||
   [ "${#curve_rows[@]}" -gt 0 ] || [ "${#kernel_rows[@]}" -gt 0 ] || [ "${#grad_rows[@]}" -gt 0 ] ||
-  [ "$overhead" = 1 ] ||
+  [ "$overhead" = 1 ] || [ "${#then_warm[@]}" -gt 0 ] ||
   { echo "gpu_torch_models.sh: no rows given (see --help)" >&2; exit 2; }
 results="${OUT:-$(pwd)/torch-models-results}"
 runs="$(mktemp -d /tmp/ucudnn-runs.XXXXXX)"
@@ -211,9 +211,12 @@ for g in "${grad_rows[@]}"; do
 done
 for p in "${paired_rows[@]}"; do
   IFS=: read -r p_model p_precision p_variant p_compile <<<"$p"
+  p_host_bound=auto
+  # As a row's: "device-bound" is prepare(host_bound=False), not a convert() option.
+  [ "$p_variant" != device-bound ] || { p_variant=""; p_host_bound=no; }
   model_run paired "$p" 'print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
     --model "$p_model" --precision "$p_precision" --variant "${p_variant:-}" \
-    --compile "${p_compile:-}" "${paired_args[@]}"
+    --compile "${p_compile:-}" --host-bound "$p_host_bound" "${paired_args[@]}"
 done
 for c in "${curve_rows[@]}"; do
   model_run curve "$c" '[print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"], "forward", round(r["predicted_forward_ms"], 2), "->", round(r["measured_forward_ms"], 2)) for r in d["check"]]' \

@@ -9,15 +9,19 @@ import copy
 import io
 import itertools
 import os
+import random
 import tempfile
 import unittest
 import warnings
+from unittest import mock
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from support import TOOL, assert_close, assert_same_step, planned, step
 import ucudnn.torch as ut
+from ucudnn.torch import conv as ut_conv
 from ucudnn.torch import custom_ops as ut_custom_ops
 from ucudnn import _lib
 
@@ -150,6 +154,77 @@ class NdLayerTest(unittest.TestCase):
         shape = ut.kernels(model, x.clone().requires_grad_(True))
         layouts = {s.layout for group in shape.values() for s in group}
         self.assertEqual(layouts, {_lib.NHWC})
+
+    def test_layouts_where_an_operand_is_dense_in_both(self):
+        # A 1-channel input or a 1x1 filter made channels-last is dense in both layouts. An eager
+        # layer takes it as contiguous (channels_last_call: measured faster on nnU-Net's U-Net);
+        # a compiled model's custom op as PyTorch does, channels-last from the strides
+        # (pytorch_layout_call), and kernels() declares a compiled model's kernels so. On the
+        # CPU, PyTorch 1.13 has no channels-last 3-D convolution, so native's own layout is
+        # compared on the 2-D cases.
+        cases = {
+            "one_channel_input": (nn.Conv2d(1, 4, 3, padding=1), (2, 1, 6, 6), "input"),
+            "one_by_one_filter": (nn.Conv2d(6, 4, 1), (2, 6, 5, 5), "model"),
+            "one_channel_volume": (nn.Conv3d(1, 4, 3, padding=1), (2, 1, 4, 5, 5), "input"),
+            "one_by_one_head_3d": (nn.Conv3d(6, 3, 1), (2, 6, 3, 4, 4), "model"),
+        }
+        for name, (reference, shape, channels_last) in cases.items():
+            with self.subTest(name):
+                torch.manual_seed(5)
+                memory_format = {4: torch.channels_last, 5: torch.channels_last_3d}[len(shape)]
+                if channels_last == "model":
+                    reference = reference.to(memory_format=memory_format)
+                x = torch.randn(*shape)
+                if channels_last == "input":
+                    x = x.to(memory_format=memory_format)  # as a job lays its batches out
+                self.assertTrue(x.is_contiguous() and reference.weight.is_contiguous())
+                self.assertTrue(ut_conv.pytorch_layout_call(x, reference.weight))
+                self.assertFalse(ut_conv.channels_last_call(x, reference.weight))
+                if len(shape) == 4:
+                    self.assertFalse(reference(x).is_contiguous())  # PyTorch's: channels-last
+                model = copy.deepcopy(reference)
+                planned(model, x.clone().requires_grad_(True), self.dir.name)
+                y, _, _ = step(model, x)
+                self.assertTrue(y.is_contiguous())
+                assert_same_step(self, model, reference, x)
+                self.assertEqual(ut.stats(model)["planned_calls"], 6)  # two steps
+
+                def layouts(**compiled):
+                    declared = ut.kernels(model, x.clone().requires_grad_(True), **compiled)
+                    return {s.layout for group in declared.values() for s in group}
+                self.assertEqual(layouts(), {_lib.NCHW})
+                with mock.patch.object(ut_custom_ops, "EXACT_STRIDES", "needs_exact_strides"):
+                    self.assertEqual(layouts(compiled=True), {_lib.NHWC})
+                # Without exact strides, the op keeps the eager rule, which inductor's choice
+                # of the strides of size-1 dimensions cannot move.
+                with mock.patch.object(ut_custom_ops, "EXACT_STRIDES", None):
+                    self.assertEqual(layouts(compiled=True), {_lib.NCHW})
+
+    def test_pytorchs_layout_rule_as_pytorch_applies_it(self):
+        # PyTorch's convolution lays its output out by its operands' suggested formats (on the
+        # CPU as on cuDNN for 2-D): pytorch_layout_call predicts it for permuted, sliced and
+        # size-1 operands, where the strides of size-1 dimensions decide.
+        rng = random.Random(3)
+        checked = 0
+        for _ in range(600):
+            sizes = [rng.choice((1, 1, 2, 3)) for _ in range(4)]
+            order = list(range(4))
+            rng.shuffle(order)
+            x = torch.randn(*[sizes[d] for d in order]).permute(*[order.index(d)
+                                                                  for d in range(4)])
+            if rng.random() < 0.3 and x.shape[3] > 1:
+                x = x[..., ::2]
+            weight = torch.randn(2, x.shape[1], 1, 1)
+            if rng.random() < 0.5:
+                weight = weight.to(memory_format=torch.channels_last)
+            y = F.conv2d(x, weight)
+            if y.is_contiguous() and y.is_contiguous(memory_format=torch.channels_last):
+                continue  # an output dense in both layouts says nothing
+            checked += 1
+            self.assertEqual(ut_conv.pytorch_layout_call(x, weight),
+                             y.is_contiguous(memory_format=torch.channels_last),
+                             (tuple(x.shape), x.stride(), weight.stride()))
+        self.assertGreater(checked, 300)
 
     def test_cpu_bf16_autocast_casts_as_pytorch_does_for_each_layer_type(self):
         # Autocast's op lists differ by device and version (PyTorch 1.13's CPU autocast leaves

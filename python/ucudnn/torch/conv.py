@@ -46,15 +46,61 @@ def dense_strides(size, memory_format):
 
 
 def is_channels_last(t):
+    """The eager layout rule's reading of an operand: dense channels-last and not contiguous. A
+    tensor dense in both layouts (one channel, a 1x1 filter) counts as contiguous, where
+    PyTorch's strides rule (pytorch_channels_last) may call it channels-last; see
+    channels_last_call."""
     memory_format = CHANNELS_LAST_OF_RANK.get(t.dim())
     return (memory_format is not None and not t.is_contiguous() and
             t.is_contiguous(memory_format=memory_format))
 
 
 def channels_last_call(x, weight):
-    """PyTorch's cuDNN convolution's layout rule: channels-last when either operand is (the
-    layout of a call's outputs, which the custom op's fake implementation must predict too)."""
+    """The layout of an eager call: channels-last when either operand is (is_channels_last), the
+    layout of its outputs. It differs from PyTorch's rule (pytorch_layout_call) only where an
+    operand is dense in both layouts, and there it measured faster: nnU-Net's U-Net (bf16, an
+    H200), whose first layer has one input channel and whose head is 1x1x1, trained 1.050x
+    native with these layouts and 1.000x with PyTorch's, in one process each (session 43)."""
     return is_channels_last(x) or is_channels_last(weight)
+
+
+def pytorch_channels_last(t):
+    """Whether PyTorch takes `t` as channels-last (Tensor.suggest_memory_format(), which every
+    convolution backend's layout rule reads), from its strides as PyTorch reads them
+    (strides_like_channels_last): a 1-channel input or a 1x1 filter made channels-last is. A
+    tensor contiguous and not channels-last is answered without the walk."""
+    memory_format = CHANNELS_LAST_OF_RANK.get(t.dim())
+    if memory_format is None:
+        return False
+    if t.is_contiguous() and not t.is_contiguous(memory_format=memory_format):
+        return False
+    return strides_like_channels_last(t.shape, t.stride())
+
+
+def pytorch_layout_call(x, weight):
+    """PyTorch's cuDNN convolution's layout rule (cudnn_conv_suggest_memory_format): channels-last
+    when either operand's suggested format is. Under torch.compile the custom op follows it, so
+    that inductor lays out the tensors around the op as around native's convolutions: with the
+    eager rule the compiled U-Net's 1x1x1 head gave a contiguous output, its gradient came back
+    contiguous, and the step ran 1.019x native against 1.148x with this rule (session 43)."""
+    return pytorch_channels_last(x) or pytorch_channels_last(weight)
+
+
+def strides_like_channels_last(sizes, strides):
+    """PyTorch's is_channels_last_strides_2d_s4 / _3d_s5 (c10/core/MemoryFormat.h) for a 4-D or
+    5-D tensor: the dimensions' strides, walked channels first, then the spatial ones from the
+    last and the batch last, never decrease; ambiguous cases (a zero channel stride, a batch
+    stride equal to the channel stride's bound) fall back to contiguous, as there."""
+    if strides[1] == 0:
+        return False
+    bound = 0
+    for d in (1,) + tuple(range(len(sizes) - 1, 1, -1)) + (0,):
+        if sizes[d] == 0 or strides[d] < bound:
+            return False
+        if d == 0 and bound == strides[1]:
+            return False
+        bound = strides[d] * sizes[d] if sizes[d] > 1 else strides[d]
+    return True
 
 
 def memory_format_of(rank, channels_last):

@@ -10,7 +10,7 @@ from .module import runtimes_of
 from .steps import cache_kept, model_kept
 
 
-def kernels(model, *sample_inputs):
+def kernels(model, *sample_inputs, compiled=None):
     """The convolutions a training step of `model` on `sample_inputs` runs through the library:
     {(runtime, device): [ConvShape, ...]} from one forward pass run by PyTorch (the backward ops
     are those the gradients need: no backward-data for a layer whose input needs no gradient).
@@ -18,12 +18,16 @@ def kernels(model, *sample_inputs):
     cuDNN call, so no PyTorch benchmark. The pass keeps no activation for a backward (none
     runs): it holds the memory of an inference forward, not of a training step, in a pool of its
     own that goes back at its end (cache_kept). A torch.compile'd model's pass runs its original
-    module."""
-    model = compiled_original(model) or model
+    module, its calls laid out as the compiled custom op lays them out (`compiled`: whether the
+    model is compiled, where it is given as its original module)."""
+    original = compiled_original(model)
+    compiled = original is not None if compiled is None else compiled
+    model = original or model
     runtimes = runtimes_of(model)
     for runtime in runtimes:
         runtime.restore_native()  # every call of the pass through the adapter
         runtime.recording = {}
+        runtime.compiled_layouts = compiled
     try:
         # The pass leaves the model as it was (batch-norm statistics and the like), and PyTorch's
         # memory cache.
@@ -34,6 +38,7 @@ def kernels(model, *sample_inputs):
     finally:
         for runtime in runtimes:
             runtime.recording = None
+            runtime.compiled_layouts = False
 
 
 def nothing_saved():

@@ -19,7 +19,8 @@ from .conv import (ConvCache, LayerConv, allow_tf32_now, channels_last_call, mat
                    shape_key, torch_convolution)
 from .autograd import (ConvFunction, autocast_dtype, autocast_lowers, bias_view, cast_operands,
                        conv_forward, same_pad_list, same_padding)
-from .custom_ops import custom_ops_available, is_compiling, module_key
+from .custom_ops import (custom_ops_available, in_call_layout, is_compiling, module_key,
+                         op_channels_last)
 from .recording import shape_only_conv
 
 _log = logging.getLogger("ucudnn.torch")
@@ -45,6 +46,9 @@ class Runtime:
         self._contexts = {}
         # prepare(): convolutions are recorded, not run through the library.
         self.recording = None
+        # kernels() of a torch.compile'd model: the calls laid out as its custom op lays them out
+        # (op_channels_last), not as eager calls are (channels_last_call).
+        self.compiled_layouts = False
         # memory_profile(): PyTorch's own convolutions, the memory in use at each op's start.
         self.profiling = None
         # trace_memory(): the steps' own ops, the memory in use at each one's start.
@@ -195,6 +199,7 @@ class UcudnnConvolution:
                         input.device, spatial, self._ucudnn_transposed, cast, probe=False):
                     cast = None  # autocast leaves this kind of convolution in its dtype here
                 input, weight, bias = cast_operands(cast, input, weight, bias)
+                input, weight = in_call_layout(input, weight)
                 y = torch.ops.ucudnn.convolution(input, weight, list(self.stride), list(padding),
                                                  list(self.dilation), self._ucudnn_transposed,
                                                  list(output_padding), self.groups,
@@ -231,12 +236,16 @@ class UcudnnConvolution:
         # In place: the op's output is not saved for its backward.
         return y if bias is None else y.add_(bias_view(bias, spatial))
 
-    def _ucudnn_conv_of(self, input, weight, padding, cast, output_padding):
+    def _ucudnn_conv_of(self, input, weight, padding, cast, output_padding, channels_last=None):
         """The LayerConv of the call's signature (under autocast's `cast` when set: the operands'
         dtype that, where autocast lowers this kind of convolution), made at its first sight; None
         when the library has no words for it (a dtype it does not plan, operands of two dtypes,
-        no context, a shape outside its limits)."""
-        channels_last = channels_last_call(input, weight)
+        no context, a shape outside its limits). `channels_last`: the call's layout where the
+        caller decided it (the custom op), else by the eager rule (channels_last_call), or the
+        custom op's while kernels() declares a compiled model's (Runtime.compiled_layouts)."""
+        if channels_last is None:
+            rule = op_channels_last if self._ucudnn_runtime.compiled_layouts else channels_last_call
+            channels_last = rule(input, weight)
         allow_tf32 = allow_tf32_now()
         dtype, weight_dtype = (cast, cast) if cast is not None else (input.dtype, weight.dtype)
         signature = (input.shape, dtype, input.device, weight.shape, weight_dtype, channels_last,

@@ -159,7 +159,7 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
     budgeted = time.perf_counter()
     declared = measured = fitted = 0
     if step_kernels is None:
-        step_kernels = kernels(model, *sample_inputs)
+        step_kernels = kernels(model, *sample_inputs, compiled=compiled)
     plans_wait_ms = 0 if recorded_native else wait_ms
     declared_kernels = []
     for (runtime, device), shapes in step_kernels.items():

@@ -5,7 +5,6 @@ import torch
 
 from .autograd import bias_view
 from .conv import shape_key
-from .custom_ops import op_memory_format
 
 
 class StepProfile:
@@ -30,7 +29,7 @@ def zero_output(profile, conv, x, weight):
     `profile`, the forward op is recorded (the memory in use at its start, the output's bytes)."""
     in_use = profile.reader() if profile is not None else 0
     y = torch.empty(conv.out_size, dtype=x.dtype, device=x.device,
-                    memory_format=op_memory_format(x, weight)).zero_()
+                    memory_format=conv.memory_format).zero_()
     if profile is not None:
         profile.add(conv, conv.passes[0], in_use, tensor_bytes(y))
     return y
