@@ -133,9 +133,9 @@ def in_call_layout(*tensors, like=None):
     """`tensors` in the layout of the op's call on `like` (x, weight; default: the first two of
     `tensors`), converted in the traced graph: inductor then writes them so from the kernel that
     makes them (as its layout optimization does for PyTorch's own convolutions) instead of the
-    op copying them (the compiled U-Net: 27 copy kernels in the forward, 27 more for the
-    gradients in the backward, 5 ms of a 38 ms step). A tensor in that layout already is not
-    copied (Tensor.contiguous)."""
+    op copying them (the compiled U-Net, bf16 on an H200: 27 copies in the forward and 54 in the
+    backward, its inputs again and their gradients, 13 ms of a 38 ms step, became 2). A tensor in
+    that layout already is not copied (Tensor.contiguous)."""
     memory_format = op_memory_format(*(like or tensors[:2]))
     return tuple(t.contiguous(memory_format=memory_format) for t in tensors)
 
