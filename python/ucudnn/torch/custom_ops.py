@@ -116,7 +116,7 @@ def register_custom_ops():
 # (pytorch_layout_call) reads the strides of size-1 dimensions, which a fixed stride order, the
 # default before, leaves to inductor, and the fake implementations predict the outputs' layout
 # from the traced strides.
-EXACT_STRIDES = getattr(torch.Tag, "needs_exact_strides", None)
+EXACT_STRIDES = getattr(getattr(torch, "Tag", None), "needs_exact_strides", None)
 STRIDE_TAGS = (EXACT_STRIDES,) if EXACT_STRIDES is not None else ()
 
 
