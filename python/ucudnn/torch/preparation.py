@@ -200,7 +200,10 @@ def prepare(model, *sample_inputs, wait_ms=0, measure_framework=True, budget="au
         # Measured on H100 (session 24): under torch.compile a planned layer's custom op costs
         # more host time than its plans save (ConvNeXt-T AMP with 31 planned calls 0.94x,
         # RegNet-Y-1.6GF 0.84x); with every such layer traced as F.conv2d the graph is native's.
-        # Plans kept for memory stay.
+        # Plans kept for memory stay. Those rows predate the op's operands laid out in the
+        # graph (custom_ops.in_call_layout), with which nnU-Net's U-Net kept its plans at 1.16x
+        # native on an H200, but with 680 MiB more reserved (docs/results.md): not yet measured
+        # again on 2-D models, so the rule stands.
         bound = {"host_bound": True, "assumed": "compiled"}
     elif wait_ms > 0 and on_device and host_bound_search == "heuristics":
         step_route.decide_layers(model)  # the step measured as it will run
