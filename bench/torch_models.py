@@ -194,13 +194,12 @@ def parse_args(argv):
     paired.add_argument("--rounds", type=int, default=8, help="rounds of each side")
     paired.add_argument("--steps", type=int, default=8, help="timed steps per side and round")
     paired.add_argument("--variant", default="",
-                        choices=("",) + tuple(OPTIONS_OF_VARIANT) +
+                        choices=("", "device-bound") + tuple(OPTIONS_OF_VARIANT) +
                         tuple(MIN_LAYER_GAIN_OF_VARIANT),
-                        help="as a row's: the library disabled, or the per-layer threshold at "
-                        "infinity or 0")
+                        help="as a row's: the library disabled, the per-layer threshold at "
+                        "infinity or 0, or prepare(host_bound=False)")
     paired.add_argument("--compile", default="", choices=COMPILE_MODES,
                         help="both sides under torch.compile in this mode")
-    host_bound_arg(paired)
     route_arg(paired, "rule: the plans' step as each layer's rule routes it, where the suite's "
               "jobs may have measured it slower and run PyTorch's own")
     paired.add_argument("--host-profile", action="store_true",
@@ -289,6 +288,7 @@ def parse_args(argv):
         if args.rounds < 2 or args.steps < 1:
             parser.error("paired: --rounds must be >= 2 and --steps >= 1")
         args.option += OPTIONS_OF_VARIANT.get(args.variant, [])
+        args.host_bound = "no" if args.variant == "device-bound" else "auto"
         if args.variant in MIN_LAYER_GAIN_OF_VARIANT:
             args.min_layer_gain_us = float(MIN_LAYER_GAIN_OF_VARIANT[args.variant])
     if args.command == "run" and args.steps < 4:

@@ -211,12 +211,9 @@ for g in "${grad_rows[@]}"; do
 done
 for p in "${paired_rows[@]}"; do
   IFS=: read -r p_model p_precision p_variant p_compile <<<"$p"
-  p_host_bound=auto
-  # As a row's: "device-bound" is prepare(host_bound=False), not a convert() option.
-  [ "$p_variant" != device-bound ] || { p_variant=""; p_host_bound=no; }
   model_run paired "$p" 'print(sys.argv[2], "paired: native", round(d["native_ms"], 2), "ms, converted", round(d["converted_ms"], 2), "ms, ratio", round(d["ratio"], 4), "range", [round(r, 4) for r in d["ratio_range"]], d["calls_per_step"])' \
     --model "$p_model" --precision "$p_precision" --variant "${p_variant:-}" \
-    --compile "${p_compile:-}" --host-bound "$p_host_bound" "${paired_args[@]}"
+    --compile "${p_compile:-}" "${paired_args[@]}"
 done
 for c in "${curve_rows[@]}"; do
   model_run curve "$c" '[print(sys.argv[2], "check", r["budget"], "predicted", round(r["predicted_ms"], 2), "ms (curve", r["curve_predicted_ms"] and round(r["curve_predicted_ms"], 2), "ms), measured", round(r["measured_ms"], 2), "ms, error", None if r["error"] is None else round(r["error"], 4), "planned calls", r["planned_calls"], "ran", r["planned_calls_per_step"], "forward", round(r["predicted_forward_ms"], 2), "->", round(r["measured_forward_ms"], 2)) for r in d["check"]]' \

@@ -68,7 +68,8 @@ def pytorch_channels_last(t):
     """Whether PyTorch takes `t` as channels-last (Tensor.suggest_memory_format(), which every
     convolution backend's layout rule reads), from its strides as PyTorch reads them
     (strides_like_channels_last): a 1-channel input or a 1x1 filter made channels-last is. A
-    tensor contiguous and not channels-last is answered without the walk."""
+    tensor contiguous and not channels-last is answered without the walk (the compiled op's
+    implementation asks on every call)."""
     memory_format = CHANNELS_LAST_OF_RANK.get(t.dim())
     if memory_format is None:
         return False

@@ -99,7 +99,7 @@ def register_custom_ops():
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[:2]
-        grad_y, = in_call_layout(grad_y, like=(x, weight))
+        x, weight, grad_y = in_call_layout(x, weight, grad_y)
         grad_x, grad_w = torch.ops.ucudnn.convolution_backward(grad_y, x, weight, *ctx.geometry,
                                                                need_x, need_w)
         return (grad_x if need_x else None, grad_w if need_w else None) + (None,) * len(
@@ -129,15 +129,15 @@ def op_channels_last(x, weight):
     return channels_last_call(x, weight)
 
 
-def in_call_layout(*tensors, like=None):
-    """`tensors` in the layout of the op's call on `like` (x, weight; default: the first two of
-    `tensors`), converted in the traced graph: inductor then writes them so from the kernel that
-    makes them (as its layout optimization does for PyTorch's own convolutions) instead of the
-    op copying them (the compiled U-Net, bf16 on an H200: 27 copies in the forward and 54 in the
-    backward, its inputs again and their gradients, 13 ms of a 38 ms step, became 2). A tensor in
-    that layout already is not copied (Tensor.contiguous)."""
-    memory_format = op_memory_format(*(like or tensors[:2]))
-    return tuple(t.contiguous(memory_format=memory_format) for t in tensors)
+def in_call_layout(x, weight, *others):
+    """x, weight and `others` in the layout of the op's call on x and weight, converted in the
+    traced graph: inductor then writes them so from the kernels that make them (as its layout
+    optimization does for PyTorch's own convolutions) instead of the op copying them (the
+    compiled U-Net, bf16 on an H200: 27 copies in the forward and 54 in the backward, its inputs
+    again and their gradients, 13 ms of a 38 ms step, became 2). A tensor in that layout already
+    is not copied (Tensor.contiguous)."""
+    memory_format = op_memory_format(x, weight)
+    return tuple(t.contiguous(memory_format=memory_format) for t in (x, weight) + others)
 
 
 def op_memory_format(x, weight):

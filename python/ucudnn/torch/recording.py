@@ -23,7 +23,7 @@ def tensor_bytes(t):
     return t.numel() * t.element_size()
 
 
-def zero_output(profile, conv, x, weight):
+def zero_output(profile, conv, x):
     """A zero tensor shaped, typed and laid out as the convolution's output: what a pass that
     needs the step's shapes and memory, not its values, takes for the convolution. With
     `profile`, the forward op is recorded (the memory in use at its start, the output's bytes)."""
@@ -46,7 +46,7 @@ class ShapeOnlyConvFunction(torch.autograd.Function):
     def forward(ctx, x, weight, conv, profile):
         ctx.conv, ctx.profile = conv, profile
         ctx.save_for_backward(x, weight)
-        return zero_output(profile, conv, x, weight)
+        return zero_output(profile, conv, x)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -74,7 +74,7 @@ def shape_only_conv(profile, conv, input, weight, bias):
     """The layer's output from ShapeOnlyConvFunction (the operands already cast)."""
     grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)
     if not grad:
-        y = zero_output(profile, conv, input, weight)
+        y = zero_output(profile, conv, input)
     else:
         y = ShapeOnlyConvFunction.apply(input, weight, conv, profile)
     return y if bias is None else y + bias_view(bias, input.dim() - 2)
