@@ -3,8 +3,10 @@
 // the heuristics' engine configurations (modes instant, B, fallback), the time to build each
 // execution plan, its workspace and median run time; the legacy algorithms' best; optionally the
 // exhaustive engine x knob space (capped) to compare the best found; and the host cost of one
-// call for the variant-pack strategies. JSON lines to --out, a summary table to stdout;
-// `ucudnn-engine-probe --help` lists the flags.
+// call for the variant-pack strategies. With --kernel-cache instead: each configuration built on
+// the static graph and on a dynamic-shape graph sharing one cuDNN kernel cache across the batches
+// (docs/engines.md says why the planner does not use it). JSON lines to --out, a summary table to
+// stdout; `ucudnn-engine-probe --help` lists the flags.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -222,6 +225,7 @@ struct Args {
   size_t max_per_engine = 24;
   double exhaustive_s = 1e9;  // stop building new configurations after this long per problem
   bool host_overhead = true;
+  bool kernel_cache = false;
 };
 
 // NAME:C:H:W:K:R:S:PAD:STRIDE[:GROUPS], e.g. dw768_7:768:7:7:768:7:7:3:1:768.
@@ -276,6 +280,10 @@ std::variant<Args, int> ParseArgs(int argc, char** argv) {
                  "build in up to a second each)");
   bool no_host = false;
   app.add_flag("--no-host-overhead", no_host, "skip the host cost of one call");
+  app.add_flag("--kernel-cache", a.kernel_cache,
+               "instead of the probes above: every heuristic configuration at each --batch, built "
+               "on the static graph and on a dynamic-shape graph with one kernel cache for the "
+               "batches (build time, median run time, output against the static plan's)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -519,6 +527,155 @@ std::pair<std::unique_ptr<ConvGraph>, double> ProbeOne(CudnnBackend& backend, co
   return {std::move(*graph), e.best};
 }
 
+// ---- the kernel cache ---------------------------------------------------------------------------
+
+// One configuration's plan on one graph: build time, median run time (5 runs), or why not.
+struct BuiltAndTimed {
+  double build_ms = 0, ms = kNone;
+  std::string error;
+};
+
+BuiltAndTimed BuildAndTime(CudnnBackend& backend, const ConvGraph& graph, const EngineConfig& c,
+                           const KernelCache* cache, const Buffers& b) {
+  BuiltAndTimed r;
+  const Clock::time_point start = Clock::now();
+  auto plan = EnginePlan::Build(backend.handle(), graph, c, cache);
+  r.build_ms = MsSince(start);
+  if (!plan.ok()) {
+    r.error = plan.status().ToString();
+    return r;
+  }
+  if ((*plan)->workspace_bytes() > b.ws->size()) {
+    r.error = "workspace over probe cap";
+    return r;
+  }
+  Result<double> ms = TimeEngine(backend, **plan, b, 5);
+  if (ms.ok()) {
+    r.ms = *ms;
+  } else {
+    r.error = ms.status().ToString();
+  }
+  return r;
+}
+
+// --kernel-cache: whether a dynamic-shape graph with a kernel cache spares a runtime-compiled
+// engine its compilation at every micro-batch size (the worker builds each configuration at up to
+// nine sizes), and whether its kernel runs as fast as the static graph's. Every heuristic
+// configuration of the static graph at each batch (in the order given: the first fills the
+// cache), built both ways; one kernel cache per (shape, precision, op). A JSON line per (batch,
+// configuration), a summary line and a row.
+void ProbeKernelCache(CudnnBackend& backend, const Shape& shape, const Precision& prec, ConvOp op,
+                      const std::vector<int64_t>& batches, std::ofstream& out) {
+  const ConvProblem p = MakeProblem(shape, op, prec.dt, prec.layout, prec.math);
+  Buffers b =
+      MakeBuffers(backend, p, *std::max_element(batches.begin(), batches.end()), kWorkspaceCap);
+  std::unique_ptr<KernelCache> cache;
+  std::string cache_error;
+  double static_rtc_build_ms = 0, dynamic_rtc_build_ms = 0, worst_diff = 0;
+  std::vector<double> rtc_ratios, other_ratios;
+  int dynamic_failures = 0, candidate_lists_differ = 0;
+  for (int64_t batch : batches) {
+    const Probe probe{shape, prec, p, batch};
+    auto fixed = ConvGraph::Build(backend.handle(), p, batch);
+    auto dynamic = ConvGraph::Build(backend.handle(), p, batch, 0.0f, /*dynamic_shape=*/true);
+    if (!fixed.ok() || !dynamic.ok()) {
+      std::printf("graph %s at %ld: %s\n", shape.name.c_str(), static_cast<long>(batch),
+                  (!fixed.ok() ? fixed.status() : dynamic.status()).ToString().c_str());
+      return;
+    }
+    if (cache == nullptr && cache_error.empty()) {
+      auto made = KernelCache::Create(**dynamic);
+      if (made.ok()) {
+        cache = std::move(*made);
+      } else {
+        cache_error = made.status().ToString();
+      }
+    }
+    auto candidates = HeuristicCandidates(**fixed);
+    auto dynamic_candidates = HeuristicCandidates(**dynamic);
+    if (!candidates.ok()) continue;
+    std::set<std::string> fixed_keys, dynamic_keys;
+    for (const EngineCandidate& c : *candidates) fixed_keys.insert(EngineConfigKey(c.config));
+    if (dynamic_candidates.ok()) {
+      for (const EngineCandidate& c : *dynamic_candidates) {
+        dynamic_keys.insert(EngineConfigKey(c.config));
+      }
+    }
+    if (fixed_keys != dynamic_keys) ++candidate_lists_differ;
+    const size_t bytes = OutputCount(p, batch) * ElementSize(p.data_type);
+    auto reference = backend.Allocate(bytes).value();
+    for (const EngineCandidate& c : *candidates) {
+      const BuiltAndTimed s = BuildAndTime(backend, **fixed, c.config, nullptr, b);
+      if (s.error.empty()) {
+        CHECK_OK(backend.CopyWithinDevice(reference->data(), OutputOf(p, b.o), bytes));
+      }
+      const BuiltAndTimed d = BuildAndTime(backend, **dynamic, c.config, cache.get(), b);
+      nlohmann::json j = probe.Key();
+      j.update({{"kernel_cache", true},
+                {"config", EngineConfigKey(c.config)},
+                {"rtc", c.runtime_compiled},
+                {"in_dynamic_heuristics", dynamic_keys.count(EngineConfigKey(c.config)) > 0},
+                {"static_build_ms", s.build_ms},
+                {"dynamic_build_ms", d.build_ms}});
+      if (s.error.empty()) j["static_ms"] = s.ms;
+      if (!s.error.empty()) j["static_error"] = s.error;
+      if (d.error.empty()) j["dynamic_ms"] = d.ms;
+      if (!d.error.empty()) j["dynamic_error"] = d.error;
+      if (s.error.empty() && d.error.empty()) {
+        const double diff = RelativeDiff(backend, OutputOf(p, b.o), reference->data(),
+                                         bytes / ElementSize(p.data_type), p.data_type);
+        j["rel_diff_dynamic_vs_static"] = diff;
+        worst_diff = std::max(worst_diff, diff);
+        (c.runtime_compiled ? rtc_ratios : other_ratios).push_back(d.ms / s.ms);
+      } else if (s.error.empty()) {
+        ++dynamic_failures;
+      }
+      if (c.runtime_compiled) {
+        static_rtc_build_ms += s.build_ms;
+        dynamic_rtc_build_ms += d.build_ms;
+      }
+      out << j.dump() << "\n";
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const auto largest = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+  };
+  std::printf(
+      "%-18s %-9s %-10s | rtc build s static %6.1f dynamic %6.1f | run dynamic/static rtc median "
+      "%.3f max %.3f (%zu), other median %.3f max %.3f (%zu) | dynamic failed %d, lists differ "
+      "%d, worst diff %.1e%s%s\n",
+      shape.name.c_str(), prec.name, std::string(ToString(op)).c_str(), static_rtc_build_ms / 1000,
+      dynamic_rtc_build_ms / 1000, median(rtc_ratios), largest(rtc_ratios), rtc_ratios.size(),
+      median(other_ratios), largest(other_ratios), other_ratios.size(), dynamic_failures,
+      candidate_lists_differ, worst_diff,
+      cache_error.empty() ? "" : " | no cache: ", cache_error.c_str());
+  std::fflush(stdout);
+  out << nlohmann::json({{"kernel_cache_summary", true},
+                         {"shape", shape.name},
+                         {"prec", prec.name},
+                         {"op", std::string(ToString(op))},
+                         {"batches", batches},
+                         {"static_rtc_build_ms", static_rtc_build_ms},
+                         {"dynamic_rtc_build_ms", dynamic_rtc_build_ms},
+                         {"rtc_run_ratio_median", median(rtc_ratios)},
+                         {"rtc_run_ratio_max", largest(rtc_ratios)},
+                         {"rtc_runs_compared", rtc_ratios.size()},
+                         {"other_run_ratio_median", median(other_ratios)},
+                         {"other_run_ratio_max", largest(other_ratios)},
+                         {"other_runs_compared", other_ratios.size()},
+                         {"dynamic_failures", dynamic_failures},
+                         {"candidate_lists_differ", candidate_lists_differ},
+                         {"worst_rel_diff", worst_diff},
+                         {"cache_error", cache_error}})
+             .dump()
+      << "\n";
+}
+
 // ---- host cost of one call ---------------------------------------------------------------------
 
 constexpr int kHostCalls = 2000;
@@ -647,6 +804,19 @@ int Main(int argc, char** argv) {
   const auto chosen = [](const std::vector<std::string>& only, const std::string& name) {
     return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
   };
+  if (args.kernel_cache) {
+    for (const Precision& prec : kPrecisions) {
+      if (!chosen(args.precisions, prec.name)) continue;
+      for (const Shape& shape : shapes) {
+        for (ConvOp op : kOps) {
+          if (chosen(args.ops, std::string(ToString(op)))) {
+            ProbeKernelCache(*backend, shape, prec, op, batches, out);
+          }
+        }
+      }
+    }
+    return 0;
+  }
   PrintProbeHeader();
   for (const Precision& prec : kPrecisions) {
     if (!chosen(args.precisions, prec.name)) continue;

@@ -6,7 +6,7 @@
 ucudnn_add_test(NAME ucudnn_worker_unit_tests
   SOURCES worker/options_test.cc worker/benchmark_test.cc worker/result_check_test.cc
     worker/offline_test.cc worker/metrics_test.cc worker/idle_gate_test.cc
-    worker/search_prior_test.cc worker/size_rule_test.cc
+    worker/search_prior_test.cc worker/size_rule_test.cc worker/compile_pool_test.cc
   LIBS ucudnn::worker ucudnn::backends)
 
 ucudnn_add_test(NAME ucudnn_worker_tests

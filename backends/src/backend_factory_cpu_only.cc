@@ -1,4 +1,5 @@
 // backend_factory.h for builds without the cuDNN backend: only "cpu".
+#include <cstdio>
 #include <string>
 
 #include "ucudnn/backends/backend_factory.h"
@@ -23,5 +24,13 @@ Result<std::string> GpuPciBusId(int /*device_index*/) {
 bool BuildHasCudnn() { return false; }
 
 void UseCompiledPlanDirectory(const std::string& /*directory*/) {}
+
+void UsePlanCompiler(std::shared_ptr<PlanCompiler> /*compiler*/) {}
+
+int RunPlanCompileHelper(int /*gpu*/, const std::string& /*directory*/, std::FILE* /*in*/,
+                         std::FILE* /*out*/) {
+  std::fputs("compile helper: this build has no cuDNN backend\n", stderr);
+  return 1;
+}
 
 }  // namespace ucudnn

@@ -116,4 +116,16 @@ Status CompiledPlanStore::Save(std::string_view key, std::string_view payload) c
   return Status::Ok();
 }
 
+Status CompiledPlanStore::CheckWritable() const {
+  if (!enabled()) return Status::Ok();
+  const std::string probe = (std::filesystem::path(directory_) / ".writable").string();
+  if (const Status written = WriteFileAtomically(probe, "ok"); !written.ok()) {
+    return Unavailable("compiled-plan store " + directory_ +
+                       " is not writable: " + written.message());
+  }
+  std::error_code ignored;
+  std::filesystem::remove(probe, ignored);
+  return Status::Ok();
+}
+
 }  // namespace ucudnn

@@ -2,6 +2,7 @@
 // and the atomic file helpers under it.
 #include "ucudnn/core/compiled_plans.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -109,6 +110,19 @@ TEST_F(CompiledPlanStoreTest, KeepsTheMostRecentlyUsedPlans) {
   for (const auto& entry : fs::directory_iterator(dir_))
     plans += entry.path().extension() == ".plan";
   EXPECT_EQ(plans, 2u);
+}
+
+TEST_F(CompiledPlanStoreTest, TellsWhetherPlansCanBeSaved) {
+  const CompiledPlanStore store((dir_ / "nested").string());
+  EXPECT_TRUE(store.CheckWritable().ok()) << "the directory is created";
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / "nested")) << "the probe file is removed";
+  // A directory under a regular file cannot be made.
+  std::filesystem::create_directories(dir_);
+  { std::ofstream(dir_ / "file") << "x"; }
+  const Status refused = CompiledPlanStore((dir_ / "file" / "plans").string()).CheckWritable();
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("not writable"));
+  EXPECT_TRUE(CompiledPlanStore("").CheckWritable().ok());
 }
 
 TEST_F(CompiledPlanStoreTest, AnEmptyDirectoryIsNoStore) {

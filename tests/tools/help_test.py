@@ -66,6 +66,7 @@ EXPECTED = {
             "--prune-margin=UCUDNN_WORKER_PRUNE_MARGIN",
             "--skip-factor=UCUDNN_WORKER_SKIP_FACTOR",
             "--prepare-threads=UCUDNN_WORKER_PREPARE_THREADS",
+            "--compile-processes=UCUDNN_WORKER_COMPILE_PROCESSES",
             "--short-run-us=UCUDNN_WORKER_SHORT_RUN_US",
             "--short-runs-device-time-only=UCUDNN_WORKER_SHORT_RUNS_DEVICE_TIME_ONLY",
             "--exhaustive=UCUDNN_WORKER_EXHAUSTIVE", "--no-result-check",
@@ -91,7 +92,7 @@ EXPECTED = {
     },
     "ucudnn-engine-probe": {
         "": ["--out", "--exhaustive", "--quick", "--shape", "--precision", "--op", "--batch",
-             "--max-per-engine", "--exhaustive-s", "--no-host-overhead"],
+             "--max-per-engine", "--exhaustive-s", "--no-host-overhead", "--kernel-cache"],
     },
     "ucudnn-example-train-step": {
         "": ["--backend", "--network", "--batch", "--dtype", "--layout", "--math", "--limits-mib",

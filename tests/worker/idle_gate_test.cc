@@ -292,6 +292,29 @@ TEST(IdleGateTest, AContextHolderThatRunsNothingIsNoContention) {
   EXPECT_TRUE(gate.IdleForClaim());
 }
 
+// The worker's compile helpers are its own: their GPU work (a helper starting up) neither pauses a
+// benchmark nor stops a claim; a process that is not theirs still does.
+TEST(IdleGateTest, TheWorkersOwnHelpersAreNotOtherWork) {
+  constexpr uint32_t kHelper = 4242;
+  const GpuActivitySample helper_busy{{kSelf, kHelper}, 0, {kSelf, kHelper}};
+  int sleeps = 0;
+  IdleGate gate(std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{}, helper_busy),
+                TestConfig(), [&](std::chrono::milliseconds) { ++sleeps; });
+  EXPECT_EQ(gate.Look().other_processes, 1) << "before the gate knows the helper";
+  gate.SetOwnProcesses([] { return std::vector<uint32_t>{kHelper}; });
+  EXPECT_TRUE(gate.WaitUntilIdle(nullptr));
+  EXPECT_EQ(sleeps, 0);
+  EXPECT_TRUE(gate.IdleForClaim());
+
+  IdleGate other(
+      std::make_unique<ScriptedProbe>(std::deque<GpuActivitySample>{},
+                                      GpuActivitySample{{kSelf, kTrainer}, 0, {kSelf, kTrainer}}),
+      TestConfig(), [](std::chrono::milliseconds) {});
+  other.SetOwnProcesses([] { return std::vector<uint32_t>{kHelper}; });
+  EXPECT_EQ(other.Look().other_processes, 1);
+  EXPECT_FALSE(other.IdleForClaim());
+}
+
 // Between consecutive jobs the utilization NVML reports is our own benchmark's: the next claim
 // is judged by the processes alone (one sample); a worker idle for a while judges both.
 TEST(IdleGateTest, OwnRecentWorkIsNotOtherWork) {

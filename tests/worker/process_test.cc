@@ -303,6 +303,28 @@ TEST_F(WorkerProcessTest, HelpAndBackendChoice) {
   }
 }
 
+// The compile helper's mode (started by the worker itself, compile_pool.h): bad arguments are a
+// usage error; without a GPU it cannot start.
+TEST_F(WorkerProcessTest, CompileHelperModeChecksItsArguments) {
+  const std::string dir = ::testing::TempDir();
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--compile-helper", "0"},
+                                             {"--compile-helper", "x", dir},
+                                             {"--compile-helper", "-1", dir}}) {
+    ChildWorker bad(args, LogPath("compile_helper_bad"));
+    const auto status = bad.WaitExit(seconds(30));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(ExitedWith(*status, 2)) << bad.Log();
+  }
+  if (GpuCount() == 0) {
+    ChildWorker no_gpu({"--compile-helper", "0", dir}, LogPath("compile_helper_no_gpu"));
+    const auto status = no_gpu.WaitExit(seconds(30));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(ExitedWith(*status, 1)) << no_gpu.Log();
+    EXPECT_THAT(no_gpu.Log(), HasSubstr("compile helper"));
+  }
+}
+
 // The metrics endpoint (--metrics-port), scraped while the worker benchmarks a job on the CPU
 // backend and after it finished; the log shows the job's progress too.
 TEST_F(WorkerProcessTest, MetricsEndpointShowsTheJobInHandAndItsProgress) {

@@ -242,6 +242,19 @@ IdleGate::IdleGate(std::unique_ptr<GpuActivityProbe> probe, IdleGateConfig confi
   if (!sleep_) sleep_ = [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); };
 }
 
+void IdleGate::SetOwnProcesses(std::function<std::vector<uint32_t>()> pids) {
+  std::lock_guard lock(mu_);
+  own_pids_ = std::move(pids);
+}
+
+GpuActivitySample IdleGate::WithoutOwnProcesses(GpuActivitySample sample) const {
+  if (!own_pids_) return sample;
+  const std::vector<uint32_t> own = own_pids_();
+  std::erase_if(sample.busy_pids,
+                [&](uint32_t pid) { return std::find(own.begin(), own.end(), pid) != own.end(); });
+  return sample;
+}
+
 DeviceActivity IdleGate::ToActivity(const Result<GpuActivitySample>& sample) {
   DeviceActivity activity;
   if (!sample.ok()) {
@@ -268,7 +281,9 @@ DeviceActivity IdleGate::LookAt(bool fresh) {
   std::lock_guard lock(mu_);
   if (fresh || !last_sample_ || config_.look_reuse.count() <= 0 ||
       now - last_sample_at_ >= config_.look_reuse) {
-    last_sample_ = probe_->Sample();
+    Result<GpuActivitySample> sample = probe_->Sample();
+    last_sample_ = sample.ok() ? Result<GpuActivitySample>(WithoutOwnProcesses(*std::move(sample)))
+                               : std::move(sample);
     last_sample_at_ = now;
   }
   return ToActivity(*last_sample_);
@@ -339,9 +354,11 @@ bool IdleGate::IdleForClaim() {
   std::vector<GpuActivitySample> window;
   for (int i = 0; i < samples; ++i) {
     if (i > 0) sleep_(config_.sample_interval);
-    Result<GpuActivitySample> sample = [&] {
+    Result<GpuActivitySample> sample = [&]() -> Result<GpuActivitySample> {
       std::lock_guard lock(mu_);
-      return probe_->Sample();
+      Result<GpuActivitySample> taken = probe_->Sample();
+      if (!taken.ok()) return taken;
+      return WithoutOwnProcesses(*std::move(taken));
     }();
     if (!sample.ok()) {
       std::lock_guard lock(mu_);

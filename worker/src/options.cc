@@ -178,6 +178,15 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
       ->envname("UCUDNN_WORKER_PREPARE_THREADS")
       ->capture_default_str()
       ->group("Benchmark");
+  app.add_option("--compile-processes", o.compile_processes,
+                 "helper processes that build the runtime-compiled cuDNN plans of grouped and "
+                 "depthwise problems into --compiled-plan-cache ahead of the timed runs (cuDNN "
+                 "compiles one at a time per process); each holds a CUDA context "
+                 "on the GPU while it has work, and exits after 20 s without. -1: half the cores "
+                 "less one, at most 6 and one per GiB of a memory limit beyond 2 GiB; 0: none")
+      ->envname("UCUDNN_WORKER_COMPILE_PROCESSES")
+      ->capture_default_str()
+      ->group("Benchmark");
   app.add_option("--short-run-us", o.short_run_us,
                  "runs faster than this are timed (and probed) in groups of back-to-back runs, "
                  "as a segment's micro-batches run; 0 times every run on its own")
@@ -325,6 +334,7 @@ Status ValidateNumbers(const WorkerOptions& o) {
       {"--prune-margin", o.prune_margin, -1, 100, "[-1, 100]"},
       {"--skip-factor", o.skip_factor, 0, 1e6, "[0, 1e6]"},
       {"--prepare-threads", double(o.prepare_threads), 1, 256, "[1, 256]"},
+      {"--compile-processes", double(o.compile_processes), -1, 64, "[-1, 64]"},
       {"--short-run-us", o.short_run_us, 0, 1e6, "[0, 1000000]"},
       {"--config-budget-ms", o.config_budget_ms, 0.001, 3.6e6, "[0.001, 3600000]"},
       {"--metrics-port", double(o.metrics_port), -1, 65535, "[-1, 65535]"},

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -12,17 +13,21 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <thread>
 
 #include <unistd.h>
 
 #include "ucudnn/backends/backend_factory.h"
+#include "ucudnn/core/compiled_plans.h"
 #include "ucudnn/core/logging.h"
 #include "ucudnn/core/networks.h"
 #include "ucudnn/core/stop_signals.h"
+#include "ucudnn/core/text.h"
 #include "ucudnn/core/units.h"
 #include "ucudnn/metrics/endpoint.h"
 #include "ucudnn/metrics/registry.h"
 #include "ucudnn/store/store.h"
+#include "ucudnn/worker/compile_pool.h"
 #include "ucudnn/worker/idle_gate.h"
 #include "ucudnn/worker/offline.h"
 #include "ucudnn/worker/worker_metrics.h"
@@ -426,7 +431,93 @@ int RunDaemonMode(const WorkerOptions& options, std::vector<BenchmarkDevice> dev
 
 }  // namespace
 
+namespace {
+
+// ucudnn-worker --compile-helper GPU DIRECTORY: a compile helper (compile_pool.h), started by the
+// worker itself, never by hand.
+constexpr std::string_view kCompileHelperFlag = "--compile-helper";
+
+int RunCompileHelper(int argc, char** argv) {
+  LogToStderr("ucudnn-worker compile helper");
+  spdlog::set_level(spdlog::level::warn);
+  if (argc != 4) {
+    spdlog::error("usage: ucudnn-worker --compile-helper GPU DIRECTORY (started by the worker)");
+    return 2;
+  }
+  Result<int> gpu = ParseInteger<int>("GPU", argv[2], 0, 1 << 16);
+  if (!gpu.ok()) {
+    spdlog::error("{}", gpu.status().message());
+    return 2;
+  }
+  return RunPlanCompileHelper(*gpu, argv[3], stdin, stdout);
+}
+
+// The compile helpers of a cuDNN worker (--compile-processes), serving its first GPU: the plans
+// they build go into the compiled-plan store under that GPU model's key, so they serve every GPU
+// only where all are of one model. Null when off.
+std::shared_ptr<CompilePool> StartCompilePool(const WorkerOptions& options,
+                                              std::vector<BenchmarkDevice>& devices) {
+  if (options.backend == "cpu" || devices.empty() || !BuildHasCudnn()) return nullptr;
+  const int processes =
+      CompileProcesses(options.compile_processes,
+                       static_cast<int>(std::thread::hardware_concurrency()), CgroupMemoryLimit());
+  if (processes == 0) return nullptr;
+  if (options.compiled_plan_cache.empty()) {
+    spdlog::info("no compile helpers: they build into --compiled-plan-cache, which is off");
+    return nullptr;
+  }
+  if (const Status writable = CompiledPlanStore(options.compiled_plan_cache).CheckWritable();
+      !writable.ok()) {
+    spdlog::warn("no compile helpers (they build into --compiled-plan-cache): {}",
+                 writable.message());
+    return nullptr;
+  }
+  for (const BenchmarkDevice& d : devices) {
+    if (d.backend->fingerprint().Key() != devices.front().backend->fingerprint().Key()) {
+      spdlog::info("no compile helpers: the GPUs are of more than one model or cuDNN");
+      return nullptr;
+    }
+  }
+  const int gpu = options.gpus.empty() ? 0 : options.gpus.front();
+  CompilePoolConfig config;
+  config.command = {"/proc/self/exe", std::string(kCompileHelperFlag), std::to_string(gpu),
+                    options.compiled_plan_cache};
+  config.processes = processes;
+  spdlog::info(
+      "compile helpers: up to {} processes on GPU {} build runtime-compiled plans into {} "
+      "(--compile-processes)",
+      processes, gpu, options.compiled_plan_cache);
+  auto pool = std::make_shared<CompilePool>(std::move(config));
+  UsePlanCompiler(pool);
+  // A helper starting up showed as another process at work on the GPU (an H200: one pause of
+  // 4-5 s per model), so the gates know them.
+  for (BenchmarkDevice& d : devices) {
+    if (d.gate == nullptr) continue;
+    d.gate->SetOwnProcesses([weak = std::weak_ptr<CompilePool>(pool)] {
+      const std::shared_ptr<CompilePool> alive = weak.lock();
+      return alive != nullptr ? alive->pids() : std::vector<uint32_t>{};
+    });
+  }
+  return pool;
+}
+
+// The compile helpers stopped when the worker's mode returns.
+struct CompilePoolScope {
+  std::shared_ptr<CompilePool> pool;
+  ~CompilePoolScope() {
+    if (pool == nullptr) return;
+    UsePlanCompiler(nullptr);
+    const CompilePool::Counts c = pool->counts();
+    spdlog::info(
+        "compile helpers: {} plans built, {} failed, {} processes started, {} waits ({:.1f} s)",
+        c.built, c.failed, c.helpers_started, c.awaited, c.awaited_s);
+  }
+};
+
+}  // namespace
+
 int WorkerMain(int argc, char** argv) {
+  if (argc >= 2 && argv[1] == kCompileHelperFlag) return RunCompileHelper(argc, argv);
   auto command_line = ParseCommandLine(argc, argv);
   if (!command_line.ok()) {
     std::fprintf(stderr, "ucudnn-worker: %s\nRun 'ucudnn-worker --help' for the flags.\n",
@@ -457,6 +548,7 @@ int WorkerMain(int argc, char** argv) {
   }
   LogDevices(*devices);
   WarnAboutTf32Override(*devices);
+  const CompilePoolScope compile_helpers{StartCompilePool(options, *devices)};
   if (options.offline) return RunOfflineMode(options, *devices, stop);
   return RunDaemonMode(options, std::move(devices).value(), stop);
 }

@@ -64,4 +64,8 @@ bool BuildHasCudnn() { return true; }
 
 void UseCompiledPlanDirectory(const std::string& directory) { SetCompiledPlanDirectory(directory); }
 
+void UsePlanCompiler(std::shared_ptr<PlanCompiler> compiler) {
+  SetPlanCompiler(std::move(compiler));
+}
+
 }  // namespace ucudnn

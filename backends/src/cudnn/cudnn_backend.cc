@@ -576,6 +576,37 @@ void PrepareSize(cudnnHandle_t handle, const ConvProblem& problem, int32_t cudnn
 
 void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
                            int threads) {
+  PrepareOnThreads(problem, batches, threads);
+  QueueCompiles(problem, batches);
+}
+
+void CudnnBackend::QueueCompiles(const ConvProblem& problem, const std::vector<int64_t>& batches) {
+  if (!engines_enabled_ || !owns_handle_) return;
+  std::shared_ptr<PlanCompiler> compiler = GetPlanCompiler();
+  if (compiler == nullptr) return;
+  const std::string problem_key = CanonicalKey(problem);
+  std::vector<PlanCompiler::Task> tasks, accumulating;
+  for (int64_t batch : batches) {
+    if (!ValidateBatch(batch).ok()) continue;
+    Result<const std::vector<EngineCandidate>*> candidates = GetEngineCandidates(problem, batch);
+    if (!candidates.ok()) continue;  // the lazy path reports it
+    for (const EngineCandidate& c : **candidates) {
+      if (!c.runtime_compiled || !Measured(c, problem)) continue;
+      tasks.push_back({problem_key, batch, 0, EngineConfigKey(c.config)});
+      // Backward-filter's accumulating plans, whose workspace is settled after the timed runs
+      // (of the configurations a plan could use, not known yet): last, and a guess. Compiled
+      // here, they were most of a depthwise problem's time (MobileNetV3-L: 52 of 65 s).
+      if (problem.op == ConvOp::kBackwardFilter) {
+        accumulating.push_back({problem_key, batch, 1, EngineConfigKey(c.config)});
+      }
+    }
+  }
+  tasks.insert(tasks.end(), accumulating.begin(), accumulating.end());
+  if (!tasks.empty()) compiler->Queue(tasks);
+}
+
+void CudnnBackend::PrepareOnThreads(const ConvProblem& problem, const std::vector<int64_t>& batches,
+                                    int threads) {
   if (!engines_enabled_ || !owns_handle_ || threads < 2) return;
   const std::string problem_key = CanonicalKey(problem);
   std::vector<PreparedSize> sizes;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -298,7 +299,7 @@ int64_t SampleAlignment(const ConvProblem& p) {
 }
 
 Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const ConvProblem& p,
-                                                    int64_t batch, float beta) {
+                                                    int64_t batch, float beta, bool dynamic_shape) {
   UCUDNN_RETURN_IF_ERROR(Validate(p));
   UCUDNN_RETURN_IF_ERROR(ValidateBatch(batch));
   if (handle == nullptr) return InvalidArgument("handle: must not be null");
@@ -307,6 +308,7 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
   g->problem_ = p;
   g->batch_ = batch;
   g->beta_ = beta;
+  g->dynamic_shape_ = dynamic_shape;
   g->alignment_ = SampleAlignment(p);
   UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t data_type, CudnnDataTypeOf(p.data_type));
   UCUDNN_ASSIGN_OR_RETURN(const cudnnDataType_t compute_type, CudnnDataTypeOf(p.compute_type));
@@ -362,8 +364,32 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
                           BackendDescriptor::Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
   UCUDNN_RETURN_IF_ERROR(SetDescriptor(g->graph_.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, g->op_));
   UCUDNN_RETURN_IF_ERROR(Set(g->graph_.get(), kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+  if (dynamic_shape) {
+    if (cudnnGetVersion() < 90400) {
+      return Unsupported("dynamic-shape graphs need cuDNN 9.4 or later");
+    }
+    const bool enabled = true;
+    UCUDNN_RETURN_IF_ERROR(Set(g->graph_.get(), CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED,
+                               CUDNN_TYPE_BOOLEAN, 1, &enabled));
+  }
   UCUDNN_RETURN_IF_ERROR(Finalize(g->graph_.get()));
   return g;
+}
+
+// ---- KernelCache
+// ---------------------------------------------------------------------------------
+
+Result<std::unique_ptr<KernelCache>> KernelCache::Create(const ConvGraph& graph) {
+  if (cudnnGetVersion() < 90500) return Unsupported("kernel caches need cuDNN 9.5 or later");
+  if (!graph.dynamic_shape()) return Unsupported("a kernel cache needs a dynamic-shape graph");
+  std::unique_ptr<KernelCache> cache(new KernelCache());
+  UCUDNN_ASSIGN_OR_RETURN(cache->cache_,
+                          BackendDescriptor::Create(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR));
+  cudnnBackendDescriptor_t topology = graph.graph();
+  UCUDNN_RETURN_IF_ERROR(Set(cache->cache_.get(), CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH,
+                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &topology));
+  UCUDNN_RETURN_IF_ERROR(Finalize(cache->cache_.get()));
+  return cache;
 }
 
 // ---- Candidates
@@ -497,7 +523,8 @@ Result<std::vector<EngineCandidate>> ExhaustiveCandidates(const ConvGraph& graph
 // ----------------------------------------------------------------------------------
 
 Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, const ConvGraph& graph,
-                                                      const EngineConfig& config) {
+                                                      const EngineConfig& config,
+                                                      const KernelCache* kernel_cache) {
   if (handle == nullptr) return InvalidArgument("handle: must not be null");
   UCUDNN_RETURN_IF_ERROR(CheckEngineConfigVersion(config, static_cast<int32_t>(cudnnGetVersion())));
   std::unique_ptr<EnginePlan> plan(new EnginePlan());
@@ -536,6 +563,11 @@ Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, cons
   UCUDNN_RETURN_IF_ERROR(Set(plan->plan_.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle));
   UCUDNN_RETURN_IF_ERROR(
       SetDescriptor(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, plan->config_));
+  if (kernel_cache != nullptr && plan->runtime_compiled_) {
+    cudnnBackendDescriptor_t cache = kernel_cache->get();
+    UCUDNN_RETURN_IF_ERROR(Set(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cache));
+  }
   UCUDNN_RETURN_IF_ERROR(Finalize(plan->plan_.get()));
   UCUDNN_RETURN_IF_ERROR(plan->ReadWorkspace());
   return plan;
@@ -655,6 +687,7 @@ struct SharedPlans {
   std::map<std::string, std::shared_ptr<SharedPlan>> by_key;
   std::deque<std::string> order;                   // insertion order, for eviction
   std::shared_ptr<const CompiledPlanStore> store;  // null: none
+  std::shared_ptr<PlanCompiler> compiler;          // null: none
   std::map<int, std::string> device_keys;          // fingerprint keys by device index
   CompiledPlanCounts counts;
 };
@@ -730,9 +763,11 @@ Result<std::unique_ptr<EnginePlan>> LoadOrBuildPlan(SharedPlans& shared, cudnnHa
                                                     const EngineConfig& config,
                                                     const std::string& plan_key) {
   std::shared_ptr<const CompiledPlanStore> store;
+  std::shared_ptr<PlanCompiler> compiler;
   {
     std::lock_guard lock(shared.mutex);
     store = shared.store;
+    compiler = shared.compiler;
   }
   std::string compiled_key;
   if (store != nullptr) {
@@ -742,6 +777,13 @@ Result<std::unique_ptr<EnginePlan>> LoadOrBuildPlan(SharedPlans& shared, cudnnHa
       std::unique_ptr<EnginePlan> loaded =
           LoadCompiledPlan(shared, *store, compiled_key, handle, graph);
       if (loaded != nullptr) return loaded;
+      // Another process may be building it: wait for that rather than compile it twice.
+      if (compiler != nullptr &&
+          compiler->Await({CanonicalKey(graph.problem()), graph.batch(),
+                           graph.beta() == 0.0f ? 0 : 1, EngineConfigKey(config)})) {
+        loaded = LoadCompiledPlan(shared, *store, compiled_key, handle, graph);
+        if (loaded != nullptr) return loaded;
+      }
     } else {
       spdlog::debug("no compiled-plan key: {}", key.status().message());
     }
@@ -818,6 +860,18 @@ void SetCompiledPlanDirectory(const std::string& directory) {
   } else if (shared.store == nullptr || shared.store->directory() != directory) {
     shared.store = std::make_shared<const CompiledPlanStore>(directory);
   }
+}
+
+void SetPlanCompiler(std::shared_ptr<PlanCompiler> compiler) {
+  SharedPlans& shared = Shared();
+  std::lock_guard lock(shared.mutex);
+  shared.compiler = std::move(compiler);
+}
+
+std::shared_ptr<PlanCompiler> GetPlanCompiler() {
+  SharedPlans& shared = Shared();
+  std::lock_guard lock(shared.mutex);
+  return shared.compiler;
 }
 
 CompiledPlanCounts GetCompiledPlanCounts() {

@@ -1,6 +1,9 @@
 // Creating backends by name. Which backends exist is decided in CMake (UCUDNN_ENABLE_CUDNN): this
 // header is the same either way, and asking for "cudnn" in a build without it is an error value.
 #pragma once
+#include <memory>
+
+#include "ucudnn/backends/plan_compiler.h"
 
 #include <memory>
 #include <string>
@@ -24,5 +27,9 @@ bool BuildHasCudnn();
 // this and later processes on the machine (SetCompiledPlanDirectory, cudnn_engines.h); empty for
 // nowhere. Nothing in a build without cuDNN.
 void UseCompiledPlanDirectory(const std::string& directory);
+// Who builds the runtime-compiled plans that the cuDNN backend's Prepare() foresees and its
+// benchmark then needs (SetPlanCompiler, cudnn_engines.h); null for the process itself. Nothing
+// in a build without cuDNN.
+void UsePlanCompiler(std::shared_ptr<PlanCompiler> compiler);
 
 }  // namespace ucudnn

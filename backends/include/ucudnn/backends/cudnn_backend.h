@@ -128,6 +128,9 @@ class CudnnBackend final : public ConvBackend {
   // thread-safe across handles) on this backend's stream; the results go into the caches that
   // Candidates(), WorkspaceSize() and the runs read. A plan runs on the handle it was built on.
   // Only for a backend that owns its handle (a wrapped handle's stream may change between calls).
+  // With a plan compiler (SetPlanCompiler), the runtime-compiled plans of the sizes that the
+  // benchmark will measure (grouped and depthwise problems) are then queued with it, smallest
+  // size first: other processes build them while this one times the sizes before.
   void Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
                int threads) override;
   // Whether Candidates() includes engine configurations (default yes; the worker's
@@ -138,6 +141,9 @@ class CudnnBackend final : public ConvBackend {
   size_t cached_descriptor_sets() const;
 
  private:
+  void PrepareOnThreads(const ConvProblem& problem, const std::vector<int64_t>& batches,
+                        int threads);
+  void QueueCompiles(const ConvProblem& problem, const std::vector<int64_t>& batches);
   class DescriptorCache;
 
   CudnnBackend();

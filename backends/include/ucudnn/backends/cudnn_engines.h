@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ucudnn/backends/plan_compiler.h"
 #include "ucudnn/core/backend.h"
 #include "ucudnn/core/engine_config.h"
 #include "ucudnn/core/problem.h"
@@ -50,11 +51,14 @@ int64_t SampleAlignment(const ConvProblem& problem);
 
 // The convolution of `problem` at micro-batch `batch` as a one-operation graph, with alpha = 1
 // and the given beta (0: overwrite, 1: accumulate, as backward-filter's later micro-batches do),
-// on `handle`'s device.
+// on `handle`'s device. `dynamic_shape` declares it a graph of dynamic shape
+// (CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, cuDNN 9.4 and later): what lets a
+// KernelCache give a runtime-compiled engine's kernel to the same graph at other sizes.
 class ConvGraph {
  public:
   static Result<std::unique_ptr<ConvGraph>> Build(cudnnHandle_t handle, const ConvProblem& problem,
-                                                  int64_t batch, float beta = 0.0f);
+                                                  int64_t batch, float beta = 0.0f,
+                                                  bool dynamic_shape = false);
   cudnnBackendDescriptor_t graph() const { return graph_.get(); }
   // The handle the graph was built on: plans of the graph are built and run on it.
   cudnnHandle_t handle() const { return handle_; }
@@ -62,6 +66,7 @@ class ConvGraph {
   int64_t batch() const { return batch_; }
   float beta() const { return beta_; }
   int64_t alignment() const { return alignment_; }
+  bool dynamic_shape() const { return dynamic_shape_; }
 
  private:
   ConvGraph() = default;
@@ -69,6 +74,7 @@ class ConvGraph {
   ConvProblem problem_;
   int64_t batch_ = 0;
   float beta_ = 0;
+  bool dynamic_shape_ = false;
   int64_t alignment_ = 16;
   BackendDescriptor x_, w_, y_, conv_, op_, graph_;
 };
@@ -99,13 +105,35 @@ Result<std::vector<EngineCandidate>> HeuristicCandidates(const ConvGraph& graph)
 Result<std::vector<EngineCandidate>> ExhaustiveCandidates(const ConvGraph& graph,
                                                           size_t max_per_engine);
 
+// cuDNN's kernel cache (CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, cuDNN 9.5 and later): the kernel a
+// runtime-compiled engine compiles for a plan of a dynamic-shape graph, bound again, without
+// compiling, to the same configuration's plans of graphs of that topology at other sizes.
+// Not thread-safe: one build at a time uses it. No plan of the planner uses it: on cuDNN 9.19 its
+// backward-filter plans computed wrong results at other sizes and its forward plans failed to
+// build (ucudnn-engine-probe --kernel-cache, docs/engines.md); the worker's compile helpers
+// (plan_compiler.h) build each size's plan instead.
+class KernelCache {
+ public:
+  // A cache finalized for `graph`'s topology (a dynamic-shape graph); kUnsupported before
+  // cuDNN 9.5 or for a static graph.
+  static Result<std::unique_ptr<KernelCache>> Create(const ConvGraph& graph);
+  cudnnBackendDescriptor_t get() const { return cache_.get(); }
+
+ private:
+  KernelCache() = default;
+  BackendDescriptor cache_;
+};
+
 // An execution plan of one engine configuration on a graph.
 class EnginePlan {
  public:
   // kUnsupported with cuDNN's status when this cuDNN cannot build the configuration for the graph
-  // (another version's identity, a shape the engine does not take).
+  // (another version's identity, a shape the engine does not take). With `kernel_cache` (for a
+  // dynamic-shape graph), a runtime-compiled engine's kernel is taken from it when it holds one
+  // and left there when compiled.
   static Result<std::unique_ptr<EnginePlan>> Build(cudnnHandle_t handle, const ConvGraph& graph,
-                                                   const EngineConfig& config);
+                                                   const EngineConfig& config,
+                                                   const KernelCache* kernel_cache = nullptr);
   // A plan from Serialize()'s text, without compiling: the caller vouches that it is a plan of
   // `graph` built on the same GPU model and cuDNN version (the compiled-plan store's key). cuDNN
   // refuses text it cannot take (kUnsupported or kInvalidArgument with its status).
@@ -164,6 +192,12 @@ Result<std::unique_ptr<EnginePlan>> StoredEnginePlan(cudnnHandle_t handle, const
 // default). The client sets it from ClientConfig::compiled_plan_cache when a handle or shape
 // context starts, the worker from --compiled-plan-cache; the last one set wins.
 void SetCompiledPlanDirectory(const std::string& directory);
+// Process-wide too: a runtime-compiled plan that StoredEnginePlan or SharedEnginePlan does not
+// find in the store is first awaited from `compiler` (which builds it in another process into the
+// store) and loaded, and built here only when it is still not there. Null: none (the default;
+// the client's). CudnnBackend::Prepare queues a problem's plans with it.
+void SetPlanCompiler(std::shared_ptr<PlanCompiler> compiler);
+std::shared_ptr<PlanCompiler> GetPlanCompiler();
 // What the store did in this process.
 struct CompiledPlanCounts {
   uint64_t loaded = 0;         // plans loaded instead of compiled

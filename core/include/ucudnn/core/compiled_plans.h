@@ -52,6 +52,9 @@ class CompiledPlanStore {
   Result<std::string> Load(std::string_view key) const;
   // Writes `key`'s plan, then removes the least recently used plans beyond max_files.
   Status Save(std::string_view key, std::string_view payload) const;
+  // Whether plans can be saved here (the directory made, a file written and removed);
+  // kUnavailable saying why not (a read-only file system, a missing home). Ok for no store.
+  Status CheckWritable() const;
 
  private:
   void RemoveLeastRecentlyUsed() const;

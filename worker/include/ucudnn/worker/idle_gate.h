@@ -108,12 +108,19 @@ class IdleGate : public MeasurementGate {
   // while our own benchmark used the GPU within own_work_quiet.
   bool IdleForClaim();
 
+  // The worker's own other processes (its compile helpers, compile_pool.h), asked at each look:
+  // their GPU work is not another's. Where NVML's pids are not this process's (another pid
+  // namespace) they cannot be told apart and count as others, as the worker itself would.
+  void SetOwnProcesses(std::function<std::vector<uint32_t>()> pids);
+
   std::chrono::milliseconds poll() const { return config_.poll; }  // between looks while paused
   int64_t pauses() const { return pauses_.load(); }                // waits that found the GPU busy
   bool paused() const { return paused_.load(); }                   // waiting right now
 
  private:
   DeviceActivity ToActivity(const Result<GpuActivitySample>& sample);
+  // `sample` without the busy processes that are our own helpers (mu_ held).
+  GpuActivitySample WithoutOwnProcesses(GpuActivitySample sample) const;
   // Look(), asking the probe again only when `fresh` or the last sample is older than
   // config_.look_reuse.
   DeviceActivity LookAt(bool fresh);
@@ -124,6 +131,7 @@ class IdleGate : public MeasurementGate {
   std::mutex mu_;  // one probe call at a time (NVML handles are shared by the gate's users)
   std::optional<Result<GpuActivitySample>> last_sample_;  // under mu_
   std::chrono::steady_clock::time_point last_sample_at_;  // under mu_
+  std::function<std::vector<uint32_t>()> own_pids_;       // under mu_
   bool warned_ = false;
   std::atomic<int64_t> pauses_{0};
   std::atomic<bool> paused_{false};

@@ -47,6 +47,9 @@ struct WorkerOptions {
   double prune_margin = 0.10;
   double skip_factor = 2.0;
   int prepare_threads = 8;  // BenchmarkOptions::prepare_threads
+  // Helper processes that build runtime-compiled cuDNN plans (compile_pool.h); -1: auto
+  // (CompileProcesses); 0: none (the worker builds them itself).
+  int compile_processes = -1;
   // --exhaustive: every configuration at every size with the full protocol (no probe pruning,
   // no skipping across sizes), to compare plans of the pruned search with; overrides
   // --prune-margin and --skip-factor.
