@@ -39,6 +39,21 @@ TEST(WorkerMetricsTest, RendersTheCountersAndEachWorkersJobInHand) {
   EXPECT_THAT(text, HasSubstr("ucudnn_worker_current_job{worker=\"node:1:gpu1\"} 0\n"));
   EXPECT_THAT(
       text, HasSubstr("ucudnn_worker_current_job_configurations_done{worker=\"node:1:gpu1\"} 0\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("compile_helper"))) << "no helpers, no families";
+}
+
+TEST(WorkerMetricsTest, RendersTheCompileHelpers) {
+  DaemonStats stats;
+  stats.compile_helpers = DaemonStats::CompileHelpers{48, 2, 5, 1.5, 3};
+  const std::string text = RenderWorkerMetrics(stats);
+  for (const char* line : {"ucudnn_worker_compile_helper_plans_total{outcome=\"built\"} 48\n",
+                           "ucudnn_worker_compile_helper_plans_total{outcome=\"failed\"} 2\n",
+                           "ucudnn_worker_compile_helper_waits_total 5\n",
+                           "ucudnn_worker_compile_helper_wait_seconds_total 1.5\n",
+                           "# TYPE ucudnn_worker_compile_helpers gauge\n"
+                           "ucudnn_worker_compile_helpers 3\n"}) {
+    EXPECT_THAT(text, HasSubstr(line));
+  }
 }
 
 }  // namespace

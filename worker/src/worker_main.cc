@@ -363,27 +363,36 @@ class StatsSource {
 };
 
 Result<std::unique_ptr<metrics::Endpoint>> StartMetrics(const WorkerOptions& options,
-                                                        const StatsSource& source) {
+                                                        const StatsSource& source,
+                                                        const CompilePool* compile_helpers) {
   const bool ipv6 = options.metrics_host.find(':') != std::string::npos;
   const std::string host = ipv6 ? "[" + options.metrics_host + "]" : options.metrics_host;
   UCUDNN_ASSIGN_OR_RETURN(
-      auto endpoint, metrics::Endpoint::Start(host + ":" + std::to_string(options.metrics_port),
-                                              metrics::MakeCollectable([&source] {
-                                                return CollectWorkerMetrics(source.Get());
-                                              })));
+      auto endpoint,
+      metrics::Endpoint::Start(host + ":" + std::to_string(options.metrics_port),
+                               metrics::MakeCollectable([&source, compile_helpers] {
+                                 DaemonStats stats = source.Get();
+                                 if (compile_helpers != nullptr) {
+                                   const CompilePool::Counts c = compile_helpers->counts();
+                                   stats.compile_helpers = DaemonStats::CompileHelpers{
+                                       c.built, c.failed, c.awaited, c.awaited_s,
+                                       static_cast<int64_t>(compile_helpers->pids().size())};
+                                 }
+                                 return CollectWorkerMetrics(stats);
+                               })));
   spdlog::info("metrics at http://{}:{}/metrics", host, endpoint->port());
   return endpoint;
 }
 
 // The daemon: metrics, the database, then claiming jobs until stopped (or --once is done).
 int RunDaemonMode(const WorkerOptions& options, std::vector<BenchmarkDevice> devices,
-                  StopControl& stop) {
+                  StopControl& stop, const CompilePool* compile_helpers) {
   // The metrics endpoint starts before the database is reachable, so that a probe sees the
   // process alive while it waits; it shows zeros until the daemon exists.
   StatsSource stats_source;
   std::unique_ptr<metrics::Endpoint> metrics_endpoint;
   if (options.metrics_port >= 0) {
-    auto started = StartMetrics(options, stats_source);
+    auto started = StartMetrics(options, stats_source, compile_helpers);
     if (!started.ok()) {
       spdlog::error("{}", started.status().ToString());
       return 1;
@@ -550,7 +559,7 @@ int WorkerMain(int argc, char** argv) {
   WarnAboutTf32Override(*devices);
   const CompilePoolScope compile_helpers{StartCompilePool(options, *devices)};
   if (options.offline) return RunOfflineMode(options, *devices, stop);
-  return RunDaemonMode(options, std::move(devices).value(), stop);
+  return RunDaemonMode(options, std::move(devices).value(), stop, compile_helpers.pool.get());
 }
 
 }  // namespace ucudnn::worker

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,15 @@ struct DaemonStats {
   double last_heartbeat_unix_seconds = 0;  // last heartbeat (or registration) stored; 0: none
   bool schema_too_new = false;    // the database's schema is newer than this binary's: not claiming
   std::vector<SlotStatus> slots;  // in device order
+  // The compile helpers (compile_pool.h), filled in by whoever has them; absent when off.
+  struct CompileHelpers {
+    int64_t plans_built = 0;
+    int64_t plans_failed = 0;
+    int64_t waits = 0;        // benchmark waits for a plan a helper was building
+    double wait_seconds = 0;  // and their time
+    int64_t alive = 0;        // helper processes now
+  };
+  std::optional<CompileHelpers> compile_helpers;
 };
 
 class Daemon {

@@ -14,7 +14,8 @@ namespace ucudnn::worker {
 
 // Every family is named ucudnn_worker_*: jobs claimed/completed/failed/released/abandoned
 // (counters), configurations measured (counter), devices lost, the last heartbeat as a Unix time,
-// and per worker id the job in hand (0 idle) with its configurations done and total. Pure.
+// and per worker id the job in hand (0 idle) with its configurations done and total; the compile
+// helpers' plans, waits and processes when the worker has them. Pure.
 std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& stats);
 // Their text exposition: what GET /metrics answers.
 std::string RenderWorkerMetrics(const DaemonStats& stats);
