@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -458,7 +459,15 @@ int RunCompileHelper(int argc, char** argv) {
     spdlog::error("{}", gpu.status().message());
     return 2;
   }
-  return RunPlanCompileHelper(*gpu, argv[3], stdin, stdout);
+  // The answers get stdout's pipe to themselves: anything else printing to stdout (a cuDNN API
+  // log sent there by CUDNN_LOGDEST_DBG=stdout) goes to stderr, the worker's log.
+  const int answers_fd = dup(STDOUT_FILENO);
+  std::FILE* answers = answers_fd >= 0 ? fdopen(answers_fd, "w") : nullptr;
+  if (answers == nullptr || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    spdlog::error("compile helper: cannot set up its output: {}", std::strerror(errno));
+    return 1;
+  }
+  return RunPlanCompileHelper(*gpu, argv[3], stdin, answers);
 }
 
 // The compile helpers of a cuDNN worker (--compile-processes), serving its first GPU: the plans
