@@ -563,7 +563,8 @@ void PrepareSize(cudnnHandle_t handle, const ConvProblem& problem, int32_t cudnn
     // only of candidates no smaller size ruled out): on an H200 such plans did not build faster
     // on the helper threads (a depthwise backward-filter problem's 8 sizes: 5.2 s spread over 8
     // threads against 4.6 s one after the other for as many), and over 40% of them were for
-    // configurations the probes then skipped.
+    // configurations the probes then skipped. Other processes do compile side by side: the
+    // worker's compile helpers build them (QueueCompiles, plan_compiler.h).
     if (!Measured(c, problem) || c.runtime_compiled) continue;
     EngineConfig config = c.config;
     config.cudnn_version = cudnn_version;
