@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -768,6 +769,13 @@ Result<std::unique_ptr<EnginePlan>> LoadOrBuildPlan(SharedPlans& shared, cudnnHa
     store = shared.store;
     compiler = shared.compiler;
   }
+  // Where a cold benchmark's plan time goes, at debug level (--log-level debug): each plan loaded
+  // from the store, and each runtime-compiled one built here, with its milliseconds.
+  const auto since_ms = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  auto start = std::chrono::steady_clock::now();
   std::string compiled_key;
   if (store != nullptr) {
     Result<std::string> key = CompiledPlanKey(shared, plan_key);
@@ -775,22 +783,33 @@ Result<std::unique_ptr<EnginePlan>> LoadOrBuildPlan(SharedPlans& shared, cudnnHa
       compiled_key = std::move(*key);
       std::unique_ptr<EnginePlan> loaded =
           LoadCompiledPlan(shared, *store, compiled_key, handle, graph);
-      if (loaded != nullptr) return loaded;
+      double waited_ms = 0;
       // Another process may be building it: wait for that rather than compile it twice.
-      if (compiler != nullptr &&
-          compiler->Await({CanonicalKey(graph.problem()), graph.batch(),
-                           graph.beta() == 0.0f ? 0 : 1, EngineConfigKey(config)})) {
-        loaded = LoadCompiledPlan(shared, *store, compiled_key, handle, graph);
-        if (loaded != nullptr) return loaded;
+      if (loaded == nullptr && compiler != nullptr) {
+        const auto wait_start = std::chrono::steady_clock::now();
+        const bool queued =
+            compiler->Await({CanonicalKey(graph.problem()), graph.batch(),
+                             graph.beta() == 0.0f ? 0 : 1, EngineConfigKey(config)});
+        waited_ms = since_ms(wait_start);
+        if (queued) loaded = LoadCompiledPlan(shared, *store, compiled_key, handle, graph);
+      }
+      if (loaded != nullptr) {
+        spdlog::debug(
+            "plan {}: loaded from the store in {:.1f} ms ({:.1f} ms of it waiting for a "
+            "compile helper)",
+            plan_key, since_ms(start), waited_ms);
+        return loaded;
       }
     } else {
       spdlog::debug("no compiled-plan key: {}", key.status().message());
     }
   }
+  start = std::chrono::steady_clock::now();
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<EnginePlan> built,
                           EnginePlan::Build(handle, graph, config));
-  if (built->runtime_compiled() && !compiled_key.empty()) {
-    SaveCompiledPlan(shared, *store, compiled_key, *built);
+  if (built->runtime_compiled()) {
+    spdlog::debug("plan {}: compiled here in {:.1f} ms", plan_key, since_ms(start));
+    if (!compiled_key.empty()) SaveCompiledPlan(shared, *store, compiled_key, *built);
   }
   return built;
 }
