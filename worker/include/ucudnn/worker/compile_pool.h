@@ -7,8 +7,8 @@
 //
 // Helpers start when tasks are queued (up to `processes`), and a helper with nothing to do for
 // `idle_exit` exits, so that its CUDA context does not stay on a GPU that jobs train on. A helper
-// that dies or cannot start fails its task (the benchmark then builds that plan itself); the
-// pool starts another for the next task.
+// that dies fails its task (the benchmark then builds that plan itself) and another takes its
+// place; when a helper cannot be started at all, every plan is left to the benchmark from then on.
 #pragma once
 #include <sys/types.h>
 
