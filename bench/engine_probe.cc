@@ -529,6 +529,25 @@ std::pair<std::unique_ptr<ConvGraph>, double> ProbeOne(CudnnBackend& backend, co
 
 // ---- the kernel cache ---------------------------------------------------------------------------
 
+// cuDNN's kernel cache (CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, cuDNN 9.5 and later), finalized
+// for `graph`'s topology (a dynamic-shape graph).
+Result<BackendDescriptor> MakeKernelCache(const ConvGraph& graph) {
+  if (cudnnGetVersion() < 90500) return Unsupported("kernel caches need cuDNN 9.5 or later");
+  UCUDNN_ASSIGN_OR_RETURN(BackendDescriptor cache,
+                          BackendDescriptor::Create(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR));
+  cudnnBackendDescriptor_t topology = graph.graph();
+  if (const cudnnStatus_t set =
+          cudnnBackendSetAttribute(cache.get(), CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &topology);
+      set != CUDNN_STATUS_SUCCESS) {
+    return Unsupported(std::string("kernel cache's graph: ") + cudnnGetErrorString(set));
+  }
+  if (const cudnnStatus_t done = cudnnBackendFinalize(cache.get()); done != CUDNN_STATUS_SUCCESS) {
+    return Unsupported(std::string("kernel cache: ") + cudnnGetErrorString(done));
+  }
+  return cache;
+}
+
 // One configuration's plan on one graph: build time, median run time (5 runs), or why not.
 struct BuiltAndTimed {
   double build_ms = 0, ms = kNone;
@@ -536,7 +555,7 @@ struct BuiltAndTimed {
 };
 
 BuiltAndTimed BuildAndTime(CudnnBackend& backend, const ConvGraph& graph, const EngineConfig& c,
-                           const KernelCache* cache, const Buffers& b) {
+                           cudnnBackendDescriptor_t cache, const Buffers& b) {
   BuiltAndTimed r;
   const Clock::time_point start = Clock::now();
   auto plan = EnginePlan::Build(backend.handle(), graph, c, cache);
@@ -569,7 +588,7 @@ void ProbeKernelCache(CudnnBackend& backend, const Shape& shape, const Precision
   const ConvProblem p = MakeProblem(shape, op, prec.dt, prec.layout, prec.math);
   Buffers b =
       MakeBuffers(backend, p, *std::max_element(batches.begin(), batches.end()), kWorkspaceCap);
-  std::unique_ptr<KernelCache> cache;
+  BackendDescriptor cache;
   std::string cache_error;
   double static_rtc_build_ms = 0, dynamic_rtc_build_ms = 0, worst_diff = 0;
   std::vector<double> rtc_ratios, other_ratios;
@@ -583,8 +602,8 @@ void ProbeKernelCache(CudnnBackend& backend, const Shape& shape, const Precision
                   (!fixed.ok() ? fixed.status() : dynamic.status()).ToString().c_str());
       return;
     }
-    if (cache == nullptr && cache_error.empty()) {
-      auto made = KernelCache::Create(**dynamic);
+    if (cache.get() == nullptr && cache_error.empty()) {
+      auto made = MakeKernelCache(**dynamic);
       if (made.ok()) {
         cache = std::move(*made);
       } else {

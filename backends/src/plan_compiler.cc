@@ -35,4 +35,13 @@ Result<PlanCompiler::Task> ParseTaskLine(std::string_view line) {
   return task;
 }
 
+bool ReadLine(std::FILE* in, std::string& line) {
+  line.clear();
+  for (int c; (c = std::fgetc(in)) != EOF;) {
+    if (c == '\n') return true;
+    line.push_back(static_cast<char>(c));
+  }
+  return false;
+}
+
 }  // namespace ucudnn

@@ -44,7 +44,8 @@ TEST(WorkerMetricsTest, RendersTheCountersAndEachWorkersJobInHand) {
 
 TEST(WorkerMetricsTest, RendersTheCompileHelpers) {
   DaemonStats stats;
-  stats.compile_helpers = DaemonStats::CompileHelpers{48, 2, 5, 1.5, 3};
+  stats.compile_helpers = CompileHelperCounts{
+      .built = 48, .failed = 2, .helpers_started = 7, .alive = 3, .awaited = 5, .awaited_s = 1.5};
   const std::string text = RenderWorkerMetrics(stats);
   for (const char* line : {"ucudnn_worker_compile_helper_plans_total{outcome=\"built\"} 48\n",
                            "ucudnn_worker_compile_helper_plans_total{outcome=\"failed\"} 2\n",

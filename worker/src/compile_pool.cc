@@ -1,15 +1,14 @@
 #include "ucudnn/worker/compile_pool.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -27,67 +26,59 @@ using Clock = std::chrono::steady_clock;
 // not built again. Forgotten wholesale past this many (a worker runs for days).
 constexpr size_t kMaxFinished = 4096;
 
-// A helper process, its input and output as streams.
+// A helper process and our end of the socket that is its stdin and stdout. Written with
+// send(MSG_NOSIGNAL): a helper that died fails the write instead of raising SIGPIPE in the worker.
 struct Helper {
   pid_t pid = -1;
-  std::FILE* to = nullptr;
-  std::FILE* from = nullptr;
+  std::FILE* from = nullptr;  // our end, read line by line
 };
 
 Result<Helper> Spawn(const std::vector<std::string>& command) {
   if (command.empty()) return InvalidArgument("compile helper: no command");
-  int in[2] = {-1, -1}, out[2] = {-1, -1};
-  // Close-on-exec: another thread's helper must not inherit this one's pipes.
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-    const std::string why = std::strerror(errno);
-    for (int fd : {in[0], in[1], out[0], out[1]}) {
-      if (fd >= 0) close(fd);
-    }
-    return Unavailable("compile helper: pipe: " + why);
+  int ends[2] = {-1, -1};
+  // Close-on-exec: another thread's helper must not inherit this one's socket.
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
+    return Unavailable(std::string("compile helper: socketpair: ") + std::strerror(errno));
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, ends[1], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, ends[1], STDOUT_FILENO);
   std::vector<char*> argv;
   for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   Helper helper;
   const int spawned = posix_spawn(&helper.pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  close(in[0]);
-  close(out[1]);
+  close(ends[1]);
   if (spawned != 0) {
-    close(in[1]);
-    close(out[0]);
+    close(ends[0]);
     return Unavailable("compile helper: cannot start " + command[0] + ": " +
                        std::strerror(spawned));
   }
-  helper.to = fdopen(in[1], "w");
-  helper.from = fdopen(out[0], "r");
-  if (helper.to == nullptr || helper.from == nullptr) {
-    // Unreachable in practice (fdopen of a fresh pipe); the helper exits at the closed input.
-    if (helper.to == nullptr) close(in[1]);
-    if (helper.from == nullptr) close(out[0]);
+  helper.from = fdopen(ends[0], "r");
+  if (helper.from == nullptr) {
+    close(ends[0]);  // the helper exits at the end of its input
     return Unavailable("compile helper: fdopen failed");
   }
   return helper;
 }
 
-// One answer line (without its newline); false when the helper is gone.
-bool ReadLine(std::FILE* from, std::string& line) {
-  line.clear();
-  for (int c; (c = std::fgetc(from)) != EOF;) {
-    if (c == '\n') return true;
-    line.push_back(static_cast<char>(c));
+bool SendLine(const Helper& helper, const std::string& line) {
+  const int fd = fileno(helper.from);
+  for (size_t sent = 0; sent < line.size();) {
+    const ssize_t n = send(fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    sent += static_cast<size_t>(n);
   }
-  return false;
+  return true;
 }
 
-// Closes the helper's input (it exits at its end) and output, and reaps it.
+// Ends the helper's input (it exits at its end), closes our end and reaps it.
 void Finish(Helper& helper) {
-  if (helper.to != nullptr) std::fclose(helper.to);
-  if (helper.from != nullptr) std::fclose(helper.from);
+  shutdown(fileno(helper.from), SHUT_WR);
+  std::fclose(helper.from);
   int status = 0;
   while (waitpid(helper.pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -121,10 +112,7 @@ std::optional<uint64_t> CgroupMemoryLimit() {
   return std::nullopt;
 }
 
-CompilePool::CompilePool(CompilePoolConfig config) : config_(std::move(config)) {
-  // A helper that dies leaves a closed pipe: writing to it must fail, not kill the worker.
-  std::signal(SIGPIPE, SIG_IGN);
-}
+CompilePool::CompilePool(CompilePoolConfig config) : config_(std::move(config)) {}
 
 CompilePool::~CompilePool() {
   std::list<Slot> slots;
@@ -145,9 +133,7 @@ void CompilePool::Queue(const std::vector<Task>& tasks) {
   if (unavailable_ || stopping_) return;
   for (const Task& task : tasks) {
     std::string key = task.Key();
-    if (states_.count(key) > 0) continue;
-    tasks_.emplace(key, task);
-    states_.emplace(key, State::kQueued);
+    if (!entries_.try_emplace(key, Entry{task, State::kQueued}).second) continue;
     queue_.push_back(std::move(key));
   }
   EnsureHelpersLocked();
@@ -157,9 +143,9 @@ void CompilePool::Queue(const std::vector<Task>& tasks) {
 bool CompilePool::Await(const Task& task) {
   const std::string key = task.Key();
   std::unique_lock lock(mu_);
-  auto it = states_.find(key);
-  if (it == states_.end()) return finished_.count(key) > 0;
-  if (it->second == State::kQueued) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return finished_.count(key) > 0;
+  if (it->second.state == State::kQueued) {
     // The benchmark needs it now: ahead of the plans of later sizes.
     queue_.erase(std::find(queue_.begin(), queue_.end(), key));
     queue_.push_front(key);
@@ -169,7 +155,7 @@ bool CompilePool::Await(const Task& task) {
   const Clock::time_point start = Clock::now();
   ++counts_.awaited;
   done_.wait_for(lock, config_.await_timeout, [&] {
-    return stopping_ || unavailable_ || states_.count(key) == 0 || serving_ == 0;
+    return stopping_ || unavailable_ || entries_.count(key) == 0 || serving_ == 0;
   });
   counts_.awaited_s += std::chrono::duration<double>(Clock::now() - start).count();
   return true;
@@ -177,7 +163,9 @@ bool CompilePool::Await(const Task& task) {
 
 CompilePool::Counts CompilePool::counts() const {
   std::lock_guard lock(mu_);
-  return counts_;
+  Counts counts = counts_;
+  counts.alive = static_cast<int64_t>(pids_.size());
+  return counts;
 }
 
 std::vector<uint32_t> CompilePool::pids() const {
@@ -224,15 +212,14 @@ void CompilePool::Serve(Slot* slot) {
     if (stopping_ || !has_work) break;
     const std::string key = queue_.front();
     queue_.pop_front();
-    states_[key] = State::kRunning;
-    const std::string line = TaskLine(tasks_.at(key)) + "\n";
+    Entry& entry = entries_.at(key);
+    entry.state = State::kRunning;
+    const std::string line = TaskLine(entry.task) + "\n";
     lock.unlock();
     std::string answer;
-    const bool alive = std::fputs(line.c_str(), helper.to) != EOF && std::fflush(helper.to) == 0 &&
-                       ReadLine(helper.from, answer);
+    const bool alive = SendLine(helper, line) && ReadLine(helper.from, answer);
     lock.lock();
-    tasks_.erase(key);
-    states_.erase(key);
+    entries_.erase(key);
     if (finished_.size() >= kMaxFinished) finished_.clear();
     finished_.insert(key);
     if (answer == "ok") {
@@ -242,7 +229,7 @@ void CompilePool::Serve(Slot* slot) {
       if (alive) spdlog::debug("compile helper {}: {}: {}", helper.pid, key, answer);
     }
     done_.notify_all();
-    if (states_.empty()) {
+    if (entries_.empty()) {
       // All queued plans done: what the helpers did for this batch of work.
       spdlog::info(
           "compile helpers: {} plans built, {} failed; the benchmark waited {} times, {:.1f} s",

@@ -369,18 +369,14 @@ Result<std::unique_ptr<metrics::Endpoint>> StartMetrics(const WorkerOptions& opt
   const bool ipv6 = options.metrics_host.find(':') != std::string::npos;
   const std::string host = ipv6 ? "[" + options.metrics_host + "]" : options.metrics_host;
   UCUDNN_ASSIGN_OR_RETURN(
-      auto endpoint,
-      metrics::Endpoint::Start(host + ":" + std::to_string(options.metrics_port),
-                               metrics::MakeCollectable([&source, compile_helpers] {
-                                 DaemonStats stats = source.Get();
-                                 if (compile_helpers != nullptr) {
-                                   const CompilePool::Counts c = compile_helpers->counts();
-                                   stats.compile_helpers = DaemonStats::CompileHelpers{
-                                       c.built, c.failed, c.awaited, c.awaited_s,
-                                       static_cast<int64_t>(compile_helpers->pids().size())};
-                                 }
-                                 return CollectWorkerMetrics(stats);
-                               })));
+      auto endpoint, metrics::Endpoint::Start(host + ":" + std::to_string(options.metrics_port),
+                                              metrics::MakeCollectable([&source, compile_helpers] {
+                                                DaemonStats stats = source.Get();
+                                                if (compile_helpers != nullptr) {
+                                                  stats.compile_helpers = compile_helpers->counts();
+                                                }
+                                                return CollectWorkerMetrics(stats);
+                                              })));
   spdlog::info("metrics at http://{}:{}/metrics", host, endpoint->port());
   return endpoint;
 }
@@ -475,7 +471,7 @@ int RunCompileHelper(int argc, char** argv) {
 // only where all are of one model. Null when off.
 std::shared_ptr<CompilePool> StartCompilePool(const WorkerOptions& options,
                                               std::vector<BenchmarkDevice>& devices) {
-  if (options.backend == "cpu" || devices.empty() || !BuildHasCudnn()) return nullptr;
+  if (options.backend == "cpu" || devices.empty()) return nullptr;
   const int processes =
       CompileProcesses(options.compile_processes,
                        static_cast<int>(std::thread::hardware_concurrency()), CgroupMemoryLimit());

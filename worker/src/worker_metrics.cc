@@ -54,21 +54,21 @@ std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& st
     total.Add(labels).Set(static_cast<double>(slot.job_id != 0 ? slot.configurations_total : 0));
   }
   if (stats.compile_helpers.has_value()) {
-    const DaemonStats::CompileHelpers& h = *stats.compile_helpers;
+    const CompileHelperCounts& h = *stats.compile_helpers;
     auto& plans = metrics::AddCounter(
         registry, "ucudnn_worker_compile_helper_plans_total",
         "Runtime-compiled cuDNN plans the compile helpers built into the compiled-plan store, by "
         "outcome (built, failed: then the benchmark built it itself)");
-    plans.Add({{"outcome", "built"}}).Increment(static_cast<double>(h.plans_built));
-    plans.Add({{"outcome", "failed"}}).Increment(static_cast<double>(h.plans_failed));
+    plans.Add({{"outcome", "built"}}).Increment(static_cast<double>(h.built));
+    plans.Add({{"outcome", "failed"}}).Increment(static_cast<double>(h.failed));
     metrics::AddCounter(registry, "ucudnn_worker_compile_helper_waits_total",
                         "Times a benchmark waited for a plan a compile helper was building")
         .Add({})
-        .Increment(static_cast<double>(h.waits));
+        .Increment(static_cast<double>(h.awaited));
     metrics::AddCounter(registry, "ucudnn_worker_compile_helper_wait_seconds_total",
                         "Time benchmarks waited for compile helpers")
         .Add({})
-        .Increment(h.wait_seconds);
+        .Increment(h.awaited_s);
     metrics::AddGauge(registry, "ucudnn_worker_compile_helpers",
                       "Compile helper processes alive (each holds a CUDA context on the GPU)")
         .Add({})

@@ -376,22 +376,6 @@ Result<std::unique_ptr<ConvGraph>> ConvGraph::Build(cudnnHandle_t handle, const 
   return g;
 }
 
-// ---- KernelCache
-// ---------------------------------------------------------------------------------
-
-Result<std::unique_ptr<KernelCache>> KernelCache::Create(const ConvGraph& graph) {
-  if (cudnnGetVersion() < 90500) return Unsupported("kernel caches need cuDNN 9.5 or later");
-  if (!graph.dynamic_shape()) return Unsupported("a kernel cache needs a dynamic-shape graph");
-  std::unique_ptr<KernelCache> cache(new KernelCache());
-  UCUDNN_ASSIGN_OR_RETURN(cache->cache_,
-                          BackendDescriptor::Create(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR));
-  cudnnBackendDescriptor_t topology = graph.graph();
-  UCUDNN_RETURN_IF_ERROR(Set(cache->cache_.get(), CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH,
-                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &topology));
-  UCUDNN_RETURN_IF_ERROR(Finalize(cache->cache_.get()));
-  return cache;
-}
-
 // ---- Candidates
 // ----------------------------------------------------------------------------------
 
@@ -524,7 +508,7 @@ Result<std::vector<EngineCandidate>> ExhaustiveCandidates(const ConvGraph& graph
 
 Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, const ConvGraph& graph,
                                                       const EngineConfig& config,
-                                                      const KernelCache* kernel_cache) {
+                                                      cudnnBackendDescriptor_t kernel_cache) {
   if (handle == nullptr) return InvalidArgument("handle: must not be null");
   UCUDNN_RETURN_IF_ERROR(CheckEngineConfigVersion(config, static_cast<int32_t>(cudnnGetVersion())));
   std::unique_ptr<EnginePlan> plan(new EnginePlan());
@@ -564,9 +548,8 @@ Result<std::unique_ptr<EnginePlan>> EnginePlan::Build(cudnnHandle_t handle, cons
   UCUDNN_RETURN_IF_ERROR(
       SetDescriptor(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, plan->config_));
   if (kernel_cache != nullptr && plan->runtime_compiled_) {
-    cudnnBackendDescriptor_t cache = kernel_cache->get();
     UCUDNN_RETURN_IF_ERROR(Set(plan->plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cache));
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &kernel_cache));
   }
   UCUDNN_RETURN_IF_ERROR(Finalize(plan->plan_.get()));
   UCUDNN_RETURN_IF_ERROR(plan->ReadWorkspace());

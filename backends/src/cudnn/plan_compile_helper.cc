@@ -39,16 +39,10 @@ int RunPlanCompileHelper(int gpu, const std::string& directory, std::FILE* in, s
     return 1;
   }
   SetCompiledPlanDirectory(directory);
-  std::string line;
-  for (int c; (c = std::fgetc(in)) != EOF;) {
-    if (c != '\n') {
-      line.push_back(static_cast<char>(c));
-      continue;
-    }
+  for (std::string line; ReadLine(in, line);) {
     const Status built = Compile(**backend, line);
     const std::string answer = built.ok() ? "ok\n" : "error: " + built.ToString() + "\n";
     if (std::fputs(answer.c_str(), out) == EOF || std::fflush(out) != 0) return 0;  // pool gone
-    line.clear();
   }
   return 0;
 }

@@ -52,8 +52,9 @@ int64_t SampleAlignment(const ConvProblem& problem);
 // The convolution of `problem` at micro-batch `batch` as a one-operation graph, with alpha = 1
 // and the given beta (0: overwrite, 1: accumulate, as backward-filter's later micro-batches do),
 // on `handle`'s device. `dynamic_shape` declares it a graph of dynamic shape
-// (CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, cuDNN 9.4 and later): what lets a
-// KernelCache give a runtime-compiled engine's kernel to the same graph at other sizes.
+// (CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, cuDNN 9.4 and later): what lets a kernel
+// cache (EnginePlan::Build) give a runtime-compiled engine's kernel to the same graph at other
+// sizes.
 class ConvGraph {
  public:
   static Result<std::unique_ptr<ConvGraph>> Build(cudnnHandle_t handle, const ConvProblem& problem,
@@ -105,35 +106,20 @@ Result<std::vector<EngineCandidate>> HeuristicCandidates(const ConvGraph& graph)
 Result<std::vector<EngineCandidate>> ExhaustiveCandidates(const ConvGraph& graph,
                                                           size_t max_per_engine);
 
-// cuDNN's kernel cache (CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, cuDNN 9.5 and later): the kernel a
-// runtime-compiled engine compiles for a plan of a dynamic-shape graph, bound again, without
-// compiling, to the same configuration's plans of graphs of that topology at other sizes.
-// Not thread-safe: one build at a time uses it. No plan of the planner uses it: on cuDNN 9.19 its
-// backward-filter plans computed wrong results at other sizes and its forward plans failed to
-// build (ucudnn-engine-probe --kernel-cache, docs/engines.md); the worker's compile helpers
-// (plan_compiler.h) build each size's plan instead.
-class KernelCache {
- public:
-  // A cache finalized for `graph`'s topology (a dynamic-shape graph); kUnsupported before
-  // cuDNN 9.5 or for a static graph.
-  static Result<std::unique_ptr<KernelCache>> Create(const ConvGraph& graph);
-  cudnnBackendDescriptor_t get() const { return cache_.get(); }
-
- private:
-  KernelCache() = default;
-  BackendDescriptor cache_;
-};
-
 // An execution plan of one engine configuration on a graph.
 class EnginePlan {
  public:
   // kUnsupported with cuDNN's status when this cuDNN cannot build the configuration for the graph
-  // (another version's identity, a shape the engine does not take). With `kernel_cache` (for a
-  // dynamic-shape graph), a runtime-compiled engine's kernel is taken from it when it holds one
-  // and left there when compiled.
+  // (another version's identity, a shape the engine does not take). With `kernel_cache` (a
+  // finalized CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR, for a dynamic-shape graph), a
+  // runtime-compiled engine's kernel is taken from it when it holds one and left there when
+  // compiled. No plan of the planner uses one: on cuDNN 9.19 its backward-filter plans computed
+  // wrong results at other sizes and its forward plans failed to build (ucudnn-engine-probe
+  // --kernel-cache, docs/engines.md); the worker's compile helpers (plan_compiler.h) build each
+  // size's plan instead.
   static Result<std::unique_ptr<EnginePlan>> Build(cudnnHandle_t handle, const ConvGraph& graph,
                                                    const EngineConfig& config,
-                                                   const KernelCache* kernel_cache = nullptr);
+                                                   cudnnBackendDescriptor_t kernel_cache = nullptr);
   // A plan from Serialize()'s text, without compiling: the caller vouches that it is a plan of
   // `graph` built on the same GPU model and cuDNN version (the compiled-plan store's key). cuDNN
   // refuses text it cannot take (kUnsupported or kInvalidArgument with its status).

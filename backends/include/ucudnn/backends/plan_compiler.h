@@ -45,6 +45,8 @@ class PlanCompiler {
 // line with one line: "ok", or "error: " and why.
 std::string TaskLine(const PlanCompiler::Task& task);
 Result<PlanCompiler::Task> ParseTaskLine(std::string_view line);
+// One line of the protocol from `in`, without its newline; false at the end of the stream.
+bool ReadLine(std::FILE* in, std::string& line);
 
 // The compile helper's side (ucudnn-worker --compile-helper GPU DIRECTORY): on GPU `gpu`, with the
 // compiled-plan store in `directory`, builds each task read from `in` into the store (answering

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ucudnn/backends/plan_compiler.h"
+#include "ucudnn/worker/compile_helper_counts.h"
 
 namespace ucudnn::worker {
 
@@ -58,19 +59,17 @@ class CompilePool final : public PlanCompiler {
   void Queue(const std::vector<Task>& tasks) override;
   bool Await(const Task& task) override;
 
-  struct Counts {
-    int64_t built = 0;            // tasks a helper answered "ok"
-    int64_t failed = 0;           // answered with an error, or lost with their helper
-    int64_t helpers_started = 0;  // processes started
-    int64_t awaited = 0;          // Await() calls that found their task queued or running
-    double awaited_s = 0;         // and the time they waited
-  };
+  using Counts = CompileHelperCounts;
   Counts counts() const;
   // The helper processes alive (the idle gate's own processes: IdleGate::SetOwnProcesses).
   std::vector<uint32_t> pids() const;
 
  private:
-  enum class State { kQueued, kRunning };  // done tasks leave the maps
+  enum class State { kQueued, kRunning };  // done tasks leave entries_
+  struct Entry {
+    Task task;
+    State state;
+  };
   struct Slot {
     std::thread thread;
     bool finished = false;  // its last act under mu_: then it only returns
@@ -83,8 +82,7 @@ class CompilePool final : public PlanCompiler {
   std::condition_variable work_;  // a task queued, or stopping
   std::condition_variable done_;  // a task done, or a helper gone
   std::deque<std::string> queue_;
-  std::map<std::string, Task> tasks_;
-  std::map<std::string, State> states_;
+  std::map<std::string, Entry> entries_;  // by Task::Key()
   std::set<std::string> finished_;  // keys of done tasks (bounded): Await() says true for them
   int serving_ = 0;                 // helper threads alive
   bool stopping_ = false;

@@ -20,6 +20,7 @@
 #include "ucudnn/core/status.h"
 #include "ucudnn/engine/benchmark.h"
 #include "ucudnn/store/store.h"
+#include "ucudnn/worker/compile_helper_counts.h"
 #include "ucudnn/worker/idle_gate.h"
 
 namespace ucudnn::worker {
@@ -88,14 +89,7 @@ struct DaemonStats {
   bool schema_too_new = false;    // the database's schema is newer than this binary's: not claiming
   std::vector<SlotStatus> slots;  // in device order
   // The compile helpers (compile_pool.h), filled in by whoever has them; absent when off.
-  struct CompileHelpers {
-    int64_t plans_built = 0;
-    int64_t plans_failed = 0;
-    int64_t waits = 0;        // benchmark waits for a plan a helper was building
-    double wait_seconds = 0;  // and their time
-    int64_t alive = 0;        // helper processes now
-  };
-  std::optional<CompileHelpers> compile_helpers;
+  std::optional<CompileHelperCounts> compile_helpers;
 };
 
 class Daemon {
