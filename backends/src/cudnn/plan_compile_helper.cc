@@ -18,11 +18,14 @@ Status Compile(CudnnBackend& backend, const std::string& line) {
   UCUDNN_ASSIGN_OR_RETURN(const ConvProblem problem, ParseCanonicalKey(task.problem_key));
   UCUDNN_ASSIGN_OR_RETURN(EngineConfig config, ParseEngineConfigKey(task.config_key));
   config.cudnn_version = static_cast<int32_t>(backend.fingerprint().cudnn_version);
+  // The task's beta: a backward filter's accumulating plan (beta 1) is another graph and plan
+  // than its overwriting one, stored under its own key.
+  const float beta = task.beta == 0 ? 0.0f : 1.0f;
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
-                          ConvGraph::Build(backend.handle(), problem, task.batch));
+                          ConvGraph::Build(backend.handle(), problem, task.batch, beta));
   UCUDNN_ASSIGN_OR_RETURN(
       std::unique_ptr<EnginePlan> plan,
-      StoredEnginePlan(backend.handle(), *graph, problem, task.batch, 0.0f, config));
+      StoredEnginePlan(backend.handle(), *graph, problem, task.batch, beta, config));
   return Status::Ok();
 }
 
