@@ -4,6 +4,13 @@ JSON: the offline benchmark's seconds pruned and exhaustive, each model's time t
 cluster, and native jobs' steps with the idle-gated worker running and stopped.
 
     python3 bench/worker_search.py collect --runs-dir DIR --out search.json
+    python3 bench/worker_search.py plans --search A.timings.csv.gz --reference B.timings.csv.gz
+
+`plans` compares two searches of the same problems (gpu_search.sh --know writes each run's
+timings): per workspace limit, every problem's plan from each table (the fastest composition of
+micro-batches, each size's fastest configuration within the limit, dp.h's model), both timed with
+the reference table's medians, summed over the problems. A plan entry the reference did not
+measure keeps the search's own time (counted in "entries_not_in_reference").
 
 No PyTorch and no GPU needed: it reads what the runs wrote.
 
@@ -16,7 +23,9 @@ the problems, from its summary lines)}], "gate": {"jobs": [{"job", "worker", "me
 "with_over_without"}}."""
 
 import argparse
+import csv
 import glob
+import gzip
 import json
 import os
 import re
@@ -153,14 +162,98 @@ def collect(args):
     return 0
 
 
+def read_timings(path):
+    """{problem: {micro_batch: [(algo, ms, workspace)]}} of a timings CSV (stack_timings_csv's,
+    gzipped or not): the ok entries of the search's own configurations (not PyTorch's, -2)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    tables = {}
+    with opener(path, "rt", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["status"] != "ok" or row["algo"] == "-2":
+                continue
+            sizes = tables.setdefault(row["canonical_key"], {})
+            sizes.setdefault(int(row["micro_batch"]), []).append(
+                (row["algo"], float(row["time_ms"]), int(row["workspace_bytes"])))
+    return tables
+
+
+def plan(sizes, limit):
+    """The fastest composition of the problem's largest micro-batch from the sizes measured, each
+    size at its fastest configuration within `limit` bytes: [(micro_batch, algo, ms)], or None."""
+    best = {}
+    for size, entries in sizes.items():
+        fitting = [(ms, algo) for algo, ms, workspace in entries if workspace <= limit]
+        if fitting:
+            best[size] = min(fitting)
+    if not best:
+        return None
+    total = max(sizes)
+    cost = [0.0] + [float("inf")] * total
+    choice = [None] * (total + 1)
+    for n in range(1, total + 1):
+        for size, (ms, _) in best.items():
+            if size <= n and cost[n - size] + ms < cost[n]:
+                cost[n], choice[n] = cost[n - size] + ms, size
+    if cost[total] == float("inf"):
+        return None
+    pieces, n = [], total
+    while n > 0:
+        size = choice[n]
+        pieces.append((size, best[size][1], best[size][0]))
+        n -= size
+    return pieces
+
+
+def compare_plans(search, reference, limits):
+    """Per limit, the summed plan times of the problems both tables hold, each plan timed with
+    the reference's medians: {"limit_bytes", "problems", "search_plans_ms", "reference_plans_ms",
+    "search_vs_reference", "entries_not_in_reference"}."""
+    rows = []
+    for limit in limits:
+        search_ms = reference_ms = 0.0
+        problems = missing = 0
+        for problem in sorted(set(search) & set(reference)):
+            ours, theirs = plan(search[problem], limit), plan(reference[problem], limit)
+            if ours is None or theirs is None:
+                continue
+            measured = {(size, algo): ms for size, entries in reference[problem].items()
+                        for algo, ms, _ in entries}
+            problems += 1
+            reference_ms += sum(ms for _, _, ms in theirs)
+            for size, algo, ms in ours:
+                if (size, algo) not in measured:
+                    missing += 1
+                search_ms += measured.get((size, algo), ms)
+        rows.append({"limit_bytes": limit, "problems": problems,
+                     "search_plans_ms": round(search_ms, 4),
+                     "reference_plans_ms": round(reference_ms, 4),
+                     "search_vs_reference": round(search_ms / reference_ms - 1, 5)
+                     if reference_ms else None,
+                     "entries_not_in_reference": missing})
+    return rows
+
+
+def plans(args):
+    rows = compare_plans(read_timings(args.search), read_timings(args.reference),
+                         [int(limit) << 20 for limit in args.limits_mib])
+    print(json.dumps({"search": args.search, "reference": args.reference, "plans": rows},
+                     indent=1))
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="gather gpu_search.sh's runs into one JSON")
     c.add_argument("--runs-dir", required=True)
     c.add_argument("--out", required=True)
+    p = sub.add_parser("plans", help="two searches' plans, timed with the reference's medians")
+    p.add_argument("--search", required=True, help="timings CSV of the search judged")
+    p.add_argument("--reference", required=True, help="timings CSV of the search compared with")
+    p.add_argument("--limits-mib", type=int, nargs="+", default=[1, 8, 64, 1024],
+                   help="workspace limits, MiB")
     args = parser.parse_args(argv)
-    return collect(args)
+    return collect(args) if args.command == "collect" else plans(args)
 
 
 if __name__ == "__main__":

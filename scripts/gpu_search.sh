@@ -114,6 +114,7 @@ for row in "${know_rows[@]}"; do
     sleep 1
   done
   stack_summary "$runs/know_$tag.summary.json"
+  stack_timings_csv "$runs/know_$tag.timings.csv.gz"
   cp "$work/worker.log" "$runs/know_$tag.worker.log"
   stack_stop
   collect

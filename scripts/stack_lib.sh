@@ -143,6 +143,17 @@ stack_jobs_in() {
   "$pg_bin/psql" -tA "$stack_db_url" -c "SELECT count(*) FROM jobs WHERE state IN ($1)"
 }
 
+# The stack's timings as gzipped CSV into $1 (problem key, micro-batch, algorithm or engine
+# configuration, status, median ms, workspace bytes, error): what a search stored, for comparing
+# the plans of two searches offline (bench/worker_search.py plans).
+stack_timings_csv() {
+  "$pg_bin/psql" -q "$stack_db_url" -c "COPY (SELECT p.canonical_key, t.micro_batch,
+      CASE WHEN t.engine_config = '' THEN t.algo::text ELSE t.engine_config END AS algo,
+      t.status, t.time_ms, t.workspace_bytes, t.error
+      FROM timings t JOIN problems p ON p.id = t.problem_id
+      ORDER BY p.canonical_key, t.micro_batch, algo) TO STDOUT WITH CSV HEADER" | gzip -6 >"$1"
+}
+
 # What the stack's worker did, as one JSON object into $1: benchmark jobs (done, failed, still
 # queued), the worker's busy seconds (the sum of its jobs' run times) and the span from the first
 # job queued to the last one done, timings stored (ok, failed) and the configurations blocked for

@@ -91,3 +91,42 @@ class CollectTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PlansTest(unittest.TestCase):
+    """`plans`: two searches' plans of the same problems, timed with the reference's medians."""
+
+    def write_csv(self, directory, name, rows):
+        path = os.path.join(directory, name)
+        with open(path, "w") as f:
+            f.write("canonical_key,micro_batch,algo,status,time_ms,workspace_bytes,error\n")
+            for problem, size, algo, ms, workspace in rows:
+                f.write(f"{problem},{size},{algo},ok,{ms},{workspace},\n")
+        return path
+
+    def test_a_plan_is_timed_with_the_reference_medians(self):
+        reference = [("p", 1, "a", 1.0, 0), ("p", 2, "a", 1.5, 0), ("p", 4, "a", 4.0, 0),
+                     ("p", 4, "big", 2.0, 1 << 30), ("p", 4, "wide", 2.5, 2 << 20)]
+        # The search left out "wide" at 4 and measured "a" a little faster there: its plan under
+        # 8 MiB is two micro-batches of 2 (3.0 ms by either table), where the reference's is
+        # "wide" at 4 (2.5 ms).
+        search = [row for row in reference if row[2] != "wide"] + [("q", 1, "a", 1.0, 0)]
+        search[1] = ("p", 2, "a", 1.4, 0)
+        with tempfile.TemporaryDirectory() as d:
+            ours = worker_search.read_timings(self.write_csv(d, "s.csv", search))
+            theirs = worker_search.read_timings(self.write_csv(d, "r.csv", reference))
+        rows = worker_search.compare_plans(ours, theirs, [8 << 20, 1 << 30])
+        self.assertEqual(rows[0]["problems"], 1)  # "q" is not in the reference
+        self.assertEqual(rows[0]["reference_plans_ms"], 2.5)
+        self.assertEqual(rows[0]["search_plans_ms"], 3.0)  # 2 x 1.5, the reference's median
+        self.assertAlmostEqual(rows[0]["search_vs_reference"], 0.2)
+        # Under 1 GiB both plans run "big" at 4.
+        self.assertEqual(rows[1]["search_vs_reference"], 0.0)
+        self.assertEqual(rows[1]["entries_not_in_reference"], 0)
+
+    def test_a_plan_composes_the_sizes_measured(self):
+        sizes = {1: [("a", 1.0, 0)], 2: [("a", 3.0, 0)], 4: [("a", 3.5, 0)]}
+        self.assertEqual(worker_search.plan(sizes, 0), [(4, "a", 3.5)])
+        sizes[4] = [("a", 4.5, 0)]
+        self.assertEqual(sorted(worker_search.plan(sizes, 0)), [(1, "a", 1.0)] * 4)
+        self.assertIsNone(worker_search.plan({1: [("a", 1.0, 1 << 20)]}, 0))
