@@ -171,6 +171,11 @@ int RunsPerSample(double run_ms, const BenchmarkOptions& o, double target_ms) {
 // 0.2 ms (their median), and pruning on them made plans 4.8% slower than the exhaustive search's.
 constexpr double kWarmProbeMs = 1.0;
 
+// BenchmarkOptions::split_skip_factor takes only probes at least this long as a configuration's
+// time: short probes read high (1.28x the measured time below 0.2 ms on an H200, above), and a
+// run that high would skip the configuration where it wins.
+constexpr double kSplitSkipMinProbeMs = 0.5;
+
 struct Measurement {
   std::vector<double> samples;
   int group = 1;  // runs per sample
@@ -270,6 +275,9 @@ Status Validate(const BenchmarkOptions& o) {
   if (!(o.short_run_ms >= 0)) return InvalidArgument("short_run_ms: must be >= 0");
   if (std::isnan(o.prune_margin)) return InvalidArgument("prune_margin: must be a number");
   if (std::isnan(o.skip_factor)) return InvalidArgument("skip_factor: must be a number");
+  if (std::isnan(o.split_skip_factor)) {
+    return InvalidArgument("split_skip_factor: must be a number");
+  }
   if (!(o.group_target_ms > 0)) return InvalidArgument("group_target_ms: must be positive");
   if (!(o.probe_group_target_ms > 0)) {
     return InvalidArgument("probe_group_target_ms: must be positive");
@@ -772,6 +780,10 @@ class TableBenchmark {
   const std::string* RuledOut(const std::string& id, int64_t micro_batch) const {
     if (auto it = skip_next_.find(id); it != skip_next_.end()) return &it->second;
     if (auto it = skip_larger_.find(id); it != skip_larger_.end()) return &it->second;
+    if (auto it = split_skip_.find(id);
+        it != split_skip_.end() && micro_batch <= it->second.until) {
+      return &it->second.why;
+    }
     if (options_.prior != nullptr && micro_batch >= kPriorFromMicroBatch) {
       if (auto it = options_.prior->find(id); it != options_.prior->end()) return &it->second;
     }
@@ -805,12 +817,56 @@ class TableBenchmark {
             break;
           }
         }
+        DecideSplitSkip(i);
         std::string saturated =
             SaturationReason(t, probe_ms_[i], history, fastest, options_.skip_factor);
         if (!saturated.empty()) skip_larger_[id] = std::move(saturated);
       }
       history[t.micro_batch] = probe_ms_[i];
     }
+  }
+
+  // BenchmarkOptions::split_skip_factor, after entry i's probe (the probes of its size and the
+  // sizes before are in probe_ms_): the larger sizes where micro-batches of an earlier size's
+  // fastest configuration, with at most i's workspace, cover the samples in less than
+  // 1/split_skip_factor of i's probe. A larger micro-batch takes at least as long as a smaller
+  // one, so i cannot beat that split there, and a plan would take the split.
+  void DecideSplitSkip(size_t i) {
+    const Timing& t = table_.entries[i];
+    const double probe_ms = probe_ms_[i];
+    if (options_.split_skip_factor <= 0 || problem_.groups == 1 ||
+        probe_ms < kSplitSkipMinProbeMs) {
+      return;
+    }
+    int64_t until = 0;
+    std::string why;
+    for (const auto& [first, last] : size_ranges_) {
+      if (table_.entries[first].micro_batch > t.micro_batch) break;
+      size_t best = last;
+      for (size_t j = first; j < last; ++j) {
+        if (probe_ms_[j] >= 0 && table_.entries[j].workspace_bytes <= t.workspace_bytes &&
+            (best == last || probe_ms_[j] < probe_ms_[best])) {
+          best = j;
+        }
+      }
+      if (best == last) continue;
+      const Timing& split = table_.entries[best];
+      // The most samples micro-batches of split.micro_batch cover in probe_ms / factor.
+      const double samples = static_cast<double>(split.micro_batch) * probe_ms /
+                             (options_.split_skip_factor * probe_ms_[best]);
+      if (samples >= static_cast<double>(std::max(until, t.micro_batch + 1))) {
+        until = static_cast<int64_t>(samples);
+        why =
+            "not measured: " + FormatRatio(probe_ms) + " ms at micro-batch " +
+            std::to_string(t.micro_batch) + " is over " + FormatRatio(options_.split_skip_factor) +
+            "x what micro-batches of " + std::to_string(split.micro_batch) + " of " +
+            AlgorithmText(AlgorithmOf(split)) + " (" + FormatRatio(probe_ms_[best]) +
+            " ms each, at most its workspace) take for up to " + std::to_string(until) + " samples";
+      }
+    }
+    if (until <= t.micro_batch) return;
+    SplitSkip& skip = split_skip_[ids_[i]];
+    if (until > skip.until) skip = {until, std::move(why)};
   }
 
   // 4c. The full protocol (Measure) for the configurations of the size that may be on its
@@ -948,6 +1004,13 @@ class TableBenchmark {
   std::map<std::string, std::map<int64_t, double>> probe_history_;
   std::map<std::string, std::string> skip_next_;    // configuration -> why, for the next size
   std::map<std::string, std::string> skip_larger_;  // ... for every larger size
+  // Configuration -> the sizes up to which micro-batches of a smaller size do better, and why
+  // (DecideSplitSkip).
+  struct SplitSkip {
+    int64_t until = 0;
+    std::string why;
+  };
+  std::map<std::string, SplitSkip> split_skip_;
   int pruned_ = 0;
   int skipped_ = 0;
   int remeasured_ = 0;  // probes and measurements taken again for contention

@@ -65,6 +65,7 @@ EXPECTED = {
             "--config-budget-ms=UCUDNN_WORKER_CONFIG_BUDGET_MS",
             "--prune-margin=UCUDNN_WORKER_PRUNE_MARGIN",
             "--skip-factor=UCUDNN_WORKER_SKIP_FACTOR",
+            "--split-skip-factor=UCUDNN_WORKER_SPLIT_SKIP_FACTOR",
             "--prepare-threads=UCUDNN_WORKER_PREPARE_THREADS",
             "--compile-processes=UCUDNN_WORKER_COMPILE_PROCESSES",
             "--short-run-us=UCUDNN_WORKER_SHORT_RUN_US",
@@ -82,8 +83,8 @@ EXPECTED = {
     "ucudnn-bench-engine": {
         "": ["--json", "--backend", "--device", "--repeat", "--layers", "--problem", "--ops",
              "--dtype", "--batch", "--policy", "--workspace-cap", "--warmup", "--min-runs",
-             "--max-runs", "--budget-ms", "--prune-margin", "--skip-factor", "--prepare-threads",
-             "--short-run-us", "--device-time-only", "--data-dir", "--replay-pruning",
+             "--max-runs", "--budget-ms", "--prune-margin", "--skip-factor", "--split-skip-factor",
+             "--prepare-threads", "--short-run-us", "--device-time-only", "--data-dir", "--replay-pruning",
              "--replay-sizes", "--probe-noise", "--log-level"],
     },
     "ucudnn-bench-planner": {

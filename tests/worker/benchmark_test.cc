@@ -271,6 +271,75 @@ TEST(BenchmarkSkipTest, ASlowConfigurationWhoseTimePerSampleStoppedFallingStopsG
   for (const Timing& t : full->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
 }
 
+// Three configurations, no workspace: 0 "winner" (0.01 b ms); 1 "flat" (2 ms at every size, like
+// an engine looping over a depthwise layer's groups: 200x behind at 1, ahead at 256); 2 "short"
+// (0.3 ms at every size: too short a probe to judge from; 1 MiB of workspace, so that it rules
+// out neither of the others).
+class FlatTimesBackend : public RenamedCpuBackend {
+ public:
+  FlatTimesBackend() : RenamedCpuBackend("flat") {}
+  std::vector<AlgorithmInfo> Algorithms(ConvOp) const override {
+    return {{0, "winner"}, {1, "flat"}, {2, "short"}};
+  }
+  Result<size_t> WorkspaceSize(const ConvProblem&, int64_t, const Algorithm& algo) override {
+    return algo.id == 2 ? size_t{1} << 20 : 0;
+  }
+  Result<std::vector<double>> TimeRunGroups(const ConvProblem&, int64_t b, const Algorithm& algo,
+                                            const ConvOperands&, void*, size_t, int, int samples,
+                                            int, bool) override {
+    ++runs[{algo.id, b}];
+    const double ms = algo.id == 0 ? 0.01 * static_cast<double>(b) : algo.id == 1 ? 2.0 : 0.3;
+    return std::vector<double>(static_cast<size_t>(samples), ms);
+  }
+  std::map<std::pair<int, int64_t>, int> runs;  // (algorithm, micro-batch) -> calls
+};
+
+TEST(BenchmarkSkipTest, AConfigurationIsNotRunWhereMicroBatchesOfASmallerSizeDoBetter) {
+  ConvProblem p = TinyProblem(ConvOp::kForward, 4);
+  p.groups = 2;  // grouped problems only
+  const std::vector<int64_t> sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  BenchmarkOptions options = ProbingOptions();
+  ASSERT_EQ(options.split_skip_factor, 2.0);
+  FlatTimesBackend backend;
+  auto table = BenchmarkMicroBatches(backend, p, sizes, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  // "flat" took 2 ms at 1, where "winner" took 0.01 ms: micro-batches of 1 do up to 100 samples
+  // in half its time, and no larger micro-batch of it runs faster than one of 1. Not run up to
+  // 64; probed again at 128, beyond that reach, and measured at 256, where it is the fastest.
+  EXPECT_EQ(backend.runs.count({1, 1}), 1u);
+  for (int64_t b : {2, 4, 8, 16, 32, 64}) EXPECT_EQ(backend.runs.count({1, b}), 0u) << "b=" << b;
+  EXPECT_EQ(backend.runs.count({1, 128}), 1u);
+  for (const Timing& t : table->entries) {
+    SCOPED_TRACE("algo " + std::to_string(t.algo) + " b=" + std::to_string(t.micro_batch));
+    // (At 2, right after the probe, the next size's skip says why first.)
+    if (t.algo == 1 && t.micro_batch >= 4 && t.micro_batch <= 64) {
+      EXPECT_EQ(t.status, TimingStatus::kFailed);
+      EXPECT_TRUE(IsWorkerLimit(t)) << t.error;
+      EXPECT_THAT(t.error,
+                  HasSubstr("2 ms at micro-batch 1 is over 2x what micro-batches of 1 of 0"));
+      EXPECT_THAT(t.error, HasSubstr("up to 100 samples"));
+    }
+    if (t.micro_batch == 256 && t.algo == 1) {
+      EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+      EXPECT_EQ(t.time_ms, 2.0);  // "winner" took 2.56 ms
+    }
+  }
+  // "short" was 30x behind at 1, but its 0.3 ms probe is too short to judge from: only the next
+  // size's skip (2x) applies, and it is probed at 4.
+  EXPECT_EQ(backend.runs.count({2, 4}), 1u);
+
+  // Off (<= 0), and in a dense problem (where the saturation rule needs the probes this leaves
+  // out): only the next size is skipped, and "flat" is probed at 4.
+  options.split_skip_factor = 0;
+  FlatTimesBackend off;
+  ASSERT_TRUE(BenchmarkMicroBatches(off, p, sizes, options).ok());
+  EXPECT_EQ(off.runs.count({1, 4}), 1u);
+  options.split_skip_factor = 2.0;
+  FlatTimesBackend dense;
+  ASSERT_TRUE(BenchmarkMicroBatches(dense, TinyProblem(ConvOp::kForward, 4), sizes, options).ok());
+  EXPECT_EQ(dense.runs.count({1, 4}), 1u);
+}
+
 // The CPU backend recording each timed call: (size, algorithm, warm-ups, samples, group).
 class RecordingBackend : public RenamedCpuBackend {
  public:

@@ -159,10 +159,16 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
                  "with at most their workspace (0: off)")
       ->envname("UCUDNN_WORKER_SKIP_FACTOR")
       ->capture_default_str();
+  app.add_option("--split-skip-factor", o.split_skip_factor,
+                 "not run at the larger sizes where micro-batches of a smaller size's fastest "
+                 "configuration (with at most their workspace) take less than 1/this of their "
+                 "probe (0: off)")
+      ->envname("UCUDNN_WORKER_SPLIT_SKIP_FACTOR")
+      ->capture_default_str();
   app.add_flag("--exhaustive", o.exhaustive,
                "time every configuration at every micro-batch size with the full protocol "
                "(no probe pruning, no skipping across sizes, nothing left out for losing on "
-               "the device's nearby problems; overrides --prune-margin and --skip-factor): the "
+               "the device's nearby problems; overrides --prune-margin and the skip factors): the "
                "search the pruned one is compared with")
       ->envname("UCUDNN_WORKER_EXHAUSTIVE")
       ->group("Benchmark");
@@ -333,6 +339,7 @@ Status ValidateNumbers(const WorkerOptions& o) {
       {"--max-runs", double(o.max_runs), double(o.min_runs), 10000, "[--min-runs, 10000]"},
       {"--prune-margin", o.prune_margin, -1, 100, "[-1, 100]"},
       {"--skip-factor", o.skip_factor, 0, 1e6, "[0, 1e6]"},
+      {"--split-skip-factor", o.split_skip_factor, 0, 1e6, "[0, 1e6]"},
       {"--prepare-threads", double(o.prepare_threads), 1, 256, "[1, 256]"},
       {"--compile-processes", double(o.compile_processes), -1, 64, "[-1, 64]"},
       {"--short-run-us", o.short_run_us, 0, 1e6, "[0, 1000000]"},

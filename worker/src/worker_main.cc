@@ -305,6 +305,7 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.prune_margin = o.exhaustive ? -1.0 : o.prune_margin;
   b.check_results = o.check_results;
   b.skip_factor = o.exhaustive ? 0.0 : o.skip_factor;
+  b.split_skip_factor = o.exhaustive ? 0.0 : o.split_skip_factor;
   b.prepare_threads = o.prepare_threads;
   b.contended_relative_spread = o.contended_spread >= 0 ? o.contended_spread
                                 : o.backend == "cpu"    ? 0.0

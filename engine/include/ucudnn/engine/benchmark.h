@@ -77,6 +77,20 @@ struct BenchmarkOptions {
   // problems spent 14-33 s each probing slow legacy algorithms at every size before the second
   // rule. <= 0 disables both (complete tables).
   double skip_factor = 2.0;
+  // Skipping where micro-batches do better (with skip_factor > 0), in grouped and depthwise
+  // problems: a configuration whose probe at one size took more than this many times what
+  // micro-batches of an earlier or the same size take for N samples, with that size's fastest
+  // configuration needing at most its workspace, is not run at the larger sizes up to N. A larger
+  // micro-batch takes at least as long as a smaller one, so the configuration cannot beat that
+  // split there, which a plan takes instead. Probes shorter than 0.5 ms are not used (they read
+  // high). Where the skip above holds for the next size only, this one reaches as far as the
+  // split's bound: in grouped problems cuDNN has engines 100x slower than the fastest at every
+  // size (they loop over the groups: their time hardly grows, so the saturation rule never stops
+  // them), which the 2x skip probed at every other size (an H200's cold MobileNetV3-L: 92 s to
+  // know it without, 75 s with). Not in dense problems: there the saturation rule stops the slow
+  // engines from the probes this would leave out, and with it a cold ResNet-50 took 29-30 s to
+  // know without, 32-36 s with (docs/results.md). <= 0 disables it.
+  double split_skip_factor = 2.0;
   // Host threads that prepare the candidates of all micro-batch sizes at once before the timed
   // runs (ConvBackend::Prepare: on cuDNN the heuristics and execution plans, 1-2 ms of host time
   // per configuration, about 40 configurations per size, which otherwise leave the GPU idle for

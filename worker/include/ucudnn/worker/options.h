@@ -46,6 +46,9 @@ struct WorkerOptions {
   // to compare the legacy algorithms alone fairly.
   double prune_margin = 0.10;
   double skip_factor = 2.0;
+  // Skipping at the larger sizes where micro-batches of a smaller size do better
+  // (BenchmarkOptions::split_skip_factor, <= 0: off).
+  double split_skip_factor = 2.0;
   int prepare_threads = 8;  // BenchmarkOptions::prepare_threads
   // Helper processes that build runtime-compiled cuDNN plans (compile_pool.h); -1: auto
   // (CompileProcesses); 0: none (the worker builds them itself).
