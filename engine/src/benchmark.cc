@@ -849,11 +849,13 @@ class TableBenchmark {
           best = j;
         }
       }
-      if (best == last) continue;
+      if (best == last || !(probe_ms_[best] > 0)) continue;
       const Timing& split = table_.entries[best];
-      // The most samples micro-batches of split.micro_batch cover in probe_ms / factor.
-      const double samples = static_cast<double>(split.micro_batch) * probe_ms /
-                             (options_.split_skip_factor * probe_ms_[best]);
+      // The most samples micro-batches of split.micro_batch cover in probe_ms / factor (no more
+      // than the largest size: a bound past every size skips them all).
+      const double samples = std::min(static_cast<double>(sizes_.back()),
+                                      static_cast<double>(split.micro_batch) * probe_ms /
+                                          (options_.split_skip_factor * probe_ms_[best]));
       if (samples >= static_cast<double>(std::max(until, t.micro_batch + 1))) {
         until = static_cast<int64_t>(samples);
         why =
