@@ -171,9 +171,10 @@ void AddProtocolFlags(CLI::App& app, BenchmarkOptions& o) {
                  "its size with at most its workspace is not run at the next size (<= 0: off)")
       ->capture_default_str();
   app.add_option("--split-skip-factor", o.split_skip_factor,
-                 "skipping where micro-batches do better: a configuration is not run at the larger "
-                 "sizes where micro-batches of a smaller size's fastest configuration (with at "
-                 "most its workspace) take less than 1/this of its probe (<= 0: off)")
+                 "skipping where micro-batches do better, in grouped problems: a configuration is "
+                 "not run at the larger sizes where micro-batches of a smaller size's fastest "
+                 "configuration (with at most its workspace) take less than 1/this of its probe "
+                 "(<= 0: off)")
       ->capture_default_str();
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates before the timed "

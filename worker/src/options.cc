@@ -160,9 +160,9 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
       ->envname("UCUDNN_WORKER_SKIP_FACTOR")
       ->capture_default_str();
   app.add_option("--split-skip-factor", o.split_skip_factor,
-                 "not run at the larger sizes where micro-batches of a smaller size's fastest "
-                 "configuration (with at most their workspace) take less than 1/this of their "
-                 "probe (0: off)")
+                 "in grouped problems, configurations are not run at the larger sizes where "
+                 "micro-batches of a smaller size's fastest configuration (with at most their "
+                 "workspace) take less than 1/this of their probe (0: off)")
       ->envname("UCUDNN_WORKER_SPLIT_SKIP_FACTOR")
       ->capture_default_str();
   app.add_flag("--exhaustive", o.exhaustive,

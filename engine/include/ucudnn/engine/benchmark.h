@@ -88,8 +88,8 @@ struct BenchmarkOptions {
   // size (they loop over the groups: their time hardly grows, so the saturation rule never stops
   // them), which the 2x skip probed at every other size (an H200's cold MobileNetV3-L: 92 s to
   // know it without, 75 s with). Not in dense problems: there the saturation rule stops the slow
-  // engines from the probes this would leave out, and with it a cold ResNet-50 took 29-30 s to
-  // know without, 32-36 s with (docs/results.md). <= 0 disables it.
+  // engines from the probes this would leave out, and with it a cold ResNet-50 took 29.0-30.0 s
+  // to know without, 31.5-35.8 s with (docs/results.md). <= 0 disables it.
   double split_skip_factor = 2.0;
   // Host threads that prepare the candidates of all micro-batch sizes at once before the timed
   // runs (ConvBackend::Prepare: on cuDNN the heuristics and execution plans, 1-2 ms of host time
