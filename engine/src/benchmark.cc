@@ -354,6 +354,8 @@ class TableBenchmark {
     operands_ms_ = MsSince(phase);
     probe_ms_.assign(table_.entries.size(), -1.0);
     probe_after_.assign(table_.entries.size(), DeviceActivity{});
+    released_.assign(table_.entries.size(), false);
+    if (options_.prune_margin >= 0) ReleaseRuledOut(0);  // the prior's
     for (const auto& [first, last] : size_ranges_) {
       phase = Clock::now();
       UCUDNN_RETURN_IF_ERROR(QueryWorkspaces(first, last));
@@ -365,6 +367,7 @@ class TableBenchmark {
       if (options_.prune_margin >= 0) {
         UCUDNN_RETURN_IF_ERROR(ProbeSize(first, last));
         DecideSkips(first, last);
+        ReleaseRuledOut(last);
       }
       probe_total_ms_ += MsSince(phase);
       phase = Clock::now();
@@ -776,9 +779,10 @@ class TableBenchmark {
   }
 
   // Why a smaller size, or the database's nearby problems (options.prior), ruled configuration
-  // `id` out at `micro_batch`, or nullptr.
-  const std::string* RuledOut(const std::string& id, int64_t micro_batch) const {
-    if (auto it = skip_next_.find(id); it != skip_next_.end()) return &it->second;
+  // `id` out at `micro_batch`, or nullptr. `next`: micro_batch is the size after the last one
+  // probed (the only one the next-size skip speaks for).
+  const std::string* RuledOut(const std::string& id, int64_t micro_batch, bool next = true) const {
+    if (auto it = skip_next_.find(id); next && it != skip_next_.end()) return &it->second;
     if (auto it = skip_larger_.find(id); it != skip_larger_.end()) return &it->second;
     if (auto it = split_skip_.find(id);
         it != split_skip_.end() && micro_batch <= it->second.until) {
@@ -788,6 +792,25 @@ class TableBenchmark {
       if (auto it = options_.prior->find(id); it != options_.prior->end()) return &it->second;
     }
     return nullptr;
+  }
+
+  // Tells the backend which configurations of the sizes from entry `from` on are ruled out there
+  // (ConvBackend::WillNotRun: the compile helpers then drop their queued plans), each once.
+  void ReleaseRuledOut(size_t from) {
+    bool next = true;
+    for (const auto& [first, last] : size_ranges_) {
+      if (first < from) continue;
+      std::vector<Algorithm> algos;
+      for (size_t i = first; i < last; ++i) {
+        if (!runnable_[i] || released_[i]) continue;
+        const Timing& t = table_.entries[i];
+        if (RuledOut(ids_[i], t.micro_batch, next) == nullptr) continue;
+        released_[i] = true;
+        algos.push_back(AlgorithmOf(t));
+      }
+      if (!algos.empty()) backend_.WillNotRun(problem_, table_.entries[first].micro_batch, algos);
+      next = false;
+    }
   }
 
   // 4b. What the size's probes say of the larger sizes (options.skip_factor): a configuration
@@ -1001,6 +1024,7 @@ class TableBenchmark {
   std::unique_ptr<BackendBuffer> workspace_;
   std::vector<double> probe_ms_;
   std::vector<DeviceActivity> probe_after_;  // what the gate saw right after each probe
+  std::vector<bool> released_;               // entries given to ConvBackend::WillNotRun
   // configuration -> its probes at the sizes measured so far (size -> ms); also tells which
   // configurations ran before and need no warm-up.
   std::map<std::string, std::map<int64_t, double>> probe_history_;

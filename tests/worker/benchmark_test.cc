@@ -291,7 +291,15 @@ class FlatTimesBackend : public RenamedCpuBackend {
     const double ms = algo.id == 0 ? 0.01 * static_cast<double>(b) : algo.id == 1 ? 2.0 : 0.3;
     return std::vector<double>(static_cast<size_t>(samples), ms);
   }
-  std::map<std::pair<int, int64_t>, int> runs;  // (algorithm, micro-batch) -> calls
+  void WillNotRun(const ConvProblem&, int64_t b, const std::vector<Algorithm>& algos) override {
+    for (const Algorithm& algo : algos) {
+      released.push_back({algo.id, b});
+      // Said before the size is reached: nothing of it ran yet.
+      EXPECT_EQ(runs.count({algo.id, b}), 0u) << "algo " << algo.id << " b=" << b;
+    }
+  }
+  std::map<std::pair<int, int64_t>, int> runs;    // (algorithm, micro-batch) -> calls
+  std::vector<std::pair<int, int64_t>> released;  // WillNotRun's, in order
 };
 
 TEST(BenchmarkSkipTest, AConfigurationIsNotRunWhereMicroBatchesOfASmallerSizeDoBetter) {
@@ -327,6 +335,14 @@ TEST(BenchmarkSkipTest, AConfigurationIsNotRunWhereMicroBatchesOfASmallerSizeDoB
   // "short" was 30x behind at 1, but its 0.3 ms probe is too short to judge from: only the next
   // size's skip (2x) applies, and it is probed at 4.
   EXPECT_EQ(backend.runs.count({2, 4}), 1u);
+  // The backend heard of each size a configuration was left out at, once, before it came (the
+  // compile helpers drop those plans); never of a size it ran at.
+  std::set<std::pair<int, int64_t>> released(backend.released.begin(), backend.released.end());
+  EXPECT_EQ(released.size(), backend.released.size()) << "a size said twice";
+  for (int64_t b : {2, 4, 8, 16, 32, 64}) EXPECT_EQ(released.count({1, b}), 1u) << "b=" << b;
+  for (const auto& [algo, b] : released) {
+    EXPECT_EQ(backend.runs.count({algo, b}), 0u) << "algo " << algo << " ran at " << b;
+  }
 
   // Off (<= 0), and in a dense problem (where the saturation rule needs the probes this leaves
   // out): only the next size is skipped, and "flat" is probed at 4.

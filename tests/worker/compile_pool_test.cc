@@ -131,6 +131,30 @@ TEST(CompilePoolTest, AwaitMovesItsTaskAheadOfTheQueue) {
   std::filesystem::remove(seen);
 }
 
+TEST(CompilePoolTest, DroppedTasksAreNotBuilt) {
+  // One slow helper: while it builds the first task, the benchmark leaves out the configurations
+  // of eleven others, which are not sent; awaiting one says it was never queued.
+  const std::string seen = TempFile("compile_pool_dropped");
+  CompilePool pool(RecordingHelpers(seen, "0.2", 1));
+  const std::vector<Task> tasks = Tasks(14);
+  pool.Queue(tasks);
+  const std::vector<Task> dropped(tasks.begin() + 2, tasks.begin() + 13);
+  pool.Drop(dropped);
+  pool.Drop(dropped);  // once is enough; unknown and finished tasks are ignored
+  pool.Drop({{"never", 1, 0, "queued"}});
+  for (const Task& task : dropped) EXPECT_FALSE(pool.Await(task));
+  EXPECT_TRUE(pool.Await(tasks.back()));
+  EXPECT_TRUE(pool.Await(tasks[1]));
+  EXPECT_TRUE(pool.Await(tasks[0]));
+  const CompilePool::Counts counts = pool.counts();
+  EXPECT_EQ(counts.built, 3);
+  EXPECT_EQ(counts.dropped, 11);
+  std::vector<std::string> lines = Lines(seen);
+  EXPECT_THAT(lines, ::testing::UnorderedElementsAre(TaskLine(tasks[0]), TaskLine(tasks[1]),
+                                                     TaskLine(tasks.back())));
+  std::filesystem::remove(seen);
+}
+
 TEST(CompilePoolTest, AHelperThatDiesFailsItsTaskAndAnotherTakesItsPlace) {
   // Each helper takes one task and exits without answering.
   CompilePool pool(ShellHelpers("read -r line; exit 3", 2));

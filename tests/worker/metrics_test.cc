@@ -44,11 +44,17 @@ TEST(WorkerMetricsTest, RendersTheCountersAndEachWorkersJobInHand) {
 
 TEST(WorkerMetricsTest, RendersTheCompileHelpers) {
   DaemonStats stats;
-  stats.compile_helpers = CompileHelperCounts{
-      .built = 48, .failed = 2, .helpers_started = 7, .alive = 3, .awaited = 5, .awaited_s = 1.5};
+  stats.compile_helpers = CompileHelperCounts{.built = 48,
+                                              .failed = 2,
+                                              .dropped = 9,
+                                              .helpers_started = 7,
+                                              .alive = 3,
+                                              .awaited = 5,
+                                              .awaited_s = 1.5};
   const std::string text = RenderWorkerMetrics(stats);
   for (const char* line : {"ucudnn_worker_compile_helper_plans_total{outcome=\"built\"} 48\n",
                            "ucudnn_worker_compile_helper_plans_total{outcome=\"failed\"} 2\n",
+                           "ucudnn_worker_compile_helper_plans_total{outcome=\"dropped\"} 9\n",
                            "ucudnn_worker_compile_helper_waits_total 5\n",
                            "ucudnn_worker_compile_helper_wait_seconds_total 1.5\n",
                            "# TYPE ucudnn_worker_compile_helpers gauge\n"

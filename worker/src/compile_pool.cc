@@ -140,6 +140,29 @@ void CompilePool::Queue(const std::vector<Task>& tasks) {
   work_.notify_all();
 }
 
+void CompilePool::Drop(const std::vector<Task>& tasks) {
+  std::lock_guard lock(mu_);
+  for (const Task& task : tasks) {
+    const std::string key = task.Key();
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.state != State::kQueued) continue;
+    queue_.erase(std::find(queue_.begin(), queue_.end(), key));
+    entries_.erase(it);
+    ++counts_.dropped;
+  }
+  if (entries_.empty() && counts_.dropped > logged_.dropped) LogWorkDoneLocked();
+}
+
+void CompilePool::LogWorkDoneLocked() {
+  spdlog::info(
+      "compile helpers: {} plans built, {} failed, {} dropped (left out by the benchmark); the "
+      "benchmark waited {} times, {:.1f} s",
+      counts_.built - logged_.built, counts_.failed - logged_.failed,
+      counts_.dropped - logged_.dropped, counts_.awaited - logged_.awaited,
+      counts_.awaited_s - logged_.awaited_s);
+  logged_ = counts_;
+}
+
 bool CompilePool::Await(const Task& task) {
   const std::string key = task.Key();
   std::unique_lock lock(mu_);
@@ -229,14 +252,7 @@ void CompilePool::Serve(Slot* slot) {
       if (alive) spdlog::debug("compile helper {}: {}: {}", helper.pid, key, answer);
     }
     done_.notify_all();
-    if (entries_.empty()) {
-      // All queued plans done: what the helpers did for this batch of work.
-      spdlog::info(
-          "compile helpers: {} plans built, {} failed; the benchmark waited {} times, {:.1f} s",
-          counts_.built - logged_.built, counts_.failed - logged_.failed,
-          counts_.awaited - logged_.awaited, counts_.awaited_s - logged_.awaited_s);
-      logged_ = counts_;
-    }
+    if (entries_.empty()) LogWorkDoneLocked();
     if (!alive) {
       if (!stopping_)
         spdlog::warn("compile helper {} stopped; another takes its place", helper.pid);

@@ -58,9 +58,12 @@ std::vector<prometheus::MetricFamily> CollectWorkerMetrics(const DaemonStats& st
     auto& plans = metrics::AddCounter(
         registry, "ucudnn_worker_compile_helper_plans_total",
         "Runtime-compiled cuDNN plans the compile helpers built into the compiled-plan store, by "
-        "outcome (built, failed: then the benchmark built it itself)");
+        "outcome (built; failed: then the benchmark built it itself; dropped: queued, then left "
+        "out "
+        "by the benchmark's skips before a helper took it)");
     plans.Add({{"outcome", "built"}}).Increment(static_cast<double>(h.built));
     plans.Add({{"outcome", "failed"}}).Increment(static_cast<double>(h.failed));
+    plans.Add({{"outcome", "dropped"}}).Increment(static_cast<double>(h.dropped));
     metrics::AddCounter(registry, "ucudnn_worker_compile_helper_waits_total",
                         "Times a benchmark waited for a plan a compile helper was building")
         .Add({})

@@ -606,6 +606,23 @@ void CudnnBackend::QueueCompiles(const ConvProblem& problem, const std::vector<i
   if (!tasks.empty()) compiler->Queue(tasks);
 }
 
+void CudnnBackend::WillNotRun(const ConvProblem& problem, int64_t batch,
+                              const std::vector<Algorithm>& algos) {
+  if (!engines_enabled_ || !owns_handle_) return;
+  std::shared_ptr<PlanCompiler> compiler = GetPlanCompiler();
+  if (compiler == nullptr) return;
+  const std::string problem_key = CanonicalKey(problem);
+  std::vector<PlanCompiler::Task> tasks;
+  for (const Algorithm& algo : algos) {
+    if (!algo.is_engine()) continue;
+    tasks.push_back({problem_key, batch, 0, std::string(algo.engine_config)});
+    if (problem.op == ConvOp::kBackwardFilter) {
+      tasks.push_back({problem_key, batch, 1, std::string(algo.engine_config)});
+    }
+  }
+  if (!tasks.empty()) compiler->Drop(tasks);
+}
+
 void CudnnBackend::PrepareOnThreads(const ConvProblem& problem, const std::vector<int64_t>& batches,
                                     int threads) {
   if (!engines_enabled_ || !owns_handle_ || threads < 2) return;

@@ -133,6 +133,10 @@ class CudnnBackend final : public ConvBackend {
   // size first: other processes build them while this one times the sizes before.
   void Prepare(const ConvProblem& problem, const std::vector<int64_t>& batches,
                int threads) override;
+  // Drops the plan compiler's queued plans of `algos` at `batch` (both betas of a backward
+  // filter): the sizes a skip rule left them out at.
+  void WillNotRun(const ConvProblem& problem, int64_t batch,
+                  const std::vector<Algorithm>& algos) override;
   // Whether Candidates() includes engine configurations (default yes; the worker's
   // --no-engines turns them off, for a legacy-only comparison).
   void set_engines_enabled(bool enabled) { engines_enabled_ = enabled; }

@@ -38,6 +38,10 @@ class PlanCompiler {
   // front of the queue if it has not started: true. At once with false when the task was never
   // queued (the caller then builds it itself, without looking in the store again).
   virtual bool Await(const Task& task) = 0;
+  // Forgets queued tasks no one will await (the benchmark left their configuration out at that
+  // size): those not started are not built; one started finishes. Await() of a forgotten task
+  // returns false at once, as for one never queued.
+  virtual void Drop(const std::vector<Task>& tasks) = 0;
 };
 
 // A task as one line of the compile helpers' protocol (no newline): the problem key, the batch,

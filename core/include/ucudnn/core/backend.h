@@ -87,6 +87,16 @@ class ConvBackend {
     (void)batches;
     (void)threads;
   }
+  // The benchmark will not run `algos` of `problem` at micro-batch `batch` (a skip rule left them
+  // out there): what Prepare() set going for them may stop (cuDNN: the compile helpers' queued
+  // plans). Only a saving: a configuration asked for anyway is built as without it. The default
+  // does nothing.
+  virtual void WillNotRun(const ConvProblem& problem, int64_t batch,
+                          const std::vector<Algorithm>& algos) {
+    (void)problem;
+    (void)batch;
+    (void)algos;
+  }
   // Whether `algo` runs code built for this batch size alone (cuDNN's runtime-compiled engines
   // compile each size's execution plan), so that its first run at `batch` loads that code even
   // after runs at other sizes, and is no measure of its time. The default: no.

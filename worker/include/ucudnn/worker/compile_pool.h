@@ -58,6 +58,7 @@ class CompilePool final : public PlanCompiler {
 
   void Queue(const std::vector<Task>& tasks) override;
   bool Await(const Task& task) override;
+  void Drop(const std::vector<Task>& tasks) override;
 
   using Counts = CompileHelperCounts;
   Counts counts() const;
@@ -76,6 +77,7 @@ class CompilePool final : public PlanCompiler {
   };
   void EnsureHelpersLocked();  // mu_ held: a helper per queued task, up to `processes`
   void Serve(Slot* slot);      // the thread of one helper process
+  void LogWorkDoneLocked();    // mu_ held, every queued plan done: what the helpers did since
 
   const CompilePoolConfig config_;
   mutable std::mutex mu_;
