@@ -37,14 +37,43 @@ CompilePoolConfig ShellHelpers(const std::string& body, int processes) {
   return config;
 }
 
-// Stand-in helpers that append each task line to `log` (emptied first) and answer "ok" after
-// `seconds`.
-CompilePoolConfig RecordingHelpers(const std::string& log, const std::string& seconds,
+std::string TempFile(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid())))
+      .string();
+}
+
+// The task lines stand-in helpers were sent (RecordingHelpers), in a file of the test's own that
+// is removed at its end.
+class SentLines {
+ public:
+  explicit SentLines(const std::string& name) : path_(TempFile(name)) {
+    std::filesystem::remove(path_);
+  }
+  ~SentLines() { std::filesystem::remove(path_); }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> Read() const {
+    std::ifstream in(path_);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Stand-in helpers that append each task line to `sent` and answer "ok" after `seconds`.
+CompilePoolConfig RecordingHelpers(const SentLines& sent, const std::string& seconds,
                                    int processes) {
-  std::filesystem::remove(log);
-  return ShellHelpers(
-      "while read -r line; do echo \"$line\" >> " + log + "; sleep " + seconds + "; echo ok; done",
-      processes);
+  return ShellHelpers("while read -r line; do echo \"$line\" >> " + sent.path() + "; sleep " +
+                          seconds + "; echo ok; done",
+                      processes);
+}
+
+std::vector<std::string> TaskLines(const std::vector<Task>& tasks) {
+  std::vector<std::string> lines;
+  for (const Task& task : tasks) lines.push_back(TaskLine(task));
+  return lines;
 }
 
 // Queues `tasks`, awaits each, and says what the pool counted.
@@ -52,18 +81,6 @@ CompilePool::Counts BuildAll(CompilePool& pool, const std::vector<Task>& tasks) 
   pool.Queue(tasks);
   for (const Task& task : tasks) pool.Await(task);
   return pool.counts();
-}
-
-std::string TempFile(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid())))
-      .string();
-}
-
-std::vector<std::string> Lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
 }
 
 TEST(PlanCompilerProtocol, ATaskLineParsesBackToTheTask) {
@@ -96,8 +113,8 @@ TEST(CompileProcessesTest, AutoFollowsTheCoresAndTheMemoryLimit) {
 }
 
 TEST(CompilePoolTest, EveryTaskIsSentOnceAndAwaitReturnsWhenItIsBuilt) {
-  const std::string seen = TempFile("compile_pool_seen");
-  CompilePool pool(RecordingHelpers(seen, "0.02", 3));
+  const SentLines sent("compile_pool_seen");
+  CompilePool pool(RecordingHelpers(sent, "0.02", 3));
   const std::vector<Task> tasks = Tasks(12);
   pool.Queue(tasks);
   pool.Queue(tasks);  // known tasks are not queued twice
@@ -108,34 +125,29 @@ TEST(CompilePoolTest, EveryTaskIsSentOnceAndAwaitReturnsWhenItIsBuilt) {
   EXPECT_EQ(counts.failed, 0);
   EXPECT_GE(counts.helpers_started, 1);
   EXPECT_LE(counts.helpers_started, 3);
-  std::vector<std::string> lines = Lines(seen);
-  std::vector<std::string> expected;
-  for (const Task& task : tasks) expected.push_back(TaskLine(task));
-  EXPECT_THAT(lines, ::testing::UnorderedElementsAreArray(expected));
-  std::filesystem::remove(seen);
+  EXPECT_THAT(sent.Read(), ::testing::UnorderedElementsAreArray(TaskLines(tasks)));
 }
 
 TEST(CompilePoolTest, AwaitMovesItsTaskAheadOfTheQueue) {
-  const std::string seen = TempFile("compile_pool_order");
-  CompilePool pool(RecordingHelpers(seen, "0.05", 1));
+  const SentLines sent("compile_pool_order");
+  CompilePool pool(RecordingHelpers(sent, "0.05", 1));
   const std::vector<Task> tasks = Tasks(20);
   pool.Queue(tasks);
   pool.Await(tasks.back());
   // One helper: at most the task in hand when Await came went before it.
-  const std::vector<std::string> lines = Lines(seen);
+  const std::vector<std::string> lines = sent.Read();
   const auto at = std::find(lines.begin(), lines.end(), TaskLine(tasks.back()));
   ASSERT_NE(at, lines.end());
   EXPECT_LE(at - lines.begin(), 2) << "the awaited task waited behind the queue";
   for (const Task& task : tasks) pool.Await(task);
   EXPECT_EQ(pool.counts().built, 20);
-  std::filesystem::remove(seen);
 }
 
 TEST(CompilePoolTest, DroppedTasksAreNotBuilt) {
   // One slow helper: while it builds the first task, the benchmark leaves out the configurations
   // of eleven others, which are not sent; awaiting one says it was never queued.
-  const std::string seen = TempFile("compile_pool_dropped");
-  CompilePool pool(RecordingHelpers(seen, "0.2", 1));
+  const SentLines sent("compile_pool_dropped");
+  CompilePool pool(RecordingHelpers(sent, "0.2", 1));
   const std::vector<Task> tasks = Tasks(14);
   pool.Queue(tasks);
   const std::vector<Task> dropped(tasks.begin() + 2, tasks.begin() + 13);
@@ -149,10 +161,8 @@ TEST(CompilePoolTest, DroppedTasksAreNotBuilt) {
   const CompilePool::Counts counts = pool.counts();
   EXPECT_EQ(counts.built, 3);
   EXPECT_EQ(counts.dropped, 11);
-  std::vector<std::string> lines = Lines(seen);
-  EXPECT_THAT(lines, ::testing::UnorderedElementsAre(TaskLine(tasks[0]), TaskLine(tasks[1]),
-                                                     TaskLine(tasks.back())));
-  std::filesystem::remove(seen);
+  EXPECT_THAT(sent.Read(),
+              ::testing::UnorderedElementsAreArray(TaskLines({tasks[0], tasks[1], tasks.back()})));
 }
 
 TEST(CompilePoolTest, AHelperThatDiesFailsItsTaskAndAnotherTakesItsPlace) {

@@ -247,10 +247,11 @@ void IdleGate::SetOwnProcesses(std::function<std::vector<uint32_t>()> pids) {
   own_pids_ = std::move(pids);
 }
 
-GpuActivitySample IdleGate::WithoutOwnProcesses(GpuActivitySample sample) const {
-  if (!own_pids_) return sample;
+Result<GpuActivitySample> IdleGate::SampleLocked() {
+  Result<GpuActivitySample> sample = probe_->Sample();
+  if (!sample.ok() || !own_pids_) return sample;
   const std::vector<uint32_t> own = own_pids_();
-  std::erase_if(sample.busy_pids,
+  std::erase_if(sample->busy_pids,
                 [&](uint32_t pid) { return std::find(own.begin(), own.end(), pid) != own.end(); });
   return sample;
 }
@@ -281,9 +282,7 @@ DeviceActivity IdleGate::LookAt(bool fresh) {
   std::lock_guard lock(mu_);
   if (fresh || !last_sample_ || config_.look_reuse.count() <= 0 ||
       now - last_sample_at_ >= config_.look_reuse) {
-    Result<GpuActivitySample> sample = probe_->Sample();
-    last_sample_ = sample.ok() ? Result<GpuActivitySample>(WithoutOwnProcesses(*std::move(sample)))
-                               : std::move(sample);
+    last_sample_ = SampleLocked();
     last_sample_at_ = now;
   }
   return ToActivity(*last_sample_);
@@ -354,11 +353,9 @@ bool IdleGate::IdleForClaim() {
   std::vector<GpuActivitySample> window;
   for (int i = 0; i < samples; ++i) {
     if (i > 0) sleep_(config_.sample_interval);
-    Result<GpuActivitySample> sample = [&]() -> Result<GpuActivitySample> {
+    Result<GpuActivitySample> sample = [&] {
       std::lock_guard lock(mu_);
-      Result<GpuActivitySample> taken = probe_->Sample();
-      if (!taken.ok()) return taken;
-      return WithoutOwnProcesses(*std::move(taken));
+      return SampleLocked();
     }();
     if (!sample.ok()) {
       std::lock_guard lock(mu_);

@@ -436,10 +436,6 @@ int RunDaemonMode(const WorkerOptions& options, std::vector<BenchmarkDevice> dev
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 // ucudnn-worker --compile-helper GPU DIRECTORY: a compile helper (compile_pool.h), started by the
 // worker itself, never by hand.
 constexpr std::string_view kCompileHelperFlag = "--compile-helper";
@@ -524,8 +520,9 @@ struct CompilePoolScope {
     UsePlanCompiler(nullptr);
     const CompilePool::Counts c = pool->counts();
     spdlog::info(
-        "compile helpers: {} plans built, {} failed, {} processes started, {} waits ({:.1f} s)",
-        c.built, c.failed, c.helpers_started, c.awaited, c.awaited_s);
+        "compile helpers: {} plans built, {} failed, {} dropped, {} processes started, {} waits "
+        "({:.1f} s)",
+        c.built, c.failed, c.dropped, c.helpers_started, c.awaited, c.awaited_s);
   }
 };
 

@@ -581,11 +581,29 @@ void CudnnBackend::Prepare(const ConvProblem& problem, const std::vector<int64_t
   QueueCompiles(problem, batches);
 }
 
+namespace {
+
+// The betas a problem's plans are built with: a backward filter's later micro-batches accumulate
+// (beta 1), with another plan than the overwriting one.
+std::vector<int> PlanBetas(const ConvProblem& problem) {
+  if (problem.op == ConvOp::kBackwardFilter) return {0, 1};
+  return {0};
+}
+
+}  // namespace
+
+std::shared_ptr<PlanCompiler> CudnnBackend::PlanCompilerOfPrepare() const {
+  if (!engines_enabled_ || !owns_handle_) return nullptr;
+  return GetPlanCompiler();
+}
+
 void CudnnBackend::QueueCompiles(const ConvProblem& problem, const std::vector<int64_t>& batches) {
-  if (!engines_enabled_ || !owns_handle_) return;
-  std::shared_ptr<PlanCompiler> compiler = GetPlanCompiler();
+  std::shared_ptr<PlanCompiler> compiler = PlanCompilerOfPrepare();
   if (compiler == nullptr) return;
   const std::string problem_key = CanonicalKey(problem);
+  // Backward-filter's accumulating plans, whose workspace is settled after the timed runs (of the
+  // configurations a plan could use, not known yet): last, and a guess. Compiled here, they were
+  // most of a depthwise problem's time (MobileNetV3-L: 52 of 65 s).
   std::vector<PlanCompiler::Task> tasks, accumulating;
   for (int64_t batch : batches) {
     if (!ValidateBatch(batch).ok()) continue;
@@ -593,12 +611,9 @@ void CudnnBackend::QueueCompiles(const ConvProblem& problem, const std::vector<i
     if (!candidates.ok()) continue;  // the lazy path reports it
     for (const EngineCandidate& c : **candidates) {
       if (!c.runtime_compiled || !Measured(c, problem)) continue;
-      tasks.push_back({problem_key, batch, 0, EngineConfigKey(c.config)});
-      // Backward-filter's accumulating plans, whose workspace is settled after the timed runs
-      // (of the configurations a plan could use, not known yet): last, and a guess. Compiled
-      // here, they were most of a depthwise problem's time (MobileNetV3-L: 52 of 65 s).
-      if (problem.op == ConvOp::kBackwardFilter) {
-        accumulating.push_back({problem_key, batch, 1, EngineConfigKey(c.config)});
+      for (int beta : PlanBetas(problem)) {
+        (beta == 0 ? tasks : accumulating)
+            .push_back({problem_key, batch, beta, EngineConfigKey(c.config)});
       }
     }
   }
@@ -608,16 +623,14 @@ void CudnnBackend::QueueCompiles(const ConvProblem& problem, const std::vector<i
 
 void CudnnBackend::WillNotRun(const ConvProblem& problem, int64_t batch,
                               const std::vector<Algorithm>& algos) {
-  if (!engines_enabled_ || !owns_handle_) return;
-  std::shared_ptr<PlanCompiler> compiler = GetPlanCompiler();
+  std::shared_ptr<PlanCompiler> compiler = PlanCompilerOfPrepare();
   if (compiler == nullptr) return;
   const std::string problem_key = CanonicalKey(problem);
   std::vector<PlanCompiler::Task> tasks;
   for (const Algorithm& algo : algos) {
     if (!algo.is_engine()) continue;
-    tasks.push_back({problem_key, batch, 0, std::string(algo.engine_config)});
-    if (problem.op == ConvOp::kBackwardFilter) {
-      tasks.push_back({problem_key, batch, 1, std::string(algo.engine_config)});
+    for (int beta : PlanBetas(problem)) {
+      tasks.push_back({problem_key, batch, beta, std::string(algo.engine_config)});
     }
   }
   if (!tasks.empty()) compiler->Drop(tasks);

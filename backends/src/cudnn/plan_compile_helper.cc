@@ -23,10 +23,7 @@ Status Compile(CudnnBackend& backend, const std::string& line) {
   const float beta = task.beta == 0 ? 0.0f : 1.0f;
   UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<ConvGraph> graph,
                           ConvGraph::Build(backend.handle(), problem, task.batch, beta));
-  UCUDNN_ASSIGN_OR_RETURN(
-      std::unique_ptr<EnginePlan> plan,
-      StoredEnginePlan(backend.handle(), *graph, problem, task.batch, beta, config));
-  return Status::Ok();
+  return StoredEnginePlan(backend.handle(), *graph, problem, task.batch, beta, config).status();
 }
 
 }  // namespace

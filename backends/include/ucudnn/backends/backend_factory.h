@@ -2,13 +2,10 @@
 // header is the same either way, and asking for "cudnn" in a build without it is an error value.
 #pragma once
 #include <memory>
-
-#include "ucudnn/backends/plan_compiler.h"
-
-#include <memory>
 #include <string>
 #include <string_view>
 
+#include "ucudnn/backends/plan_compiler.h"
 #include "ucudnn/core/backend.h"
 
 namespace ucudnn {

@@ -148,6 +148,9 @@ class CudnnBackend final : public ConvBackend {
   void PrepareOnThreads(const ConvProblem& problem, const std::vector<int64_t>& batches,
                         int threads);
   void QueueCompiles(const ConvProblem& problem, const std::vector<int64_t>& batches);
+  // The plan compiler Prepare() queues with (SetPlanCompiler), or null: none set, engine
+  // configurations off, or a handle this backend does not own.
+  std::shared_ptr<PlanCompiler> PlanCompilerOfPrepare() const;
   class DescriptorCache;
 
   CudnnBackend();

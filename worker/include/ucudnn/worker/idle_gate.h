@@ -119,8 +119,8 @@ class IdleGate : public MeasurementGate {
 
  private:
   DeviceActivity ToActivity(const Result<GpuActivitySample>& sample);
-  // `sample` without the busy processes that are our own helpers (mu_ held).
-  GpuActivitySample WithoutOwnProcesses(GpuActivitySample sample) const;
+  // The probe's sample without the busy processes that are our own helpers (mu_ held).
+  Result<GpuActivitySample> SampleLocked();
   // Look(), asking the probe again only when `fresh` or the last sample is older than
   // config_.look_reuse.
   DeviceActivity LookAt(bool fresh);
