@@ -176,6 +176,16 @@ void AddProtocolFlags(CLI::App& app, BenchmarkOptions& o) {
                  "configuration (with at most its workspace) take less than 1/this of its probe "
                  "(<= 0: off)")
       ->capture_default_str();
+  app.add_option("--usable-margin", o.usable_margin,
+                 "every size probed before any is measured, and only entries a fastest plan of "
+                 "the largest size could run, were they this fraction faster, take the full "
+                 "protocol (BenchmarkOptions::usable_margin; negative: every size measured)")
+      ->capture_default_str();
+  app.add_option("--probe-batch-ms", o.probe_batch_ms,
+                 "probes of a size queued on the device together, about this much device time a "
+                 "batch (BenchmarkOptions::probe_batch_ms; 0: one configuration at a time)")
+      ->check(CLI::Range(0.0, 3.6e6))
+      ->capture_default_str();
   app.add_option("--prepare-threads", o.prepare_threads,
                  "host threads that build every micro-batch size's candidates before the timed "
                  "runs (BenchmarkOptions::prepare_threads; 1: one size at a time)")

@@ -61,7 +61,8 @@ PHASES = re.compile(
     r"benchmarked .* (?P<total>[\d.]+) s \(prepare (?P<prepare>[\d.]+) ms on \d+ threads, "
     r"queries (?P<queries>[\d.]+) ms, operands (?P<operands>[\d.]+) ms, result checks "
     r"(?P<result_checks>[\d.]+) ms(?: \(references (?P<references>[\d.]+) ms\))?, probes "
-    r"(?P<probes>[\d.]+) ms, measurements (?P<measurements>[\d.]+) ms\)")
+    r"(?P<probes>[\d.]+) ms(?: \((?P<probe_runs>\d+) runs\))?, measurements "
+    r"(?P<measurements>[\d.]+) ms(?: \((?P<measurement_runs>\d+) runs\))?\)")
 
 
 def phases(worker_log):
@@ -77,11 +78,12 @@ def phases(worker_log):
             problems += 1
             for name, value in m.groupdict().items():
                 if value is not None:
-                    scale = 1.0 if name == "total" else 1e-3
+                    scale = 1.0 if name == "total" or name.endswith("_runs") else 1e-3
                     sums[name] = sums.get(name, 0.0) + float(value) * scale
     if not problems:
         return None
-    return dict({name: round(value, 2) for name, value in sums.items()}, problems=problems)
+    return dict({name: round(value, 2) if not name.endswith("_runs") else int(value)
+                 for name, value in sums.items()}, problems=problems)
 
 
 def know_rows(runs_dir):

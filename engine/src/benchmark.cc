@@ -176,9 +176,15 @@ constexpr double kWarmProbeMs = 1.0;
 // run that high would skip the configuration where it wins.
 constexpr double kSplitSkipMinProbeMs = 0.5;
 
+// A configuration's probe with no probe at a smaller size is expected to take this long when
+// probes are batched (BenchmarkOptions::probe_batch_ms): most are far shorter, and one that is
+// not ends its batch early by at most its own run.
+constexpr double kUnknownProbeMs = 1.0;
+
 struct Measurement {
   std::vector<double> samples;
-  int group = 1;  // runs per sample
+  int group = 1;     // runs per sample
+  int64_t runs = 0;  // issued, warm-ups included (for the summary line)
 };
 
 // Samples of one configuration; see BenchmarkOptions for the policy. `probed_ms` > 0: the
@@ -188,7 +194,9 @@ Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, in
                             size_t workspace_bytes, const BenchmarkOptions& options,
                             double probed_ms) {
   const Clock::time_point start = Clock::now();
+  Measurement m;
   const auto time_groups = [&](int warmup, int samples, int group) {
+    m.runs += warmup + int64_t{samples} * group;
     return backend.TimeRunGroups(problem, batch, algo, operands, workspace, workspace_bytes, warmup,
                                  samples, group, options.short_runs_device_time_only);
   };
@@ -208,7 +216,6 @@ Result<Measurement> Measure(ConvBackend& backend, const ConvProblem& problem, in
   int warmup_left = options.warmup_runs - 1;
   const double probe_ms = std::max(probe[0], 1e-6);
   const double budget = options.config_time_budget_ms;
-  Measurement m;
   if (probe_ms * (warmup_left + options.min_runs) > budget) {
     // Too slow for the full protocol: skip the remaining warm-ups (the probe ran after one) and
     // take what the budget allows, at least the probe itself.
@@ -282,6 +289,8 @@ Status Validate(const BenchmarkOptions& o) {
   if (!(o.probe_group_target_ms > 0)) {
     return InvalidArgument("probe_group_target_ms: must be positive");
   }
+  if (!(o.probe_batch_ms >= 0)) return InvalidArgument("probe_batch_ms: must be >= 0");
+  if (std::isnan(o.usable_margin)) return InvalidArgument("usable_margin: must be a number");
   if (o.prepare_threads < 1 || o.prepare_threads > 256) {
     return InvalidArgument("prepare_threads: must be in [1, 256], got " +
                            std::to_string(o.prepare_threads));
@@ -355,7 +364,11 @@ class TableBenchmark {
     probe_ms_.assign(table_.entries.size(), -1.0);
     probe_after_.assign(table_.entries.size(), DeviceActivity{});
     released_.assign(table_.entries.size(), false);
+    unusable_.assign(table_.entries.size(), false);
     if (options_.prune_margin >= 0) ReleaseRuledOut(0);  // the prior's
+    // With the probes on, every size is probed before any is measured, so that the measurements
+    // go to the entries a plan could use (BenchmarkOptions::usable_margin).
+    const bool probes_first = options_.prune_margin >= 0 && options_.usable_margin >= 0;
     for (const auto& [first, last] : size_ranges_) {
       phase = Clock::now();
       UCUDNN_RETURN_IF_ERROR(QueryWorkspaces(first, last));
@@ -370,8 +383,17 @@ class TableBenchmark {
         ReleaseRuledOut(last);
       }
       probe_total_ms_ += MsSince(phase);
+      if (probes_first) continue;
       phase = Clock::now();
       UCUDNN_RETURN_IF_ERROR(MeasureSize(first, last));
+      measure_ms_ += MsSince(phase);
+    }
+    if (probes_first) {
+      DecideUsable();
+      phase = Clock::now();
+      for (const auto& [first, last] : size_ranges_) {
+        UCUDNN_RETURN_IF_ERROR(MeasureSize(first, last));
+      }
       measure_ms_ += MsSince(phase);
     }
     phase = Clock::now();
@@ -604,7 +626,8 @@ class TableBenchmark {
   // bound) is what is in doubt, and nothing is marked.
   Status CheckResults() {
     if (!options_.check_results || !AnyRunnable()) return Status::Ok();
-    checker_ = std::make_unique<ResultChecker>(backend_, problem_, operands_.view);
+    checker_ = std::make_unique<ResultChecker>(backend_, problem_, operands_.view,
+                                               options_.workspace_cap_bytes);
     const double bound = ResultBound(problem_);
     std::set<std::string> checked;
     std::map<std::string, OffReference> off_reference;
@@ -712,58 +735,120 @@ class TableBenchmark {
   // runs where they are short) of every runnable configuration of the size [first, last), except
   // those the size before ruled out.
   Status ProbeSize(size_t first, size_t last) {
+    const Clock::time_point start = Clock::now();
+    const int64_t runs_before = probe_runs_;
+    std::vector<size_t> batch;
+    double batch_ms = 0;
+    int probed = 0;
     for (size_t i = first; i < last; ++i) {
       if (!runnable_[i]) continue;
       if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
       Timing& t = table_.entries[i];
-      const std::string& id = ids_[i];
       // Ruled out at a smaller size: recorded as this worker's choice, never as a time.
-      if (const std::string* why = RuledOut(id, t.micro_batch); why != nullptr) {
+      if (const std::string* why = RuledOut(ids_[i], t.micro_batch); why != nullptr) {
         t.status = TimingStatus::kFailed;
         t.error = WorkerLimit(*why);
         runnable_[i] = false;
         ++skipped_;
         continue;
       }
-      // A configuration that already ran long at a smaller size has its kernels loaded: its
-      // probe needs no warm-up of its own (kWarmProbeMs), unless its code is built per size. (A
-      // runtime-compiled engine's first run at a size took 0.5-1 ms more than its 0.05 ms: probed
-      // cold, cuDNN's fastest depthwise kernels were pruned and skipped; the torch-models log in
-      // git history.)
-      const auto history = probe_history_.find(id);
-      const bool loaded = history != probe_history_.end() &&
-                          history->second.rbegin()->second >= kWarmProbeMs &&
-                          !backend_.BuildsCodePerSize(problem_, t.micro_batch, AlgorithmOf(t));
-      const int warmup = loaded ? 0 : 1;
-      // A probe after which the gate saw other work on the device is taken again: a disturbed
-      // probe would prune configurations that win on an idle device.
-      Result<std::vector<double>> probe = std::vector<double>{};
-      for (int attempt = 0;; ++attempt) {
-        UCUDNN_RETURN_IF_ERROR(AwaitIdle());
-        probe = backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
-                                       WorkspaceOf(t), t.workspace_bytes, warmup, 1, 1, false);
-        if (!probe.ok()) break;
-        // A short run is probed again as Measure samples it, a group of back-to-back runs (the
-        // run just taken was their warm-up): a single one read up to 3x its time.
-        if (const int group =
-                RunsPerSample(probe->front(), options_, options_.probe_group_target_ms);
-            group > 1) {
-          probe = backend_.TimeRunGroups(problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
-                                         WorkspaceOf(t), t.workspace_bytes, 0, 1, group,
-                                         options_.short_runs_device_time_only);
-          if (!probe.ok()) break;
-        }
-        probe_after_[i] = LookAfter();
-        if (!Contended(probe_after_[i], 0, 1, 0) || attempt == kContentionRemeasures) break;
-        ++remeasured_;
+      const double estimate = ProbeEstimateMs(i);
+      if (!batch.empty() && batch_ms + estimate > options_.probe_batch_ms) {
+        UCUDNN_RETURN_IF_ERROR(ProbeBatch(batch));
+        batch.clear();
+        batch_ms = 0;
       }
-      if (probe.ok()) {
-        probe_ms_[i] = probe->front();
-      } else {
-        UCUDNN_RETURN_IF_ERROR(FailRun(i, probe.status()));
-      }
+      batch.push_back(i);
+      batch_ms += estimate;
+      ++probed;
     }
+    if (!batch.empty()) UCUDNN_RETURN_IF_ERROR(ProbeBatch(batch));
+    // Where a cold benchmark's time goes, size by size (what the summary line sums).
+    spdlog::debug("benchmark {} micro-batch {}: {} configurations probed, {} runs, {:.1f} ms", key_,
+                  table_.entries[first].micro_batch, probed, probe_runs_ - runs_before,
+                  MsSince(start));
     return Status::Ok();
+  }
+
+  // Untimed runs before entry i's probe. A configuration that already ran long at a smaller size
+  // has its kernels loaded: its probe needs no warm-up of its own (kWarmProbeMs), unless its code
+  // is built per size. (A runtime-compiled engine's first run at a size took 0.5-1 ms more than
+  // its 0.05 ms: probed cold, cuDNN's fastest depthwise kernels were pruned and skipped; the
+  // torch-models log in git history.)
+  int ProbeWarmup(size_t i) const {
+    const Timing& t = table_.entries[i];
+    const auto history = probe_history_.find(ids_[i]);
+    const bool loaded = history != probe_history_.end() &&
+                        history->second.rbegin()->second >= kWarmProbeMs &&
+                        !backend_.BuildsCodePerSize(problem_, t.micro_batch, AlgorithmOf(t));
+    return loaded ? 0 : 1;
+  }
+
+  // The device time entry i's probe is expected to take (its warm-up included), from its probe at
+  // the largest smaller size, scaled by the samples; kUnknownProbeMs where it has none.
+  double ProbeEstimateMs(size_t i) const {
+    const Timing& t = table_.entries[i];
+    double run_ms = kUnknownProbeMs;
+    if (const auto history = probe_history_.find(ids_[i]); history != probe_history_.end()) {
+      const auto [size, ms] = *history->second.rbegin();
+      run_ms = ms * static_cast<double>(t.micro_batch) / static_cast<double>(size);
+    }
+    return run_ms * (1 + ProbeWarmup(i));
+  }
+
+  ConvBackend::TimedRunRequest RunRequest(size_t i, int warmup, int group) {
+    const Timing& t = table_.entries[i];
+    return {AlgorithmOf(t), WorkspaceOf(t), t.workspace_bytes, warmup, 1, group};
+  }
+
+  // Probes the entries `batch` (of one size) in one ConvBackend::TimeRunBatch: each one run after
+  // its warm-up (ProbeWarmup); a short one (RunsPerSample) then again as Measure samples it, a
+  // group of back-to-back runs, the groups in a second batch (a single run read up to 3x its
+  // time). A batch after which the gate saw other work on the device is taken again: a disturbed
+  // probe would prune configurations that win on an idle device.
+  Status ProbeBatch(const std::vector<size_t>& batch) {
+    const int64_t micro_batch = table_.entries[batch.front()].micro_batch;
+    // A group right after its single run has that run as its warm-up; in a batch, other
+    // configurations ran between the two.
+    const int group_warmup = batch.size() > 1 ? 1 : 0;
+    for (int attempt = 0;; ++attempt) {
+      UCUDNN_RETURN_IF_ERROR(AwaitIdle());
+      std::vector<ConvBackend::TimedRunRequest> singles;
+      for (size_t i : batch) singles.push_back(RunRequest(i, ProbeWarmup(i), 1));
+      std::vector<Result<std::vector<double>>> probes =
+          backend_.TimeRunBatch(problem_, micro_batch, operands_.view, singles, false);
+      for (const auto& r : singles) probe_runs_ += r.warmup + int64_t{r.samples} * r.group;
+      std::vector<size_t> grouped;  // positions in `batch`
+      std::vector<ConvBackend::TimedRunRequest> groups;
+      for (size_t k = 0; k < batch.size(); ++k) {
+        if (!probes[k].ok()) continue;
+        const int group =
+            RunsPerSample(probes[k]->front(), options_, options_.probe_group_target_ms);
+        if (group == 1) continue;
+        grouped.push_back(k);
+        groups.push_back(RunRequest(batch[k], group_warmup, group));
+      }
+      if (!groups.empty()) {
+        std::vector<Result<std::vector<double>>> again = backend_.TimeRunBatch(
+            problem_, micro_batch, operands_.view, groups, options_.short_runs_device_time_only);
+        for (const auto& r : groups) probe_runs_ += r.warmup + int64_t{r.samples} * r.group;
+        for (size_t j = 0; j < grouped.size(); ++j) probes[grouped[j]] = std::move(again[j]);
+      }
+      const DeviceActivity after = LookAfter();
+      if (Contended(after, 0, 1, 0) && attempt < kContentionRemeasures) {
+        remeasured_ += static_cast<int>(batch.size());
+        continue;
+      }
+      for (size_t k = 0; k < batch.size(); ++k) {
+        probe_after_[batch[k]] = after;
+        if (probes[k].ok()) {
+          probe_ms_[batch[k]] = probes[k]->front();
+        } else {
+          UCUDNN_RETURN_IF_ERROR(FailRun(batch[k], probes[k].status()));
+        }
+      }
+      return Status::Ok();
+    }
   }
 
   // Waits for the device to run no other work (with a gate); kUnavailable when cancelled.
@@ -904,7 +989,7 @@ class TableBenchmark {
       if (Cancelled(options_)) return Unavailable("benchmark cancelled: " + key_);
       Timing& t = table_.entries[i];
       int group = 1;
-      const bool dominated = runnable_[i] && Dominated(i, first, last);
+      const bool dominated = runnable_[i] && (unusable_[i] || Dominated(i, first, last));
       MeasurementConditions conditions;
       conditions.gate = options_.gate != nullptr ? std::string(options_.gate->name()) : "off";
       if (runnable_[i] && dominated) {
@@ -929,6 +1014,7 @@ class TableBenchmark {
           measured = Measure(backend_, problem_, t.micro_batch, AlgorithmOf(t), operands_.view,
                              WorkspaceOf(t), t.workspace_bytes, options_, probed);
           if (!measured.ok()) break;
+          measure_runs_ += measured->runs;
           conditions.after = LookAfter();
           conditions.relative_spread = RelativeSpread(measured->samples);
           conditions.contended = Contended(conditions.after, conditions.relative_spread,
@@ -972,6 +1058,24 @@ class TableBenchmark {
     return Status::Ok();
   }
 
+  // BenchmarkOptions::usable_margin: the probed entries no plan of the largest size could use
+  // (UsableEntries over the probes) keep their probe, as dominated ones do.
+  void DecideUsable() {
+    TimingTable probed;
+    probed.entries.reserve(table_.entries.size());
+    for (size_t i = 0; i < table_.entries.size(); ++i) {
+      Timing t = table_.entries[i];
+      t.status = runnable_[i] && probe_ms_[i] >= 0 ? TimingStatus::kOk : TimingStatus::kFailed;
+      t.time_ms = std::max(probe_ms_[i], 0.0);
+      probed.entries.push_back(std::move(t));
+    }
+    const std::vector<bool> usable = UsableEntries(probed, sizes_.back(), options_.usable_margin);
+    for (size_t i = 0; i < usable.size(); ++i) {
+      unusable_[i] = probed.entries[i].status == TimingStatus::kOk && !usable[i];
+      unused_ += unusable_[i] ? 1 : 0;
+    }
+  }
+
   bool Dominated(size_t i, size_t first, size_t last) const {
     if (probe_ms_[i] < 0) return false;
     for (size_t j = first; j < last; ++j) {
@@ -993,19 +1097,20 @@ class TableBenchmark {
       worker_limited += IsWorkerLimit(t) ? 1 : 0;
     }
     spdlog::info(
-        "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them dominated at the probe), "
+        "benchmarked {} on {} ({}): {} configurations, {} ok ({} of them kept their probe: "
+        "dominated, or at sizes no plan of {} uses ({})), "
         "{} unsupported, {} failed ({} of them this worker's limits, {} not run after the size "
         "before, {} contended, {} wrong results; {} taken again for contention; {} results "
         "unchecked), {:.2f} s (prepare {:.0f} ms on {} threads, queries {:.0f} ms, operands "
-        "{:.0f} ms, result checks {:.0f} ms (references {:.0f} ms), probes {:.0f} ms, measurements "
-        "{:.0f} ms)",
+        "{:.0f} ms, result checks {:.0f} ms (references {:.0f} ms), probes {:.0f} ms ({} runs), "
+        "measurements {:.0f} ms ({} runs))",
         key_, backend_.fingerprint().name, backend_.fingerprint().backend, table_.entries.size(),
-        counts[static_cast<int>(TimingStatus::kOk)], pruned_,
+        counts[static_cast<int>(TimingStatus::kOk)], pruned_, sizes_.back(), unused_,
         counts[static_cast<int>(TimingStatus::kUnsupported)],
         counts[static_cast<int>(TimingStatus::kFailed)], worker_limited, skipped_, contended_,
         wrong_, remeasured_, unchecked_, total_ms / 1000.0, prepare_ms_, options_.prepare_threads,
         query_ms_, operands_ms_, check_ms_, checker_ != nullptr ? checker_->reference_ms() : 0.0,
-        probe_total_ms_, measure_ms_);
+        probe_total_ms_, probe_runs_, measure_ms_, measure_runs_);
   }
 
   ConvBackend& backend_;
@@ -1025,6 +1130,7 @@ class TableBenchmark {
   std::vector<double> probe_ms_;
   std::vector<DeviceActivity> probe_after_;  // what the gate saw right after each probe
   std::vector<bool> released_;               // entries given to ConvBackend::WillNotRun
+  std::vector<bool> unusable_;               // probed entries no plan could use (DecideUsable)
   // configuration -> its probes at the sizes measured so far (size -> ms); also tells which
   // configurations ran before and need no warm-up.
   std::map<std::string, std::map<int64_t, double>> probe_history_;
@@ -1038,6 +1144,7 @@ class TableBenchmark {
   };
   std::map<std::string, SplitSkip> split_skip_;
   int pruned_ = 0;
+  int unused_ = 0;  // probed entries no plan could use (DecideUsable)
   int skipped_ = 0;
   int remeasured_ = 0;  // probes and measurements taken again for contention
   int contended_ = 0;   // stored as contended
@@ -1048,6 +1155,7 @@ class TableBenchmark {
   // Where a cold benchmark's time goes, for the summary line.
   double prepare_ms_ = 0, query_ms_ = 0, operands_ms_ = 0, check_ms_ = 0, probe_total_ms_ = 0,
          measure_ms_ = 0;
+  int64_t probe_runs_ = 0, measure_runs_ = 0;  // runs issued (warm-ups included)
 };
 
 }  // namespace
@@ -1104,6 +1212,10 @@ Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& p
   const std::vector<int64_t> sizes = MicroBatchSizes(policy, max_micro_batch);
   TimingTable so_far = CompleteSizes(backend, problem, known);  // what the rule reads
   TimingTable measured;
+  // The rule chose each round's sizes for the limit: all are measured (a later round's largest
+  // size is not the mini-batch that usable_margin judges plans of).
+  BenchmarkOptions round_options = options;
+  round_options.usable_margin = -1;
   BenchmarkProgress before;  // the rounds before this one, for `progress`
   for (std::vector<int64_t> next =
            NextSizesForLimit(so_far, sizes, max_micro_batch, workspace_limit);
@@ -1117,8 +1229,9 @@ Result<TimingTable> BenchmarkForLimit(ConvBackend& backend, const ConvProblem& p
         progress({before.done + p.done, before.total + p.total, p.latest});
       };
     }
-    UCUDNN_ASSIGN_OR_RETURN(TimingTable round,
-                            BenchmarkMicroBatches(backend, problem, next, options, round_progress));
+    UCUDNN_ASSIGN_OR_RETURN(
+        TimingTable round,
+        BenchmarkMicroBatches(backend, problem, next, round_options, round_progress));
     before.done += static_cast<int64_t>(round.entries.size());
     before.total += static_cast<int64_t>(round.entries.size());
     // Never empty (every candidate of a size is an entry, run or not); were it, the rule would

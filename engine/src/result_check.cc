@@ -69,8 +69,12 @@ double RelativeL2FromNorms(double difference_squares, double want_squares) {
 }
 
 ResultChecker::ResultChecker(ConvBackend& backend, const ConvProblem& problem,
-                             const ConvOperands& operands)
-    : backend_(backend), problem_(problem), operands_(operands) {}
+                             const ConvOperands& operands, uint64_t max_reference_workspace)
+    : backend_(backend),
+      problem_(problem),
+      operands_(operands),
+      references_(backend.ReferenceAlgorithms(problem.op)),
+      max_reference_workspace_(max_reference_workspace) {}
 
 Status ResultChecker::WidenInputs() {
   if (fp32_[0] != nullptr) return Status::Ok();
@@ -137,10 +141,12 @@ Result<bool> ResultChecker::RunReference(int64_t from, int64_t to) {
   const int64_t batch = to - from;
   reference_batch_ = to;
   host_reference_.reset();
-  auto run = [&]() -> Status {
-    UCUDNN_RETURN_IF_ERROR(WidenInputs());
-    const Algorithm reference(0);
+  auto run_with = [&](const Algorithm& reference, bool last) -> Status {
     UCUDNN_ASSIGN_OR_RETURN(size_t workspace_bytes, backend_.WorkspaceSize(fp32, batch, reference));
+    if (!last && workspace_bytes > max_reference_workspace_) {
+      return ResourceExhausted(fmt::format("algorithm {} needs {} bytes of workspace",
+                                           AlgorithmText(reference), workspace_bytes));
+    }
     UCUDNN_ASSIGN_OR_RETURN(std::unique_ptr<BackendBuffer> workspace,
                             backend_.Allocate(std::max<size_t>(workspace_bytes, 1)));
     float* first = static_cast<float*>(fp32_[0]->data());
@@ -153,6 +159,21 @@ Result<bool> ResultChecker::RunReference(int64_t from, int64_t to) {
     UCUDNN_RETURN_IF_ERROR(backend_.Run(fp32, batch, reference, o, workspace->data(),
                                         workspace_bytes, 1.0f, from > 0 ? 1.0f : 0.0f));
     return backend_.Synchronize();
+  };
+  auto run = [&]() -> Status {
+    UCUDNN_RETURN_IF_ERROR(WidenInputs());
+    Status failed = Unsupported("no reference algorithm on this backend");
+    for (size_t k = 0; k < references_.size(); ++k) {
+      failed = run_with(references_[k], k + 1 == references_.size());
+      if (failed.ok()) {
+        references_ = {references_[k]};  // every later run of this problem's reference
+        return failed;
+      }
+      if (Fatal(failed)) return failed;
+      spdlog::debug("result check {}: reference algorithm {} did not run at {} ({})",
+                    CanonicalKey(problem_), AlgorithmText(references_[k]), to, failed.ToString());
+    }
+    return failed;
   };
   const Status ran = run();
   reference_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();

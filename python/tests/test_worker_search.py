@@ -43,11 +43,14 @@ class CollectTest(unittest.TestCase):
                   {"batch": 128, "prepare_s": 33.0, "device_name": "NVIDIA H200",
                    "cudnn_version": 91900, "torch": "2.11.0"})
             write(runs, "know_resnet50_amp.summary.json", summary(60, 9, 120.0, 118.0))
+            # The runs issued are counted where the line says them (an older worker's does not).
             write(runs, "know_efficientnet_b0_amp.worker.log", "".join(
                 f"[info] benchmarked v1;op=fwd;c={c} on NVIDIA H200 (cudnn): 40 configurations, "
                 f"{total} s (prepare 40 ms on 8 threads, queries 10 ms, operands 5 ms, result "
-                f"checks {checks} ms (references {ref} ms), probes 90 ms, measurements 100 ms)\n"
-                for c, total, checks, ref in ((3, 0.5, 250, 50), (8, 0.3, 50, 25)))
+                f"checks {checks} ms (references {ref} ms), probes 90 ms{probe_runs}, "
+                f"measurements 100 ms{measurement_runs})\n"
+                for c, total, checks, ref, probe_runs, measurement_runs in (
+                    (3, 0.5, 250, 50, " (1000 runs)", " (50 runs)"), (8, 0.3, 50, 25, "", "")))
                 + "[info] something else\n")
             for job, side, ms in ((1, "with", 60.0), (1, "without", 50.0), (2, "with", 66.0),
                                   (2, "without", 60.0)):
@@ -70,7 +73,8 @@ class CollectTest(unittest.TestCase):
         self.assertEqual(know["efficientnet_b0:amp"]["phases_s"],
                          {"problems": 2, "total": 0.8, "prepare": 0.08, "queries": 0.02,
                           "operands": 0.01, "result_checks": 0.3, "references": 0.08,
-                          "probes": 0.18, "measurements": 0.2})
+                          "probes": 0.18, "measurements": 0.2, "probe_runs": 1000,
+                          "measurement_runs": 50})
         self.assertIsNone(know["resnet50:amp"]["phases_s"])
         # Jobs left when the cap came: not known, whatever the span says.
         self.assertFalse(know["resnet50:amp"]["complete"])

@@ -218,19 +218,41 @@ TEST_F(CudnnBackendTest, ProblemsTheLegacyApiCannotExpressAreUnsupported) {
   EXPECT_NE(ws.status().message().find("compute_type"), std::string::npos);
 }
 
-TEST_F(CudnnBackendTest, TimeRunsReturnsOnePositiveTimePerRun) {
+// Timed runs alone, and a batch of them queued together and waited for once: each request gets
+// its own times, a request that cannot run (an algorithm cuDNN does not have) its own error, and
+// the ones around it their times, as one call each would give.
+TEST_F(CudnnBackendTest, TimedRunsGiveOnePositiveTimePerRunAloneAndInABatch) {
   ConvProblem p = MakeConv(64, 28, 64, 3, 1, 1);
   const int64_t batch = 4;
   ConvBackend& b = *gpu();
   const ForwardOperands operands = MakeForwardOperands(b, p, batch);
   ASSERT_FALSE(HasFailure());
   const ConvOperands& ops = operands.ops;
-  Result<std::vector<double>> times = b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 4);
-  ASSERT_TRUE(times.ok()) << times.status().ToString();
-  ASSERT_EQ(times->size(), 4u);
-  for (double t : *times) EXPECT_GT(t, 0.0);
-  EXPECT_EQ(b.TimeRuns(p, batch, 0, ops, nullptr, 0, 1, 0).status().code(),
+  const int algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  Result<std::vector<double>> single = b.TimeRuns(p, batch, algo, ops, nullptr, 0, 1, 4);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  ASSERT_EQ(single->size(), 4u);
+  for (double t : *single) EXPECT_GT(t, 0.0);
+  EXPECT_EQ(b.TimeRuns(p, batch, algo, ops, nullptr, 0, 1, 0).status().code(),
             StatusCode::kInvalidArgument);
+
+  const std::vector<ConvBackend::TimedRunRequest> requests = {
+      {algo, nullptr, 0, 1, 3, 1}, {99, nullptr, 0, 1, 1, 1}, {algo, nullptr, 0, 0, 2, 4}};
+  std::vector<Result<std::vector<double>>> times = b.TimeRunBatch(p, batch, ops, requests);
+  ASSERT_EQ(times.size(), 3u);
+  ASSERT_TRUE(times[0].ok()) << times[0].status().ToString();
+  EXPECT_EQ(times[0]->size(), 3u);
+  EXPECT_FALSE(times[1].ok());
+  ASSERT_TRUE(times[2].ok()) << times[2].status().ToString();
+  EXPECT_EQ(times[2]->size(), 2u);
+  for (const size_t i : {0u, 2u}) {
+    for (double t : *times[i]) EXPECT_GT(t, 0.0) << "request " << i;
+  }
+  // The same run timed alone and in a batch: the same order of magnitude (a batch's run does not
+  // include the others').
+  EXPECT_LT(*std::min_element(times[0]->begin(), times[0]->end()),
+            3 * *std::min_element(single->begin(), single->end()));
+  EXPECT_TRUE(b.Healthy().ok());
 }
 
 // Operands of 4 samples timed at a micro-batch of 1: the runs walk the four slices, as a

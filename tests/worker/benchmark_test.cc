@@ -356,6 +356,36 @@ TEST(BenchmarkSkipTest, AConfigurationIsNotRunWhereMicroBatchesOfASmallerSizeDoB
   EXPECT_EQ(dense.runs.count({1, 4}), 1u);
 }
 
+// Every size is probed before any is measured, and the full protocol goes only to entries a plan
+// of the largest size could use: "fast" (0.011 ms at 1, 0.018 ms at 8) at 1 costs a plan of 8
+// over four times the 0.018 ms of one micro-batch of 8, and keeps its probe there.
+TEST(BenchmarkProbeTest, OnlyEntriesAPlanOfTheLargestSizeCouldUseAreMeasured) {
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 8);
+  const std::vector<int64_t> sizes = {1, 2, 4, 8};
+  BenchmarkOptions options = ProbingOptions();
+  options.min_runs = 3;
+  options.max_runs = 3;
+  auto samples_of = [&](double usable_margin) {
+    options.usable_margin = usable_margin;
+    ScriptedTimesBackend backend;
+    Result<TimingTable> table = BenchmarkMicroBatches(backend, p, sizes, options);
+    EXPECT_TRUE(table.ok()) << table.status().ToString();
+    std::map<std::pair<int, int64_t>, int> samples;
+    for (const Timing& t : table.ok() ? table->entries : std::vector<Timing>{}) {
+      if (t.status == TimingStatus::kOk) samples[{t.algo, t.micro_batch}] = t.samples;
+    }
+    return samples;
+  };
+  const auto usable = samples_of(0.25);
+  EXPECT_EQ(usable.at({0, 1}), 1);  // its probe
+  EXPECT_EQ(usable.at({0, 8}), 3);  // the plan's
+  const auto every_size = samples_of(-1);
+  EXPECT_EQ(every_size.at({0, 1}), 3);
+  EXPECT_EQ(every_size.at({0, 8}), 3);
+  options.usable_margin = std::nan("");
+  EXPECT_THAT(Validate(options).message(), HasSubstr("usable_margin"));
+}
+
 // The CPU backend recording each timed call: (size, algorithm, warm-ups, samples, group).
 class RecordingBackend : public RenamedCpuBackend {
  public:
@@ -443,35 +473,116 @@ TEST(BenchmarkProbeTest, CodeBuiltPerSizeIsWarmedUpBeforeItsProbeAtEverySize) {
 
 // A short run's probe is a group of back-to-back runs after a warm-up, as its samples are: a
 // single run per pair of clock readings read short kernels 1.6-2.1x slow on an H200. The probe's
-// group is as long as probe_group_target_ms asks, the samples' as group_target_ms does.
+// group is as long as probe_group_target_ms asks, the samples' as group_target_ms does. Probed one
+// configuration at a time, the single run right before is the group's warm-up; in a batch of
+// probes, other configurations ran in between, and the group gets one of its own.
 TEST(BenchmarkProbeTest, AShortRunIsProbedAsAGroupAfterAWarmUp) {
-  BenchmarkOptions options = ProbingOptions();
-  options.short_run_ms = 1e6;  // every run counts as short
-  options.group_target_ms = 1e6;
-  options.probe_group_target_ms = 1e-9;  // the shortest group: 2 runs
-  options.max_group = 4;
-  RecordingBackend backend;
-  Result<TimingTable> table =
-      BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), 2, BatchPolicy::kAll, options);
-  ASSERT_TRUE(table.ok()) << table.status().ToString();
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::array<int64_t, 5>>> calls;
-  for (const auto& call : backend.calls) calls[{call[0], call[1]}].push_back(call);
-  ASSERT_FALSE(calls.empty());
-  int measured = 0;
-  for (const auto& [config, made] : calls) {
-    SCOPED_TRACE("micro-batch " + std::to_string(config.first) + " algo " +
-                 std::to_string(config.second));
-    ASSERT_GE(made.size(), 2u);
-    EXPECT_EQ(made[0][2], 1);  // a warm-up (at every size: the runs are short), one run
-    EXPECT_EQ(made[0][3], 1);
-    EXPECT_EQ(made[0][4], 1);
-    EXPECT_EQ(made[1][2], 0);  // then one sample of a group of 2
-    EXPECT_EQ(made[1][3], 1);
-    EXPECT_EQ(made[1][4], 2);
-    for (size_t i = 2; i < made.size(); ++i) EXPECT_EQ(made[i][4], 4);  // measured: groups of 4
-    measured += made.size() > 2;
+  for (const double batch_ms : {0.0, 50.0}) {
+    SCOPED_TRACE("probe_batch_ms " + std::to_string(batch_ms));
+    BenchmarkOptions options = ProbingOptions();
+    options.short_run_ms = 1e6;  // every run counts as short
+    options.group_target_ms = 1e6;
+    options.probe_group_target_ms = 1e-9;  // the shortest group: 2 runs
+    options.max_group = 4;
+    options.probe_batch_ms = batch_ms;
+    RecordingBackend backend;
+    Result<TimingTable> table =
+        BenchmarkProblem(backend, TinyProblem(ConvOp::kForward, 4), 2, BatchPolicy::kAll, options);
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    std::map<std::pair<int64_t, int64_t>, std::vector<std::array<int64_t, 5>>> calls;
+    for (const auto& call : backend.calls) calls[{call[0], call[1]}].push_back(call);
+    ASSERT_GT(calls.size(), 1u);
+    int measured = 0;
+    for (const auto& [config, made] : calls) {
+      SCOPED_TRACE("micro-batch " + std::to_string(config.first) + " algo " +
+                   std::to_string(config.second));
+      ASSERT_GE(made.size(), 2u);
+      EXPECT_EQ(made[0][2], 1);  // a warm-up (at every size: the runs are short), one run
+      EXPECT_EQ(made[0][3], 1);
+      EXPECT_EQ(made[0][4], 1);
+      EXPECT_EQ(made[1][2], batch_ms > 0 ? 1 : 0);  // then one sample of a group of 2
+      EXPECT_EQ(made[1][3], 1);
+      EXPECT_EQ(made[1][4], 2);
+      for (size_t i = 2; i < made.size(); ++i) EXPECT_EQ(made[i][4], 4);  // measured: groups of 4
+      measured += made.size() > 2;
+    }
+    EXPECT_GT(measured, 0);
   }
-  EXPECT_GT(measured, 0);
+}
+
+// ScriptedTimesBackend recording each TimeRunBatch: (micro-batch, requests, warm-ups, groups).
+class BatchRecordingBackend : public ScriptedTimesBackend {
+ public:
+  struct Batch {
+    int64_t micro_batch = 0;
+    std::vector<int> algos;
+    std::vector<int> warmups;
+    std::vector<int> groups;
+  };
+  std::vector<Result<std::vector<double>>> TimeRunBatch(
+      const ConvProblem& p, int64_t b, const ConvOperands& operands,
+      const std::vector<TimedRunRequest>& requests, bool device_time_only) override {
+    Batch batch{b, {}, {}, {}};
+    for (const TimedRunRequest& r : requests) {
+      batch.algos.push_back(r.algo.id);
+      batch.warmups.push_back(r.warmup);
+      batch.groups.push_back(r.group);
+    }
+    batches.push_back(batch);
+    return ScriptedTimesBackend::TimeRunBatch(p, b, operands, requests, device_time_only);
+  }
+  std::vector<Batch> batches;
+};
+
+// The probes of a size are queued together, up to about probe_batch_ms of device time by their
+// probes at the smaller size (scaled by the samples, doubled by a warm-up): the slow ones
+// ("saturated", 10 b ms; "improving", 15 sqrt(b) ms) end their batches. The table is the one
+// probed one configuration at a time.
+TEST(BenchmarkProbeTest, TheProbesOfASizeAreBatchedUpToTheirExpectedDeviceTime) {
+  const ConvProblem p = TinyProblem(ConvOp::kForward, 8);
+  const std::vector<int64_t> sizes = {1, 2, 4, 8};
+  BenchmarkOptions options = ProbingOptions();
+  options.skip_factor = 0;  // every configuration probed at every size
+  options.prune_margin = 0.10;
+  options.short_run_ms = 0.05;  // "fast" is probed again as a group
+  options.probe_batch_ms = 60;
+  BatchRecordingBackend batched;
+  Result<TimingTable> table = BenchmarkMicroBatches(batched, p, sizes, options);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+
+  options.probe_batch_ms = 0;
+  BatchRecordingBackend single;
+  Result<TimingTable> one_by_one = BenchmarkMicroBatches(single, p, sizes, options);
+  ASSERT_TRUE(one_by_one.ok()) << one_by_one.status().ToString();
+  ASSERT_EQ(table->entries.size(), one_by_one->entries.size());
+  for (size_t i = 0; i < table->entries.size(); ++i) {
+    const Timing& a = table->entries[i];
+    const Timing& b = one_by_one->entries[i];
+    SCOPED_TRACE("algo " + std::to_string(a.algo) + " b=" + std::to_string(a.micro_batch));
+    EXPECT_EQ(a.status, b.status);
+    EXPECT_EQ(a.time_ms, b.time_ms);
+    EXPECT_EQ(a.samples, b.samples);
+  }
+  for (const auto& batch : single.batches) EXPECT_EQ(batch.algos.size(), 1u);
+
+  // Size 1: nothing probed before, each expected at 1 ms and its warm-up: one batch of all four,
+  // then the groups of the short ones ("fast", 0.011 ms) in a second.
+  ASSERT_GE(batched.batches.size(), 2u);
+  EXPECT_EQ(batched.batches[0].micro_batch, 1);
+  EXPECT_EQ(batched.batches[0].algos, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(batched.batches[0].warmups, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(batched.batches[1].algos, (std::vector<int>{0}));
+  EXPECT_GT(batched.batches[1].groups[0], 1);
+  EXPECT_EQ(batched.batches[1].warmups[0], 1);
+  // Later sizes by their probes at the size before: at 2, 0.04 + 20 + 30 + 2 ms, one batch; at 4,
+  // 0.05 + 40 ms, then 42 + 2 ms; at 8, 80 and 60 ms, each alone.
+  std::map<int64_t, std::vector<std::vector<int>>> probed;  // size -> its single-run batches
+  for (const auto& batch : batched.batches) {
+    if (batch.groups[0] == 1) probed[batch.micro_batch].push_back(batch.algos);
+  }
+  EXPECT_EQ(probed[2], (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(probed[4], (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(probed[8], (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}));
 }
 
 TEST(BenchmarkDeviceLossTest, ALostDeviceAbortsTheTableWithDeviceLost) {

@@ -279,6 +279,60 @@ TEST(ResultCheckTest, ABackwardFilterReferenceGrowsWithTheSizesChecked) {
   EXPECT_EQ(backend.reference_samples(), samples + 2);
 }
 
+// A backend preferring reference algorithm 1 before 0 (as cuDNN's backward-data does), where 1
+// runs, asks more workspace than the checker allows, or declines the problem; it records the
+// algorithm of every reference run (the fp32 FMA ones).
+class PreferredReferenceBackend : public BrokenAlgorithmBackend {
+ public:
+  enum class First { kRuns, kTooLarge, kDeclines };
+  explicit PreferredReferenceBackend(First first)
+      : BrokenAlgorithmBackend(Breakage::kNone), first_(first) {}
+  std::vector<Algorithm> ReferenceAlgorithms(ConvOp) const override { return {1, 0}; }
+  Result<size_t> WorkspaceSize(const ConvProblem& p, int64_t batch,
+                               const Algorithm& algo) override {
+    if (p.math == MathMode::kFma && algo.id == 1 && first_ == First::kTooLarge) {
+      return size_t{1} << 40;
+    }
+    return BrokenAlgorithmBackend::WorkspaceSize(p, batch, algo);
+  }
+  Status Run(const ConvProblem& p, int64_t batch, const Algorithm& algo,
+             const ConvOperands& operands, void* workspace, size_t workspace_bytes, float alpha,
+             float beta) override {
+    if (p.math == MathMode::kFma) {
+      if (algo.id == 1 && first_ == First::kDeclines) return Unsupported("not this layout");
+      reference_algorithms.push_back(algo.id);
+    }
+    return BrokenAlgorithmBackend::Run(p, batch, algo, operands, workspace, workspace_bytes, alpha,
+                                       beta);
+  }
+  std::vector<int> reference_algorithms;  // of the reference runs that ran
+
+ private:
+  First first_;
+};
+
+// The reference runs the backend's first reference algorithm that runs within the workspace
+// allowed (the last one with whatever it needs), and every later reference of the problem with
+// the same one; the checks agree either way.
+TEST(ResultCheckTest, TheReferenceIsTheFirstOfTheBackendsAlgorithmsThatRuns) {
+  using First = PreferredReferenceBackend::First;
+  for (const First first : {First::kRuns, First::kTooLarge, First::kDeclines}) {
+    SCOPED_TRACE("case " + std::to_string(static_cast<int>(first)));
+    PreferredReferenceBackend backend(first);
+    for (const ConvOp op : {ConvOp::kBackwardData, ConvOp::kBackwardFilter}) {
+      backend.reference_algorithms.clear();
+      const ConvProblem p = TinyProblem(op, 4);
+      Result<TimingTable> table =
+          BenchmarkProblem(backend, p, 2, BatchPolicy::kAll, CheckedOptions());
+      ASSERT_TRUE(table.ok()) << table.status().ToString();
+      for (const Timing& t : table->entries) EXPECT_EQ(t.status, TimingStatus::kOk) << t.error;
+      ASSERT_FALSE(backend.reference_algorithms.empty());
+      const int used = first == First::kRuns ? 1 : 0;
+      for (const int algo : backend.reference_algorithms) EXPECT_EQ(algo, used);
+    }
+  }
+}
+
 TEST(ResultCheckTest, CorrectConfigurationsPassInEveryPrecisionAndIn3d) {
   ConvProblem three_d = TinyProblem(ConvOp::kBackwardFilter, 4);
   three_d.d = 5;

@@ -153,5 +153,29 @@ TEST(NextSizesForLimit, ATableThatHoldsTheRulesSizesAsksNothing) {
   EXPECT_THAT(NextSizesForLimit(framework_only, sizes, 64, 1 << 30), ElementsAre(64, 32, 16));
 }
 
+// Mini-batch 4. No workspace: A takes 1.0 ms at 4, 0.6 at 2, 0.5 at 1. C takes 0.2 ms at 2 with 50
+// bytes, B 0.55 ms at 4 with 100; at limits of 50 bytes and more, two micro-batches of C (0.4 ms)
+// are the fastest plan. A failed entry and the framework's own are never usable.
+TEST(UsableEntries, ThoseThatWouldBeInAFastestPlanWereTheyMarginFaster) {
+  TimingTable table;
+  table.entries = {MeasuredEntry(4, 0, 1.0, 0), MeasuredEntry(4, 1, 0.55, 100),
+                   MeasuredEntry(2, 0, 0.6, 0), MeasuredEntry(2, 2, 0.2, 50),
+                   MeasuredEntry(1, 0, 0.5, 0), MeasuredEntry(1, 3, 0.01, 0),
+                   MeasuredEntry(4, 4, 0.01, 0)};
+  table.entries[5].status = TimingStatus::kFailed;
+  table.entries[6].algo = kFrameworkAlgo;
+  // Without workspace A at 4 is the fastest plan (1.0 ms). A at 2 read 25% fast (0.48 + 0.6 ms)
+  // does not beat it; read 100% fast (0.3 + 0.6 ms) it does. A at 1 would need 0.5 / 3 ms, B
+  // (0.55 ms) 0.4 ms, against C's split; no speed makes A at 1 usable: the 3 samples left take
+  // 1.1 ms without workspace.
+  EXPECT_THAT(UsableEntries(table, 4, 0.25),
+              ElementsAre(true, false, false, true, false, false, false));
+  EXPECT_THAT(UsableEntries(table, 4, 1.0),
+              ElementsAre(true, true, true, true, false, false, false));
+  EXPECT_THAT(UsableEntries(table, 4, 100.0),
+              ElementsAre(true, true, true, true, false, false, false));
+  EXPECT_THAT(UsableEntries(TimingTable{}, 4, 0.25), ElementsAre());
+}
+
 }  // namespace
 }  // namespace ucudnn

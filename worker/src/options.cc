@@ -165,6 +165,19 @@ void AddBenchmarkFlags(CLI::App& app, WorkerOptions& o, RawFlags& raw) {
                  "workspace) take less than 1/this of their probe (0: off)")
       ->envname("UCUDNN_WORKER_SPLIT_SKIP_FACTOR")
       ->capture_default_str();
+  app.add_option("--usable-margin", o.usable_margin,
+                 "every size probed before any is measured; only configurations that a fastest "
+                 "plan of the job's mini-batch could run, were they this fraction faster than "
+                 "their probe, take the full protocol, the others keep their probe (negative: "
+                 "every size measured)")
+      ->envname("UCUDNN_WORKER_USABLE_MARGIN")
+      ->capture_default_str();
+  app.add_option("--probe-batch-ms", o.probe_batch_ms,
+                 "probes of a size queued on the device together, about this much device time "
+                 "a batch between looks of the idle gate, one wait for each batch (0: one "
+                 "configuration at a time)")
+      ->envname("UCUDNN_WORKER_PROBE_BATCH_MS")
+      ->capture_default_str();
   app.add_flag("--exhaustive", o.exhaustive,
                "time every configuration at every micro-batch size with the full protocol "
                "(no probe pruning, no skipping across sizes, nothing left out for losing on "
@@ -340,6 +353,8 @@ Status ValidateNumbers(const WorkerOptions& o) {
       {"--prune-margin", o.prune_margin, -1, 100, "[-1, 100]"},
       {"--skip-factor", o.skip_factor, 0, 1e6, "[0, 1e6]"},
       {"--split-skip-factor", o.split_skip_factor, 0, 1e6, "[0, 1e6]"},
+      {"--probe-batch-ms", o.probe_batch_ms, 0, 3.6e6, "[0, 3600000]"},
+      {"--usable-margin", o.usable_margin, -1, 100, "[-1, 100]"},
       {"--prepare-threads", double(o.prepare_threads), 1, 256, "[1, 256]"},
       {"--compile-processes", double(o.compile_processes), -1, 64, "[-1, 64]"},
       {"--short-run-us", o.short_run_us, 0, 1e6, "[0, 1000000]"},

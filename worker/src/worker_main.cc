@@ -306,6 +306,8 @@ BenchmarkOptions MakeBenchmarkOptions(const WorkerOptions& o) {
   b.check_results = o.check_results;
   b.skip_factor = o.exhaustive ? 0.0 : o.skip_factor;
   b.split_skip_factor = o.exhaustive ? 0.0 : o.split_skip_factor;
+  b.probe_batch_ms = o.probe_batch_ms;
+  b.usable_margin = o.exhaustive ? -1.0 : o.usable_margin;
   b.prepare_threads = o.prepare_threads;
   b.contended_relative_spread = o.contended_spread >= 0 ? o.contended_spread
                                 : o.backend == "cpu"    ? 0.0

@@ -956,37 +956,96 @@ Status CudnnBackend::EnsureEvents(size_t count) {
   return Status::Ok();
 }
 
+std::vector<Algorithm> CudnnBackend::ReferenceAlgorithms(ConvOp op) const {
+  if (op == ConvOp::kBackwardData) {
+    return {Algorithm(CUDNN_CONVOLUTION_BWD_DATA_ALGO_1),
+            Algorithm(CUDNN_CONVOLUTION_BWD_DATA_ALGO_0)};
+  }
+  return ConvBackend::ReferenceAlgorithms(op);
+}
+
 Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, int64_t batch,
                                                    const Algorithm& algo,
                                                    const ConvOperands& operands, void* workspace,
                                                    size_t workspace_bytes, int warmup, int runs) {
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
-  UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
-  UCUDNN_ASSIGN_OR_RETURN(
-      std::function<Status()> run_once,
-      ResolveTimedRuns(problem, batch, algo, operands, workspace, workspace_bytes));
-  for (int i = 0; i < warmup; ++i) {
-    UCUDNN_RETURN_IF_ERROR(run_once());
-  }
-  UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(runs)));
   // Runs are issued back to back and waited for once, so the GPU is not left idle between them
   // while the host returns from a wait; each run is still bracketed by its own pair of events.
+  return std::move(
+      TimeRunBatch(problem, batch, operands, {{algo, workspace, workspace_bytes, warmup, runs, 1}})
+          .front());
+}
+
+std::vector<Result<std::vector<double>>> CudnnBackend::TimeRunBatch(
+    const ConvProblem& problem, int64_t batch, const ConvOperands& operands,
+    const std::vector<TimedRunRequest>& requests, bool device_time_only) {
+  if (device_time_only) {
+    return ConvBackend::TimeRunBatch(problem, batch, operands, requests, device_time_only);
+  }
+  std::vector<Result<std::vector<double>>> out;
+  out.reserve(requests.size());
+  size_t pairs = 0;
+  for (const TimedRunRequest& r : requests) pairs += static_cast<size_t>(std::max(r.samples, 0));
+  Status setup = MakeDeviceCurrent();
+  if (setup.ok()) setup = EnsureEvents(2 * pairs);
+  if (!setup.ok()) {
+    out.assign(requests.size(), setup);
+    return out;
+  }
+  // Each request's runs as TimeRunGroups() queues them (warm-ups, then an event pair around each
+  // group), the requests one after another on the stream, and one wait for all of them.
   const cudaStream_t s = stream();
-  for (int i = 0; i < runs; ++i) {
-    UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));
-    UCUDNN_RETURN_IF_ERROR(run_once());
-    UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i + 1], s));
+  std::vector<size_t> first_event(requests.size(), 0);
+  std::vector<bool> queued(requests.size(), false);
+  size_t next_event = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const TimedRunRequest& r = requests[i];
+    first_event[i] = next_event;
+    const auto queue = [&]() -> Status {
+      if (r.warmup < 0)
+        return InvalidArgument("warmup: must be >= 0, got " + std::to_string(r.warmup));
+      if (r.samples < 1 || r.group < 1) {
+        return InvalidArgument("TimeRunBatch: samples and group must be >= 1");
+      }
+      UCUDNN_ASSIGN_OR_RETURN(
+          std::function<Status()> run_once,
+          ResolveTimedRuns(problem, batch, r.algo, operands, r.workspace, r.workspace_bytes));
+      for (int w = 0; w < r.warmup; ++w) UCUDNN_RETURN_IF_ERROR(run_once());
+      for (int k = 0; k < r.samples; ++k) {
+        UCUDNN_GPU_CHECK(cudaEventRecord(events_[first_event[i] + 2 * k], s));
+        for (int g = 0; g < r.group; ++g) UCUDNN_RETURN_IF_ERROR(run_once());
+        UCUDNN_GPU_CHECK(cudaEventRecord(events_[first_event[i] + 2 * k + 1], s));
+      }
+      return Status::Ok();
+    };
+    next_event += 2 * static_cast<size_t>(std::max(r.samples, 0));
+    const Status status = queue();
+    // A failed request gets its error (the caller asks Healthy() whether the device survived it);
+    // the ones queued before and after it keep their runs.
+    out.push_back(status.ok() ? Result<std::vector<double>>(std::vector<double>{}) : status);
+    queued[i] = status.ok();
   }
-  UCUDNN_GPU_CHECK(cudaEventSynchronize(events_[2 * runs - 1]));
-  std::vector<double> times;
-  times.reserve(runs);
-  for (int i = 0; i < runs; ++i) {
-    float ms = 0;
-    UCUDNN_GPU_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
-    times.push_back(ms);
+  const Status waited = UCUDNN_GPU_STATUS(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!queued[i]) continue;
+    if (!waited.ok()) {
+      out[i] = waited;
+      continue;
+    }
+    std::vector<double>& times = *out[i];
+    for (int k = 0; k < requests[i].samples; ++k) {
+      float ms = 0;
+      const Status read = UCUDNN_GPU_STATUS(cudaEventElapsedTime(
+          &ms, events_[first_event[i] + 2 * k], events_[first_event[i] + 2 * k + 1]));
+      if (!read.ok()) {
+        out[i] = read;
+        break;
+      }
+      times.push_back(static_cast<double>(ms) / requests[i].group);
+    }
   }
-  return times;
+  return out;
 }
 
 namespace {
@@ -1061,13 +1120,16 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
                                                         int warmup, int samples, int group,
                                                         bool device_time_only) {
   if (group < 1) return InvalidArgument("group: must be >= 1, got " + std::to_string(group));
-  // One run per event pair: runs long enough for this are issued faster than the device executes
-  // them, so the queue never runs dry and no gate is needed.
-  if (group == 1) {
-    return TimeRuns(problem, batch, algo, operands, workspace, workspace_bytes, warmup, samples);
-  }
   if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
   if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
+  // One run per event pair (group 1: runs long enough for this are issued faster than the device
+  // executes them, so the queue never runs dry and no gate is needed), or groups as the host
+  // issues them.
+  if (group == 1 || !device_time_only) {
+    return std::move(TimeRunBatch(problem, batch, operands,
+                                  {{algo, workspace, workspace_bytes, warmup, samples, group}})
+                         .front());
+  }
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
   UCUDNN_ASSIGN_OR_RETURN(
       std::function<Status()> run_once,
@@ -1077,16 +1139,16 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
   }
   UCUDNN_RETURN_IF_ERROR(EnsureEvents(2 * static_cast<size_t>(samples)));
   // Each sample is one event pair around `group` runs issued back to back, as a segment's
-  // micro-batches are in a training step. For device_time_only, the samples are queued behind a
-  // closed gate, a whole number of groups per gate, and the gate opens once they are all queued:
-  // the device then runs them back to back, so the events see device time only, not the host's
-  // time to issue each call (which exceeds the run itself for the shortest kernels).
+  // micro-batches are in a training step, queued behind a closed gate, a whole number of groups
+  // per gate, and the gate opens once they are all queued: the device then runs them back to
+  // back, so the events see device time only, not the host's time to issue each call (which
+  // exceeds the run itself for the shortest kernels).
   const cudaStream_t s = stream();
-  const int samples_per_gate = device_time_only ? std::max(1, kMaxGatedRuns / group) : samples;
+  const int samples_per_gate = std::max(1, kMaxGatedRuns / group);
   std::vector<std::unique_ptr<StreamGate>> gates;
   for (int first = 0; first < samples; first += samples_per_gate) {
     auto gate = std::make_unique<StreamGate>();
-    if (device_time_only) UCUDNN_RETURN_IF_ERROR(gate->Close(s));
+    UCUDNN_RETURN_IF_ERROR(gate->Close(s));
     const int last = std::min(samples, first + samples_per_gate);
     for (int i = first; i < last; ++i) {
       UCUDNN_GPU_CHECK(cudaEventRecord(events_[2 * i], s));

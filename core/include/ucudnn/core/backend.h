@@ -160,6 +160,14 @@ class ConvBackend {
     (void)got, (void)type, (void)want, (void)count;
     return Status(StatusCode::kUnsupported, "DifferenceNorms: not on this backend's device");
   }
+  // The algorithms that compute result checks' fp32 reference (engine/result_check.h), most
+  // preferred first, each tried in turn until one runs: code apart from the tensor-core engines
+  // the checks are for. Legacy 0 (cuDNN's implicit GEMM, the CPU backend's direct loop) by
+  // default.
+  virtual std::vector<Algorithm> ReferenceAlgorithms(ConvOp op) const {
+    (void)op;
+    return {Algorithm(0)};
+  }
   // Runs the op `warmup` times untimed, then `runs` times, each timed on the device's own clock
   // (CUDA events for cuDNN, a steady clock for the CPU); milliseconds per run. Successive runs
   // take successive slices of the operands where they hold more samples than `batch`
@@ -193,6 +201,34 @@ class ConvBackend {
     for (size_t i = 0; i < runs->size(); ++i) means[i / static_cast<size_t>(group)] += (*runs)[i];
     for (double& m : means) m /= group;
     return means;
+  }
+
+  // One configuration's TimeRunGroups() within TimeRunBatch().
+  struct TimedRunRequest {
+    Algorithm algo;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+    int warmup = 0;
+    int samples = 1;
+    int group = 1;
+  };
+  // TimeRunGroups() of several configurations of one problem and micro-batch, in order, each with
+  // its own result (one that fails leaves the others their times). A backend on a device queues
+  // them all and waits once (cuDNN): the device then runs one configuration's runs while the host
+  // issues the next one's, instead of idling through the host's wait, wake-up and issue between
+  // every two configurations, which cost a cold benchmark's probes (a run or two each, tens of
+  // thousands of them for a network) more than their runs on an H200. The default calls
+  // TimeRunGroups() for each (device_time_only as there).
+  virtual std::vector<Result<std::vector<double>>> TimeRunBatch(
+      const ConvProblem& problem, int64_t batch, const ConvOperands& operands,
+      const std::vector<TimedRunRequest>& requests, bool device_time_only = false) {
+    std::vector<Result<std::vector<double>>> out;
+    out.reserve(requests.size());
+    for (const TimedRunRequest& r : requests) {
+      out.push_back(TimeRunGroups(problem, batch, r.algo, operands, r.workspace, r.workspace_bytes,
+                                  r.warmup, r.samples, r.group, device_time_only));
+    }
+    return out;
   }
 
   // Whether the device can still run work. kOk, or kDeviceLost when its context is unusable (a

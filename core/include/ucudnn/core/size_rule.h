@@ -44,4 +44,17 @@ std::vector<int64_t> SizesForLimit(const TimingTable& table, const std::vector<i
 std::vector<int64_t> NextSizesForLimit(const TimingTable& table, const std::vector<int64_t>& sizes,
                                        int64_t mini_batch, uint64_t workspace_limit);
 
+// Which entries of `table` a plan for `mini_batch` could use, were each one `margin` (a fraction)
+// faster than it reads: an entry (kOk, the framework's own aside) is usable where running it once
+// at time / (1 + margin), the rest of the mini-batch planned by the DP over the table's sizes
+// within the same workspace limit, is no slower than the fastest plan at that limit, at some
+// limit no smaller than the entry's workspace (each distinct workspace of the table is one). The
+// benchmark (engine/benchmark.h) takes the full protocol only of usable entries, judged on their
+// probes, which read up to 1.3x a short run's time (and measurements then rank within a few
+// percent): a micro-batch of 1 that no plan of 256 uses needs no five samples of twenty runs. The
+// slack is the entry's own (what its probe's error could hide), not the plan's: a tiny
+// micro-batch costs a plan little in absolute time whatever its speed. One flag per entry of
+// `table`, in its order.
+std::vector<bool> UsableEntries(const TimingTable& table, int64_t mini_batch, double margin);
+
 }  // namespace ucudnn

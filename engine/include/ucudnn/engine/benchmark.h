@@ -91,6 +91,21 @@ struct BenchmarkOptions {
   // engines from the probes this would leave out, and with it a cold ResNet-50 took 29.0-30.0 s
   // to know without, 31.5-35.8 s with (docs/results.md). <= 0 disables it.
   double split_skip_factor = 2.0;
+  // Probes of one size queued together (ConvBackend::TimeRunBatch: one wait for the device
+  // instead of one per configuration), about this much device time a batch by the
+  // configurations' probes at the smaller size, between two looks of the gate (as one
+  // measurement's config_time_budget_ms is). The host's wait, wake-up and issue between two
+  // probes otherwise leave the device idle: on an H200, a cold ResNet-50's 25,000 probes took
+  // about 150 us of host time each, a third of their time. 0: one configuration at a time.
+  double probe_batch_ms = 50;
+  // With the probes on: every size is probed before any is measured, and only the entries a
+  // plan of the largest size could use, judged on their probes, take the full protocol; the
+  // others keep their probe, as dominated ones do. Usable (UsableEntries, core/size_rule.h): were
+  // the entry this fraction faster than its probe read, a fastest plan at some workspace limit
+  // could run it. On an H200 a cold ResNet-50 at 256 spent 3.5 of its 7-10 s of measurements on
+  // micro-batches of 1 to 8, short runs timed in groups of twenty, five samples each, that no
+  // plan of 256 used. Negative: every size measured as it is probed.
+  double usable_margin = 0.5;
   // Host threads that prepare the candidates of all micro-batch sizes at once before the timed
   // runs (ConvBackend::Prepare: on cuDNN the heuristics and execution plans, 1-2 ms of host time
   // per configuration, about 40 configurations per size, which otherwise leave the GPU idle for

@@ -4,11 +4,11 @@
 // GPU and cuDNN version); no library version is turned off wholesale, only the configurations
 // that are wrong.
 //
-// The reference is the backend's reference algorithm (legacy id 0: cuDNN's implicit GEMM, the CPU
-// backend's direct loop) in strict fp32 (fp32 data, FMA math: no TF32, no tensor cores) on the
-// same input values, widened from the problem's data type: code apart from the tensor-core
-// engines whose wrong results users met (PyTorch #163539: fp16 3-D convolutions on cuDNN
-// 9.8-9.14), at a precision above the one checked.
+// The reference is the backend's reference algorithm (ConvBackend::ReferenceAlgorithms: the first
+// that runs of legacy 1 and 0 for cuDNN's backward-data, legacy 0 otherwise) in strict fp32 (fp32
+// data, FMA math: no TF32, no tensor cores) on the same input values, widened from the problem's
+// data type: code apart from the tensor-core engines whose wrong results users met (PyTorch
+// #163539: fp16 3-D convolutions on cuDNN 9.8-9.14), at a precision above the one checked.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,10 @@ double RelativeL2FromNorms(double difference_squares, double want_squares);
 // used again if they disagree.
 class ResultChecker {
  public:
-  ResultChecker(ConvBackend& backend, const ConvProblem& problem, const ConvOperands& operands);
+  // `max_reference_workspace`: the most workspace a reference algorithm other than the backend's
+  // last one may take (the benchmark's cap); the last one runs with whatever it needs.
+  ResultChecker(ConvBackend& backend, const ConvProblem& problem, const ConvOperands& operands,
+                uint64_t max_reference_workspace = uint64_t{2} << 30);
 
   // The relative L2 error of `algo`'s result at micro-batch `batch` (`workspace`: at least its
   // workspace) against the fp32 reference; nullopt when no reference can run here (the
@@ -79,6 +82,10 @@ class ResultChecker {
   ConvBackend& backend_;
   const ConvProblem& problem_;
   const ConvOperands& operands_;
+  // The reference algorithms still to try, the one that ran first once one has (a backward-
+  // filter's reference grows over several runs, all of one algorithm).
+  std::vector<Algorithm> references_;
+  uint64_t max_reference_workspace_;
   std::unique_ptr<BackendBuffer> fp32_[3];  // first input, second input, reference output
   int64_t reference_batch_ = 0;             // the size fp32_[2] holds the reference of
   bool reference_ok_ = false;

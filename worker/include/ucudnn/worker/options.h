@@ -49,6 +49,10 @@ struct WorkerOptions {
   // Skipping at the larger sizes where micro-batches of a smaller size do better
   // (BenchmarkOptions::split_skip_factor, <= 0: off).
   double split_skip_factor = 2.0;
+  double probe_batch_ms = 50;  // BenchmarkOptions::probe_batch_ms (0: one probe at a time)
+  // Only entries a plan could use take the full protocol (BenchmarkOptions::usable_margin;
+  // negative: every size measured as it is probed).
+  double usable_margin = 0.5;
   int prepare_threads = 8;  // BenchmarkOptions::prepare_threads
   // Helper processes that build runtime-compiled cuDNN plans (compile_pool.h); -1: auto
   // (CompileProcesses); 0: none (the worker builds them itself).
