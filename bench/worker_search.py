@@ -179,9 +179,10 @@ def read_timings(path):
     return tables
 
 
-def plan(sizes, limit):
-    """The fastest composition of the problem's largest micro-batch from the sizes measured, each
-    size at its fastest configuration within `limit` bytes: [(micro_batch, algo, ms)], or None."""
+def plan(sizes, limit, total=None):
+    """The fastest composition of `total` samples (default: the problem's largest micro-batch)
+    from the sizes measured, each size at its fastest configuration within `limit` bytes:
+    [(micro_batch, algo, ms)], or None."""
     best = {}
     for size, entries in sizes.items():
         fitting = [(ms, algo) for algo, ms, workspace in entries if workspace <= limit]
@@ -189,7 +190,7 @@ def plan(sizes, limit):
             best[size] = min(fitting)
     if not best:
         return None
-    total = max(sizes)
+    total = total or max(sizes)
     cost = [0.0] + [float("inf")] * total
     choice = [None] * (total + 1)
     for n in range(1, total + 1):
@@ -215,7 +216,11 @@ def compare_plans(search, reference, limits):
         search_ms = reference_ms = 0.0
         problems = missing = 0
         for problem in sorted(set(search) & set(reference)):
-            ours, theirs = plan(search[problem], limit), plan(reference[problem], limit)
+            # Both plans for the same mini-batch: the largest size either search measured (a
+            # table whose largest size had nothing run plans a smaller total otherwise).
+            total = max(max(search[problem]), max(reference[problem]))
+            ours = plan(search[problem], limit, total)
+            theirs = plan(reference[problem], limit, total)
             if ours is None or theirs is None:
                 continue
             measured = {(size, algo): ms for size, entries in reference[problem].items()

@@ -134,3 +134,16 @@ class PlansTest(unittest.TestCase):
         sizes[4] = [("a", 4.5, 0)]
         self.assertEqual(sorted(worker_search.plan(sizes, 0)), [(1, "a", 1.0)] * 4)
         self.assertIsNone(worker_search.plan({1: [("a", 1.0, 1 << 20)]}, 0))
+        # A total given: 8 samples from these sizes (one of 4 and four of 1, or two of 4).
+        self.assertEqual(sorted(worker_search.plan(sizes, 0, 8)), [(1, "a", 1.0)] * 8)
+
+    def test_both_plans_are_for_the_largest_size_either_search_measured(self):
+        # The search measured nothing at 4 (every entry skipped): its plan composes 4 from 2s,
+        # timed with the reference's medians, not a plan of 2 against one of 4.
+        reference = [("p", 2, "a", 1.0, 0), ("p", 4, "a", 1.5, 0)]
+        search = [("p", 2, "a", 1.0, 0)]
+        with tempfile.TemporaryDirectory() as d:
+            ours = worker_search.read_timings(self.write_csv(d, "s.csv", search))
+            theirs = worker_search.read_timings(self.write_csv(d, "r.csv", reference))
+        (row,) = worker_search.compare_plans(ours, theirs, [1 << 30])
+        self.assertEqual((row["search_plans_ms"], row["reference_plans_ms"]), (2.0, 1.5))
