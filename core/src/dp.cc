@@ -396,43 +396,63 @@ void DenseDp(const std::vector<Candidate>& candidates, int64_t mini_batch,
   }
 }
 
+// t(b) and T(n) of the DP (SolveKernelDp) for `mini_batch` samples within `workspace_limit`, the
+// sizes `allowed`.
+struct DpTables {
+  std::vector<Best> best;           // t(b)
+  std::vector<double> time;         // T(n)
+  std::vector<uint64_t> workspace;  // T(n)'s largest segment workspace
+  std::vector<int64_t> first;       // T(n)'s first segment
+};
+DpTables SolveDpTables(const TimingTable& table, int64_t mini_batch,
+                       const std::vector<char>& allowed, uint64_t workspace_limit) {
+  const size_t size = static_cast<size_t>(mini_batch) + 1;
+  DpTables dp;
+  // t(b): one pass over the table.
+  dp.best.resize(size);
+  for (const Timing& t : table.entries) {
+    if (!Usable(t) || t.micro_batch < 1 || t.micro_batch > mini_batch) continue;
+    const size_t b = static_cast<size_t>(t.micro_batch);
+    if (!allowed[b] || t.workspace_bytes > workspace_limit) continue;
+    if (Improves(t, dp.best[b])) Take(t, &dp.best[b]);
+  }
+  std::vector<Candidate> candidates;  // sizes with a t(b), ascending
+  for (int64_t b = 1; b <= mini_batch; ++b) {
+    const Best& seg = dp.best[static_cast<size_t>(b)];
+    if (seg.present) candidates.push_back({b, seg.time_ms, seg.workspace_bytes});
+  }
+
+  // T(n) with its workspace (largest segment) as the tie-breaker, then the larger first segment.
+  // The inner loop is the hot spot (O(B^2) for policy all).
+  dp.time.assign(size, kInfinity);
+  dp.workspace.assign(size, 0);
+  dp.first.assign(size, 0);
+  dp.time[0] = 0;
+  if (candidates.size() * 4 >= static_cast<size_t>(mini_batch)) {
+    DenseDp(candidates, mini_batch, &dp.time, &dp.workspace, &dp.first);
+  } else {
+    SparseDp(candidates, mini_batch, &dp.time, &dp.workspace, &dp.first);
+  }
+  return dp;
+}
+
 }  // namespace
 
 Result<KernelConfig> SolveKernelDp(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
                                    uint64_t workspace_limit) {
   UCUDNN_RETURN_IF_ERROR(ValidateMiniBatch(mini_batch));
   const std::vector<char> allowed = AllowedMask(policy, mini_batch);
-  const size_t size = static_cast<size_t>(mini_batch) + 1;
+  const DpTables dp = SolveDpTables(table, mini_batch, allowed, workspace_limit);
+  if (dp.time[static_cast<size_t>(mini_batch)] == kInfinity) {
+    return ExplainInfeasible(table, mini_batch, policy, workspace_limit, allowed, dp.best);
+  }
+  return Reconstruct(mini_batch, dp.first, dp.best);
+}
 
-  // t(b): one pass over the table.
-  std::vector<Best> best(size);
-  for (const Timing& t : table.entries) {
-    if (!Usable(t) || t.micro_batch < 1 || t.micro_batch > mini_batch) continue;
-    const size_t b = static_cast<size_t>(t.micro_batch);
-    if (!allowed[b] || t.workspace_bytes > workspace_limit) continue;
-    if (Improves(t, best[b])) Take(t, &best[b]);
-  }
-  std::vector<Candidate> candidates;  // sizes with a t(b), ascending
-  for (int64_t b = 1; b <= mini_batch; ++b) {
-    const Best& seg = best[static_cast<size_t>(b)];
-    if (seg.present) candidates.push_back({b, seg.time_ms, seg.workspace_bytes});
-  }
-
-  // T(n) with its workspace (largest segment) as the tie-breaker, then the larger first segment.
-  // The inner loop is the hot spot (O(B^2) for policy all).
-  std::vector<double> time(size, kInfinity);
-  std::vector<uint64_t> workspace(size, 0);
-  std::vector<int64_t> first(size, 0);
-  time[0] = 0;
-  if (candidates.size() * 4 >= static_cast<size_t>(mini_batch)) {
-    DenseDp(candidates, mini_batch, &time, &workspace, &first);
-  } else {
-    SparseDp(candidates, mini_batch, &time, &workspace, &first);
-  }
-  if (time[static_cast<size_t>(mini_batch)] == kInfinity) {
-    return ExplainInfeasible(table, mini_batch, policy, workspace_limit, allowed, best);
-  }
-  return Reconstruct(mini_batch, first, best);
+std::vector<double> KernelDpTimes(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
+                                  uint64_t workspace_limit) {
+  if (!ValidateMiniBatch(mini_batch).ok()) return {};
+  return SolveDpTables(table, mini_batch, AllowedMask(policy, mini_batch), workspace_limit).time;
 }
 
 Result<Segment> FastestUndivided(const TimingTable& table, int64_t mini_batch,

@@ -1,9 +1,9 @@
 #include "ucudnn/core/size_rule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
-#include <map>
 #include <set>
 
 #include "ucudnn/core/dp.h"
@@ -121,34 +121,14 @@ std::vector<bool> UsableEntries(const TimingTable& table, int64_t mini_batch, do
            t.micro_batch <= mini_batch;
   };
   std::set<uint64_t> limits;
-  std::set<int64_t> size_set;
   for (const Timing& t : entries) {
-    if (!candidate(t)) continue;
-    limits.insert(t.workspace_bytes);
-    size_set.insert(t.micro_batch);
+    if (candidate(t)) limits.insert(t.workspace_bytes);
   }
-  const std::vector<int64_t> sizes(size_set.begin(), size_set.end());
-  const double infinity = std::numeric_limits<double>::infinity();
   const size_t n_total = static_cast<size_t>(mini_batch);
   for (const uint64_t limit : limits) {
-    // The fastest time of each size within the limit, then the DP's optimum for every count of
-    // samples (T(n) = min over sizes b <= n of t(b) + T(n - b)).
-    std::map<int64_t, double> fastest;
-    for (const Timing& t : entries) {
-      if (!candidate(t) || t.workspace_bytes > limit) continue;
-      auto [it, added] = fastest.emplace(t.micro_batch, t.time_ms);
-      if (!added) it->second = std::min(it->second, t.time_ms);
-    }
-    std::vector<double> best(n_total + 1, infinity);
-    best[0] = 0;
-    for (size_t n = 1; n <= n_total; ++n) {
-      for (const auto& [size, ms] : fastest) {
-        const size_t b = static_cast<size_t>(size);
-        if (b > n) break;
-        best[n] = std::min(best[n], ms + best[n - b]);
-      }
-    }
-    if (!(best[n_total] < infinity)) continue;
+    // The DP's optimum for every count of samples, over the table's sizes.
+    const std::vector<double> best = KernelDpTimes(table, mini_batch, BatchPolicy::kAll, limit);
+    if (best.empty() || !std::isfinite(best[n_total])) continue;
     for (size_t i = 0; i < entries.size(); ++i) {
       const Timing& t = entries[i];
       if (usable[i] || !candidate(t) || t.workspace_bytes > limit) continue;

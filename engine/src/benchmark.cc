@@ -796,6 +796,13 @@ class TableBenchmark {
     return run_ms * (1 + ProbeWarmup(i));
   }
 
+  // Runs `requests` issue, warm-ups included (for the summary line).
+  static int64_t RunsIssued(const std::vector<ConvBackend::TimedRunRequest>& requests) {
+    int64_t runs = 0;
+    for (const auto& r : requests) runs += r.warmup + int64_t{r.samples} * r.group;
+    return runs;
+  }
+
   ConvBackend::TimedRunRequest RunRequest(size_t i, int warmup, int group) {
     const Timing& t = table_.entries[i];
     return {AlgorithmOf(t), WorkspaceOf(t), t.workspace_bytes, warmup, 1, group};
@@ -817,7 +824,7 @@ class TableBenchmark {
       for (size_t i : batch) singles.push_back(RunRequest(i, ProbeWarmup(i), 1));
       std::vector<Result<std::vector<double>>> probes =
           backend_.TimeRunBatch(problem_, micro_batch, operands_.view, singles, false);
-      for (const auto& r : singles) probe_runs_ += r.warmup + int64_t{r.samples} * r.group;
+      probe_runs_ += RunsIssued(singles);
       std::vector<size_t> grouped;  // positions in `batch`
       std::vector<ConvBackend::TimedRunRequest> groups;
       for (size_t k = 0; k < batch.size(); ++k) {
@@ -831,7 +838,7 @@ class TableBenchmark {
       if (!groups.empty()) {
         std::vector<Result<std::vector<double>>> again = backend_.TimeRunBatch(
             problem_, micro_batch, operands_.view, groups, options_.short_runs_device_time_only);
-        for (const auto& r : groups) probe_runs_ += r.warmup + int64_t{r.samples} * r.group;
+        probe_runs_ += RunsIssued(groups);
         for (size_t j = 0; j < grouped.size(); ++j) probes[grouped[j]] = std::move(again[j]);
       }
       const DeviceActivity after = LookAfter();

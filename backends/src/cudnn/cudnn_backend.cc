@@ -968,8 +968,6 @@ Result<std::vector<double>> CudnnBackend::TimeRuns(const ConvProblem& problem, i
                                                    const Algorithm& algo,
                                                    const ConvOperands& operands, void* workspace,
                                                    size_t workspace_bytes, int warmup, int runs) {
-  if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
-  if (runs < 1) return InvalidArgument("runs: must be >= 1, got " + std::to_string(runs));
   // Runs are issued back to back and waited for once, so the GPU is not left idle between them
   // while the host returns from a wait; each run is still bracketed by its own pair of events.
   return std::move(
@@ -1119,17 +1117,17 @@ Result<std::vector<double>> CudnnBackend::TimeRunGroups(const ConvProblem& probl
                                                         void* workspace, size_t workspace_bytes,
                                                         int warmup, int samples, int group,
                                                         bool device_time_only) {
-  if (group < 1) return InvalidArgument("group: must be >= 1, got " + std::to_string(group));
-  if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
-  if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
   // One run per event pair (group 1: runs long enough for this are issued faster than the device
   // executes them, so the queue never runs dry and no gate is needed), or groups as the host
-  // issues them.
+  // issues them: TimeRunBatch, which checks the arguments.
   if (group == 1 || !device_time_only) {
     return std::move(TimeRunBatch(problem, batch, operands,
                                   {{algo, workspace, workspace_bytes, warmup, samples, group}})
                          .front());
   }
+  if (group < 1) return InvalidArgument("group: must be >= 1, got " + std::to_string(group));
+  if (warmup < 0) return InvalidArgument("warmup: must be >= 0, got " + std::to_string(warmup));
+  if (samples < 1) return InvalidArgument("samples: must be >= 1, got " + std::to_string(samples));
   UCUDNN_RETURN_IF_ERROR(MakeDeviceCurrent());
   UCUDNN_ASSIGN_OR_RETURN(
       std::function<Status()> run_once,

@@ -26,6 +26,11 @@ std::vector<int64_t> MicroBatchSizes(BatchPolicy policy, int64_t mini_batch);
 Result<KernelConfig> SolveKernelDp(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
                                    uint64_t workspace_limit);
 
+// T(n) of SolveKernelDp for every n in [0, mini_batch]: the fastest plan's time for n samples
+// within the limit (infinity where the sizes cannot make n). Empty for an invalid mini-batch.
+std::vector<double> KernelDpTimes(const TimingTable& table, int64_t mini_batch, BatchPolicy policy,
+                                  uint64_t workspace_limit);
+
 // The fastest single kOk algorithm at the full mini-batch within the limit.
 Result<Segment> FastestUndivided(const TimingTable& table, int64_t mini_batch,
                                  uint64_t workspace_limit);
